@@ -1,0 +1,1 @@
+//! onestep-api: (placeholder; being built).

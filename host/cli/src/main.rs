@@ -1,0 +1,3 @@
+//! The `onestep` binary (placeholder; being built).
+
+fn main() {}

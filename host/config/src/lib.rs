@@ -1,0 +1,1 @@
+//! onestep-config: (placeholder; being built).

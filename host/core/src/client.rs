@@ -1,0 +1,125 @@
+//! The namespace-scoped client API (spec §7): submit, get, list, cancel, result.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::ExecutionError;
+use crate::execution::{Execution, ExecutionPage};
+use crate::limits::Limits;
+use crate::ports::ExecutionStore;
+use crate::request::{ListQuery, SubmitRequest, prepare_submission, validate_namespace};
+use crate::status::ExecutionStatus;
+use crate::text::cancel_reason;
+
+/// A client bound to one namespace (spec §7.0). Cheap to clone.
+#[derive(Clone)]
+pub struct ExecutionClient {
+    store: Arc<dyn ExecutionStore>,
+    namespace: String,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for ExecutionClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutionClient")
+            .field("namespace", &self.namespace)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecutionClient {
+    /// Binds a client to `namespace` (trimmed, 1–255 characters) over `store`.
+    pub fn new(
+        store: Arc<dyn ExecutionStore>,
+        namespace: &str,
+        limits: Limits,
+    ) -> Result<Self, ExecutionError> {
+        limits.validate()?;
+        Ok(ExecutionClient {
+            store,
+            namespace: validate_namespace(namespace)?,
+            limits,
+        })
+    }
+
+    /// The client's (trimmed) namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The client's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Submits one execution (spec §7.1); validation happens before any I/O.
+    pub async fn submit(&self, request: &SubmitRequest) -> Result<Execution, ExecutionError> {
+        let prepared = prepare_submission(&self.namespace, request, &self.limits)?;
+        self.store.submit(prepared).await
+    }
+
+    /// Submits many executions in one transaction. Validation of every request happens first:
+    /// one invalid request fails the call and nothing is written. Each item's result is the
+    /// execution or that item's idempotency conflict.
+    pub async fn submit_many(
+        &self,
+        requests: &[SubmitRequest],
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        let prepared = requests
+            .iter()
+            .map(|r| prepare_submission(&self.namespace, r, &self.limits))
+            .collect::<Result<Vec<_>, _>>()?;
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store.submit_many(prepared).await
+    }
+
+    /// Reads one execution; `None` when absent or in another namespace (spec §7.2).
+    pub async fn get(&self, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
+        self.store.get(&self.namespace, id).await
+    }
+
+    /// One page, newest first (spec §7.3).
+    pub async fn list(&self, query: &ListQuery) -> Result<ExecutionPage, ExecutionError> {
+        let filter = query.validate()?;
+        self.store.list(&self.namespace, &filter).await
+    }
+
+    /// Cancels (spec §7.4); `None` when absent. `reason` is trimmed, at most 500 characters.
+    pub async fn cancel(
+        &self,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<Option<Execution>, ExecutionError> {
+        let reason = cancel_reason(reason)?;
+        self.store.cancel(&self.namespace, id, reason).await
+    }
+
+    /// The result of a succeeded execution; never waits (spec §7.5). Errors: `NotFound`,
+    /// `NotReady`, `Failed` (with the error object), `Cancelled`, `Expired`.
+    pub async fn result(&self, id: Uuid) -> Result<Value, ExecutionError> {
+        let Some(execution) = self.get(id).await? else {
+            return Err(ExecutionError::NotFound { id });
+        };
+        result_of(execution)
+    }
+}
+
+/// Maps an execution snapshot to `result()`'s outcome (spec §7.5).
+pub fn result_of(execution: Execution) -> Result<Value, ExecutionError> {
+    let id = execution.id;
+    match execution.status {
+        ExecutionStatus::Succeeded => Ok(execution.result.unwrap_or(Value::Null)),
+        ExecutionStatus::Failed => Err(ExecutionError::Failed {
+            id,
+            error: execution.error,
+        }),
+        ExecutionStatus::Cancelled => Err(ExecutionError::Cancelled { id }),
+        ExecutionStatus::Expired => Err(ExecutionError::Expired { id }),
+        status => Err(ExecutionError::NotReady { id, status }),
+    }
+}

@@ -1,0 +1,177 @@
+//! Domain objects returned by client and worker operations (spec §5.2, §5.3).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::ExecutionError;
+use crate::error_object::ErrorObject;
+use crate::status::{CompletionStatus, ExecutionStatus};
+
+/// A snapshot of one execution as every client operation returns it (spec §5.2). Values are
+/// decoded (§3.1). Lease columns, idempotency key, digest, worker id and cancel reason are not
+/// exposed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Execution {
+    /// Execution id (UUID v4).
+    pub id: Uuid,
+    /// Trimmed namespace.
+    pub namespace: String,
+    /// Trimmed task name.
+    pub task_name: String,
+    /// Current status.
+    pub status: ExecutionStatus,
+    /// Decoded payload.
+    pub payload: Value,
+    /// Decoded metadata object (never contains `onestep.execution`).
+    pub metadata: serde_json::Map<String, Value>,
+    /// Decoded result; meaningful only when `succeeded`.
+    pub result: Option<Value>,
+    /// The last failure's error object, or `None`.
+    pub error: Option<ErrorObject>,
+    /// Number of claims so far.
+    pub attempts: u32,
+    /// Submission instant (UTC).
+    pub created_at: DateTime<Utc>,
+    /// Earliest claim instant (UTC).
+    pub available_at: DateTime<Utc>,
+    /// First claim instant.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Terminal instant.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// When a cancel was accepted.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// Latest claim instant (UTC).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Optimistic-concurrency counter, +1 on every state change except heartbeats.
+    pub version: i64,
+}
+
+impl Execution {
+    /// Whether the status is terminal (derived, spec §5.2 `terminal`).
+    pub fn terminal(&self) -> bool {
+        self.status.is_terminal()
+    }
+}
+
+/// One page of [`Execution`]s, newest first (spec §7.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionPage {
+    /// The items of this page.
+    pub items: Vec<Execution>,
+    /// Cursor of the next page, or `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// What a worker needs to address its lease in heartbeat, complete and release (spec §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseRef {
+    /// The execution id.
+    pub execution_id: Uuid,
+    /// The attempt id issued by the claim.
+    pub attempt_id: Uuid,
+    /// The lease token issued by the claim.
+    pub lease_token: Uuid,
+}
+
+/// One claimed execution (spec §5.3 `ExecutionLease`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionLease {
+    /// The execution as updated by the claim (status `running`).
+    pub execution: Execution,
+    /// The new attempt's id.
+    pub attempt_id: Uuid,
+    /// The new attempt's number (1-based; equals `execution.attempts`).
+    pub attempt_no: u32,
+    /// The lease token that fences every later write.
+    pub lease_token: Uuid,
+    /// When the lease runs out unless a heartbeat extends it.
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+impl ExecutionLease {
+    /// The reference used by heartbeat, complete and release.
+    pub fn lease_ref(&self) -> LeaseRef {
+        LeaseRef {
+            execution_id: self.execution.id,
+            attempt_id: self.attempt_id,
+            lease_token: self.lease_token,
+        }
+    }
+}
+
+/// What a successful heartbeat returns (spec §5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatResult {
+    /// The new lease expiry.
+    pub lease_expires_at: DateTime<Utc>,
+    /// True when a client asked to cancel (status `cancel_requested`).
+    pub cancel_requested: bool,
+}
+
+/// A worker's report of how an attempt ended (spec §5.3 `ExecutionCompletion`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The requested status.
+    pub status: CompletionStatus,
+    /// The handler's result; used only for `succeeded`.
+    pub result: Option<Value>,
+    /// The error object; `None` for successes.
+    pub error: Option<ErrorObject>,
+    /// Delay in seconds before the retry may be claimed; used only for `retrying`.
+    pub delay_s: Option<f64>,
+}
+
+impl Completion {
+    /// A success with `result` (JSON `null` when the handler returned nothing).
+    pub fn succeeded(result: Value) -> Self {
+        Completion {
+            status: CompletionStatus::Succeeded,
+            result: Some(result),
+            error: None,
+            delay_s: None,
+        }
+    }
+
+    /// A retry after `delay_s` seconds with the failure's error object.
+    pub fn retrying(error: ErrorObject, delay_s: f64) -> Self {
+        Completion {
+            status: CompletionStatus::Retrying,
+            result: None,
+            error: Some(error),
+            delay_s: Some(delay_s),
+        }
+    }
+
+    /// A final failure.
+    pub fn failed(error: ErrorObject) -> Self {
+        Completion {
+            status: CompletionStatus::Failed,
+            result: None,
+            error: Some(error),
+            delay_s: None,
+        }
+    }
+
+    /// A cancellation, with the cancel error object (kind `cancelled`).
+    pub fn cancelled(error: Option<ErrorObject>) -> Self {
+        Completion {
+            status: CompletionStatus::Cancelled,
+            result: None,
+            error,
+            delay_s: None,
+        }
+    }
+
+    /// Checks the completion's own fields (error object rules, finite non-negative delay).
+    pub fn validate(&self) -> Result<(), ExecutionError> {
+        if let Some(e) = &self.error {
+            e.validate()?;
+        }
+        if let Some(d) = self.delay_s {
+            crate::time::seconds_to_duration("delay_s", d)?;
+        }
+        Ok(())
+    }
+}

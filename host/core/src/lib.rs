@@ -1,0 +1,40 @@
+//! onestep-core: the domain of tracked execution, with no SQL, no async runtime and no wasmtime.
+//!
+//! It owns: statuses and the transition rules of the execution state machine (spec §5–§6), the
+//! `Execution`/lease/completion objects, the structured error object (§5.4), value encoding and
+//! canonical JSON (§3), the submission digest (§7.1.3), the list cursor (§7.3), derived table and
+//! index names (§2.1–§2.2), validation of client requests in the spec's order (§7.1.1), retry
+//! policies (§9.7), the injected [`Clock`](time::Clock) (§4), and the ports (traits) that storage
+//! backends implement: [`ports::ExecutionStore`] for clients and [`ports::LeaseStore`] for workers.
+//!
+//! Invariants kept here: every instant is UTC with microsecond precision; a request that fails
+//! validation never reaches a backend; the namespace is trimmed and validated once, when an
+//! [`client::ExecutionClient`] is built.
+
+pub mod canonical;
+pub mod client;
+pub mod codec;
+pub mod cursor;
+pub mod digest;
+pub mod error;
+pub mod error_object;
+pub mod execution;
+pub mod limits;
+pub mod names;
+pub mod ports;
+pub mod request;
+pub mod retry;
+pub mod status;
+pub mod text;
+pub mod time;
+pub mod timefmt;
+
+pub use client::ExecutionClient;
+pub use error::{BackendError, ConnectorKind, ExecutionError, StaleReason};
+pub use error_object::ErrorObject;
+pub use execution::{
+    Completion, Execution, ExecutionLease, ExecutionPage, HeartbeatResult, LeaseRef,
+};
+pub use limits::Limits;
+pub use status::{AttemptStatus, CompletionStatus, ExecutionStatus};
+pub use time::{Clock, SystemClock};

@@ -1,0 +1,84 @@
+//! The ports that storage backends implement, split by role (architecture: client side and
+//! worker side). One backend type (e.g. the MySQL backend) implements both.
+//!
+//! Backends read "now" from their injected [`Clock`](crate::time::Clock) once per transaction
+//! (spec §4) and never use the database clock. Every worker-side write is fenced by the lease
+//! token (spec §8.6); a fence that matches no row is [`ExecutionError::StaleLease`].
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::error::ExecutionError;
+use crate::execution::{
+    Completion, Execution, ExecutionLease, ExecutionPage, HeartbeatResult, LeaseRef,
+};
+use crate::request::{ClaimRequest, ListFilter, PreparedSubmission};
+
+/// Client-side storage operations (spec §7). Inputs are already validated by
+/// [`ExecutionClient`](crate::client::ExecutionClient); namespaces are trimmed.
+#[async_trait]
+pub trait ExecutionStore: Send + Sync {
+    /// Inserts a submission (T1). With an idempotency key, a concurrent or earlier submission
+    /// with the same key returns that execution (any status) when the digest matches, else
+    /// [`ExecutionError::Conflict`]. An ambiguous commit is resolved by re-reading through the key.
+    async fn submit(&self, submission: PreparedSubmission) -> Result<Execution, ExecutionError>;
+
+    /// Inserts many submissions in one transaction with a multi-row insert. The outer error is
+    /// for the whole batch (nothing written); each item is the execution (new or replayed) or
+    /// that item's conflict.
+    async fn submit_many(
+        &self,
+        submissions: Vec<PreparedSubmission>,
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError>;
+
+    /// Reads one execution of `namespace`; `None` when absent or in another namespace.
+    async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError>;
+
+    /// One page, newest first (spec §7.3).
+    async fn list(
+        &self,
+        namespace: &str,
+        filter: &ListFilter,
+    ) -> Result<ExecutionPage, ExecutionError>;
+
+    /// Cancels (T3/T4, or no change for `cancel_requested` and terminal rows); `None` when absent.
+    async fn cancel(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<Option<Execution>, ExecutionError>;
+}
+
+/// Worker-side storage operations (spec §8).
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Bounded maintenance (T5, T6, T7) then claims up to `limit` rows (T2) in claim-index order.
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ExecutionLease>, ExecutionError>;
+
+    /// Extends the lease (T8); reports `cancel_requested`. Stale token → `StaleLease`.
+    async fn heartbeat(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> Result<HeartbeatResult, ExecutionError>;
+
+    /// Completes the attempt (T9–T13); cancel wins over success; an identical replay of a
+    /// terminal completion is accepted.
+    async fn complete(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> Result<Execution, ExecutionError>;
+
+    /// Several completions in one transaction, each still fenced by its own token. The outer
+    /// error is for the whole batch (nothing written); each item carries its own outcome (a
+    /// stale item does not undo the others).
+    async fn complete_many(
+        &self,
+        items: &[(LeaseRef, Completion)],
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError>;
+
+    /// Puts a claimed-but-never-started execution back to `queued` (T14).
+    async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError>;
+}

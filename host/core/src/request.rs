@@ -1,0 +1,277 @@
+//! Client and worker requests, validated in the spec's order before any backend sees them
+//! (spec §7.1.1, §7.3, §8.1).
+
+use chrono::{DateTime, Duration, FixedOffset, Utc};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::canonical::to_canonical_string;
+use crate::codec::{ValueField, encode_value};
+use crate::cursor::Cursor;
+use crate::digest::submission_digest;
+use crate::error::ExecutionError;
+use crate::limits::Limits;
+use crate::status::ExecutionStatus;
+use crate::text::{MAX_NAME_CHARS, optional_text, required_text};
+use crate::time::seconds_to_duration;
+
+/// The reserved metadata key that workers inject into the handler context (spec §3.4).
+pub const RESERVED_METADATA_KEY: &str = "onestep.execution";
+
+/// What a caller submits (spec §7.1). `expires_at` carries its offset, so a naive datetime
+/// cannot be expressed; the caller's offset is kept for the digest (§7.1.3) and the instant is
+/// stored as UTC.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SubmitRequest {
+    /// Routing key; trimmed, 1–255 characters.
+    pub task_name: String,
+    /// Any JSON value.
+    pub payload: Value,
+    /// Optional idempotency key; trimmed, 1–255 characters when given.
+    pub idempotency_key: Option<String>,
+    /// Optional metadata; must be a JSON object (default `{}`).
+    pub metadata: Option<Value>,
+    /// Optional delay in seconds before the first claim (finite, ≥ 0).
+    pub delay_s: Option<f64>,
+    /// Optional latest claim instant.
+    pub expires_at: Option<DateTime<FixedOffset>>,
+}
+
+/// A validated, encoded submission ready to be written (spec §7.1.2). Produced only by
+/// [`prepare_submission`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedSubmission {
+    /// New execution id (UUID v4).
+    pub id: Uuid,
+    /// Trimmed namespace.
+    pub namespace: String,
+    /// Trimmed task name.
+    pub task_name: String,
+    /// Trimmed idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Submission digest (always computed; stored only with a key).
+    pub digest: String,
+    /// Encoded payload (§3.1).
+    pub payload: Value,
+    /// Encoded metadata object.
+    pub metadata: Value,
+    /// `available_at = now + delay`.
+    pub delay: Duration,
+    /// `expires_at` converted to UTC.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl PreparedSubmission {
+    /// The encoded payload as JSON text for storage.
+    pub fn payload_json(&self) -> String {
+        self.payload.to_string()
+    }
+
+    /// The encoded metadata as JSON text for storage.
+    pub fn metadata_json(&self) -> String {
+        self.metadata.to_string()
+    }
+}
+
+/// Validates and encodes one submission in the order of spec §7.1.1; `namespace` must already
+/// be validated (see [`validate_namespace`]). Nothing is written on failure.
+///
+/// Errors: `InvalidArgument` for text rules, `metadata must be a mapping`, delay rules and the
+/// reserved key; `Encoding` for unencodable values and size limits.
+pub fn prepare_submission(
+    namespace: &str,
+    req: &SubmitRequest,
+    limits: &Limits,
+) -> Result<PreparedSubmission, ExecutionError> {
+    // 1. text rules, metadata shape, delay, expires_at (aware by type).
+    let task_name = required_text("task_name", &req.task_name, MAX_NAME_CHARS)?;
+    let idempotency_key = optional_text(
+        "idempotency_key",
+        req.idempotency_key.as_deref(),
+        MAX_NAME_CHARS,
+    )?;
+    let metadata: Map<String, Value> = match &req.metadata {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        _ => return Err(ExecutionError::invalid("metadata must be a mapping")),
+    };
+    let delay = match req.delay_s {
+        None => Duration::zero(),
+        Some(d) => seconds_to_duration("delay_s", d)?,
+    };
+    // 2. reserved key.
+    if metadata.contains_key(RESERVED_METADATA_KEY) {
+        return Err(ExecutionError::invalid(format!(
+            "metadata key '{RESERVED_METADATA_KEY}' is reserved"
+        )));
+    }
+    // 3. encode payload, then metadata.
+    let payload = encode_value(&req.payload, ValueField::Payload)?;
+    let metadata = encode_value(&Value::Object(metadata), ValueField::Metadata)?;
+    // 4. size limits, payload then metadata.
+    if to_canonical_string(&payload).len() > limits.max_payload_bytes {
+        return Err(ExecutionError::Encoding(
+            "execution payload exceeds the configured limit".into(),
+        ));
+    }
+    if to_canonical_string(&metadata).len() > limits.max_metadata_bytes {
+        return Err(ExecutionError::Encoding(
+            "execution metadata exceeds the configured limit".into(),
+        ));
+    }
+    // 5. digest.
+    let digest = submission_digest(
+        namespace,
+        &task_name,
+        &payload,
+        &metadata,
+        req.delay_s,
+        req.expires_at.as_ref(),
+    );
+    Ok(PreparedSubmission {
+        id: Uuid::new_v4(),
+        namespace: namespace.to_owned(),
+        task_name,
+        idempotency_key,
+        digest,
+        payload,
+        metadata,
+        delay,
+        expires_at: req.expires_at.map(|t| t.with_timezone(&Utc)),
+    })
+}
+
+/// Trims and checks a namespace (spec §7.0): 1–255 characters.
+pub fn validate_namespace(namespace: &str) -> Result<String, ExecutionError> {
+    required_text("namespace", namespace, MAX_NAME_CHARS)
+}
+
+/// Parses an execution id given as text (hyphenated or 32 hex digits).
+///
+/// Errors: `execution id must be a UUID`.
+pub fn parse_execution_id(text: &str) -> Result<Uuid, ExecutionError> {
+    Uuid::parse_str(text.trim()).map_err(|_| ExecutionError::invalid("execution id must be a UUID"))
+}
+
+/// List parameters as a caller gives them (spec §7.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Optional task-name filter.
+    pub task_name: Option<String>,
+    /// Optional status filter.
+    pub status: Option<ExecutionStatus>,
+    /// Page size, 1..=200 (default 50).
+    pub limit: u32,
+    /// Cursor from a previous page.
+    pub cursor: Option<String>,
+}
+
+impl Default for ListQuery {
+    fn default() -> Self {
+        ListQuery {
+            task_name: None,
+            status: None,
+            limit: 50,
+            cursor: None,
+        }
+    }
+}
+
+/// Validated list parameters handed to a backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Trimmed task-name filter.
+    pub task_name: Option<String>,
+    /// Status filter.
+    pub status: Option<ExecutionStatus>,
+    /// Page size, 1..=200.
+    pub limit: u32,
+    /// Position after which to continue.
+    pub after: Option<Cursor>,
+}
+
+impl ListQuery {
+    /// Validates the query: `limit must be between 1 and 200`, `cursor must not be empty`,
+    /// `invalid execution cursor`, `unknown cursor version`, task-name text rules.
+    pub fn validate(&self) -> Result<ListFilter, ExecutionError> {
+        let task_name = optional_text("task_name", self.task_name.as_deref(), MAX_NAME_CHARS)?;
+        if !(1..=200).contains(&self.limit) {
+            return Err(ExecutionError::invalid("limit must be between 1 and 200"));
+        }
+        let after = match &self.cursor {
+            None => None,
+            Some(c) if c.is_empty() => {
+                return Err(ExecutionError::invalid("cursor must not be empty"));
+            }
+            Some(c) => Some(Cursor::decode(c)?),
+        };
+        Ok(ListFilter {
+            task_name,
+            status: self.status,
+            limit: self.limit,
+            after,
+        })
+    }
+}
+
+/// A worker's claim (spec §8.1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRequest {
+    /// Namespace to claim from (trimmed).
+    pub namespace: String,
+    /// Task names (non-empty, unique).
+    pub task_names: Vec<String>,
+    /// Maximum number of leases (≥ 1).
+    pub limit: u32,
+    /// Lease duration in seconds (> 0).
+    pub lease_duration_s: f64,
+    /// Worker id (trimmed, 1–255).
+    pub worker_id: String,
+}
+
+impl ClaimRequest {
+    /// Checks the argument rules of spec §8.1 and returns a trimmed copy.
+    pub fn validate(&self) -> Result<ClaimRequest, ExecutionError> {
+        let namespace = validate_namespace(&self.namespace)?;
+        let mut names: Vec<String> = Vec::with_capacity(self.task_names.len());
+        for t in &self.task_names {
+            let t = t.trim();
+            if t.is_empty() || t.chars().count() > MAX_NAME_CHARS || names.iter().any(|n| n == t) {
+                return Err(ExecutionError::invalid(
+                    "task_names must be non-empty and unique",
+                ));
+            }
+            names.push(t.to_owned());
+        }
+        if names.is_empty() {
+            return Err(ExecutionError::invalid(
+                "task_names must be non-empty and unique",
+            ));
+        }
+        if self.limit < 1 {
+            return Err(ExecutionError::invalid("limit must be >= 1"));
+        }
+        validate_lease_duration(self.lease_duration_s)?;
+        let w = self.worker_id.trim();
+        if w.is_empty() || self.worker_id.chars().count() > MAX_NAME_CHARS {
+            return Err(ExecutionError::invalid(
+                "worker_id must be non-empty and <= 255 characters",
+            ));
+        }
+        Ok(ClaimRequest {
+            namespace,
+            task_names: names,
+            limit: self.limit,
+            lease_duration_s: self.lease_duration_s,
+            worker_id: w.to_owned(),
+        })
+    }
+}
+
+/// `lease_duration_s must be > 0` (finite).
+pub fn validate_lease_duration(lease_duration_s: f64) -> Result<(), ExecutionError> {
+    if !(lease_duration_s.is_finite() && lease_duration_s > 0.0) {
+        return Err(ExecutionError::invalid("lease_duration_s must be > 0"));
+    }
+    seconds_to_duration("lease_duration_s", lease_duration_s).map(|_| ())
+}

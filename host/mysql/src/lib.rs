@@ -1,0 +1,1 @@
+//! onestep-mysql: (placeholder; being built).

@@ -1,0 +1,1 @@
+//! onestep-testkit: (placeholder; being built).

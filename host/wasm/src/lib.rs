@@ -1,0 +1,1 @@
+//! onestep-wasm: (placeholder; being built).

@@ -1,0 +1,1 @@
+//! onestep-worker: (placeholder; being built).
