@@ -24,6 +24,7 @@ pub mod names;
 pub mod ports;
 pub mod request;
 pub mod retry;
+pub mod runner;
 pub mod status;
 pub mod text;
 pub mod time;

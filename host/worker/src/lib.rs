@@ -1,1 +1,26 @@
-//! onestep-worker: (placeholder; being built).
+//! onestep-worker: the worker host. It owns the fetch loop (claim per task, bounded by
+//! `concurrency` and `batch_size`), the per-attempt heartbeat (lease extension, cooperative
+//! cancellation, self-fencing on lease loss), the mapping of a handler's outcome to a
+//! completion through the retry policy (spec §9.5–§9.7), batched completion writes, and the
+//! graceful drain on shutdown (§9.9, with the reference's quirk fixed: cancelled in-flight
+//! attempts write their `retrying` completion before the worker returns).
+//!
+//! It sees only the core ports: a [`LeaseStore`](onestep_core::ports::LeaseStore) to talk to
+//! storage and a [`TaskRunner`](onestep_core::runner::TaskRunner) to run handlers. It never
+//! touches SQL or wasmtime.
+//!
+//! Invariants: a delivery writes at most one completion; after its lease is lost it writes
+//! nothing; no heartbeat is sent after the completion starts; on shutdown every claimed lease
+//! is either completed, released, or (only if the database is unreachable) left to expire.
+
+mod completer;
+mod delivery;
+mod fetch;
+mod heartbeat;
+mod outcome;
+mod settings;
+mod worker;
+
+pub use outcome::{cancel_error, completion_for};
+pub use settings::{TaskBinding, TaskSettings, WorkerSettings};
+pub use worker::{Worker, WorkerError, WorkerStats};

@@ -1,0 +1,189 @@
+//! One delivery: run the handler for one lease with a heartbeat beside it, then write exactly
+//! one completion (or nothing, when the lease was lost) — spec §9.4.
+
+use std::sync::Arc;
+
+use onestep_core::ports::LeaseStore;
+use onestep_core::request::RESERVED_METADATA_KEY;
+use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
+use onestep_core::{Completion, CompletionStatus, ErrorObject, ExecutionError, ExecutionLease};
+use serde_json::json;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::completer::Completer;
+use crate::heartbeat::{HeartbeatEnd, heartbeat_loop};
+use crate::outcome::completion_for;
+use crate::settings::TaskSettings;
+use crate::worker::WorkerStats;
+
+/// Everything the deliveries of one task share.
+pub(crate) struct TaskCtx {
+    pub(crate) settings: TaskSettings,
+    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) runner: Arc<dyn TaskRunner>,
+    pub(crate) completer: Completer,
+    pub(crate) stats: Arc<WorkerStats>,
+}
+
+/// Builds the handler's invocation: payload, metadata plus `onestep.execution = {id,
+/// attempt_id}` (spec §9.3), correlation ids and the timeout.
+pub(crate) fn invocation_for(settings: &TaskSettings, lease: &ExecutionLease) -> Invocation {
+    let execution = &lease.execution;
+    let mut metadata = execution.metadata.clone();
+    metadata.insert(
+        RESERVED_METADATA_KEY.to_owned(),
+        json!({"id": execution.id.to_string(), "attempt_id": lease.attempt_id.to_string()}),
+    );
+    Invocation {
+        execution_id: execution.id,
+        attempt_id: lease.attempt_id,
+        attempt_no: lease.attempt_no,
+        task_name: execution.task_name.clone(),
+        namespace: execution.namespace.clone(),
+        worker_id: settings.worker_id.clone(),
+        payload: execution.payload.clone(),
+        metadata,
+        timeout: settings.timeout,
+    }
+}
+
+/// Runs one lease to its completion. `hard_cancel` fires when the drain timeout has passed:
+/// the handler is then stopped and the attempt completes `retrying` after 0 s.
+pub(crate) async fn deliver(
+    ctx: Arc<TaskCtx>,
+    lease: ExecutionLease,
+    hard_cancel: CancellationToken,
+    _permit: OwnedSemaphorePermit,
+) {
+    let span = tracing::info_span!(
+        "delivery",
+        task = %ctx.settings.task_name,
+        execution_id = %lease.execution.id,
+        attempt_id = %lease.attempt_id,
+        attempt_no = lease.attempt_no,
+    );
+    run_delivery(ctx, lease, hard_cancel).instrument(span).await;
+}
+
+async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: CancellationToken) {
+    let lease_ref = lease.lease_ref();
+    let handler_cancel = CancellationToken::new();
+    let stop_heartbeat = CancellationToken::new();
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        Arc::clone(&ctx.store),
+        lease_ref,
+        ctx.settings.heartbeat_interval,
+        ctx.settings.lease_duration_s,
+        lease.lease_expires_at,
+        stop_heartbeat.clone(),
+        handler_cancel.clone(),
+    ));
+
+    tracing::debug!("handler started");
+    let invocation = invocation_for(&ctx.settings, &lease);
+    let run = ctx.runner.run(invocation, handler_cancel.clone());
+    tokio::pin!(run);
+    let outcome = tokio::select! {
+        outcome = &mut run => outcome,
+        _ = hard_cancel.cancelled() => {
+            handler_cancel.cancel();
+            run.await
+        }
+    };
+
+    // Stop heartbeating before the completion is written (spec §9.4 step 4).
+    stop_heartbeat.cancel();
+    let heartbeat_end = heartbeat.await.unwrap_or(HeartbeatEnd::Stopped);
+    if heartbeat_end == HeartbeatEnd::LeaseLost {
+        ctx.stats.record_lease_lost();
+        tracing::warn!("lease lost: the handler was stopped and nothing is written");
+        return;
+    }
+    let cancel_requested = heartbeat_end == HeartbeatEnd::CancelRequested;
+    log_outcome(&outcome);
+
+    let previous_attempts = lease.attempt_no.saturating_sub(1);
+    let completion = {
+        let mut rng = rand::rng();
+        completion_for(
+            outcome,
+            &ctx.settings.retry,
+            ctx.settings.max_result_bytes,
+            previous_attempts,
+            cancel_requested,
+            &mut rng,
+        )
+    };
+    write_completion(&ctx, lease_ref, completion).await;
+}
+
+fn log_outcome(outcome: &RunOutcome) {
+    match outcome {
+        RunOutcome::Succeeded(_) => tracing::debug!("handler succeeded"),
+        RunOutcome::Cancelled => tracing::info!("handler cancelled"),
+        RunOutcome::Failed(f) => tracing::warn!(
+            kind = f.kind.as_str(),
+            exception_type = %f.exception_type,
+            retryable = f.retryable,
+            message = %f.message,
+            "handler failed"
+        ),
+    }
+}
+
+async fn write_completion(ctx: &TaskCtx, lease: onestep_core::LeaseRef, completion: Completion) {
+    let requested = completion.status;
+    let error = completion.error.clone();
+    match ctx.completer.complete(lease, completion).await {
+        Ok(execution) => {
+            ctx.stats.record_completion(execution.status);
+            tracing::info!(status = %execution.status, "attempt completed");
+        }
+        Err(ExecutionError::StaleLease(reason)) => {
+            ctx.stats.record_lease_lost();
+            tracing::info!(%reason, "completion refused: the lease is no longer ours");
+        }
+        Err(ExecutionError::Encoding(msg)) if requested == CompletionStatus::Succeeded => {
+            tracing::warn!(message = %msg, "result refused by the store; failing the execution");
+            let error =
+                ErrorObject::new("error", "ExecutionEncodingError", Some("result_validation"));
+            retry_write(ctx, lease, Completion::failed(error)).await;
+        }
+        Err(e) if requested == CompletionStatus::Failed => {
+            // Spec §9.5: a failed completion that raises anything but a lease loss falls back
+            // to a retrying completion.
+            tracing::warn!(error = %e, "failed completion was not written; trying retrying");
+            let error = error.unwrap_or_else(|| ErrorObject::new("error", "Error", Some("ack")));
+            retry_write(ctx, lease, Completion::retrying(error, 0.0)).await;
+        }
+        Err(e) => {
+            ctx.stats.record_completion_error();
+            tracing::error!(error = %e, "completion was not written; the lease will expire and the execution will be retried");
+        }
+    }
+}
+
+async fn retry_write(ctx: &TaskCtx, lease: onestep_core::LeaseRef, completion: Completion) {
+    match ctx.completer.complete(lease, completion).await {
+        Ok(execution) => ctx.stats.record_completion(execution.status),
+        Err(ExecutionError::StaleLease(_)) => ctx.stats.record_lease_lost(),
+        Err(e) => {
+            ctx.stats.record_completion_error();
+            tracing::error!(error = %e, "completion was not written; the lease will expire");
+        }
+    }
+}
+
+/// Releases leases that were claimed but will not be started (spec §8.4, §9.2).
+pub(crate) async fn release_all(ctx: &TaskCtx, leases: Vec<ExecutionLease>) {
+    for lease in leases {
+        match ctx.store.release(&lease.lease_ref()).await {
+            Ok(_) => ctx.stats.record_release(),
+            Err(e) => {
+                tracing::warn!(execution_id = %lease.execution.id, error = %e, "release failed; the lease will expire")
+            }
+        }
+    }
+}

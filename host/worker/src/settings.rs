@@ -1,0 +1,125 @@
+//! Typed worker settings (spec §9.1, §9.2, §9.6, §9.9). Values arrive validated by the config
+//! crate; [`TaskSettings::validate`] re-checks the invariants the worker relies on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use onestep_core::ExecutionError;
+use onestep_core::ports::LeaseStore;
+use onestep_core::retry::RetryPolicy;
+use onestep_core::runner::TaskRunner;
+
+/// Settings of one task: its source (namespace, task name, polling, lease) and its execution
+/// (concurrency, retry, timeout).
+#[derive(Debug, Clone)]
+pub struct TaskSettings {
+    /// The task name the source claims (exactly one, spec §9.1).
+    pub task_name: String,
+    /// The namespace the source claims from.
+    pub namespace: String,
+    /// The worker id written into leases and attempts (1–255 characters).
+    pub worker_id: String,
+    /// Maximum leases per claim (≥ 1; default 100).
+    pub batch_size: u32,
+    /// Wait between empty claims (default 1 s).
+    pub poll_interval: Duration,
+    /// Lease length in seconds (> 0; default 90).
+    pub lease_duration_s: f64,
+    /// Heartbeat period (≤ lease / 3; default 30 s).
+    pub heartbeat_interval: Duration,
+    /// Maximum executions in flight for this task in this process (≥ 1; default 1).
+    pub concurrency: u32,
+    /// What to do after a retryable failure.
+    pub retry: RetryPolicy,
+    /// Wall-clock limit of one handler call (`timeout_s`).
+    pub timeout: Option<Duration>,
+    /// Result size limit in bytes of canonical JSON, checked before the completion is written.
+    pub max_result_bytes: usize,
+}
+
+impl TaskSettings {
+    /// Defaults of spec §9.1 for `task_name` in `namespace`.
+    pub fn new(namespace: &str, task_name: &str) -> Self {
+        TaskSettings {
+            task_name: task_name.to_owned(),
+            namespace: namespace.to_owned(),
+            worker_id: "onestep-worker".to_owned(),
+            batch_size: 100,
+            poll_interval: Duration::from_secs(1),
+            lease_duration_s: 90.0,
+            heartbeat_interval: Duration::from_secs(30),
+            concurrency: 1,
+            retry: RetryPolicy::NoRetry,
+            timeout: None,
+            max_result_bytes: 1_048_576,
+        }
+    }
+
+    /// Checks the invariants the worker relies on: batch and concurrency ≥ 1, positive poll
+    /// interval, `0 < heartbeat_interval <= lease_duration_s / 3` (spec §9.1), a valid retry
+    /// policy and a positive timeout.
+    pub fn validate(&self) -> Result<(), ExecutionError> {
+        if self.batch_size < 1 {
+            return Err(ExecutionError::invalid("batch_size must be >= 1"));
+        }
+        if self.concurrency < 1 {
+            return Err(ExecutionError::invalid("concurrency must be >= 1"));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(ExecutionError::invalid("poll_interval_s must be > 0"));
+        }
+        onestep_core::request::validate_lease_duration(self.lease_duration_s)?;
+        let hb = self.heartbeat_interval.as_secs_f64();
+        if hb <= 0.0 || hb > self.lease_duration_s / 3.0 * (1.0 + 1e-9) {
+            return Err(ExecutionError::invalid(
+                "heartbeat_interval_s must be > 0 and <= lease_duration_s / 3",
+            ));
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(ExecutionError::invalid("timeout_s must be > 0"));
+        }
+        self.retry.validate()
+    }
+}
+
+/// One task wired to its storage and its handler.
+#[derive(Clone)]
+pub struct TaskBinding {
+    /// The task's settings.
+    pub settings: TaskSettings,
+    /// Where leases come from.
+    pub store: Arc<dyn LeaseStore>,
+    /// What runs the handler.
+    pub runner: Arc<dyn TaskRunner>,
+}
+
+impl std::fmt::Debug for TaskBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskBinding")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Process-wide settings (spec §9.9).
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// How long in-flight executions may run after a shutdown signal before they are cancelled
+    /// (`shutdown_timeout_s`, default 30 s; `None` waits forever).
+    pub shutdown_timeout: Option<Duration>,
+    /// After cancelling the remainder, how long their `retrying` completions (or releases) may
+    /// take to reach the database before the worker returns (default 10 s).
+    pub cancel_grace: Duration,
+    /// Largest number of completions written in one `complete_many` transaction (default 64).
+    pub completion_batch: usize,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        WorkerSettings {
+            shutdown_timeout: Some(Duration::from_secs(30)),
+            cancel_grace: Duration::from_secs(10),
+            completion_batch: 64,
+        }
+    }
+}

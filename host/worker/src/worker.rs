@@ -1,0 +1,207 @@
+//! The worker: one fetch loop per task, shared completion writers, and the graceful drain.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use onestep_core::{ExecutionError, ExecutionStatus};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::completer::Completer;
+use crate::delivery::TaskCtx;
+use crate::fetch::fetch_loop;
+use crate::settings::{TaskBinding, WorkerSettings};
+
+/// Why a worker stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A task's settings are invalid.
+    #[error("task '{task}': {source}")]
+    InvalidTask {
+        /// The task name.
+        task: String,
+        /// The rule that failed.
+        source: ExecutionError,
+    },
+    /// A claim failed with a non-retryable error (spec §9.2 step 3); the worker drained and
+    /// stopped.
+    #[error("task '{task}' failed while claiming: {source}")]
+    Claim {
+        /// The task name.
+        task: String,
+        /// The claim error.
+        source: ExecutionError,
+    },
+}
+
+/// Counters of what a worker did (monotonic, for logs and benchmarks).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    claimed: AtomicU64,
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+    cancelled: AtomicU64,
+    lease_lost: AtomicU64,
+    released: AtomicU64,
+    completion_errors: AtomicU64,
+}
+
+impl WorkerStats {
+    pub(crate) fn record_claimed(&self, n: usize) {
+        self.claimed.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn record_completion(&self, status: ExecutionStatus) {
+        let counter = match status {
+            ExecutionStatus::Succeeded => &self.succeeded,
+            ExecutionStatus::Failed => &self.failed,
+            ExecutionStatus::Retrying => &self.retried,
+            ExecutionStatus::Cancelled => &self.cancelled,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn record_lease_lost(&self) {
+        self.lease_lost.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn record_release(&self) {
+        self.released.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn record_completion_error(&self) {
+        self.completion_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Leases claimed.
+    pub fn claimed(&self) -> u64 {
+        self.claimed.load(Ordering::Relaxed)
+    }
+    /// Completions that left the execution `succeeded`.
+    pub fn succeeded(&self) -> u64 {
+        self.succeeded.load(Ordering::Relaxed)
+    }
+    /// Completions that left the execution `failed`.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+    /// Completions that left the execution `retrying`.
+    pub fn retried(&self) -> u64 {
+        self.retried.load(Ordering::Relaxed)
+    }
+    /// Completions that left the execution `cancelled`.
+    pub fn cancelled(&self) -> u64 {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+    /// Deliveries that lost their lease and wrote nothing.
+    pub fn lease_lost(&self) -> u64 {
+        self.lease_lost.load(Ordering::Relaxed)
+    }
+    /// Leases released unstarted.
+    pub fn released(&self) -> u64 {
+        self.released.load(Ordering::Relaxed)
+    }
+    /// Completions that could not be written (left to lease expiry).
+    pub fn completion_errors(&self) -> u64 {
+        self.completion_errors.load(Ordering::Relaxed)
+    }
+}
+
+/// A worker process's task set.
+#[derive(Debug)]
+pub struct Worker {
+    tasks: Vec<TaskBinding>,
+    settings: WorkerSettings,
+    stats: Arc<WorkerStats>,
+}
+
+impl Worker {
+    /// Validates every task's settings.
+    pub fn new(tasks: Vec<TaskBinding>, settings: WorkerSettings) -> Result<Self, WorkerError> {
+        for t in &tasks {
+            t.settings
+                .validate()
+                .map_err(|source| WorkerError::InvalidTask {
+                    task: t.settings.task_name.clone(),
+                    source,
+                })?;
+        }
+        Ok(Worker {
+            tasks,
+            settings,
+            stats: Arc::new(WorkerStats::default()),
+        })
+    }
+
+    /// The worker's counters.
+    pub fn stats(&self) -> Arc<WorkerStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Runs until `shutdown` fires or a task's claim fails fatally, then drains (spec §9.9):
+    /// stop claiming; give in-flight executions `shutdown_timeout`; cancel the remainder and
+    /// give their `retrying` completions `cancel_grace` to be written; return.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let stopping = shutdown.child_token();
+        let hard_cancel = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let mut writers = Vec::new();
+        let mut loops = JoinSet::new();
+        for task in &self.tasks {
+            let (completer, writer) =
+                Completer::spawn(Arc::clone(&task.store), self.settings.completion_batch);
+            writers.push(writer);
+            let ctx = Arc::new(TaskCtx {
+                settings: task.settings.clone(),
+                store: Arc::clone(&task.store),
+                runner: Arc::clone(&task.runner),
+                completer,
+                stats: Arc::clone(&self.stats),
+            });
+            let name = task.settings.task_name.clone();
+            let fut = fetch_loop(ctx, stopping.clone(), hard_cancel.clone(), tracker.clone());
+            loops.spawn(async move { fut.await.map_err(|e| (name, e)) });
+        }
+        tracing::info!(tasks = self.tasks.len(), "worker started");
+
+        let mut fatal: Option<WorkerError> = None;
+        while let Some(joined) = loops.join_next().await {
+            if let Ok(Err((task, source))) = joined {
+                stopping.cancel();
+                fatal.get_or_insert(WorkerError::Claim { task, source });
+            }
+        }
+        tracker.close();
+        tracing::info!(
+            in_flight = tracker.len(),
+            "worker stopping: claiming stopped, draining"
+        );
+        let drained = match self.settings.shutdown_timeout {
+            Some(limit) => tokio::time::timeout(limit, tracker.wait()).await.is_ok(),
+            None => {
+                tracker.wait().await;
+                true
+            }
+        };
+        if !drained {
+            tracing::warn!(
+                in_flight = tracker.len(),
+                "shutdown timeout passed: cancelling in-flight executions (they complete retrying)"
+            );
+            hard_cancel.cancel();
+            if tokio::time::timeout(self.settings.cancel_grace, tracker.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!(
+                    in_flight = tracker.len(),
+                    "cancelled executions did not finish within the grace period; their leases will expire"
+                );
+            }
+        }
+        for writer in writers {
+            let _ = tokio::time::timeout(self.settings.cancel_grace, writer).await;
+        }
+        tracing::info!("worker stopped");
+        fatal.map_or(Ok(()), Err)
+    }
+}
