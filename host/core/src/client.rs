@@ -116,7 +116,7 @@ pub fn result_of(execution: Execution) -> Result<Value, ExecutionError> {
         ExecutionStatus::Succeeded => Ok(execution.result.unwrap_or(Value::Null)),
         ExecutionStatus::Failed => Err(ExecutionError::Failed {
             id,
-            error: execution.error,
+            error: execution.error.map(Box::new),
         }),
         ExecutionStatus::Cancelled => Err(ExecutionError::Cancelled { id }),
         ExecutionStatus::Expired => Err(ExecutionError::Expired { id }),

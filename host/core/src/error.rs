@@ -121,8 +121,8 @@ pub enum ExecutionError {
     Failed {
         /// The id asked for.
         id: Uuid,
-        /// The stored error object, if any.
-        error: Option<ErrorObject>,
+        /// The stored error object, if any (boxed to keep `Result`s small).
+        error: Option<Box<ErrorObject>>,
     },
     /// `result()` of a cancelled execution.
     #[error("execution {id} was cancelled")]
