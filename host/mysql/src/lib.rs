@@ -1,1 +1,41 @@
-//! onestep-mysql: (placeholder; being built).
+//! onestep-mysql: the MySQL/MariaDB storage backend of tracked execution, on `mysql_async`.
+//!
+//! It owns every SQL statement of the product: the table DDL and schema readiness
+//! ([`schema`], spec §2), session pinning and the server gate ([`session`], §2.8–§2.9), DSN
+//! handling and secret redaction ([`dsn`]), error classification ([`errors`], §9.8), the client
+//! operations (submit, submit_many, get, list, cancel; §7) and the worker operations (claim with
+//! bounded maintenance, heartbeat, complete, complete_many, release; §8). One type,
+//! [`MySqlBackend`], implements both [`onestep_core::ports::ExecutionStore`] and
+//! [`onestep_core::ports::LeaseStore`].
+//!
+//! Invariants:
+//! * "now" is the injected clock, read once per transaction; the database clock is never used.
+//!   Instants are bound as naive UTC `DATETIME(6)` values.
+//! * Every worker write is a compare-and-set fenced by the lease token (and status and lease
+//!   validity); zero matched rows is [`onestep_core::ExecutionError::StaleLease`]. UPDATE row
+//!   counts are *matched* rows (`CLIENT_FOUND_ROWS`).
+//! * Every pooled connection is pinned to `time_zone = '+00:00'` and READ COMMITTED, also after
+//!   the pool resets it.
+//! * Maintenance and claim queries touch only candidate rows (index ranges that exclude finished
+//!   history on tables this crate creates); see `docs/schema.md`.
+//! * Deadlocks, lock wait timeouts and connection losses before COMMIT are retried with bounded
+//!   backoff ([`retry`]); an ambiguous submit commit is resolved by re-reading through the id and
+//!   the idempotency key.
+//! * Error messages never carry the DSN or the password.
+
+pub mod backend;
+mod claim;
+mod client_ops;
+mod complete;
+pub mod dsn;
+pub mod errors;
+mod maintenance;
+pub mod retry;
+pub mod rows;
+pub mod schema;
+pub mod session;
+mod store_impl;
+
+pub use backend::{MySqlBackend, MySqlOptions};
+pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};
+pub use session::{Flavor, ServerInfo, SessionState};

@@ -1,0 +1,329 @@
+//! The backend object: options, opening (spec §2.8), closing, migration, and the shared plumbing
+//! every operation uses (connections, the clock, retries, error mapping).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use chrono::{DateTime, Utc};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Pool, Transaction, TxOpts};
+use onestep_core::names::TableNames;
+use onestep_core::time::{SystemClock, truncate_micros};
+use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
+
+use crate::dsn::parse_dsn;
+use crate::errors::{OpError, OpResult, backend_error, classify, into_execution_error};
+use crate::retry::{RetryPolicy, with_retry};
+use crate::schema::{DdlStyle, SchemaFeatures, SchemaReport, ensure_schema};
+use crate::session::{
+    ServerInfo, SessionState, build_pool, gate_server_version, read_session_state,
+};
+
+/// Construction options (spec §7.6). Build with [`MySqlOptions::new`] and adjust fields.
+#[derive(Clone)]
+pub struct MySqlOptions {
+    /// `mysql://`, `mysql+pymysql://` or `mysql+asyncmy://` URL naming a database. Never logged.
+    pub dsn: String,
+    /// The executions/attempts table pair (validated names).
+    pub tables: TableNames,
+    /// Create missing tables at open (default `true`); otherwise only check they exist.
+    pub auto_create: bool,
+    /// Payload/metadata/result limits in bytes of canonical JSON (spec §3.3).
+    pub limits: Limits,
+    /// Per-claim cap of each maintenance step (default 100, ≥ 1; spec §8.1).
+    pub reclaim_batch_size: u32,
+    /// The single source of "now" (spec §4); read once per transaction.
+    pub clock: Arc<dyn Clock>,
+    /// Minimum idle connections kept by the pool (default 0).
+    pub pool_min: usize,
+    /// Maximum connections of the pool (default 10).
+    pub pool_max: usize,
+    /// Which DDL `auto_create` emits (default [`DdlStyle::Onestep`]).
+    pub ddl_style: DdlStyle,
+}
+
+impl std::fmt::Debug for MySqlOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlOptions")
+            .field("dsn", &"<redacted>")
+            .field("tables", &self.tables)
+            .field("auto_create", &self.auto_create)
+            .field("limits", &self.limits)
+            .field("reclaim_batch_size", &self.reclaim_batch_size)
+            .field("clock", &self.clock)
+            .field("pool_min", &self.pool_min)
+            .field("pool_max", &self.pool_max)
+            .field("ddl_style", &self.ddl_style)
+            .finish()
+    }
+}
+
+impl MySqlOptions {
+    /// Defaults: default table names, `auto_create = true`, default limits, batch 100, the system
+    /// clock, pool 0..=10.
+    pub fn new(dsn: impl Into<String>) -> Self {
+        MySqlOptions {
+            dsn: dsn.into(),
+            tables: TableNames::default(),
+            auto_create: true,
+            limits: Limits::default(),
+            reclaim_batch_size: 100,
+            clock: Arc::new(SystemClock),
+            pool_min: 0,
+            pool_max: 10,
+            ddl_style: DdlStyle::Onestep,
+        }
+    }
+}
+
+/// Test-only fault injection (not part of the supported API).
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Commit normally, then report the connection as lost (an ambiguous commit), this many times.
+    pub commit_ack_lost: AtomicU32,
+    /// Fail with a connection loss just before COMMIT (rolled back), this many times.
+    pub lost_before_commit: AtomicU32,
+    /// Fail with a deadlock (1213) just before COMMIT (rolled back), this many times.
+    pub deadlock_before_commit: AtomicU32,
+}
+
+fn take(counter: &AtomicU32) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) names: TableNames,
+    pub(crate) limits: Limits,
+    pub(crate) reclaim_batch_size: u32,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) server: ServerInfo,
+    pub(crate) features: SchemaFeatures,
+    pub(crate) secrets: Vec<String>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) faults: Faults,
+    pub(crate) report: SchemaReport,
+}
+
+/// The MySQL/MariaDB backend: implements [`onestep_core::ports::ExecutionStore`] and
+/// [`onestep_core::ports::LeaseStore`]. Cheap to clone (shared pool).
+#[derive(Clone)]
+pub struct MySqlBackend {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for MySqlBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlBackend")
+            .field("tables", &self.inner.names)
+            .field("server", &self.inner.server.version_string)
+            .field("features", &self.inner.features)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MySqlBackend {
+    /// Opens the backend: parses the DSN, builds the pool, then performs readiness once (spec
+    /// §2.8): server gate (MySQL ≥ 8.0.16 or MariaDB ≥ 10.6, recognised by name), serialised
+    /// `auto_create` or the existence check, and schema-feature detection.
+    ///
+    /// Errors are [`ExecutionError::InvalidArgument`] for bad options and
+    /// [`ExecutionError::Backend`] (operation `open`) otherwise; none carries the DSN or password.
+    pub async fn open(opts: MySqlOptions) -> Result<Self, ExecutionError> {
+        opts.limits.validate()?;
+        if opts.reclaim_batch_size == 0 {
+            return Err(ExecutionError::invalid(
+                "reclaim_batch_size must be a positive integer",
+            ));
+        }
+        let tables = TableNames::new(opts.tables.executions.clone(), opts.tables.attempts.clone())?;
+        let parsed = parse_dsn(&opts.dsn)
+            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m, &[]))?;
+        let secrets = parsed.secrets.clone();
+        let pool = build_pool(&parsed, opts.pool_min, opts.pool_max)
+            .map_err(|m| ExecutionError::invalid(m))?;
+        let ready = async {
+            let mut conn = pool.get_conn().await?;
+            let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
+            let server = gate_server_version(&version.unwrap_or_default()).map_err(|m| {
+                OpError::Domain(backend_error("open", ConnectorKind::Misconfigured, &m, &[]))
+            })?;
+            let report =
+                ensure_schema(&mut conn, &tables, opts.auto_create, opts.ddl_style).await?;
+            Ok::<_, OpError>((server, report))
+        }
+        .await;
+        let (server, report) = match ready {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = pool.disconnect().await;
+                return Err(into_execution_error(e, "open", &secrets));
+            }
+        };
+        Ok(MySqlBackend {
+            inner: Arc::new(Inner {
+                pool,
+                names: tables,
+                limits: opts.limits,
+                reclaim_batch_size: opts.reclaim_batch_size,
+                clock: opts.clock,
+                features: report.features,
+                server,
+                secrets,
+                retry: RetryPolicy::default(),
+                faults: Faults::default(),
+                report,
+            }),
+        })
+    }
+
+    /// Creates the table pair if missing (the CLI's `onestep migrate`), then closes. Equivalent to
+    /// opening with `auto_create = true`. Returns what was created.
+    pub async fn migrate(mut opts: MySqlOptions) -> Result<SchemaReport, ExecutionError> {
+        opts.auto_create = true;
+        opts.pool_min = 0;
+        opts.pool_max = 1;
+        let backend = MySqlBackend::open(opts).await?;
+        let report = backend.inner.report.clone();
+        backend.close().await?;
+        Ok(report)
+    }
+
+    /// Disconnects the pool (waits for checked-out connections to come back).
+    pub async fn close(&self) -> Result<(), ExecutionError> {
+        self.inner
+            .pool
+            .clone()
+            .disconnect()
+            .await
+            .map_err(|e| into_execution_error(e.into(), "close", &self.inner.secrets))
+    }
+
+    /// The server identity read at open.
+    pub fn server(&self) -> &ServerInfo {
+        &self.inner.server
+    }
+
+    /// The schema features detected at open and the tables created by it.
+    pub fn schema_report(&self) -> &SchemaReport {
+        &self.inner.report
+    }
+
+    /// The table pair.
+    pub fn tables(&self) -> &TableNames {
+        &self.inner.names
+    }
+
+    /// The session state of a pooled connection (time zone, isolation, connection id); for
+    /// diagnostics and tests of the session pinning (spec §2.9).
+    pub async fn session_state(&self) -> Result<SessionState, ExecutionError> {
+        let r = async {
+            let mut conn = self.inner.pool.get_conn().await?;
+            Ok(read_session_state(&mut conn, &self.inner.server).await?)
+        }
+        .await;
+        r.map_err(|e: OpError| into_execution_error(e, "session", &self.inner.secrets))
+    }
+
+    /// The pool, for tests and tools that inspect the tables directly.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    #[doc(hidden)]
+    pub fn faults(&self) -> &Faults {
+        &self.inner.faults
+    }
+
+    /// "Now" for one transaction (spec §4), truncated to microseconds.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        truncate_micros(self.inner.clock.now())
+    }
+
+    pub(crate) fn t(&self) -> &str {
+        &self.inner.names.executions
+    }
+
+    pub(crate) fn a(&self) -> &str {
+        &self.inner.names.attempts
+    }
+
+    pub(crate) async fn conn(&self) -> OpResult<Conn> {
+        Ok(self.inner.pool.get_conn().await?)
+    }
+
+    /// Runs a whole-transaction `attempt` with the retry policy and maps the final error.
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        attempt: F,
+    ) -> Result<T, ExecutionError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = OpResult<T>>,
+    {
+        with_retry(self.inner.retry, attempt)
+            .await
+            .map_err(|e| self.error(e, operation))
+    }
+
+    pub(crate) async fn retry_raw<T, F, Fut>(&self, attempt: F) -> OpResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = OpResult<T>>,
+    {
+        with_retry(self.inner.retry, attempt).await
+    }
+
+    pub(crate) fn error(&self, e: OpError, operation: &'static str) -> ExecutionError {
+        into_execution_error(e, operation, &self.inner.secrets)
+    }
+}
+
+/// Starts a READ COMMITTED transaction (the session is pinned; stated again for clarity).
+pub(crate) async fn begin(conn: &mut Conn) -> OpResult<Transaction<'_>> {
+    Ok(conn.start_transaction(TxOpts::default()).await?)
+}
+
+/// Commits, telling an ambiguous outcome (connection lost during COMMIT) apart from a failure
+/// that certainly rolled back. Honours the injected [`Faults`].
+pub(crate) async fn commit(backend: &MySqlBackend, tx: Transaction<'_>) -> OpResult<()> {
+    let faults = &backend.inner.faults;
+    if take(&faults.lost_before_commit) {
+        drop(tx);
+        return Err(OpError::Db(mysql_async::Error::Io(
+            mysql_async::IoError::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "injected: connection lost before commit",
+            )),
+        )));
+    }
+    if take(&faults.deadlock_before_commit) {
+        drop(tx);
+        return Err(OpError::Db(mysql_async::Error::Server(
+            mysql_async::ServerError {
+                code: crate::errors::codes::DEADLOCK,
+                message: "injected: Deadlock found when trying to get lock".into(),
+                state: "40001".into(),
+            },
+        )));
+    }
+    match tx.commit().await {
+        Ok(()) => {
+            if take(&faults.commit_ack_lost) {
+                return Err(OpError::CommitUnknown(mysql_async::Error::Io(
+                    mysql_async::IoError::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "injected: connection lost during commit",
+                    )),
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if classify(&e) == ConnectorKind::Disconnected => Err(OpError::CommitUnknown(e)),
+        Err(e) => Err(OpError::Db(e)),
+    }
+}

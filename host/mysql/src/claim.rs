@@ -1,0 +1,197 @@
+//! Claim (spec §8.1): bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read in claim-index
+//! order, then set-based writes — one UPDATE for the whole batch (per-row token via `CASE`), one
+//! multi-row INSERT of attempts — and a read-back, all in one transaction.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Row, Transaction, Value as DbValue};
+use onestep_core::request::ClaimRequest;
+use onestep_core::time::add_seconds;
+use onestep_core::{ExecutionError, ExecutionLease};
+use uuid::Uuid;
+
+use crate::backend::{MySqlBackend, begin, commit};
+use crate::errors::OpResult;
+use crate::rows::{
+    EXECUTION_COLUMNS, bind_time, bind_uuid, decode_execution, parse_uuid, placeholders,
+};
+use crate::schema::ix_claimable;
+
+/// One locked candidate.
+struct Picked {
+    id: Uuid,
+    attempt_no: u32,
+    attempt_id: Uuid,
+    token: Uuid,
+}
+
+impl MySqlBackend {
+    /// The locking read of step 4. On tables with the `claimable` column the read is forced onto
+    /// `ix_<T>_claimable`, whose prefix `(namespace, task_name, claimable)` excludes finished rows
+    /// and whose suffix `(available_at, created_at, id)` is the claim order, so the scan stops
+    /// after `limit` matching rows (no filesort for a single task name).
+    fn claim_select_sql(&self, task_count: usize, limit: u32) -> String {
+        let hint = if self.inner.features.claimable_column {
+            format!(" FORCE INDEX (`{}`)", ix_claimable(&self.inner.names))
+        } else {
+            String::new()
+        };
+        let task = if task_count == 1 {
+            "e.task_name = ?".to_owned()
+        } else {
+            format!("e.task_name IN ({})", placeholders(task_count))
+        };
+        format!(
+            "SELECT e.id, e.attempts FROM `{t}` e{hint} \
+             WHERE e.namespace = ? AND {task} AND {claimable} AND e.available_at <= ? \
+             AND (e.expires_at IS NULL OR e.expires_at > ? OR {lost}) \
+             ORDER BY e.available_at, e.created_at, e.id LIMIT {limit} \
+             FOR UPDATE SKIP LOCKED",
+            t = self.t(),
+            claimable = self.claimable_sql(),
+            lost = self.lease_lost_retry_sql(),
+        )
+    }
+
+    async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
+        let now = self.now();
+        let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        self.maintain(&mut tx, now).await?;
+
+        let mut params: Vec<DbValue> = vec![req.namespace.as_str().into()];
+        params.extend(req.task_names.iter().map(|t| DbValue::from(t.as_str())));
+        params.push(bind_time(now));
+        params.push(bind_time(now));
+        let sql = self.claim_select_sql(req.task_names.len(), req.limit);
+        let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
+        let mut picked = Vec::with_capacity(rows.len());
+        for mut r in rows {
+            let id = parse_uuid(&r.take::<DbValue, _>(0).unwrap_or(DbValue::NULL))
+                .map_err(ExecutionError::Encoding)?;
+            let attempts: i64 = r.take(1).unwrap_or_default();
+            picked.push(Picked {
+                id,
+                attempt_no: u32::try_from(attempts + 1).unwrap_or(u32::MAX),
+                attempt_id: Uuid::new_v4(),
+                token: Uuid::new_v4(),
+            });
+        }
+        if picked.is_empty() {
+            commit(self, tx).await?;
+            return Ok(Vec::new());
+        }
+        self.write_claims(&mut tx, &picked, &req.worker_id, now, lease_expires_at)
+            .await?;
+        let leases = self.read_back(&mut tx, &picked, lease_expires_at).await?;
+        commit(self, tx).await?;
+        Ok(leases)
+    }
+
+    /// Step 5, set-based: one UPDATE (T2) and one multi-row INSERT of `running` attempts.
+    async fn write_claims(
+        &self,
+        tx: &mut Transaction<'_>,
+        picked: &[Picked],
+        worker_id: &str,
+        now: DateTime<Utc>,
+        lease_expires_at: DateTime<Utc>,
+    ) -> OpResult<()> {
+        let case: String = picked.iter().map(|_| " WHEN ? THEN ?").collect();
+        let sql = format!(
+            "UPDATE `{t}` SET status = 'running', attempts = attempts + 1, \
+             lease_token = CASE id{case} END, lease_expires_at = ?, worker_id = ?, \
+             started_at = COALESCE(started_at, ?), updated_at = ?, version = version + 1 \
+             WHERE id IN ({ids})",
+            t = self.t(),
+            ids = placeholders(picked.len()),
+        );
+        let mut params: Vec<DbValue> = Vec::with_capacity(picked.len() * 3 + 4);
+        for p in picked {
+            params.push(bind_uuid(p.id));
+            params.push(bind_uuid(p.token));
+        }
+        params.push(bind_time(lease_expires_at));
+        params.push(worker_id.into());
+        params.push(bind_time(now));
+        params.push(bind_time(now));
+        params.extend(picked.iter().map(|p| bind_uuid(p.id)));
+        tx.exec_drop(sql, Params::Positional(params)).await?;
+        let matched = tx.affected_rows();
+        if matched != picked.len() as u64 {
+            return Err(ExecutionError::Encoding(format!(
+                "claim updated {matched} of {} locked rows",
+                picked.len()
+            ))
+            .into());
+        }
+        let row = format!("({})", placeholders(8));
+        let sql = format!(
+            "INSERT INTO `{a}` (id, execution_id, attempt_no, lease_token, worker_id, status, \
+             started_at, heartbeat_at) VALUES {}",
+            vec![row; picked.len()].join(", "),
+            a = self.a(),
+        );
+        let mut params: Vec<DbValue> = Vec::with_capacity(picked.len() * 8);
+        for p in picked {
+            params.extend([
+                bind_uuid(p.attempt_id),
+                bind_uuid(p.id),
+                p.attempt_no.into(),
+                bind_uuid(p.token),
+                worker_id.into(),
+                "running".into(),
+                bind_time(now),
+                bind_time(now),
+            ]);
+        }
+        tx.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(())
+    }
+
+    async fn read_back(
+        &self,
+        tx: &mut Transaction<'_>,
+        picked: &[Picked],
+        lease_expires_at: DateTime<Utc>,
+    ) -> OpResult<Vec<ExecutionLease>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
+            self.t(),
+            placeholders(picked.len())
+        );
+        let params: Vec<DbValue> = picked.iter().map(|p| bind_uuid(p.id)).collect();
+        let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
+        let mut by_id = HashMap::with_capacity(rows.len());
+        for r in rows {
+            let e = decode_execution(r)?;
+            by_id.insert(e.id, e);
+        }
+        picked
+            .iter()
+            .map(|p| {
+                let execution = by_id.remove(&p.id).ok_or_else(|| {
+                    ExecutionError::Encoding(format!("claimed execution {} vanished", p.id))
+                })?;
+                Ok(ExecutionLease {
+                    execution,
+                    attempt_id: p.attempt_id,
+                    attempt_no: p.attempt_no,
+                    lease_token: p.token,
+                    lease_expires_at,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn claim_impl(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<Vec<ExecutionLease>, ExecutionError> {
+        let req = req.validate()?;
+        self.run("fetch", || self.claim_once(&req)).await
+    }
+}

@@ -1,0 +1,425 @@
+//! Client operations (spec §7): submit (race-safe idempotency, ambiguous-commit resolution),
+//! submit_many (one transaction, multi-row INSERT), get, list (keyset paging) and cancel.
+
+use std::collections::HashMap;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Row, Value as DbValue};
+use onestep_core::cursor::Cursor;
+use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
+use uuid::Uuid;
+
+use crate::backend::{MySqlBackend, begin, commit};
+use crate::errors::{OpError, OpResult, codes, server_code};
+use crate::rows::{
+    EXECUTION_COLUMNS, bind_opt_time, bind_time, bind_uuid, decode_execution, placeholders,
+};
+
+/// Columns written by a submission (T1), in bind order.
+const INSERT_COLUMNS: &str = "id, namespace, task_name, status, payload, metadata, \
+    idempotency_key, submission_digest, attempts, available_at, created_at, updated_at, \
+    expires_at, version";
+const INSERT_WIDTH: usize = 14;
+/// Rows per INSERT statement of `submit_many` (keeps placeholders far below 65535).
+const INSERT_CHUNK: usize = 500;
+
+fn submission_params(sub: &PreparedSubmission, now: chrono::DateTime<chrono::Utc>) -> Vec<DbValue> {
+    let available_at = now + sub.delay;
+    vec![
+        bind_uuid(sub.id),
+        sub.namespace.clone().into(),
+        sub.task_name.clone().into(),
+        ExecutionStatus::Queued.as_str().into(),
+        sub.payload_json().into(),
+        sub.metadata_json().into(),
+        sub.idempotency_key.clone().into(),
+        sub.idempotency_key
+            .as_ref()
+            .map(|_| sub.digest.clone())
+            .into(),
+        0i32.into(),
+        bind_time(available_at),
+        bind_time(now),
+        bind_time(now),
+        bind_opt_time(sub.expires_at),
+        0i64.into(),
+    ]
+}
+
+/// How a submission relates to what the table holds.
+enum Lookup {
+    /// The row with this submission's id exists (it was committed).
+    Inserted(Execution),
+    /// Another row holds the key with the same digest (idempotent replay).
+    Replay(Execution),
+    /// Another row holds the key with a different digest.
+    Conflict(Uuid),
+    /// Neither id nor key found.
+    Absent,
+}
+
+impl MySqlBackend {
+    pub(crate) async fn select_by_id<Q: Queryable>(
+        &self,
+        q: &mut Q,
+        id: Uuid,
+        namespace: Option<&str>,
+        lock: bool,
+    ) -> OpResult<Option<Execution>> {
+        let mut sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id = ?",
+            self.t()
+        );
+        let mut params: Vec<DbValue> = vec![bind_uuid(id)];
+        if let Some(ns) = namespace {
+            sql.push_str(" AND namespace = ?");
+            params.push(ns.into());
+        }
+        if lock {
+            sql.push_str(" FOR UPDATE");
+        }
+        let row: Option<Row> = q.exec_first(sql, Params::Positional(params)).await?;
+        Ok(row.map(decode_execution).transpose()?)
+    }
+
+    /// Reads the row holding `sub`'s idempotency key and classifies it against `sub`.
+    async fn lookup<Q: Queryable>(&self, q: &mut Q, sub: &PreparedSubmission) -> OpResult<Lookup> {
+        if let Some(e) = self
+            .select_by_id(q, sub.id, Some(&sub.namespace), false)
+            .await?
+        {
+            return Ok(Lookup::Inserted(e));
+        }
+        let Some(key) = &sub.idempotency_key else {
+            return Ok(Lookup::Absent);
+        };
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS}, submission_digest FROM `{}` \
+             WHERE namespace = ? AND task_name = ? AND idempotency_key = ?",
+            self.t()
+        );
+        let row: Option<Row> = q
+            .exec_first(
+                sql,
+                (sub.namespace.as_str(), sub.task_name.as_str(), key.as_str()),
+            )
+            .await?;
+        let Some(mut row) = row else {
+            return Ok(Lookup::Absent);
+        };
+        let digest: Option<String> = row.take(crate::rows::EXECUTION_COLUMN_COUNT);
+        let existing = decode_execution(row)?;
+        if digest.as_deref() == Some(sub.digest.as_str()) {
+            Ok(Lookup::Replay(existing))
+        } else {
+            Ok(Lookup::Conflict(existing.id))
+        }
+    }
+
+    async fn submit_once(&self, sub: &PreparedSubmission) -> OpResult<Execution> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let sql = format!(
+            "INSERT INTO `{}` ({INSERT_COLUMNS}) VALUES ({})",
+            self.t(),
+            placeholders(INSERT_WIDTH)
+        );
+        if let Err(e) = tx
+            .exec_drop(sql, Params::Positional(submission_params(sub, now)))
+            .await
+        {
+            drop(tx);
+            if server_code(&e) == Some(codes::DUP_ENTRY) && sub.idempotency_key.is_some() {
+                return match self.lookup(&mut conn, sub).await? {
+                    Lookup::Inserted(x) | Lookup::Replay(x) => Ok(x),
+                    Lookup::Conflict(existing_id) => {
+                        Err(ExecutionError::Conflict { existing_id }.into())
+                    }
+                    // The holder vanished (rolled back or deleted): propagate the original error.
+                    Lookup::Absent => Err(e.into()),
+                };
+            }
+            return Err(e.into());
+        }
+        let inserted = self
+            .select_by_id(&mut tx, sub.id, Some(&sub.namespace), false)
+            .await?
+            .ok_or_else(|| ExecutionError::Encoding("inserted execution not found".into()))?;
+        commit(self, tx).await?;
+        Ok(inserted)
+    }
+
+    /// Submit (spec §7.1.2). An ambiguous commit is resolved by re-reading through the id and
+    /// the idempotency key; when neither is found, the submission is written again.
+    pub(crate) async fn submit_impl(
+        &self,
+        sub: PreparedSubmission,
+    ) -> Result<Execution, ExecutionError> {
+        for _ in 0..3 {
+            match self.retry_raw(|| self.submit_once(&sub)).await {
+                Err(OpError::CommitUnknown(e)) => {
+                    tracing::warn!(error = %e, "submit commit outcome unknown; re-reading");
+                    let found = self
+                        .run("submit", || async {
+                            let mut conn = self.conn().await?;
+                            self.lookup(&mut conn, &sub).await
+                        })
+                        .await?;
+                    match found {
+                        Lookup::Inserted(x) | Lookup::Replay(x) => return Ok(x),
+                        Lookup::Conflict(existing_id) => {
+                            return Err(ExecutionError::Conflict { existing_id });
+                        }
+                        Lookup::Absent => continue,
+                    }
+                }
+                other => return other.map_err(|e| self.error(e, "submit")),
+            }
+        }
+        Err(self.error(
+            OpError::CommitUnknown(mysql_async::Error::Other(
+                "repeated ambiguous commits".into(),
+            )),
+            "submit",
+        ))
+    }
+
+    async fn submit_many_once(
+        &self,
+        subs: &[PreparedSubmission],
+    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        // Insert in key order so that concurrent batches lock unique-index entries in the same
+        // order (fewer deadlocks); results are matched back by id.
+        let mut order: Vec<&PreparedSubmission> = subs.iter().collect();
+        order.sort_by(|a, b| {
+            (&a.task_name, &a.idempotency_key).cmp(&(&b.task_name, &b.idempotency_key))
+        });
+        for chunk in order.chunks(INSERT_CHUNK) {
+            let row = format!("({})", placeholders(INSERT_WIDTH));
+            let sql = format!(
+                "INSERT INTO `{}` ({INSERT_COLUMNS}) VALUES {} ON DUPLICATE KEY UPDATE id = id",
+                self.t(),
+                vec![row; chunk.len()].join(", ")
+            );
+            let params: Vec<DbValue> = chunk
+                .iter()
+                .flat_map(|s| submission_params(s, now))
+                .collect();
+            tx.exec_drop(sql, Params::Positional(params)).await?;
+        }
+        let results = self.resolve_batch(&mut tx, subs).await?;
+        let out = results
+            .into_iter()
+            .zip(subs)
+            .map(|(r, s)| {
+                r.ok_or_else(|| {
+                    ExecutionError::Encoding(format!("submitted execution {} not found", s.id))
+                })
+                .and_then(|x| x)
+            })
+            .collect();
+        commit(self, tx).await?;
+        Ok(out)
+    }
+
+    /// Per submission: the row by id, else the key holder (replay or conflict), else `None`.
+    async fn resolve_batch<Q: Queryable>(
+        &self,
+        q: &mut Q,
+        subs: &[PreparedSubmission],
+    ) -> OpResult<Vec<Option<Result<Execution, ExecutionError>>>> {
+        let mut by_id: HashMap<Uuid, Execution> = HashMap::new();
+        for chunk in subs.chunks(INSERT_CHUNK) {
+            let sql = format!(
+                "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
+                self.t(),
+                placeholders(chunk.len())
+            );
+            let params: Vec<DbValue> = chunk.iter().map(|s| bind_uuid(s.id)).collect();
+            let rows: Vec<Row> = q.exec(sql, Params::Positional(params)).await?;
+            for row in rows {
+                let e = decode_execution(row)?;
+                by_id.insert(e.id, e);
+            }
+        }
+        let mut out = Vec::with_capacity(subs.len());
+        for s in subs {
+            if let Some(e) = by_id.get(&s.id) {
+                out.push(Some(Ok(e.clone())));
+                continue;
+            }
+            out.push(match self.lookup(q, s).await? {
+                Lookup::Inserted(x) | Lookup::Replay(x) => Some(Ok(x)),
+                Lookup::Conflict(existing_id) => {
+                    Some(Err(ExecutionError::Conflict { existing_id }))
+                }
+                Lookup::Absent => None,
+            });
+        }
+        Ok(out)
+    }
+
+    /// submit_many: one transaction; duplicates and replays resolved per item.
+    pub(crate) async fn submit_many_impl(
+        &self,
+        subs: Vec<PreparedSubmission>,
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        if subs.is_empty() {
+            return Ok(Vec::new());
+        }
+        for _ in 0..3 {
+            match self.retry_raw(|| self.submit_many_once(&subs)).await {
+                Err(OpError::CommitUnknown(e)) => {
+                    tracing::warn!(error = %e, "submit_many commit outcome unknown; re-reading");
+                    let resolved = self
+                        .run("submit", || async {
+                            let mut conn = self.conn().await?;
+                            self.resolve_batch(&mut conn, &subs).await
+                        })
+                        .await?;
+                    if resolved.iter().all(Option::is_some) {
+                        return Ok(resolved.into_iter().flatten().collect());
+                    }
+                    // Nothing of the batch was committed (it is all or nothing): write it again.
+                }
+                other => return other.map_err(|e| self.error(e, "submit")),
+            }
+        }
+        Err(self.error(
+            OpError::CommitUnknown(mysql_async::Error::Other(
+                "repeated ambiguous commits".into(),
+            )),
+            "submit",
+        ))
+    }
+
+    pub(crate) async fn get_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Execution>, ExecutionError> {
+        self.run("get", || async {
+            let mut conn = self.conn().await?;
+            self.select_by_id(&mut conn, id, Some(namespace), false)
+                .await
+        })
+        .await
+    }
+
+    pub(crate) async fn list_impl(
+        &self,
+        namespace: &str,
+        filter: &ListFilter,
+    ) -> Result<ExecutionPage, ExecutionError> {
+        let mut sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE namespace = ?",
+            self.t()
+        );
+        let mut params: Vec<DbValue> = vec![namespace.into()];
+        if let Some(t) = &filter.task_name {
+            sql.push_str(" AND task_name = ?");
+            params.push(t.as_str().into());
+        }
+        if let Some(s) = filter.status {
+            sql.push_str(" AND status = ?");
+            params.push(s.as_str().into());
+        }
+        if let Some(c) = &filter.after {
+            sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+            params.push(bind_time(c.created_at));
+            params.push(bind_time(c.created_at));
+            params.push(bind_uuid(c.id));
+        }
+        let limit = filter.limit as usize;
+        sql.push_str(&format!(
+            " ORDER BY created_at DESC, id DESC LIMIT {}",
+            limit + 1
+        ));
+        let rows: Vec<Row> = self
+            .run("list", || async {
+                let mut conn = self.conn().await?;
+                Ok(conn
+                    .exec(sql.as_str(), Params::Positional(params.clone()))
+                    .await?)
+            })
+            .await?;
+        let mut items = rows
+            .into_iter()
+            .map(decode_execution)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|last| {
+                Cursor {
+                    created_at: last.created_at,
+                    id: last.id,
+                }
+                .encode()
+            })
+        } else {
+            None
+        };
+        Ok(ExecutionPage { items, next_cursor })
+    }
+
+    async fn cancel_once(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> OpResult<Option<Execution>> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let Some(current) = self
+            .select_by_id(&mut tx, id, Some(namespace), true)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let update = match current.status {
+            ExecutionStatus::Queued | ExecutionStatus::Retrying => Some(format!(
+                "UPDATE `{}` SET status = 'cancelled', cancel_reason = ?, cancel_requested_at = ?, \
+                 finished_at = ?, updated_at = ?, version = version + 1 WHERE id = ?",
+                self.t()
+            )),
+            ExecutionStatus::Running => Some(format!(
+                "UPDATE `{}` SET status = 'cancel_requested', cancel_reason = ?, \
+                 cancel_requested_at = ?, updated_at = ?, version = version + 1 WHERE id = ?",
+                self.t()
+            )),
+            _ => None,
+        };
+        let Some(sql) = update else {
+            commit(self, tx).await?;
+            return Ok(Some(current));
+        };
+        let mut params: Vec<DbValue> = vec![reason.into(), bind_time(now)];
+        if current.status != ExecutionStatus::Running {
+            params.push(bind_time(now));
+        }
+        params.push(bind_time(now));
+        params.push(bind_uuid(id));
+        tx.exec_drop(sql, Params::Positional(params)).await?;
+        let updated = self.select_by_id(&mut tx, id, None, false).await?;
+        commit(self, tx).await?;
+        Ok(updated)
+    }
+
+    pub(crate) async fn cancel_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<Option<Execution>, ExecutionError> {
+        self.run("cancel", || {
+            self.cancel_once(namespace, id, reason.as_deref())
+        })
+        .await
+    }
+}

@@ -1,0 +1,193 @@
+//! Classification of driver errors into [`BackendError`]s (spec §9.8) and the crate's internal
+//! operation error.
+//!
+//! Every message is redacted ([`crate::dsn::redact`]): it never carries the DSN or password.
+
+use mysql_async::{DriverError, Error as DbError, IoError};
+use onestep_core::{BackendError, ConnectorKind, ExecutionError};
+
+/// Backend label used in every [`BackendError`] (spec §5.4 `backend`).
+pub const BACKEND: &str = "mysql";
+
+/// MySQL/MariaDB server error codes the backend reacts to.
+pub(crate) mod codes {
+    /// `ER_DUP_ENTRY`: unique or primary key violation.
+    pub const DUP_ENTRY: u16 = 1062;
+    /// `ER_LOCK_WAIT_TIMEOUT`.
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    /// `ER_LOCK_DEADLOCK`.
+    pub const DEADLOCK: u16 = 1213;
+}
+
+/// The error of one attempt at an operation, before it is turned into an [`ExecutionError`].
+#[derive(Debug)]
+pub(crate) enum OpError {
+    /// The driver or server failed; classified by [`classify`].
+    Db(DbError),
+    /// The connection failed while COMMIT was in flight: the outcome is unknown.
+    CommitUnknown(DbError),
+    /// A domain outcome (stale lease, conflict, encoding…), returned as is.
+    Domain(ExecutionError),
+}
+
+impl From<DbError> for OpError {
+    fn from(e: DbError) -> Self {
+        OpError::Db(e)
+    }
+}
+
+impl From<ExecutionError> for OpError {
+    fn from(e: ExecutionError) -> Self {
+        OpError::Domain(e)
+    }
+}
+
+/// Result alias for one attempt at an operation.
+pub(crate) type OpResult<T> = Result<T, OpError>;
+
+/// The server error code, if `e` is a server error.
+pub(crate) fn server_code(e: &DbError) -> Option<u16> {
+    match e {
+        DbError::Server(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Classifies a driver error (spec §9.8): connection problems are `disconnected`; deadlocks,
+/// lock wait timeouts and other operational errors are `transient`; access/auth/unknown-database
+/// are `misconfigured`; syntax and unknown-object errors are `permanent`.
+pub fn classify(e: &DbError) -> ConnectorKind {
+    match e {
+        DbError::Io(IoError::Io(_)) => ConnectorKind::Disconnected,
+        DbError::Driver(d) => match d {
+            DriverError::ConnectionClosed
+            | DriverError::PoolDisconnected
+            | DriverError::PacketOutOfOrder
+            | DriverError::UnexpectedPacket { .. } => ConnectorKind::Disconnected,
+            DriverError::CantParseServerVersion { .. }
+            | DriverError::UnknownAuthPlugin { .. }
+            | DriverError::NoClientSslFlagFromServer
+            | DriverError::CleartextPluginDisabled => ConnectorKind::Misconfigured,
+            _ => ConnectorKind::Permanent,
+        },
+        DbError::Url(_) => ConnectorKind::Misconfigured,
+        DbError::Server(s) => classify_server(s.code, &s.message),
+        DbError::Other(_) => ConnectorKind::Transient,
+    }
+}
+
+fn classify_server(code: u16, message: &str) -> ConnectorKind {
+    let m = message.to_ascii_lowercase();
+    match code {
+        1053 | 1077 | 1152 | 1158..=1161 | 1927 | 2006 | 2013 | 4031 => {
+            return ConnectorKind::Disconnected;
+        }
+        codes::DEADLOCK | codes::LOCK_WAIT_TIMEOUT | 3572 | 1637 => {
+            return ConnectorKind::Transient;
+        }
+        1040 | 1203 | 1226 => return ConnectorKind::Throttled,
+        1044 | 1045 | 1049 | 1251 | 1698 | 2059 | 1142 | 1143 | 1227 => {
+            return ConnectorKind::Misconfigured;
+        }
+        1054 | 1064 | 1109 | 1146 | 1149 => return ConnectorKind::Permanent,
+        _ => {}
+    }
+    if m.contains("server has gone away")
+        || m.contains("lost connection")
+        || m.contains("connection refused")
+    {
+        ConnectorKind::Disconnected
+    } else if m.contains("lock wait timeout") || m.contains("deadlock found") {
+        ConnectorKind::Transient
+    } else if m.contains("access denied")
+        || m.contains("unknown database")
+        || m.contains("authentication")
+    {
+        ConnectorKind::Misconfigured
+    } else if m.contains("no such table")
+        || m.contains("unknown table")
+        || m.contains("unknown column")
+        || m.contains("syntax error")
+    {
+        ConnectorKind::Permanent
+    } else {
+        // Constraint violations, data errors: retrying the same statement cannot help.
+        ConnectorKind::Permanent
+    }
+}
+
+/// True for failures that leave nothing half-done and are worth repeating: deadlocks, lock wait
+/// timeouts, and connection losses before COMMIT.
+pub(crate) fn is_retryable_before_commit(e: &DbError) -> bool {
+    !matches!(e, DbError::Driver(DriverError::PoolDisconnected))
+        && matches!(
+            classify(e),
+            ConnectorKind::Transient | ConnectorKind::Disconnected
+        )
+}
+
+/// Builds the public error for `operation`, redacting `secrets`.
+pub(crate) fn backend_error(
+    operation: &'static str,
+    kind: ConnectorKind,
+    message: &str,
+    secrets: &[String],
+) -> ExecutionError {
+    ExecutionError::Backend(BackendError {
+        backend: BACKEND,
+        operation,
+        kind,
+        message: crate::dsn::redact(message, secrets),
+    })
+}
+
+/// Turns an [`OpError`] into the public error.
+pub(crate) fn into_execution_error(
+    e: OpError,
+    operation: &'static str,
+    secrets: &[String],
+) -> ExecutionError {
+    match e {
+        OpError::Domain(d) => d,
+        OpError::Db(db) => backend_error(operation, classify(&db), &db.to_string(), secrets),
+        OpError::CommitUnknown(db) => backend_error(
+            operation,
+            ConnectorKind::Uncertain,
+            &format!("connection lost during COMMIT, outcome unknown: {db}"),
+            secrets,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_codes_are_classified() {
+        assert_eq!(
+            classify_server(1213, "Deadlock found"),
+            ConnectorKind::Transient
+        );
+        assert_eq!(
+            classify_server(1205, "Lock wait timeout"),
+            ConnectorKind::Transient
+        );
+        assert_eq!(
+            classify_server(1045, "Access denied"),
+            ConnectorKind::Misconfigured
+        );
+        assert_eq!(
+            classify_server(1146, "Table x doesn't exist"),
+            ConnectorKind::Permanent
+        );
+        assert_eq!(
+            classify_server(2013, "Lost connection"),
+            ConnectorKind::Disconnected
+        );
+        assert_eq!(
+            classify_server(9999, "MySQL server has gone away"),
+            ConnectorKind::Disconnected
+        );
+    }
+}

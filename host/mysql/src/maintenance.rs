@@ -1,0 +1,178 @@
+//! Claim-time maintenance (spec §8.1 steps 1–3): expire overdue queued work (T5), finish dead
+//! cancel requests (T6), reclaim expired leases (T7). Each step reads at most
+//! `reclaim_batch_size` candidates through an index range that holds only live rows, and every
+//! write is a compare-and-set on what was read, so concurrent claimers deduplicate.
+
+use chrono::{DateTime, Utc};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Row, Transaction, Value as DbValue};
+use uuid::Uuid;
+
+use crate::backend::MySqlBackend;
+use crate::errors::OpResult;
+use crate::rows::{bind_time, bind_uuid, parse_uuid, placeholders};
+
+impl MySqlBackend {
+    /// `(e.status = 'retrying' AND <latest attempt is lease_lost>)` for the alias `e` (spec §6.3).
+    pub(crate) fn lease_lost_retry_sql(&self) -> String {
+        format!(
+            "(e.status = 'retrying' AND EXISTS (SELECT 1 FROM `{}` la \
+             WHERE la.execution_id = e.id AND la.attempt_no = e.attempts \
+             AND la.status = 'lease_lost'))",
+            self.a()
+        )
+    }
+
+    /// The "claimable status" predicate for alias `e`: the indexed generated column on tables
+    /// this crate created, the spec's status list otherwise.
+    pub(crate) fn claimable_sql(&self) -> &'static str {
+        if self.inner.features.claimable_column {
+            "e.claimable = 1"
+        } else {
+            "e.status IN ('queued','retrying')"
+        }
+    }
+
+    /// Steps 1–3 of a claim, inside its transaction.
+    pub(crate) async fn maintain(
+        &self,
+        tx: &mut Transaction<'_>,
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        self.expire_overdue(tx, now).await?;
+        self.finish_expired_leases(tx, now, LeaseStep::DeadCancel)
+            .await?;
+        self.finish_expired_leases(tx, now, LeaseStep::Reclaim)
+            .await?;
+        Ok(())
+    }
+
+    /// T5: one plain read of ≤ B candidates (index `ix_<T>_expiry` on our tables), then one
+    /// set-based CAS UPDATE guarded by each row's version and the full predicate.
+    async fn expire_overdue(&self, tx: &mut Transaction<'_>, now: DateTime<Utc>) -> OpResult<u64> {
+        let batch = self.inner.reclaim_batch_size;
+        let sql = format!(
+            "SELECT e.id, e.version FROM `{t}` e WHERE {claimable} \
+             AND e.expires_at IS NOT NULL AND e.expires_at <= ? AND NOT {lost} \
+             ORDER BY e.expires_at, e.id LIMIT {batch}",
+            t = self.t(),
+            claimable = self.claimable_sql(),
+            lost = self.lease_lost_retry_sql(),
+        );
+        let rows: Vec<Row> = tx.exec(sql, (bind_time(now),)).await?;
+        let mut cands: Vec<(Uuid, i64)> = Vec::with_capacity(rows.len());
+        for mut r in rows {
+            let id = parse_uuid(&r.take::<DbValue, _>(0).unwrap_or(DbValue::NULL))
+                .map_err(onestep_core::ExecutionError::Encoding)?;
+            let version: i64 = r.take(1).unwrap_or_default();
+            cands.push((id, version));
+        }
+        if cands.is_empty() {
+            return Ok(0);
+        }
+        let case: String = cands.iter().map(|_| " WHEN ? THEN ?").collect();
+        let sql = format!(
+            "UPDATE `{t}` e SET e.status = 'expired', e.finished_at = ?, e.updated_at = ?, \
+             e.version = e.version + 1 \
+             WHERE e.id IN ({ids}) AND e.version = CASE e.id{case} END \
+             AND e.status IN ('queued','retrying') AND e.expires_at IS NOT NULL \
+             AND e.expires_at <= ? AND NOT {lost}",
+            t = self.t(),
+            ids = placeholders(cands.len()),
+            lost = self.lease_lost_retry_sql(),
+        );
+        let mut params: Vec<DbValue> = vec![bind_time(now), bind_time(now)];
+        params.extend(cands.iter().map(|(id, _)| bind_uuid(*id)));
+        for (id, v) in &cands {
+            params.push(bind_uuid(*id));
+            params.push((*v).into());
+        }
+        params.push(bind_time(now));
+        tx.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(tx.affected_rows())
+    }
+
+    /// T6 (dead cancel request → `cancelled`) or T7 (expired lease → `retrying`): ≤ B candidates
+    /// from `ix_<T>_lease` (only leased rows have a non-NULL expiry), a per-row CAS on
+    /// version + token + status + expiry, then one UPDATE of the matching `running` attempts of
+    /// the rows this transaction actually changed.
+    async fn finish_expired_leases(
+        &self,
+        tx: &mut Transaction<'_>,
+        now: DateTime<Utc>,
+        step: LeaseStep,
+    ) -> OpResult<u64> {
+        let batch = self.inner.reclaim_batch_size;
+        let (from, set, attempt_status) = match step {
+            LeaseStep::DeadCancel => (
+                "cancel_requested",
+                "status = 'cancelled', finished_at = ?",
+                "cancelled",
+            ),
+            LeaseStep::Reclaim => (
+                "running",
+                "status = 'retrying', available_at = ?",
+                "lease_lost",
+            ),
+        };
+        let sql = format!(
+            "SELECT id, lease_token, version FROM `{t}` WHERE status = '{from}' \
+             AND lease_expires_at IS NOT NULL AND lease_expires_at <= ? \
+             ORDER BY lease_expires_at, id LIMIT {batch}",
+            t = self.t()
+        );
+        let rows: Vec<Row> = tx.exec(sql, (bind_time(now),)).await?;
+        let update = format!(
+            "UPDATE `{t}` SET {set}, updated_at = ?, lease_token = NULL, lease_expires_at = NULL, \
+             worker_id = NULL, version = version + 1 \
+             WHERE id = ? AND version = ? AND lease_token = ? AND status = '{from}' \
+             AND lease_expires_at IS NOT NULL AND lease_expires_at <= ?",
+            t = self.t()
+        );
+        let mut changed: Vec<(Uuid, Uuid)> = Vec::new();
+        for mut r in rows {
+            let id = parse_uuid(&r.take::<DbValue, _>(0).unwrap_or(DbValue::NULL))
+                .map_err(onestep_core::ExecutionError::Encoding)?;
+            let token = parse_uuid(&r.take::<DbValue, _>(1).unwrap_or(DbValue::NULL))
+                .map_err(onestep_core::ExecutionError::Encoding)?;
+            let version: i64 = r.take(2).unwrap_or_default();
+            let params: Vec<DbValue> = vec![
+                bind_time(now),
+                bind_time(now),
+                bind_uuid(id),
+                version.into(),
+                bind_uuid(token),
+                bind_time(now),
+            ];
+            tx.exec_drop(update.as_str(), Params::Positional(params))
+                .await?;
+            if tx.affected_rows() == 1 {
+                changed.push((id, token));
+            }
+        }
+        if changed.is_empty() {
+            return Ok(0);
+        }
+        let pairs = vec!["(execution_id = ? AND lease_token = ?)"; changed.len()].join(" OR ");
+        let sql = format!(
+            "UPDATE `{a}` SET status = '{attempt_status}', finished_at = ? \
+             WHERE status = 'running' AND execution_id IN ({ids}) AND ({pairs})",
+            a = self.a(),
+            ids = placeholders(changed.len()),
+        );
+        let mut params: Vec<DbValue> = vec![bind_time(now)];
+        params.extend(changed.iter().map(|(id, _)| bind_uuid(*id)));
+        for (id, token) in &changed {
+            params.push(bind_uuid(*id));
+            params.push(bind_uuid(*token));
+        }
+        tx.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(changed.len() as u64)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum LeaseStep {
+    DeadCancel,
+    Reclaim,
+}

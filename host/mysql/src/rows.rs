@@ -1,0 +1,205 @@
+//! Row ↔ domain conversions: the executions column list, decoding a row into an [`Execution`]
+//! (spec §3.1, §5.2), and the bound representations of UUIDs and instants (spec §2.6, §4).
+//!
+//! * UUIDs are bound as 32 lowercase hex digits (accepted by `CHAR(32)` and by MariaDB's native
+//!   `uuid` type) and read in either textual form (or as 16 raw bytes).
+//! * Instants are bound as naive UTC `DATETIME(6)` values and read back as UTC.
+//! * SQL NULL and JSON `null` both mean "absent" for `result` and `error`.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use mysql_async::{Row, Value as DbValue, from_value_opt};
+use onestep_core::codec::decode_value;
+use onestep_core::{ErrorObject, Execution, ExecutionError, ExecutionStatus};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The executions columns every read selects, in [`decode_execution`]'s order.
+pub const EXECUTION_COLUMNS: &str = "id, namespace, task_name, status, payload, metadata, \
+    result, error, attempts, available_at, started_at, finished_at, cancel_requested_at, \
+    expires_at, created_at, version";
+
+/// [`EXECUTION_COLUMNS`] qualified with the alias `e.`.
+pub const EXECUTION_COLUMNS_E: &str = "e.id, e.namespace, e.task_name, e.status, e.payload, \
+    e.metadata, e.result, e.error, e.attempts, e.available_at, e.started_at, e.finished_at, \
+    e.cancel_requested_at, e.expires_at, e.created_at, e.version";
+
+/// Number of columns in [`EXECUTION_COLUMNS`].
+pub const EXECUTION_COLUMN_COUNT: usize = 16;
+
+/// A UUID as bound in SQL: 32 lowercase hex digits.
+pub fn bind_uuid(id: Uuid) -> DbValue {
+    DbValue::from(id.simple().to_string())
+}
+
+/// An instant as bound in SQL: naive UTC wall time with microseconds.
+pub fn bind_time(t: DateTime<Utc>) -> DbValue {
+    DbValue::from(t.naive_utc())
+}
+
+/// An optional instant.
+pub fn bind_opt_time(t: Option<DateTime<Utc>>) -> DbValue {
+    t.map_or(DbValue::NULL, bind_time)
+}
+
+/// `?, ?, …` with `n` placeholders.
+pub fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// Parses a UUID column value (plain hex, hyphenated, or 16 raw bytes).
+pub fn parse_uuid(v: &DbValue) -> Result<Uuid, String> {
+    match v {
+        DbValue::Bytes(b) if b.len() == 16 => Uuid::from_slice(b).map_err(|e| e.to_string()),
+        DbValue::Bytes(b) => {
+            let s = std::str::from_utf8(b).map_err(|e| e.to_string())?;
+            Uuid::parse_str(s.trim()).map_err(|e| format!("invalid uuid '{s}': {e}"))
+        }
+        other => Err(format!("unexpected uuid value {other:?}")),
+    }
+}
+
+fn text(v: DbValue, col: &str) -> Result<String, String> {
+    from_value_opt::<String>(v).map_err(|e| format!("{col}: {e}"))
+}
+
+fn instant(v: DbValue, col: &str) -> Result<DateTime<Utc>, String> {
+    from_value_opt::<NaiveDateTime>(v)
+        .map(|n| n.and_utc())
+        .map_err(|e| format!("{col}: {e}"))
+}
+
+fn opt_instant(v: DbValue, col: &str) -> Result<Option<DateTime<Utc>>, String> {
+    match v {
+        DbValue::NULL => Ok(None),
+        v => instant(v, col).map(Some),
+    }
+}
+
+/// Parses a JSON column; `None` for SQL NULL.
+pub fn json_column(v: DbValue, col: &str) -> Result<Option<Value>, String> {
+    match v {
+        DbValue::NULL => Ok(None),
+        DbValue::Bytes(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| format!("{col} is not valid JSON: {e}")),
+        other => Err(format!("{col}: unexpected value {other:?}")),
+    }
+}
+
+/// Parses a nullable error-object column (SQL NULL and JSON `null` are both absent).
+pub fn error_column(v: DbValue, col: &str) -> Result<Option<ErrorObject>, String> {
+    match json_column(v, col)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(|e| format!("{col} is not an error object: {e}")),
+    }
+}
+
+/// Decodes a row selected with [`EXECUTION_COLUMNS`]. Failures are
+/// `cannot decode execution <id>: <reason>` ([`ExecutionError::Encoding`]).
+pub fn decode_execution(row: Row) -> Result<Execution, ExecutionError> {
+    let mut values = row.unwrap();
+    if values.len() < EXECUTION_COLUMN_COUNT {
+        return Err(ExecutionError::Encoding(format!(
+            "cannot decode execution: expected {EXECUTION_COLUMN_COUNT} columns, got {}",
+            values.len()
+        )));
+    }
+    let raw_id = values[0].clone();
+    let label = match &raw_id {
+        DbValue::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        other => format!("{other:?}"),
+    };
+    values.truncate(EXECUTION_COLUMN_COUNT);
+    decode_values(values).map_err(|reason| {
+        ExecutionError::Encoding(format!("cannot decode execution {label}: {reason}"))
+    })
+}
+
+fn decode_values(values: Vec<DbValue>) -> Result<Execution, String> {
+    let mut it = values.into_iter();
+    let mut next = || it.next().unwrap_or(DbValue::NULL);
+    let id = parse_uuid(&next())?;
+    let namespace = text(next(), "namespace")?;
+    let task_name = text(next(), "task_name")?;
+    let status_text = text(next(), "status")?;
+    let status: ExecutionStatus = status_text
+        .parse()
+        .map_err(|_| format!("unknown status '{status_text}'"))?;
+    let payload = json_column(next(), "payload")?.unwrap_or(Value::Null);
+    let payload = decode_value(&payload)?;
+    let metadata = match json_column(next(), "metadata")? {
+        None => serde_json::Map::new(),
+        Some(m) => match decode_value(&m)? {
+            Value::Object(m) => m,
+            _ => return Err("metadata is not an object".into()),
+        },
+    };
+    let result = match json_column(next(), "result")? {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(decode_value(&v)?),
+    };
+    let error = error_column(next(), "error")?;
+    let attempts: i64 = from_value_opt(next()).map_err(|e| format!("attempts: {e}"))?;
+    let available_at = instant(next(), "available_at")?;
+    let started_at = opt_instant(next(), "started_at")?;
+    let finished_at = opt_instant(next(), "finished_at")?;
+    let cancel_requested_at = opt_instant(next(), "cancel_requested_at")?;
+    let expires_at = opt_instant(next(), "expires_at")?;
+    let created_at = instant(next(), "created_at")?;
+    let version: i64 = from_value_opt(next()).map_err(|e| format!("version: {e}"))?;
+    Ok(Execution {
+        id,
+        namespace,
+        task_name,
+        status,
+        payload,
+        metadata,
+        result,
+        error,
+        attempts: u32::try_from(attempts)
+            .map_err(|_| format!("attempts out of range: {attempts}"))?,
+        created_at,
+        available_at,
+        started_at,
+        finished_at,
+        cancel_requested_at,
+        expires_at,
+        version,
+    })
+}
+
+/// JSON text of an optional error object for binding (`NULL` when absent).
+pub fn bind_error(error: Option<&ErrorObject>) -> Result<DbValue, ExecutionError> {
+    match error {
+        None => Ok(DbValue::NULL),
+        Some(e) => serde_json::to_string(e)
+            .map(DbValue::from)
+            .map_err(|e| ExecutionError::Encoding(format!("cannot encode error object: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_parse_in_every_stored_form() {
+        let id = Uuid::new_v4();
+        for v in [
+            DbValue::from(id.simple().to_string()),
+            DbValue::from(id.hyphenated().to_string()),
+            DbValue::Bytes(id.as_bytes().to_vec()),
+        ] {
+            assert_eq!(parse_uuid(&v), Ok(id));
+        }
+        assert_eq!(bind_uuid(id), DbValue::from(id.simple().to_string()));
+    }
+
+    #[test]
+    fn json_null_and_sql_null_are_both_absent() {
+        assert_eq!(error_column(DbValue::NULL, "error"), Ok(None));
+        assert_eq!(error_column(DbValue::from("null"), "error"), Ok(None));
+    }
+}

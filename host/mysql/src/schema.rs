@@ -1,0 +1,296 @@
+//! Table DDL (spec §2.3–§2.5, with the additions documented in `docs/schema.md`) and schema
+//! readiness: serialised `auto_create` under `GET_LOCK` (spec §2.8) or an existence check.
+//!
+//! Tables this crate creates differ from the reference's in two compatible ways:
+//! * `namespace`, `task_name`, `status`, `idempotency_key` and `worker_id` use `utf8mb4_bin`, so
+//!   they compare exactly (spec §2.3 recommendation);
+//! * a stored generated column `claimable` (1 for `queued`/`retrying`, else NULL) with two indexes,
+//!   `ix_<T>_claimable (namespace, task_name, claimable, available_at, created_at, id)` for the
+//!   claim read and `ix_<T>_expiry (claimable, expires_at, id)` for the expiry maintenance, so that
+//!   neither ever walks finished history.
+//!
+//! Tables created by the reference (no `claimable` column, case-insensitive collations, MariaDB
+//! native `uuid` ids) are used as they are; [`SchemaFeatures`] records which query shapes apply.
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
+
+use crate::errors::{OpError, OpResult};
+
+/// Seconds to wait for each DDL lock (spec §2.8).
+pub const DDL_LOCK_TIMEOUT_S: u32 = 10;
+
+/// The generated column added by this crate's DDL.
+pub const CLAIMABLE_COLUMN: &str = "claimable";
+
+/// Index over the claimable rows of one (namespace, task name), in claim order.
+pub fn ix_claimable(names: &TableNames) -> String {
+    names.derived("ix_", "claimable")
+}
+
+/// Index over claimable rows by `expires_at` (expiry maintenance, T5).
+pub fn ix_expiry(names: &TableNames) -> String {
+    names.derived("ix_", "expiry")
+}
+
+/// Which optional schema additions the opened tables have (detected once at open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SchemaFeatures {
+    /// The executions table has the `claimable` column and its indexes (created by this crate).
+    pub claimable_column: bool,
+}
+
+/// What readiness did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchemaReport {
+    /// Tables created by this call, executions first.
+    pub created: Vec<String>,
+    /// Detected schema features.
+    pub features: SchemaFeatures,
+}
+
+/// Which DDL to emit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DdlStyle {
+    /// This crate's DDL (binary collations, `claimable` column and indexes).
+    Onestep,
+    /// The reference's DDL exactly as spec §2.5 (server-default collations, no additions). Used by
+    /// tests to exercise the fallback query shapes.
+    Reference,
+}
+
+/// `CREATE TABLE` + `CREATE INDEX` statements for the executions table.
+pub fn executions_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
+    let t = &names.executions;
+    let bin = match style {
+        DdlStyle::Onestep => " COLLATE utf8mb4_bin",
+        DdlStyle::Reference => "",
+    };
+    let generated = match style {
+        DdlStyle::Onestep => {
+            "  claimable TINYINT AS (IF(status IN ('queued','retrying'), 1, NULL)) STORED,\n"
+        }
+        DdlStyle::Reference => "",
+    };
+    let mut out = vec![format!(
+        "CREATE TABLE `{t}` (\n\
+  id CHAR(32) NOT NULL,\n\
+  namespace VARCHAR(255){bin} NOT NULL,\n\
+  task_name VARCHAR(255){bin} NOT NULL,\n\
+  status VARCHAR(32){bin} NOT NULL,\n\
+  payload JSON NOT NULL,\n\
+  metadata JSON NOT NULL DEFAULT (JSON_OBJECT()),\n\
+  result JSON,\n\
+  error JSON,\n\
+  idempotency_key VARCHAR(255){bin},\n\
+  submission_digest VARCHAR(64),\n\
+  attempts INTEGER NOT NULL DEFAULT '0',\n\
+  available_at DATETIME(6) NOT NULL,\n\
+  lease_token CHAR(32),\n\
+  lease_expires_at DATETIME(6),\n\
+  worker_id VARCHAR(255){bin},\n\
+  cancel_reason VARCHAR(500),\n\
+  cancel_requested_at DATETIME(6),\n\
+  expires_at DATETIME(6),\n\
+  created_at DATETIME(6) NOT NULL,\n\
+  updated_at DATETIME(6) NOT NULL,\n\
+  started_at DATETIME(6),\n\
+  finished_at DATETIME(6),\n\
+  version BIGINT NOT NULL DEFAULT '0',\n\
+{generated}\
+  PRIMARY KEY (id),\n\
+  CONSTRAINT `{ck_status}` CHECK (status IN ('queued','running','retrying','succeeded','failed','cancel_requested','cancelled','expired')),\n\
+  CONSTRAINT `{ck_idem}` CHECK ((idempotency_key IS NULL AND submission_digest IS NULL) OR (idempotency_key IS NOT NULL AND submission_digest IS NOT NULL))\n\
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        ck_status = names.ck_status(),
+        ck_idem = names.ck_idempotency(),
+    )];
+    out.push(format!(
+        "CREATE INDEX `{}` ON `{t}` (namespace, task_name, available_at, created_at, id)",
+        names.ix_claim()
+    ));
+    out.push(format!(
+        "CREATE INDEX `{}` ON `{t}` (lease_expires_at, id)",
+        names.ix_lease()
+    ));
+    out.push(format!(
+        "CREATE UNIQUE INDEX `{}` ON `{t}` (namespace, task_name, idempotency_key)",
+        names.uq_idempotency()
+    ));
+    out.push(format!(
+        "CREATE INDEX `{}` ON `{t}` (namespace, created_at DESC, id DESC)",
+        names.ix_list()
+    ));
+    if style == DdlStyle::Onestep {
+        out.push(format!(
+            "CREATE INDEX `{}` ON `{t}` (namespace, task_name, claimable, available_at, created_at, id)",
+            ix_claimable(names)
+        ));
+        out.push(format!(
+            "CREATE INDEX `{}` ON `{t}` (claimable, expires_at, id)",
+            ix_expiry(names)
+        ));
+    }
+    out
+}
+
+/// `CREATE TABLE` + `CREATE INDEX` statements for the attempts table.
+pub fn attempts_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
+    let (t, a) = (&names.executions, &names.attempts);
+    let bin = match style {
+        DdlStyle::Onestep => " COLLATE utf8mb4_bin",
+        DdlStyle::Reference => "",
+    };
+    vec![
+        format!(
+            "CREATE TABLE `{a}` (\n\
+  id CHAR(32) NOT NULL,\n\
+  execution_id CHAR(32) NOT NULL,\n\
+  attempt_no INTEGER NOT NULL,\n\
+  lease_token CHAR(32) NOT NULL,\n\
+  worker_id VARCHAR(255){bin} NOT NULL,\n\
+  status VARCHAR(32){bin} NOT NULL,\n\
+  error JSON,\n\
+  started_at DATETIME(6) NOT NULL,\n\
+  heartbeat_at DATETIME(6) NOT NULL,\n\
+  finished_at DATETIME(6),\n\
+  PRIMARY KEY (id),\n\
+  CONSTRAINT `{uq}` UNIQUE (execution_id, attempt_no),\n\
+  CONSTRAINT `{ck}` CHECK (status IN ('running','succeeded','retrying','failed','cancelled','lease_lost')),\n\
+  CONSTRAINT `{fk}` FOREIGN KEY (execution_id) REFERENCES `{t}` (id) ON DELETE CASCADE\n\
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            uq = names.uq_attempt(),
+            ck = names.ck_attempt_status(),
+            fk = names.fk_attempt_execution(),
+        ),
+        format!(
+            "CREATE INDEX `{}` ON `{a}` (execution_id, attempt_no DESC)",
+            names.ix_attempt_execution()
+        ),
+    ]
+}
+
+async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
+    let n: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+            (table,),
+        )
+        .await?;
+    Ok(n.unwrap_or(0) > 0)
+}
+
+async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<SchemaFeatures> {
+    let n: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+            (names.executions.as_str(), CLAIMABLE_COLUMN),
+        )
+        .await?;
+    Ok(SchemaFeatures {
+        claimable_column: n.unwrap_or(0) > 0,
+    })
+}
+
+async fn get_lock(conn: &mut Conn, name: &str) -> OpResult<()> {
+    let got: Option<Option<i64>> = conn
+        .exec_first("SELECT GET_LOCK(?, ?)", (name, DDL_LOCK_TIMEOUT_S))
+        .await?;
+    if got.flatten() == Some(1) {
+        Ok(())
+    } else {
+        Err(OpError::Domain(misconfigured(format!(
+            "could not acquire MySQL DDL lock '{name}' within {DDL_LOCK_TIMEOUT_S}s"
+        ))))
+    }
+}
+
+async fn release_lock(conn: &mut Conn, name: &str) {
+    let released: Result<Option<Option<i64>>, _> =
+        conn.exec_first("SELECT RELEASE_LOCK(?)", (name,)).await;
+    if let Err(e) = released {
+        // The lock is session scoped: it goes away with the connection anyway.
+        tracing::warn!(lock = name, error = %e, "RELEASE_LOCK failed");
+    }
+}
+
+fn misconfigured(message: String) -> onestep_core::ExecutionError {
+    crate::errors::backend_error(
+        "open",
+        onestep_core::ConnectorKind::Misconfigured,
+        &message,
+        &[],
+    )
+}
+
+/// Readiness step 2/3 (spec §2.8) on one session: with `auto_create`, take the global then the
+/// pair `GET_LOCK`, create each missing table (executions first) and release the locks (pair
+/// first) whatever happened; without it, fail with `missing execution tables: a, b`. Then detect
+/// [`SchemaFeatures`].
+pub(crate) async fn ensure_schema(
+    conn: &mut Conn,
+    names: &TableNames,
+    auto_create: bool,
+    style: DdlStyle,
+) -> OpResult<SchemaReport> {
+    let db: Option<Option<String>> = conn.query_first("SELECT DATABASE()").await?;
+    if db.flatten().is_none() {
+        return Err(OpError::Domain(misconfigured(
+            "the dsn must name a database (mysql://user@host/<database>)".into(),
+        )));
+    }
+    let mut created = Vec::new();
+    if auto_create {
+        get_lock(conn, GLOBAL_DDL_LOCK).await?;
+        let pair = names.pair_lock();
+        let outcome = match get_lock(conn, &pair).await {
+            Ok(()) => {
+                let r = create_missing(conn, names, style, &mut created).await;
+                release_lock(conn, &pair).await;
+                r
+            }
+            Err(e) => Err(e),
+        };
+        release_lock(conn, GLOBAL_DDL_LOCK).await;
+        outcome?;
+    } else {
+        let mut missing = Vec::new();
+        for table in [&names.executions, &names.attempts] {
+            if !table_exists(conn, table).await? {
+                missing.push(table.clone());
+            }
+        }
+        if !missing.is_empty() {
+            return Err(OpError::Domain(misconfigured(format!(
+                "missing execution tables: {}",
+                missing.join(", ")
+            ))));
+        }
+    }
+    let features = detect_features(conn, names).await?;
+    Ok(SchemaReport { created, features })
+}
+
+async fn create_missing(
+    conn: &mut Conn,
+    names: &TableNames,
+    style: DdlStyle,
+    created: &mut Vec<String>,
+) -> OpResult<()> {
+    if !table_exists(conn, &names.executions).await? {
+        for stmt in executions_ddl(names, style) {
+            conn.query_drop(stmt).await?;
+        }
+        created.push(names.executions.clone());
+    }
+    if !table_exists(conn, &names.attempts).await? {
+        for stmt in attempts_ddl(names, style) {
+            conn.query_drop(stmt).await?;
+        }
+        created.push(names.attempts.clone());
+    }
+    Ok(())
+}
