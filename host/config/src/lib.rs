@@ -1,1 +1,159 @@
-//! onestep-config: (placeholder; being built).
+//! onestep-config: the only crate that knows YAML.
+//!
+//! It owns the worker/API configuration file (spec §10, adapted to WebAssembly component
+//! handlers): the load pipeline of §10.1 ([`load`]), dotenv selection and parsing ([`env`]),
+//! `${VAR}` interpolation with the strict-env report ([`interpolate`]), strict validation of
+//! `onestep check --strict` ([`strict`], §10.5), the build-time checks that always apply (§10.6,
+//! [`build`]), the typed result ([`AppConfig`] and friends in [`model`]) and the `check` summary
+//! ([`summary`], §11.1).
+//!
+//! Invariants: the process environment is never modified (dotenv values form a layer below it,
+//! see [`EnvLookup`]); every error names the offending path and, when known, the line and
+//! column ([`ConfigError`]); secrets (DSNs, API tokens) are wrapped in [`Secret`] and never
+//! printed; relative paths in the file resolve against the YAML file's directory.
+
+pub mod build;
+pub mod env;
+pub mod error;
+mod fields;
+pub mod interpolate;
+pub mod model;
+pub mod node;
+pub mod strict;
+pub mod summary;
+
+use std::path::{Path, PathBuf};
+
+pub use env::EnvLookup;
+pub use error::{ConfigError, MissingVar};
+pub use model::{
+    ApiAuth, ApiConfig, ApiToken, AppConfig, EngineOptions, ExecutionSourceConfig, HandlerConfig,
+    JsonMap, LogFormat, LogLevel, LoggingConfig, MysqlConnectorConfig, Preopen, PreopenMode,
+    SandboxConfig, Secret, TaskConfig,
+};
+
+use build::{BuildContext, BuildInputs};
+use node::{Node, Value};
+
+/// Options of [`load`].
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Apply strict validation (§10.5) before building (`--strict`).
+    pub strict: bool,
+    /// `--env-file`: overrides `app.env_file` and `.env` (relative to the YAML's directory).
+    pub env_file: Option<PathBuf>,
+    /// `--strict-env`: report unset `${VAR}` references without default (also `app.strict_env`).
+    pub strict_env: bool,
+    /// Where variables come from (default: the process environment).
+    pub env: EnvLookup,
+    /// Check that handler components and preopen directories exist (default true).
+    pub check_files: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            strict: false,
+            env_file: None,
+            strict_env: false,
+            env: EnvLookup::process(),
+            check_files: true,
+        }
+    }
+}
+
+/// Loads a YAML configuration file (spec §10.1): read, parse, choose and read the dotenv file,
+/// strict env, interpolation, strict validation (when `opts.strict`), build.
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<AppConfig, ConfigError> {
+    let source_path = std::path::absolute(path)
+        .map(|p| fields::resolve_path(Path::new("/"), &p.to_string_lossy()))
+        .map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let bytes = std::fs::read(&source_path).map_err(|e| ConfigError::Read {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| ConfigError::Read {
+        path: path.to_path_buf(),
+        reason: "the file is not valid UTF-8".to_owned(),
+    })?;
+    load_str(&text, &source_path, opts)
+}
+
+/// Like [`load`] for text already in memory; `source_path` gives the directory that relative
+/// paths resolve against (it need not exist when `check_files` is false and no dotenv is used).
+pub fn load_str(
+    text: &str,
+    source_path: &Path,
+    opts: &LoadOptions,
+) -> Result<AppConfig, ConfigError> {
+    let root = node::parse(text)?;
+    if !root.is_map() {
+        return Err(ConfigError::NotMapping);
+    }
+    let base_dir = source_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+
+    // Step 2–3: dotenv.
+    let app = root.get("app").filter(|a| a.is_map());
+    let app_env_file = match app.and_then(|a| a.get_set("env_file")) {
+        None => None,
+        Some(n) => Some(
+            n.as_str()
+                .ok_or_else(|| ConfigError::bare(n, "app.env_file must be a string"))?,
+        ),
+    };
+    let env_file = env::select_env_file(&base_dir, opts.env_file.as_deref(), app_env_file)?;
+    let mut env = opts.env.clone();
+    let mut warnings = Vec::new();
+    if let Some(p) = &env_file {
+        let dotenv = env::read_dotenv(p)?;
+        env.add_dotenv(dotenv.vars);
+        warnings.extend(dotenv.warnings);
+    }
+
+    // Step 4: strict env.
+    let app_strict_env = match app.and_then(|a| a.get_set("strict_env")) {
+        None => false,
+        Some(Node {
+            value: Value::Bool(b),
+            ..
+        }) => *b,
+        Some(n) => return Err(ConfigError::bare(n, "app.strict_env must be a boolean")),
+    };
+    if opts.strict_env || app_strict_env {
+        let missing = interpolate::missing_vars(&root, &env);
+        if !missing.is_empty() {
+            return Err(ConfigError::StrictEnv(missing));
+        }
+    }
+
+    // Step 5: interpolation; step 6: strict validation, then build.
+    let tree = interpolate::expand_tree(&root, &env);
+    if opts.strict {
+        strict::validate(&tree)?;
+    }
+    let ctx = BuildContext {
+        base_dir: &base_dir,
+        check_files: opts.check_files,
+    };
+    build::build(
+        &tree,
+        &ctx,
+        BuildInputs {
+            source_path: source_path.to_path_buf(),
+            env,
+            env_file,
+            warnings,
+        },
+    )
+}
+
+/// The CLI's rendering of a load failure: `onestep: failed to load <target>: <reason>`.
+pub fn format_load_error(target: &str, err: &ConfigError) -> String {
+    format!("onestep: failed to load {target}: {err}")
+}

@@ -1,0 +1,199 @@
+//! The build step (spec §10.1 step 6, §10.6): turns the interpolated tree into [`AppConfig`],
+//! enforcing the checks that apply with and without `--strict`.
+
+pub mod api;
+pub mod resources;
+pub mod retry;
+pub mod tasks;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::env::EnvLookup;
+use crate::error::ConfigError;
+use crate::fields::{check_allowed, join, json_map, number};
+use crate::model::{AppConfig, LogFormat, LogLevel, LoggingConfig};
+use crate::node::{Node, Value};
+use resources::ResourceKind;
+
+/// What the build needs besides the tree.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildContext<'a> {
+    /// The YAML file's directory (relative paths resolve against it).
+    pub base_dir: &'a Path,
+    /// Check that component files and preopen directories exist.
+    pub check_files: bool,
+}
+
+/// Legacy top-level app fields (used when there is no `app:` section).
+pub const LEGACY_APP_KEYS: [&str; 4] = ["name", "shutdown_timeout_s", "config", "state"];
+
+/// Everything the pipeline hands to the build besides the tree.
+#[derive(Debug, Clone)]
+pub struct BuildInputs {
+    /// Absolute path of the YAML file.
+    pub source_path: PathBuf,
+    /// The environment used.
+    pub env: EnvLookup,
+    /// The dotenv file loaded, if any.
+    pub env_file: Option<PathBuf>,
+    /// Warnings collected so far.
+    pub warnings: Vec<String>,
+}
+
+/// Builds the typed configuration.
+pub fn build(
+    root: &Node,
+    ctx: &BuildContext<'_>,
+    inputs: BuildInputs,
+) -> Result<AppConfig, ConfigError> {
+    let app = match root.get_set("app") {
+        None => None,
+        Some(a) if a.is_map() => Some(a),
+        Some(a) => return Err(ConfigError::bare(a, "app must be a mapping")),
+    };
+    // `app.<key>` wins over a legacy top-level key.
+    let app_field = |key: &str| -> (Option<&Node>, String) {
+        match app.and_then(|a| a.get(key)) {
+            Some(n) => (Some(n), join("app", key)),
+            None => (root.get(key), key.to_owned()),
+        }
+    };
+
+    let (name_node, name_path) = app_field("name");
+    let name = match name_node.and_then(|n| n.as_str()).map(str::trim) {
+        Some(s) if !s.is_empty() => s.to_owned(),
+        _ => {
+            return Err(ConfigError::bare(
+                name_node.or(app).unwrap_or(root),
+                format!("{name_path} must be a non-empty string"),
+            ));
+        }
+    };
+    let (st_node, st_path) = app_field("shutdown_timeout_s");
+    let shutdown_timeout_s = match st_node {
+        None => Some(30.0),
+        Some(n) if n.is_null() => None,
+        Some(n) => match number(n) {
+            Some(v) if v > 0.0 && v.is_finite() => Some(v),
+            _ => {
+                return Err(ConfigError::bare(
+                    n,
+                    format!("{st_path} must be > 0 or null"),
+                ));
+            }
+        },
+    };
+    let config = match app.filter(|a| a.get("config").is_some()) {
+        Some(a) => json_map(a, "config", "app")?,
+        None => json_map(root, "config", "")?,
+    };
+    let (state_node, state_path) = app_field("state");
+    if let Some(n) = state_node.filter(|n| !n.is_null()) {
+        return Err(ConfigError::at(
+            n,
+            &state_path,
+            "state stores are not supported by this build",
+        ));
+    }
+    let logging = match app.and_then(|a| a.get_set("logging")) {
+        None => LoggingConfig::default(),
+        Some(l) => parse_logging(l)?,
+    };
+    for key in ["reporter", "hooks"] {
+        if let Some(n) = root.get_set(key)
+            && !matches!(&n.value, Value::Map(m) if m.is_empty())
+        {
+            return Err(ConfigError::at(
+                n,
+                key,
+                format!("'{key}' is not supported by this build"),
+            ));
+        }
+    }
+
+    let entries = resources::collect(root)?;
+    let mut connectors = BTreeMap::new();
+    let mut sources = BTreeMap::new();
+    for (name, e) in &entries {
+        match e.kind {
+            ResourceKind::Mysql => {
+                connectors.insert(name.clone(), resources::build_connector(e)?);
+            }
+            ResourceKind::MysqlSource => {
+                sources.insert(name.clone(), resources::build_source(e, &entries)?);
+            }
+            ResourceKind::Postgres | ResourceKind::PostgresSource => {
+                let t = e.node.get("type").and_then(|t| t.as_str()).unwrap_or("");
+                return Err(ConfigError::at(
+                    e.node,
+                    &e.path(),
+                    format!(
+                        "resource type '{}' is not supported by this build (supported: mysql, mysql_execution_source)",
+                        t.trim()
+                    ),
+                ));
+            }
+        }
+    }
+    let tasks = tasks::build_tasks(root, ctx, &entries, &sources)?;
+    let api = match root.get_set("api") {
+        None => None,
+        Some(a) => Some(api::build_api(a, ctx, &entries)?),
+    };
+
+    Ok(AppConfig {
+        source_path: inputs.source_path,
+        base_dir: ctx.base_dir.to_path_buf(),
+        name,
+        shutdown_timeout_s,
+        config,
+        logging,
+        connectors,
+        sources,
+        tasks,
+        api,
+        env_file: inputs.env_file,
+        warnings: inputs.warnings,
+        env: inputs.env,
+    })
+}
+
+/// Parses `app.logging` (unknown keys are errors in both modes, spec §10.6): `level` required
+/// and a known name (`unsupported logging level '<x>'`), `format` `text` or `json`.
+pub fn parse_logging(node: &Node) -> Result<LoggingConfig, ConfigError> {
+    if !node.is_map() {
+        return Err(ConfigError::bare(node, "app.logging must be a mapping"));
+    }
+    check_allowed(node, "app.logging", &["level", "format"])?;
+    let Some(level_node) = node.get_set("level") else {
+        return Err(ConfigError::bare(node, "app.logging.level is required"));
+    };
+    let level_text = crate::fields::scalar_text(level_node);
+    let level = LogLevel::parse(&level_text).ok_or_else(|| {
+        ConfigError::bare(
+            level_node,
+            format!("unsupported logging level '{level_text}'"),
+        )
+    })?;
+    let format = match node.get_set("format") {
+        None => None,
+        Some(f) => match f.as_str().map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+            Some("text") => Some(LogFormat::Text),
+            Some("json") => Some(LogFormat::Json),
+            _ => {
+                return Err(ConfigError::bare(
+                    f,
+                    format!(
+                        "unsupported logging format '{}'; expected 'text' or 'json'",
+                        crate::fields::scalar_text(f)
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(LoggingConfig {
+        level: Some(level),
+        format,
+    })
+}

@@ -1,0 +1,511 @@
+//! Resources (spec §10.3–§10.4, §9.1, §10.6): collection over the four sections, type
+//! normalisation, `mysql` connectors and `mysql_execution_source` sources.
+
+use std::collections::BTreeMap;
+
+use onestep_core::Limits;
+use onestep_core::names::validate_table_name;
+use onestep_core::text::MAX_NAME_CHARS;
+
+use crate::error::ConfigError;
+use crate::fields::{integer, join, non_empty_str, number, scalar_text};
+use crate::model::{EngineOptions, ExecutionSourceConfig, MysqlConnectorConfig, Secret};
+use crate::node::Node;
+
+/// The sections that hold resources; they share one name space.
+pub const RESOURCE_SECTIONS: [&str; 4] = ["resources", "connectors", "sources", "sinks"];
+
+/// Default executions table.
+pub const DEFAULT_TABLE: &str = "onestep_executions";
+/// Default attempts table.
+pub const DEFAULT_ATTEMPTS_TABLE: &str = "onestep_execution_attempts";
+
+/// A recognised resource type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// `mysql` connector.
+    Mysql,
+    /// `mysql_execution_source`.
+    MysqlSource,
+    /// `postgres` connector (recognised, not supported by this build).
+    Postgres,
+    /// `postgres_execution_source` (recognised, not supported by this build).
+    PostgresSource,
+}
+
+impl ResourceKind {
+    /// Parses a normalised type name.
+    pub fn from_type(t: &str) -> Option<Self> {
+        match normalise_type(t).as_str() {
+            "mysql" => Some(ResourceKind::Mysql),
+            "mysql_execution_source" => Some(ResourceKind::MysqlSource),
+            "postgres" => Some(ResourceKind::Postgres),
+            "postgres_execution_source" => Some(ResourceKind::PostgresSource),
+            _ => None,
+        }
+    }
+
+    /// The display type used in summaries (`MySQLConnector`, `MySQLExecutionSource`, …).
+    pub fn display(self) -> &'static str {
+        match self {
+            ResourceKind::Mysql => "MySQLConnector",
+            ResourceKind::MysqlSource => "MySQLExecutionSource",
+            ResourceKind::Postgres => "PostgresConnector",
+            ResourceKind::PostgresSource => "PostgresExecutionSource",
+        }
+    }
+
+    /// The strict allow-list of the type (spec §10.4).
+    pub fn allowed_fields(self) -> &'static [&'static str] {
+        match self {
+            ResourceKind::Mysql | ResourceKind::Postgres => &["type", "dsn", "engine_options"],
+            ResourceKind::MysqlSource | ResourceKind::PostgresSource => &SOURCE_FIELDS,
+        }
+    }
+
+    /// True for the source types.
+    pub fn is_source(self) -> bool {
+        matches!(
+            self,
+            ResourceKind::MysqlSource | ResourceKind::PostgresSource
+        )
+    }
+}
+
+const SOURCE_FIELDS: [&str; 16] = [
+    "type",
+    "connector",
+    "namespace",
+    "task_names",
+    "table",
+    "attempts_table",
+    "batch_size",
+    "poll_interval_s",
+    "lease_duration_s",
+    "heartbeat_interval_s",
+    "worker_id",
+    "auto_create",
+    "max_payload_bytes",
+    "max_metadata_bytes",
+    "max_result_bytes",
+    "reclaim_batch_size",
+];
+
+/// Type normalisation: trimmed, lower-cased, `-` and `.` become `_`.
+pub fn normalise_type(t: &str) -> String {
+    t.trim().to_ascii_lowercase().replace(['-', '.'], "_")
+}
+
+/// One resource entry found in a section.
+#[derive(Debug, Clone)]
+pub struct ResourceEntry<'a> {
+    /// `resources`, `connectors`, `sources` or `sinks`.
+    pub section: &'static str,
+    /// The resource name.
+    pub name: String,
+    /// Its mapping.
+    pub node: &'a Node,
+    /// Its type.
+    pub kind: ResourceKind,
+}
+
+impl ResourceEntry<'_> {
+    /// `<section>.<name>`.
+    pub fn path(&self) -> String {
+        join(self.section, &self.name)
+    }
+}
+
+/// Collects the resources of all sections (spec §10.3): each section a mapping, each entry a
+/// mapping with a non-empty string `type` of a known type; a name defined twice must have
+/// identical specs.
+pub fn collect(root: &Node) -> Result<BTreeMap<String, ResourceEntry<'_>>, ConfigError> {
+    let mut out: BTreeMap<String, ResourceEntry<'_>> = BTreeMap::new();
+    for section in RESOURCE_SECTIONS {
+        let Some(sec) = root.get_set(section) else {
+            continue;
+        };
+        let Some(entries) = sec.entries() else {
+            return Err(ConfigError::bare(
+                sec,
+                format!("{section} must be a mapping"),
+            ));
+        };
+        for (name, node) in entries {
+            let path = join(section, name);
+            if !node.is_map() {
+                return Err(ConfigError::bare(node, format!("{path} must be a mapping")));
+            }
+            let Some(t) = node.get("type").and_then(non_empty_str) else {
+                return Err(ConfigError::at(
+                    node,
+                    &path,
+                    "'type' must be a non-empty string",
+                ));
+            };
+            let Some(kind) = ResourceKind::from_type(t) else {
+                return Err(ConfigError::bare(
+                    node,
+                    format!("unsupported resource type '{}' for {path}", t.trim()),
+                ));
+            };
+            if let Some(prev) = out.get(name) {
+                if prev.node != node {
+                    return Err(ConfigError::bare(
+                        node,
+                        format!(
+                            "resource '{name}' is defined multiple times with different configs"
+                        ),
+                    ));
+                }
+                continue;
+            }
+            out.insert(
+                name.clone(),
+                ResourceEntry {
+                    section,
+                    name: name.clone(),
+                    node,
+                    kind,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Builds a `mysql` connector (spec §10.4, §10.6).
+pub fn build_connector(e: &ResourceEntry<'_>) -> Result<MysqlConnectorConfig, ConfigError> {
+    let path = e.path();
+    let Some(dsn) = e.node.get("dsn").and_then(non_empty_str) else {
+        return Err(ConfigError::at(
+            e.node,
+            &path,
+            "'dsn' must be a non-empty string",
+        ));
+    };
+    let mut engine_options = EngineOptions::default();
+    if let Some(opts) = e.node.get_set("engine_options") {
+        let opath = join(&path, "engine_options");
+        if !opts.is_map() {
+            return Err(ConfigError::at(
+                opts,
+                &path,
+                "engine_options must be a mapping",
+            ));
+        }
+        crate::fields::check_allowed(opts, &opath, &["max_connections", "min_connections"])?;
+        let read = |key: &str, min: i64| -> Result<Option<u32>, ConfigError> {
+            match opts.get_set(key) {
+                None => Ok(None),
+                Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
+                    Some(v) if i64::from(v) >= min => Ok(Some(v)),
+                    _ => Err(ConfigError::at(
+                        n,
+                        &opath,
+                        format!("{key} must be an integer >= {min}"),
+                    )),
+                },
+            }
+        };
+        engine_options.max_connections = read("max_connections", 1)?;
+        engine_options.min_connections = read("min_connections", 0)?;
+        if let (Some(min), Some(max)) = (
+            engine_options.min_connections,
+            engine_options.max_connections,
+        ) && min > max
+        {
+            return Err(ConfigError::at(
+                opts,
+                &opath,
+                "min_connections must be <= max_connections",
+            ));
+        }
+    }
+    Ok(MysqlConnectorConfig {
+        name: e.name.clone(),
+        dsn: Secret::new(dsn.trim()),
+        engine_options,
+    })
+}
+
+/// The source options of spec §9.1, validated in the spec's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceOptions {
+    /// Trimmed namespace.
+    pub namespace: String,
+    /// The one task name.
+    pub task_name: String,
+    /// `batch_size`.
+    pub batch_size: u32,
+    /// `poll_interval_s`.
+    pub poll_interval_s: f64,
+    /// `lease_duration_s`.
+    pub lease_duration_s: f64,
+    /// `heartbeat_interval_s`.
+    pub heartbeat_interval_s: f64,
+    /// Trimmed worker id.
+    pub worker_id: String,
+}
+
+/// Applies the §9.1 option rules to a source mapping. `prefix` is `""` at build time and
+/// `"<section>.<name>."` in strict mode (spec §10.5 step 6), where it is also applied to
+/// `lease_duration_s` inside the heartbeat message. Returns the failing node and message.
+pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node, String)> {
+    let err = |n: &Node, msg: String| Err((n.clone(), msg));
+    // namespace
+    let ns_node = node.get("namespace").unwrap_or(node);
+    let namespace = ns_node.as_str().map(str::trim).unwrap_or("");
+    if namespace.is_empty() || namespace.chars().count() > MAX_NAME_CHARS {
+        return err(
+            ns_node,
+            format!("{prefix}namespace must be non-empty and <= 255 characters"),
+        );
+    }
+    // task_names
+    let tn_node = node.get("task_names").unwrap_or(node);
+    let Some(items) = tn_node.items() else {
+        return err(
+            tn_node,
+            format!("{prefix}task_names must be a sequence of strings"),
+        );
+    };
+    let mut names = Vec::new();
+    for item in items {
+        match item.as_str().map(str::trim) {
+            Some(s) if !s.is_empty() && s.chars().count() <= MAX_NAME_CHARS => {
+                names.push(s.to_owned())
+            }
+            _ => {
+                return err(
+                    item,
+                    format!("{prefix}task_names must be non-empty strings <= 255 characters"),
+                );
+            }
+        }
+    }
+    if names.len() != 1 {
+        return err(
+            tn_node,
+            format!("{prefix}task_names must contain exactly one task name"),
+        );
+    }
+    // batch_size
+    let batch_size = match node.get_set("batch_size") {
+        None => 100,
+        Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
+            Some(v) if v >= 1 => v,
+            _ => return err(n, format!("{prefix}batch_size must be >= 1")),
+        },
+    };
+    // the three finiteness checks
+    let mut durations = [0.0f64; 3];
+    let keys = [
+        "poll_interval_s",
+        "lease_duration_s",
+        "heartbeat_interval_s",
+    ];
+    let defaults = [1.0, 90.0, 30.0];
+    for (i, key) in keys.iter().enumerate() {
+        durations[i] = match node.get_set(key) {
+            None => defaults[i],
+            Some(n) => match number(n) {
+                Some(v) if v.is_finite() => v,
+                _ => return err(n, format!("{prefix}{key} must be a finite number")),
+            },
+        };
+    }
+    let [poll, lease, heartbeat] = durations;
+    let at = |key: &str| node.get(key).unwrap_or(node);
+    if poll <= 0.0 {
+        return err(
+            at("poll_interval_s"),
+            format!("{prefix}poll_interval_s must be > 0"),
+        );
+    }
+    if lease <= 0.0 {
+        return err(
+            at("lease_duration_s"),
+            format!("{prefix}lease_duration_s must be > 0"),
+        );
+    }
+    let limit = lease / 3.0;
+    if heartbeat <= 0.0 || (heartbeat > limit && (heartbeat - limit) > 1e-9 * limit.abs()) {
+        return err(
+            at("heartbeat_interval_s"),
+            format!("{prefix}heartbeat_interval_s must be > 0 and <= {prefix}lease_duration_s / 3"),
+        );
+    }
+    // worker_id
+    let worker_id = match node.get_set("worker_id") {
+        None => "onestep-worker".to_owned(),
+        Some(n) => match n.as_str().map(str::trim) {
+            Some(s) if !s.is_empty() && s.chars().count() <= MAX_NAME_CHARS => s.to_owned(),
+            Some(_) => {
+                return err(
+                    n,
+                    format!("{prefix}worker_id must be non-empty and <= 255 characters"),
+                );
+            }
+            None => {
+                return err(
+                    n,
+                    format!(
+                        "{prefix}worker_id must be non-empty and <= 255 characters (got {} {})",
+                        n.type_name(),
+                        scalar_text(n)
+                    ),
+                );
+            }
+        },
+    };
+    Ok(SourceOptions {
+        namespace: namespace.to_owned(),
+        task_name: names.remove(0),
+        batch_size,
+        poll_interval_s: poll,
+        lease_duration_s: lease,
+        heartbeat_interval_s: heartbeat,
+        worker_id,
+    })
+}
+
+/// Reads `table`/`attempts_table` (identifier rules of spec §2.1; null → default).
+pub fn table_name(
+    node: &Node,
+    key: &str,
+    field: &str,
+    default: &str,
+    path: &str,
+) -> Result<String, ConfigError> {
+    match node.get_set(key) {
+        None => Ok(default.to_owned()),
+        Some(n) => {
+            let s = n.as_str().unwrap_or("");
+            validate_table_name(field, s).map_err(|e| ConfigError::at(n, path, e.to_string()))?;
+            Ok(s.to_owned())
+        }
+    }
+}
+
+/// Reads `auto_create` (must be a boolean in both modes, spec §13).
+pub fn auto_create(node: &Node, default: bool, path: &str) -> Result<bool, ConfigError> {
+    match node.get_set("auto_create") {
+        None => Ok(default),
+        Some(n) => match n.value {
+            crate::node::Value::Bool(b) => Ok(b),
+            _ => Err(ConfigError::at(n, path, "auto_create must be a boolean")),
+        },
+    }
+}
+
+/// Reads a positive integer option (`<key> must be a positive integer`).
+pub fn positive(node: &Node, key: &str, default: u64, path: &str) -> Result<u64, ConfigError> {
+    match node.get_set(key) {
+        None => Ok(default),
+        Some(n) => match integer(n) {
+            Some(i) if i >= 1 => Ok(i as u64),
+            _ => Err(ConfigError::at(
+                n,
+                path,
+                format!("{key} must be a positive integer"),
+            )),
+        },
+    }
+}
+
+/// Reads the three value-size limits of spec §3.3.
+pub fn limits(node: &Node, path: &str) -> Result<Limits, ConfigError> {
+    let d = Limits::default();
+    let get = |key: &str, default: usize| -> Result<usize, ConfigError> {
+        let v = positive(node, key, default as u64, path)?;
+        usize::try_from(v)
+            .map_err(|_| ConfigError::at(node, path, format!("{key} must be a positive integer")))
+    };
+    Ok(Limits {
+        max_payload_bytes: get("max_payload_bytes", d.max_payload_bytes)?,
+        max_metadata_bytes: get("max_metadata_bytes", d.max_metadata_bytes)?,
+        max_result_bytes: get("max_result_bytes", d.max_result_bytes)?,
+    })
+}
+
+/// Resolves a connector reference (`unknown resource '<n>'`,
+/// `resource '<n>' must be a MySQLConnector`).
+pub fn connector_ref(
+    parent: &Node,
+    path: &str,
+    resources: &BTreeMap<String, ResourceEntry<'_>>,
+) -> Result<String, ConfigError> {
+    let Some(n) = parent
+        .get("connector")
+        .filter(|n| non_empty_str(n).is_some())
+    else {
+        return Err(ConfigError::at(
+            parent,
+            path,
+            "'connector' must be a non-empty string",
+        ));
+    };
+    let name = n.as_str().unwrap_or("").trim().to_owned();
+    match resources.get(&name) {
+        None => Err(ConfigError::at(
+            n,
+            path,
+            format!("unknown resource '{name}'"),
+        )),
+        Some(r) if r.kind != ResourceKind::Mysql => Err(ConfigError::at(
+            n,
+            path,
+            format!("resource '{name}' must be a MySQLConnector"),
+        )),
+        Some(_) => Ok(name),
+    }
+}
+
+/// Builds a `mysql_execution_source` (spec §9.1, §10.4, §10.6).
+pub fn build_source(
+    e: &ResourceEntry<'_>,
+    resources: &BTreeMap<String, ResourceEntry<'_>>,
+) -> Result<ExecutionSourceConfig, ConfigError> {
+    let path = e.path();
+    let node = e.node;
+    let connector = connector_ref(node, &path, resources)?;
+    if node.get("namespace").and_then(non_empty_str).is_none() {
+        return Err(ConfigError::at(
+            node,
+            &path,
+            "'namespace' must be a non-empty string",
+        ));
+    }
+    let opts = source_options(node, "").map_err(|(n, msg)| ConfigError::at(&n, &path, msg))?;
+    let table = table_name(node, "table", "executions_table", DEFAULT_TABLE, &path)?;
+    let attempts_table = table_name(
+        node,
+        "attempts_table",
+        "attempts_table",
+        DEFAULT_ATTEMPTS_TABLE,
+        &path,
+    )?;
+    let auto_create = auto_create(node, true, &path)?;
+    let limits = limits(node, &path)?;
+    let reclaim = positive(node, "reclaim_batch_size", 100, &path)?;
+    let reclaim_batch_size = u32::try_from(reclaim).map_err(|_| {
+        ConfigError::at(node, &path, "reclaim_batch_size must be a positive integer")
+    })?;
+    Ok(ExecutionSourceConfig {
+        name: e.name.clone(),
+        connector,
+        namespace: opts.namespace,
+        task_name: opts.task_name,
+        table,
+        attempts_table,
+        batch_size: opts.batch_size,
+        poll_interval_s: opts.poll_interval_s,
+        lease_duration_s: opts.lease_duration_s,
+        heartbeat_interval_s: opts.heartbeat_interval_s,
+        worker_id: opts.worker_id,
+        auto_create,
+        limits,
+        reclaim_batch_size,
+    })
+}

@@ -1,0 +1,445 @@
+//! `tasks:` (spec §10.3, §10.6, adapted): each task runs a WebAssembly component handler in a
+//! sandbox, fed by one `mysql_execution_source`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use onestep_core::text::MAX_NAME_CHARS;
+
+use super::BuildContext;
+use super::resources::{ResourceEntry, ResourceKind};
+use crate::env::is_env_name;
+use crate::error::ConfigError;
+use crate::fields::{index, integer, join, json_map, non_empty_str, number, resolve_path};
+use crate::model::{
+    DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES, ExecutionSourceConfig, HandlerConfig,
+    MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode, SandboxConfig, TaskConfig,
+};
+use crate::node::{Node, Value};
+
+/// Task keys accepted by strict validation (spec §10.5 plus `sandbox`).
+pub const TASK_KEYS: [&str; 13] = [
+    "name",
+    "description",
+    "source",
+    "emit",
+    "dead_letter",
+    "config",
+    "metadata",
+    "handler",
+    "hooks",
+    "concurrency",
+    "retry",
+    "timeout_s",
+    "sandbox",
+];
+/// `handler` keys.
+pub const HANDLER_KEYS: [&str; 2] = ["component", "params"];
+/// `sandbox` keys.
+pub const SANDBOX_KEYS: [&str; 6] = [
+    "memory_limit_bytes",
+    "fuel",
+    "preopens",
+    "env",
+    "env_values",
+    "output_limit_bytes",
+];
+/// Keys of one `sandbox.preopens` entry.
+pub const PREOPEN_KEYS: [&str; 3] = ["host", "guest", "mode"];
+
+const COMPONENT_HINT: &str =
+    "handlers are WebAssembly components: use 'handler: {component: PATH}'";
+
+/// Checks the handler's shape (both modes): a mapping with a non-empty `component` string;
+/// `ref` and plain-string handlers are rejected with a clear message.
+pub fn check_handler_shape<'a>(handler: &'a Node, path: &str) -> Result<&'a str, ConfigError> {
+    match &handler.value {
+        Value::Str(s) => Err(ConfigError::at(
+            handler,
+            path,
+            format!(
+                "{COMPONENT_HINT} ('{s}' is an import reference, which this build does not support)"
+            ),
+        )),
+        Value::Map(_) => {
+            if handler.get("ref").is_some() && handler.get("component").is_none() {
+                return Err(ConfigError::at(
+                    handler,
+                    path,
+                    format!("{COMPONENT_HINT} instead of 'ref'"),
+                ));
+            }
+            handler
+                .get("component")
+                .and_then(non_empty_str)
+                .map(str::trim)
+                .ok_or_else(|| {
+                    ConfigError::at(handler, path, "'component' must be a non-empty string")
+                })
+        }
+        _ => Err(ConfigError::at(handler, path, COMPONENT_HINT)),
+    }
+}
+
+/// Builds every task.
+pub fn build_tasks(
+    root: &Node,
+    ctx: &BuildContext<'_>,
+    resources: &BTreeMap<String, ResourceEntry<'_>>,
+    sources: &BTreeMap<String, ExecutionSourceConfig>,
+) -> Result<Vec<TaskConfig>, ConfigError> {
+    let Some(tasks) = root.get_set("tasks") else {
+        return Ok(Vec::new());
+    };
+    let Some(items) = tasks.items() else {
+        return Err(ConfigError::bare(tasks, "tasks must be a list"));
+    };
+    let mut out: Vec<TaskConfig> = Vec::new();
+    for (i, node) in items.iter().enumerate() {
+        let path = index("tasks", i);
+        let task = build_task(node, &path, ctx, resources, sources)?;
+        if out.iter().any(|t| t.name == task.name) {
+            let at = node.get("name").unwrap_or(node);
+            return Err(ConfigError::at(
+                at,
+                &path,
+                format!("duplicate task name '{}'", task.name),
+            ));
+        }
+        out.push(task);
+    }
+    Ok(out)
+}
+
+fn build_task(
+    node: &Node,
+    path: &str,
+    ctx: &BuildContext<'_>,
+    resources: &BTreeMap<String, ResourceEntry<'_>>,
+    sources: &BTreeMap<String, ExecutionSourceConfig>,
+) -> Result<TaskConfig, ConfigError> {
+    if !node.is_map() {
+        return Err(ConfigError::bare(node, format!("{path} must be a mapping")));
+    }
+    for key in ["emit", "dead_letter", "hooks"] {
+        if let Some(n) = node.get_set(key)
+            && !matches!(&n.value, Value::Seq(v) if v.is_empty())
+            && !matches!(&n.value, Value::Map(v) if v.is_empty())
+        {
+            return Err(ConfigError::at(
+                n,
+                path,
+                format!("'{key}' is not supported by this build"),
+            ));
+        }
+    }
+    let Some(handler_node) = node.get_set("handler") else {
+        return Err(ConfigError::bare(
+            node,
+            format!("{path} must define either 'handler' or 'emit'"),
+        ));
+    };
+    let hpath = join(path, "handler");
+    let component = check_handler_shape(handler_node, &hpath)?;
+    let component_path = resolve_path(ctx.base_dir, component);
+    if ctx.check_files && !component_path.is_file() {
+        let at = handler_node.get("component").unwrap_or(handler_node);
+        return Err(ConfigError::at(
+            at,
+            &join(&hpath, "component"),
+            format!("file not found: {}", component_path.display()),
+        ));
+    }
+    let handler = HandlerConfig {
+        params: json_map(handler_node, "params", &hpath)?,
+        component: component_path,
+    };
+
+    let name = match node.get_set("name") {
+        None => default_name(&handler.component),
+        Some(n) => match n.as_str().map(str::trim) {
+            Some(s) if !s.is_empty() && s.chars().count() <= MAX_NAME_CHARS => s.to_owned(),
+            _ => {
+                return Err(ConfigError::at(
+                    n,
+                    path,
+                    "name must be a non-empty string <= 255 characters",
+                ));
+            }
+        },
+    };
+
+    let Some(source_node) = node.get("source").filter(|n| non_empty_str(n).is_some()) else {
+        return Err(ConfigError::at(
+            node,
+            path,
+            "'source' must be a non-empty string",
+        ));
+    };
+    let source = source_node.as_str().unwrap_or("").trim().to_owned();
+    match resources.get(&source) {
+        None => {
+            return Err(ConfigError::at(
+                source_node,
+                path,
+                format!("unknown resource '{source}'"),
+            ));
+        }
+        Some(r) if r.kind != ResourceKind::MysqlSource => {
+            return Err(ConfigError::at(
+                source_node,
+                path,
+                format!("resource '{source}' cannot be used as a source"),
+            ));
+        }
+        Some(_) => {}
+    }
+    if let Some(s) = sources.get(&source)
+        && s.task_name != name
+    {
+        return Err(ConfigError::at(
+            source_node,
+            path,
+            format!(
+                "{} is configured for task '{}', not '{name}'",
+                s.source_name(),
+                s.task_name
+            ),
+        ));
+    }
+
+    let concurrency = match node.get_set("concurrency") {
+        None => 1,
+        Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
+            Some(c) if c >= 1 => c,
+            _ => return Err(ConfigError::at(n, path, "concurrency must be >= 1")),
+        },
+    };
+    let timeout_s = match node.get_set("timeout_s") {
+        None => None,
+        Some(n) => match number(n) {
+            Some(t) if t > 0.0 && t.is_finite() => Some(t),
+            _ => return Err(ConfigError::at(n, path, "timeout_s must be > 0")),
+        },
+    };
+    let description = match node.get_set("description") {
+        None => None,
+        Some(n) => Some(
+            n.as_str()
+                .ok_or_else(|| ConfigError::at(n, path, "description must be a string"))?
+                .to_owned(),
+        ),
+    };
+    let retry = super::retry::parse_retry(node.get_set("retry"), &join(path, "retry"))?;
+    let sandbox = match node.get_set("sandbox") {
+        None => SandboxConfig::default(),
+        Some(n) => build_sandbox(n, &join(path, "sandbox"), ctx)?,
+    };
+    Ok(TaskConfig {
+        name,
+        description,
+        source,
+        handler,
+        sandbox,
+        concurrency,
+        retry,
+        timeout_s,
+        config: json_map(node, "config", path)?,
+        metadata: json_map(node, "metadata", path)?,
+    })
+}
+
+/// The default task name: the component file's stem (`summarize.wasm` → `summarize`).
+fn default_name(component: &Path) -> String {
+    component
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn build_sandbox(
+    node: &Node,
+    path: &str,
+    ctx: &BuildContext<'_>,
+) -> Result<SandboxConfig, ConfigError> {
+    if !node.is_map() {
+        return Err(ConfigError::at(node, path, "sandbox must be a mapping"));
+    }
+    let int_at_least = |key: &str, min: u64, default: u64, msg: &str| -> Result<u64, ConfigError> {
+        match node.get_set(key) {
+            None => Ok(default),
+            Some(n) => match integer(n).and_then(|i| u64::try_from(i).ok()) {
+                Some(v) if v >= min => Ok(v),
+                _ => Err(ConfigError::at(n, path, msg)),
+            },
+        }
+    };
+    let memory_limit_bytes = int_at_least(
+        "memory_limit_bytes",
+        MIN_MEMORY_LIMIT_BYTES,
+        DEFAULT_MEMORY_LIMIT_BYTES,
+        "memory_limit_bytes must be an integer >= 1048576 (1 MiB)",
+    )?;
+    let output_limit_bytes = int_at_least(
+        "output_limit_bytes",
+        1,
+        DEFAULT_OUTPUT_LIMIT_BYTES,
+        "output_limit_bytes must be an integer >= 1",
+    )?;
+    let fuel = match node.get_set("fuel") {
+        None => None,
+        Some(_) => Some(int_at_least(
+            "fuel",
+            1,
+            1,
+            "fuel must be null (unlimited) or an integer >= 1",
+        )?),
+    };
+
+    let mut preopens = Vec::new();
+    if let Some(list) = node.get_set("preopens") {
+        let Some(items) = list.items() else {
+            return Err(ConfigError::at(list, path, "preopens must be a list"));
+        };
+        let mut guests = BTreeSet::new();
+        for (i, item) in items.iter().enumerate() {
+            let ppath = index(&join(path, "preopens"), i);
+            let p = build_preopen(item, &ppath, ctx)?;
+            if !guests.insert(p.guest.clone()) {
+                return Err(ConfigError::at(
+                    item,
+                    &ppath,
+                    format!("duplicate guest path '{}'", p.guest),
+                ));
+            }
+            preopens.push(p);
+        }
+    }
+
+    let mut env = Vec::new();
+    if let Some(list) = node.get_set("env") {
+        let Some(items) = list.items() else {
+            return Err(ConfigError::at(
+                list,
+                path,
+                "env must be a list of variable names",
+            ));
+        };
+        for (i, item) in items.iter().enumerate() {
+            match item.as_str().map(str::trim) {
+                Some(s) if is_env_name(s) => env.push(s.to_owned()),
+                _ => {
+                    return Err(ConfigError::at(
+                        item,
+                        path,
+                        format!(
+                            "env[{i}] must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+
+    let mut env_values = BTreeMap::new();
+    if let Some(map) = node.get_set("env_values") {
+        let Some(entries) = map.entries() else {
+            return Err(ConfigError::at(map, path, "env_values must be a mapping"));
+        };
+        for (k, v) in entries {
+            if !is_env_name(k) {
+                return Err(ConfigError::at(
+                    v,
+                    path,
+                    format!("env_values key '{k}' must be an environment variable name"),
+                ));
+            }
+            let value = match &v.value {
+                Value::Str(s) => s.clone(),
+                Value::Int(_) | Value::Float(_) | Value::Bool(_) => crate::fields::scalar_text(v),
+                _ => {
+                    return Err(ConfigError::at(
+                        v,
+                        path,
+                        format!("env_values.{k} must be a string"),
+                    ));
+                }
+            };
+            env_values.insert(k.clone(), value);
+        }
+    }
+
+    Ok(SandboxConfig {
+        memory_limit_bytes,
+        fuel,
+        preopens,
+        env,
+        env_values,
+        output_limit_bytes,
+    })
+}
+
+fn build_preopen(node: &Node, path: &str, ctx: &BuildContext<'_>) -> Result<Preopen, ConfigError> {
+    if !node.is_map() {
+        return Err(ConfigError::bare(node, format!("{path} must be a mapping")));
+    }
+    let Some(host) = node.get("host").and_then(non_empty_str) else {
+        return Err(ConfigError::at(
+            node,
+            path,
+            "'host' must be a non-empty string",
+        ));
+    };
+    let Some(guest_node) = node.get("guest").filter(|n| non_empty_str(n).is_some()) else {
+        return Err(ConfigError::at(
+            node,
+            path,
+            "'guest' must be a non-empty string",
+        ));
+    };
+    let guest = guest_node.as_str().unwrap_or("").trim();
+    if !guest.starts_with('/') || guest.split('/').any(|c| c == "..") {
+        return Err(ConfigError::at(
+            guest_node,
+            path,
+            format!("guest path '{guest}' must be absolute and must not contain '..'"),
+        ));
+    }
+    let guest = if guest.len() > 1 {
+        guest.trim_end_matches('/')
+    } else {
+        guest
+    };
+    let mode = match node.get_set("mode") {
+        None => PreopenMode::Ro,
+        Some(n) => match n.as_str().map(str::trim) {
+            Some("ro") => PreopenMode::Ro,
+            Some("rw") => PreopenMode::Rw,
+            _ => return Err(ConfigError::at(n, path, "mode must be 'ro' or 'rw'")),
+        },
+    };
+    let host_path = resolve_path(ctx.base_dir, host.trim());
+    if ctx.check_files {
+        let at = node.get("host").unwrap_or(node);
+        let hpath = join(path, "host");
+        if !host_path.exists() {
+            return Err(ConfigError::at(
+                at,
+                &hpath,
+                format!("directory not found: {}", host_path.display()),
+            ));
+        }
+        if !host_path.is_dir() {
+            return Err(ConfigError::at(
+                at,
+                &hpath,
+                format!("not a directory: {}", host_path.display()),
+            ));
+        }
+    }
+    Ok(Preopen {
+        host: host_path,
+        guest: guest.to_owned(),
+        mode,
+    })
+}

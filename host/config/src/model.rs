@@ -1,0 +1,370 @@
+//! Typed, validated settings produced by [`load`](crate::load). Durations are `f64` seconds
+//! (`_s`), sizes are bytes (`_bytes`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use onestep_core::Limits;
+use onestep_core::retry::RetryPolicy;
+use serde::Serialize;
+
+use crate::env::EnvLookup;
+
+/// A free-form JSON mapping (`config`, `metadata`, handler `params`).
+pub type JsonMap = serde_json::Map<String, serde_json::Value>;
+
+/// A secret string (a DSN, an API token). `Debug`, `Display` and `Serialize` print `<redacted>`;
+/// use [`Secret::expose`] to read it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret value. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+/// The whole loaded application (spec §10.3).
+#[derive(Debug, Clone, Serialize)]
+pub struct AppConfig {
+    /// Absolute path of the YAML file.
+    pub source_path: PathBuf,
+    /// Directory of the YAML file; relative paths in the file are resolved against it.
+    pub base_dir: PathBuf,
+    /// `app.name` (or legacy top-level `name`).
+    pub name: String,
+    /// `app.shutdown_timeout_s` in seconds (default 30.0; `None` when set to `null`).
+    pub shutdown_timeout_s: Option<f64>,
+    /// `app.config`: a free mapping.
+    pub config: JsonMap,
+    /// `app.logging`.
+    pub logging: LoggingConfig,
+    /// `mysql` connector resources by name.
+    pub connectors: BTreeMap<String, MysqlConnectorConfig>,
+    /// `mysql_execution_source` resources by name.
+    pub sources: BTreeMap<String, ExecutionSourceConfig>,
+    /// Tasks in file order.
+    pub tasks: Vec<TaskConfig>,
+    /// The `api:` section (for `onestep serve`), if present.
+    pub api: Option<ApiConfig>,
+    /// The dotenv file that was loaded, if any.
+    pub env_file: Option<PathBuf>,
+    /// Non-fatal problems (skipped dotenv lines).
+    pub warnings: Vec<String>,
+    /// The environment used for interpolation (explicit > process > dotenv); the worker resolves
+    /// sandbox `env` names and the API resolves `tokens_env` through it.
+    #[serde(skip)]
+    pub env: EnvLookup,
+}
+
+impl AppConfig {
+    /// The task named `name`.
+    pub fn task(&self, name: &str) -> Option<&TaskConfig> {
+        self.tasks.iter().find(|t| t.name == name)
+    }
+}
+
+/// Log level names accepted in `app.logging.level` (case-insensitive; `WARN` = `WARNING`,
+/// `FATAL` = `CRITICAL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum LogLevel {
+    /// `DEBUG`.
+    Debug,
+    /// `INFO` (default).
+    Info,
+    /// `WARNING`.
+    Warning,
+    /// `ERROR`.
+    Error,
+    /// `CRITICAL`.
+    Critical,
+}
+
+impl LogLevel {
+    /// Parses a level name; `None` when unknown.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "DEBUG" => Some(LogLevel::Debug),
+            "INFO" => Some(LogLevel::Info),
+            "WARNING" | "WARN" => Some(LogLevel::Warning),
+            "ERROR" => Some(LogLevel::Error),
+            "CRITICAL" | "FATAL" => Some(LogLevel::Critical),
+            _ => None,
+        }
+    }
+
+    /// The upper-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "DEBUG",
+            LogLevel::Info => "INFO",
+            LogLevel::Warning => "WARNING",
+            LogLevel::Error => "ERROR",
+            LogLevel::Critical => "CRITICAL",
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (default).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `app.logging`. `level`/`format` are `None` when the file does not set them (the CLI then
+/// uses its flags or `INFO`/`text`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct LoggingConfig {
+    /// Configured level.
+    pub level: Option<LogLevel>,
+    /// Configured format.
+    pub format: Option<LogFormat>,
+}
+
+/// A `mysql` connector resource (spec §10.4).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MysqlConnectorConfig {
+    /// Resource name.
+    pub name: String,
+    /// Connection URL (`mysql://user:pass@host:port/db`); secret.
+    pub dsn: Secret,
+    /// Pool options.
+    pub engine_options: EngineOptions,
+}
+
+/// `engine_options` of a `mysql` connector: pool bounds passed to the connection pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct EngineOptions {
+    /// Upper bound of pooled connections (≥ 1); `None` = the pool's default.
+    pub max_connections: Option<u32>,
+    /// Connections kept open when idle (≥ 0, ≤ `max_connections`); `None` = pool default.
+    pub min_connections: Option<u32>,
+}
+
+/// A `mysql_execution_source` resource (spec §9.1, §10.4), fully defaulted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecutionSourceConfig {
+    /// Resource name.
+    pub name: String,
+    /// Name of the `mysql` connector resource it uses.
+    pub connector: String,
+    /// Trimmed namespace (1–255 characters).
+    pub namespace: String,
+    /// The one task name this source serves (`task_names: [..]` with exactly one entry).
+    pub task_name: String,
+    /// Executions table (default `onestep_executions`).
+    pub table: String,
+    /// Attempts table (default `onestep_execution_attempts`).
+    pub attempts_table: String,
+    /// Maximum executions claimed per poll (default 100).
+    pub batch_size: u32,
+    /// Seconds between polls when idle (default 1.0).
+    pub poll_interval_s: f64,
+    /// Lease length in seconds (default 90.0).
+    pub lease_duration_s: f64,
+    /// Seconds between heartbeats (default 30.0; ≤ `lease_duration_s / 3`).
+    pub heartbeat_interval_s: f64,
+    /// Worker identity recorded on attempts (default `onestep-worker`).
+    pub worker_id: String,
+    /// Create missing tables when the source opens (default true).
+    pub auto_create: bool,
+    /// Value size limits in bytes (defaults 1 MiB / 64 KiB / 1 MiB).
+    #[serde(serialize_with = "crate::summary::serialize_limits")]
+    pub limits: Limits,
+    /// Per-claim cap of each maintenance step (default 100).
+    pub reclaim_batch_size: u32,
+}
+
+impl ExecutionSourceConfig {
+    /// The runtime source name used in logs and errors: `mysql.execution:<namespace>`.
+    pub fn source_name(&self) -> String {
+        format!("mysql.execution:{}", self.namespace)
+    }
+}
+
+/// One task (spec §10.3, adapted: handlers are WebAssembly components).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskConfig {
+    /// Task name (defaults to the component file's stem).
+    pub name: String,
+    /// Free text.
+    pub description: Option<String>,
+    /// Name of the `mysql_execution_source` resource feeding this task.
+    pub source: String,
+    /// The component and its params.
+    pub handler: HandlerConfig,
+    /// Sandbox limits and capabilities.
+    pub sandbox: SandboxConfig,
+    /// Concurrent executions per worker process (≥ 1, default 1).
+    pub concurrency: u32,
+    /// Retry policy (default `NoRetry`).
+    #[serde(serialize_with = "crate::summary::serialize_retry")]
+    pub retry: RetryPolicy,
+    /// Handler time limit in seconds (> 0), `None` = unlimited.
+    pub timeout_s: Option<f64>,
+    /// Free mapping exposed to the handler.
+    pub config: JsonMap,
+    /// Task metadata (not execution metadata).
+    pub metadata: JsonMap,
+}
+
+/// `handler: {component: PATH, params: {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HandlerConfig {
+    /// Absolute, lexically normalised path of the `.wasm` component.
+    pub component: PathBuf,
+    /// Free mapping passed to the handler.
+    pub params: JsonMap,
+}
+
+/// Default sandbox memory limit: 64 MiB.
+pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
+/// Smallest accepted memory limit: 1 MiB.
+pub const MIN_MEMORY_LIMIT_BYTES: u64 = 1024 * 1024;
+/// Default bound on captured stdout/stderr: 64 KiB.
+pub const DEFAULT_OUTPUT_LIMIT_BYTES: u64 = 65_536;
+
+/// `sandbox:` — what one handler instance may use. Nothing is inherited implicitly.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SandboxConfig {
+    /// Linear-memory limit per instance in bytes (default 64 MiB, ≥ 1 MiB).
+    pub memory_limit_bytes: u64,
+    /// Fuel (instruction budget) per call; `None` = unlimited.
+    pub fuel: Option<u64>,
+    /// Host directories visible to the guest.
+    pub preopens: Vec<Preopen>,
+    /// Names of host environment variables passed through (values read by the worker).
+    pub env: Vec<String>,
+    /// Explicit environment variables for the guest.
+    pub env_values: BTreeMap<String, String>,
+    /// Bound on captured stdout and stderr, each, in bytes (default 64 KiB).
+    pub output_limit_bytes: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
+            fuel: None,
+            preopens: Vec::new(),
+            env: Vec::new(),
+            env_values: BTreeMap::new(),
+            output_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// The guest environment: each `env` name that is set in `env`, then `env_values` (which win).
+    pub fn guest_env(&self, env: &EnvLookup) -> BTreeMap<String, String> {
+        let mut out: BTreeMap<String, String> = self
+            .env
+            .iter()
+            .filter_map(|n| env.get(n).map(|v| (n.clone(), v)))
+            .collect();
+        out.extend(self.env_values.clone());
+        out
+    }
+}
+
+/// A preopened directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Preopen {
+    /// Absolute host directory.
+    pub host: PathBuf,
+    /// Absolute guest path.
+    pub guest: String,
+    /// Access mode.
+    pub mode: PreopenMode,
+}
+
+/// Access mode of a preopen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreopenMode {
+    /// Read-only (default).
+    Ro,
+    /// Read-write.
+    Rw,
+}
+
+/// The `api:` section (for `onestep serve`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApiConfig {
+    /// Listen address (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// Name of the `mysql` connector resource.
+    pub connector: String,
+    /// Executions table (default `onestep_executions`).
+    pub table: String,
+    /// Attempts table (default `onestep_execution_attempts`).
+    pub attempts_table: String,
+    /// Create missing tables at startup (default false).
+    pub auto_create: bool,
+    /// How requests are authenticated and mapped to a namespace.
+    pub auth: ApiAuth,
+    /// Task names clients may submit; empty = any.
+    pub allowed_tasks: Vec<String>,
+    /// Largest accepted request body in bytes (default 2 MiB).
+    pub max_body_bytes: u64,
+    /// Value size limits in bytes.
+    #[serde(serialize_with = "crate::summary::serialize_limits")]
+    pub limits: Limits,
+}
+
+/// Default API listen address.
+pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8080";
+/// Default API request body limit: 2 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 2 * 1024 * 1024;
+
+/// API authentication.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiAuth {
+    /// No tokens: every request uses this namespace.
+    Namespace(String),
+    /// Bearer tokens from a file of `token namespace` lines (absolute path).
+    TokensFile(PathBuf),
+    /// Bearer tokens from an environment variable holding `token=namespace,token=namespace`.
+    TokensEnv(String),
+}
+
+/// One API bearer token and the namespace it grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApiToken {
+    /// The bearer token (secret).
+    pub token: Secret,
+    /// The namespace (trimmed, 1–255 characters).
+    pub namespace: String,
+}

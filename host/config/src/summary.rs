@@ -1,0 +1,291 @@
+//! The `onestep check` summary (spec §11.1, adapted): text lines and a JSON document.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use onestep_core::retry::{Jitter, RetryPolicy};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::model::{ApiAuth, ApiConfig, AppConfig, JsonMap, PreopenMode, SandboxConfig};
+
+/// One resource in the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResourceSummary {
+    /// The resource key in the YAML.
+    pub key: String,
+    /// The runtime name (`mysql.execution:<ns>` for sources, the key for connectors).
+    pub name: String,
+    /// `MySQLConnector` or `MySQLExecutionSource`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// A task's source reference.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceRef {
+    /// Resource key.
+    pub name: String,
+    /// Resource type.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// One task in the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskSummary {
+    /// Task name.
+    pub name: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Absolute component path.
+    pub handler_component: PathBuf,
+    /// Handler params.
+    pub handler_params: JsonMap,
+    /// Source.
+    pub source: SourceRef,
+    /// Concurrency.
+    pub concurrency: u32,
+    /// Timeout in seconds.
+    pub timeout_s: Option<f64>,
+    /// Retry policy as JSON (`{"type": ..., ...}`).
+    pub retry: serde_json::Value,
+    /// Sandbox settings.
+    pub sandbox: SandboxConfig,
+    /// Task config.
+    pub config: JsonMap,
+    /// Task metadata.
+    pub metadata: JsonMap,
+}
+
+/// The JSON summary printed by `onestep check --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Absolute YAML path.
+    pub target: PathBuf,
+    /// App name.
+    pub name: String,
+    /// Shutdown timeout in seconds.
+    pub shutdown_timeout_s: Option<f64>,
+    /// Resources sorted by key.
+    pub resources: Vec<ResourceSummary>,
+    /// Tasks in file order.
+    pub tasks: Vec<TaskSummary>,
+    /// The API section.
+    pub api: Option<ApiConfig>,
+}
+
+/// The retry policy as JSON, with the YAML's field names.
+pub fn retry_json(p: &RetryPolicy) -> serde_json::Value {
+    match p {
+        RetryPolicy::NoRetry => json!({"type": "no_retry"}),
+        RetryPolicy::MaxAttempts {
+            max_attempts,
+            delay_s,
+        } => json!({"type": "max_attempts", "max_attempts": max_attempts, "delay_s": delay_s}),
+        RetryPolicy::ExponentialBackoff {
+            max_attempts,
+            min_delay_s,
+            max_delay_s,
+            multiplier,
+            jitter,
+        } => json!({
+            "type": "exponential_backoff",
+            "max_attempts": max_attempts,
+            "min_delay_s": min_delay_s,
+            "max_delay_s": max_delay_s,
+            "multiplier": multiplier,
+            "jitter": match jitter {
+                Jitter::None => "none",
+                Jitter::Full => "full",
+                Jitter::Equal => "equal",
+            },
+        }),
+        RetryPolicy::ByFailureKind {
+            default,
+            error,
+            timeout,
+            cancelled,
+        } => {
+            let sub = |s: &Option<Box<RetryPolicy>>| s.as_deref().map(retry_json);
+            json!({
+                "type": "by_failure_kind",
+                "default": sub(default),
+                "error": sub(error),
+                "timeout": sub(timeout),
+                "cancelled": sub(cancelled),
+            })
+        }
+    }
+}
+
+/// `serialize_with` helper for [`RetryPolicy`] fields.
+pub fn serialize_retry<S: serde::Serializer>(p: &RetryPolicy, s: S) -> Result<S::Ok, S::Error> {
+    retry_json(p).serialize(s)
+}
+
+/// `serialize_with` helper for [`Limits`](onestep_core::Limits) fields.
+pub fn serialize_limits<S: serde::Serializer>(
+    l: &onestep_core::Limits,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    json!({
+        "max_payload_bytes": l.max_payload_bytes,
+        "max_metadata_bytes": l.max_metadata_bytes,
+        "max_result_bytes": l.max_result_bytes,
+    })
+    .serialize(s)
+}
+
+impl AppConfig {
+    /// Resources sorted by key.
+    pub fn resource_summaries(&self) -> Vec<ResourceSummary> {
+        let mut out: Vec<ResourceSummary> = self
+            .connectors
+            .keys()
+            .map(|k| ResourceSummary {
+                key: k.clone(),
+                name: k.clone(),
+                kind: "MySQLConnector".to_owned(),
+            })
+            .chain(self.sources.iter().map(|(k, s)| ResourceSummary {
+                key: k.clone(),
+                name: s.source_name(),
+                kind: "MySQLExecutionSource".to_owned(),
+            }))
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    /// The JSON summary (`onestep check --json`).
+    pub fn json_summary(&self) -> Summary {
+        Summary {
+            target: self.source_path.clone(),
+            name: self.name.clone(),
+            shutdown_timeout_s: self.shutdown_timeout_s,
+            resources: self.resource_summaries(),
+            tasks: self
+                .tasks
+                .iter()
+                .map(|t| TaskSummary {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    handler_component: t.handler.component.clone(),
+                    handler_params: t.handler.params.clone(),
+                    source: SourceRef {
+                        name: t.source.clone(),
+                        kind: "MySQLExecutionSource".to_owned(),
+                    },
+                    concurrency: t.concurrency,
+                    timeout_s: t.timeout_s,
+                    retry: retry_json(&t.retry),
+                    sandbox: t.sandbox.clone(),
+                    config: t.config.clone(),
+                    metadata: t.metadata.clone(),
+                })
+                .collect(),
+            api: self.api.clone(),
+        }
+    }
+
+    /// The text summary (`onestep check`), one line per item, ending with a newline.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "Target: {}", self.source_path.display());
+        let _ = writeln!(out, "App: {}", self.name);
+        let _ = writeln!(
+            out,
+            "Shutdown timeout: {}",
+            self.shutdown_timeout_s
+                .map(|s| format!("{s:.2}s"))
+                .unwrap_or_else(|| "-".to_owned())
+        );
+        let resources = self.resource_summaries();
+        let list: Vec<String> = resources
+            .iter()
+            .map(|r| format!("{}<{}>", r.key, r.kind))
+            .collect();
+        let _ = writeln!(out, "Resources: {} ({})", resources.len(), list.join(", "));
+        let _ = writeln!(out, "Tasks: {}", self.tasks.len());
+        for t in &self.tasks {
+            let timeout = t
+                .timeout_s
+                .map(|s| format!("{s:.2}s"))
+                .unwrap_or_else(|| "-".to_owned());
+            let _ = write!(
+                out,
+                "- {} source={}<MySQLExecutionSource> concurrency={} timeout={} retry={}",
+                t.name,
+                t.source,
+                t.concurrency,
+                timeout,
+                t.retry.name()
+            );
+            if let Some(d) = &t.description {
+                let _ = write!(out, " description={d}");
+            }
+            out.push('\n');
+            let _ = writeln!(
+                out,
+                "  handler={} {}",
+                t.handler.component.display(),
+                sandbox_text(&t.sandbox)
+            );
+            let keys = |m: &JsonMap| m.keys().cloned().collect::<Vec<_>>().join(",");
+            if !t.handler.params.is_empty() || !t.config.is_empty() || !t.metadata.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  params=[{}] config=[{}] metadata=[{}]",
+                    keys(&t.handler.params),
+                    keys(&t.config),
+                    keys(&t.metadata)
+                );
+            }
+        }
+        if let Some(api) = &self.api {
+            let auth = match &api.auth {
+                ApiAuth::Namespace(ns) => format!("namespace={ns}"),
+                ApiAuth::TokensFile(p) => format!("tokens_file={}", p.display()),
+                ApiAuth::TokensEnv(v) => format!("tokens_env={v}"),
+            };
+            let tasks = if api.allowed_tasks.is_empty() {
+                "*".to_owned()
+            } else {
+                api.allowed_tasks.join(",")
+            };
+            let _ = writeln!(
+                out,
+                "API: listen={} connector={} tables={}/{} {auth} allowed_tasks={tasks}",
+                api.listen, api.connector, api.table, api.attempts_table
+            );
+        }
+        out
+    }
+}
+
+fn sandbox_text(s: &SandboxConfig) -> String {
+    let fuel = s
+        .fuel
+        .map(|f| f.to_string())
+        .unwrap_or_else(|| "unlimited".to_owned());
+    let preopens: Vec<String> = s
+        .preopens
+        .iter()
+        .map(|p| {
+            let mode = match p.mode {
+                PreopenMode::Ro => "ro",
+                PreopenMode::Rw => "rw",
+            };
+            format!("{}={}({mode})", p.guest, p.host.display())
+        })
+        .collect();
+    let mut env: Vec<&str> = s.env.iter().map(String::as_str).collect();
+    env.extend(s.env_values.keys().map(String::as_str));
+    format!(
+        "memory={}B fuel={fuel} preopens=[{}] env=[{}]",
+        s.memory_limit_bytes,
+        preopens.join(","),
+        env.join(",")
+    )
+}
