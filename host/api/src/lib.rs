@@ -1,1 +1,90 @@
-//! onestep-api: (placeholder; being built).
+//! onestep-api: the HTTP API of tracked execution (seed §5), as an axum 0.8 [`Router`].
+//!
+//! Build an [`ApiState`] with [`ApiState::new`] from any [`ExecutionStore`] (the MySQL backend in
+//! production), a [`Readiness`] probe and [`ApiSettings`], then call [`router`]. Endpoints:
+//!
+//! | Method & path | Success | Errors |
+//! |---|---|---|
+//! | `POST /v1/executions` (header `Idempotency-Key`) | 202 execution | 409 conflict, 413, 415, 422 |
+//! | `GET /v1/executions?task_name&status&limit&cursor` | 200 page | 422 |
+//! | `GET /v1/executions/{id}` | 200 execution | 404, 422 |
+//! | `POST /v1/executions/{id}/cancel` | 200 execution | 404, 422 |
+//! | `GET /v1/executions/{id}/result` | 200 `{result}` | 404, 409 not ready / cancelled, 410 expired, 422 failed |
+//! | `GET /healthz`, `GET /readyz` | 200 | 503 (readyz) |
+//! | `GET /openapi.json` | 200 OpenAPI 3.1 document | |
+//!
+//! Every error is JSON `{"code", "message"}` ([`ErrorBody`]), including axum's own rejections.
+//! With tokens configured ([`Tenancy::Tokens`]) every `/v1` request needs
+//! `Authorization: Bearer <token>` (401 otherwise) and sees only its token's namespace; another
+//! tenant's execution is indistinguishable from a missing one (404).
+//!
+//! The crate also holds what the CLI prints ([`text`]) and the polling schedule of `wait`
+//! ([`poll`]), so that both are tested without building the CLI.
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod mysql;
+pub mod openapi;
+pub mod poll;
+pub mod routes;
+pub mod state;
+pub mod text;
+pub mod view;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::get;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use auth::{Tenancy, TokenTable};
+pub use error::{ApiError, ErrorBody};
+pub use onestep_core::ports::ExecutionStore;
+pub use state::{ApiSettings, ApiState, DEFAULT_MAX_BODY_BYTES, Readiness};
+pub use view::{ExecutionView, PageView, ResultView};
+
+/// The API's router with its state applied, ready for `axum::serve`.
+pub fn router(state: ApiState) -> Router {
+    let (router, doc) = api_router().split_for_parts();
+    let doc = openapi::finish(doc);
+    let max_body = state.max_body_bytes();
+    router
+        .route("/openapi.json", get(move || async move { axum::Json(doc) }))
+        .fallback(fallback_not_found)
+        .method_not_allowed_fallback(fallback_method)
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+/// The OpenAPI document the router serves at `/openapi.json`.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    openapi::finish(api_router().split_for_parts().1)
+}
+
+fn api_router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(openapi::base())
+        .routes(routes!(routes::submit_execution, routes::list_executions))
+        .routes(routes!(routes::get_execution))
+        .routes(routes!(routes::cancel_execution))
+        .routes(routes!(routes::get_result))
+        .routes(routes!(routes::healthz))
+        .routes(routes!(routes::readyz))
+}
+
+async fn fallback_not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        error::code::NOT_FOUND,
+        "no such route",
+    )
+}
+
+async fn fallback_method() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        error::code::METHOD_NOT_ALLOWED,
+        "method not allowed on this route",
+    )
+}

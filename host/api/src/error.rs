@@ -1,0 +1,300 @@
+//! The one error type of the API ([`ApiError`]) and its JSON body ([`ErrorBody`]).
+//!
+//! Every failure — a domain error, an axum rejection, an unknown route — leaves the server as
+//! `{"code": "...", "message": "..."}` with a stable machine `code`. Bodies and log lines never
+//! carry a DSN, SQL, a stack or other internals: backend failures are reported as
+//! `backend_unavailable`/`internal_error` with a fixed message.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use onestep_core::{ErrorObject, ExecutionError, ExecutionStatus};
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::view::ErrorObjectView;
+
+/// Stable machine codes of error bodies.
+pub mod code {
+    /// 401: no or unknown bearer token.
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// 404: unknown route, or an execution absent from the caller's namespace.
+    pub const NOT_FOUND: &str = "not_found";
+    /// 405: the route exists with another method.
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    /// 409: idempotency key reused with a different submission.
+    pub const CONFLICT: &str = "conflict";
+    /// 409: `result` of a non-terminal execution.
+    pub const NOT_READY: &str = "not_ready";
+    /// 409: `result` of a cancelled execution.
+    pub const CANCELLED: &str = "cancelled";
+    /// 410: `result` of an expired execution.
+    pub const EXPIRED: &str = "expired";
+    /// 413: request body over `max_body_bytes`.
+    pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
+    /// 415: a body with a non-JSON `Content-Type`.
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
+    /// 422: argument rule broken (field, header, path id, query parameter).
+    pub const INVALID_ARGUMENT: &str = "invalid_argument";
+    /// 422: body is not valid JSON.
+    pub const INVALID_JSON: &str = "invalid_json";
+    /// 422: body is JSON of the wrong shape (missing field, wrong type).
+    pub const INVALID_BODY: &str = "invalid_body";
+    /// 422: `task_name` not in the server's allow-list.
+    pub const TASK_NOT_ALLOWED: &str = "task_not_allowed";
+    /// 422: value not encodable or over a size limit.
+    pub const ENCODING_ERROR: &str = "encoding_error";
+    /// 422: `result` of a failed execution (the body carries the error object).
+    pub const FAILED: &str = "failed";
+    /// 503: the database is unreachable or not ready (retry later).
+    pub const BACKEND_UNAVAILABLE: &str = "backend_unavailable";
+    /// 500: anything else that is the server's fault.
+    pub const INTERNAL_ERROR: &str = "internal_error";
+}
+
+/// The JSON body of every error response.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable machine code, e.g. `not_found`, `conflict`, `invalid_argument`.
+    pub code: String,
+    /// Human-readable message (no internals).
+    pub message: String,
+    /// The execution concerned, for `result` errors and conflicts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<Uuid>,
+    /// The execution's current status, for `not_ready`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub status: Option<ExecutionStatus>,
+    /// The stored error object, for `failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorObjectView>,
+}
+
+/// An error response: status code plus [`ErrorBody`].
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    status: StatusCode,
+    body: Box<ErrorBody>,
+}
+
+impl ApiError {
+    /// An error with `status`, `code` and `message`.
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: Box::new(ErrorBody {
+                code: code.to_owned(),
+                message: message.into(),
+                execution_id: None,
+                status: None,
+                error: None,
+            }),
+        }
+    }
+
+    /// 422 `invalid_argument`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::INVALID_ARGUMENT,
+            message,
+        )
+    }
+
+    /// 404 `not_found` for an execution id.
+    pub fn not_found(id: Uuid) -> Self {
+        let mut e = Self::new(
+            StatusCode::NOT_FOUND,
+            code::NOT_FOUND,
+            format!("execution {id} was not found"),
+        );
+        e.body.execution_id = Some(id);
+        e
+    }
+
+    /// 401 `unauthorized`.
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            code::UNAUTHORIZED,
+            "a valid bearer token is required",
+        )
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The body.
+    pub fn body(&self) -> &ErrorBody {
+        &self.body
+    }
+
+    fn with_execution(mut self, id: Uuid) -> Self {
+        self.body.execution_id = Some(id);
+        self
+    }
+}
+
+impl From<ExecutionError> for ApiError {
+    fn from(err: ExecutionError) -> Self {
+        use StatusCode as S;
+        let msg = err.to_string();
+        match err {
+            ExecutionError::InvalidArgument(_) => ApiError::invalid(msg),
+            ExecutionError::Encoding(_) => {
+                ApiError::new(S::UNPROCESSABLE_ENTITY, code::ENCODING_ERROR, msg)
+            }
+            ExecutionError::NotFound { id } => ApiError::not_found(id),
+            ExecutionError::NotReady { id, status } => {
+                let mut e = ApiError::new(S::CONFLICT, code::NOT_READY, msg).with_execution(id);
+                e.body.status = Some(status);
+                e
+            }
+            ExecutionError::Failed { id, error } => {
+                let mut e =
+                    ApiError::new(S::UNPROCESSABLE_ENTITY, code::FAILED, msg).with_execution(id);
+                e.body.status = Some(ExecutionStatus::Failed);
+                e.body.error = error.as_deref().map(ErrorObjectView::from);
+                e
+            }
+            ExecutionError::Cancelled { id } => {
+                ApiError::new(S::CONFLICT, code::CANCELLED, msg).with_execution(id)
+            }
+            ExecutionError::Expired { id } => {
+                ApiError::new(S::GONE, code::EXPIRED, msg).with_execution(id)
+            }
+            ExecutionError::Conflict { existing_id } => {
+                ApiError::new(S::CONFLICT, code::CONFLICT, msg).with_execution(existing_id)
+            }
+            ExecutionError::Backend(b) => {
+                // The backend's message is already redacted; it goes to the log, never the body.
+                tracing::warn!(
+                    backend = b.backend,
+                    operation = b.operation,
+                    kind = b.kind.as_str(),
+                    message = %b.message,
+                    "storage operation failed"
+                );
+                if b.kind.is_retryable() {
+                    ApiError::new(
+                        S::SERVICE_UNAVAILABLE,
+                        code::BACKEND_UNAVAILABLE,
+                        "the execution store is temporarily unavailable; retry later",
+                    )
+                } else {
+                    internal()
+                }
+            }
+            ExecutionError::StaleLease(_) => internal(),
+        }
+    }
+}
+
+fn internal() -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        code::INTERNAL_ERROR,
+        "internal server error",
+    )
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let unauthorized = self.status == StatusCode::UNAUTHORIZED;
+        let mut resp = (self.status, Json(*self.body)).into_response();
+        if unauthorized {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.body.code,
+            self.body.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// Maps an error object for bodies (re-exported for the `failed` result error).
+impl From<&ErrorObject> for ErrorObjectView {
+    fn from(e: &ErrorObject) -> Self {
+        ErrorObjectView {
+            kind: e.kind.clone(),
+            exception_type: e.exception_type.clone(),
+            stage: e.stage.clone(),
+            backend: e.backend.clone(),
+            operation: e.operation.clone(),
+            connector_kind: e.connector_kind.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use onestep_core::{BackendError, ConnectorKind};
+
+    #[test]
+    fn maps_domain_errors_to_the_seed_statuses() {
+        let id = Uuid::new_v4();
+        let cases: Vec<(ExecutionError, u16, &str)> = vec![
+            (ExecutionError::invalid("x"), 422, "invalid_argument"),
+            (ExecutionError::Encoding("x".into()), 422, "encoding_error"),
+            (ExecutionError::NotFound { id }, 404, "not_found"),
+            (
+                ExecutionError::NotReady {
+                    id,
+                    status: ExecutionStatus::Queued,
+                },
+                409,
+                "not_ready",
+            ),
+            (ExecutionError::Failed { id, error: None }, 422, "failed"),
+            (ExecutionError::Cancelled { id }, 409, "cancelled"),
+            (ExecutionError::Expired { id }, 410, "expired"),
+            (
+                ExecutionError::Conflict { existing_id: id },
+                409,
+                "conflict",
+            ),
+        ];
+        for (err, status, c) in cases {
+            let api = ApiError::from(err);
+            assert_eq!(api.status().as_u16(), status, "{c}");
+            assert_eq!(api.body().code, c);
+        }
+    }
+
+    #[test]
+    fn backend_errors_hide_their_message() {
+        let secret = "mysql://root:hunter2@db/x";
+        for (kind, status) in [
+            (ConnectorKind::Disconnected, 503),
+            (ConnectorKind::Permanent, 500),
+        ] {
+            let api = ApiError::from(ExecutionError::Backend(BackendError {
+                backend: "mysql",
+                operation: "submit",
+                kind,
+                message: secret.into(),
+            }));
+            assert_eq!(api.status().as_u16(), status);
+            let text = serde_json::to_string(api.body()).unwrap();
+            assert!(!text.contains("hunter2"), "{text}");
+        }
+    }
+}

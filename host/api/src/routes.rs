@@ -1,0 +1,325 @@
+//! The endpoints (seed §5) with their OpenAPI annotations.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, FixedOffset, NaiveDateTime};
+use onestep_core::cursor::Cursor;
+use onestep_core::request::{ListQuery, SubmitRequest};
+use onestep_core::{ExecutionError, ExecutionStatus};
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, ErrorBody, code};
+use crate::extract::{ExecutionId, IdempotencyKey, JsonBody, Tenant};
+use crate::state::ApiState;
+use crate::view::{ExecutionView, HealthView, PageView, ResultView};
+
+/// Body of `POST /v1/executions`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct SubmitBody {
+    /// Task to run; must be in the server's allow-list.
+    #[schema(example = "run_agent")]
+    pub task_name: String,
+    /// Any JSON value handed to the handler.
+    #[schema(value_type = Object)]
+    pub payload: Value,
+    /// Optional JSON object (default `{}`); the key `onestep.execution` is reserved.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    /// Seconds to wait before the first claim (finite, ≥ 0).
+    #[serde(default)]
+    pub delay_s: Option<f64>,
+    /// Latest claim instant, ISO 8601 **with** an offset (`2026-08-10T12:00:00+08:00`).
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+/// Body of `POST /v1/executions/{id}/cancel` (may be empty).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct CancelBody {
+    /// Optional reason, at most 500 characters (trimmed; stored, never shown).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Query of `GET /v1/executions`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Only this task.
+    pub task_name: Option<String>,
+    /// Only this status (`queued`, `running`, `retrying`, `succeeded`, `failed`,
+    /// `cancel_requested`, `cancelled`, `expired`).
+    pub status: Option<String>,
+    /// Page size, 1..=200 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
+    pub limit: Option<String>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// Parses `expires_at`: ISO 8601 with an offset; a naive datetime is rejected (seed §5.2).
+pub fn parse_expires_at(text: &str) -> Result<DateTime<FixedOffset>, ApiError> {
+    let t = text.trim();
+    if let Ok(dt) = DateTime::parse_from_rfc3339(t) {
+        return Ok(dt);
+    }
+    for fmt in ["%Y-%m-%dT%H:%M:%S%.f%z", "%Y-%m-%d %H:%M:%S%.f%z"] {
+        if let Ok(dt) = DateTime::parse_from_str(t, fmt) {
+            return Ok(dt);
+        }
+    }
+    let naive = [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+    ]
+    .iter()
+    .any(|fmt| NaiveDateTime::parse_from_str(t, fmt).is_ok());
+    Err(ApiError::invalid(if naive {
+        "expires_at must include a timezone"
+    } else {
+        "expires_at must be an ISO 8601 datetime with a timezone"
+    }))
+}
+
+/// Submit an execution. Repeating the same key with the same body returns the same execution.
+#[utoipa::path(
+    post, path = "/v1/executions", tag = "executions",
+    params(("Idempotency-Key" = String, Header, description = "1–255 characters; reuse it when retrying")),
+    request_body = SubmitBody,
+    responses(
+        (status = 202, description = "Accepted (new or replayed)", body = ExecutionView),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 409, description = "Key already used with a different submission", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 422, description = "Validation, encoding or task not allowed", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submit_execution(
+    Tenant(client): Tenant,
+    State(state): State<ApiState>,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(body): JsonBody<SubmitBody>,
+) -> Result<(StatusCode, Json<ExecutionView>), ApiError> {
+    if !state.task_allowed(&body.task_name) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::TASK_NOT_ALLOWED,
+            "unsupported task_name",
+        ));
+    }
+    let expires_at = body
+        .expires_at
+        .as_deref()
+        .map(parse_expires_at)
+        .transpose()?;
+    let request = SubmitRequest {
+        task_name: body.task_name,
+        payload: body.payload,
+        idempotency_key: Some(key),
+        metadata: body.metadata,
+        delay_s: body.delay_s,
+        expires_at,
+    };
+    let execution = client.submit(&request).await?;
+    Ok((StatusCode::ACCEPTED, Json(ExecutionView::from(&execution))))
+}
+
+/// List executions of the caller's namespace, newest first.
+#[utoipa::path(
+    get, path = "/v1/executions", tag = "executions",
+    params(ListParams),
+    responses(
+        (status = 200, description = "One page", body = PageView),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 422, description = "Bad filter, limit or cursor", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_executions(
+    Tenant(client): Tenant,
+    query: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<PageView>, ApiError> {
+    let Query(params) =
+        query.map_err(|_| ApiError::invalid("the query string could not be parsed"))?;
+    let status = params
+        .status
+        .as_deref()
+        .map(str::parse::<ExecutionStatus>)
+        .transpose()?;
+    let limit = match params.limit.as_deref() {
+        None => 50,
+        Some(text) => {
+            let n: i64 = text
+                .trim()
+                .parse()
+                .map_err(|_| ApiError::invalid("limit must be an integer"))?;
+            u32::try_from(n)
+                .ok()
+                .filter(|n| (1..=200).contains(n))
+                .ok_or_else(|| ApiError::invalid("limit must be between 1 and 200"))?
+        }
+    };
+    // A cursor must point at an execution of the caller's namespace: a cursor taken from another
+    // tenant (or forged) is refused like a malformed one.
+    if let Some(text) = params.cursor.as_deref().filter(|c| !c.is_empty()) {
+        let cursor = Cursor::decode(text)?;
+        let own = client
+            .get(cursor.id)
+            .await?
+            .is_some_and(|e| e.created_at == cursor.created_at);
+        if !own {
+            return Err(ExecutionError::invalid("invalid execution cursor").into());
+        }
+    }
+    let page = client
+        .list(&ListQuery {
+            task_name: params.task_name,
+            status,
+            limit,
+            cursor: params.cursor,
+        })
+        .await?;
+    Ok(Json(PageView {
+        items: page.items.iter().map(ExecutionView::from).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// Read one execution.
+#[utoipa::path(
+    get, path = "/v1/executions/{id}", tag = "executions",
+    params(("id" = String, Path, description = "Execution id (UUID)")),
+    responses(
+        (status = 200, description = "The execution", body = ExecutionView),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 404, description = "No such execution in the caller's namespace", body = ErrorBody),
+        (status = 422, description = "Malformed id", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_execution(
+    Tenant(client): Tenant,
+    ExecutionId(id): ExecutionId,
+) -> Result<Json<ExecutionView>, ApiError> {
+    let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
+    Ok(Json(ExecutionView::from(&execution)))
+}
+
+/// Ask for cancellation. `queued`/`retrying` become `cancelled` at once; `running` becomes
+/// `cancel_requested` until the worker stops; other statuses are returned unchanged.
+#[utoipa::path(
+    post, path = "/v1/executions/{id}/cancel", tag = "executions",
+    params(("id" = String, Path, description = "Execution id (UUID)")),
+    request_body(content = Option<CancelBody>, description = "Optional reason"),
+    responses(
+        (status = 200, description = "The execution after the request", body = ExecutionView),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 404, description = "No such execution in the caller's namespace", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 422, description = "Malformed id or reason too long", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel_execution(
+    Tenant(client): Tenant,
+    ExecutionId(id): ExecutionId,
+    JsonBody(body): JsonBody<CancelBody>,
+) -> Result<Json<ExecutionView>, ApiError> {
+    let execution = client
+        .cancel(id, body.reason.as_deref())
+        .await?
+        .ok_or(ApiError::not_found(id))?;
+    Ok(Json(ExecutionView::from(&execution)))
+}
+
+/// The result of a succeeded execution; never waits.
+#[utoipa::path(
+    get, path = "/v1/executions/{id}/result", tag = "executions",
+    params(("id" = String, Path, description = "Execution id (UUID)")),
+    responses(
+        (status = 200, description = "Succeeded: the result", body = ResultView),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 404, description = "No such execution in the caller's namespace", body = ErrorBody),
+        (status = 409, description = "Not terminal yet (`not_ready`) or cancelled (`cancelled`)", body = ErrorBody),
+        (status = 410, description = "Expired (`expired`)", body = ErrorBody),
+        (status = 422, description = "Malformed id, or failed (`failed`, with the error object)", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_result(
+    Tenant(client): Tenant,
+    ExecutionId(id): ExecutionId,
+) -> Result<Json<ResultView>, ApiError> {
+    let result = client.result(id).await?;
+    Ok(Json(ResultView { result }))
+}
+
+/// Liveness of the process (no I/O).
+#[utoipa::path(
+    get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "The process is up", body = HealthView))
+)]
+pub async fn healthz() -> Json<HealthView> {
+    Json(HealthView {
+        status: "ok".into(),
+    })
+}
+
+/// Readiness: the database is reachable and the execution tables exist.
+#[utoipa::path(
+    get, path = "/readyz", tag = "health",
+    responses(
+        (status = 200, description = "Ready", body = HealthView),
+        (status = 503, description = "Database unreachable or tables missing", body = ErrorBody),
+    )
+)]
+pub async fn readyz(State(state): State<ApiState>) -> Result<Json<HealthView>, ApiError> {
+    match state.readiness().check().await {
+        Ok(()) => Ok(Json(HealthView {
+            status: "ok".into(),
+        })),
+        Err(e) => {
+            let detail = match &e {
+                ExecutionError::Backend(b) => format!("{} ({})", b.message, b.kind),
+                other => other.to_string(),
+            };
+            tracing::warn!(reason = %detail, "readiness check failed");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::BACKEND_UNAVAILABLE,
+                "the execution store is not ready",
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expires_at_needs_an_offset() {
+        let t = parse_expires_at("2026-08-10T12:00:00+08:00").unwrap();
+        assert_eq!(t.offset().local_minus_utc(), 8 * 3600);
+        assert!(parse_expires_at("2026-08-10T12:00:00.5Z").is_ok());
+        assert!(parse_expires_at("2026-08-10 12:00:00+0800").is_ok());
+        let e = parse_expires_at("2026-08-10T12:00:00").unwrap_err();
+        assert_eq!(e.body().message, "expires_at must include a timezone");
+        let e = parse_expires_at("tomorrow").unwrap_err();
+        assert_eq!(e.body().code, "invalid_argument");
+    }
+}

@@ -1,0 +1,149 @@
+//! The router's shared state: the store, the tenants, the task allow-list and the limits.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use onestep_core::ports::ExecutionStore;
+use onestep_core::{ExecutionClient, ExecutionError, Limits};
+
+use crate::auth::{Tenancy, bearer_token};
+use crate::error::ApiError;
+
+/// Default `max_body_bytes` (2 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// What `GET /readyz` asks: is the database reachable and are the tables there?
+#[async_trait]
+pub trait Readiness: Send + Sync {
+    /// `Ok` when the store can serve requests. The error's text is logged, never returned.
+    async fn check(&self) -> Result<(), ExecutionError>;
+}
+
+/// Settings of the API that do not come from the store.
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    /// Single namespace or bearer-token tenants.
+    pub tenancy: Tenancy,
+    /// Task names accepted by `POST /v1/executions`; `None` accepts every task (local use).
+    pub allowed_tasks: Option<BTreeSet<String>>,
+    /// Largest request body in bytes (413 above).
+    pub max_body_bytes: usize,
+    /// Value size limits (spec §3.3).
+    pub limits: Limits,
+}
+
+impl ApiSettings {
+    /// Settings for one namespace, every task allowed, default limits.
+    pub fn single(namespace: &str) -> Self {
+        ApiSettings {
+            tenancy: Tenancy::Single(namespace.to_owned()),
+            allowed_tasks: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Cheap-to-clone state handed to [`router`](crate::router).
+#[derive(Clone)]
+pub struct ApiState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    readiness: Arc<dyn Readiness>,
+    tenancy: Tenancy,
+    /// One client per namespace, indexed like `TokenTable::namespaces()` (or one for `Single`).
+    clients: Vec<ExecutionClient>,
+    allowed_tasks: Option<BTreeSet<String>>,
+    max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("tenancy", &self.inner.tenancy)
+            .field("allowed_tasks", &self.inner.allowed_tasks)
+            .field("max_body_bytes", &self.inner.max_body_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiState {
+    /// Builds the state: one namespace-bound [`ExecutionClient`] per tenant over `store`.
+    ///
+    /// Errors: an invalid namespace or limit, a `max_body_bytes` of 0, an empty allow-list.
+    pub fn new(
+        store: Arc<dyn ExecutionStore>,
+        readiness: Arc<dyn Readiness>,
+        settings: ApiSettings,
+    ) -> Result<Self, ExecutionError> {
+        if settings.max_body_bytes == 0 {
+            return Err(ExecutionError::invalid(
+                "max_body_bytes must be a positive integer",
+            ));
+        }
+        if settings
+            .allowed_tasks
+            .as_ref()
+            .is_some_and(|t| t.is_empty())
+        {
+            return Err(ExecutionError::invalid("allowed_tasks must not be empty"));
+        }
+        let namespaces: Vec<String> = match &settings.tenancy {
+            Tenancy::Single(ns) => vec![ns.clone()],
+            Tenancy::Tokens(t) => t.namespaces().to_vec(),
+        };
+        let clients = namespaces
+            .iter()
+            .map(|ns| ExecutionClient::new(Arc::clone(&store), ns, settings.limits))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ApiState {
+            inner: Arc::new(Inner {
+                readiness,
+                tenancy: settings.tenancy,
+                clients,
+                allowed_tasks: settings.allowed_tasks,
+                max_body_bytes: settings.max_body_bytes,
+            }),
+        })
+    }
+
+    /// The tenancy mode.
+    pub fn tenancy(&self) -> &Tenancy {
+        &self.inner.tenancy
+    }
+
+    /// The body limit in bytes.
+    pub fn max_body_bytes(&self) -> usize {
+        self.inner.max_body_bytes
+    }
+
+    /// Whether `task` may be submitted.
+    pub fn task_allowed(&self, task: &str) -> bool {
+        self.inner
+            .allowed_tasks
+            .as_ref()
+            .is_none_or(|set| set.contains(task.trim()))
+    }
+
+    /// The readiness probe.
+    pub fn readiness(&self) -> &dyn Readiness {
+        self.inner.readiness.as_ref()
+    }
+
+    /// The client of the caller given its `Authorization` header value (401 when tokens are
+    /// configured and the header is missing, malformed or unknown).
+    pub fn client_for(&self, authorization: Option<&str>) -> Result<&ExecutionClient, ApiError> {
+        let index = match &self.inner.tenancy {
+            Tenancy::Single(_) => Some(0),
+            Tenancy::Tokens(table) => authorization
+                .and_then(bearer_token)
+                .and_then(|t| table.lookup(t)),
+        };
+        index
+            .and_then(|i| self.inner.clients.get(i))
+            .ok_or_else(ApiError::unauthorized)
+    }
+}

@@ -1,0 +1,177 @@
+//! Human-readable output of the CLI client commands (`onestep get`, `list`, …). `--json` output
+//! is the same [`ExecutionView`] the HTTP API returns.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::view::{ErrorObjectView, ExecutionView};
+
+/// A table of executions: `ID  TASK  STATUS  ATTEMPTS  CREATED  FINISHED`, one row each.
+pub fn execution_table(items: &[ExecutionView]) -> String {
+    let header = ["ID", "TASK", "STATUS", "ATTEMPTS", "CREATED", "FINISHED"];
+    let rows: Vec<[String; 6]> = items
+        .iter()
+        .map(|e| {
+            [
+                e.id.to_string(),
+                e.task_name.clone(),
+                e.status.clone(),
+                e.attempts.to_string(),
+                short_time(&e.created_at),
+                e.finished_at.as_deref().map(short_time).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str]| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&header);
+    for row in &rows {
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        line(&cells);
+    }
+    out
+}
+
+/// One execution as `key: value` lines.
+pub fn execution_detail(e: &ExecutionView) -> String {
+    let mut out = String::new();
+    let mut kv = |k: &str, v: &str| {
+        let _ = writeln!(out, "{:<20}{v}", format!("{k}:"));
+    };
+    kv("id", &e.id.to_string());
+    kv("namespace", &e.namespace);
+    kv("task_name", &e.task_name);
+    let terminal = if e.terminal { " (terminal)" } else { "" };
+    kv("status", &format!("{}{terminal}", e.status));
+    kv("attempts", &e.attempts.to_string());
+    kv("version", &e.version.to_string());
+    kv("created_at", &e.created_at);
+    kv("available_at", &e.available_at);
+    for (k, v) in [
+        ("started_at", &e.started_at),
+        ("finished_at", &e.finished_at),
+        ("cancel_requested_at", &e.cancel_requested_at),
+        ("expires_at", &e.expires_at),
+    ] {
+        if let Some(v) = v {
+            kv(k, v);
+        }
+    }
+    if !e.metadata.is_empty() {
+        kv("metadata", &Value::Object(e.metadata.clone()).to_string());
+    }
+    if let Some(err) = &e.error {
+        kv("error", &error_summary(err));
+    }
+    out
+}
+
+/// `kind ExceptionType at stage [backend operation connector_kind]`.
+pub fn error_summary(e: &ErrorObjectView) -> String {
+    let mut s = format!("{} {}", e.kind, e.exception_type);
+    if let Some(stage) = &e.stage {
+        let _ = write!(s, " at {stage}");
+    }
+    let connector: Vec<&str> = [&e.backend, &e.operation, &e.connector_kind]
+        .into_iter()
+        .filter_map(|v| v.as_deref())
+        .collect();
+    if !connector.is_empty() {
+        let _ = write!(s, " [{}]", connector.join(" "));
+    }
+    s
+}
+
+/// A result value for humans: strings raw, everything else pretty JSON.
+pub fn result_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),
+    }
+}
+
+/// `2026-08-10T12:00:00.123456+00:00` → `2026-08-10 12:00:00Z` (tables only).
+fn short_time(iso: &str) -> String {
+    let base = iso.split(['.', '+']).next().unwrap_or(iso);
+    format!("{}Z", base.replacen('T', " ", 1))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn view(status: &str, finished: Option<&str>) -> ExecutionView {
+        ExecutionView {
+            id: Uuid::nil(),
+            namespace: "ns".into(),
+            task_name: "run_agent".into(),
+            status: status.into(),
+            terminal: finished.is_some(),
+            attempts: 2,
+            metadata: serde_json::Map::new(),
+            version: 4,
+            created_at: "2026-08-10T12:00:00.123456+00:00".into(),
+            available_at: "2026-08-10T12:00:00.123456+00:00".into(),
+            started_at: None,
+            finished_at: finished.map(str::to_owned),
+            cancel_requested_at: None,
+            expires_at: None,
+            error: Some(ErrorObjectView {
+                kind: "error".into(),
+                exception_type: "HandlerError".into(),
+                stage: Some("handler".into()),
+                backend: None,
+                operation: None,
+                connector_kind: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let t = execution_table(&[
+            view("queued", None),
+            view("succeeded", Some("2026-08-10T12:00:05+00:00")),
+        ]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("ID                                    TASK       STATUS"));
+        assert!(lines[1].ends_with("2026-08-10 12:00:00Z"), "{}", lines[1]);
+        assert!(lines[2].ends_with("2026-08-10 12:00:00Z  2026-08-10 12:00:05Z"));
+        let status_col = lines[0].find("STATUS").unwrap();
+        assert_eq!(&lines[2][status_col..status_col + 9], "succeeded");
+    }
+
+    #[test]
+    fn detail_and_result() {
+        let d = execution_detail(&view("failed", Some("2026-08-10T12:00:05+00:00")));
+        assert!(d.contains("status:             failed (terminal)\n"), "{d}");
+        assert!(d.contains("error:              error HandlerError at handler\n"));
+        assert!(!d.contains("started_at"));
+        assert_eq!(result_text(&Value::String("hi".into())), "hi");
+        assert_eq!(
+            result_text(&serde_json::json!({"a": 1})),
+            "{\n  \"a\": 1\n}"
+        );
+    }
+}

@@ -1,0 +1,152 @@
+//! What the API returns: the execution view of the seed (§5), pages and results.
+//!
+//! The view deliberately leaves out `payload` and `result` (a result has its own endpoint) and
+//! every column the spec keeps internal (§5.2). Instants are UTC in Python's `isoformat()` form
+//! (`2026-08-10T12:00:00.123456+00:00`), exactly as the reference API prints them.
+
+use onestep_core::Execution;
+use onestep_core::timefmt::utc_isoformat;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// The structured error object as the API shows it (spec §5.4, seed §5: six keys).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorObjectView {
+    /// `error`, `timeout` or `cancelled`.
+    pub kind: String,
+    /// The failure's type name, e.g. `HandlerError`, `TimeoutError`, `Trap`.
+    pub exception_type: String,
+    /// Where it failed, e.g. `handler`.
+    pub stage: Option<String>,
+    /// Backend label for connector errors, e.g. `mysql`.
+    pub backend: Option<String>,
+    /// Connector operation, e.g. `ack`.
+    pub operation: Option<String>,
+    /// Connector error class, e.g. `disconnected`.
+    pub connector_kind: Option<String>,
+}
+
+/// One execution as every endpoint returns it (seed §5 `execution_view`, plus `terminal`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecutionView {
+    /// Execution id.
+    pub id: Uuid,
+    /// The caller's namespace.
+    pub namespace: String,
+    /// Task name.
+    pub task_name: String,
+    /// One of `queued`, `running`, `retrying`, `succeeded`, `failed`, `cancel_requested`,
+    /// `cancelled`, `expired`.
+    #[schema(example = "queued")]
+    pub status: String,
+    /// True for `succeeded`, `failed`, `cancelled` and `expired`.
+    pub terminal: bool,
+    /// Number of claims so far.
+    pub attempts: u32,
+    /// The submitted metadata object.
+    #[schema(value_type = Object)]
+    pub metadata: Map<String, Value>,
+    /// Optimistic-concurrency counter.
+    pub version: i64,
+    /// Submission instant (UTC, ISO 8601).
+    pub created_at: String,
+    /// Earliest claim instant.
+    pub available_at: String,
+    /// First claim instant.
+    pub started_at: Option<String>,
+    /// Terminal instant.
+    pub finished_at: Option<String>,
+    /// When a cancel was accepted.
+    pub cancel_requested_at: Option<String>,
+    /// Latest claim instant.
+    pub expires_at: Option<String>,
+    /// The last failure's error object.
+    pub error: Option<ErrorObjectView>,
+}
+
+impl From<&Execution> for ExecutionView {
+    fn from(e: &Execution) -> Self {
+        ExecutionView {
+            id: e.id,
+            namespace: e.namespace.clone(),
+            task_name: e.task_name.clone(),
+            status: e.status.as_str().to_owned(),
+            terminal: e.terminal(),
+            attempts: e.attempts,
+            metadata: e.metadata.clone(),
+            version: e.version,
+            created_at: utc_isoformat(&e.created_at),
+            available_at: utc_isoformat(&e.available_at),
+            started_at: e.started_at.as_ref().map(utc_isoformat),
+            finished_at: e.finished_at.as_ref().map(utc_isoformat),
+            cancel_requested_at: e.cancel_requested_at.as_ref().map(utc_isoformat),
+            expires_at: e.expires_at.as_ref().map(utc_isoformat),
+            error: e.error.as_ref().map(ErrorObjectView::from),
+        }
+    }
+}
+
+/// One page of executions, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PageView {
+    /// The items.
+    pub items: Vec<ExecutionView>,
+    /// Pass as `cursor` to get the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The result of a succeeded execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResultView {
+    /// The handler's result (any JSON value).
+    #[schema(value_type = Object)]
+    pub result: Value,
+}
+
+/// `GET /healthz` and `GET /readyz` bodies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HealthView {
+    /// `ok`.
+    pub status: String,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+    use onestep_core::{ErrorObject, ExecutionStatus};
+
+    #[test]
+    fn view_has_the_seed_keys_and_isoformat_instants() {
+        let t = Utc.with_ymd_and_hms(2026, 8, 10, 12, 0, 0).unwrap();
+        let e = Execution {
+            id: Uuid::nil(),
+            namespace: "ns".into(),
+            task_name: "run_agent".into(),
+            status: ExecutionStatus::Failed,
+            payload: Value::Null,
+            metadata: Map::new(),
+            result: None,
+            error: Some(ErrorObject::new("error", "HandlerError", Some("handler"))),
+            attempts: 1,
+            created_at: t,
+            available_at: t + chrono::Duration::microseconds(1500),
+            started_at: None,
+            finished_at: Some(t),
+            cancel_requested_at: None,
+            expires_at: None,
+            version: 3,
+        };
+        let v = serde_json::to_value(ExecutionView::from(&e)).unwrap();
+        assert_eq!(v["created_at"], "2026-08-10T12:00:00+00:00");
+        assert_eq!(v["available_at"], "2026-08-10T12:00:00.001500+00:00");
+        assert_eq!(v["status"], "failed");
+        assert_eq!(v["terminal"], true);
+        assert_eq!(v["error"]["exception_type"], "HandlerError");
+        assert!(v["error"].get("sinks_succeeded").is_none());
+        assert!(v.get("payload").is_none() && v.get("result").is_none());
+    }
+}
