@@ -54,9 +54,11 @@ pub fn build(
     };
     // `app.<key>` wins over a legacy top-level key.
     let app_field = |key: &str| -> (Option<&Node>, String) {
-        match app.and_then(|a| a.get(key)) {
-            Some(n) => (Some(n), join("app", key)),
-            None => (root.get(key), key.to_owned()),
+        match (app, app.and_then(|a| a.get(key)), root.get(key)) {
+            (_, Some(n), _) => (Some(n), join("app", key)),
+            (_, None, Some(n)) => (Some(n), key.to_owned()),
+            (Some(_), None, None) => (None, join("app", key)),
+            (None, None, None) => (None, key.to_owned()),
         }
     };
 

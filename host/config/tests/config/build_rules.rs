@@ -1,1 +1,360 @@
-//! build_rules
+//! Build-time checks that apply with and without `--strict` (spec §10.6, §9.1, §9.7).
+
+use onestep_core::retry::{Jitter, RetryPolicy};
+
+use crate::common::{BASE, err, load_text};
+
+fn source_doc(fields: &str) -> String {
+    format!(
+        "app:\n  name: demo\nresources:\n  db:\n    type: mysql\n    dsn: mysql://x\n  jobs:\n    type: mysql_execution_source\n    connector: db\n{fields}"
+    )
+}
+
+const NS: &str = "    namespace: ns\n    task_names: [echo]\n";
+
+fn task_doc(fields: &str) -> String {
+    format!("{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n{fields}", source_doc(NS))
+}
+
+/// Checks each case in both modes (strict only where `both` is true) against the exact message.
+fn check(cases: &[(String, &str)], both: bool) {
+    let mut failures = Vec::new();
+    for (yaml, expected) in cases {
+        let modes: &[bool] = if both { &[false, true] } else { &[false] };
+        for strict in modes {
+            let got = err(yaml, *strict);
+            if got != *expected {
+                failures.push(format!(
+                    "--- strict={strict} yaml:\n{yaml}\n    expected: {expected}\n    got:      {got}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn required_strings_and_references() {
+    check(
+        &[
+            (
+                "app: {name: x}\nresources:\n  db: {type: mysql}\n".into(),
+                "resources.db: 'dsn' must be a non-empty string (line 3, column 7)",
+            ),
+            (
+                source_doc("    task_names: [echo]\n"),
+                "resources.jobs: 'namespace' must be a non-empty string (line 8, column 5)",
+            ),
+            (
+                "app: {name: x}\nresources:\n  jobs: {type: mysql_execution_source, namespace: n, task_names: [a]}\n".into(),
+                "resources.jobs: 'connector' must be a non-empty string (line 3, column 9)",
+            ),
+            (
+                "app: {name: x}\nresources:\n  jobs: {type: mysql_execution_source, connector: nope, namespace: n, task_names: [a]}\n".into(),
+                "resources.jobs: unknown resource 'nope' (line 3, column 51)",
+            ),
+            (
+                "app: {name: x}\nresources:\n  a: {type: mysql_execution_source, connector: b, namespace: n, task_names: [a]}\n  b: {type: mysql_execution_source, connector: a, namespace: n, task_names: [b]}\n".into(),
+                "resources.a: resource 'b' must be a MySQLConnector (line 3, column 48)",
+            ),
+            (
+                "app: {name: x}\nresources:\n  pg: {type: postgres, dsn: x}\n".into(),
+                "resources.pg: resource type 'postgres' is not supported by this build (supported: mysql, mysql_execution_source) (line 3, column 7)",
+            ),
+            (
+                "app: {name: x}\nresources:\n  pgjobs: {type: postgres-execution-source, connector: pg, namespace: n, task_names: [a]}\n  pg: {type: postgres, dsn: x}\n".into(),
+                "resources.pg: resource type 'postgres' is not supported by this build (supported: mysql, mysql_execution_source) (line 4, column 7)",
+            ),
+            (
+                format!("{BASE}  - name: other\n    source: db\n    handler: {{component: other.wasm}}\n"),
+                "tasks[1]: resource 'db' cannot be used as a source (line 17, column 13)",
+            ),
+            (
+                format!("{BASE}  - name: other\n    source: ghost\n    handler: {{component: other.wasm}}\n"),
+                "tasks[1]: unknown resource 'ghost' (line 17, column 13)",
+            ),
+            (
+                "app: {name: x}\ntasks:\n  - handler: {component: a.wasm}\n".into(),
+                "tasks[0]: 'source' must be a non-empty string (line 3, column 5)",
+            ),
+            (
+                BASE.replace("name: echo\n    source", "name: other\n    source"),
+                "tasks[0]: mysql.execution:ns is configured for task 'echo', not 'other' (line 14, column 13)",
+            ),
+            (
+                format!("{BASE}  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n"),
+                "tasks[1]: duplicate task name 'echo' (line 16, column 11)",
+            ),
+        ],
+        true,
+    );
+}
+
+#[test]
+fn source_option_rules_without_prefix() {
+    check(
+        &[
+            (
+                source_doc("    namespace: '  '\n    task_names: [echo]\n"),
+                "resources.jobs: 'namespace' must be a non-empty string (line 8, column 5)",
+            ),
+            (
+                source_doc(&format!("    namespace: '{}'\n    task_names: [echo]\n", "n".repeat(256))),
+                "resources.jobs: namespace must be non-empty and <= 255 characters (line 10, column 16)",
+            ),
+            (
+                source_doc("    namespace: ns\n    task_names: echo\n"),
+                "resources.jobs: task_names must be a sequence of strings (line 11, column 17)",
+            ),
+            (
+                source_doc("    namespace: ns\n    task_names: ['']\n"),
+                "resources.jobs: task_names must be non-empty strings <= 255 characters (line 11, column 18)",
+            ),
+            (
+                source_doc("    namespace: ns\n    task_names: [a, b]\n"),
+                "resources.jobs: task_names must contain exactly one task name (line 11, column 17)",
+            ),
+            (
+                source_doc(&format!("{NS}    batch_size: 2.5\n")),
+                "resources.jobs: batch_size must be >= 1 (line 12, column 17)",
+            ),
+            (
+                source_doc(&format!("{NS}    poll_interval_s: fast\n")),
+                "resources.jobs: poll_interval_s must be a finite number (line 12, column 22)",
+            ),
+            (
+                source_doc(&format!("{NS}    lease_duration_s: .inf\n")),
+                "resources.jobs: lease_duration_s must be a finite number (line 12, column 23)",
+            ),
+            (
+                source_doc(&format!("{NS}    poll_interval_s: -0.5\n")),
+                "resources.jobs: poll_interval_s must be > 0 (line 12, column 22)",
+            ),
+            (
+                source_doc(&format!("{NS}    lease_duration_s: 0\n")),
+                "resources.jobs: lease_duration_s must be > 0 (line 12, column 23)",
+            ),
+            (
+                source_doc(&format!("{NS}    heartbeat_interval_s: 0\n")),
+                "resources.jobs: heartbeat_interval_s must be > 0 and <= lease_duration_s / 3 (line 12, column 27)",
+            ),
+            (
+                source_doc(&format!("{NS}    lease_duration_s: 10\n    heartbeat_interval_s: 3.5\n")),
+                "resources.jobs: heartbeat_interval_s must be > 0 and <= lease_duration_s / 3 (line 13, column 27)",
+            ),
+            (
+                source_doc(&format!("{NS}    worker_id: 123\n")),
+                "resources.jobs: worker_id must be non-empty and <= 255 characters (got integer 123) (line 12, column 16)",
+            ),
+        ],
+        false,
+    );
+}
+
+#[test]
+fn backend_option_rules() {
+    check(
+        &[
+            (
+                source_doc(&format!("{NS}    table: app.onestep_executions\n")),
+                "resources.jobs: executions_table must be a non-empty SQL identifier (line 12, column 12)",
+            ),
+            (
+                source_doc(&format!("{NS}    attempts_table: {}\n", "a".repeat(65))),
+                "resources.jobs: attempts_table must be at most 64 characters (line 12, column 21)",
+            ),
+            (
+                source_doc(&format!("{NS}    max_payload_bytes: 0\n")),
+                "resources.jobs: max_payload_bytes must be a positive integer (line 12, column 24)",
+            ),
+            (
+                source_doc(&format!("{NS}    max_result_bytes: '10'\n")),
+                "resources.jobs: max_result_bytes must be a positive integer (line 12, column 23)",
+            ),
+            (
+                source_doc(&format!("{NS}    reclaim_batch_size: -1\n")),
+                "resources.jobs: reclaim_batch_size must be a positive integer (line 12, column 25)",
+            ),
+            // Recommended by §13: non-boolean auto_create is rejected in both modes.
+            (
+                source_doc(&format!("{NS}    auto_create: 'no'\n")),
+                "resources.jobs: auto_create must be a boolean (line 12, column 18)",
+            ),
+            (
+                "app: {name: x}\nresources:\n  db: {type: mysql, dsn: x, engine_options: {pool_size: 3}}\n".into(),
+                "unsupported fields for resources.db.engine_options: pool_size (line 3, column 57)",
+            ),
+            (
+                "app: {name: x}\nresources:\n  db: {type: mysql, dsn: x, engine_options: {max_connections: 0}}\n".into(),
+                "resources.db.engine_options: max_connections must be an integer >= 1 (line 3, column 63)",
+            ),
+        ],
+        false,
+    );
+}
+
+#[test]
+fn task_rules() {
+    check(
+        &[
+            (task_doc("    concurrency: 0\n"), "tasks[0]: concurrency must be >= 1 (line 16, column 18)"),
+            (task_doc("    concurrency: '2'\n"), "tasks[0]: concurrency must be >= 1 (line 16, column 18)"),
+            (task_doc("    timeout_s: 0\n"), "tasks[0]: timeout_s must be > 0 (line 16, column 16)"),
+            (task_doc("    timeout_s: -3.5\n"), "tasks[0]: timeout_s must be > 0 (line 16, column 16)"),
+            (
+                task_doc("    retry: {type: max_attempts, max_attempts: 0}\n"),
+                "tasks[0].retry: max_attempts must be >= 1 (line 16, column 47)",
+            ),
+            (
+                task_doc("    retry: {type: exponential_backoff, min_delay_s: 5, max_delay_s: 1}\n"),
+                "tasks[0].retry: max_delay_s must be >= min_delay_s (line 16, column 12)",
+            ),
+            (
+                task_doc("    retry: {type: exponential_backoff, multiplier: 0}\n"),
+                "tasks[0].retry: multiplier must be > 0 (line 16, column 12)",
+            ),
+            (
+                task_doc("    retry: {type: exponential_backoff, jitter: random}\n"),
+                "tasks[0].retry: jitter must be one of ['equal', 'full', 'none'] (line 16, column 48)",
+            ),
+            (
+                task_doc("    retry: {type: linear}\n"),
+                "tasks[0].retry: unsupported retry type 'linear' (line 16, column 19)",
+            ),
+            (
+                task_doc("    retry: {max_attempts: 3}\n"),
+                "tasks[0].retry: 'type' must be a non-empty string (line 16, column 12)",
+            ),
+            (
+                task_doc("    retry: {type: by_failure_kind, timeout: {type: max_attempts, max_attempts: -2}}\n"),
+                "tasks[0].retry.timeout: max_attempts must be >= 1 (line 16, column 80)",
+            ),
+            (
+                task_doc("    retry: {type: by_failure_kind}\n"),
+                "tasks[0].retry: by_failure_kind needs at least one of default, error, timeout, cancelled (line 16, column 12)",
+            ),
+            (task_doc("    retry: 3\n"), "tasks[0].retry: retry must be a string or a mapping (line 16, column 12)"),
+            (task_doc("    config: [1]\n"), "tasks[0]: config must be a mapping (line 16, column 13)"),
+            (
+                task_doc("    emit: [out]\n"),
+                "tasks[0]: 'emit' is not supported by this build (line 16, column 11)",
+            ),
+            (
+                "app: {name: x}\nreporter: {url: http://x}\n".into(),
+                "reporter: 'reporter' is not supported by this build (line 2, column 11)",
+            ),
+            (
+                "app: {name: x, state: store}\n".into(),
+                "app.state: state stores are not supported by this build (line 1, column 23)",
+            ),
+        ],
+        true,
+    );
+}
+
+#[test]
+fn app_rules() {
+    check(
+        &[
+            ("app: {shutdown_timeout_s: 3}\n".into(), "app.name must be a non-empty string (line 1, column 6)"),
+            ("{}\n".into(), "name must be a non-empty string (line 1, column 1)"),
+            (
+                "app: {name: x, shutdown_timeout_s: 0}\n".into(),
+                "app.shutdown_timeout_s must be > 0 or null (line 1, column 36)",
+            ),
+        ],
+        true,
+    );
+}
+
+#[test]
+fn defaults_and_values() {
+    let cfg = load_text(BASE, true).expect("loads");
+    assert_eq!(cfg.name, "demo");
+    assert_eq!(cfg.shutdown_timeout_s, Some(30.0));
+    let s = &cfg.sources["jobs"];
+    assert_eq!(s.connector, "db");
+    assert_eq!(s.namespace, "ns");
+    assert_eq!(s.task_name, "echo");
+    assert_eq!(s.table, "onestep_executions");
+    assert_eq!(s.attempts_table, "onestep_execution_attempts");
+    assert_eq!(s.batch_size, 100);
+    assert_eq!(s.poll_interval_s, 1.0);
+    assert_eq!(s.lease_duration_s, 90.0);
+    assert_eq!(s.heartbeat_interval_s, 30.0);
+    assert_eq!(s.worker_id, "onestep-worker");
+    assert!(s.auto_create);
+    assert_eq!(s.limits, onestep_core::Limits::default());
+    assert_eq!(s.reclaim_batch_size, 100);
+    assert_eq!(s.source_name(), "mysql.execution:ns");
+    let t = &cfg.tasks[0];
+    assert_eq!(t.concurrency, 1);
+    assert_eq!(t.retry, RetryPolicy::NoRetry);
+    assert_eq!(t.timeout_s, None);
+    assert_eq!(cfg.connectors["db"].dsn.expose(), "mysql://root@127.0.0.1/x");
+}
+
+#[test]
+fn heartbeat_equality_tolerance_and_trimming() {
+    let yaml = source_doc("    namespace: ' ns '\n    task_names: [' echo ']\n    lease_duration_s: 0.3\n    heartbeat_interval_s: 0.1\n    worker_id: ' w1 '\n");
+    let cfg = load_text(&yaml, true).expect("0.1 == 0.3 / 3 within tolerance");
+    let s = &cfg.sources["jobs"];
+    assert_eq!((s.namespace.as_str(), s.task_name.as_str(), s.worker_id.as_str()), ("ns", "echo", "w1"));
+}
+
+#[test]
+fn retry_forms() {
+    let cases = [
+        ("retry: none", RetryPolicy::NoRetry),
+        ("retry: No-Retry", RetryPolicy::NoRetry),
+        ("retry: max_attempts", RetryPolicy::MaxAttempts { max_attempts: 3, delay_s: None }),
+        ("retry: Exponential-Backoff", RetryPolicy::exponential_default()),
+        (
+            "retry: {type: exponential_backoff, max_attempts: 3, min_delay_s: 2.0, max_delay_s: 30.0, jitter: full}",
+            RetryPolicy::ExponentialBackoff {
+                max_attempts: 3,
+                min_delay_s: 2.0,
+                max_delay_s: 30.0,
+                multiplier: 2.0,
+                jitter: Jitter::Full,
+            },
+        ),
+        (
+            "retry: {type: by_failure_kind, default: max_attempts, timeout: {type: max_attempts, max_attempts: 2, delay_s: 1}}",
+            RetryPolicy::ByFailureKind {
+                default: Some(Box::new(RetryPolicy::MaxAttempts { max_attempts: 3, delay_s: None })),
+                error: None,
+                timeout: Some(Box::new(RetryPolicy::MaxAttempts { max_attempts: 2, delay_s: Some(1.0) })),
+                cancelled: None,
+            },
+        ),
+    ];
+    for (line, expected) in cases {
+        let cfg = load_text(&task_doc(&format!("    {line}\n")), true).expect(line);
+        assert_eq!(cfg.tasks[0].retry, expected, "{line}");
+    }
+}
+
+#[test]
+fn sections_share_one_name_space_and_identical_duplicates_are_fine() {
+    let yaml = "app: {name: x}\nconnectors:\n  db: {type: mysql, dsn: x}\nresources:\n  db: {type: mysql, dsn: x}\nsources:\n  jobs: {type: mysql-execution-source, connector: db, namespace: n, task_names: [t]}\ntasks:\n  - {name: t, source: jobs, handler: {component: t.wasm}}\n";
+    let cfg = load_text(yaml, true).expect("loads");
+    assert_eq!(cfg.connectors.len(), 1);
+    assert_eq!(cfg.sources["jobs"].connector, "db");
+}
+
+#[test]
+fn legacy_form_and_logging() {
+    let cfg = load_text("name: legacy\nshutdown_timeout_s: null\nconfig: {a: 1}\n", true).expect("legacy");
+    assert_eq!(cfg.name, "legacy");
+    assert_eq!(cfg.shutdown_timeout_s, None);
+    assert_eq!(cfg.config["a"], 1);
+    let cfg = load_text("app: {name: x, logging: {level: warn, format: JSON}}\n", false).expect("logging");
+    assert_eq!(cfg.logging.level, Some(onestep_config::LogLevel::Warning));
+    assert_eq!(cfg.logging.format, Some(onestep_config::LogFormat::Json));
+    // app.logging unknown keys are errors even without --strict (§10.6).
+    assert_eq!(
+        err("app: {name: x, logging: {level: INFO, colour: 1}}\n", false),
+        "unsupported fields for app.logging: colour (line 1, column 47)"
+    );
+}
