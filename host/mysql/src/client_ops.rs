@@ -105,10 +105,12 @@ impl MySqlBackend {
                 (sub.namespace.as_str(), sub.task_name.as_str(), key.as_str()),
             )
             .await?;
-        let Some(mut row) = row else {
+        let Some(row) = row else {
             return Ok(Lookup::Absent);
         };
-        let digest: Option<String> = row.take(crate::rows::EXECUTION_COLUMN_COUNT);
+        let digest: Option<String> = row
+            .get::<Option<String>, _>(crate::rows::EXECUTION_COLUMN_COUNT)
+            .flatten();
         let existing = decode_execution(row)?;
         if digest.as_deref() == Some(sub.digest.as_str()) {
             Ok(Lookup::Replay(existing))

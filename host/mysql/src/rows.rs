@@ -99,7 +99,11 @@ pub fn error_column(v: DbValue, col: &str) -> Result<Option<ErrorObject>, String
 /// Decodes a row selected with [`EXECUTION_COLUMNS`]. Failures are
 /// `cannot decode execution <id>: <reason>` ([`ExecutionError::Encoding`]).
 pub fn decode_execution(row: Row) -> Result<Execution, ExecutionError> {
-    let mut values = row.unwrap();
+    let mut values: Vec<DbValue> = row
+        .unwrap_raw()
+        .into_iter()
+        .map(|v| v.unwrap_or(DbValue::NULL))
+        .collect();
     if values.len() < EXECUTION_COLUMN_COUNT {
         return Err(ExecutionError::Encoding(format!(
             "cannot decode execution: expected {EXECUTION_COLUMN_COUNT} columns, got {}",

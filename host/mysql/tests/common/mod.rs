@@ -1,0 +1,281 @@
+//! Shared test plumbing: server URLs from the environment, per-test databases, the backend
+//! fixture factory and the SQL probe used by the conformance suite.
+//!
+//! Environment:
+//! * `ONESTEP_TEST_MARIADB_URL` (e.g. `mysql://root@127.0.0.1:3306/`) and
+//!   `ONESTEP_TEST_MYSQL_URL` (e.g. `mysql://root@127.0.0.1:3307/`): admin URLs (no database),
+//!   printed by `scripts/test-db.sh up`. A missing variable FAILS the test.
+//! * `ONESTEP_TEST_SKIP_MYSQL=1` / `ONESTEP_TEST_SKIP_MARIADB=1`: explicitly skip one server.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::NaiveDateTime;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Pool, Row, Value as DbValue};
+use onestep_core::names::TableNames;
+use onestep_core::{AttemptStatus, Limits};
+use onestep_mysql::rows::{bind_uuid, error_column, parse_uuid};
+use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions};
+use onestep_testkit::ManualClock;
+use onestep_testkit::suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};
+use uuid::Uuid;
+
+/// A test server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    MariaDb,
+    MySql,
+}
+
+impl Server {
+    pub fn label(self) -> &'static str {
+        match self {
+            Server::MariaDb => "mariadb",
+            Server::MySql => "mysql",
+        }
+    }
+
+    fn env(self) -> (&'static str, &'static str) {
+        match self {
+            Server::MariaDb => ("ONESTEP_TEST_MARIADB_URL", "ONESTEP_TEST_SKIP_MARIADB"),
+            Server::MySql => ("ONESTEP_TEST_MYSQL_URL", "ONESTEP_TEST_SKIP_MYSQL"),
+        }
+    }
+
+    /// The admin URL, `None` when explicitly skipped; panics (fails) when unset.
+    pub fn admin_url(self) -> Option<String> {
+        let (var, skip) = self.env();
+        if std::env::var(skip).is_ok_and(|v| v == "1") {
+            eprintln!("{skip}=1: skipping {} tests", self.label());
+            return None;
+        }
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => Some(v.trim().trim_end_matches('/').to_owned()),
+            _ => panic!(
+                "{var} is not set: run `set -a; eval \"$(scripts/test-db.sh up)\"; set +a` \
+                 (or set {skip}=1 to skip this server explicitly)"
+            ),
+        }
+    }
+}
+
+/// Admin pool to create/drop databases.
+pub fn admin_pool(url: &str) -> Pool {
+    let opts = mysql_async::OptsBuilder::from_opts(
+        mysql_async::Opts::from_url(&format!("{url}/")).expect("admin url"),
+    )
+    .prefer_socket(false);
+    Pool::new(opts)
+}
+
+pub fn random_db() -> String {
+    format!("onestep_t_{}", &Uuid::new_v4().simple().to_string()[..16])
+}
+
+pub async fn create_db(admin: &Pool) -> String {
+    let name = random_db();
+    let mut c = admin.get_conn().await.expect("admin connection");
+    c.query_drop(format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+        .await
+        .expect("create database");
+    name
+}
+
+pub async fn drop_db(admin: &Pool, name: &str) {
+    if let Ok(mut c) = admin.get_conn().await {
+        let _ = c
+            .query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
+            .await;
+    }
+}
+
+pub fn db_url(admin_url: &str, db: &str) -> String {
+    format!("{admin_url}/{db}")
+}
+
+pub async fn open(
+    admin_url: &str,
+    db: &str,
+    clock: Arc<ManualClock>,
+    limits: Limits,
+    style: DdlStyle,
+    tables: TableNames,
+) -> MySqlBackend {
+    let mut o = MySqlOptions::new(db_url(admin_url, db));
+    o.clock = clock;
+    o.limits = limits;
+    o.ddl_style = style;
+    o.tables = tables;
+    o.pool_max = 24;
+    MySqlBackend::open(o).await.expect("open backend")
+}
+
+/// The SQL probe over a backend's tables.
+pub struct SqlProbe {
+    pub pool: Pool,
+    pub tables: TableNames,
+}
+
+fn naive(v: DbValue) -> chrono::DateTime<chrono::Utc> {
+    mysql_async::from_value::<NaiveDateTime>(v).and_utc()
+}
+
+#[async_trait]
+impl Probe for SqlProbe {
+    async fn attempts(&self, execution_id: Uuid) -> Vec<AttemptRow> {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        let rows: Vec<Row> = c
+            .exec(
+                format!(
+                    "SELECT id, attempt_no, status, lease_token, worker_id, error, started_at, \
+                     heartbeat_at, finished_at FROM `{}` WHERE execution_id = ? ORDER BY attempt_no",
+                    self.tables.attempts
+                ),
+                (bind_uuid(execution_id),),
+            )
+            .await
+            .expect("attempts");
+        rows.into_iter()
+            .map(|r| {
+                let v = r.unwrap();
+                let mut it = v.into_iter();
+                let mut n = || it.next().expect("column");
+                AttemptRow {
+                    id: parse_uuid(&n()).expect("id"),
+                    attempt_no: mysql_async::from_value(n()),
+                    status: mysql_async::from_value::<String>(n())
+                        .parse::<AttemptStatus>()
+                        .expect("status"),
+                    lease_token: parse_uuid(&n()).expect("token"),
+                    worker_id: mysql_async::from_value(n()),
+                    error: error_column(n(), "error").expect("error"),
+                    started_at: naive(n()),
+                    heartbeat_at: naive(n()),
+                    finished_at: match n() {
+                        DbValue::NULL => None,
+                        v => Some(naive(v)),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    async fn lease_columns(&self, execution_id: Uuid) -> Option<LeaseColumns> {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        let row: Option<Row> = c
+            .exec_first(
+                format!(
+                    "SELECT lease_token, lease_expires_at, worker_id, cancel_reason, updated_at \
+                     FROM `{}` WHERE id = ?",
+                    self.tables.executions
+                ),
+                (bind_uuid(execution_id),),
+            )
+            .await
+            .expect("lease columns");
+        row.map(|r| {
+            let v = r.unwrap();
+            let mut it = v.into_iter();
+            let mut n = || it.next().expect("column");
+            LeaseColumns {
+                lease_token: match n() {
+                    DbValue::NULL => None,
+                    v => Some(parse_uuid(&v).expect("token")),
+                },
+                lease_expires_at: match n() {
+                    DbValue::NULL => None,
+                    v => Some(naive(v)),
+                },
+                worker_id: mysql_async::from_value(n()),
+                cancel_reason: mysql_async::from_value(n()),
+                updated_at: naive(n()),
+            }
+        })
+    }
+
+    async fn count_executions(&self) -> u64 {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        let n: Option<u64> = c
+            .query_first(format!("SELECT COUNT(*) FROM `{}`", self.tables.executions))
+            .await
+            .expect("count");
+        n.unwrap_or(0)
+    }
+}
+
+/// Fresh database + backend per case.
+pub struct MySqlFactory {
+    pub admin_url: String,
+    pub admin: Pool,
+    pub style: DdlStyle,
+    pub backends: tokio::sync::Mutex<Vec<(String, MySqlBackend)>>,
+}
+
+impl MySqlFactory {
+    pub fn new(admin_url: &str, style: DdlStyle) -> Self {
+        MySqlFactory {
+            admin_url: admin_url.to_owned(),
+            admin: admin_pool(admin_url),
+            style,
+            backends: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl FixtureFactory for MySqlFactory {
+    async fn create(&self, limits: Limits) -> Result<Fixture, String> {
+        let db = create_db(&self.admin).await;
+        let clock = Arc::new(ManualClock::default());
+        let tables = TableNames::default();
+        let backend = open(
+            &self.admin_url,
+            &db,
+            clock.clone(),
+            limits,
+            self.style,
+            tables.clone(),
+        )
+        .await;
+        let probe = Arc::new(SqlProbe {
+            pool: backend.pool().clone(),
+            tables,
+        });
+        self.backends
+            .lock()
+            .await
+            .push((db.clone(), backend.clone()));
+        Ok(Fixture {
+            store: Arc::new(backend.clone()),
+            leases: Arc::new(backend),
+            probe,
+            clock,
+            limits,
+            handle: db,
+        })
+    }
+
+    async fn destroy(&self, fixture: Fixture) {
+        let backend = {
+            let mut all = self.backends.lock().await;
+            all.iter()
+                .position(|(db, _)| *db == fixture.handle)
+                .map(|i| all.remove(i).1)
+        };
+        let handle = fixture.handle.clone();
+        drop(fixture);
+        if let Some(b) = backend {
+            let _ = b.close().await;
+        }
+        drop_db(&self.admin, &handle).await;
+    }
+}
+
+/// `SELECT VERSION()` of a server.
+pub async fn server_version(admin: &Pool) -> String {
+    let mut c = admin.get_conn().await.expect("admin connection");
+    let v: Option<String> = c.query_first("SELECT VERSION()").await.expect("version");
+    v.unwrap_or_default()
+}
