@@ -13,7 +13,10 @@ fn source_doc(fields: &str) -> String {
 const NS: &str = "    namespace: ns\n    task_names: [echo]\n";
 
 fn task_doc(fields: &str) -> String {
-    format!("{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n{fields}", source_doc(NS))
+    format!(
+        "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n{fields}",
+        source_doc(NS)
+    )
 }
 
 /// Checks each case in both modes (strict only where `both` is true) against the exact message.
@@ -30,7 +33,12 @@ fn check(cases: &[(String, &str)], both: bool) {
             }
         }
     }
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -99,7 +107,10 @@ fn source_option_rules_without_prefix() {
                 "resources.jobs: 'namespace' must be a non-empty string (line 8, column 5)",
             ),
             (
-                source_doc(&format!("    namespace: '{}'\n    task_names: [echo]\n", "n".repeat(256))),
+                source_doc(&format!(
+                    "    namespace: '{}'\n    task_names: [echo]\n",
+                    "n".repeat(256)
+                )),
                 "resources.jobs: namespace must be non-empty and <= 255 characters (line 10, column 16)",
             ),
             (
@@ -139,7 +150,9 @@ fn source_option_rules_without_prefix() {
                 "resources.jobs: heartbeat_interval_s must be > 0 and <= lease_duration_s / 3 (line 12, column 27)",
             ),
             (
-                source_doc(&format!("{NS}    lease_duration_s: 10\n    heartbeat_interval_s: 3.5\n")),
+                source_doc(&format!(
+                    "{NS}    lease_duration_s: 10\n    heartbeat_interval_s: 3.5\n"
+                )),
                 "resources.jobs: heartbeat_interval_s must be > 0 and <= lease_duration_s / 3 (line 13, column 27)",
             ),
             (
@@ -197,16 +210,30 @@ fn backend_option_rules() {
 fn task_rules() {
     check(
         &[
-            (task_doc("    concurrency: 0\n"), "tasks[0]: concurrency must be >= 1 (line 16, column 18)"),
-            (task_doc("    concurrency: '2'\n"), "tasks[0]: concurrency must be >= 1 (line 16, column 18)"),
-            (task_doc("    timeout_s: 0\n"), "tasks[0]: timeout_s must be > 0 (line 16, column 16)"),
-            (task_doc("    timeout_s: -3.5\n"), "tasks[0]: timeout_s must be > 0 (line 16, column 16)"),
+            (
+                task_doc("    concurrency: 0\n"),
+                "tasks[0]: concurrency must be >= 1 (line 16, column 18)",
+            ),
+            (
+                task_doc("    concurrency: '2'\n"),
+                "tasks[0]: concurrency must be >= 1 (line 16, column 18)",
+            ),
+            (
+                task_doc("    timeout_s: 0\n"),
+                "tasks[0]: timeout_s must be > 0 (line 16, column 16)",
+            ),
+            (
+                task_doc("    timeout_s: -3.5\n"),
+                "tasks[0]: timeout_s must be > 0 (line 16, column 16)",
+            ),
             (
                 task_doc("    retry: {type: max_attempts, max_attempts: 0}\n"),
                 "tasks[0].retry: max_attempts must be >= 1 (line 16, column 47)",
             ),
             (
-                task_doc("    retry: {type: exponential_backoff, min_delay_s: 5, max_delay_s: 1}\n"),
+                task_doc(
+                    "    retry: {type: exponential_backoff, min_delay_s: 5, max_delay_s: 1}\n",
+                ),
                 "tasks[0].retry: max_delay_s must be >= min_delay_s (line 16, column 12)",
             ),
             (
@@ -226,15 +253,23 @@ fn task_rules() {
                 "tasks[0].retry: 'type' must be a non-empty string (line 16, column 12)",
             ),
             (
-                task_doc("    retry: {type: by_failure_kind, timeout: {type: max_attempts, max_attempts: -2}}\n"),
+                task_doc(
+                    "    retry: {type: by_failure_kind, timeout: {type: max_attempts, max_attempts: -2}}\n",
+                ),
                 "tasks[0].retry.timeout: max_attempts must be >= 1 (line 16, column 80)",
             ),
             (
                 task_doc("    retry: {type: by_failure_kind}\n"),
                 "tasks[0].retry: by_failure_kind needs at least one of default, error, timeout, cancelled (line 16, column 12)",
             ),
-            (task_doc("    retry: 3\n"), "tasks[0].retry: retry must be a string or a mapping (line 16, column 12)"),
-            (task_doc("    config: [1]\n"), "tasks[0]: config must be a mapping (line 16, column 13)"),
+            (
+                task_doc("    retry: 3\n"),
+                "tasks[0].retry: retry must be a string or a mapping (line 16, column 12)",
+            ),
+            (
+                task_doc("    config: [1]\n"),
+                "tasks[0]: config must be a mapping (line 16, column 13)",
+            ),
             (
                 task_doc("    emit: [out]\n"),
                 "tasks[0]: 'emit' is not supported by this build (line 16, column 11)",
@@ -256,8 +291,14 @@ fn task_rules() {
 fn app_rules() {
     check(
         &[
-            ("app: {shutdown_timeout_s: 3}\n".into(), "app.name must be a non-empty string (line 1, column 6)"),
-            ("{}\n".into(), "name must be a non-empty string (line 1, column 1)"),
+            (
+                "app: {shutdown_timeout_s: 3}\n".into(),
+                "app.name must be a non-empty string (line 1, column 6)",
+            ),
+            (
+                "{}\n".into(),
+                "name must be a non-empty string (line 1, column 1)",
+            ),
             (
                 "app: {name: x, shutdown_timeout_s: 0}\n".into(),
                 "app.shutdown_timeout_s must be > 0 or null (line 1, column 36)",
@@ -291,15 +332,27 @@ fn defaults_and_values() {
     assert_eq!(t.concurrency, 1);
     assert_eq!(t.retry, RetryPolicy::NoRetry);
     assert_eq!(t.timeout_s, None);
-    assert_eq!(cfg.connectors["db"].dsn.expose(), "mysql://root@127.0.0.1/x");
+    assert_eq!(
+        cfg.connectors["db"].dsn.expose(),
+        "mysql://root@127.0.0.1/x"
+    );
 }
 
 #[test]
 fn heartbeat_equality_tolerance_and_trimming() {
-    let yaml = source_doc("    namespace: ' ns '\n    task_names: [' echo ']\n    lease_duration_s: 0.3\n    heartbeat_interval_s: 0.1\n    worker_id: ' w1 '\n");
+    let yaml = source_doc(
+        "    namespace: ' ns '\n    task_names: [' echo ']\n    lease_duration_s: 0.3\n    heartbeat_interval_s: 0.1\n    worker_id: ' w1 '\n",
+    );
     let cfg = load_text(&yaml, true).expect("0.1 == 0.3 / 3 within tolerance");
     let s = &cfg.sources["jobs"];
-    assert_eq!((s.namespace.as_str(), s.task_name.as_str(), s.worker_id.as_str()), ("ns", "echo", "w1"));
+    assert_eq!(
+        (
+            s.namespace.as_str(),
+            s.task_name.as_str(),
+            s.worker_id.as_str()
+        ),
+        ("ns", "echo", "w1")
+    );
 }
 
 #[test]
@@ -307,8 +360,17 @@ fn retry_forms() {
     let cases = [
         ("retry: none", RetryPolicy::NoRetry),
         ("retry: No-Retry", RetryPolicy::NoRetry),
-        ("retry: max_attempts", RetryPolicy::MaxAttempts { max_attempts: 3, delay_s: None }),
-        ("retry: Exponential-Backoff", RetryPolicy::exponential_default()),
+        (
+            "retry: max_attempts",
+            RetryPolicy::MaxAttempts {
+                max_attempts: 3,
+                delay_s: None,
+            },
+        ),
+        (
+            "retry: Exponential-Backoff",
+            RetryPolicy::exponential_default(),
+        ),
         (
             "retry: {type: exponential_backoff, max_attempts: 3, min_delay_s: 2.0, max_delay_s: 30.0, jitter: full}",
             RetryPolicy::ExponentialBackoff {
@@ -322,9 +384,15 @@ fn retry_forms() {
         (
             "retry: {type: by_failure_kind, default: max_attempts, timeout: {type: max_attempts, max_attempts: 2, delay_s: 1}}",
             RetryPolicy::ByFailureKind {
-                default: Some(Box::new(RetryPolicy::MaxAttempts { max_attempts: 3, delay_s: None })),
+                default: Some(Box::new(RetryPolicy::MaxAttempts {
+                    max_attempts: 3,
+                    delay_s: None,
+                })),
                 error: None,
-                timeout: Some(Box::new(RetryPolicy::MaxAttempts { max_attempts: 2, delay_s: Some(1.0) })),
+                timeout: Some(Box::new(RetryPolicy::MaxAttempts {
+                    max_attempts: 2,
+                    delay_s: Some(1.0),
+                })),
                 cancelled: None,
             },
         ),
@@ -345,11 +413,19 @@ fn sections_share_one_name_space_and_identical_duplicates_are_fine() {
 
 #[test]
 fn legacy_form_and_logging() {
-    let cfg = load_text("name: legacy\nshutdown_timeout_s: null\nconfig: {a: 1}\n", true).expect("legacy");
+    let cfg = load_text(
+        "name: legacy\nshutdown_timeout_s: null\nconfig: {a: 1}\n",
+        true,
+    )
+    .expect("legacy");
     assert_eq!(cfg.name, "legacy");
     assert_eq!(cfg.shutdown_timeout_s, None);
     assert_eq!(cfg.config["a"], 1);
-    let cfg = load_text("app: {name: x, logging: {level: warn, format: JSON}}\n", false).expect("logging");
+    let cfg = load_text(
+        "app: {name: x, logging: {level: warn, format: JSON}}\n",
+        false,
+    )
+    .expect("logging");
     assert_eq!(cfg.logging.level, Some(onestep_config::LogLevel::Warning));
     assert_eq!(cfg.logging.format, Some(onestep_config::LogFormat::Json));
     // app.logging unknown keys are errors even without --strict (§10.6).

@@ -1,1 +1,308 @@
-//! components
+//! Component handlers, sandboxes and the `api:` section.
+
+use std::path::Path;
+
+use onestep_config::{ApiAuth, EnvLookup, LoadOptions, PreopenMode, load};
+
+use crate::common::{TempDir, err};
+
+const HEAD: &str = "app: {name: x}\nresources:\n  db: {type: mysql, dsn: 'mysql://x'}\n  jobs: {type: mysql_execution_source, connector: db, namespace: ns, task_names: [echo]}\n";
+
+fn checked() -> LoadOptions {
+    LoadOptions {
+        env: EnvLookup::isolated([("VISIBLE", "yes")]),
+        check_files: true,
+        ..LoadOptions::default()
+    }
+}
+
+#[test]
+fn component_paths_resolve_against_the_yaml_directory() {
+    let dir = TempDir::new();
+    dir.write("guests/echo.wasm", "\0asm");
+    let yaml = format!(
+        "{HEAD}tasks:\n  - source: jobs\n    handler: {{component: ./sub/../guests/echo.wasm, params: {{greeting: hi}}}}\n"
+    );
+    let target = dir.write("app.yaml", &yaml);
+    let cfg = load(&target, &checked()).expect("loads");
+    let t = &cfg.tasks[0];
+    assert_eq!(t.name, "echo", "defaults to the component's file stem");
+    assert_eq!(t.handler.component, dir.path().join("guests/echo.wasm"));
+    assert_eq!(t.handler.params["greeting"], "hi");
+
+    // Missing component: the error names the field and the absolute path.
+    let target = dir.write(
+        "missing.yaml",
+        &yaml.replace("guests/echo.wasm", "guests/nope.wasm"),
+    );
+    let e = load(&target, &checked()).expect_err("missing file");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "tasks[0].handler.component: file not found: {} (line 7, column 26)",
+            dir.path().join("guests/nope.wasm").display()
+        )
+    );
+    // …unless file checks are off (then the next check, the task-name binding, reports).
+    let opts = LoadOptions {
+        check_files: false,
+        ..checked()
+    };
+    let e = load(&target, &opts).expect_err("binding");
+    assert_eq!(
+        e.to_string(),
+        "tasks[0]: mysql.execution:ns is configured for task 'echo', not 'nope' (line 6, column 13)"
+    );
+}
+
+#[test]
+fn reference_style_handlers_are_rejected() {
+    let task =
+        |h: &str| format!("{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {h}\n");
+    for strict in [false, true] {
+        assert_eq!(
+            err(&task("app.handlers:run_agent"), strict),
+            "tasks[0].handler: handlers are WebAssembly components: use 'handler: {component: PATH}' ('app.handlers:run_agent' is an import reference, which this build does not support) (line 8, column 14)"
+        );
+        assert_eq!(
+            err(&task("{ref: 'app.handlers:run_agent'}"), strict),
+            "tasks[0].handler: handlers are WebAssembly components: use 'handler: {component: PATH}' instead of 'ref' (line 8, column 14)"
+        );
+        assert_eq!(
+            err(&task("{params: {}}"), strict),
+            "tasks[0].handler: 'component' must be a non-empty string (line 8, column 14)"
+        );
+    }
+}
+
+#[test]
+fn sandbox_settings() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    dir.write("data/f.txt", "x");
+    let yaml = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n    sandbox:\n      memory_limit_bytes: 2097152\n      fuel: 1000\n      output_limit_bytes: 512\n      preopens:\n        - {{host: data, guest: /data/, mode: rw}}\n        - {{host: data, guest: /ro}}\n      env: [VISIBLE, ABSENT]\n      env_values: {{GREETING: hello, N: 3}}\n"
+    );
+    let target = dir.write("app.yaml", &yaml);
+    let cfg = load(&target, &checked()).expect("loads");
+    let s = &cfg.tasks[0].sandbox;
+    assert_eq!(s.memory_limit_bytes, 2_097_152);
+    assert_eq!(s.fuel, Some(1000));
+    assert_eq!(s.output_limit_bytes, 512);
+    assert_eq!(s.preopens[0].host, dir.path().join("data"));
+    assert_eq!(s.preopens[0].guest, "/data");
+    assert_eq!(s.preopens[0].mode, PreopenMode::Rw);
+    assert_eq!(s.preopens[1].mode, PreopenMode::Ro);
+    let guest_env = s.guest_env(&cfg.env);
+    assert_eq!(guest_env.get("VISIBLE").map(String::as_str), Some("yes"));
+    assert!(!guest_env.contains_key("ABSENT"));
+    assert_eq!(guest_env.get("GREETING").map(String::as_str), Some("hello"));
+    assert_eq!(guest_env.get("N").map(String::as_str), Some("3"));
+
+    // Defaults.
+    let plain = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let cfg = load(&dir.write("plain.yaml", &plain), &checked()).expect("loads");
+    let s = &cfg.tasks[0].sandbox;
+    assert_eq!(
+        (s.memory_limit_bytes, s.fuel, s.output_limit_bytes),
+        (67_108_864, None, 65_536)
+    );
+    assert!(s.preopens.is_empty() && s.env.is_empty() && s.env_values.is_empty());
+
+    // Errors.
+    let bad = |sandbox: &str| {
+        let y = format!("{plain}    sandbox: {sandbox}\n");
+        load(&dir.write("bad.yaml", &y), &checked())
+            .expect_err(sandbox)
+            .to_string()
+    };
+    assert_eq!(
+        bad("{memory_limit_bytes: 1000}"),
+        "tasks[0].sandbox: memory_limit_bytes must be an integer >= 1048576 (1 MiB) (line 9, column 35)"
+    );
+    assert_eq!(
+        bad("{fuel: 0}"),
+        "tasks[0].sandbox: fuel must be null (unlimited) or an integer >= 1 (line 9, column 21)"
+    );
+    assert_eq!(
+        bad("{output_limit_bytes: 0}"),
+        "tasks[0].sandbox: output_limit_bytes must be an integer >= 1 (line 9, column 35)"
+    );
+    assert_eq!(
+        bad("{env: [1BAD]}"),
+        "tasks[0].sandbox: env[0] must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*) (line 9, column 21)"
+    );
+    assert_eq!(
+        bad("{env_values: {A: [1]}}"),
+        "tasks[0].sandbox: env_values.A must be a string (line 9, column 31)"
+    );
+    assert_eq!(
+        bad("{preopens: [{host: data, guest: rel}]}"),
+        "tasks[0].sandbox.preopens[0]: guest path 'rel' must be absolute and must not contain '..' (line 9, column 46)"
+    );
+    assert_eq!(
+        bad("{preopens: [{host: data, guest: /a, mode: rx}]}"),
+        "tasks[0].sandbox.preopens[0]: mode must be 'ro' or 'rw' (line 9, column 56)"
+    );
+    assert_eq!(
+        bad("{preopens: [{host: data, guest: /a}, {host: data, guest: /a/}]}"),
+        "tasks[0].sandbox.preopens[1]: duplicate guest path '/a' (line 9, column 51)"
+    );
+    assert_eq!(
+        bad("{preopens: [{host: nodir, guest: /a}]}"),
+        format!(
+            "tasks[0].sandbox.preopens[0].host: directory not found: {} (line 9, column 33)",
+            dir.path().join("nodir").display()
+        )
+    );
+    assert_eq!(
+        bad("{preopens: [{host: data/f.txt, guest: /a}]}"),
+        format!(
+            "tasks[0].sandbox.preopens[0].host: not a directory: {} (line 9, column 33)",
+            dir.path().join("data/f.txt").display()
+        )
+    );
+}
+
+#[test]
+fn api_section() {
+    let api = |body: &str| {
+        format!("app: {{name: x}}\nresources:\n  db: {{type: mysql, dsn: x}}\napi: {body}\n")
+    };
+    let load_api = |body: &str| {
+        onestep_config::load_str(
+            &api(body),
+            Path::new("/srv/app.yaml"),
+            &crate::common::opts(true),
+        )
+    };
+    let cfg = load_api("{connector: db, namespace: ' team '}").expect("defaults");
+    let a = cfg.api.as_ref().expect("api");
+    assert_eq!(a.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(a.auth, ApiAuth::Namespace("team".into()));
+    assert_eq!(
+        (a.table.as_str(), a.attempts_table.as_str()),
+        ("onestep_executions", "onestep_execution_attempts")
+    );
+    assert!(!a.auto_create);
+    assert!(a.allowed_tasks.is_empty());
+    assert_eq!(a.max_body_bytes, 2 * 1024 * 1024);
+    assert_eq!(a.limits, onestep_core::Limits::default());
+    assert_eq!(a.load_tokens(&cfg.env).expect("no tokens"), None);
+
+    let cfg = load_api("{listen: '0.0.0.0:9000', connector: db, tokens_file: secrets/tokens, allowed_tasks: [a, b], max_body_bytes: 10, limits: {max_payload_bytes: 5}, auto_create: true}").expect("full");
+    let a = cfg.api.as_ref().expect("api");
+    assert_eq!(a.listen.port(), 9000);
+    assert_eq!(a.auth, ApiAuth::TokensFile("/srv/secrets/tokens".into()));
+    assert_eq!(a.allowed_tasks, vec!["a", "b"]);
+    assert_eq!(a.limits.max_payload_bytes, 5);
+    assert!(a.auto_create);
+
+    let e = |body: &str| load_api(body).expect_err(body).to_string();
+    assert_eq!(
+        e("{connector: db}"),
+        "api: one of namespace, tokens_file or tokens_env is required (line 4, column 6)"
+    );
+    assert_eq!(
+        e("{connector: db, tokens_file: f, tokens_env: T}"),
+        "api: tokens_file and tokens_env are mutually exclusive (line 4, column 35)"
+    );
+    assert_eq!(
+        e("{connector: db, namespace: n, tokens_env: T}"),
+        "api: namespace cannot be combined with tokens_file or tokens_env (each token names its namespace) (line 4, column 33)"
+    );
+    assert_eq!(
+        e("{connector: db, tokens_env: 'not a name'}"),
+        "api: tokens_env must be an environment variable name (line 4, column 34)"
+    );
+    assert_eq!(
+        e("{connector: db, namespace: n, listen: nowhere}"),
+        "api: listen must be a socket address like 127.0.0.1:8080, got 'nowhere' (line 4, column 44)"
+    );
+    assert_eq!(
+        e("{namespace: n}"),
+        "api: 'connector' must be a non-empty string (line 4, column 6)"
+    );
+    assert_eq!(
+        e("{connector: ghost, namespace: n}"),
+        "api: unknown resource 'ghost' (line 4, column 18)"
+    );
+    assert_eq!(
+        e("{connector: db, namespace: n, auto_create: 1}"),
+        "api: auto_create must be a boolean (line 4, column 49)"
+    );
+    assert_eq!(
+        e("{connector: db, namespace: n, max_body_bytes: 0}"),
+        "api: max_body_bytes must be a positive integer (line 4, column 52)"
+    );
+    assert_eq!(
+        e("{connector: db, namespace: n, table: 'a-b'}"),
+        "api: executions_table must be a non-empty SQL identifier (line 4, column 43)"
+    );
+    // Inline tokens are rejected in both modes.
+    let inline = api("{connector: db, tokens: {secret: ns}}");
+    assert_eq!(
+        crate::common::err(&inline, false),
+        "api: inline tokens are not allowed in YAML; use tokens_file or tokens_env (line 4, column 30)"
+    );
+}
+
+#[test]
+fn api_tokens() {
+    let dir = TempDir::new();
+    dir.write("tokens", "# token namespace\n\nt1 team-a\nt2   team-b\n");
+    let yaml = "app: {name: x}\nresources:\n  db: {type: mysql, dsn: x}\napi: {connector: db, tokens_file: tokens}\n";
+    let cfg = load(&dir.write("app.yaml", yaml), &checked()).expect("loads");
+    let tokens = cfg
+        .api
+        .as_ref()
+        .expect("api")
+        .load_tokens(&cfg.env)
+        .expect("tokens")
+        .expect("some");
+    assert_eq!(tokens.len(), 2);
+    assert_eq!(tokens[1].token.expose(), "t2");
+    assert_eq!(tokens[1].namespace, "team-b");
+    assert_eq!(
+        format!("{:?}", tokens[0]),
+        "ApiToken { token: <redacted>, namespace: \"team-a\" }"
+    );
+
+    dir.write("tokens", "t1 team-a\nbroken\n");
+    let cfg = load(&dir.path().join("app.yaml"), &checked()).expect("loads");
+    let api = cfg.api.as_ref().expect("api");
+    assert_eq!(
+        api.load_tokens(&cfg.env).expect_err("bad line").to_string(),
+        "api.tokens_file: line 2: expected '<token> <namespace>'"
+    );
+
+    let yaml = "app: {name: x}\nresources:\n  db: {type: mysql, dsn: x}\napi: {connector: db, tokens_env: API_TOKENS}\n";
+    let target = dir.write("env.yaml", yaml);
+    let cfg = load(&target, &checked()).expect("loads without the variable");
+    let api = cfg.api.as_ref().expect("api");
+    assert_eq!(
+        api.load_tokens(&cfg.env).expect_err("unset").to_string(),
+        "api.tokens_env: environment variable 'API_TOKENS' is not set"
+    );
+    let env = EnvLookup::isolated([("API_TOKENS", "a=ns1, b=ns2")]);
+    let tokens = api.load_tokens(&env).expect("tokens").expect("some");
+    assert_eq!(
+        tokens
+            .iter()
+            .map(|t| t.namespace.as_str())
+            .collect::<Vec<_>>(),
+        ["ns1", "ns2"]
+    );
+    let env = EnvLookup::isolated([("API_TOKENS", "a=ns1,a=ns2")]);
+    assert_eq!(
+        api.load_tokens(&env).expect_err("dup").to_string(),
+        "api.tokens_env: entry 2: duplicate token"
+    );
+    let env = EnvLookup::isolated([("API_TOKENS", "a")]);
+    assert_eq!(
+        api.load_tokens(&env).expect_err("shape").to_string(),
+        "api.tokens_env: entry 1: expected 'token=namespace'"
+    );
+}

@@ -15,7 +15,10 @@ const NS: &str = "    namespace: ns\n    task_names: [echo]\n";
 
 /// A document with one task whose extra lines are `fields` (indented by four spaces).
 fn task_doc(fields: &str) -> String {
-    format!("{}tasks:\n  - name: echo\n    source: jobs\n{fields}", source_doc(NS))
+    format!(
+        "{}tasks:\n  - name: echo\n    source: jobs\n{fields}",
+        source_doc(NS)
+    )
 }
 
 fn check(cases: &[(String, &str)]) {
@@ -23,10 +26,17 @@ fn check(cases: &[(String, &str)]) {
     for (yaml, expected) in cases {
         let got = err(yaml, true);
         if got != *expected {
-            failures.push(format!("--- yaml:\n{yaml}\n    expected: {expected}\n    got:      {got}"));
+            failures.push(format!(
+                "--- yaml:\n{yaml}\n    expected: {expected}\n    got:      {got}"
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -52,7 +62,10 @@ fn top_level_and_app() {
             "apiVersion: onestep/v1alpha1\nkind: Worker\napp: {name: x}\n".into(),
             "unsupported kind 'Worker'; expected 'App' (line 2, column 7)",
         ),
-        ("app: 3\n".into(), "app must be a mapping (line 1, column 6)"),
+        (
+            "app: 3\n".into(),
+            "app must be a mapping (line 1, column 6)",
+        ),
         (
             "app:\n  name: x\n  colour: red\n  size: 2\n".into(),
             "unsupported fields for app: colour, size (line 3, column 11)",
@@ -192,7 +205,10 @@ fn execution_source_checks_in_order() {
         ),
         // 6. source options with the R. prefix
         (
-            source_doc(&format!("    namespace: '{}'\n    task_names: [echo]\n", "n".repeat(256))),
+            source_doc(&format!(
+                "    namespace: '{}'\n    task_names: [echo]\n",
+                "n".repeat(256)
+            )),
             "resources.jobs.namespace must be non-empty and <= 255 characters (line 10, column 16)",
         ),
         (
@@ -224,7 +240,9 @@ fn execution_source_checks_in_order() {
             "resources.jobs.lease_duration_s must be > 0 (line 12, column 23)",
         ),
         (
-            source_doc(&format!("{NS}    lease_duration_s: 90\n    heartbeat_interval_s: 30.1\n")),
+            source_doc(&format!(
+                "{NS}    lease_duration_s: 90\n    heartbeat_interval_s: 30.1\n"
+            )),
             "resources.jobs.heartbeat_interval_s must be > 0 and <= resources.jobs.lease_duration_s / 3 (line 13, column 27)",
         ),
         (
@@ -303,7 +321,9 @@ fn hooks_tasks_and_api() {
 
 #[test]
 fn unknown_keys_are_ignored_without_strict() {
-    let yaml = task_doc("    handler: {component: echo.wasm, extra: 1}\n    priority: 3\n    sandbox: {memory: 1}\n");
+    let yaml = task_doc(
+        "    handler: {component: echo.wasm, extra: 1}\n    priority: 3\n    sandbox: {memory: 1}\n",
+    );
     let yaml = format!("colour: red\n{yaml}");
     let cfg = crate::common::load_text(&yaml, false).expect("non-strict load");
     assert_eq!(cfg.tasks.len(), 1);
