@@ -65,7 +65,7 @@ pub struct ErrorBody {
     pub execution_id: Option<Uuid>,
     /// The execution's current status, for `not_ready`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<crate::view::StatusName>)]
     pub status: Option<ExecutionStatus>,
     /// The stored error object, for `failed`.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -4,7 +4,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::ErrorBody;
-use crate::view::{ErrorObjectView, ExecutionView, HealthView, PageView, ResultView};
+use crate::view::{ErrorObjectView, ExecutionView, HealthView, PageView, ResultView, StatusName};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -13,7 +13,7 @@ use crate::view::{ErrorObjectView, ExecutionView, HealthView, PageView, ResultVi
         description = "Submit long-running tasks, then poll their status, read results or cancel them. \
 Every error body is `{\"code\", \"message\"}`.",
     ),
-    components(schemas(ErrorBody, ErrorObjectView, ExecutionView, PageView, ResultView, HealthView)),
+    components(schemas(ErrorBody, ErrorObjectView, ExecutionView, PageView, ResultView, HealthView, StatusName)),
     tags(
         (name = "executions", description = "Tracked executions of the caller's namespace"),
         (name = "health", description = "Liveness and readiness"),

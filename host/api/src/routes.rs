@@ -23,7 +23,6 @@ pub struct SubmitBody {
     #[schema(example = "run_agent")]
     pub task_name: String,
     /// Any JSON value handed to the handler.
-    #[schema(value_type = Object)]
     pub payload: Value,
     /// Optional JSON object (default `{}`); the key `onestep.execution` is reserved.
     #[serde(default)]

@@ -28,6 +28,29 @@ pub struct ErrorObjectView {
     pub connector_kind: Option<String>,
 }
 
+/// The execution statuses (spec §5.1); the last four are terminal. Documentation only: the
+/// views carry the wire string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusName {
+    /// Waiting to be claimed.
+    Queued,
+    /// A worker holds the lease.
+    Running,
+    /// Waiting to be claimed again after a failed or lost attempt.
+    Retrying,
+    /// Running, and a cancel was requested.
+    CancelRequested,
+    /// Terminal: the handler returned a result.
+    Succeeded,
+    /// Terminal: the handler failed and the retry policy gave up.
+    Failed,
+    /// Terminal: cancelled.
+    Cancelled,
+    /// Terminal: `expires_at` passed before a claim.
+    Expired,
+}
+
 /// One execution as every endpoint returns it (seed §5 `execution_view`, plus `terminal`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ExecutionView {
@@ -37,9 +60,8 @@ pub struct ExecutionView {
     pub namespace: String,
     /// Task name.
     pub task_name: String,
-    /// One of `queued`, `running`, `retrying`, `succeeded`, `failed`, `cancel_requested`,
-    /// `cancelled`, `expired`.
-    #[schema(example = "queued")]
+    /// Current status.
+    #[schema(value_type = StatusName)]
     pub status: String,
     /// True for `succeeded`, `failed`, `cancelled` and `expired`.
     pub terminal: bool,
@@ -101,7 +123,6 @@ pub struct PageView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ResultView {
     /// The handler's result (any JSON value).
-    #[schema(value_type = Object)]
     pub result: Value,
 }
 

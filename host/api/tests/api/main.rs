@@ -1,0 +1,11 @@
+//! Router tests of onestep-api against a real MariaDB (one test binary): every endpoint and every
+//! status of the seed's mapping, tenants, idempotency under concurrency, a bad-input table, and
+//! every response checked against the served OpenAPI document.
+
+mod bad_input;
+mod concurrency;
+mod endpoints;
+mod results;
+mod schema;
+mod support;
+mod tenants;
