@@ -203,10 +203,8 @@ pub fn parse(text: &str) -> Result<Node, ConfigError> {
 }
 
 fn spanned(s: Spanned<Raw>) -> Node {
-    let value = s.value.0;
-    // An empty (null) document parses as an empty mapping.
     Node {
-        value,
+        value: s.value.0,
         line: s.referenced.line(),
         column: s.referenced.column(),
     }
