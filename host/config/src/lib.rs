@@ -1,7 +1,7 @@
 //! onestep-config: the only crate that knows YAML.
 //!
 //! It owns the worker/API configuration file (spec §10, adapted to WebAssembly component
-//! handlers): the load pipeline of §10.1 ([`load`]), dotenv selection and parsing ([`env`]),
+//! handlers): the load pipeline of §10.1 ([`load`]), dotenv selection and parsing ([`mod@env`]),
 //! `${VAR}` interpolation with the strict-env report ([`interpolate`]), strict validation of
 //! `onestep check --strict` ([`strict`], §10.5), the build-time checks that always apply (§10.6,
 //! [`build`]), the typed result ([`AppConfig`] and friends in [`model`]) and the `check` summary
