@@ -1,1 +1,81 @@
-//! onestep-wasm: (placeholder; being built).
+//! `onestep-wasm`: runs onestep task handlers as sandboxed WebAssembly
+//! components. This is the only crate of the workspace that touches
+//! wasmtime; it does not depend on any other onestep crate.
+//!
+//! # What it owns
+//! - The wasmtime [`Engine`](wasmtime::Engine) configuration (async,
+//!   component model, epoch interruption, fuel metering, pooling allocator
+//!   with fallback to on-demand) and the epoch ticker thread.
+//! - Loading components implementing `onestep:handler/handler@0.1.0`
+//!   (`wit/handler.wit` at the repository root): compiled once, cached on
+//!   disk keyed by the component's SHA-256 and the engine settings, linked
+//!   into an `InstancePre` ([`Runtime::load`] → [`Handler`]).
+//! - Invoking them ([`Handler::invoke`]) in a per-task sandbox described by
+//!   [`SandboxSettings`], returning a typed [`Outcome`].
+//!
+//! The worker owns claims, leases, heartbeats and retries; the guest only
+//! computes.
+//!
+//! # Invariants
+//! - Every invocation gets a fresh `Store` and WASI context; a store is
+//!   dropped when the invocation ends, whatever happened (never reused after
+//!   a trap, a timeout or a cancel).
+//! - A guest cannot take the host down: traps, panics, memory-limit denials,
+//!   fuel exhaustion, timeouts and cancellation all come back as
+//!   [`Outcome::Trapped`]; the host's own memory stays bounded (memory
+//!   ceiling via a resource limiter, bounded stdout/stderr/log capture).
+//! - A guest cannot outrun its deadline or a cancel: the call future is
+//!   raced against the [`CancelHandle`] and a wall-clock timer and dropped
+//!   when they win (this also stops guests blocked in host calls), and guest
+//!   code checks both at every epoch tick (`epoch_tick_ms`, default 10 ms),
+//!   where it also yields to tokio so it cannot starve other tasks.
+//! - A guest sees only what its sandbox grants: the preopened directories
+//!   (read-only unless `writable`), allow-listed environment variables, no
+//!   arguments, no stdin, no sockets, no name lookup. Clocks and random are
+//!   available.
+//!
+//! # Example
+//! ```no_run
+//! # async fn demo() -> Result<(), onestep_wasm::Error> {
+//! use onestep_wasm::*;
+//! let runtime = Runtime::new(RuntimeSettings {
+//!     cache_dir: Some("/var/cache/onestep/wasm".into()),
+//!     ..RuntimeSettings::default()
+//! })?;
+//! let handler = runtime.load("guest-examples/out/echo.wasm")?;
+//! let outcome = handler
+//!     .invoke(
+//!         &SandboxSettings::default(),
+//!         InvocationContext::default(),
+//!         r#"{"hello": "world"}"#,
+//!         CancelHandle::new(),
+//!         Some(std::time::Duration::from_secs(30)),
+//!     )
+//!     .await;
+//! assert_eq!(outcome, Outcome::Succeeded(r#"{"hello": "world"}"#.into()));
+//! # Ok(()) }
+//! ```
+
+mod bindings;
+mod cancel;
+mod capture;
+mod context;
+mod engine;
+mod error;
+mod invoke;
+mod outcome;
+mod runtime;
+mod sandbox;
+mod settings;
+mod state;
+
+pub use cancel::CancelHandle;
+pub use context::InvocationContext;
+pub use error::Error;
+pub use invoke::Report;
+pub use outcome::{InvokeError, Outcome, TrapKind};
+pub use runtime::{CacheStats, Handler, PoolStats, Runtime};
+pub use settings::{PoolingMode, Preopen, RuntimeSettings, SandboxSettings};
+
+/// Version of the WIT package this runtime serves (`wit/handler.wit`).
+pub const WIT_PACKAGE: &str = "onestep:handler@0.1.0";

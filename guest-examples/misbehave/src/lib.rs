@@ -1,0 +1,123 @@
+//! `misbehave`: a handler that tries to break out of its sandbox, used by the
+//! host's tests. Payload: `{"mode": "...", ...}`:
+//!
+//! - `spin`: loop forever (CPU bound, never calls the host).
+//! - `alloc`: allocate memory without bound.
+//! - `panic`: panic with a known message.
+//! - `read_passwd`: read `/etc/passwd`.
+//! - `escape`: read `path` (default `/data/../secret`), outside its preopen.
+//! - `write_ro`: write to `path` (default `/ro/written.txt`) in a read-only preopen.
+//! - `read`: read `path` and return its content (used to test isolation).
+//! - `write`: write `content` to `path` (used to test isolation).
+//! - `env`: read env var `name` (default `ONESTEP_SECRET`).
+//! - `tcp`: open a TCP connection to `addr` (default `127.0.0.1:3306`).
+//! - `sleep`: sleep `secs` seconds (default 3600) inside a host call.
+//! - `fatal`: return a fatal handler error.
+//! - `print`: print `lines` lines (default 1000) of 100 bytes to stdout.
+//!
+//! The escape modes return what the OS said as *data*:
+//! `{"denied": true, "error": "..."}` (or `{"denied": false, ...}` if the
+//! operation unexpectedly worked).
+
+wit_bindgen::generate!({ path: "../../wit", world: "handler" });
+
+use serde_json::{Value, json};
+use std::time::Duration;
+
+struct Misbehave;
+
+fn fatal(message: String) -> HandlerError {
+    HandlerError {
+        retryable: false,
+        message,
+        retry_after_ms: None,
+    }
+}
+
+fn outcome<T>(r: std::io::Result<T>, ok: impl FnOnce(T) -> Value) -> String {
+    match r {
+        Ok(v) => json!({ "denied": false, "result": ok(v) }).to_string(),
+        Err(e) => {
+            json!({ "denied": true, "error": e.to_string(), "kind": format!("{:?}", e.kind()) })
+                .to_string()
+        }
+    }
+}
+
+impl Guest for Misbehave {
+    fn handle(_ctx: Context, payload: String) -> Result<String, HandlerError> {
+        let v: Value =
+            serde_json::from_str(&payload).map_err(|e| fatal(format!("invalid payload: {e}")))?;
+        let s = |k: &str, d: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or(d).to_string();
+        let mode = s("mode", "");
+        match mode.as_str() {
+            "spin" => {
+                let mut x: u64 = 0;
+                loop {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+            "alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    // Touch every page so the memory is really committed.
+                    hoard.push(vec![0xA5u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "panic" => panic!("misbehave: deliberate panic"),
+            "read_passwd" => Ok(outcome(std::fs::read_to_string("/etc/passwd"), |c| {
+                json!(c.len())
+            })),
+            "escape" => {
+                let path = s("path", "/data/../secret");
+                Ok(outcome(std::fs::read_to_string(&path), |c| json!(c)))
+            }
+            "write_ro" => {
+                let path = s("path", "/ro/written.txt");
+                Ok(outcome(
+                    std::fs::write(&path, b"should not be here"),
+                    |_| json!(path),
+                ))
+            }
+            "read" => Ok(outcome(std::fs::read_to_string(s("path", "")), |c| {
+                json!(c)
+            })),
+            "write" => {
+                let path = s("path", "");
+                Ok(outcome(std::fs::write(&path, s("content", "x")), |_| {
+                    json!(path)
+                }))
+            }
+            "env" => {
+                let name = s("name", "ONESTEP_SECRET");
+                Ok(match std::env::var(&name) {
+                    Ok(val) => json!({ "denied": false, "result": val }).to_string(),
+                    Err(e) => json!({ "denied": true, "error": e.to_string() }).to_string(),
+                })
+            }
+            "tcp" => {
+                let addr = s("addr", "127.0.0.1:3306");
+                Ok(outcome(std::net::TcpStream::connect(&addr), |_| {
+                    json!(addr)
+                }))
+            }
+            "sleep" => {
+                let secs = v.get("secs").and_then(|x| x.as_u64()).unwrap_or(3600);
+                std::thread::sleep(Duration::from_secs(secs));
+                Ok(json!({ "slept": secs }).to_string())
+            }
+            "print" => {
+                let lines = v.get("lines").and_then(|x| x.as_u64()).unwrap_or(1000);
+                for i in 0..lines {
+                    println!("{i:>8} {}", "x".repeat(90));
+                }
+                Ok(json!({ "printed": lines }).to_string())
+            }
+            "fatal" => Err(fatal("misbehave: deliberate fatal error".into())),
+            other => Err(fatal(format!("unknown mode {other:?}"))),
+        }
+    }
+}
+
+export!(Misbehave);

@@ -1,0 +1,58 @@
+//! [`InvocationContext`]: the facts about an attempt handed to the guest.
+
+use serde::{Deserialize, Serialize};
+
+/// What the guest receives as `ctx` (WIT `context`). Also used to attribute
+/// the guest's logs and output in `tracing`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InvocationContext {
+    /// Execution id (stable across retries).
+    pub execution_id: String,
+    /// Attempt id (unique per try).
+    pub attempt_id: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Task name.
+    pub task_name: String,
+    /// Namespace (tenant).
+    pub namespace: String,
+    /// Worker id.
+    pub worker_id: String,
+    /// Execution metadata, a JSON object as text (`{}` when empty).
+    pub metadata_json: String,
+}
+
+impl Default for InvocationContext {
+    fn default() -> Self {
+        Self {
+            execution_id: String::new(),
+            attempt_id: String::new(),
+            attempt: 1,
+            task_name: String::new(),
+            namespace: String::new(),
+            worker_id: String::new(),
+            metadata_json: "{}".to_string(),
+        }
+    }
+}
+
+/// The ids every guest-originated log line carries.
+#[derive(Debug, Clone)]
+pub(crate) struct LogIds {
+    pub(crate) execution_id: String,
+    pub(crate) attempt_id: String,
+    pub(crate) task_name: String,
+    pub(crate) namespace: String,
+}
+
+impl LogIds {
+    pub(crate) fn from_ctx(ctx: &InvocationContext) -> Self {
+        Self {
+            execution_id: ctx.execution_id.clone(),
+            attempt_id: ctx.attempt_id.clone(),
+            task_name: ctx.task_name.clone(),
+            namespace: ctx.namespace.clone(),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Engine construction (the one place wasmtime is configured) and the epoch
+//! ticker.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
+};
+
+use crate::error::Error;
+use crate::settings::{PoolingMode, RuntimeSettings};
+
+/// A configured engine plus what was decided while building it.
+pub(crate) struct BuiltEngine {
+    pub(crate) engine: Engine,
+    pub(crate) pooling: bool,
+    pub(crate) cache: Option<Cache>,
+}
+
+/// Largest table any component may declare/grow to, in elements, in a pool
+/// slot (interpreters compiled to wasm, e.g. CPython, have big tables).
+const POOL_TABLE_ELEMENTS: usize = 100_000;
+
+fn base_config(s: &RuntimeSettings, cache: Option<Cache>) -> Config {
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true)
+        // Deadlines and cancellation of running guest code: the ticker bumps
+        // the epoch, stores yield/check at every tick.
+        .epoch_interruption(true)
+        .consume_fuel(s.fuel_metering)
+        .parallel_compilation(s.parallel_compilation)
+        .cache(cache);
+    cfg
+}
+
+fn pooling_config(s: &RuntimeSettings) -> PoolingAllocationConfig {
+    let n = s.pool_max_instances.max(1);
+    let mut p = PoolingAllocationConfig::new();
+    // A component instance holds several core instances (the guest, WASI
+    // adapters, shims), a few memories and tables.
+    p.total_component_instances(n)
+        .total_core_instances(n.saturating_mul(16))
+        .total_memories(n.saturating_mul(4))
+        .total_tables(n.saturating_mul(8))
+        .total_stacks(n)
+        .table_elements(POOL_TABLE_ELEMENTS)
+        .max_memory_size(usize::try_from(s.max_memory_bytes).unwrap_or(usize::MAX));
+    p
+}
+
+/// Builds the engine; with [`PoolingMode::Auto`], falls back to on-demand
+/// allocation when the pool's virtual memory cannot be reserved.
+pub(crate) fn build(s: &RuntimeSettings) -> Result<BuiltEngine, Error> {
+    let cache = match &s.cache_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| Error::Cache {
+                path: dir.clone(),
+                message: e.to_string(),
+            })?;
+            let mut cc = CacheConfig::new();
+            cc.with_directory(dir);
+            Some(Cache::new(cc).map_err(|e| Error::Cache {
+                path: dir.clone(),
+                message: e.to_string(),
+            })?)
+        }
+        None => None,
+    };
+    let on_demand = || -> Result<Engine, Error> {
+        let cfg = base_config(s, cache.clone());
+        Engine::new(&cfg).map_err(|e| Error::Engine(format!("{e:#}")))
+    };
+    let pooled = || -> Result<Engine, Error> {
+        let mut cfg = base_config(s, cache.clone());
+        cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling_config(s)));
+        Engine::new(&cfg).map_err(|e| Error::Engine(format!("pooling allocator: {e:#}")))
+    };
+    let (engine, pooling) = match s.pooling {
+        PoolingMode::Off => (on_demand()?, false),
+        PoolingMode::On => (pooled()?, true),
+        PoolingMode::Auto => match pooled() {
+            Ok(engine) => (engine, true),
+            Err(e) => {
+                tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand allocation");
+                (on_demand()?, false)
+            }
+        },
+    };
+    Ok(BuiltEngine {
+        engine,
+        pooling,
+        cache,
+    })
+}
+
+/// A thread incrementing the engine's epoch every `tick`. Each increment is a
+/// chance for every running store to yield to tokio and to notice a cancel
+/// or a passed deadline. Stops when dropped.
+pub(crate) struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    pub(crate) fn start(engine: Engine, tick: Duration) -> Result<Self, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("onestep-wasm-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(|e| Error::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

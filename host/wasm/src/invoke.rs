@@ -1,0 +1,350 @@
+//! One invocation: fresh store + WASI context, instantiate, call `handle`,
+//! race it against cancellation and the deadline, classify the result.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use crate::bindings::{WitContext, onestep::handler::types::HandlerError};
+use crate::cancel::CancelHandle;
+use crate::capture::{Capture, StreamKind};
+use crate::context::{InvocationContext, LogIds};
+use crate::outcome::{InvokeError, Outcome, TrapKind, panic_message};
+use crate::runtime::Handler;
+use crate::sandbox::build_wasi;
+use crate::settings::SandboxSettings;
+use crate::state::{Limits, State};
+
+/// An [`Outcome`] plus what the host observed while producing it.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// What happened.
+    pub outcome: Outcome,
+    /// Captured stdout (at most `stdout_limit_bytes`, lossy UTF-8).
+    pub stdout: String,
+    /// Captured stderr (at most `stderr_limit_bytes`, lossy UTF-8).
+    pub stderr: String,
+    /// Bytes of stdout + stderr dropped because of the limits.
+    pub output_dropped_bytes: u64,
+    /// Fuel consumed, when metering is on.
+    pub fuel_consumed: Option<u64>,
+    /// Peak total linear memory of the guest in bytes.
+    pub peak_memory_bytes: u64,
+    /// Wall-clock time of the invocation (store creation to result).
+    pub elapsed: Duration,
+}
+
+/// When the epoch callback must stop the guest.
+struct StoreLimits {
+    cancel: CancelHandle,
+    grace: Duration,
+    deadline: Option<Instant>,
+}
+
+/// How the race between the call, the cancel signal and the deadline ended.
+enum Race {
+    Done(Stage),
+    Cancelled,
+    TimedOut,
+}
+
+/// Result of the guest work, keeping instantiation and call apart.
+enum Stage {
+    InstantiateFailed(wasmtime::Error),
+    CallFailed(wasmtime::Error),
+    Returned(Result<String, HandlerError>),
+}
+
+impl Handler {
+    /// Runs the handler once in a fresh sandbox and returns its [`Outcome`].
+    /// See [`invoke_report`](Self::invoke_report).
+    pub async fn invoke(
+        &self,
+        sandbox: &SandboxSettings,
+        ctx: InvocationContext,
+        payload_json: &str,
+        cancel: CancelHandle,
+        timeout: Option<Duration>,
+    ) -> Outcome {
+        self.invoke_report(sandbox, ctx, payload_json, cancel, timeout)
+            .await
+            .outcome
+    }
+
+    /// Runs the handler once: a new `Store` and WASI context built from
+    /// `sandbox`, instantiation from the prepared `InstancePre`, then
+    /// `handle(ctx, payload)`. The deadline is the earlier of `timeout` and
+    /// `sandbox.timeout_s` (wall clock). `cancel` stops the guest at once.
+    /// The store is dropped before returning, whatever happened. Never
+    /// panics on guest behaviour; host problems come back as
+    /// [`Outcome::HostError`].
+    pub async fn invoke_report(
+        &self,
+        sandbox: &SandboxSettings,
+        ctx: InvocationContext,
+        payload_json: &str,
+        cancel: CancelHandle,
+        timeout: Option<Duration>,
+    ) -> Report {
+        let started = Instant::now();
+        let ids = Arc::new(LogIds::from_ctx(&ctx));
+        let stdout = Capture::new(StreamKind::Stdout, sandbox.stdout_limit_bytes, ids.clone());
+        let stderr = Capture::new(StreamKind::Stderr, sandbox.stderr_limit_bytes, ids.clone());
+        let report = |outcome, fuel, peak| Report {
+            outcome,
+            stdout: stdout.text(),
+            stderr: stderr.text(),
+            output_dropped_bytes: stdout.dropped() + stderr.dropped(),
+            fuel_consumed: fuel,
+            peak_memory_bytes: peak,
+            elapsed: started.elapsed(),
+        };
+
+        let deadline = effective_timeout(sandbox.timeout_s, timeout).map(|t| started + t);
+        let grace = Duration::from_millis(sandbox.cancel_grace_ms);
+        if cancel.is_cancelled() {
+            return report(trapped(TrapKind::Cancelled), None, 0);
+        }
+        let limits = StoreLimits {
+            cancel: cancel.clone(),
+            grace,
+            deadline,
+        };
+        let mut store = match self.new_store(sandbox, ids.clone(), limits, &stdout, &stderr) {
+            Ok(s) => s,
+            Err(e) => return report(Outcome::HostError(e), None, 0),
+        };
+        let fuel_start = self.fuel_budget(sandbox);
+
+        let wit_ctx = WitContext {
+            execution_id: ctx.execution_id,
+            attempt_id: ctx.attempt_id,
+            attempt: ctx.attempt,
+            task_name: ctx.task_name,
+            namespace: ctx.namespace,
+            worker_id: ctx.worker_id,
+            metadata: ctx.metadata_json,
+        };
+
+        let payload = payload_json.to_string();
+        let race = {
+            let pre = &self.pre;
+            let store_ref = &mut store;
+            let work = async move {
+                let handler = match pre.instantiate_async(&mut *store_ref).await {
+                    Ok(h) => h,
+                    Err(e) => return Stage::InstantiateFailed(e),
+                };
+                match handler
+                    .call_handle(&mut *store_ref, &wit_ctx, &payload)
+                    .await
+                {
+                    Ok(r) => Stage::Returned(r),
+                    Err(e) => Stage::CallFailed(e),
+                }
+            };
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // The guest future only makes progress when polled; dropping it
+            // (when cancel or the timer wins) stops the guest even while it is
+            // blocked in a host call. Guest code yields at every epoch tick.
+            let stop = async {
+                cancel.cancelled().await;
+                if grace > Duration::ZERO {
+                    tokio::time::sleep(grace).await;
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = stop => Race::Cancelled,
+                _ = sleep => Race::TimedOut,
+                stage = work => Race::Done(stage),
+            }
+        };
+        stdout.finish();
+        stderr.finish();
+
+        let fuel = fuel_start.and_then(|f| store.get_fuel().ok().map(|left| f - left.min(f)));
+        let limits = &store.data().limits;
+        let peak = limits.memory_peak as u64;
+        let memory_denied = limits.memory_denied;
+        let outcome = match race {
+            Race::Cancelled => trapped(TrapKind::Cancelled),
+            Race::TimedOut => trapped(TrapKind::Timeout),
+            Race::Done(Stage::Returned(Ok(output))) => validate_output(output),
+            Race::Done(Stage::Returned(Err(e))) => Outcome::HandlerError {
+                retryable: e.retryable,
+                message: e.message,
+                retry_after: e.retry_after_ms.map(Duration::from_millis),
+            },
+            Race::Done(Stage::CallFailed(e)) => {
+                classify_trap(&e, memory_denied, &cancel, deadline, &stderr.text())
+            }
+            Race::Done(Stage::InstantiateFailed(e)) => {
+                if e.downcast_ref::<Trap>().is_some() || memory_denied {
+                    classify_trap(&e, memory_denied, &cancel, deadline, &stderr.text())
+                } else {
+                    Outcome::HostError(InvokeError::Instantiation(format!("{e:#}")))
+                }
+            }
+        };
+        // A stopped or trapped store is never reused: it is dropped here.
+        drop(store);
+        log_outcome(&ids, &outcome, started.elapsed());
+        report(outcome, fuel, peak)
+    }
+
+    fn fuel_budget(&self, sandbox: &SandboxSettings) -> Option<u64> {
+        self.runtime
+            .settings
+            .fuel_metering
+            .then(|| sandbox.fuel.unwrap_or(u64::MAX))
+    }
+
+    fn new_store(
+        &self,
+        sandbox: &SandboxSettings,
+        ids: Arc<LogIds>,
+        stop: StoreLimits,
+        stdout: &Capture,
+        stderr: &Capture,
+    ) -> Result<Store<State>, InvokeError> {
+        let rt = &self.runtime;
+        if sandbox.fuel.is_some() && !rt.settings.fuel_metering {
+            return Err(InvokeError::Sandbox(
+                "sandbox sets `fuel` but the runtime has fuel_metering off".into(),
+            ));
+        }
+        let wasi = build_wasi(sandbox, stdout, stderr)?;
+        let memory_limit = sandbox.memory_limit_bytes.min(rt.settings.max_memory_bytes);
+        let state = State {
+            wasi,
+            table: wasmtime_wasi::ResourceTable::new(),
+            limits: Limits {
+                memory_limit: usize::try_from(memory_limit).unwrap_or(usize::MAX),
+                memory_used: 0,
+                memory_peak: 0,
+                memory_denied: false,
+                table_elements: usize::try_from(sandbox.max_table_elements).unwrap_or(usize::MAX),
+                instances: sandbox.max_instances as usize,
+                tables: sandbox.max_tables as usize,
+                memories: sandbox.max_memories as usize,
+            },
+            ids,
+            cancel: stop.cancel.clone(),
+            log_budget: sandbox.log_limit_bytes,
+            log_dropped: false,
+        };
+        let mut store = Store::new(&rt.engine, state);
+        store.limiter(|s| &mut s.limits);
+        if let Some(fuel) = self.fuel_budget(sandbox) {
+            store
+                .set_fuel(fuel)
+                .map_err(|e| InvokeError::Sandbox(format!("fuel: {e:#}")))?;
+        }
+        // Every epoch tick: stop if cancelled or past the deadline, otherwise
+        // yield to tokio (so CPU-bound guests cannot starve other tasks, and
+        // the select in `invoke_report` gets to run) and re-arm for one tick.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_ctx| {
+            let now = Instant::now();
+            let expired = stop.deadline.is_some_and(|d| now >= d);
+            let cancelled = stop
+                .cancel
+                .cancelled_at()
+                .is_some_and(|t| now >= t + stop.grace);
+            if cancelled || expired {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                // tokio's own yield defers the wake-up until the I/O and
+                // timer drivers have run, so timers of other tasks (e.g. the
+                // worker's heartbeats) fire even next to a spinning guest.
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
+            }
+        });
+        Ok(store)
+    }
+}
+
+fn effective_timeout(timeout_s: Option<f64>, timeout: Option<Duration>) -> Option<Duration> {
+    let from_settings = timeout_s
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| Duration::from_secs_f64(s.min(1e9)));
+    match (from_settings, timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn trapped(kind: TrapKind) -> Outcome {
+    Outcome::Trapped { kind }
+}
+
+/// Output must be JSON text; anything else is the handler's (fatal) error.
+fn validate_output(output: String) -> Outcome {
+    match serde_json::from_str::<serde::de::IgnoredAny>(&output) {
+        Ok(_) => Outcome::Succeeded(output),
+        Err(e) => Outcome::HandlerError {
+            retryable: false,
+            message: format!("handler returned invalid JSON output: {e}"),
+            retry_after: None,
+        },
+    }
+}
+
+fn classify_trap(
+    e: &wasmtime::Error,
+    memory_denied: bool,
+    cancel: &CancelHandle,
+    deadline: Option<Instant>,
+    stderr: &str,
+) -> Outcome {
+    let trap = e.downcast_ref::<Trap>();
+    let kind = match trap {
+        Some(Trap::OutOfFuel) => TrapKind::OutOfFuel,
+        Some(Trap::Interrupt) if cancel.is_cancelled() => TrapKind::Cancelled,
+        Some(Trap::Interrupt) if deadline.is_some_and(|d| Instant::now() >= d) => TrapKind::Timeout,
+        // A denied growth makes the guest abort (Rust: "memory allocation
+        // failed"); report the cause, not the symptom.
+        _ if memory_denied => TrapKind::MemoryLimit,
+        _ => match panic_message(stderr) {
+            Some(message) => TrapKind::GuestPanic(message),
+            None => TrapKind::Other(match trap {
+                Some(t) => format!("{t}"),
+                None => format!("{e:#}"),
+            }),
+        },
+    };
+    trapped(kind)
+}
+
+fn log_outcome(ids: &LogIds, outcome: &Outcome, elapsed: Duration) {
+    let elapsed_us = elapsed.as_micros() as u64;
+    match outcome {
+        Outcome::Succeeded(_) => tracing::debug!(
+            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
+            "handler succeeded"
+        ),
+        Outcome::HandlerError {
+            retryable, message, ..
+        } => tracing::info!(
+            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
+            retryable, "handler error: {message}"
+        ),
+        Outcome::Trapped { kind } => tracing::warn!(
+            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
+            "handler trapped: {kind:?}"
+        ),
+        Outcome::HostError(e) => tracing::error!(
+            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
+            "handler could not run: {e}"
+        ),
+    }
+}

@@ -1,0 +1,255 @@
+//! [`Runtime`] (engine, linker, compile cache, epoch ticker) and loading
+//! components into [`Handler`]s.
+
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Cache, Engine};
+
+use crate::bindings::{self, HandlerPre};
+use crate::engine::{self, Ticker};
+use crate::error::Error;
+use crate::settings::RuntimeSettings;
+use crate::state::State;
+
+/// Counters of the component cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Components compiled by Cranelift in this process.
+    pub compiles: u64,
+    /// Loads served from the on-disk cache (no compilation).
+    pub disk_hits: u64,
+    /// Loads served from this runtime's in-memory table (same digest loaded
+    /// before in this process).
+    pub memory_hits: u64,
+}
+
+/// Live slots of the pooling allocator (all zero when idle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    /// Component instances alive.
+    pub component_instances: u64,
+    /// Core instances alive.
+    pub core_instances: u64,
+    /// Linear memories alive.
+    pub memories: usize,
+    /// Tables alive.
+    pub tables: usize,
+    /// Async stacks in use.
+    pub stacks: usize,
+}
+
+pub(crate) struct RuntimeInner {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<State>,
+    pub(crate) settings: RuntimeSettings,
+    pooling: bool,
+    cache: Option<Cache>,
+    /// Components compiled by Cranelift (not served by any cache).
+    compiles: AtomicU64,
+    memory_hits: AtomicU64,
+    /// Components by SHA-256, so loading the same bytes twice is free.
+    components: Mutex<HashMap<[u8; 32], Component>>,
+    _ticker: Ticker,
+}
+
+/// The wasm runtime of a worker process: one engine (async, component model,
+/// epoch interruption, pooling allocator when possible), one linker with WASI
+/// p2 + the `onestep:handler/host` imports, a compile cache and the epoch
+/// ticker. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<RuntimeInner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("pooling", &self.inner.pooling)
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A loaded, linked component ready to be instantiated: compiled once
+/// (`InstancePre`), instantiated afresh in a new store for every invocation.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Handler {
+    pub(crate) runtime: Arc<RuntimeInner>,
+    pub(crate) pre: HandlerPre<State>,
+    pub(crate) digest: [u8; 32],
+    pub(crate) name: Arc<str>,
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handler")
+            .field("name", &self.name)
+            .field("digest", &self.digest_hex())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Handler {
+    /// SHA-256 of the component's bytes, lower-case hex.
+    pub fn digest_hex(&self) -> String {
+        hex::encode(self.digest)
+    }
+
+    /// The file name or label the handler was loaded from.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Runtime {
+    /// Builds the engine (falling back from pooling to on-demand allocation
+    /// per [`RuntimeSettings::pooling`]), the linker, and starts the epoch
+    /// ticker (a thread incrementing the epoch every `epoch_tick_ms`).
+    pub fn new(settings: RuntimeSettings) -> Result<Self, Error> {
+        let built = engine::build(&settings)?;
+        let mut linker = Linker::<State>::new(&built.engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| Error::Engine(format!("WASI linker: {e:#}")))?;
+        bindings::Handler::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
+            .map_err(|e| Error::Engine(format!("host linker: {e:#}")))?;
+        let tick = Duration::from_millis(settings.epoch_tick_ms.max(1));
+        let ticker = Ticker::start(built.engine.clone(), tick)?;
+        Ok(Self {
+            inner: Arc::new(RuntimeInner {
+                engine: built.engine,
+                linker,
+                settings,
+                pooling: built.pooling,
+                cache: built.cache,
+                compiles: AtomicU64::new(0),
+                memory_hits: AtomicU64::new(0),
+                components: Mutex::new(HashMap::new()),
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// Whether the pooling allocator is in use (false after a fallback).
+    pub fn pooling_enabled(&self) -> bool {
+        self.inner.pooling
+    }
+
+    /// Loads a component file: compiles it (or takes it from the disk cache,
+    /// keyed by its SHA-256 and the engine settings), links it and checks it
+    /// implements `onestep:handler/handler`. Blocking and CPU-heavy on a
+    /// cache miss (seconds for big components): call it from
+    /// `spawn_blocking` in async code.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<Handler, Error> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        self.load_bytes(&name, &bytes)
+    }
+
+    /// Same as [`load`](Self::load) for bytes in memory; `name` labels errors
+    /// and logs.
+    pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Handler, Error> {
+        let digest: [u8; 32] = Sha256::digest(bytes).into();
+        let component = self.component(name, digest, bytes)?;
+        let instance_pre =
+            self.inner
+                .linker
+                .instantiate_pre(&component)
+                .map_err(|e| Error::Link {
+                    name: name.to_string(),
+                    message: format!("{e:#}"),
+                })?;
+        let pre = HandlerPre::new(instance_pre).map_err(|e| Error::NotAHandler {
+            name: name.to_string(),
+            message: format!("{e:#}"),
+        })?;
+        Ok(Handler {
+            runtime: self.inner.clone(),
+            pre,
+            digest,
+            name: Arc::from(name),
+        })
+    }
+
+    fn component(&self, name: &str, digest: [u8; 32], bytes: &[u8]) -> Result<Component, Error> {
+        // Loads are serialised (compilation itself is parallel): concurrent
+        // loads of the same bytes compile once and the counters stay exact.
+        let mut components = self
+            .inner
+            .components
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = components.get(&digest) {
+            self.inner.memory_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(c.clone());
+        }
+        let started = std::time::Instant::now();
+        let hits_before = self.disk_hits();
+        // With a cache configured, wasmtime looks the artifact up by a hash
+        // of the bytes and the engine's settings before compiling.
+        let component =
+            Component::from_binary(&self.inner.engine, bytes).map_err(|e| Error::Compile {
+                name: name.to_string(),
+                message: format!("{e:#}"),
+            })?;
+        let compiled = self.disk_hits() == hits_before;
+        if compiled {
+            self.inner.compiles.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::debug!(
+            component = name,
+            digest = %hex::encode(digest),
+            compiled,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "component loaded"
+        );
+        components.insert(digest, component.clone());
+        Ok(component)
+    }
+
+    fn disk_hits(&self) -> u64 {
+        self.inner
+            .cache
+            .as_ref()
+            .map_or(0, |c| c.cache_hits() as u64)
+    }
+
+    /// Number of components compiled by Cranelift in this process (cache
+    /// misses). A load served by the disk or memory cache does not count.
+    pub fn compile_count(&self) -> u64 {
+        self.cache_stats().compiles
+    }
+
+    /// Cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            compiles: self.inner.compiles.load(Ordering::Relaxed),
+            disk_hits: self.disk_hits(),
+            memory_hits: self.inner.memory_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Live pool slots, or `None` without the pooling allocator.
+    pub fn pool_stats(&self) -> Option<PoolStats> {
+        let m = self.inner.engine.pooling_allocator_metrics()?;
+        Some(PoolStats {
+            component_instances: m.component_instances(),
+            core_instances: m.core_instances(),
+            memories: m.memories(),
+            tables: m.tables(),
+            stacks: m.stacks(),
+        })
+    }
+}

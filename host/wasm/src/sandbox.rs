@@ -1,0 +1,63 @@
+//! Turning [`SandboxSettings`] into a WASI context: preopens, environment,
+//! captured stdio, and no network.
+
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+
+use crate::capture::Capture;
+use crate::outcome::InvokeError;
+use crate::settings::SandboxSettings;
+
+/// Builds the WASI context of one invocation. Nothing is inherited from the
+/// host: no args, no env beyond the allow-list, no stdin, no directories
+/// beyond the preopens, no sockets and no name resolution. Clocks and random
+/// are the WASI defaults (real clocks, a CSPRNG seeded per context).
+pub(crate) fn build_wasi(
+    s: &SandboxSettings,
+    stdout: &Capture,
+    stderr: &Capture,
+) -> Result<WasiCtx, InvokeError> {
+    let mut b = WasiCtxBuilder::new();
+    b.stdout(stdout.clone()).stderr(stderr.clone());
+
+    for name in &s.env_allow {
+        if s.env.contains_key(name) {
+            continue;
+        }
+        if let Ok(value) = std::env::var(name) {
+            b.env(name, value);
+        }
+    }
+    for (name, value) in &s.env {
+        b.env(name, value);
+    }
+
+    for p in &s.preopens {
+        if !p.guest_path.starts_with('/') {
+            return Err(InvokeError::Sandbox(format!(
+                "preopen guest_path {:?} must be absolute",
+                p.guest_path
+            )));
+        }
+        if !p.host_path.is_dir() {
+            return Err(InvokeError::Sandbox(format!(
+                "preopen host_path {} is not a directory",
+                p.host_path.display()
+            )));
+        }
+        let perms = if p.writable {
+            FsPerms::ReadWrite
+        } else {
+            FsPerms::ReadOnly
+        };
+        b.preopened_dir(&p.host_path, &p.guest_path, perms)
+            .map_err(|e| InvokeError::Sandbox(format!("preopen {}: {e}", p.host_path.display())))?;
+    }
+
+    // No network: no TCP, no UDP, no DNS, and every address refused even if
+    // one of the above were switched on.
+    b.allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    Ok(b.build())
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds every example onestep handler into guest-examples/out/<name>.wasm.
+#
+#   scripts/build-guests.sh            # Rust guests + the Python guest
+#   SKIP_PYTHON=1 scripts/build-guests.sh   # Rust guests only
+#
+# Idempotent: cargo only rebuilds what changed, outputs are only replaced when
+# their bytes change, and the Python guest is rebuilt only when its sources or
+# the WIT are newer than its output. Installs what it needs on a fresh machine:
+# the wasm32-wasip2 rust target (rustup) and componentize-py (pip, into
+# guest-examples/.venv).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+GUESTS="$ROOT/guest-examples"
+OUT="$GUESTS/out"
+RUST_GUESTS=(echo summarize countdown flaky misbehave)
+COMPONENTIZE_PY_VERSION="0.25.1"
+
+mkdir -p "$OUT"
+# Serialise concurrent runs (e.g. several test processes building at once).
+exec 9>"$OUT/.build.lock"
+flock 9
+
+# The caller's cargo settings belong to the host build, not to this workspace.
+unset CARGO_TARGET_DIR CARGO_BUILD_TARGET RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS
+TARGET_DIR="${GUEST_TARGET_DIR:-$GUESTS/target}"
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+    echo "build-guests: adding rust target wasm32-wasip2" >&2
+    rustup target add wasm32-wasip2
+fi
+
+echo "build-guests: cargo build --release --target wasm32-wasip2 (workspace $GUESTS)" >&2
+(cd "$GUESTS" && cargo build --release --target wasm32-wasip2 --target-dir "$TARGET_DIR")
+
+install_if_changed() { # src dst
+    if ! cmp -s "$1" "$2"; then
+        cp "$1" "$2.tmp" && mv "$2.tmp" "$2"
+        echo "build-guests: updated $2" >&2
+    fi
+}
+
+for name in "${RUST_GUESTS[@]}"; do
+    install_if_changed "$TARGET_DIR/wasm32-wasip2/release/$name.wasm" "$OUT/$name.wasm"
+done
+
+if [[ "${SKIP_PYTHON:-0}" != "1" ]]; then
+    PY_SRC="$GUESTS/python-echo"
+    PY_OUT="$OUT/python-echo.wasm"
+    stale=0
+    if [[ ! -f "$PY_OUT" ]]; then
+        stale=1
+    elif [[ -n "$(find "$PY_SRC" "$ROOT/wit" -newer "$PY_OUT" -type f -not -path '*/__pycache__/*' -print -quit)" ]]; then
+        stale=1
+    fi
+    if [[ $stale == 1 ]]; then
+        VENV="$GUESTS/.venv"
+        if [[ ! -x "$VENV/bin/componentize-py" ]]; then
+            echo "build-guests: installing componentize-py $COMPONENTIZE_PY_VERSION into $VENV" >&2
+            python3 -m venv "$VENV"
+            "$VENV/bin/pip" install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"
+        fi
+        echo "build-guests: componentize-py -> $PY_OUT" >&2
+        (cd "$PY_SRC" && "$VENV/bin/componentize-py" -d "$ROOT/wit" -w handler \
+            componentize app -o "$PY_OUT.tmp")
+        mv "$PY_OUT.tmp" "$PY_OUT"
+    fi
+fi
+
+echo "build-guests: built:" >&2
+for f in "$OUT"/*.wasm; do
+    printf '  %s (%s bytes)\n' "$f" "$(stat -c %s "$f")"
+done
