@@ -55,6 +55,19 @@ impl MySqlBackend {
         )
     }
 
+    /// The read statements a claim runs, with `?` placeholders, for EXPLAIN tooling and tests:
+    /// `(label, sql)` for the T5, T6 and T7 candidate reads and the locking claim read (binds:
+    /// now; now; now; namespace, task names…, now, now).
+    pub fn claim_read_statements(
+        &self,
+        task_count: usize,
+        limit: u32,
+    ) -> Vec<(&'static str, String)> {
+        let mut v = self.maintenance_read_statements();
+        v.push(("claim", self.claim_select_sql(task_count, limit)));
+        v
+    }
+
     async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
         let now = self.now();
         let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;

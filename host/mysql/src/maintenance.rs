@@ -33,6 +33,39 @@ impl MySqlBackend {
         }
     }
 
+    fn expire_select_sql(&self) -> String {
+        format!(
+            "SELECT e.id, e.version FROM `{t}` e WHERE {claimable} \
+             AND e.expires_at IS NOT NULL AND e.expires_at <= ? AND NOT {lost} \
+             ORDER BY e.expires_at, e.id LIMIT {batch}",
+            t = self.t(),
+            claimable = self.claimable_sql(),
+            lost = self.lease_lost_retry_sql(),
+            batch = self.inner.reclaim_batch_size,
+        )
+    }
+
+    fn lease_select_sql(&self, from: &str) -> String {
+        format!(
+            "SELECT id, lease_token, version FROM `{t}` WHERE status = '{from}' \
+             AND lease_expires_at IS NOT NULL AND lease_expires_at <= ? \
+             ORDER BY lease_expires_at, id LIMIT {batch}",
+            t = self.t(),
+            batch = self.inner.reclaim_batch_size,
+        )
+    }
+
+    pub(crate) fn maintenance_read_statements(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("expire (T5)", self.expire_select_sql()),
+            (
+                "dead cancel (T6)",
+                self.lease_select_sql("cancel_requested"),
+            ),
+            ("reclaim (T7)", self.lease_select_sql("running")),
+        ]
+    }
+
     /// Steps 1–3 of a claim, inside its transaction.
     pub(crate) async fn maintain(
         &self,
@@ -50,16 +83,7 @@ impl MySqlBackend {
     /// T5: one plain read of ≤ B candidates (index `ix_<T>_expiry` on our tables), then one
     /// set-based CAS UPDATE guarded by each row's version and the full predicate.
     async fn expire_overdue(&self, tx: &mut Transaction<'_>, now: DateTime<Utc>) -> OpResult<u64> {
-        let batch = self.inner.reclaim_batch_size;
-        let sql = format!(
-            "SELECT e.id, e.version FROM `{t}` e WHERE {claimable} \
-             AND e.expires_at IS NOT NULL AND e.expires_at <= ? AND NOT {lost} \
-             ORDER BY e.expires_at, e.id LIMIT {batch}",
-            t = self.t(),
-            claimable = self.claimable_sql(),
-            lost = self.lease_lost_retry_sql(),
-        );
-        let rows: Vec<Row> = tx.exec(sql, (bind_time(now),)).await?;
+        let rows: Vec<Row> = tx.exec(self.expire_select_sql(), (bind_time(now),)).await?;
         let mut cands: Vec<(Uuid, i64)> = Vec::with_capacity(rows.len());
         for mut r in rows {
             let id = parse_uuid(&r.take::<DbValue, _>(0).unwrap_or(DbValue::NULL))
@@ -102,7 +126,6 @@ impl MySqlBackend {
         now: DateTime<Utc>,
         step: LeaseStep,
     ) -> OpResult<u64> {
-        let batch = self.inner.reclaim_batch_size;
         let (from, set, attempt_status) = match step {
             LeaseStep::DeadCancel => (
                 "cancel_requested",
@@ -115,13 +138,9 @@ impl MySqlBackend {
                 "lease_lost",
             ),
         };
-        let sql = format!(
-            "SELECT id, lease_token, version FROM `{t}` WHERE status = '{from}' \
-             AND lease_expires_at IS NOT NULL AND lease_expires_at <= ? \
-             ORDER BY lease_expires_at, id LIMIT {batch}",
-            t = self.t()
-        );
-        let rows: Vec<Row> = tx.exec(sql, (bind_time(now),)).await?;
+        let rows: Vec<Row> = tx
+            .exec(self.lease_select_sql(from), (bind_time(now),))
+            .await?;
         let update = format!(
             "UPDATE `{t}` SET {set}, updated_at = ?, lease_token = NULL, lease_expires_at = NULL, \
              worker_id = NULL, version = version + 1 \

@@ -104,8 +104,12 @@ pub fn build_pool(dsn: &ParsedDsn, pool_min: usize, pool_max: usize) -> Result<P
         .prefer_socket(false)
         .setup(SESSION_SETUP.to_vec())
         .pool_opts(
+            // A non-zero inactive TTL makes the pool keep up to `max` idle connections (closing
+            // those above `min` after 60 s idle); with the default 0 every returned connection
+            // above `min` is discarded, so nothing would ever be reused.
             PoolOpts::default()
                 .with_constraints(constraints)
+                .with_inactive_connection_ttl(std::time::Duration::from_secs(60))
                 .with_reset_connection(true),
         );
     Ok(Pool::new(opts))

@@ -1,0 +1,341 @@
+//! MySQL/MariaDB-specific behaviour: session pinning across pool resets, concurrent `open()`,
+//! long table names, `auto_create = false`, injected faults (deadlock, lost connection, ambiguous
+//! commit), secret redaction, `caching_sha2_password` over plain TCP, and the server gate.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Server, admin_pool, create_db, db_url, drop_db, open, server_version};
+use futures::future::join_all;
+use mysql_async::prelude::Queryable;
+use onestep_core::names::TableNames;
+use onestep_core::ports::{ExecutionStore, LeaseStore};
+use onestep_core::{ConnectorKind, ExecutionError, Limits};
+use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions};
+use onestep_testkit::ManualClock;
+use onestep_testkit::builders::{claim, keyed, prepared};
+use serde_json::json;
+use std::sync::atomic::Ordering;
+
+async fn with_db<F, Fut>(server: Server, f: F)
+where
+    F: FnOnce(String, String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(url) = server.admin_url() else {
+        return;
+    };
+    let admin = admin_pool(&url);
+    eprintln!(
+        "[{}] VERSION() = {}",
+        server.label(),
+        server_version(&admin).await
+    );
+    let db = create_db(&admin).await;
+    f(url, db.clone()).await;
+    drop_db(&admin, &db).await;
+}
+
+async fn default_backend(url: &str, db: &str) -> MySqlBackend {
+    open(
+        url,
+        db,
+        Arc::new(ManualClock::default()),
+        Limits::default(),
+        DdlStyle::Onestep,
+        TableNames::default(),
+    )
+    .await
+}
+
+async fn session_pinned(server: Server) {
+    with_db(server, |url, db| async move {
+        let mut o = MySqlOptions::new(db_url(&url, &db));
+        o.pool_max = 1;
+        let b = MySqlBackend::open(o).await.expect("open");
+        let first = b.session_state().await.expect("state");
+        assert_eq!(first.time_zone, "+00:00");
+        assert_eq!(first.isolation, "READ-COMMITTED");
+        // Dirty the session of the only pooled connection, give it back, read again.
+        {
+            let mut c = b.pool().get_conn().await.expect("conn");
+            c.query_drop("SET time_zone = '+05:00'").await.expect("set");
+            c.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .await
+                .expect("set");
+        }
+        let again = b.session_state().await.expect("state");
+        assert!(
+            b.pool()
+                .metrics()
+                .resetting_connection
+                .load(Ordering::Relaxed)
+                >= 1
+        );
+        assert_eq!(
+            again.connection_id, first.connection_id,
+            "the connection was reused"
+        );
+        assert_eq!(
+            again.time_zone, "+00:00",
+            "setup re-ran after the pool reset"
+        );
+        assert_eq!(again.isolation, "READ-COMMITTED");
+        b.close().await.expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn session_pinned_mariadb() {
+    session_pinned(Server::MariaDb).await;
+}
+
+#[tokio::test]
+async fn session_pinned_mysql() {
+    session_pinned(Server::MySql).await;
+}
+
+async fn concurrent_open(server: Server) {
+    with_db(server, |url, db| async move {
+        let opens = (0..8).map(|_| {
+            let mut o = MySqlOptions::new(db_url(&url, &db));
+            o.pool_max = 2;
+            tokio::spawn(MySqlBackend::open(o))
+        });
+        let backends: Vec<_> = join_all(opens)
+            .await
+            .into_iter()
+            .map(|r| r.expect("task").expect("concurrent open"))
+            .collect();
+        let created: usize = backends
+            .iter()
+            .map(|b| b.schema_report().created.len())
+            .sum();
+        assert_eq!(created, 2, "each table created exactly once");
+        assert!(
+            backends
+                .iter()
+                .all(|b| b.schema_report().features.claimable_column)
+        );
+        for b in backends {
+            b.close().await.expect("close");
+        }
+        // auto_create=false now finds them.
+        let mut o = MySqlOptions::new(db_url(&url, &db));
+        o.auto_create = false;
+        MySqlBackend::open(o)
+            .await
+            .expect("existing tables")
+            .close()
+            .await
+            .expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_open_mariadb() {
+    concurrent_open(Server::MariaDb).await;
+}
+
+#[tokio::test]
+async fn concurrent_open_mysql() {
+    concurrent_open(Server::MySql).await;
+}
+
+async fn long_names_and_missing_tables(server: Server) {
+    with_db(server, |url, db| async move {
+        let mut o = MySqlOptions::new(db_url(&url, &db));
+        o.auto_create = false;
+        o.tables = TableNames::new("ex_x", "at_x").expect("names");
+        match MySqlBackend::open(o).await {
+            Err(ExecutionError::Backend(e)) => {
+                assert_eq!(e.kind, ConnectorKind::Misconfigured);
+                assert_eq!(e.message, "missing execution tables: ex_x, at_x");
+            }
+            other => panic!("expected missing tables, got {other:?}"),
+        }
+        for (t, a) in [
+            ("e".repeat(58), "a".repeat(58)),
+            ("e".repeat(64), "a".repeat(64)),
+        ] {
+            let tables = TableNames::new(t, a).expect("names");
+            let clock = Arc::new(ManualClock::default());
+            let b = open(
+                &url,
+                &db,
+                clock,
+                Limits::default(),
+                DdlStyle::Onestep,
+                tables.clone(),
+            )
+            .await;
+            let e = b
+                .submit(prepared("ns", "t", json!(1)))
+                .await
+                .expect("submit");
+            let l = b
+                .claim(&claim("ns", "t", 1, 10.0, "w"))
+                .await
+                .expect("claim");
+            assert_eq!(l[0].execution.id, e.id);
+            let done = b
+                .complete(
+                    &l[0].lease_ref(),
+                    &onestep_core::Completion::succeeded(json!(2)),
+                )
+                .await
+                .expect("complete");
+            assert_eq!(done.result, Some(json!(2)));
+            b.close().await.expect("close");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn long_names_and_missing_tables_mariadb() {
+    long_names_and_missing_tables(Server::MariaDb).await;
+}
+
+#[tokio::test]
+async fn long_names_and_missing_tables_mysql() {
+    long_names_and_missing_tables(Server::MySql).await;
+}
+
+async fn faults(server: Server) {
+    with_db(server, |url, db| async move {
+        let b = default_backend(&url, &db).await;
+        // Deadlocks and connection losses before COMMIT are retried.
+        b.faults().deadlock_before_commit.store(2, Ordering::SeqCst);
+        b.submit(prepared("ns", "t", json!(1)))
+            .await
+            .expect("retried after deadlocks");
+        b.faults().lost_before_commit.store(1, Ordering::SeqCst);
+        b.submit(prepared("ns", "t", json!(2)))
+            .await
+            .expect("retried after lost connection");
+        // An ambiguous commit is resolved by re-reading (with and without a key).
+        b.faults().commit_ack_lost.store(1, Ordering::SeqCst);
+        let k = keyed("ns", "t", "amb", json!(3));
+        let e = b.submit(k.clone()).await.expect("resolved through the key");
+        assert_eq!(e.id, k.id);
+        b.faults().commit_ack_lost.store(1, Ordering::SeqCst);
+        let p = prepared("ns", "t", json!(4));
+        assert_eq!(
+            b.submit(p.clone())
+                .await
+                .expect("resolved through the id")
+                .id,
+            p.id
+        );
+        b.faults().commit_ack_lost.store(1, Ordering::SeqCst);
+        let batch = vec![
+            prepared("ns", "t", json!(5)),
+            keyed("ns", "t", "amb", json!(3)),
+        ];
+        let out = b.submit_many(batch).await.expect("batch resolved");
+        assert_eq!(out[1].as_ref().expect("replay").id, k.id);
+        let page = b
+            .list(
+                "ns",
+                &onestep_core::request::ListQuery::default()
+                    .validate()
+                    .expect("q"),
+            )
+            .await
+            .expect("list");
+        assert_eq!(page.items.len(), 5, "nothing written twice");
+        // A claim that keeps deadlocking gives up with a transient error.
+        b.faults()
+            .deadlock_before_commit
+            .store(100, Ordering::SeqCst);
+        match b.claim(&claim("ns", "t", 1, 10.0, "w")).await {
+            Err(ExecutionError::Backend(e)) => {
+                assert_eq!((e.kind, e.operation), (ConnectorKind::Transient, "fetch"))
+            }
+            other => panic!("expected a transient error, got {other:?}"),
+        }
+        b.faults().deadlock_before_commit.store(0, Ordering::SeqCst);
+        b.close().await.expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn faults_mariadb() {
+    faults(Server::MariaDb).await;
+}
+
+#[tokio::test]
+async fn faults_mysql() {
+    faults(Server::MySql).await;
+}
+
+/// `caching_sha2_password` (MySQL 9's default) on a cold cache over plain TCP needs the RSA
+/// exchange; a wrong password fails as `misconfigured` without leaking the password.
+#[tokio::test]
+async fn caching_sha2_cold_cache_and_redaction_mysql() {
+    with_db(Server::MySql, |url, db| async move {
+        let admin = admin_pool(&url);
+        let user = format!("u_{}", &db[10..20]);
+        let pw = "Sup3r-secret-pw";
+        let mut c = admin.get_conn().await.expect("admin");
+        c.query_drop(format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED WITH caching_sha2_password BY '{pw}'"
+        ))
+        .await
+        .expect("create user");
+        c.query_drop(format!("GRANT ALL ON `{db}`.* TO '{user}'@'%'"))
+            .await
+            .expect("grant");
+        c.query_drop("FLUSH PRIVILEGES").await.expect("flush");
+        let hostport = url
+            .trim_start_matches("mysql://")
+            .rsplit('@')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let dsn = format!("mysql+asyncmy://{user}:{pw}@{hostport}/{db}");
+        let b = MySqlBackend::open(MySqlOptions::new(dsn))
+            .await
+            .expect("cold-cache RSA login");
+        b.submit(prepared("ns", "t", json!(1)))
+            .await
+            .expect("submit");
+        b.close().await.expect("close");
+        let bad = format!("mysql://{user}:wrong-{pw}@{hostport}/{db}");
+        match MySqlBackend::open(MySqlOptions::new(bad)).await {
+            Err(ExecutionError::Backend(e)) => {
+                assert_eq!(e.kind, ConnectorKind::Misconfigured);
+                assert!(!e.message.contains(pw), "{e}");
+                assert!(!format!("{e:?}").contains(pw));
+            }
+            other => panic!("expected access denied, got {other:?}"),
+        }
+        let _ = c.query_drop(format!("DROP USER '{user}'@'%'")).await;
+    })
+    .await;
+}
+
+async fn unreachable_server_is_disconnected(server: Server) {
+    let Some(_url) = server.admin_url() else {
+        return;
+    };
+    let mut o = MySqlOptions::new("mysql+pymysql://me:hunter2@127.0.0.1:1/db");
+    o.pool_max = 1;
+    match MySqlBackend::open(o).await {
+        Err(ExecutionError::Backend(e)) => {
+            assert_eq!(e.kind, ConnectorKind::Disconnected);
+            assert!(!e.message.contains("hunter2"));
+        }
+        other => panic!("expected a connection error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unreachable_server_is_disconnected_mariadb() {
+    unreachable_server_is_disconnected(Server::MariaDb).await;
+}
