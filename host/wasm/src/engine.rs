@@ -59,10 +59,15 @@ pub(crate) fn build(s: &RuntimeSettings) -> Result<BuiltEngine, Error> {
                 path: dir.clone(),
                 message: e.to_string(),
             })?;
-            let mut cc = CacheConfig::new();
-            cc.with_directory(dir);
-            Some(Cache::new(cc).map_err(|e| Error::Cache {
+            // wasmtime wants an absolute cache directory.
+            let dir = std::fs::canonicalize(dir).map_err(|e| Error::Cache {
                 path: dir.clone(),
+                message: e.to_string(),
+            })?;
+            let mut cc = CacheConfig::new();
+            cc.with_directory(&dir);
+            Some(Cache::new(cc).map_err(|e| Error::Cache {
+                path: dir,
                 message: e.to_string(),
             })?)
         }

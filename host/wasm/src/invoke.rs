@@ -348,3 +348,54 @@ fn log_outcome(ids: &LogIds, outcome: &Outcome, elapsed: Duration) {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worker spawns invocations on a multi-threaded runtime.
+    #[allow(dead_code)]
+    fn invoke_future_is_send(h: &Handler, s: &SandboxSettings) {
+        fn assert_send<T: Send>(_: &T) {}
+        let f = h.invoke(
+            s,
+            InvocationContext::default(),
+            "{}",
+            CancelHandle::new(),
+            None,
+        );
+        assert_send(&f);
+    }
+
+    #[test]
+    fn earliest_timeout_wins() {
+        let s = Some(Duration::from_secs(5));
+        assert_eq!(
+            effective_timeout(Some(2.0), s),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(effective_timeout(Some(9.0), s), s);
+        assert_eq!(effective_timeout(None, s), s);
+        assert_eq!(
+            effective_timeout(Some(0.5), None),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(effective_timeout(Some(f64::NAN), None), None);
+        assert_eq!(effective_timeout(None, None), None);
+    }
+
+    #[test]
+    fn output_must_be_json() {
+        assert_eq!(
+            validate_output("[1]".into()),
+            Outcome::Succeeded("[1]".into())
+        );
+        assert!(matches!(
+            validate_output("nope".into()),
+            Outcome::HandlerError {
+                retryable: false,
+                ..
+            }
+        ));
+    }
+}

@@ -143,3 +143,30 @@ impl Default for SandboxSettings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_settings_deserialize_with_defaults() {
+        let s: SandboxSettings = serde_json::from_str(
+            r#"{"memory_limit_bytes": 1048576, "preopens": [{"host_path": "/srv/docs", "guest_path": "/docs"}],
+                "env_allow": ["LANG"], "env": {"MODE": "fast"}, "timeout_s": 1.5}"#,
+        )
+        .expect("sandbox settings");
+        assert_eq!(s.memory_limit_bytes, 1 << 20);
+        assert!(!s.preopens[0].writable);
+        assert_eq!(s.timeout_s, Some(1.5));
+        assert_eq!(
+            s.stdout_limit_bytes,
+            SandboxSettings::default().stdout_limit_bytes
+        );
+        assert!(serde_json::from_str::<SandboxSettings>(r#"{"memory": 1}"#).is_err());
+
+        let r: RuntimeSettings =
+            serde_json::from_str(r#"{"cache_dir": "/tmp/c", "pooling": "off"}"#).expect("runtime");
+        assert_eq!(r.pooling, PoolingMode::Off);
+        assert_eq!(r.epoch_tick_ms, 10);
+    }
+}
