@@ -144,7 +144,7 @@ impl MySqlBackend {
             .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m, &[]))?;
         let secrets = parsed.secrets.clone();
         let pool = build_pool(&parsed, opts.pool_min, opts.pool_max)
-            .map_err(|m| ExecutionError::invalid(m))?;
+            .map_err(ExecutionError::invalid)?;
         let ready = async {
             let mut conn = pool.get_conn().await?;
             let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
