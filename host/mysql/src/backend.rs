@@ -143,8 +143,8 @@ impl MySqlBackend {
         let parsed = parse_dsn(&opts.dsn)
             .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m, &[]))?;
         let secrets = parsed.secrets.clone();
-        let pool = build_pool(&parsed, opts.pool_min, opts.pool_max)
-            .map_err(ExecutionError::invalid)?;
+        let pool =
+            build_pool(&parsed, opts.pool_min, opts.pool_max).map_err(ExecutionError::invalid)?;
         let ready = async {
             let mut conn = pool.get_conn().await?;
             let version: Option<String> = conn.query_first("SELECT VERSION()").await?;

@@ -1,0 +1,175 @@
+//! Interop with the Python reference (onestep 1.15.0, onestep-sql 0.7.1) against MySQL: the
+//! reference reads what we submitted and we read what it submitted, on tables created by the
+//! reference in one case and by us in the other; the same key + content via both clients is a
+//! replay (equal digests), not a conflict.
+//!
+//! The reference venv comes from `scripts/ref-venv.sh` (`$ONESTEP_REF_VENV`, default
+//! `target/ref-venv`); if it cannot be created (pip unreachable) the test FAILS.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{Server, admin_pool, create_db, db_url, drop_db, server_version};
+use onestep_core::ports::ExecutionStore;
+use onestep_core::request::SubmitRequest;
+use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_testkit::builders::prepare;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn reference_python() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/ref-venv.sh"))
+        .output()
+        .expect("run scripts/ref-venv.sh");
+    assert!(
+        out.status.success(),
+        "scripts/ref-venv.sh failed (is pip reachable?):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+fn reference(python: &PathBuf, dsn: &str, ns: &str, auto_create: bool, args: &[&str]) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/ref_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .args([dsn, ns, if auto_create { "1" } else { "0" }])
+        .args(args)
+        .output()
+        .expect("run the reference client");
+    assert!(
+        out.status.success(),
+        "reference client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("reference output is JSON")
+}
+
+fn canon(v: &Value) -> String {
+    onestep_core::canonical::to_canonical_string(v)
+}
+
+async fn run_case(tables_by_reference: bool) {
+    let Some(url) = Server::MySql.admin_url() else {
+        return;
+    };
+    let python = reference_python();
+    let admin = admin_pool(&url);
+    let version = server_version(&admin).await;
+    let db = create_db(&admin).await;
+    let ours_dsn = db_url(&url, &db);
+    let py_dsn = ours_dsn.replacen("mysql://", "mysql+asyncmy://", 1);
+    let ns = "interop";
+    let payload = json!({"b": [1, 2.5, true, null], "a": "é😀\n", "$onestep": 1});
+    let metadata = json!({"tenant": "t1"});
+    let (p, m) = (payload.to_string(), metadata.to_string());
+
+    let backend = if tables_by_reference {
+        let first = reference(&python, &py_dsn, ns, true, &["submit", "t", "k-py", &p, &m]);
+        let mut o = MySqlOptions::new(&ours_dsn);
+        o.auto_create = false;
+        let b = MySqlBackend::open(o)
+            .await
+            .expect("open on reference tables");
+        assert!(!b.schema_report().features.claimable_column);
+        drop(first);
+        b
+    } else {
+        let b = MySqlBackend::open(MySqlOptions::new(&ours_dsn))
+            .await
+            .expect("open");
+        assert!(b.schema_report().features.claimable_column);
+        reference(
+            &python,
+            &py_dsn,
+            ns,
+            false,
+            &["submit", "t", "k-py", &p, &m],
+        );
+        b
+    };
+    // We read what the reference submitted, and replay it with equal content.
+    let py = reference(
+        &python,
+        &py_dsn,
+        ns,
+        false,
+        &["submit", "t", "k-py", &p, &m],
+    );
+    let py_id: Uuid = py["id"].as_str().and_then(|s| s.parse().ok()).expect("id");
+    let ours = backend.get(ns, py_id).await.expect("get").expect("found");
+    assert_eq!(canon(&ours.payload), canon(&payload));
+    assert_eq!(
+        canon(&Value::Object(ours.metadata.clone())),
+        canon(&metadata)
+    );
+    assert_eq!(
+        (ours.status.as_str(), ours.task_name.as_str()),
+        ("queued", "t")
+    );
+    let req = |key: &str| SubmitRequest {
+        task_name: "t".into(),
+        payload: payload.clone(),
+        idempotency_key: Some(key.into()),
+        metadata: Some(metadata.clone()),
+        ..SubmitRequest::default()
+    };
+    let replay = backend
+        .submit(prepare(ns, &req("k-py")))
+        .await
+        .expect("same digest: replay");
+    assert_eq!(replay.id, py_id);
+    // The reference reads what we submitted, and replays it with equal content.
+    let mine = backend
+        .submit(prepare(ns, &req("k-rs")))
+        .await
+        .expect("submit");
+    let id = mine.id.to_string();
+    let seen = reference(&python, &py_dsn, ns, false, &["get", &id]);
+    assert_eq!(seen["id"], json!(id));
+    assert_eq!(canon(&seen["payload"]), canon(&payload));
+    assert_eq!(canon(&seen["metadata"]), canon(&metadata));
+    assert_eq!(
+        (seen["status"].clone(), seen["version"].clone()),
+        (json!("queued"), json!(0))
+    );
+    let py_replay = reference(
+        &python,
+        &py_dsn,
+        ns,
+        false,
+        &["submit", "t", "k-rs", &p, &m],
+    );
+    assert_eq!(
+        py_replay["id"],
+        json!(id),
+        "reference replay of our submission"
+    );
+    eprintln!(
+        "[interop] tables by {}: ok against MySQL {version}",
+        if tables_by_reference {
+            "reference"
+        } else {
+            "onestep-mysql"
+        }
+    );
+    backend.close().await.expect("close");
+    drop_db(&admin, &db).await;
+}
+
+#[tokio::test]
+async fn interop_reference_created_tables_mysql() {
+    run_case(true).await;
+}
+
+#[tokio::test]
+async fn interop_our_tables_mysql() {
+    run_case(false).await;
+}

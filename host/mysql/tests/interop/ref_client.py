@@ -1,0 +1,47 @@
+"""Reference-side half of host/mysql/tests/interop.rs: drives the Python reference client
+(onestep 1.15.0 + onestep-sql 0.7.1) and prints executions as JSON.
+
+  ref_client.py DSN NAMESPACE AUTO_CREATE submit TASK KEY PAYLOAD_JSON METADATA_JSON
+  ref_client.py DSN NAMESPACE AUTO_CREATE get ID
+"""
+import asyncio
+import json
+import sys
+
+from onestep.execution import ExecutionClient
+from onestep_sql.mysql import MySQLExecutionBackend
+
+
+def dump(e):
+    if e is None:
+        return None
+    return {
+        "id": str(e.id),
+        "namespace": e.namespace,
+        "task_name": e.task_name,
+        "status": getattr(e.status, "value", e.status),
+        "payload": e.payload,
+        "metadata": dict(e.metadata),
+        "attempts": e.attempts,
+        "version": e.version,
+        "created_at": e.created_at.isoformat(),
+    }
+
+
+async def main(argv):
+    dsn, namespace, auto_create, cmd, *rest = argv
+    backend = MySQLExecutionBackend(dsn=dsn, auto_create=auto_create == "1")
+    async with ExecutionClient(backend, namespace=namespace) as client:
+        if cmd == "submit":
+            task, key, payload, metadata = rest
+            e = await client.submit(
+                task, json.loads(payload), idempotency_key=key, metadata=json.loads(metadata)
+            )
+        elif cmd == "get":
+            e = await client.get(rest[0])
+        else:
+            raise SystemExit(f"unknown command {cmd}")
+    print(json.dumps(dump(e)))
+
+
+asyncio.run(main(sys.argv[1:]))
