@@ -9,6 +9,7 @@ use crate::builders;
 use crate::suite::{Case, CaseFn, Fixture};
 
 mod client;
+mod completions;
 mod concurrency;
 mod transitions;
 mod worker;
@@ -30,6 +31,7 @@ pub(crate) fn all() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(client::cases());
     v.extend(transitions::cases());
+    v.extend(completions::cases());
     v.extend(worker::cases());
     v.extend(concurrency::cases());
     v
