@@ -1,3 +1,77 @@
-//! The `onestep` binary (placeholder; being built).
+//! The `onestep` binary: the only place that wires concrete parts together (config → MySQL
+//! backend → wasm runtime → worker / HTTP API). One file per subcommand under `commands/`.
+//!
+//! Exit codes (spec §11): 0 success; 1 the app failed while starting or running (or a client
+//! command's execution ended badly); 2 load, validation or argument errors.
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+mod logging;
+mod wiring;
+
+/// Tracked execution with sandboxed WebAssembly handlers on MySQL/MariaDB.
+#[derive(Debug, Parser)]
+#[command(name = "onestep", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Load and validate a YAML app file and print its summary.
+    Check(commands::check::CheckArgs),
+    /// Run the worker declared in a YAML app file until SIGINT/SIGTERM.
+    Run(commands::run::RunArgs),
+    /// Create the execution tables (with a DDL-capable DSN).
+    Migrate(commands::migrate::MigrateArgs),
+    /// Serve the HTTP API declared in the `api:` section of a YAML app file.
+    Serve(commands::serve::ServeArgs),
+    /// Submit an execution.
+    Submit(commands::client::SubmitArgs),
+    /// Show one execution.
+    Get(commands::client::GetArgs),
+    /// List executions, newest first.
+    List(commands::client::ListArgs),
+    /// Cancel an execution.
+    Cancel(commands::client::CancelArgs),
+    /// Print the result of a succeeded execution (never waits).
+    Result(commands::client::ResultArgs),
+    /// Wait until an execution is terminal, polling with backoff.
+    Wait(commands::client::WaitArgs),
+    /// Measure submit and drain throughput with no-op executions.
+    Bench(commands::bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("onestep: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Check(a) => commands::check::run(a).await,
+            Command::Run(a) => commands::run::run(a).await,
+            Command::Migrate(a) => commands::migrate::run(a).await,
+            Command::Serve(a) => commands::serve::run(a).await,
+            Command::Submit(a) => commands::client::submit(a).await,
+            Command::Get(a) => commands::client::get(a).await,
+            Command::List(a) => commands::client::list(a).await,
+            Command::Cancel(a) => commands::client::cancel(a).await,
+            Command::Result(a) => commands::client::result(a).await,
+            Command::Wait(a) => commands::client::wait(a).await,
+            Command::Bench(a) => commands::bench::run(a).await,
+        }
+    });
+    ExitCode::from(code)
+}

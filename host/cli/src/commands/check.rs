@@ -1,0 +1,106 @@
+//! `onestep check [--strict] [--connect] [--json] FILE` (spec §11.1).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use onestep_mysql::MySqlBackend;
+
+use super::common::{EnvArgs, load};
+use crate::wiring::{backend_key, source_options};
+
+/// Arguments of `onestep check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The YAML app file.
+    pub target: PathBuf,
+    /// Apply strict validation (unknown keys and the rules of spec §10.5) first.
+    #[arg(long)]
+    pub strict: bool,
+    /// Also open every execution source: report reachability, server version, session settings
+    /// and table presence (with `auto_create: true` this creates missing tables).
+    #[arg(long)]
+    pub connect: bool,
+    /// Seconds allowed per connectivity probe.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub connect_timeout: f64,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+/// Exit codes: 0 loaded (and every probe connected); 1 a probe failed; 2 load/validation error.
+pub async fn run(args: CheckArgs) -> u8 {
+    let cfg = match load(&args.target, args.strict, &args.env) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    for w in &cfg.warnings {
+        eprintln!("onestep: warning: {w}");
+    }
+    if args.json {
+        match serde_json::to_string_pretty(&cfg.json_summary()) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("onestep: cannot render the summary: {e}");
+                return 2;
+            }
+        }
+    } else {
+        print!("{}", cfg.summary());
+    }
+    if !args.connect {
+        return 0;
+    }
+    if !(args.connect_timeout.is_finite() && args.connect_timeout > 0.0) {
+        eprintln!("onestep: --connect-timeout must be a positive number");
+        return 2;
+    }
+    let limit = Duration::from_secs_f64(args.connect_timeout);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut ok = true;
+    println!("Connectivity:");
+    for source in cfg.sources.values() {
+        if !seen.insert(backend_key(source)) {
+            continue;
+        }
+        let line = match source_options(&cfg, source) {
+            Err(e) => {
+                ok = false;
+                format!("failed ({e:#})")
+            }
+            Ok(opts) => match tokio::time::timeout(limit, probe(opts)).await {
+                Ok(Ok(line)) => line,
+                Ok(Err(e)) => {
+                    ok = false;
+                    format!("failed ({e})")
+                }
+                Err(_) => {
+                    ok = false;
+                    "timed_out".to_owned()
+                }
+            },
+        };
+        println!("- {}<MySQLExecutionSource>: {line}", source.name);
+    }
+    println!("Connectivity: {}", if ok { "ok" } else { "failed" });
+    if ok { 0 } else { 1 }
+}
+
+async fn probe(opts: onestep_mysql::MySqlOptions) -> Result<String, onestep_core::ExecutionError> {
+    let tables = opts.tables.clone();
+    let backend = MySqlBackend::open(opts).await?;
+    let session = backend.session_state().await?;
+    let line = format!(
+        "connected server={} time_zone={} isolation={} tables={},{} created=[{}]",
+        backend.server().version_string,
+        session.time_zone,
+        session.isolation,
+        tables.executions,
+        tables.attempts,
+        backend.schema_report().created.join(",")
+    );
+    backend.close().await?;
+    Ok(line)
+}

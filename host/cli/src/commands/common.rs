@@ -1,0 +1,31 @@
+//! Pieces shared by the commands that load a YAML app file.
+
+use std::path::{Path, PathBuf};
+
+use onestep_config::{AppConfig, LoadOptions, format_load_error};
+
+/// Flags every YAML-loading command accepts (spec §10.1).
+#[derive(Debug, Clone, clap::Args)]
+pub struct EnvArgs {
+    /// Dotenv file to load (overrides `app.env_file` and a `.env` next to the YAML).
+    #[arg(long, value_name = "PATH")]
+    pub env_file: Option<PathBuf>,
+    /// Fail when a `${VAR}` without a default refers to an unset variable.
+    #[arg(long)]
+    pub strict_env: bool,
+}
+
+/// Loads `target`; on failure prints `onestep: failed to load <target>: <reason>` and returns
+/// exit code 2.
+pub fn load(target: &Path, strict: bool, env: &EnvArgs) -> Result<AppConfig, u8> {
+    let opts = LoadOptions {
+        strict,
+        env_file: env.env_file.clone(),
+        strict_env: env.strict_env,
+        ..LoadOptions::default()
+    };
+    onestep_config::load(target, &opts).map_err(|e| {
+        eprintln!("{}", format_load_error(&target.display().to_string(), &e));
+        2
+    })
+}

@@ -1,0 +1,100 @@
+//! `onestep migrate (FILE | --dsn URL)`: creates the execution tables with a DDL-capable DSN, the
+//! production path where API and workers then run with `auto_create: false` (seed §3.1).
+
+use std::path::PathBuf;
+
+use onestep_core::names::TableNames;
+use onestep_mysql::{MySqlBackend, MySqlOptions};
+
+use super::common::{EnvArgs, load};
+use crate::wiring::{backend_key, source_options};
+
+/// Arguments of `onestep migrate`.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// A YAML app file: every table pair its sources (and its `api:` section) use is created.
+    #[arg(required_unless_present = "dsn", conflicts_with = "dsn")]
+    pub target: Option<PathBuf>,
+    /// A DSN (`mysql://user:password@host:port/database`) instead of a file.
+    #[arg(long, env = "ONESTEP_DSN", hide_env_values = true)]
+    pub dsn: Option<String>,
+    /// Executions table (with `--dsn`).
+    #[arg(long, default_value = "onestep_executions")]
+    pub table: String,
+    /// Attempts table (with `--dsn`).
+    #[arg(long, default_value = "onestep_execution_attempts")]
+    pub attempts_table: String,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+/// Exit codes: 0 created or already present; 1 the database refused; 2 bad arguments or file.
+pub async fn run(args: MigrateArgs) -> u8 {
+    let mut jobs: Vec<(String, MySqlOptions)> = Vec::new();
+    if let Some(target) = &args.target {
+        let cfg = match load(target, false, &args.env) {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for source in cfg.sources.values() {
+            if !seen.insert(backend_key(source)) {
+                continue;
+            }
+            match source_options(&cfg, source) {
+                Ok(o) => jobs.push((source.name.clone(), o)),
+                Err(e) => {
+                    eprintln!("onestep: {e:#}");
+                    return 2;
+                }
+            }
+        }
+        if let Some(api) = &cfg.api {
+            let key = (
+                api.connector.clone(),
+                api.table.clone(),
+                api.attempts_table.clone(),
+            );
+            if seen.insert(key) {
+                let Some(conn) = cfg.connectors.get(&api.connector) else {
+                    eprintln!("onestep: unknown resource '{}'", api.connector);
+                    return 2;
+                };
+                let mut o = MySqlOptions::new(conn.dsn.expose());
+                match TableNames::new(&api.table, &api.attempts_table) {
+                    Ok(t) => o.tables = t,
+                    Err(e) => {
+                        eprintln!("onestep: {e}");
+                        return 2;
+                    }
+                }
+                jobs.push(("api".into(), o));
+            }
+        }
+    } else if let Some(dsn) = &args.dsn {
+        let mut o = MySqlOptions::new(dsn.clone());
+        match TableNames::new(&args.table, &args.attempts_table) {
+            Ok(t) => o.tables = t,
+            Err(e) => {
+                eprintln!("onestep: {e}");
+                return 2;
+            }
+        }
+        jobs.push(("--dsn".into(), o));
+    }
+    let mut code = 0;
+    for (label, opts) in jobs {
+        let tables = format!("{}, {}", opts.tables.executions, opts.tables.attempts);
+        match MySqlBackend::migrate(opts).await {
+            Ok(report) if report.created.is_empty() => {
+                println!("{label}: tables {tables} already exist");
+            }
+            Ok(report) => println!("{label}: created {}", report.created.join(", ")),
+            Err(e) => {
+                eprintln!("onestep: {label}: {e}");
+                code = 1;
+            }
+        }
+    }
+    code
+}

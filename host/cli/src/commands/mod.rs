@@ -1,0 +1,9 @@
+//! One module per subcommand.
+
+pub mod bench;
+pub mod check;
+pub mod client;
+pub mod common;
+pub mod migrate;
+pub mod run;
+pub mod serve;

@@ -1,0 +1,128 @@
+//! `onestep run FILE`: runs the worker declared in a YAML app file until SIGINT/SIGTERM
+//! (spec §11.2), then drains (§9.9).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use onestep_config::LogFormat;
+use onestep_worker::{Worker, WorkerSettings};
+use tokio_util::sync::CancellationToken;
+
+use super::common::{EnvArgs, load};
+use crate::logging;
+use crate::wiring::{build_runtime, open_backends, task_bindings};
+
+/// Log formats of `--log-format`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `onestep run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The YAML app file.
+    pub target: PathBuf,
+    /// Log level: DEBUG, INFO, WARNING, ERROR, CRITICAL (default: the file's, else INFO).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Log format (default: the file's, else text).
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormatArg>,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+/// Exit codes: 0 after a clean, signal-initiated shutdown; 1 the app failed while starting or
+/// running (`onestep: <target> failed while running: <reason>`); 2 load/validation error.
+pub async fn run(args: RunArgs) -> u8 {
+    let cfg = match load(&args.target, false, &args.env) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let level = args
+        .log_level
+        .clone()
+        .or_else(|| cfg.logging.level.map(|l| l.as_str().to_owned()))
+        .unwrap_or_else(|| "INFO".to_owned());
+    let json = match args.log_format {
+        Some(LogFormatArg::Json) => true,
+        Some(LogFormatArg::Text) => false,
+        None => cfg.logging.format == Some(LogFormat::Json),
+    };
+    logging::init(&level, json);
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    let target = args.target.display().to_string();
+    let fail = |e: anyhow::Error| {
+        eprintln!("onestep: {target} failed while running: {e:#}");
+        1
+    };
+
+    let shutdown = CancellationToken::new();
+    spawn_signal_listener(shutdown.clone());
+
+    let backends = match open_backends(&cfg).await {
+        Ok(b) => b,
+        Err(e) => return fail(e),
+    };
+    let runtime = match build_runtime(&cfg) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let bindings = match task_bindings(&cfg, &backends, &runtime) {
+        Ok(b) => b,
+        Err(e) => return fail(e),
+    };
+    let settings = WorkerSettings {
+        shutdown_timeout: cfg.shutdown_timeout_s.map(Duration::from_secs_f64),
+        ..WorkerSettings::default()
+    };
+    let worker = match Worker::new(bindings, settings) {
+        Ok(w) => w,
+        Err(e) => return fail(e.into()),
+    };
+    tracing::info!(app = %cfg.name, tasks = cfg.tasks.len(), "onestep worker running");
+    let outcome = worker.run(shutdown).await;
+    for backend in backends.values() {
+        if let Err(e) = backend.close().await {
+            tracing::warn!(error = %e, "closing a backend failed");
+        }
+    }
+    match outcome {
+        Ok(()) => 0,
+        Err(e) => fail(e.into()),
+    }
+}
+
+/// Cancels `shutdown` on the first SIGINT or SIGTERM.
+fn spawn_signal_listener(shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = ctrl_c => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = ctrl_c.await;
+        }
+        tracing::info!("shutdown signal received: draining");
+        shutdown.cancel();
+    });
+}

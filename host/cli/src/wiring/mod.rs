@@ -1,0 +1,181 @@
+//! Wiring of concrete parts from a loaded [`AppConfig`]: MySQL backends (one per connector and
+//! table pair), the wasm runtime and its handler components, and the worker's task bindings.
+
+pub mod wasm_runner;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use onestep_config::{AppConfig, ExecutionSourceConfig, PreopenMode, SandboxConfig};
+use onestep_core::names::TableNames;
+use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_wasm::{Preopen, Runtime, RuntimeSettings, SandboxSettings};
+use onestep_worker::{TaskBinding, TaskSettings};
+
+use wasm_runner::WasmTaskRunner;
+
+/// Key of a distinct backend: connector, executions table, attempts table.
+pub type BackendKey = (String, String, String);
+
+/// Backend options for `source` (its connector's DSN and pool size, its tables and limits).
+pub fn source_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result<MySqlOptions> {
+    let connector = cfg
+        .connectors
+        .get(&source.connector)
+        .with_context(|| format!("unknown resource '{}'", source.connector))?;
+    let mut opts = MySqlOptions::new(connector.dsn.expose());
+    opts.tables = TableNames::new(&source.table, &source.attempts_table)?;
+    opts.auto_create = source.auto_create;
+    opts.limits = source.limits;
+    opts.reclaim_batch_size = source.reclaim_batch_size;
+    let wanted: u32 = cfg
+        .tasks
+        .iter()
+        .filter(|t| {
+            cfg.sources
+                .get(&t.source)
+                .is_some_and(|s| s.connector == source.connector)
+        })
+        .map(|t| t.concurrency)
+        .sum::<u32>()
+        .saturating_add(4);
+    opts.pool_max = connector
+        .engine_options
+        .max_connections
+        .unwrap_or(wanted)
+        .max(2) as usize;
+    opts.pool_min = connector.engine_options.min_connections.unwrap_or(0) as usize;
+    Ok(opts)
+}
+
+/// Opens one backend per distinct (connector, table pair) used by the tasks' sources.
+pub async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Arc<MySqlBackend>>> {
+    let mut out = BTreeMap::new();
+    for task in &cfg.tasks {
+        let source = cfg
+            .sources
+            .get(&task.source)
+            .with_context(|| format!("unknown resource '{}'", task.source))?;
+        let key = backend_key(source);
+        if out.contains_key(&key) {
+            continue;
+        }
+        let opts = source_options(cfg, source)?;
+        let backend = MySqlBackend::open(opts)
+            .await
+            .with_context(|| format!("cannot open source '{}'", source.name))?;
+        out.insert(key, Arc::new(backend));
+    }
+    Ok(out)
+}
+
+/// The key of the backend a source uses.
+pub fn backend_key(source: &ExecutionSourceConfig) -> BackendKey {
+    (
+        source.connector.clone(),
+        source.table.clone(),
+        source.attempts_table.clone(),
+    )
+}
+
+/// Where compiled components are cached: `ONESTEP_WASM_CACHE`, else `$XDG_CACHE_HOME/onestep/wasm`,
+/// else `~/.cache/onestep/wasm`.
+pub fn wasm_cache_dir() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ONESTEP_WASM_CACHE") {
+        return Some(PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("onestep").join("wasm"))
+}
+
+/// One runtime for every task: pool sized from the total concurrency, memory slots from the
+/// largest sandbox, fuel metering only when some task sets a fuel budget.
+pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
+    let total: u32 = cfg.tasks.iter().map(|t| t.concurrency).sum();
+    let max_memory = cfg
+        .tasks
+        .iter()
+        .map(|t| t.sandbox.memory_limit_bytes)
+        .max()
+        .unwrap_or(64 << 20);
+    let settings = RuntimeSettings {
+        cache_dir: wasm_cache_dir(),
+        pool_max_instances: total.saturating_add(8),
+        max_memory_bytes: max_memory.next_power_of_two(),
+        fuel_metering: cfg.tasks.iter().any(|t| t.sandbox.fuel.is_some()),
+        ..RuntimeSettings::default()
+    };
+    Runtime::new(settings).context("cannot start the WebAssembly runtime")
+}
+
+/// The runtime's sandbox for a task's `sandbox:` block.
+pub fn sandbox_settings(sandbox: &SandboxConfig, cfg: &AppConfig) -> SandboxSettings {
+    SandboxSettings {
+        memory_limit_bytes: sandbox.memory_limit_bytes,
+        fuel: sandbox.fuel,
+        preopens: sandbox
+            .preopens
+            .iter()
+            .map(|p| Preopen {
+                host_path: p.host.clone(),
+                guest_path: p.guest.clone(),
+                writable: p.mode == PreopenMode::Rw,
+            })
+            .collect(),
+        env: sandbox.guest_env(&cfg.env),
+        stdout_limit_bytes: sandbox.output_limit_bytes,
+        stderr_limit_bytes: sandbox.output_limit_bytes,
+        ..SandboxSettings::default()
+    }
+}
+
+/// Builds the worker's task bindings: settings from the source and task, the backend, and the
+/// task's handler component loaded into `runtime`.
+pub fn task_bindings(
+    cfg: &AppConfig,
+    backends: &BTreeMap<BackendKey, Arc<MySqlBackend>>,
+    runtime: &Runtime,
+) -> Result<Vec<TaskBinding>> {
+    let mut out = Vec::new();
+    for task in &cfg.tasks {
+        let source = cfg
+            .sources
+            .get(&task.source)
+            .with_context(|| format!("unknown resource '{}'", task.source))?;
+        let backend = backends
+            .get(&backend_key(source))
+            .with_context(|| format!("no backend opened for source '{}'", source.name))?;
+        let handler = runtime.load(&task.handler.component).with_context(|| {
+            format!(
+                "task '{}': cannot load {}",
+                task.name,
+                task.handler.component.display()
+            )
+        })?;
+        let settings = TaskSettings {
+            task_name: source.task_name.clone(),
+            namespace: source.namespace.clone(),
+            worker_id: source.worker_id.clone(),
+            batch_size: source.batch_size,
+            poll_interval: Duration::from_secs_f64(source.poll_interval_s),
+            lease_duration_s: source.lease_duration_s,
+            heartbeat_interval: Duration::from_secs_f64(source.heartbeat_interval_s),
+            concurrency: task.concurrency,
+            retry: task.retry.clone(),
+            timeout: task.timeout_s.map(Duration::from_secs_f64),
+            max_result_bytes: source.limits.max_result_bytes,
+        };
+        let runner = WasmTaskRunner::new(handler, sandbox_settings(&task.sandbox, cfg));
+        out.push(TaskBinding {
+            settings,
+            store: Arc::clone(backend) as Arc<dyn onestep_core::ports::LeaseStore>,
+            runner: Arc::new(runner),
+        });
+    }
+    Ok(out)
+}
