@@ -26,5 +26,10 @@ if [ -x scripts/ref-venv.sh ]; then
     scripts/ref-venv.sh >&2
 fi
 
+echo "== the onestep binary (shared by the end-to-end tests)" >&2
+cargo build -p onestep-cli
+ONESTEP_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onestep"
+export ONESTEP_BIN
+
 echo "== cargo test" >&2
 cargo test --workspace "$@"

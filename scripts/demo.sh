@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The main job end to end (README command 1), on a fresh machine of this kind:
+#   1. starts the local MariaDB if it is down and creates the database `onestep_demo`,
+#   2. builds the example guest components and the `onestep` binary,
+#   3. creates the execution tables (`onestep migrate`),
+#   4. starts a worker on config/quickstart.yaml,
+#   5. submits the `summarize` handler over real documents (licence texts the OS ships under
+#      /usr/share/common-licenses, and this repository's docs/), plus one `flaky` execution that
+#      succeeds on its third attempt,
+#   6. waits for each, prints its status, attempts and result,
+#   7. stops the worker with SIGTERM (graceful drain) and reports its exit code.
+# Environment: ONESTEP_DSN overrides the database (default mysql://root@127.0.0.1:3306/onestep_demo).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+log() { printf '\n== %s\n' "$*" >&2; }
+
+log "database"
+scripts/test-db.sh up mariadb >/dev/null
+if [ -z "${ONESTEP_DSN:-}" ]; then
+    mariadb -h127.0.0.1 -P3306 -uroot -e 'CREATE DATABASE IF NOT EXISTS onestep_demo CHARACTER SET utf8mb4'
+    export ONESTEP_DSN="mysql://root@127.0.0.1:3306/onestep_demo"
+fi
+echo "database ready (DSN from ONESTEP_DSN, not printed)" >&2
+
+log "guest components and the onestep binary"
+SKIP_PYTHON=1 scripts/build-guests.sh >&2
+cargo build -p onestep-cli >&2
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onestep"
+CONFIG="$ROOT/config/quickstart.yaml"
+
+log "tables"
+"$BIN" migrate "$CONFIG"
+
+log "worker"
+mkdir -p "$ROOT/target/demo"
+WORKER_LOG="$ROOT/target/demo/worker.log"
+"$BIN" run "$CONFIG" --log-level INFO >"$WORKER_LOG" 2>&1 &
+WORKER_PID=$!
+stop_worker() {
+    if kill -0 "$WORKER_PID" 2>/dev/null; then
+        kill -TERM "$WORKER_PID" 2>/dev/null || true
+        wait "$WORKER_PID" 2>/dev/null || true
+    fi
+}
+trap stop_worker EXIT
+echo "worker pid $WORKER_PID, log $WORKER_LOG" >&2
+
+log "submissions"
+RUN="$(date +%s)"
+declare -a IDS=()
+submit() { # TASK PAYLOAD KEY
+    local out id
+    out="$("$BIN" submit "$1" --config "$CONFIG" --payload "$2" --key "$3" --json)"
+    id="$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
+    IDS+=("$id")
+    printf '%-10s %-40s -> %s\n' "$1" "$2" "$id"
+}
+for doc in Apache-2.0 GPL-3 MPL-2.0 BSD Artistic; do
+    submit summarize "{\"path\": \"/docs/$doc\"}" "demo-$RUN-$doc"
+done
+for doc in lease-protocol.md state-machine.md; do
+    submit summarize "{\"path\": \"/repo-docs/$doc\"}" "demo-$RUN-$doc"
+done
+submit flaky '{"succeed_on_attempt": 3}' "demo-$RUN-flaky"
+
+log "results"
+status=0
+for id in "${IDS[@]}"; do
+    if ! "$BIN" wait "$id" --config "$CONFIG" --timeout 120 --json >"$ROOT/target/demo/$id.json"; then
+        status=1
+    fi
+    python3 - "$ROOT/target/demo/$id.json" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))
+r = e.get("result") or {}
+head = f'{e["id"]}  {e["task_name"]:<9} {e["status"]:<9} attempts={e["attempts"]}'
+if e["task_name"] == "summarize" and isinstance(r, dict):
+    terms = ", ".join(f'{t["term"]}:{t["count"]}' if isinstance(t, dict) else str(t) for t in (r.get("top_terms") or [])[:5])
+    print(f'{head}  {r.get("path", "")}: lines={r.get("lines")} words={r.get("words")} bytes={r.get("bytes")} sha256={str(r.get("sha256", ""))[:16]}…  top: {terms}')
+else:
+    print(f'{head}  result={json.dumps(r)}')
+PY
+done
+
+log "stopping the worker (SIGTERM, graceful drain)"
+kill -TERM "$WORKER_PID"
+set +e
+wait "$WORKER_PID"
+worker_exit=$?
+set -e
+trap - EXIT
+echo "worker exited with code $worker_exit" >&2
+tail -n 3 "$WORKER_LOG" >&2
+[ "$worker_exit" -eq 0 ] || status=1
+exit "$status"
