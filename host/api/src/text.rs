@@ -54,7 +54,7 @@ pub fn execution_table(items: &[ExecutionView]) -> String {
 pub fn execution_detail(e: &ExecutionView) -> String {
     let mut out = String::new();
     let mut kv = |k: &str, v: &str| {
-        let _ = writeln!(out, "{:<20}{v}", format!("{k}:"));
+        let _ = writeln!(out, "{:<22}{v}", format!("{k}:"));
     };
     kv("id", &e.id.to_string());
     kv("namespace", &e.namespace);
@@ -165,8 +165,11 @@ mod tests {
     #[test]
     fn detail_and_result() {
         let d = execution_detail(&view("failed", Some("2026-08-10T12:00:05+00:00")));
-        assert!(d.contains("status:             failed (terminal)\n"), "{d}");
-        assert!(d.contains("error:              error HandlerError at handler\n"));
+        assert!(
+            d.contains("status:               failed (terminal)\n"),
+            "{d}"
+        );
+        assert!(d.contains("error:                error HandlerError at handler\n"));
         assert!(!d.contains("started_at"));
         assert_eq!(result_text(&Value::String("hi".into())), "hi");
         assert_eq!(

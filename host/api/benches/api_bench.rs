@@ -1,0 +1,170 @@
+//! Submit throughput and latency over HTTP on loopback (not a timed test; prints figures).
+//!
+//! `ONESTEP_TEST_MARIADB_URL=mysql://root@127.0.0.1:3306/ cargo bench -p onestep-api --bench api_bench`
+//!
+//! Creates a scratch database, serves the router on 127.0.0.1:0 over the real MySQL backend, then
+//! for 1, 16 and 64 concurrent clients (each a keep-alive HTTP/1.1 connection) sends
+//! `POST /v1/executions` with unique idempotency keys, bounded by a request count and a time
+//! budget per level (`BENCH_REQUESTS`, default 3000; `BENCH_SECONDS`, default 20). Prints
+//! requests/s and p50/p99 latency, then drops the database.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use onestep_api::mysql::MySqlReadiness;
+use onestep_api::{ApiSettings, ApiState, router};
+use onestep_mysql::{MySqlBackend, MySqlOptions};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let admin = std::env::var("ONESTEP_TEST_MARIADB_URL")
+        .map_err(|_| "ONESTEP_TEST_MARIADB_URL is not set (e.g. mysql://root@127.0.0.1:3306/)")?;
+    let admin = admin.trim().trim_end_matches('/').to_owned();
+    let db = format!(
+        "onestep_bench_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let admin_pool = mysql_async::Pool::new(format!("{admin}/").as_str());
+    admin_pool
+        .get_conn()
+        .await?
+        .query_drop(format!("CREATE DATABASE `{db}`"))
+        .await?;
+    let outcome = run(&format!("{admin}/{db}")).await;
+    admin_pool
+        .get_conn()
+        .await?
+        .query_drop(format!("DROP DATABASE `{db}`"))
+        .await?;
+    admin_pool.disconnect().await?;
+    outcome
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn run(dsn: &str) -> Result<(), Error> {
+    let mut opts = MySqlOptions::new(dsn);
+    opts.pool_max = 32;
+    let backend = MySqlBackend::open(opts).await?;
+    let state = ApiState::new(
+        Arc::new(backend.clone()),
+        Arc::new(MySqlReadiness::new(backend.clone())),
+        ApiSettings::single("bench"),
+    )?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let max_requests = env_num("BENCH_REQUESTS", 3000);
+    let budget = Duration::from_secs(env_num("BENCH_SECONDS", 20));
+    println!(
+        "submit over HTTP, loopback, MariaDB; up to {max_requests} requests or {budget:?} per level"
+    );
+    println!(
+        "{:>8} {:>9} {:>10} {:>10} {:>10}",
+        "clients", "requests", "req/s", "p50 ms", "p99 ms"
+    );
+    for clients in [1usize, 16, 64] {
+        let start = Instant::now();
+        let deadline = start + budget;
+        let per_client = (max_requests as usize).div_ceil(clients);
+        let tasks: Vec<_> = (0..clients)
+            .map(|c| {
+                tokio::spawn(async move { client(addr, c, clients, per_client, deadline).await })
+            })
+            .collect();
+        let mut latencies = Vec::new();
+        for t in tasks {
+            latencies.extend(t.await??);
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        latencies.sort_unstable();
+        let pct = |p: f64| {
+            let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+            latencies[i].as_secs_f64() * 1000.0
+        };
+        println!(
+            "{clients:>8} {:>9} {:>10.0} {:>10.2} {:>10.2}",
+            latencies.len(),
+            latencies.len() as f64 / elapsed,
+            pct(0.50),
+            pct(0.99)
+        );
+    }
+    server.abort();
+    backend.close().await?;
+    Ok(())
+}
+
+/// One keep-alive connection sending up to `n` submits before `deadline`; returns latencies.
+async fn client(
+    addr: std::net::SocketAddr,
+    me: usize,
+    level: usize,
+    n: usize,
+    deadline: Instant,
+) -> Result<Vec<Duration>, Error> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let body = format!(
+            r#"{{"task_name":"bench","payload":{{"client":{me},"i":{i},"doc":"doc-{i}"}},"metadata":{{"level":{level}}}}}"#
+        );
+        let request = format!(
+            "POST /v1/executions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             idempotency-key: bench-{level}-{me}-{i}\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let t0 = Instant::now();
+        write.write_all(request.as_bytes()).await?;
+        let status = read_response(&mut read).await?;
+        out.push(t0.elapsed());
+        if status != 202 {
+            return Err(format!("unexpected status {status}").into());
+        }
+    }
+    Ok(out)
+}
+
+/// Reads one HTTP/1.1 response with a `content-length` body; returns the status.
+async fn read_response<R: AsyncBufReadExt + AsyncReadExt + Unpin>(r: &mut R) -> Result<u16, Error> {
+    let mut line = String::new();
+    r.read_line(&mut line).await?;
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("bad status line")?;
+    let mut length = 0usize;
+    loop {
+        line.clear();
+        r.read_line(&mut line).await?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse()?;
+        }
+    }
+    let mut body = vec![0u8; length];
+    r.read_exact(&mut body).await?;
+    Ok(status)
+}

@@ -1,0 +1,312 @@
+//! Client commands on the same library as the HTTP API: `submit`, `get`, `list`, `cancel`,
+//! `result`, `wait`. They talk to the database directly (see [`conn`]); output is human-readable
+//! by default and the API's JSON views with `--json` (see [`output`] for exit codes).
+
+mod conn;
+mod output;
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use onestep_api::{poll, text};
+use onestep_core::request::{ListQuery, SubmitRequest, parse_execution_id};
+use onestep_core::{ExecutionError, ExecutionStatus};
+use serde_json::Value;
+use uuid::Uuid;
+
+use conn::{ConnArgs, Connected, connect};
+use output::{FAILED, Failure, OK, print_execution, print_json, print_page};
+
+/// Arguments of `onestep submit`.
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// Task name.
+    pub task: String,
+    /// Payload: JSON text, or `@FILE` to read it from a file (`@-` for stdin).
+    #[arg(long)]
+    pub payload: String,
+    /// Idempotency key (reuse it when retrying the same submission).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Metadata: a JSON object.
+    #[arg(long)]
+    pub metadata: Option<String>,
+    /// Seconds before the first claim.
+    #[arg(long)]
+    pub delay_s: Option<f64>,
+    /// Latest claim instant, RFC 3339 with an offset (`2026-08-10T12:00:00+08:00`).
+    #[arg(long)]
+    pub expires_at: Option<String>,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Arguments of `onestep get`.
+#[derive(Debug, clap::Args)]
+pub struct GetArgs {
+    /// Execution id.
+    pub id: String,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Arguments of `onestep list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only this task.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Only this status (`queued`, `running`, `retrying`, `succeeded`, `failed`,
+    /// `cancel_requested`, `cancelled`, `expired`).
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Page size, 1–200.
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Continue after this cursor (printed as `more: --cursor …`).
+    #[arg(long)]
+    pub cursor: Option<String>,
+    /// Follow every page to the end.
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Arguments of `onestep cancel`.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// Execution id.
+    pub id: String,
+    /// Reason (at most 500 characters; stored, never shown).
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Arguments of `onestep result`.
+#[derive(Debug, clap::Args)]
+pub struct ResultArgs {
+    /// Execution id.
+    pub id: String,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Arguments of `onestep wait`.
+#[derive(Debug, clap::Args)]
+pub struct WaitArgs {
+    /// Execution id.
+    pub id: String,
+    /// Give up after this many seconds (default: wait forever).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Connects, runs `body`, closes; maps failures to exit codes.
+async fn with_client<F>(conn: &ConnArgs, body: F) -> u8
+where
+    F: AsyncFnOnce(&Connected) -> Result<u8, Failure>,
+{
+    let connected = match connect(conn).await {
+        Ok(c) => c,
+        Err(f) => return f.report(conn.json),
+    };
+    let outcome = body(&connected).await;
+    connected.close().await;
+    outcome.unwrap_or_else(|f| f.report(conn.json))
+}
+
+fn parse_json_arg(name: &str, text: &str) -> Result<Value, Failure> {
+    let source = match text.strip_prefix('@') {
+        Some("-") => std::io::read_to_string(std::io::stdin())
+            .map_err(|e| Failure::usage(format!("--{name}: cannot read stdin: {e}")))?,
+        Some(file) => std::fs::read_to_string(Path::new(file))
+            .map_err(|e| Failure::usage(format!("--{name}: cannot read {file}: {e}")))?,
+        None => text.to_owned(),
+    };
+    serde_json::from_str(&source)
+        .map_err(|e| Failure::usage(format!("--{name} is not valid JSON: {e}")))
+}
+
+fn parse_id(text: &str) -> Result<Uuid, Failure> {
+    parse_execution_id(text).map_err(Failure::from)
+}
+
+/// `onestep submit`.
+pub async fn submit(args: SubmitArgs) -> u8 {
+    let request = match build_submit(&args) {
+        Ok(r) => r,
+        Err(f) => return f.report(args.conn.json),
+    };
+    with_client(&args.conn, async |c| {
+        let e = c.client.submit(&request).await?;
+        print_execution(&e, args.conn.json);
+        Ok(OK)
+    })
+    .await
+}
+
+fn build_submit(args: &SubmitArgs) -> Result<SubmitRequest, Failure> {
+    let expires_at = match &args.expires_at {
+        None => None,
+        Some(t) => Some(
+            onestep_api::routes::parse_expires_at(t)
+                .map_err(|e| Failure::usage(e.body().message.clone()))?,
+        ),
+    };
+    Ok(SubmitRequest {
+        task_name: args.task.clone(),
+        payload: parse_json_arg("payload", &args.payload)?,
+        idempotency_key: args.key.clone(),
+        metadata: args
+            .metadata
+            .as_deref()
+            .map(|m| parse_json_arg("metadata", m))
+            .transpose()?,
+        delay_s: args.delay_s,
+        expires_at,
+    })
+}
+
+/// `onestep get`.
+pub async fn get(args: GetArgs) -> u8 {
+    with_client(&args.conn, async |c| {
+        let id = parse_id(&args.id)?;
+        match c.client.get(id).await? {
+            Some(e) => {
+                print_execution(&e, args.conn.json);
+                Ok(OK)
+            }
+            None => Err(ExecutionError::NotFound { id }.into()),
+        }
+    })
+    .await
+}
+
+/// `onestep list`.
+pub async fn list(args: ListArgs) -> u8 {
+    with_client(&args.conn, async |c| {
+        let status = args
+            .status
+            .as_deref()
+            .map(str::parse::<ExecutionStatus>)
+            .transpose()?;
+        let mut query = ListQuery {
+            task_name: args.task.clone(),
+            status,
+            limit: args.limit,
+            cursor: args.cursor.clone(),
+        };
+        let mut items = Vec::new();
+        loop {
+            let page = c.client.list(&query).await?;
+            items.extend(page.items);
+            match page.next_cursor {
+                Some(next) if args.all => query.cursor = Some(next),
+                next => {
+                    print_page(&items, next, args.conn.json);
+                    return Ok(OK);
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// `onestep cancel`.
+pub async fn cancel(args: CancelArgs) -> u8 {
+    with_client(&args.conn, async |c| {
+        let id = parse_id(&args.id)?;
+        match c.client.cancel(id, args.reason.as_deref()).await? {
+            Some(e) => {
+                print_execution(&e, args.conn.json);
+                Ok(OK)
+            }
+            None => Err(ExecutionError::NotFound { id }.into()),
+        }
+    })
+    .await
+}
+
+/// `onestep result`: the result of a succeeded execution (exit 1 for anything else).
+pub async fn result(args: ResultArgs) -> u8 {
+    with_client(&args.conn, async |c| {
+        let id = parse_id(&args.id)?;
+        let value = c.client.result(id).await?;
+        if args.conn.json {
+            print_json(&serde_json::json!({ "result": value }));
+        } else {
+            println!("{}", text::result_text(&value));
+        }
+        Ok(OK)
+    })
+    .await
+}
+
+/// `onestep wait`: polls with backoff (1, 2, 4, 8 s, then 10–30 s) until the execution is
+/// terminal; prints it; exit 0 only for `succeeded`.
+pub async fn wait(args: WaitArgs) -> u8 {
+    let timeout = match args.timeout {
+        None => None,
+        Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(_) => {
+            return Failure::usage("--timeout must be a non-negative number of seconds")
+                .report(args.conn.json);
+        }
+    };
+    with_client(&args.conn, async |c| {
+        let id = parse_id(&args.id)?;
+        let start = Instant::now();
+        let tty = std::io::stderr().is_terminal();
+        let mut n = 0;
+        loop {
+            let e = c
+                .client
+                .get(id)
+                .await?
+                .ok_or(ExecutionError::NotFound { id })?;
+            if tty {
+                eprint!(
+                    "\r\x1b[Kwaiting for {id}: {} (attempts {}, {}s)",
+                    e.status,
+                    e.attempts,
+                    start.elapsed().as_secs()
+                );
+            }
+            if e.terminal() {
+                if tty {
+                    eprintln!();
+                }
+                print_execution(&e, args.conn.json);
+                return Ok(if e.status == ExecutionStatus::Succeeded {
+                    OK
+                } else {
+                    eprintln!("onestep: execution {id} is {}", e.status);
+                    FAILED
+                });
+            }
+            let remaining = timeout.map(|t| t.saturating_sub(start.elapsed()));
+            let Some(delay) = poll::delay_within(n, remaining) else {
+                if tty {
+                    eprintln!();
+                }
+                return Err(Failure::failed(
+                    "timeout",
+                    format!(
+                        "execution {id} is still {} after {:.0}s",
+                        e.status,
+                        start.elapsed().as_secs_f64()
+                    ),
+                ));
+            };
+            tokio::time::sleep(delay).await;
+            n += 1;
+        }
+    })
+    .await
+}

@@ -1,0 +1,207 @@
+//! `onestep serve FILE`: the HTTP API from the `api:` section of a YAML app file, until SIGINT or
+//! SIGTERM (graceful: in-flight requests finish, then the pool is closed).
+//!
+//! Wiring: config → `api.connector` (a `mysql` resource) → [`MySqlBackend`] (tables, limits,
+//! `auto_create`, pool bounds) → [`ApiState`] (tenants from `tokens_file`/`tokens_env`, or the one
+//! `namespace`; `allowed_tasks`; `max_body_bytes`) → [`onestep_api::router`] → `axum::serve`.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use onestep_api::mysql::MySqlReadiness;
+use onestep_api::{ApiSettings, ApiState, Tenancy, TokenTable};
+use onestep_config::{ApiAuth, AppConfig, LoadOptions, LogFormat};
+use onestep_core::names::TableNames;
+use onestep_mysql::{MySqlBackend, MySqlOptions};
+
+use crate::logging;
+
+/// Arguments of `onestep serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The YAML app file with an `api:` section.
+    pub file: PathBuf,
+    /// Listen address, overriding `api.listen` (e.g. `127.0.0.1:0` for a free port).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Dotenv file (overrides `app.env_file` and `.env` beside the YAML).
+    #[arg(long)]
+    pub env_file: Option<PathBuf>,
+    /// Log level (`DEBUG`, `INFO`, `WARNING`, `ERROR`); default from `app.logging` or INFO.
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
+
+/// Runs the command; returns the process exit code (0 after a clean shutdown, 1 when the
+/// database or the listener fails, 2 for configuration errors).
+pub async fn run(args: ServeArgs) -> u8 {
+    let opts = LoadOptions {
+        env_file: args.env_file.clone(),
+        check_files: false,
+        ..LoadOptions::default()
+    };
+    let config = match onestep_config::load(&args.file, &opts) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("onestep serve: {e}");
+            return 2;
+        }
+    };
+    let level = args
+        .log_level
+        .clone()
+        .or_else(|| config.logging.level.map(|l| l.as_str().to_owned()))
+        .unwrap_or_else(|| "INFO".into());
+    logging::init(&level, config.logging.format == Some(LogFormat::Json));
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
+    let (backend, state, listen) = match prepare(&config, args.listen).await {
+        Ok(v) => v,
+        Err((code, msg)) => {
+            tracing::error!("{msg}");
+            eprintln!("onestep serve: {msg}");
+            return code;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            let msg = format!("cannot listen on {listen}: {e}");
+            tracing::error!("{msg}");
+            eprintln!("onestep serve: {msg}");
+            let _ = backend.close().await;
+            return 1;
+        }
+    };
+    let local = listener.local_addr().map_or(listen, |a| a);
+    tracing::info!(address = %local, "onestep API listening on http://{local}");
+    let served = axum::serve(listener, onestep_api::router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
+    let _ = backend.close().await;
+    match served {
+        Ok(()) => {
+            tracing::info!("onestep API stopped");
+            0
+        }
+        Err(e) => {
+            tracing::error!("the HTTP server failed: {e}");
+            1
+        }
+    }
+}
+
+type Prepared = (MySqlBackend, ApiState, SocketAddr);
+
+/// Builds the backend and the state from the config; errors are `(exit code, message)`.
+async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepared, (u8, String)> {
+    let usage = |m: String| (2u8, m);
+    let api = config
+        .api
+        .as_ref()
+        .ok_or_else(|| usage("the app file has no `api:` section".into()))?;
+    let connector = config.connectors.get(&api.connector).ok_or_else(|| {
+        usage(format!(
+            "api.connector: unknown mysql resource '{}'",
+            api.connector
+        ))
+    })?;
+    let tenancy = match &api.auth {
+        ApiAuth::Namespace(ns) => {
+            tracing::warn!(
+                namespace = %ns,
+                "no API tokens configured: every request is served in namespace '{ns}' without \
+                 authentication (local use only; set api.tokens_file or api.tokens_env)"
+            );
+            Tenancy::Single(ns.clone())
+        }
+        ApiAuth::TokensFile(_) | ApiAuth::TokensEnv(_) => {
+            let tokens = api
+                .load_tokens(&config.env)
+                .map_err(|e| usage(e.to_string()))?
+                .unwrap_or_default();
+            let table = TokenTable::from_pairs(
+                tokens
+                    .iter()
+                    .map(|t| (t.token.expose(), t.namespace.as_str())),
+            )
+            .map_err(|e| usage(format!("api tokens: {e}")))?;
+            if table.short_tokens() > 0 {
+                tracing::warn!(
+                    count = table.short_tokens(),
+                    "some API tokens are shorter than {} characters and may be guessable",
+                    onestep_api::auth::MIN_TOKEN_CHARS
+                );
+            }
+            tracing::info!(
+                tokens = table.len(),
+                namespaces = ?table.namespaces(),
+                "bearer-token authentication enabled"
+            );
+            Tenancy::Tokens(table)
+        }
+    };
+    let mut opts = MySqlOptions::new(connector.dsn.expose());
+    opts.tables = TableNames::new(api.table.clone(), api.attempts_table.clone())
+        .map_err(|e| usage(format!("api: {e}")))?;
+    opts.auto_create = api.auto_create;
+    opts.limits = api.limits;
+    if let Some(max) = connector.engine_options.max_connections {
+        opts.pool_max = max as usize;
+    }
+    if let Some(min) = connector.engine_options.min_connections {
+        opts.pool_min = min as usize;
+    }
+    let backend = MySqlBackend::open(opts).await.map_err(|e| {
+        let code = if matches!(e, onestep_core::ExecutionError::InvalidArgument(_)) {
+            2
+        } else {
+            1
+        };
+        (code, format!("cannot open the execution store: {e}"))
+    })?;
+    let settings = ApiSettings {
+        tenancy,
+        allowed_tasks: (!api.allowed_tasks.is_empty())
+            .then(|| api.allowed_tasks.iter().cloned().collect::<BTreeSet<_>>()),
+        max_body_bytes: usize::try_from(api.max_body_bytes).unwrap_or(usize::MAX),
+        limits: api.limits,
+    };
+    if settings.allowed_tasks.is_none() {
+        tracing::warn!("api.allowed_tasks is empty: clients may submit any task name");
+    }
+    let state = ApiState::new(
+        Arc::new(backend.clone()),
+        Arc::new(MySqlReadiness::new(backend.clone())),
+        settings,
+    )
+    .map_err(|e| usage(format!("api: {e}")))?;
+    Ok((backend, state, listen.unwrap_or(api.listen)))
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received: finishing in-flight requests"),
+        () = term => tracing::info!("SIGTERM received: finishing in-flight requests"),
+    }
+}
