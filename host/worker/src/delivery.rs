@@ -85,9 +85,11 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
     let invocation = invocation_for(&ctx.settings, &lease);
     let run = ctx.runner.run(invocation, handler_cancel.clone());
     tokio::pin!(run);
-    let outcome = tokio::select! {
+    let mut shutdown_stop = false;
+    let mut outcome = tokio::select! {
         outcome = &mut run => outcome,
         _ = hard_cancel.cancelled() => {
+            shutdown_stop = true;
             handler_cancel.cancel();
             run.await
         }
@@ -103,6 +105,12 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
     }
     let cancel_requested = heartbeat_end == HeartbeatEnd::CancelRequested;
     log_outcome(&outcome);
+    // A handler we asked to stop may still return an error of its own (e.g. a cooperative
+    // "cancelled" handler error) instead of trapping: it is a cancellation all the same
+    // (spec §9.5). A success still goes to the store, where cancel wins (T10).
+    if (cancel_requested || shutdown_stop) && matches!(outcome, RunOutcome::Failed(_)) {
+        outcome = RunOutcome::Cancelled;
+    }
 
     let previous_attempts = lease.attempt_no.saturating_sub(1);
     let completion = {
