@@ -235,3 +235,14 @@ async fn pooling_off_runtime_works() {
         .await;
     assert_eq!(outcome, Outcome::Succeeded("[1]".into()));
 }
+
+#[tokio::test]
+async fn a_component_of_another_world_is_not_a_handler() {
+    let _g = shared();
+    ensure_rust_guests();
+    let err = runtime()
+        .load(guest_path("not-a-handler"))
+        .expect_err("a WASI command is not a handler");
+    assert!(matches!(err, Error::NotAHandler { .. }), "{err}");
+    eprintln!("{err}");
+}

@@ -6,7 +6,14 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub const RUST_GUESTS: [&str; 5] = ["echo", "summarize", "countdown", "flaky", "misbehave"];
+pub const RUST_GUESTS: [&str; 6] = [
+    "echo",
+    "summarize",
+    "countdown",
+    "flaky",
+    "misbehave",
+    "not-a-handler",
+];
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
