@@ -70,12 +70,15 @@ for id in "${IDS[@]}"; do
     if ! "$BIN" wait "$id" --config "$CONFIG" --timeout 120 --json >"$ROOT/target/demo/$id.json"; then
         status=1
     fi
-    python3 - "$ROOT/target/demo/$id.json" <<'PY'
+    "$BIN" result "$id" --config "$CONFIG" --json >"$ROOT/target/demo/$id.result.json" || status=1
+    python3 - "$ROOT/target/demo/$id.json" "$ROOT/target/demo/$id.result.json" <<'PY'
 import json, sys
 e = json.load(open(sys.argv[1]))
-r = e.get("result") or {}
+r = json.load(open(sys.argv[2])).get("result")
 head = f'{e["id"]}  {e["task_name"]:<9} {e["status"]:<9} attempts={e["attempts"]}'
-if e["task_name"] == "summarize" and isinstance(r, dict):
+if e["status"] != "succeeded":
+    print(f'{head}  error={json.dumps(e.get("error"))}')
+elif e["task_name"] == "summarize" and isinstance(r, dict):
     terms = ", ".join(f'{t["term"]}:{t["count"]}' if isinstance(t, dict) else str(t) for t in (r.get("top_terms") or [])[:5])
     print(f'{head}  {r.get("path", "")}: lines={r.get("lines")} words={r.get("words")} bytes={r.get("bytes")} sha256={str(r.get("sha256", ""))[:16]}…  top: {terms}')
 else:

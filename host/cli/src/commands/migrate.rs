@@ -16,7 +16,7 @@ pub struct MigrateArgs {
     #[arg(required_unless_present = "dsn", conflicts_with = "dsn")]
     pub target: Option<PathBuf>,
     /// A DSN (`mysql://user:password@host:port/database`) instead of a file.
-    #[arg(long, env = "ONESTEP_DSN", hide_env_values = true)]
+    #[arg(long)]
     pub dsn: Option<String>,
     /// Executions table (with `--dsn`).
     #[arg(long, default_value = "onestep_executions")]

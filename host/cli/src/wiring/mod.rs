@@ -113,6 +113,10 @@ pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
     Runtime::new(settings).context("cannot start the WebAssembly runtime")
 }
 
+/// How long a cancelled guest may take to return on its own (cooperative cancellation) before
+/// the runtime stops it.
+pub const CANCEL_GRACE_MS: u64 = 50;
+
 /// The runtime's sandbox for a task's `sandbox:` block.
 pub fn sandbox_settings(sandbox: &SandboxConfig, cfg: &AppConfig) -> SandboxSettings {
     SandboxSettings {
@@ -130,6 +134,9 @@ pub fn sandbox_settings(sandbox: &SandboxConfig, cfg: &AppConfig) -> SandboxSett
         env: sandbox.guest_env(&cfg.env),
         stdout_limit_bytes: sandbox.output_limit_bytes,
         stderr_limit_bytes: sandbox.output_limit_bytes,
+        // A cancelled guest gets this long to notice `cancel-requested()` and return on its
+        // own before it is stopped.
+        cancel_grace_ms: CANCEL_GRACE_MS,
         ..SandboxSettings::default()
     }
 }
