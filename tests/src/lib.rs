@@ -1,17 +1,30 @@
 //! End-to-end test support for onestep: per-test databases on the real test servers, the
 //! `onestep` binary as a child process, the example guest components, and polling helpers.
 //!
+//! The worker tests build on [`Env`]: one database per server and test, a client in the
+//! `e2e` namespace, and worker processes on `config/e2e/worker.yaml`. [`on_each_server`] runs
+//! one case against every server (concurrently, or exclusively for CPU-heavy cases), drops the
+//! database afterwards, and prints the workers' logs when a case fails.
+//!
 //! Environment (set by `scripts/test.sh`): `ONESTEP_TEST_MARIADB_URL` and
 //! `ONESTEP_TEST_MYSQL_URL` (root URLs of the two servers; a missing one fails the test unless
 //! `ONESTEP_TEST_SKIP_MYSQL=1`), `ONESTEP_BIN` (path of the built `onestep` binary; defaults to
 //! `target/debug/onestep`).
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
+use chrono::NaiveDateTime;
 use mysql_async::prelude::Queryable;
+use onestep_core::request::SubmitRequest;
+use onestep_core::{Execution, ExecutionClient, ExecutionStatus, Limits};
+use onestep_mysql::{MySqlBackend, MySqlOptions};
+use serde_json::Value;
+use uuid::Uuid;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -53,9 +66,15 @@ pub struct TestDb {
 impl TestDb {
     /// Creates `onestep_e2e_<random>` on the server at `root_url`.
     pub async fn create(server: &'static str, root_url: &str) -> Result<TestDb> {
-        let name = format!("onestep_e2e_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let name = format!(
+            "onestep_e2e_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
         let admin = mysql_async::Pool::from_url(root_url).context("bad test server URL")?;
-        let mut conn = admin.get_conn().await.context("cannot connect to the test server")?;
+        let mut conn = admin
+            .get_conn()
+            .await
+            .context("cannot connect to the test server")?;
         conn.query_drop(format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
             .await?;
         drop(conn);
@@ -75,8 +94,62 @@ impl TestDb {
         let rows: Vec<mysql_async::Row> = conn.query(sql).await?;
         Ok(rows
             .into_iter()
-            .map(|mut r| r.take_opt::<Option<String>, _>(0).and_then(|v| v.ok()).flatten())
+            .map(|mut r| {
+                r.take_opt::<Option<String>, _>(0)
+                    .and_then(|v| v.ok())
+                    .flatten()
+            })
             .collect())
+    }
+
+    /// The attempt rows of one execution, by attempt number.
+    pub async fn attempts(&self, execution_id: Uuid) -> Result<Vec<Attempt>> {
+        let mut conn = self.admin.get_conn().await?;
+        conn.query_drop(format!("USE `{}`", self.name)).await?;
+        type Row = (
+            u32,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            NaiveDateTime,
+            NaiveDateTime,
+            Option<NaiveDateTime>,
+        );
+        let rows: Vec<Row> = conn
+            .exec(
+                "SELECT attempt_no, status, worker_id, \
+                   JSON_UNQUOTE(JSON_EXTRACT(error, '$.kind')), \
+                   JSON_UNQUOTE(JSON_EXTRACT(error, '$.exception_type')), \
+                   started_at, heartbeat_at, finished_at \
+                 FROM onestep_execution_attempts WHERE execution_id = ? ORDER BY attempt_no",
+                (execution_id.simple().to_string(),),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Attempt {
+                attempt_no: r.0,
+                status: r.1,
+                worker_id: r.2,
+                error_kind: r.3.filter(|k| k != "null"),
+                exception_type: r.4.filter(|k| k != "null"),
+                started_at: r.5,
+                heartbeat_at: r.6,
+                finished_at: r.7,
+            })
+            .collect())
+    }
+
+    /// How many rows of `table` (`executions` or `execution_attempts`) have `status`.
+    pub async fn count_status(&self, table: &str, status: &str) -> Result<u64> {
+        let rows = self
+            .query_strings(&format!(
+                "SELECT CAST(COUNT(*) AS CHAR) FROM onestep_{table} WHERE status = '{status}'"
+            ))
+            .await?;
+        let n = rows.first().cloned().flatten().unwrap_or_default();
+        n.parse().context("COUNT(*) is not a number")
     }
 
     /// Drops the database.
@@ -123,7 +196,10 @@ pub fn guest(name: &str) -> Result<PathBuf> {
             .status()
             .context("cannot run scripts/build-guests.sh")?;
         if !status.success() || !path.is_file() {
-            bail!("building the guest components did not produce {}", path.display());
+            bail!(
+                "building the guest components did not produce {}",
+                path.display()
+            );
         }
     }
     Ok(path)
@@ -230,4 +306,253 @@ where
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// One row of `onestep_execution_attempts` (instants are naive UTC, as stored).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    /// 1-based attempt number.
+    pub attempt_no: u32,
+    /// `running`, `succeeded`, `retrying`, `failed`, `cancelled` or `lease_lost`.
+    pub status: String,
+    /// The worker that claimed it.
+    pub worker_id: String,
+    /// `error.kind` (`error`, `timeout`, `cancelled`), if an error object was written.
+    pub error_kind: Option<String>,
+    /// `error.exception_type`, if an error object was written.
+    pub exception_type: Option<String>,
+    /// Claim instant.
+    pub started_at: NaiveDateTime,
+    /// Claim instant, then every successful heartbeat.
+    pub heartbeat_at: NaiveDateTime,
+    /// When the attempt ended.
+    pub finished_at: Option<NaiveDateTime>,
+}
+
+/// The statuses of `attempts`, in order.
+pub fn statuses(attempts: &[Attempt]) -> Vec<&str> {
+    attempts.iter().map(|a| a.status.as_str()).collect()
+}
+
+/// Seconds from `a` to `b` (negative when `b` is earlier).
+pub fn secs_between(a: NaiveDateTime, b: NaiveDateTime) -> f64 {
+    (b - a).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6
+}
+
+/// A YAML file under `config/e2e/`.
+pub fn e2e_config(name: &str) -> PathBuf {
+    repo_root().join("config").join("e2e").join(name)
+}
+
+/// The namespace of every execution source in `config/e2e/worker.yaml`.
+pub const NAMESPACE: &str = "e2e";
+
+/// One test case's world on one server: its own database (tables created), a client in
+/// [`NAMESPACE`], and the worker processes it started (killed when dropped).
+pub struct Env {
+    /// The database of this case.
+    pub db: TestDb,
+    /// A client bound to [`NAMESPACE`].
+    pub client: ExecutionClient,
+    backend: MySqlBackend,
+    logs: tempfile::TempDir,
+    config: PathBuf,
+    worker_logs: Mutex<Vec<PathBuf>>,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Env {
+    /// Creates the database on `root_url`, opens a backend on it (creating the tables) and a
+    /// client; workers will run `config`.
+    pub async fn new(server: &'static str, root_url: &str, config: &Path) -> Result<Env> {
+        let db = TestDb::create(server, root_url).await?;
+        let backend = MySqlBackend::open(MySqlOptions::new(db.dsn.clone()))
+            .await
+            .context("cannot open the backend")?;
+        let client = ExecutionClient::new(Arc::new(backend.clone()), NAMESPACE, Limits::default())?;
+        Ok(Env {
+            db,
+            client,
+            backend,
+            logs: tempfile::tempdir()?,
+            config: config.to_path_buf(),
+            worker_logs: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The server label.
+    pub fn server(&self) -> &'static str {
+        self.db.server
+    }
+
+    /// Starts `onestep run <config>` on this database with `worker_id`.
+    pub fn spawn_worker(&self, worker_id: &str) -> Result<WorkerProcess> {
+        let dsn = self.db.dsn.clone();
+        let worker = WorkerProcess::spawn(
+            &self.config,
+            &[("ONESTEP_DSN", &dsn), ("ONESTEP_WORKER_ID", worker_id)],
+            self.logs.path(),
+        )?;
+        if let Ok(mut logs) = self.worker_logs.lock() {
+            logs.push(worker.log_path.clone());
+        }
+        Ok(worker)
+    }
+
+    /// Submits `payload` to `task` (no idempotency key).
+    pub async fn submit(&self, task: &str, payload: Value) -> Result<Execution> {
+        let request = SubmitRequest {
+            task_name: task.to_owned(),
+            payload,
+            ..SubmitRequest::default()
+        };
+        Ok(self.client.submit(&request).await?)
+    }
+
+    /// The current snapshot of `id` (an error when it is missing).
+    pub async fn get(&self, id: Uuid) -> Result<Execution> {
+        self.client
+            .get(id)
+            .await?
+            .ok_or_else(|| anyhow!("execution {id} not found"))
+    }
+
+    /// Waits up to `limit` until `id` has one of `wanted`; fails early when it reaches another
+    /// terminal status.
+    pub async fn wait_status(
+        &self,
+        id: Uuid,
+        wanted: &[ExecutionStatus],
+        limit: Duration,
+    ) -> Result<Execution> {
+        let what = format!("[{}] execution {id} to be {wanted:?}", self.server());
+        wait_for(&what, limit, || async {
+            let e = self.get(id).await?;
+            if wanted.contains(&e.status) {
+                return Ok(Some(e));
+            }
+            if e.terminal() {
+                bail!("{what}: it ended {} (error {:?})", e.status, e.error);
+            }
+            Ok(None)
+        })
+        .await
+    }
+
+    /// Waits up to `limit` until `id` has an attempt row matching `pred`; returns all rows.
+    pub async fn wait_attempts(
+        &self,
+        id: Uuid,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&[Attempt]) -> bool,
+    ) -> Result<Vec<Attempt>> {
+        let what = format!("[{}] {what}", self.server());
+        wait_for(&what, limit, || async {
+            let rows = self.db.attempts(id).await?;
+            Ok(pred(&rows).then_some(rows))
+        })
+        .await
+    }
+
+    /// Everything the workers of this case logged, for diagnosis.
+    pub fn worker_logs(&self) -> String {
+        let paths = self
+            .worker_logs
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
+        let mut out = String::new();
+        for p in paths {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            out.push_str(&format!("----- {}\n{text}", p.display()));
+        }
+        out
+    }
+
+    /// Closes the backend and drops the database.
+    pub async fn finish(self) -> Result<()> {
+        let _ = self.backend.close().await;
+        self.db.drop_db().await
+    }
+}
+
+/// How [`on_each_server`] schedules a case's servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Every server at once, alongside other tests.
+    Concurrent,
+    /// One server after the other, while no other case of this binary runs (for cases that
+    /// measure behaviour under CPU load).
+    Exclusive,
+}
+
+static CPU: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Runs `case` against every server of [`servers`] with a fresh [`Env`] on `config`, then
+/// drops the databases. Prints each server's duration; on failure prints that server's worker
+/// logs and fails with every server's error.
+pub async fn on_each_server<F, Fut>(
+    name: &str,
+    config: &Path,
+    schedule: Schedule,
+    case: F,
+) -> Result<()>
+where
+    F: Fn(Arc<Env>) -> Fut,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    let _shared = match schedule {
+        Schedule::Concurrent => Some(CPU.read().await),
+        Schedule::Exclusive => None,
+    };
+    let _exclusive = match schedule {
+        Schedule::Concurrent => None,
+        Schedule::Exclusive => Some(CPU.write().await),
+    };
+    let mut handles = Vec::new();
+    let mut errors = Vec::new();
+    for (server, url) in servers()? {
+        let env = Arc::new(Env::new(server, &url, config).await?);
+        let name = name.to_owned();
+        let fut = case(Arc::clone(&env));
+        let run = async move {
+            let started = Instant::now();
+            let outcome = fut.await;
+            eprintln!("[{server}] {name}: {:.1}s", started.elapsed().as_secs_f64());
+            if let Err(e) = &outcome {
+                eprintln!("[{server}] {name} FAILED: {e:#}\n{}", env.worker_logs());
+            }
+            if let Ok(env) = Arc::try_unwrap(env) {
+                env.finish().await?;
+            }
+            outcome.with_context(|| format!("[{server}] {name}"))
+        };
+        match schedule {
+            Schedule::Concurrent => handles.push(tokio::spawn(run)),
+            Schedule::Exclusive => {
+                if let Err(e) = run.await {
+                    errors.push(format!("{e:#}"));
+                }
+            }
+        }
+    }
+    for handle in handles {
+        match handle.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(format!("{e:#}")),
+            Err(e) => errors.push(format!("a case panicked: {e}")),
+        }
+    }
+    if !errors.is_empty() {
+        bail!("{}", errors.join("\n"));
+    }
+    Ok(())
 }

@@ -1,1 +1,16 @@
 //! End-to-end tests (one binary): the real `onestep` binary, real components, real databases.
+//!
+//! * [`check`]: `onestep check [--strict]` on the shipped configs and on bad files (exit codes
+//!   and exact messages, one case per rule group of spec §10.5).
+//! * [`smoke`]: the seed's smoke list (lifecycle, idempotency, cancellation, restart, paging).
+//! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
+//! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
+//!   heartbeats go on, CPU-bound guests without lease loss.
+//!
+//! Every worker case runs against MariaDB and MySQL (`onestep_e2e::on_each_server`), each in a
+//! database of its own, with `config/e2e/worker.yaml` (2 s leases, 0.5 s heartbeats).
+
+mod check;
+mod lease;
+mod runtime;
+mod smoke;
