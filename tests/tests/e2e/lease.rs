@@ -1,0 +1,134 @@
+//! Losing a worker, on MariaDB and MySQL: a SIGKILLed worker's execution is reclaimed by
+//! another worker once its lease (2 s) has expired (attempt 1 `lease_lost`, attempt 2
+//! `succeeded`); a SIGTERMed worker drains (spec §9.9): what finishes within
+//! `shutdown_timeout_s` (1 s) succeeds, the rest is stopped and recorded `retrying` with kind
+//! `cancelled`, the process exits 0 promptly, and no row stays `running`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use onestep_core::ExecutionStatus as S;
+use onestep_e2e::{Schedule, e2e_config, on_each_server, secs_between, statuses};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(30);
+/// `lease_duration_s` of `config/e2e/worker.yaml`.
+const LEASE_S: f64 = 2.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_run_is_reclaimed_after_lease_expiry() -> Result<()> {
+    let config = e2e_config("worker.yaml");
+    on_each_server(
+        "SIGKILL → reclaim",
+        &config,
+        Schedule::Concurrent,
+        |env| async move {
+            let mut first = env.spawn_worker("w1")?;
+            let exec = env
+                .submit("countdown", json!({"steps": 30, "step_ms": 100}))
+                .await?;
+            env.wait_status(exec.id, &[S::Running], LIMIT).await?;
+            // Mid-run: at least one heartbeat went through.
+            env.wait_attempts(exec.id, "a first heartbeat", LIMIT, |a| {
+                a.len() == 1 && a[0].heartbeat_at > a[0].started_at
+            })
+            .await?;
+
+            first.signal("KILL")?;
+            let code = first.wait_exit(Duration::from_secs(10))?;
+            ensure!(code.is_none(), "killed worker exited with {code:?}");
+            // Nobody completes it: it stays running with w1's lease until the lease expires.
+            let held = env.get(exec.id).await?;
+            ensure!(held.status == S::Running, "{:?}", held.status);
+
+            let _second = env.spawn_worker("w2")?;
+            let done = env.wait_status(exec.id, &[S::Succeeded], LIMIT).await?;
+            ensure!(done.attempts == 2, "{done:?}");
+            let attempts = env.db.attempts(exec.id).await?;
+            ensure!(
+                statuses(&attempts) == ["lease_lost", "succeeded"],
+                "{attempts:?}"
+            );
+            ensure!(attempts[0].worker_id == "w1" && attempts[1].worker_id == "w2");
+            // Reclaimed only after the lease ran out: the last heartbeat extended it to
+            // heartbeat_at + 2 s, and attempt 2 started after that.
+            let gap = secs_between(attempts[0].heartbeat_at, attempts[1].started_at);
+            ensure!(
+                gap >= LEASE_S - 0.01,
+                "attempt 2 started {gap:.3}s after the last heartbeat"
+            );
+            Ok(())
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_exits_0_leaving_nothing_running() -> Result<()> {
+    let config = e2e_config("worker.yaml");
+    on_each_server(
+        "SIGTERM → drain",
+        &config,
+        Schedule::Concurrent,
+        |env| async move {
+            let mut worker = env.spawn_worker("w1")?;
+            let long = env
+                .submit("countdown", json!({"steps": 600, "step_ms": 50}))
+                .await?;
+            env.wait_status(long.id, &[S::Running], LIMIT).await?;
+            // A short one that can finish inside the drain window (0.5 s < 1 s).
+            let short = env
+                .submit("countdown", json!({"steps": 5, "step_ms": 100}))
+                .await?;
+            env.wait_status(short.id, &[S::Running, S::Succeeded], LIMIT)
+                .await?;
+
+            let signalled = Instant::now();
+            worker.signal("TERM")?;
+            let code = worker.wait_exit(Duration::from_secs(15))?;
+            let took = signalled.elapsed().as_secs_f64();
+            ensure!(code == Some(0), "exit {code:?}");
+            // shutdown_timeout_s is 1 s; stopping the guest and writing its completion is quick.
+            ensure!(took < 4.0, "the drain took {took:.2}s");
+            ensure!(
+                worker.log().contains("worker stopped"),
+                "no clean stop in the log: {}",
+                worker.log()
+            );
+
+            let short_done = env.get(short.id).await?;
+            ensure!(
+                short_done.status == S::Succeeded,
+                "short: {:?}",
+                short_done.status
+            );
+            let long_now = env.get(long.id).await?;
+            ensure!(
+                long_now.status == S::Retrying,
+                "long: {:?}",
+                long_now.status
+            );
+            let attempts = env.db.attempts(long.id).await?;
+            ensure!(statuses(&attempts) == ["retrying"], "{attempts:?}");
+            ensure!(
+                attempts[0].error_kind.as_deref() == Some("cancelled"),
+                "{attempts:?}"
+            );
+            let ran = secs_between(
+                attempts[0].started_at,
+                attempts[0].finished_at.expect("finished"),
+            );
+            ensure!(ran < took + 1.0, "the long attempt ran {ran:.2}s");
+
+            ensure!(env.db.count_status("executions", "running").await? == 0);
+            ensure!(env.db.count_status("execution_attempts", "running").await? == 0);
+            let leases = env
+                .db
+                .query_strings("SELECT id FROM onestep_executions WHERE lease_token IS NOT NULL")
+                .await?;
+            ensure!(leases.is_empty(), "leases left behind: {leases:?}");
+            Ok(())
+        },
+    )
+    .await
+}
