@@ -2,13 +2,17 @@
 //! another worker once its lease (2 s) has expired (attempt 1 `lease_lost`, attempt 2
 //! `succeeded`); a SIGTERMed worker drains (spec §9.9): what finishes within
 //! `shutdown_timeout_s` (1 s) succeeds, the rest is stopped and recorded `retrying` with kind
-//! `cancelled`, the process exits 0 promptly, and no row stays `running`.
+//! `cancelled`, nothing new is claimed, the process exits 0 promptly, and no row stays
+//! `running`; SIGINT stops a worker the same way; a worker that cannot start exits 1.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use onestep_core::ExecutionStatus as S;
-use onestep_e2e::{Schedule, e2e_config, on_each_server, secs_between, statuses};
+use onestep_core::request::SubmitRequest;
+use onestep_e2e::{
+    Schedule, WorkerProcess, e2e_config, on_each_server, run_cli, secs_between, servers, statuses,
+};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -83,6 +87,17 @@ async fn sigterm_drains_and_exits_0_leaving_nothing_running() -> Result<()> {
             env.wait_status(short.id, &[S::Running, S::Succeeded], LIMIT)
                 .await?;
 
+            // Work that becomes claimable only during the drain must not be claimed.
+            let late = env
+                .client
+                .submit(&SubmitRequest {
+                    task_name: "echo".into(),
+                    payload: json!("late"),
+                    delay_s: Some(0.5),
+                    ..SubmitRequest::default()
+                })
+                .await?;
+
             let signalled = Instant::now();
             worker.signal("TERM")?;
             let code = worker.wait_exit(Duration::from_secs(15))?;
@@ -120,6 +135,12 @@ async fn sigterm_drains_and_exits_0_leaving_nothing_running() -> Result<()> {
             );
             ensure!(ran < took + 1.0, "the long attempt ran {ran:.2}s");
 
+            let late = env.get(late.id).await?;
+            ensure!(
+                late.status == S::Queued && late.attempts == 0,
+                "claimed during the drain: {late:?}"
+            );
+
             ensure!(env.db.count_status("executions", "running").await? == 0);
             ensure!(env.db.count_status("execution_attempts", "running").await? == 0);
             let leases = env
@@ -131,4 +152,58 @@ async fn sigterm_drains_and_exits_0_leaving_nothing_running() -> Result<()> {
         },
     )
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_an_idle_worker_with_exit_0() -> Result<()> {
+    let config = e2e_config("worker.yaml");
+    on_each_server(
+        "SIGINT idle",
+        &config,
+        Schedule::Concurrent,
+        |env| async move {
+            let mut worker = env.spawn_worker("w1")?;
+            // Started: it has served an execution.
+            let exec = env.submit("echo", json!({"hello": "world"})).await?;
+            env.wait_status(exec.id, &[S::Succeeded], LIMIT).await?;
+            worker.signal("INT")?;
+            let code = worker.wait_exit(Duration::from_secs(10))?;
+            ensure!(code == Some(0), "exit {code:?}: {}", worker.log());
+            Ok(())
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_that_cannot_start_exits_1_and_bad_file_exits_2() -> Result<()> {
+    let config = e2e_config("worker.yaml");
+    let target = config.display().to_string();
+    for (server, url) in servers()? {
+        // A database that does not exist: opening the source fails (spec §11.2: exit 1).
+        let dsn = format!("{}/onestep_e2e_absent_database", url.trim_end_matches('/'));
+        let log_dir = tempfile::tempdir()?;
+        let mut worker = WorkerProcess::spawn(&config, &[("ONESTEP_DSN", &dsn)], log_dir.path())?;
+        let code = worker.wait_exit(Duration::from_secs(30))?;
+        let log = worker.log();
+        ensure!(code == Some(1), "[{server}] exit {code:?}: {log}");
+        let prefix = format!("onestep: {target} failed while running: ");
+        ensure!(
+            log.lines().any(|l| l.starts_with(&prefix)),
+            "[{server}] no '{prefix}' line: {log}"
+        );
+        ensure!(!log.contains(&dsn), "[{server}] the DSN leaked: {log}");
+    }
+    // A file that does not load: exit 2 before anything starts.
+    let dir = tempfile::tempdir()?;
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "tasks: 3\n")?;
+    let bad = bad.display().to_string();
+    let (code, _, stderr) = run_cli(&["run", &bad], &[])?;
+    ensure!(code == 2, "exit {code}: {stderr}");
+    ensure!(
+        stderr.starts_with(&format!("onestep: failed to load {bad}: ")),
+        "{stderr:?}"
+    );
+    Ok(())
 }
