@@ -80,6 +80,11 @@ async fn sigterm_drains_and_exits_0_leaving_nothing_running() -> Result<()> {
                 .submit("countdown", json!({"steps": 600, "step_ms": 50}))
                 .await?;
             env.wait_status(long.id, &[S::Running], LIMIT).await?;
+            // A guest blocked in an hour-long host call.
+            let sleeper = env
+                .submit("sleepy", json!({"mode": "sleep", "secs": 3600}))
+                .await?;
+            env.wait_status(sleeper.id, &[S::Running], LIMIT).await?;
             // A short one that can finish inside the drain window (0.5 s < 1 s).
             let short = env
                 .submit("countdown", json!({"steps": 5, "step_ms": 100}))
@@ -139,6 +144,13 @@ async fn sigterm_drains_and_exits_0_leaving_nothing_running() -> Result<()> {
             ensure!(
                 late.status == S::Queued && late.attempts == 0,
                 "claimed during the drain: {late:?}"
+            );
+
+            let attempts = env.db.attempts(sleeper.id).await?;
+            ensure!(statuses(&attempts) == ["retrying"], "sleeper: {attempts:?}");
+            ensure!(
+                attempts[0].error_kind.as_deref() == Some("cancelled"),
+                "{attempts:?}"
             );
 
             ensure!(env.db.count_status("executions", "running").await? == 0);

@@ -148,6 +148,24 @@ async fn long_task_is_cancelled_and_its_guest_stops() -> Result<()> {
                 "{attempts:?}"
             );
 
+            // A guest blocked in an hour-long host call is stopped as promptly.
+            let sleeper = env
+                .submit("sleepy", json!({"mode": "sleep", "secs": 3600}))
+                .await?;
+            env.wait_status(sleeper.id, &[S::Running], LIMIT).await?;
+            env.client.cancel(sleeper.id, None).await?;
+            let stopped = env.wait_status(sleeper.id, &[S::Cancelled], LIMIT).await?;
+            let asked = stopped.cancel_requested_at.expect("cancel_requested_at");
+            let lag = secs_between(
+                asked.naive_utc(),
+                stopped.finished_at.expect("finished").naive_utc(),
+            );
+            ensure!(
+                lag < 2.0,
+                "the sleeping guest stopped {lag:.3}s after the cancel"
+            );
+            ensure!(statuses(&env.db.attempts(sleeper.id).await?) == ["cancelled"]);
+
             // No further attempt: the same worker goes on serving (a later execution succeeds)
             // and the cancelled one keeps its single attempt.
             let next = env.submit("echo", json!("after")).await?;
