@@ -32,4 +32,14 @@ ONESTEP_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onestep"
 export ONESTEP_BIN
 
 echo "== cargo test" >&2
-cargo test --workspace "$@"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary (unit, integration, doc): "tests: N passed, M failed".
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+echo "servers: MariaDB $ONESTEP_TEST_MARIADB_URL, MySQL $ONESTEP_TEST_MYSQL_URL" >&2
+exit "$status"
