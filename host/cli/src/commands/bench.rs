@@ -1,11 +1,497 @@
-//! `onestep bench` (being built).
+//! `onestep bench`: submit N no-op executions, drain them with one in-process worker, and print
+//! throughput, queue latency and CPU cost per execution (issue 4). Figures, not a timed test:
+//! build with `--release` before reading them.
+
+mod cpu;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
+use mysql_async::prelude::Queryable;
+use onestep_core::ports::{ExecutionStore, LeaseStore};
+use onestep_core::request::SubmitRequest;
+use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
+use onestep_core::{ExecutionClient, Limits};
+use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_wasm::{Runtime, RuntimeSettings, SandboxSettings};
+use onestep_worker::{TaskBinding, TaskSettings, Worker, WorkerSettings};
+use serde::Serialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::wiring::wasm_cache_dir;
+use crate::wiring::wasm_runner::WasmTaskRunner;
 
 /// Arguments of `onestep bench`.
 #[derive(Debug, clap::Args)]
-pub struct BenchArgs {}
+pub struct BenchArgs {
+    /// Number of executions to submit and drain.
+    #[arg(short = 'n', long = "count", default_value_t = 20_000)]
+    pub count: usize,
+    /// Use this database (tables are created if missing; nothing is dropped). Default: create
+    /// `onestep_bench_<random>` on `--server-url` and drop it at the end.
+    #[arg(long, env = "ONESTEP_BENCH_DSN")]
+    pub dsn: Option<String>,
+    /// Server on which the throw-away database is created (without a database name).
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306/")]
+    pub server_url: String,
+    /// Keep the throw-away database instead of dropping it.
+    #[arg(long)]
+    pub keep: bool,
+    /// `noop` (a trivial in-process runner returning the payload) or `component:PATH` (a wasm
+    /// component, e.g. the echo guest, through the wasm runtime).
+    #[arg(long, default_value = "noop")]
+    pub handler: String,
+    /// Worker concurrency (executions in flight).
+    #[arg(long, default_value_t = 128)]
+    pub concurrency: u32,
+    /// Maximum leases per claim.
+    #[arg(long, default_value_t = 100)]
+    pub batch_size: u32,
+    /// Maximum completions per `complete_many` transaction.
+    #[arg(long, default_value_t = WorkerSettings::default().completion_batch)]
+    pub completion_batch: usize,
+    /// Submissions per `submit_many` call.
+    #[arg(long, default_value_t = 1000)]
+    pub submit_chunk: usize,
+    /// Maximum pooled connections (default: concurrency + 4, as `onestep run` sizes it).
+    #[arg(long)]
+    pub pool_max: Option<usize>,
+    /// Namespace of the benchmark's executions.
+    #[arg(long, default_value = "bench")]
+    pub namespace: String,
+    /// Task name of the benchmark's executions.
+    #[arg(long, default_value = "bench.noop")]
+    pub task_name: String,
+    /// Give up draining after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout_s: f64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
 
-/// Runs the command; returns the process exit code.
-pub async fn run(_args: BenchArgs) -> u8 {
-    eprintln!("onestep bench: not built yet");
-    1
+/// The figures of one run.
+#[derive(Debug, Serialize)]
+struct Report {
+    count: usize,
+    handler: String,
+    server: String,
+    build: &'static str,
+    concurrency: u32,
+    batch_size: u32,
+    completion_batch: usize,
+    submit_chunk: usize,
+    pool_max: usize,
+    submit_s: f64,
+    submit_per_s: f64,
+    drain_s: f64,
+    completed_per_s: f64,
+    succeeded: u64,
+    not_succeeded: u64,
+    queued_to_started_ms: Percentiles,
+    started_to_finished_ms: Percentiles,
+    worker_cpu_ms_per_execution: Option<f64>,
+    db_cpu_ms_per_execution: Option<f64>,
+    db_process: Option<String>,
+    db_statements_per_execution: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Serialize, Default)]
+struct Percentiles {
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+/// A runner that returns its payload (the cheapest possible handler).
+struct NoopRunner;
+
+#[async_trait]
+impl TaskRunner for NoopRunner {
+    async fn run(&self, invocation: Invocation, _cancel: CancellationToken) -> RunOutcome {
+        RunOutcome::Succeeded(invocation.payload)
+    }
+}
+
+/// Runs the command; returns the process exit code (0 ok, 1 failure, 2 bad arguments).
+pub async fn run(args: BenchArgs) -> u8 {
+    if args.count == 0 || args.submit_chunk == 0 || args.concurrency == 0 || args.batch_size == 0 {
+        eprintln!("onestep bench: -n, --submit-chunk, --concurrency and --batch-size must be >= 1");
+        return 2;
+    }
+    match bench(&args).await {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("onestep bench: {e}");
+                        return 1;
+                    }
+                }
+            } else {
+                print_text(&report);
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("onestep bench: {e:#}");
+            1
+        }
+    }
+}
+
+/// A throw-away database on the server, dropped by [`ScratchDb::drop_now`].
+struct ScratchDb {
+    server: mysql_async::Opts,
+    name: String,
+}
+
+impl ScratchDb {
+    async fn create(server_url: &str) -> Result<(Self, String)> {
+        let parsed = onestep_mysql::dsn::parse_dsn(server_url).map_err(anyhow::Error::msg)?;
+        let name = format!(
+            "onestep_bench_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        let mut conn = mysql_async::Conn::new(parsed.opts.clone())
+            .await
+            .context("cannot connect to --server-url")?;
+        conn.query_drop(format!("CREATE DATABASE `{name}`"))
+            .await
+            .context("cannot create the benchmark database")?;
+        conn.disconnect().await.ok();
+        let (base, query) = match server_url.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (server_url, None),
+        };
+        let (scheme, rest) = base.split_once("://").unwrap_or(("mysql", base));
+        let authority = rest.split('/').next().unwrap_or(rest);
+        let mut dsn = format!("{scheme}://{authority}/{name}");
+        if let Some(q) = query {
+            dsn.push('?');
+            dsn.push_str(q);
+        }
+        Ok((
+            ScratchDb {
+                server: parsed.opts,
+                name,
+            },
+            dsn,
+        ))
+    }
+
+    async fn drop_now(self) {
+        let r = async {
+            let mut conn = mysql_async::Conn::new(self.server).await?;
+            conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.name))
+                .await?;
+            conn.disconnect().await
+        }
+        .await;
+        if let Err(e) = r {
+            eprintln!("onestep bench: could not drop database {}: {e}", self.name);
+        }
+    }
+}
+
+async fn bench(args: &BenchArgs) -> Result<Report> {
+    let (scratch, dsn) = match &args.dsn {
+        Some(d) => (None, d.clone()),
+        None => {
+            let (db, dsn) = ScratchDb::create(&args.server_url).await?;
+            (Some(db), dsn)
+        }
+    };
+    let outcome = bench_on(args, &dsn).await;
+    if let Some(db) = scratch {
+        if args.keep {
+            eprintln!("onestep bench: kept database {}", db.name);
+        } else {
+            db.drop_now().await;
+        }
+    }
+    outcome
+}
+
+fn runner_for(handler: &str, concurrency: u32) -> Result<Arc<dyn TaskRunner>> {
+    if handler == "noop" {
+        return Ok(Arc::new(NoopRunner));
+    }
+    let Some(path) = handler.strip_prefix("component:") else {
+        bail!("--handler must be 'noop' or 'component:PATH', got '{handler}'");
+    };
+    let settings = RuntimeSettings {
+        cache_dir: wasm_cache_dir(),
+        pool_max_instances: concurrency.saturating_add(8),
+        max_memory_bytes: (64u64 << 20).next_power_of_two(),
+        fuel_metering: false,
+        ..RuntimeSettings::default()
+    };
+    let runtime = Runtime::new(settings).context("cannot start the WebAssembly runtime")?;
+    let loaded = runtime
+        .load(PathBuf::from(path))
+        .with_context(|| format!("cannot load {path}"))?;
+    Ok(Arc::new(WasmTaskRunner::new(
+        loaded,
+        SandboxSettings::default(),
+    )))
+}
+
+async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
+    let pool_max = args
+        .pool_max
+        .unwrap_or(args.concurrency as usize + 4)
+        .max(2);
+    let mut opts = MySqlOptions::new(dsn);
+    opts.pool_max = pool_max;
+    let backend = Arc::new(
+        MySqlBackend::open(opts)
+            .await
+            .context("cannot open the backend")?,
+    );
+    let server = backend.server().version_string.clone();
+    let runner = runner_for(&args.handler, args.concurrency)?;
+
+    // Submit phase.
+    let client = ExecutionClient::new(
+        Arc::clone(&backend) as Arc<dyn ExecutionStore>,
+        &args.namespace,
+        Limits::default(),
+    )?;
+    let started = Instant::now();
+    let mut next = 0usize;
+    while next < args.count {
+        let end = (next + args.submit_chunk).min(args.count);
+        let requests: Vec<SubmitRequest> = (next..end)
+            .map(|i| SubmitRequest {
+                task_name: args.task_name.clone(),
+                payload: json!({ "i": i }),
+                ..SubmitRequest::default()
+            })
+            .collect();
+        let results = client.submit_many(&requests).await?;
+        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+            bail!("submit failed: {e}");
+        }
+        next = end;
+    }
+    let submit_s = started.elapsed().as_secs_f64();
+
+    // Drain phase.
+    let mut settings = TaskSettings::new(&args.namespace, &args.task_name);
+    settings.worker_id = "onestep-bench".into();
+    settings.concurrency = args.concurrency;
+    settings.batch_size = args.batch_size;
+    let binding = TaskBinding {
+        settings,
+        store: Arc::clone(&backend) as Arc<dyn LeaseStore>,
+        runner,
+    };
+    let worker = Worker::new(
+        vec![binding],
+        WorkerSettings {
+            completion_batch: args.completion_batch.max(1),
+            ..WorkerSettings::default()
+        },
+    )?;
+    let stats = worker.stats();
+    let mariadb = server.to_ascii_lowercase().contains("mariadb");
+    let port = backend_port(dsn);
+    let db_proc = cpu::find_server(port, mariadb);
+    let status_before = server_status(&backend).await.unwrap_or_default();
+    let self_cpu0 = cpu::process_cpu_ms("self");
+    let db_cpu0 = db_proc.as_ref().and_then(|p| cpu::process_cpu_ms(&p.pid));
+    let shutdown = CancellationToken::new();
+    let drain_started = Instant::now();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    let deadline = drain_started + Duration::from_secs_f64(args.timeout_s.max(0.1));
+    let total = args.count as u64;
+    loop {
+        let done = stats.succeeded() + stats.failed() + stats.cancelled() + stats.retried();
+        if done >= total {
+            break;
+        }
+        if Instant::now() > deadline {
+            shutdown.cancel();
+            let _ = handle.await;
+            bail!(
+                "drain timed out after {:.1} s with {done} of {total} completed",
+                args.timeout_s
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let drain_s = drain_started.elapsed().as_secs_f64();
+    let self_cpu1 = cpu::process_cpu_ms("self");
+    let db_cpu1 = db_proc.as_ref().and_then(|p| cpu::process_cpu_ms(&p.pid));
+    let status_after = server_status(&backend).await.unwrap_or_default();
+    shutdown.cancel();
+    handle.await.context("worker task panicked")??;
+
+    let n = args.count as f64;
+    let per_exec = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => Some((b - a) / n),
+        _ => None,
+    };
+    let statements = status_after
+        .iter()
+        .filter_map(|(k, v)| {
+            let before = status_before.get(k).copied().unwrap_or(0.0);
+            let d = (v - before) / n;
+            (d > 0.0).then(|| (k.clone(), (d * 100.0).round() / 100.0))
+        })
+        .collect();
+    let (queued, running, succeeded) = latencies(&backend, &args.namespace).await?;
+    if let Err(e) = backend.close().await {
+        eprintln!("onestep bench: closing the backend failed: {e}");
+    }
+    Ok(Report {
+        count: args.count,
+        handler: args.handler.clone(),
+        server,
+        build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        concurrency: args.concurrency,
+        batch_size: args.batch_size,
+        completion_batch: args.completion_batch,
+        submit_chunk: args.submit_chunk,
+        pool_max,
+        submit_s,
+        submit_per_s: n / submit_s,
+        drain_s,
+        completed_per_s: n / drain_s,
+        succeeded,
+        not_succeeded: total.saturating_sub(succeeded),
+        queued_to_started_ms: queued,
+        started_to_finished_ms: running,
+        worker_cpu_ms_per_execution: per_exec(self_cpu0, self_cpu1),
+        db_cpu_ms_per_execution: per_exec(db_cpu0, db_cpu1),
+        db_process: db_proc.map(|p| format!("{} (pid {})", p.name, p.pid)),
+        db_statements_per_execution: statements,
+    })
+}
+
+fn backend_port(dsn: &str) -> u16 {
+    onestep_mysql::dsn::parse_dsn(dsn)
+        .map(|p| p.opts.tcp_port())
+        .unwrap_or(3306)
+}
+
+/// Server-wide statement counters (`Com_*`, `Questions`); other sessions' work is included.
+async fn server_status(backend: &MySqlBackend) -> Result<BTreeMap<String, f64>> {
+    let mut conn = backend.pool().get_conn().await?;
+    let rows: Vec<(String, String)> = conn
+        .query(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_select', 'Com_update', \
+             'Com_insert', 'Com_begin', 'Com_commit', 'Com_savepoint', \
+             'Com_release_savepoint', 'Com_stmt_prepare', 'Com_stmt_execute', 'Com_stmt_close', \
+             'Innodb_rows_read', 'Innodb_rows_updated', 'Innodb_rows_inserted')",
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_ascii_lowercase(), v)))
+        .collect())
+}
+
+/// Queue latency (`started_at - available_at`) and run latency (`finished_at - started_at`) of
+/// the namespace's rows, plus the number that succeeded.
+async fn latencies(
+    backend: &MySqlBackend,
+    namespace: &str,
+) -> Result<(Percentiles, Percentiles, u64)> {
+    let mut conn = backend.pool().get_conn().await?;
+    let sql = format!(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, available_at, started_at), \
+         TIMESTAMPDIFF(MICROSECOND, started_at, finished_at), status = 'succeeded' \
+         FROM `{}` WHERE namespace = ?",
+        backend.tables().executions
+    );
+    let rows: Vec<(Option<i64>, Option<i64>, i64)> = conn.exec(sql, (namespace,)).await?;
+    let mut queued: Vec<f64> = rows.iter().filter_map(|r| r.0).map(us_to_ms).collect();
+    let mut running: Vec<f64> = rows.iter().filter_map(|r| r.1).map(us_to_ms).collect();
+    let succeeded = rows.iter().filter(|r| r.2 == 1).count() as u64;
+    Ok((
+        percentiles(&mut queued),
+        percentiles(&mut running),
+        succeeded,
+    ))
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn us_to_ms(us: i64) -> f64 {
+    us as f64 / 1000.0
+}
+
+fn percentiles(v: &mut [f64]) -> Percentiles {
+    if v.is_empty() {
+        return Percentiles::default();
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+        v[i.min(v.len() - 1)]
+    };
+    Percentiles {
+        p50: at(0.50),
+        p99: at(0.99),
+        max: v[v.len() - 1],
+    }
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3} ms"))
+}
+
+fn print_text(r: &Report) {
+    println!(
+        "onestep bench: {} executions, handler {}, server {}, {} build",
+        r.count, r.handler, r.server, r.build
+    );
+    println!(
+        "  flags: concurrency {}, batch_size {}, completion_batch {}, submit_chunk {}, pool_max {}",
+        r.concurrency, r.batch_size, r.completion_batch, r.submit_chunk, r.pool_max
+    );
+    println!(
+        "  submit:    {:>10.0} /s  ({:.2} s)",
+        r.submit_per_s, r.submit_s
+    );
+    println!(
+        "  completed: {:>10.0} /s  ({:.2} s; {} succeeded, {} not)",
+        r.completed_per_s, r.drain_s, r.succeeded, r.not_succeeded
+    );
+    println!(
+        "  queued->started:   p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms  (includes the backlog wait)",
+        r.queued_to_started_ms.p50, r.queued_to_started_ms.p99, r.queued_to_started_ms.max
+    );
+    println!(
+        "  started->finished: p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        r.started_to_finished_ms.p50, r.started_to_finished_ms.p99, r.started_to_finished_ms.max
+    );
+    println!(
+        "  CPU per execution (drain): worker {}, database {}{}",
+        opt_ms(r.worker_cpu_ms_per_execution),
+        opt_ms(r.db_cpu_ms_per_execution),
+        r.db_process
+            .as_ref()
+            .map(|p| format!(" [{p}]"))
+            .unwrap_or_default()
+    );
+    if !r.db_statements_per_execution.is_empty() {
+        let s: Vec<String> = r
+            .db_statements_per_execution
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!("  server counters per execution (global): {}", s.join(", "));
+    }
 }

@@ -1,0 +1,96 @@
+//! CPU accounting from `/proc` (Linux only; absent elsewhere): this process's and the database
+//! server's `utime + stime`, and the server's status counters.
+
+use std::path::Path;
+
+/// Clock ticks per second of `/proc/<pid>/stat` (`USER_HZ`, 100 on every Linux ABI we run on).
+const TICKS_PER_S: f64 = 100.0;
+
+/// `utime + stime` of `/proc/<pid>/stat` in milliseconds (all threads of the process).
+pub fn process_cpu_ms(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(Path::new("/proc").join(pid).join("stat")).ok()?;
+    // The command name (field 2) is parenthesised and may contain spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); utime and stime are fields 14 and 15.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) * 1000.0 / TICKS_PER_S)
+}
+
+/// A database server process found under `/proc`.
+#[derive(Debug, Clone)]
+pub struct ServerProcess {
+    /// Its pid.
+    pub pid: String,
+    /// Its command name (`mariadbd` or `mysqld`).
+    pub name: String,
+}
+
+/// Finds the server process listening on `port`: candidates are processes named `mariadbd` or
+/// `mysqld` (the name matching `mariadb` first when the server is MariaDB); when several match,
+/// the one owning a listening socket on `port` wins (needs permission to read its fds).
+pub fn find_server(port: u16, mariadb: bool) -> Option<ServerProcess> {
+    let mut candidates = Vec::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+            continue;
+        };
+        let comm = comm.trim();
+        if comm == "mariadbd" || comm == "mysqld" {
+            candidates.push(ServerProcess {
+                pid,
+                name: comm.to_owned(),
+            });
+        }
+    }
+    if candidates.len() > 1 {
+        let inodes = listening_inodes(port);
+        if let Some(p) = candidates.iter().find(|c| owns_any_socket(&c.pid, &inodes)) {
+            return Some(p.clone());
+        }
+        let preferred = if mariadb { "mariadbd" } else { "mysqld" };
+        if let Some(p) = candidates.iter().find(|c| c.name == preferred) {
+            return Some(p.clone());
+        }
+    }
+    candidates.into_iter().next()
+}
+
+/// Socket inodes listening on `port` (IPv4 and IPv6).
+fn listening_inodes(port: u16) -> Vec<String> {
+    let mut out = Vec::new();
+    let want = format!(":{port:04X}");
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address, st (0A = LISTEN), inode.
+            if f.len() > 9 && f[1].ends_with(&want) && f[3] == "0A" {
+                out.push(f[9].to_owned());
+            }
+        }
+    }
+    out
+}
+
+fn owns_any_socket(pid: &str, inodes: &[String]) -> bool {
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(Path::new("/proc").join(pid).join("fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            let t = target.to_string_lossy();
+            inodes.iter().any(|i| t == format!("socket:[{i}]"))
+        })
+    })
+}
