@@ -251,8 +251,16 @@ impl MySqlBackend {
         &self.inner.names.attempts
     }
 
+    /// A pooled connection for one of this crate's operations. It goes back to the pool without
+    /// `COM_RESET_CONNECTION`: the operations only run DML and reads inside transactions (an
+    /// unfinished one is rolled back by the pool) and never change session state, so the pinned
+    /// session of spec §2.9 survives, and so does the connection's prepared-statement cache —
+    /// a reset would drop both and force the setup commands plus a fresh PREPARE of every
+    /// statement on the next use. Connections handed out by [`Self::pool`] are still reset.
     pub(crate) async fn conn(&self) -> OpResult<Conn> {
-        Ok(self.inner.pool.get_conn().await?)
+        let mut conn = self.inner.pool.get_conn().await?;
+        conn.reset_connection(false);
+        Ok(conn)
     }
 
     /// Runs a whole-transaction `attempt` with the retry policy and maps the final error.

@@ -1,30 +1,46 @@
-//! Claim (spec §8.1): bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read in claim-index
-//! order, then set-based writes — one UPDATE for the whole batch (per-row token via `CASE`), one
-//! multi-row INSERT of attempts — and a read-back, all in one transaction.
-
-use std::collections::HashMap;
+//! Claim (spec §8.1): bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read of the whole
+//! rows in claim-index order, then set-based writes — one UPDATE for the whole batch (per-row
+//! token via `CASE`), one multi-row INSERT of attempts — all in one transaction. The leases are
+//! built from the locked rows plus the UPDATE's known changes, so there is no read-back.
 
 use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::request::ClaimRequest;
 use onestep_core::time::add_seconds;
-use onestep_core::{ExecutionError, ExecutionLease};
+use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::OpResult;
-use crate::rows::{
-    EXECUTION_COLUMNS, bind_time, bind_uuid, decode_execution, parse_uuid, placeholders,
-};
+use crate::rows::{EXECUTION_COLUMNS_E, bind_time, bind_uuid, decode_execution, placeholders};
 use crate::schema::ix_claimable;
 
 /// One locked candidate.
 struct Picked {
     id: Uuid,
+    execution: Execution,
     attempt_no: u32,
     attempt_id: Uuid,
     token: Uuid,
+}
+
+/// The lease of a locked row after the claim UPDATE, derived from the row as the locking read
+/// returned it (no read-back): exactly the columns the UPDATE changes — `status = 'running'`,
+/// `attempts + 1`, `started_at = COALESCE(started_at, now)`, `version + 1` — are applied.
+fn claimed(p: Picked, now: DateTime<Utc>, lease_expires_at: DateTime<Utc>) -> ExecutionLease {
+    let mut execution = p.execution;
+    execution.status = ExecutionStatus::Running;
+    execution.attempts = p.attempt_no;
+    execution.started_at = execution.started_at.or(Some(now));
+    execution.version += 1;
+    ExecutionLease {
+        execution,
+        attempt_id: p.attempt_id,
+        attempt_no: p.attempt_no,
+        lease_token: p.token,
+        lease_expires_at,
+    }
 }
 
 impl MySqlBackend {
@@ -44,7 +60,7 @@ impl MySqlBackend {
             format!("e.task_name IN ({})", placeholders(task_count))
         };
         format!(
-            "SELECT e.id, e.attempts FROM `{t}` e{hint} \
+            "SELECT {EXECUTION_COLUMNS_E} FROM `{t}` e{hint} \
              WHERE e.namespace = ? AND {task} AND {claimable} AND e.available_at <= ? \
              AND (e.expires_at IS NULL OR e.expires_at > ? OR {lost}) \
              ORDER BY e.available_at, e.created_at, e.id LIMIT {limit} \
@@ -82,13 +98,12 @@ impl MySqlBackend {
         let sql = self.claim_select_sql(req.task_names.len(), req.limit);
         let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
         let mut picked = Vec::with_capacity(rows.len());
-        for mut r in rows {
-            let id = parse_uuid(&r.take::<DbValue, _>(0).unwrap_or(DbValue::NULL))
-                .map_err(ExecutionError::Encoding)?;
-            let attempts: i64 = r.take(1).unwrap_or_default();
+        for r in rows {
+            let execution = decode_execution(r)?;
             picked.push(Picked {
-                id,
-                attempt_no: u32::try_from(attempts + 1).unwrap_or(u32::MAX),
+                id: execution.id,
+                attempt_no: execution.attempts.saturating_add(1),
+                execution,
                 attempt_id: Uuid::new_v4(),
                 token: Uuid::new_v4(),
             });
@@ -99,9 +114,11 @@ impl MySqlBackend {
         }
         self.write_claims(&mut tx, &picked, &req.worker_id, now, lease_expires_at)
             .await?;
-        let leases = self.read_back(&mut tx, &picked, lease_expires_at).await?;
         commit(self, tx).await?;
-        Ok(leases)
+        Ok(picked
+            .into_iter()
+            .map(|p| claimed(p, now, lease_expires_at))
+            .collect())
     }
 
     /// Step 5, set-based: one UPDATE (T2) and one multi-row INSERT of `running` attempts.
@@ -163,41 +180,6 @@ impl MySqlBackend {
         }
         tx.exec_drop(sql, Params::Positional(params)).await?;
         Ok(())
-    }
-
-    async fn read_back(
-        &self,
-        tx: &mut Transaction<'_>,
-        picked: &[Picked],
-        lease_expires_at: DateTime<Utc>,
-    ) -> OpResult<Vec<ExecutionLease>> {
-        let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
-            self.t(),
-            placeholders(picked.len())
-        );
-        let params: Vec<DbValue> = picked.iter().map(|p| bind_uuid(p.id)).collect();
-        let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
-        let mut by_id = HashMap::with_capacity(rows.len());
-        for r in rows {
-            let e = decode_execution(r)?;
-            by_id.insert(e.id, e);
-        }
-        picked
-            .iter()
-            .map(|p| {
-                let execution = by_id.remove(&p.id).ok_or_else(|| {
-                    ExecutionError::Encoding(format!("claimed execution {} vanished", p.id))
-                })?;
-                Ok(ExecutionLease {
-                    execution,
-                    attempt_id: p.attempt_id,
-                    attempt_no: p.attempt_no,
-                    lease_token: p.token,
-                    lease_expires_at,
-                })
-            })
-            .collect()
     }
 
     pub(crate) async fn claim_impl(

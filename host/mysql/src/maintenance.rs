@@ -34,8 +34,12 @@ impl MySqlBackend {
     }
 
     fn expire_select_sql(&self) -> String {
+        self.expire_select_sql_with("e.id, e.version")
+    }
+
+    fn expire_select_sql_with(&self, columns: &str) -> String {
         format!(
-            "SELECT e.id, e.version FROM `{t}` e WHERE {claimable} \
+            "SELECT {columns} FROM `{t}` e WHERE {claimable} \
              AND e.expires_at IS NOT NULL AND e.expires_at <= ? AND NOT {lost} \
              ORDER BY e.expires_at, e.id LIMIT {batch}",
             t = self.t(),
@@ -46,8 +50,12 @@ impl MySqlBackend {
     }
 
     fn lease_select_sql(&self, from: &str) -> String {
+        self.lease_select_sql_with("id, lease_token, version", from)
+    }
+
+    fn lease_select_sql_with(&self, columns: &str, from: &str) -> String {
         format!(
-            "SELECT id, lease_token, version FROM `{t}` WHERE status = '{from}' \
+            "SELECT {columns} FROM `{t}` WHERE status = '{from}' \
              AND lease_expires_at IS NOT NULL AND lease_expires_at <= ? \
              ORDER BY lease_expires_at, id LIMIT {batch}",
             t = self.t(),
@@ -66,31 +74,75 @@ impl MySqlBackend {
         ]
     }
 
-    /// Steps 1–3 of a claim, inside its transaction.
+    /// The three candidate reads of [`Self::maintenance_read_statements`] as one statement
+    /// (`UNION ALL` of the unchanged, individually bounded and ordered reads; binds: now, now,
+    /// now). Columns: step (1 = T5, 2 = T6, 3 = T7), id, lease token (NULL for T5), version.
+    fn maintenance_candidates_sql(&self) -> String {
+        format!(
+            "({}) UNION ALL ({}) UNION ALL ({})",
+            self.expire_select_sql_with("1 AS step, e.id, NULL AS lease_token, e.version"),
+            self.lease_select_sql_with("2, id, lease_token, version", "cancel_requested"),
+            self.lease_select_sql_with("3, id, lease_token, version", "running"),
+        )
+    }
+
+    /// Steps 1–3 of a claim, inside its transaction: one read of every step's candidates, then
+    /// each step's compare-and-set writes (only when it has candidates). The steps' candidate
+    /// sets are disjoint by status (T5 queued/retrying, T6 cancel_requested, T7 running), so
+    /// reading them together before any write finds what reading them one after the other would.
     pub(crate) async fn maintain(
         &self,
         tx: &mut Transaction<'_>,
         now: DateTime<Utc>,
     ) -> OpResult<()> {
-        self.expire_overdue(tx, now).await?;
-        self.finish_expired_leases(tx, now, LeaseStep::DeadCancel)
+        let rows: Vec<Row> = tx
+            .exec(
+                self.maintenance_candidates_sql(),
+                (bind_time(now), bind_time(now), bind_time(now)),
+            )
             .await?;
-        self.finish_expired_leases(tx, now, LeaseStep::Reclaim)
-            .await?;
+        let mut expire: Vec<(Uuid, i64)> = Vec::new();
+        let mut dead_cancel: Vec<(Uuid, Uuid, i64)> = Vec::new();
+        let mut reclaim: Vec<(Uuid, Uuid, i64)> = Vec::new();
+        for mut r in rows {
+            let step: i64 = r.take(0).unwrap_or_default();
+            let id = parse_uuid(&r.take::<DbValue, _>(1).unwrap_or(DbValue::NULL))
+                .map_err(onestep_core::ExecutionError::Encoding)?;
+            let version: i64 = r.take(3).unwrap_or_default();
+            if step == 1 {
+                expire.push((id, version));
+                continue;
+            }
+            let token = parse_uuid(&r.take::<DbValue, _>(2).unwrap_or(DbValue::NULL))
+                .map_err(onestep_core::ExecutionError::Encoding)?;
+            if step == 2 {
+                dead_cancel.push((id, token, version));
+            } else {
+                reclaim.push((id, token, version));
+            }
+        }
+        if !expire.is_empty() {
+            self.expire_overdue(tx, now, expire).await?;
+        }
+        if !dead_cancel.is_empty() {
+            self.finish_expired_leases(tx, now, LeaseStep::DeadCancel, dead_cancel)
+                .await?;
+        }
+        if !reclaim.is_empty() {
+            self.finish_expired_leases(tx, now, LeaseStep::Reclaim, reclaim)
+                .await?;
+        }
         Ok(())
     }
 
-    /// T5: one plain read of ≤ B candidates (index `ix_<T>_expiry` on our tables), then one
-    /// set-based CAS UPDATE guarded by each row's version and the full predicate.
-    async fn expire_overdue(&self, tx: &mut Transaction<'_>, now: DateTime<Utc>) -> OpResult<u64> {
-        let rows: Vec<Row> = tx.exec(self.expire_select_sql(), (bind_time(now),)).await?;
-        let mut cands: Vec<(Uuid, i64)> = Vec::with_capacity(rows.len());
-        for mut r in rows {
-            let id = parse_uuid(&r.take::<DbValue, _>(0).unwrap_or(DbValue::NULL))
-                .map_err(onestep_core::ExecutionError::Encoding)?;
-            let version: i64 = r.take(1).unwrap_or_default();
-            cands.push((id, version));
-        }
+    /// T5: ≤ B candidates read (index `ix_<T>_expiry` on our tables), then one set-based CAS
+    /// UPDATE guarded by each row's version and the full predicate.
+    async fn expire_overdue(
+        &self,
+        tx: &mut Transaction<'_>,
+        now: DateTime<Utc>,
+        cands: Vec<(Uuid, i64)>,
+    ) -> OpResult<u64> {
         if cands.is_empty() {
             return Ok(0);
         }
@@ -125,6 +177,7 @@ impl MySqlBackend {
         tx: &mut Transaction<'_>,
         now: DateTime<Utc>,
         step: LeaseStep,
+        candidates: Vec<(Uuid, Uuid, i64)>,
     ) -> OpResult<u64> {
         let (from, set, attempt_status) = match step {
             LeaseStep::DeadCancel => (
@@ -138,9 +191,6 @@ impl MySqlBackend {
                 "lease_lost",
             ),
         };
-        let rows: Vec<Row> = tx
-            .exec(self.lease_select_sql(from), (bind_time(now),))
-            .await?;
         let update = format!(
             "UPDATE `{t}` SET {set}, updated_at = ?, lease_token = NULL, lease_expires_at = NULL, \
              worker_id = NULL, version = version + 1 \
@@ -149,12 +199,7 @@ impl MySqlBackend {
             t = self.t()
         );
         let mut changed: Vec<(Uuid, Uuid)> = Vec::new();
-        for mut r in rows {
-            let id = parse_uuid(&r.take::<DbValue, _>(0).unwrap_or(DbValue::NULL))
-                .map_err(onestep_core::ExecutionError::Encoding)?;
-            let token = parse_uuid(&r.take::<DbValue, _>(1).unwrap_or(DbValue::NULL))
-                .map_err(onestep_core::ExecutionError::Encoding)?;
-            let version: i64 = r.take(2).unwrap_or_default();
+        for (id, token, version) in candidates {
             let params: Vec<DbValue> = vec![
                 bind_time(now),
                 bind_time(now),
