@@ -27,9 +27,11 @@ pub struct ServerProcess {
     pub name: String,
 }
 
-/// Finds the server process listening on `port`: candidates are processes named `mariadbd` or
-/// `mysqld` (the name matching `mariadb` first when the server is MariaDB); when several match,
-/// the one owning a listening socket on `port` wins (needs permission to read its fds).
+/// Finds the server process listening on `port`: among processes named `mariadbd` or `mysqld`,
+/// the one owning a listening socket on `port` (needs permission to read its fds); failing
+/// that, the first whose name fits the product (`mariadbd` or `mysqld` for MariaDB, `mysqld`
+/// for MySQL). `None` when the server is not a visible process (e.g. another host or
+/// container), rather than measuring the wrong one.
 pub fn find_server(port: u16, mariadb: bool) -> Option<ServerProcess> {
     let mut candidates = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -48,17 +50,18 @@ pub fn find_server(port: u16, mariadb: bool) -> Option<ServerProcess> {
             });
         }
     }
-    if candidates.len() > 1 {
-        let inodes = listening_inodes(port);
-        if let Some(p) = candidates.iter().find(|c| owns_any_socket(&c.pid, &inodes)) {
-            return Some(p.clone());
-        }
-        let preferred = if mariadb { "mariadbd" } else { "mysqld" };
-        if let Some(p) = candidates.iter().find(|c| c.name == preferred) {
-            return Some(p.clone());
-        }
+    let inodes = listening_inodes(port);
+    if let Some(p) = candidates.iter().find(|c| owns_any_socket(&c.pid, &inodes)) {
+        return Some(p.clone());
     }
-    candidates.into_iter().next()
+    let fits: &[&str] = if mariadb {
+        &["mariadbd", "mysqld"]
+    } else {
+        &["mysqld"]
+    };
+    candidates
+        .into_iter()
+        .find(|c| fits.contains(&c.name.as_str()))
 }
 
 /// Socket inodes listening on `port` (IPv4 and IPv6).
