@@ -4,12 +4,14 @@
 //!   and exact messages, one case per rule group of spec §10.5).
 //! * [`smoke`]: the seed's smoke list (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
+//! * [`api_flow`]: the seed's curl flow against `onestep serve` + `onestep run`.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
 //! Every worker case runs against MariaDB and MySQL (`onestep_e2e::on_each_server`), each in a
 //! database of its own, with `config/e2e/worker.yaml` (2 s leases, 0.5 s heartbeats).
 
+mod api_flow;
 mod check;
 mod lease;
 mod runtime;
