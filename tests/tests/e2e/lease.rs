@@ -104,6 +104,7 @@ async fn sigterm_drains_and_exits_0_leaving_nothing_running() -> Result<()> {
                 .await?;
 
             let signalled = Instant::now();
+            let signalled_at = chrono::Utc::now().naive_utc();
             worker.signal("TERM")?;
             let code = worker.wait_exit(Duration::from_secs(15))?;
             let took = signalled.elapsed().as_secs_f64();
@@ -134,11 +135,13 @@ async fn sigterm_drains_and_exits_0_leaving_nothing_running() -> Result<()> {
                 attempts[0].error_kind.as_deref() == Some("cancelled"),
                 "{attempts:?}"
             );
-            let ran = secs_between(
-                attempts[0].started_at,
-                attempts[0].finished_at.expect("finished"),
+            // It ended during the drain: after the signal, before the process exited (the
+            // time it ran before the signal depends on the machine's load and is not checked).
+            let ended = secs_between(signalled_at, attempts[0].finished_at.expect("finished"));
+            ensure!(
+                ended < took + 0.5,
+                "the long attempt ended {ended:.2}s after the signal (drain took {took:.2}s)"
             );
-            ensure!(ran < took + 1.0, "the long attempt ran {ran:.2}s");
 
             let late = env.get(late.id).await?;
             ensure!(
