@@ -39,7 +39,7 @@ cargo test --workspace "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line over every test binary (unit, integration, doc): "tests: N passed, M failed".
+echo "servers: MariaDB $ONESTEP_TEST_MARIADB_URL, MySQL $ONESTEP_TEST_MYSQL_URL" >&2
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
-echo "servers: MariaDB $ONESTEP_TEST_MARIADB_URL, MySQL $ONESTEP_TEST_MYSQL_URL" >&2
 exit "$status"
