@@ -58,11 +58,17 @@ impl ConnectorKind {
         }
     }
 
-    /// Retryable kinds are `disconnected`, `transient` and `throttled` (spec §9.8).
+    /// Retryable kinds are `disconnected`, `transient` and `throttled` (spec §9.8), plus
+    /// `uncertain`: the operation may have committed, and every operation is safe to repeat (a
+    /// claim's unknown leases expire, heartbeats are idempotent, completions accept identical
+    /// replays, submits resolve through the idempotency key).
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            ConnectorKind::Disconnected | ConnectorKind::Transient | ConnectorKind::Throttled
+            ConnectorKind::Disconnected
+                | ConnectorKind::Transient
+                | ConnectorKind::Throttled
+                | ConnectorKind::Uncertain
         )
     }
 }

@@ -71,6 +71,8 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
     let lease_ref = lease.lease_ref();
     let handler_cancel = CancellationToken::new();
     let stop_heartbeat = CancellationToken::new();
+    // Stops the heartbeat however this delivery ends, a panic included.
+    let _stop_heartbeat_on_drop = stop_heartbeat.clone().drop_guard();
     let heartbeat = tokio::spawn(heartbeat_loop(
         Arc::clone(&ctx.store),
         lease_ref,
@@ -104,11 +106,14 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
         return;
     }
     let cancel_requested = heartbeat_end == HeartbeatEnd::CancelRequested;
+    let heartbeat_failed = heartbeat_end == HeartbeatEnd::Failed;
     log_outcome(&outcome);
     // A handler we asked to stop may still return an error of its own (e.g. a cooperative
     // "cancelled" handler error) instead of trapping: it is a cancellation all the same
     // (spec §9.5). A success still goes to the store, where cancel wins (T10).
-    if (cancel_requested || shutdown_stop) && matches!(outcome, RunOutcome::Failed(_)) {
+    if (cancel_requested || shutdown_stop || heartbeat_failed)
+        && matches!(outcome, RunOutcome::Failed(_))
+    {
         outcome = RunOutcome::Cancelled;
     }
 

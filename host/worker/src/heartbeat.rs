@@ -20,6 +20,10 @@ pub(crate) enum HeartbeatEnd {
     /// The lease is gone (stale token, or retryable errors until the lease ran out); the
     /// handler was cancelled and the delivery must write nothing.
     LeaseLost,
+    /// The heartbeat failed with a non-retryable error other than a stale lease while the lease
+    /// may still hold; the handler was cancelled and the delivery completes `retrying` (spec
+    /// §9.5), which the store fences like any other write.
+    Failed,
 }
 
 /// Runs until `stop` fires, a cancel is requested, or the lease is lost. In the last two cases
@@ -63,9 +67,13 @@ pub(crate) async fn heartbeat_loop(
                         _ = tokio::time::sleep(Duration::from_secs_f64(wait)) => {}
                     }
                 }
-                Err(e) => {
+                Err(e @ onestep_core::ExecutionError::StaleLease(_)) => {
                     tracing::warn!(execution_id = %lease.execution_id, attempt_id = %lease.attempt_id, error = %e, "lease lost; stopping the handler");
                     break Some(HeartbeatEnd::LeaseLost);
+                }
+                Err(e) => {
+                    tracing::error!(execution_id = %lease.execution_id, attempt_id = %lease.attempt_id, error = %e, "heartbeat failed; stopping the handler");
+                    break Some(HeartbeatEnd::Failed);
                 }
             }
         };

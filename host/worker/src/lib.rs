@@ -21,6 +21,6 @@ mod outcome;
 mod settings;
 mod worker;
 
-pub use outcome::{cancel_error, completion_for};
+pub use outcome::{MAX_GUEST_RETRY_DELAY_S, cancel_error, completion_for};
 pub use settings::{TaskBinding, TaskSettings, WorkerSettings};
 pub use worker::{Worker, WorkerError, WorkerStats};

@@ -6,6 +6,10 @@ use onestep_core::runner::{RunFailure, RunOutcome};
 use onestep_core::{Completion, ErrorObject};
 use rand::Rng;
 
+/// The longest retry delay a handler may ask for (`retry-after-ms`), in seconds: 30 days. Longer
+/// requests are capped so the completion stays valid.
+pub const MAX_GUEST_RETRY_DELAY_S: f64 = 30.0 * 86_400.0;
+
 /// The error object of a cancelled run: kind `cancelled`, `CancelledError`, stage `handler`.
 pub fn cancel_error() -> ErrorObject {
     ErrorObject::new("cancelled", "CancelledError", Some("handler"))
@@ -75,6 +79,7 @@ fn failure_completion<R: Rng + ?Sized>(
             let delay_s = failure
                 .retry_after_s
                 .filter(|d| d.is_finite() && *d >= 0.0)
+                .map(|d| d.min(MAX_GUEST_RETRY_DELAY_S))
                 .unwrap_or(delay_s);
             Completion::retrying(error, delay_s)
         }
@@ -155,6 +160,28 @@ mod tests {
             &mut rng,
         );
         assert_eq!(c.error.as_ref().map(|e| e.kind.as_str()), Some("timeout"));
+    }
+
+    #[test]
+    fn a_huge_guest_retry_delay_is_capped() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let outcome = RunOutcome::Failed(RunFailure {
+            kind: FailureKind::Error,
+            exception_type: "HandlerError".into(),
+            retryable: true,
+            retry_after_s: Some(1e12),
+            message: "later".into(),
+        });
+        let policy = RetryPolicy::MaxAttempts {
+            max_attempts: 3,
+            delay_s: None,
+        };
+        let c = completion_for(outcome, &policy, 100, 0, false, &mut rng);
+        assert_eq!(c.delay_s, Some(MAX_GUEST_RETRY_DELAY_S));
+        assert!(
+            c.validate().is_ok(),
+            "the capped completion must be writable"
+        );
     }
 
     #[test]

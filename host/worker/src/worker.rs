@@ -24,6 +24,9 @@ pub enum WorkerError {
         /// The rule that failed.
         source: ExecutionError,
     },
+    /// A task's fetch loop stopped unexpectedly (it panicked); the worker drained and stopped.
+    #[error("a fetch loop stopped unexpectedly: {0}")]
+    FetchLoop(String),
     /// A claim failed with a non-retryable error (spec §9.2 step 3); the worker drained and
     /// stopped.
     #[error("task '{task}' failed while claiming: {source}")]
@@ -165,9 +168,16 @@ impl Worker {
 
         let mut fatal: Option<WorkerError> = None;
         while let Some(joined) = loops.join_next().await {
-            if let Ok(Err((task, source))) = joined {
-                stopping.cancel();
-                fatal.get_or_insert(WorkerError::Claim { task, source });
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err((task, source))) => {
+                    stopping.cancel();
+                    fatal.get_or_insert(WorkerError::Claim { task, source });
+                }
+                Err(e) => {
+                    stopping.cancel();
+                    fatal.get_or_insert(WorkerError::FetchLoop(e.to_string()));
+                }
             }
         }
         tracker.close();

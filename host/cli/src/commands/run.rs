@@ -79,7 +79,9 @@ pub async fn run(args: RunArgs) -> u8 {
         Err(e) => return fail(e),
     };
     let settings = WorkerSettings {
-        shutdown_timeout: cfg.shutdown_timeout_s.map(Duration::from_secs_f64),
+        shutdown_timeout: cfg
+            .shutdown_timeout_s
+            .and_then(|s| Duration::try_from_secs_f64(s).ok()),
         ..WorkerSettings::default()
     };
     let worker = match Worker::new(bindings, settings) {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use onestep_config::{AppConfig, ExecutionSourceConfig, PreopenMode, SandboxConfig};
 use onestep_core::names::TableNames;
 use onestep_mysql::{MySqlBackend, MySqlOptions};
@@ -54,15 +54,33 @@ pub fn source_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result
 /// Opens one backend per distinct (connector, table pair) used by the tasks' sources.
 pub async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Arc<MySqlBackend>>> {
     let mut out = BTreeMap::new();
+    let mut first: BTreeMap<BackendKey, &ExecutionSourceConfig> = BTreeMap::new();
     for task in &cfg.tasks {
         let source = cfg
             .sources
             .get(&task.source)
             .with_context(|| format!("unknown resource '{}'", task.source))?;
         let key = backend_key(source);
-        if out.contains_key(&key) {
+        if let Some(other) = first.get(&key) {
+            // One backend serves a table pair: its options must agree across sources.
+            if other.limits != source.limits
+                || other.auto_create != source.auto_create
+                || other.reclaim_batch_size != source.reclaim_batch_size
+            {
+                bail!(
+                    "sources '{}' and '{}' share connector '{}' and tables {}/{} but set different \
+                     limits, auto_create or reclaim_batch_size: give them the same values or \
+                     different tables",
+                    other.name,
+                    source.name,
+                    source.connector,
+                    source.table,
+                    source.attempts_table
+                );
+            }
             continue;
         }
+        first.insert(key.clone(), source);
         let opts = source_options(cfg, source)?;
         let backend = MySqlBackend::open(opts)
             .await
@@ -164,17 +182,24 @@ pub fn task_bindings(
                 task.handler.component.display()
             )
         })?;
+        let seconds = |name: &str, v: f64| {
+            Duration::try_from_secs_f64(v)
+                .with_context(|| format!("task '{}': {name} {v} is out of range", task.name))
+        };
         let settings = TaskSettings {
             task_name: source.task_name.clone(),
             namespace: source.namespace.clone(),
             worker_id: source.worker_id.clone(),
             batch_size: source.batch_size,
-            poll_interval: Duration::from_secs_f64(source.poll_interval_s),
+            poll_interval: seconds("poll_interval_s", source.poll_interval_s)?,
             lease_duration_s: source.lease_duration_s,
-            heartbeat_interval: Duration::from_secs_f64(source.heartbeat_interval_s),
+            heartbeat_interval: seconds("heartbeat_interval_s", source.heartbeat_interval_s)?,
             concurrency: task.concurrency,
             retry: task.retry.clone(),
-            timeout: task.timeout_s.map(Duration::from_secs_f64),
+            timeout: task
+                .timeout_s
+                .map(|t| seconds("timeout_s", t))
+                .transpose()?,
             max_result_bytes: source.limits.max_result_bytes,
         };
         let runner = WasmTaskRunner::new(handler, sandbox_settings(&task.sandbox, cfg));
