@@ -274,9 +274,17 @@ impl MySqlBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
-        let out = self.complete_in_tx(&mut tx, lease, completion, now).await?;
-        commit(self, tx).await?;
-        Ok(out)
+        match self.complete_in_tx(&mut tx, lease, completion, now).await {
+            Ok(out) => {
+                commit(self, tx).await?;
+                Ok(out)
+            }
+            Err(e) => {
+                // Release the row lock before returning (see `release_once`).
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
     }
 
     pub(crate) async fn complete_impl(
@@ -547,8 +555,30 @@ impl MySqlBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
+        match self.release_in(&mut tx, lease, now).await {
+            Ok(out) => {
+                commit(self, tx).await?;
+                Ok(out)
+            }
+            Err(e) => {
+                // Roll back now, not when the pool recycles the connection: the row lock taken
+                // by the locking read must be gone before the caller's next claim, which would
+                // otherwise skip the row (SKIP LOCKED).
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn release_in(
+        &self,
+        tx: &mut mysql_async::Transaction<'_>,
+        lease: &LeaseRef,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> OpResult<Execution> {
+        let tx = &mut *tx;
         if self
-            .select_by_id(&mut tx, lease.execution_id, None, true)
+            .select_by_id(tx, lease.execution_id, None, true)
             .await?
             .is_none()
         {
@@ -593,12 +623,9 @@ impl MySqlBackend {
         if tx.affected_rows() != 1 {
             return Err(stale(StaleReason::AttemptInvalid));
         }
-        let out = self
-            .select_by_id(&mut tx, lease.execution_id, None, false)
+        self.select_by_id(tx, lease.execution_id, None, false)
             .await?
-            .ok_or_else(|| stale(StaleReason::ExecutionMissing))?;
-        commit(self, tx).await?;
-        Ok(out)
+            .ok_or_else(|| stale(StaleReason::ExecutionMissing))
     }
 
     pub(crate) async fn release_impl(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
