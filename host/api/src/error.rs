@@ -249,7 +249,7 @@ mod tests {
     use onestep_core::{BackendError, ConnectorKind};
 
     #[test]
-    fn maps_domain_errors_to_the_seed_statuses() {
+    fn maps_domain_errors_to_the_documented_statuses() {
         let id = Uuid::new_v4();
         let cases: Vec<(ExecutionError, u16, &str)> = vec![
             (ExecutionError::invalid("x"), 422, "invalid_argument"),

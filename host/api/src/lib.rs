@@ -1,4 +1,4 @@
-//! onestep-api: the HTTP API of tracked execution (seed §5), as an axum 0.8 [`Router`].
+//! onestep-api: the HTTP API of tracked execution (docs/http-api.md), as an axum 0.8 [`Router`].
 //!
 //! Build an [`ApiState`] with [`ApiState::new`] from any [`ExecutionStore`] (the MySQL backend in
 //! production), a [`Readiness`] probe and [`ApiSettings`], then call [`router`]. Endpoints:

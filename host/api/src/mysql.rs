@@ -42,7 +42,7 @@ impl Readiness for MySqlReadiness {
         let probe = async {
             let mut conn = self.backend.pool().get_conn().await?;
             for table in [&tables.executions, &tables.attempts] {
-                // Table names are validated identifiers (spec §2.1); quoting keeps them literal.
+                // Table names are validated identifiers (docs/semantics.md#tables-and-names); quoting keeps them literal.
                 let sql = format!("SELECT 1 FROM `{}` LIMIT 0", table.replace('`', "``"));
                 conn.query_drop(sql).await?;
             }

@@ -1,4 +1,4 @@
-//! The polling schedule of `onestep wait` (seed §5.4): 1, 2, 4, 8 seconds, then 10, 15, 20 and
+//! The polling schedule of `onestep wait` (docs/http-api.md#the-curl-flow): 1, 2, 4, 8 seconds, then 10, 15, 20 and
 //! every 30 seconds, never past the caller's deadline.
 
 use std::time::Duration;

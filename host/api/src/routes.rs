@@ -1,4 +1,4 @@
-//! The endpoints (seed §5) with their OpenAPI annotations.
+//! The endpoints (docs/http-api.md) with their OpenAPI annotations.
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -60,7 +60,7 @@ pub struct ListParams {
     pub cursor: Option<String>,
 }
 
-/// Parses `expires_at`: ISO 8601 with an offset; a naive datetime is rejected (seed §5.2).
+/// Parses `expires_at`: ISO 8601 with an offset; a naive datetime is rejected (docs/semantics.md#time).
 pub fn parse_expires_at(text: &str) -> Result<DateTime<FixedOffset>, ApiError> {
     let t = text.trim();
     if let Ok(dt) = DateTime::parse_from_rfc3339(t) {

@@ -29,7 +29,7 @@ pub struct ApiSettings {
     pub allowed_tasks: Option<BTreeSet<String>>,
     /// Largest request body in bytes (413 above).
     pub max_body_bytes: usize,
-    /// Value size limits (spec §3.3).
+    /// Value size limits (docs/semantics.md#size-limits).
     pub limits: Limits,
 }
 

@@ -1,7 +1,7 @@
-//! What the API returns: the execution view of the seed (§5), pages and results.
+//! What the API returns: the execution view (docs/http-api.md#the-execution-view), pages and results.
 //!
 //! The view deliberately leaves out `payload` and `result` (a result has its own endpoint) and
-//! every column the spec keeps internal (§5.2). Instants are UTC in Python's `isoformat()` form
+//! every column that stays internal (docs/semantics.md#execution-and-lease-objects). Instants are UTC in Python's `isoformat()` form
 //! (`2026-08-10T12:00:00.123456+00:00`), exactly as the reference API prints them.
 
 use onestep_core::Execution;
@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-/// The structured error object as the API shows it (spec §5.4, seed §5: six keys).
+/// The structured error object as the API shows it (docs/semantics.md#error-object; the API shows six of its keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorObjectView {
     /// `error`, `timeout` or `cancelled`.
@@ -28,7 +28,7 @@ pub struct ErrorObjectView {
     pub connector_kind: Option<String>,
 }
 
-/// The execution statuses (spec §5.1); the last four are terminal. Documentation only: the
+/// The execution statuses (docs/semantics.md#statuses); the last four are terminal. Documentation only: the
 /// views carry the wire string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -51,7 +51,7 @@ pub enum StatusName {
     Expired,
 }
 
-/// One execution as every endpoint returns it (seed §5 `execution_view`, plus `terminal`).
+/// One execution as every endpoint returns it (docs/http-api.md#the-execution-view, with `terminal`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ExecutionView {
     /// Execution id.
@@ -141,7 +141,7 @@ mod tests {
     use onestep_core::{ErrorObject, ExecutionStatus};
 
     #[test]
-    fn view_has_the_seed_keys_and_isoformat_instants() {
+    fn view_has_the_documented_keys_and_isoformat_instants() {
         let t = Utc.with_ymd_and_hms(2026, 8, 10, 12, 0, 0).unwrap();
         let e = Execution {
             id: Uuid::nil(),

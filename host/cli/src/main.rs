@@ -1,7 +1,7 @@
 //! The `onestep` binary: the only place that wires concrete parts together (config → MySQL
 //! backend → wasm runtime → worker / HTTP API). One file per subcommand under `commands/`.
 //!
-//! Exit codes (spec §11): 0 success; 1 the app failed while starting or running (or a client
+//! Exit codes (docs/cli.md#worker-commands): 0 success; 1 the app failed while starting or running (or a client
 //! command's execution ended badly); 2 load, validation or argument errors.
 
 use std::process::ExitCode;

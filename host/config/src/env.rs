@@ -1,4 +1,4 @@
-//! Environment lookup and dotenv files (spec §10.1 steps 2–3, §10.2 "Dotenv syntax").
+//! Environment lookup and dotenv files (docs/configuration.md#load-pipeline steps 2–3, docs/configuration.md#environment-interpolation "Dotenv syntax").
 //!
 //! The process environment is never modified: a dotenv file's variables form a layer *below*
 //! the process environment ("load without overriding variables that are already set"). Lookup
@@ -98,7 +98,7 @@ impl EnvLookup {
     }
 }
 
-/// Chooses the dotenv file (spec §10.1 step 2): `cli` (`--env-file`) > `app_env_file`
+/// Chooses the dotenv file (docs/configuration.md#load-pipeline step 2): `cli` (`--env-file`) > `app_env_file`
 /// (`app.env_file`) > `.env` next to the YAML when it exists. Relative paths are resolved against
 /// `base_dir` (the YAML file's directory). A named file that does not exist is
 /// `env_file not found: <path>`.
@@ -161,7 +161,7 @@ pub fn read_dotenv(path: &Path) -> Result<Dotenv, ConfigError> {
     Ok(out)
 }
 
-/// Parses one `KEY=VALUE` line (spec §10.2): optional spaces around `=`; the value is `"…"` or
+/// Parses one `KEY=VALUE` line (docs/configuration.md#environment-interpolation): optional spaces around `=`; the value is `"…"` or
 /// `'…'` (literal, no escapes), or unquoted (no `#`, trimmed, non-empty); an optional trailing
 /// `# comment`. Returns `None` for anything else (including `export KEY=…` and `KEY=`).
 pub fn parse_dotenv_line(line: &str) -> Option<(String, String)> {

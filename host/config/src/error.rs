@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::node::Node;
 
-/// One `${VAR}` reference without a default whose variable is unset (spec §10.1 step 4).
+/// One `${VAR}` reference without a default whose variable is unset (docs/configuration.md#load-pipeline step 4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MissingVar {
     /// The variable name.
@@ -42,12 +42,13 @@ pub enum ConfigError {
     /// `env_file not found: <path>` (an explicitly named dotenv file does not exist).
     #[error("env_file not found: {}", .0.display())]
     EnvFileNotFound(PathBuf),
-    /// The multi-line strict-env report (spec §10.1 step 4).
+    /// The multi-line strict-env report (docs/configuration.md#load-pipeline step 4).
     #[error("{}", strict_env_message(.0))]
     StrictEnv(Vec<MissingVar>),
     /// A validation or build error: `[<path>: ]<message>[ (line L, column C)]`.
     ///
-    /// `message` is the spec's text (§9.1, §10.5, §10.6). When the spec's text already names the
+    /// `message` is the reference's text (docs/configuration.md#strict-validation,
+    /// docs/configuration.md#checks-in-both-modes). When that text already names the
     /// location (`unsupported fields for tasks[0]: x`) `path` is `None`.
     #[error("{}{message}{}", path.as_ref().map(|p| format!("{p}: ")).unwrap_or_default(), location(*line, *column))]
     Invalid {

@@ -1,4 +1,4 @@
-//! `${…}` environment interpolation and the strict-env check (spec §10.1 step 4, §10.2).
+//! `${…}` environment interpolation and the strict-env check (docs/configuration.md#load-pipeline step 4, docs/configuration.md#environment-interpolation).
 //!
 //! A reference is `${` + one or more characters other than `}` + `}`; no nesting, no escaping.
 //! `${NAME}` is the value or the empty string; `${NAME:-d}` / `${NAME:d}` is the value when the
@@ -111,7 +111,7 @@ pub fn expand_value(s: &str, loc: &Node, env: &EnvLookup) -> Node {
     Node::at(Value::Str(expanded), loc)
 }
 
-/// Expands every string value of the tree (spec §10.1 step 5).
+/// Expands every string value of the tree (docs/configuration.md#load-pipeline step 5).
 pub fn expand_tree(node: &Node, env: &EnvLookup) -> Node {
     match &node.value {
         Value::Str(s) => expand_value(s, node, env),
@@ -133,7 +133,7 @@ pub fn expand_tree(node: &Node, env: &EnvLookup) -> Node {
 }
 
 /// Every `${VAR}` reference without a default whose variable is unset, in document order, with
-/// paths like `config.resources.db.dsn` (spec §10.1 step 4).
+/// paths like `config.resources.db.dsn` (docs/configuration.md#load-pipeline step 4).
 pub fn missing_vars(root: &Node, env: &EnvLookup) -> Vec<MissingVar> {
     let mut out = Vec::new();
     walk_missing(root, "config", env, &mut out);

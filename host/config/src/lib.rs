@@ -1,11 +1,11 @@
 //! onestep-config: the only crate that knows YAML.
 //!
-//! It owns the worker/API configuration file (spec §10, adapted to WebAssembly component
-//! handlers): the load pipeline of §10.1 ([`load`]), dotenv selection and parsing ([`mod@env`]),
+//! It owns the worker/API configuration file (docs/configuration.md, adapted to WebAssembly component
+//! handlers): the load pipeline of docs/configuration.md#load-pipeline ([`load`]), dotenv selection and parsing ([`mod@env`]),
 //! `${VAR}` interpolation with the strict-env report ([`interpolate`]), strict validation of
-//! `onestep check --strict` ([`strict`], §10.5), the build-time checks that always apply (§10.6,
+//! `onestep check --strict` ([`strict`], docs/configuration.md#strict-validation), the build-time checks that always apply (docs/configuration.md#checks-in-both-modes,
 //! [`build`]), the typed result ([`AppConfig`] and friends in [`model`]) and the `check` summary
-//! ([`summary`], §11.1).
+//! ([`summary`], docs/cli.md#onestep-check).
 //!
 //! Invariants: the process environment is never modified (dotenv values form a layer below it,
 //! see [`EnvLookup`]); every error names the offending path and, when known, the line and
@@ -38,7 +38,7 @@ use node::{Node, Value};
 /// Options of [`load`].
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
-    /// Apply strict validation (§10.5) before building (`--strict`).
+    /// Apply strict validation (docs/configuration.md#strict-validation) before building (`--strict`).
     pub strict: bool,
     /// `--env-file`: overrides `app.env_file` and `.env` (relative to the YAML's directory).
     pub env_file: Option<PathBuf>,
@@ -62,7 +62,7 @@ impl Default for LoadOptions {
     }
 }
 
-/// Loads a YAML configuration file (spec §10.1): read, parse, choose and read the dotenv file,
+/// Loads a YAML configuration file (docs/configuration.md#load-pipeline): read, parse, choose and read the dotenv file,
 /// strict env, interpolation, strict validation (when `opts.strict`), build.
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<AppConfig, ConfigError> {
     let source_path = std::path::absolute(path)

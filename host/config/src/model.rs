@@ -50,7 +50,7 @@ impl Serialize for Secret {
     }
 }
 
-/// The whole loaded application (spec §10.3).
+/// The whole loaded application (docs/configuration.md#document-shape).
 #[derive(Debug, Clone, Serialize)]
 pub struct AppConfig {
     /// Absolute path of the YAML file.
@@ -152,7 +152,7 @@ pub struct LoggingConfig {
     pub format: Option<LogFormat>,
 }
 
-/// A `mysql` connector resource (spec §10.4).
+/// A `mysql` connector resource (docs/configuration.md#resources).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MysqlConnectorConfig {
     /// Resource name.
@@ -172,7 +172,7 @@ pub struct EngineOptions {
     pub min_connections: Option<u32>,
 }
 
-/// A `mysql_execution_source` resource (spec §9.1, §10.4), fully defaulted.
+/// A `mysql_execution_source` resource (docs/semantics.md#worker-settings, docs/configuration.md#resources), fully defaulted.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExecutionSourceConfig {
     /// Resource name.
@@ -213,7 +213,7 @@ impl ExecutionSourceConfig {
     }
 }
 
-/// One task (spec §10.3, adapted: handlers are WebAssembly components).
+/// One task (docs/configuration.md#document-shape, adapted: handlers are WebAssembly components).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskConfig {
     /// Task name (defaults to the component file's stem).

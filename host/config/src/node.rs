@@ -1,4 +1,4 @@
-//! The generic YAML value tree with source locations (spec §10.1 step 1).
+//! The generic YAML value tree with source locations (docs/configuration.md#load-pipeline step 1).
 //!
 //! The document is parsed by `serde-saphyr` (YAML 1.2 core schema, anchors, aliases and merge
 //! keys `<<:`) into [`Node`]s that remember the line and column of every value, so that env
@@ -148,7 +148,7 @@ impl Node {
         }
     }
 
-    /// Converts JSON into a node located at `loc` (used by pure-reference typing, spec §10.2).
+    /// Converts JSON into a node located at `loc` (used by pure-reference typing, docs/configuration.md#environment-interpolation).
     pub fn from_json(json: &serde_json::Value, loc: &Node) -> Node {
         let value = match json {
             serde_json::Value::Null => Value::Null,

@@ -1,5 +1,5 @@
-//! Strict validation (`onestep check --strict`, spec §10.5): applied to the interpolated tree
-//! before the build, in the spec's order; the first violation stops loading. Also covers this
+//! Strict validation (`onestep check --strict`, docs/configuration.md#strict-validation): applied to the interpolated tree
+//! before the build, in the documented order; the first violation stops loading. Also covers this
 //! build's own sections (`handler`, `sandbox`, `api`).
 
 use crate::build::api::{API_KEYS, API_LIMIT_KEYS};
@@ -13,7 +13,7 @@ use crate::error::ConfigError;
 use crate::fields::{check_allowed, index, integer, join, non_empty_str, scalar_text};
 use crate::node::{Node, Value};
 
-/// Allowed top-level keys (spec §10.5, plus `api`).
+/// Allowed top-level keys (docs/configuration.md#strict-validation, plus `api`).
 pub const TOP_KEYS: [&str; 15] = [
     "apiVersion",
     "kind",
@@ -155,7 +155,7 @@ fn check_resources(root: &Node) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The `*_execution_source` checks of spec §10.5, steps 1–6.
+/// The `*_execution_source` checks of docs/configuration.md#strict-validation, steps 1–6.
 fn check_source(node: &Node, r: &str) -> Result<(), ConfigError> {
     // 1. namespace
     if node.get("namespace").and_then(non_empty_str).is_none() {

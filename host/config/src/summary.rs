@@ -1,4 +1,4 @@
-//! The `onestep check` summary (spec §11.1, adapted): text lines and a JSON document.
+//! The `onestep check` summary (docs/cli.md#onestep-check, adapted): text lines and a JSON document.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Canonical JSON (spec §3.2): byte-identical to Python's
+//! Canonical JSON (docs/semantics.md#canonical-json): byte-identical to Python's
 //! `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)`.
 //!
 //! The workspace enables `serde_json`'s `arbitrary_precision`, so a [`Number`] keeps the text it was
@@ -21,7 +21,7 @@ pub fn to_canonical_string(value: &Value) -> String {
 
 /// The length in bytes of [`to_canonical_string`]`(value)`, computed without building the text.
 ///
-/// This is the measure of the size limits (spec §3.3): `{}` is 2, `"é"` is 8.
+/// This is the measure of the size limits (docs/semantics.md#size-limits): `{}` is 2, `"é"` is 8.
 pub fn canonical_len(value: &Value) -> usize {
     let mut counter = Counter(0);
     write_value(value, &mut counter);

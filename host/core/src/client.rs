@@ -1,4 +1,4 @@
-//! The namespace-scoped client API (spec §7): submit, get, list, cancel, result.
+//! The namespace-scoped client API (docs/semantics.md#client-operations): submit, get, list, cancel, result.
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use crate::request::{ListQuery, SubmitRequest, prepare_submission, validate_name
 use crate::status::ExecutionStatus;
 use crate::text::cancel_reason;
 
-/// A client bound to one namespace (spec §7.0). Cheap to clone.
+/// A client bound to one namespace (docs/semantics.md#client-operations). Cheap to clone.
 #[derive(Clone)]
 pub struct ExecutionClient {
     store: Arc<dyn ExecutionStore>,
@@ -55,7 +55,7 @@ impl ExecutionClient {
         &self.limits
     }
 
-    /// Submits one execution (spec §7.1); validation happens before any I/O.
+    /// Submits one execution (docs/semantics.md#submit-and-idempotency); validation happens before any I/O.
     pub async fn submit(&self, request: &SubmitRequest) -> Result<Execution, ExecutionError> {
         let prepared = prepare_submission(&self.namespace, request, &self.limits)?;
         self.store.submit(prepared).await
@@ -78,18 +78,18 @@ impl ExecutionClient {
         self.store.submit_many(prepared).await
     }
 
-    /// Reads one execution; `None` when absent or in another namespace (spec §7.2).
+    /// Reads one execution; `None` when absent or in another namespace (docs/semantics.md#client-operations).
     pub async fn get(&self, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
         self.store.get(&self.namespace, id).await
     }
 
-    /// One page, newest first (spec §7.3).
+    /// One page, newest first (docs/semantics.md#listing-and-cursors).
     pub async fn list(&self, query: &ListQuery) -> Result<ExecutionPage, ExecutionError> {
         let filter = query.validate()?;
         self.store.list(&self.namespace, &filter).await
     }
 
-    /// Cancels (spec §7.4); `None` when absent. `reason` is trimmed, at most 500 characters.
+    /// Cancels (docs/semantics.md#cancellation); `None` when absent. `reason` is trimmed, at most 500 characters.
     pub async fn cancel(
         &self,
         id: Uuid,
@@ -99,7 +99,7 @@ impl ExecutionClient {
         self.store.cancel(&self.namespace, id, reason).await
     }
 
-    /// The result of a succeeded execution; never waits (spec §7.5). Errors: `NotFound`,
+    /// The result of a succeeded execution; never waits (docs/semantics.md#reading-a-result). Errors: `NotFound`,
     /// `NotReady`, `Failed` (with the error object), `Cancelled`, `Expired`.
     pub async fn result(&self, id: Uuid) -> Result<Value, ExecutionError> {
         let Some(execution) = self.get(id).await? else {
@@ -109,7 +109,7 @@ impl ExecutionClient {
     }
 }
 
-/// Maps an execution snapshot to `result()`'s outcome (spec §7.5).
+/// Maps an execution snapshot to `result()`'s outcome (docs/semantics.md#reading-a-result).
 pub fn result_of(execution: Execution) -> Result<Value, ExecutionError> {
     let id = execution.id;
     match execution.status {

@@ -1,4 +1,4 @@
-//! The reversible value codec for payload, metadata and result (spec §3.1).
+//! The reversible value codec for payload, metadata and result (docs/semantics.md#value-encoding).
 //!
 //! Encoding: JSON values are stored as themselves, except that an object containing the key
 //! `"$onestep"` is wrapped as `{"$onestep":{"type":"mapping","items":[[key,value],…]}}` (items in

@@ -1,4 +1,4 @@
-//! The list cursor codec (spec §7.3, vectors §14.2).
+//! The list cursor codec (docs/semantics.md#listing-and-cursors; the reference's test vectors are in the tests below).
 //!
 //! A cursor is the URL-safe base64 (no padding) of `{"v":1,"created_at":"<ISO>","id":"<uuid>"}`.
 //! Decoding uses the `base64` crate and `serde_json`, checks the shape and the version, and finally

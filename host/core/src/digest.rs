@@ -1,4 +1,4 @@
-//! The submission digest (spec §7.1.3).
+//! The submission digest (docs/semantics.md#submission-digest).
 
 use chrono::{DateTime, FixedOffset};
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! Typed errors of the domain (spec §5.5) and of backends (spec §9.8).
+//! Typed errors of the domain (docs/semantics.md#error-types) and of backends (docs/semantics.md#error-classification).
 
 use std::fmt;
 
@@ -7,7 +7,7 @@ use uuid::Uuid;
 use crate::error_object::ErrorObject;
 use crate::status::ExecutionStatus;
 
-/// Why a worker's lease is no longer authoritative (spec §8.6). The `Display` texts are the reference's.
+/// Why a worker's lease is no longer authoritative (docs/semantics.md#lease-fencing). The `Display` texts are the reference's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StaleReason {
     /// `execution lease is no longer valid`: token, status or expiry no longer match.
@@ -28,7 +28,7 @@ impl fmt::Display for StaleReason {
     }
 }
 
-/// Classification of a storage/connector failure (spec §9.8).
+/// Classification of a storage/connector failure (docs/semantics.md#error-classification).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectorKind {
     /// Connection lost/refused/gone away; safe to retry after reconnecting.
@@ -46,7 +46,7 @@ pub enum ConnectorKind {
 }
 
 impl ConnectorKind {
-    /// Wire name used in the error object's `connector_kind` (spec §5.4).
+    /// Wire name used in the error object's `connector_kind` (docs/semantics.md#error-object).
     pub fn as_str(self) -> &'static str {
         match self {
             ConnectorKind::Disconnected => "disconnected",
@@ -58,7 +58,7 @@ impl ConnectorKind {
         }
     }
 
-    /// Retryable kinds are `disconnected`, `transient` and `throttled` (spec §9.8), plus
+    /// Retryable kinds are `disconnected`, `transient` and `throttled` (docs/semantics.md#error-classification), plus
     /// `uncertain`: the operation may have committed, and every operation is safe to repeat (a
     /// claim's unknown leases expire, heartbeats are idempotent, completions accept identical
     /// replays, submits resolve through the idempotency key).
@@ -84,7 +84,7 @@ impl fmt::Display for ConnectorKind {
 pub struct BackendError {
     /// Backend label, e.g. `mysql`.
     pub backend: &'static str,
-    /// Operation label, e.g. `open`, `fetch`, `heartbeat`, `ack`, `submit` (spec §5.4 `operation`).
+    /// Operation label, e.g. `open`, `fetch`, `heartbeat`, `ack`, `submit` (docs/semantics.md#error-object `operation`).
     pub operation: &'static str,
     /// How the failure is classified.
     pub kind: ConnectorKind,
@@ -102,7 +102,7 @@ impl fmt::Display for BackendError {
     }
 }
 
-/// Every error a client or worker-side operation can return (spec §5.5).
+/// Every error a client or worker-side operation can return (docs/semantics.md#error-types).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ExecutionError {
     /// A plain argument error (HTTP 422): the message names the field and the rule.
@@ -142,16 +142,16 @@ pub enum ExecutionError {
         /// The id asked for.
         id: Uuid,
     },
-    /// Idempotency key reused with a different submission (spec §7.1.3).
+    /// Idempotency key reused with a different submission (docs/semantics.md#submission-digest).
     #[error("idempotency key was already used with a different submission")]
     Conflict {
         /// The id of the execution that already holds the key.
         existing_id: Uuid,
     },
-    /// Unencodable value, size limit exceeded, or an undecodable stored row (spec §3).
+    /// Unencodable value, size limit exceeded, or an undecodable stored row (docs/semantics.md#value-encoding).
     #[error("{0}")]
     Encoding(String),
-    /// The worker's lease/attempt is no longer authoritative (spec §8.6).
+    /// The worker's lease/attempt is no longer authoritative (docs/semantics.md#lease-fencing).
     #[error("{0}")]
     StaleLease(StaleReason),
     /// The storage layer failed; see [`BackendError`].

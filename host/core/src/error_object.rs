@@ -1,11 +1,11 @@
-//! The structured error object persisted in `executions.error` and `attempts.error` (spec §5.4).
+//! The structured error object persisted in `executions.error` and `attempts.error` (docs/semantics.md#error-object).
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::ExecutionError;
 
 /// Exactly eight keys; absent optional values serialise as JSON `null`. Never holds a message or
-/// a traceback (those go to logs only). Unknown keys are rejected when reading (spec §5.4).
+/// a traceback (those go to logs only). Unknown keys are rejected when reading (docs/semantics.md#error-object).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ErrorObject {
@@ -48,7 +48,7 @@ impl ErrorObject {
         }
     }
 
-    /// Checks the length rules of spec §3.5 (`kind` 1–64, `exception_type` 1–255, optional fields
+    /// Checks the length rules of docs/semantics.md#text-fields (`kind` 1–64, `exception_type` 1–255, optional fields
     /// 1–255, sink lists 1–1024; all counted in characters after trimming).
     pub fn validate(&self) -> Result<(), ExecutionError> {
         fn check(name: &str, v: &str, max: usize) -> Result<(), ExecutionError> {

@@ -1,4 +1,4 @@
-//! Domain objects returned by client and worker operations (spec §5.2, §5.3).
+//! Domain objects returned by client and worker operations (docs/semantics.md#execution-and-lease-objects).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -9,8 +9,8 @@ use crate::error::ExecutionError;
 use crate::error_object::ErrorObject;
 use crate::status::{CompletionStatus, ExecutionStatus};
 
-/// A snapshot of one execution as every client operation returns it (spec §5.2). Values are
-/// decoded (§3.1). Lease columns, idempotency key, digest, worker id and cancel reason are not
+/// A snapshot of one execution as every client operation returns it (docs/semantics.md#execution-and-lease-objects). Values are
+/// decoded (docs/semantics.md#value-encoding). Lease columns, idempotency key, digest, worker id and cancel reason are not
 /// exposed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Execution {
@@ -49,13 +49,13 @@ pub struct Execution {
 }
 
 impl Execution {
-    /// Whether the status is terminal (derived, spec §5.2 `terminal`).
+    /// Whether the status is terminal (derived, docs/semantics.md#execution-and-lease-objects `terminal`).
     pub fn terminal(&self) -> bool {
         self.status.is_terminal()
     }
 }
 
-/// One page of [`Execution`]s, newest first (spec §7.3).
+/// One page of [`Execution`]s, newest first (docs/semantics.md#listing-and-cursors).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionPage {
     /// The items of this page.
@@ -64,7 +64,7 @@ pub struct ExecutionPage {
     pub next_cursor: Option<String>,
 }
 
-/// What a worker needs to address its lease in heartbeat, complete and release (spec §8).
+/// What a worker needs to address its lease in heartbeat, complete and release (docs/semantics.md#worker-operations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseRef {
     /// The execution id.
@@ -75,7 +75,7 @@ pub struct LeaseRef {
     pub lease_token: Uuid,
 }
 
-/// One claimed execution (spec §5.3 `ExecutionLease`).
+/// One claimed execution (docs/semantics.md#execution-and-lease-objects `ExecutionLease`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutionLease {
     /// The execution as updated by the claim (status `running`).
@@ -101,7 +101,7 @@ impl ExecutionLease {
     }
 }
 
-/// What a successful heartbeat returns (spec §5.3).
+/// What a successful heartbeat returns (docs/semantics.md#execution-and-lease-objects).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeartbeatResult {
     /// The new lease expiry.
@@ -110,7 +110,7 @@ pub struct HeartbeatResult {
     pub cancel_requested: bool,
 }
 
-/// A worker's report of how an attempt ended (spec §5.3 `ExecutionCompletion`).
+/// A worker's report of how an attempt ended (docs/semantics.md#execution-and-lease-objects `ExecutionCompletion`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {
     /// The requested status.

@@ -1,10 +1,10 @@
 //! onestep-core: the domain of tracked execution, with no SQL, no async runtime and no wasmtime.
 //!
-//! It owns: statuses and the transition rules of the execution state machine (spec §5–§6), the
-//! `Execution`/lease/completion objects, the structured error object (§5.4), value encoding and
-//! canonical JSON (§3), the submission digest (§7.1.3), the list cursor (§7.3), derived table and
-//! index names (§2.1–§2.2), validation of client requests in the spec's order (§7.1.1), retry
-//! policies (§9.7), the injected [`Clock`](time::Clock) (§4), and the ports (traits) that storage
+//! It owns: statuses and the transition rules of the execution state machine (docs/semantics.md#statuses, docs/semantics.md#transitions), the
+//! `Execution`/lease/completion objects, the structured error object (docs/semantics.md#error-object), value encoding and
+//! canonical JSON (docs/semantics.md#value-encoding), the submission digest (docs/semantics.md#submission-digest), the list cursor (docs/semantics.md#listing-and-cursors), derived table and
+//! index names (docs/semantics.md#tables-and-names), validation of client requests in the documented order (docs/semantics.md#submit-and-idempotency), retry
+//! policies (docs/semantics.md#retry-policies), the injected [`Clock`](time::Clock) (docs/semantics.md#time), and the ports (traits) that storage
 //! backends implement: [`ports::ExecutionStore`] for clients and [`ports::LeaseStore`] for workers.
 //!
 //! Invariants kept here: every instant is UTC with microsecond precision; a request that fails

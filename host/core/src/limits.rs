@@ -1,4 +1,4 @@
-//! Size limits on stored values (spec §3.3).
+//! Size limits on stored values (docs/semantics.md#size-limits).
 
 use crate::error::ExecutionError;
 

@@ -1,4 +1,4 @@
-//! Table names and derived object names (spec §2.1, §2.2, vectors §14.3).
+//! Table names and derived object names (docs/semantics.md#tables-and-names; the reference's test vectors are in the tests below).
 
 use sha2::{Digest, Sha256};
 
@@ -13,13 +13,13 @@ pub const DEFAULT_EXECUTIONS_TABLE: &str = "onestep_executions";
 /// The default attempts table name.
 pub const DEFAULT_ATTEMPTS_TABLE: &str = "onestep_execution_attempts";
 
-/// The fixed `GET_LOCK` name that serialises all execution DDL (spec §2.2, §12 item 2).
+/// The fixed `GET_LOCK` name that serialises all execution DDL (docs/semantics.md#tables-and-names).
 pub const GLOBAL_DDL_LOCK: &str = "lock_onestep_execution_ddl";
 
 /// Number of hex characters of the SHA-256 appended to a truncated name.
 const HASH_LEN: usize = 12;
 
-/// `prefix + table + "_" + suffix`, hash-truncated to `max_len` characters (spec §2.2).
+/// `prefix + table + "_" + suffix`, hash-truncated to `max_len` characters (docs/semantics.md#tables-and-names).
 ///
 /// When the base is longer than `max_len`, the result is the first `max_len - 13` characters of the
 /// base, `_`, and the first 12 lowercase hex characters of the SHA-256 of the base (exactly
@@ -61,7 +61,7 @@ pub fn validate_identifier(field: &str, name: &str, max_len: usize) -> Result<()
     Ok(())
 }
 
-/// Validates a MySQL table name (spec §2.1): a bare identifier of at most 64 characters. `field` is
+/// Validates a MySQL table name (docs/semantics.md#tables-and-names): a bare identifier of at most 64 characters. `field` is
 /// `executions_table` or `attempts_table` and appears in the message.
 pub fn validate_table_name(field: &str, name: &str) -> Result<(), ExecutionError> {
     validate_identifier(field, name, MYSQL_NAME_LIMIT)
@@ -244,7 +244,8 @@ mod tests {
         for (name, prefix, hash) in [
             (n.ck_status(), "ck_", "f4990795e1e1"),
             (n.ck_idempotency(), "ck_", "15ff50e2d26f"),
-            // NB: spec §14.3 lists these two hashes the other way round; the rule of §2.2 and
+            // NB: the reference's published vectors list these two hashes the other way round; the
+            // derivation rule (docs/semantics.md#tables-and-names) and
             // the reference's `derive_object_name` give claim → fc41…, lease → 6d64….
             (n.ix_claim(), "ix_", "fc415ff9cb15"),
             (n.ix_lease(), "ix_", "6d64b85c4044"),

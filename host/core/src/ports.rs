@@ -2,8 +2,8 @@
 //! worker side). One backend type (e.g. the MySQL backend) implements both.
 //!
 //! Backends read "now" from their injected [`Clock`](crate::time::Clock) once per transaction
-//! (spec §4) and never use the database clock. Every worker-side write is fenced by the lease
-//! token (spec §8.6); a fence that matches no row is [`ExecutionError::StaleLease`].
+//! (docs/semantics.md#time) and never use the database clock. Every worker-side write is fenced by the lease
+//! token (docs/semantics.md#lease-fencing); a fence that matches no row is [`ExecutionError::StaleLease`].
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -14,7 +14,7 @@ use crate::execution::{
 };
 use crate::request::{ClaimRequest, ListFilter, PreparedSubmission};
 
-/// Client-side storage operations (spec §7). Inputs are already validated by
+/// Client-side storage operations (docs/semantics.md#client-operations). Inputs are already validated by
 /// [`ExecutionClient`](crate::client::ExecutionClient); namespaces are trimmed.
 #[async_trait]
 pub trait ExecutionStore: Send + Sync {
@@ -34,7 +34,7 @@ pub trait ExecutionStore: Send + Sync {
     /// Reads one execution of `namespace`; `None` when absent or in another namespace.
     async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError>;
 
-    /// One page, newest first (spec §7.3).
+    /// One page, newest first (docs/semantics.md#listing-and-cursors).
     async fn list(
         &self,
         namespace: &str,
@@ -50,7 +50,7 @@ pub trait ExecutionStore: Send + Sync {
     ) -> Result<Option<Execution>, ExecutionError>;
 }
 
-/// Worker-side storage operations (spec §8).
+/// Worker-side storage operations (docs/semantics.md#worker-operations).
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
     /// Bounded maintenance (T5, T6, T7) then claims up to `limit` rows (T2) in claim-index order.

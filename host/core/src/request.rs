@@ -1,5 +1,5 @@
-//! Client and worker requests, validated in the spec's order before any backend sees them
-//! (spec §7.1.1, §7.3, §8.1).
+//! Client and worker requests, validated in the documented order before any backend sees them
+//! (docs/semantics.md#submit-and-idempotency, docs/semantics.md#listing-and-cursors, docs/semantics.md#claim-and-maintenance).
 
 use chrono::{DateTime, Duration, FixedOffset, Utc};
 use serde_json::{Map, Value};
@@ -15,11 +15,11 @@ use crate::status::ExecutionStatus;
 use crate::text::{MAX_NAME_CHARS, optional_text, required_text};
 use crate::time::seconds_to_duration;
 
-/// The reserved metadata key that workers inject into the handler context (spec §3.4).
+/// The reserved metadata key that workers inject into the handler context (docs/semantics.md#reserved-metadata-key).
 pub const RESERVED_METADATA_KEY: &str = "onestep.execution";
 
-/// What a caller submits (spec §7.1). `expires_at` carries its offset, so a naive datetime
-/// cannot be expressed; the caller's offset is kept for the digest (§7.1.3) and the instant is
+/// What a caller submits (docs/semantics.md#submit-and-idempotency). `expires_at` carries its offset, so a naive datetime
+/// cannot be expressed; the caller's offset is kept for the digest (docs/semantics.md#submission-digest) and the instant is
 /// stored as UTC.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SubmitRequest {
@@ -37,7 +37,7 @@ pub struct SubmitRequest {
     pub expires_at: Option<DateTime<FixedOffset>>,
 }
 
-/// A validated, encoded submission ready to be written (spec §7.1.2). Produced only by
+/// A validated, encoded submission ready to be written (docs/semantics.md#submit-and-idempotency). Produced only by
 /// [`prepare_submission`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedSubmission {
@@ -51,7 +51,7 @@ pub struct PreparedSubmission {
     pub idempotency_key: Option<String>,
     /// Submission digest (always computed; stored only with a key).
     pub digest: String,
-    /// Encoded payload (§3.1).
+    /// Encoded payload (docs/semantics.md#value-encoding).
     pub payload: Value,
     /// Encoded metadata object.
     pub metadata: Value,
@@ -73,7 +73,7 @@ impl PreparedSubmission {
     }
 }
 
-/// Validates and encodes one submission in the order of spec §7.1.1; `namespace` must already
+/// Validates and encodes one submission in the order of docs/semantics.md#submit-and-idempotency; `namespace` must already
 /// be validated (see [`validate_namespace`]). Nothing is written on failure.
 ///
 /// Errors: `InvalidArgument` for text rules, `metadata must be a mapping`, delay rules and the
@@ -141,7 +141,7 @@ pub fn prepare_submission(
     })
 }
 
-/// Trims and checks a namespace (spec §7.0): 1–255 characters.
+/// Trims and checks a namespace (docs/semantics.md#client-operations): 1–255 characters.
 pub fn validate_namespace(namespace: &str) -> Result<String, ExecutionError> {
     required_text("namespace", namespace, MAX_NAME_CHARS)
 }
@@ -153,7 +153,7 @@ pub fn parse_execution_id(text: &str) -> Result<Uuid, ExecutionError> {
     Uuid::parse_str(text.trim()).map_err(|_| ExecutionError::invalid("execution id must be a UUID"))
 }
 
-/// List parameters as a caller gives them (spec §7.3).
+/// List parameters as a caller gives them (docs/semantics.md#listing-and-cursors).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery {
     /// Optional task-name filter.
@@ -214,7 +214,7 @@ impl ListQuery {
     }
 }
 
-/// A worker's claim (spec §8.1).
+/// A worker's claim (docs/semantics.md#claim-and-maintenance).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimRequest {
     /// Namespace to claim from (trimmed).
@@ -230,7 +230,7 @@ pub struct ClaimRequest {
 }
 
 impl ClaimRequest {
-    /// Checks the argument rules of spec §8.1 and returns a trimmed copy.
+    /// Checks the argument rules of docs/semantics.md#claim-and-maintenance and returns a trimmed copy.
     pub fn validate(&self) -> Result<ClaimRequest, ExecutionError> {
         let namespace = validate_namespace(&self.namespace)?;
         let mut names: Vec<String> = Vec::with_capacity(self.task_names.len());

@@ -1,10 +1,10 @@
-//! Retry policies (spec §9.7): what to do after a failed attempt.
+//! Retry policies (docs/semantics.md#retry-policies): what to do after a failed attempt.
 
 use rand::Rng;
 
 use crate::error::ExecutionError;
 
-/// Why an attempt failed, for policy selection (spec §5.4 `kind`).
+/// Why an attempt failed, for policy selection (docs/semantics.md#error-object `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureKind {
     /// The handler (or something around it) failed.
@@ -38,7 +38,7 @@ pub enum Jitter {
     Equal,
 }
 
-/// A retry policy (spec §9.7). `max_attempts` counts every run, the first included.
+/// A retry policy (docs/semantics.md#retry-policies). `max_attempts` counts every run, the first included.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum RetryPolicy {
     /// Always fail (`no_retry` / `none`; the default).
@@ -90,7 +90,7 @@ pub enum RetryDecision {
 }
 
 impl RetryPolicy {
-    /// `exponential_backoff` with the spec's defaults.
+    /// `exponential_backoff` with the documented defaults.
     pub fn exponential_default() -> Self {
         RetryPolicy::ExponentialBackoff {
             max_attempts: 3,
@@ -111,7 +111,7 @@ impl RetryPolicy {
         }
     }
 
-    /// Checks the constructor rules of spec §9.7 (`max_attempts must be >= 1`, …).
+    /// Checks the constructor rules of docs/semantics.md#retry-policies (`max_attempts must be >= 1`, …).
     pub fn validate(&self) -> Result<(), ExecutionError> {
         let finite = |name: &str, v: f64| {
             if v.is_finite() {

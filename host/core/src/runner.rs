@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::retry::FailureKind;
 
-/// Everything a handler receives for one attempt (spec §9.3, plus the WIT `ctx`).
+/// Everything a handler receives for one attempt (docs/semantics.md#handler-input, plus the WIT `ctx`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invocation {
     /// The execution id.
@@ -27,7 +27,7 @@ pub struct Invocation {
     pub worker_id: String,
     /// The decoded payload.
     pub payload: Value,
-    /// The decoded metadata plus `onestep.execution = {id, attempt_id}` (spec §9.3).
+    /// The decoded metadata plus `onestep.execution = {id, attempt_id}` (docs/semantics.md#handler-input).
     pub metadata: Map<String, Value>,
     /// Wall-clock limit of the handler call (`timeout_s`), if any.
     pub timeout: Option<Duration>,
@@ -44,7 +44,7 @@ pub enum RunOutcome {
     Cancelled,
 }
 
-/// A failed run, classified for the error object (spec §5.4) and the retry policy (§9.7).
+/// A failed run, classified for the error object (docs/semantics.md#error-object) and the retry policy (docs/semantics.md#retry-policies).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunFailure {
     /// `error` or `timeout` (drives `by_failure_kind`).

@@ -1,4 +1,4 @@
-//! Execution, attempt and completion statuses (spec §5.1) with their wire strings.
+//! Execution, attempt and completion statuses (docs/semantics.md#statuses) with their wire strings.
 
 use std::fmt;
 use std::str::FromStr;
@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ExecutionError;
 
-/// The eight execution statuses (spec §5.1). Wire form: lowercase snake case.
+/// The eight execution statuses (docs/semantics.md#statuses). Wire form: lowercase snake case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
@@ -30,7 +30,7 @@ pub enum ExecutionStatus {
 }
 
 impl ExecutionStatus {
-    /// Every status, in spec order.
+    /// Every status, in the documented order.
     pub const ALL: [ExecutionStatus; 8] = [
         ExecutionStatus::Queued,
         ExecutionStatus::Running,
@@ -56,7 +56,7 @@ impl ExecutionStatus {
         }
     }
 
-    /// Terminal statuses never change again (spec §6.4 invariant 7).
+    /// Terminal statuses never change again (docs/semantics.md#invariants, item 7).
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -67,12 +67,12 @@ impl ExecutionStatus {
         )
     }
 
-    /// Statuses from which a claim may take the row (spec T2).
+    /// Statuses from which a claim may take the row (T2 in docs/semantics.md#transitions).
     pub fn is_claimable(self) -> bool {
         matches!(self, ExecutionStatus::Queued | ExecutionStatus::Retrying)
     }
 
-    /// Statuses in which the row holds a lease (spec §6.4 invariant 4).
+    /// Statuses in which the row holds a lease (docs/semantics.md#invariants, item 4).
     pub fn holds_lease(self) -> bool {
         matches!(
             self,
@@ -90,7 +90,7 @@ impl fmt::Display for ExecutionStatus {
 impl FromStr for ExecutionStatus {
     type Err = ExecutionError;
 
-    /// Parses a wire string; anything else is `status must be an ExecutionStatus` (spec §7.3).
+    /// Parses a wire string; anything else is `status must be an ExecutionStatus` (docs/semantics.md#listing-and-cursors).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         ExecutionStatus::ALL
             .into_iter()
@@ -99,7 +99,7 @@ impl FromStr for ExecutionStatus {
     }
 }
 
-/// Attempt statuses (spec §5.1). Only `running` is non-final.
+/// Attempt statuses (docs/semantics.md#statuses). Only `running` is non-final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptStatus {
@@ -118,7 +118,7 @@ pub enum AttemptStatus {
 }
 
 impl AttemptStatus {
-    /// Every attempt status, in spec order.
+    /// Every attempt status, in the documented order.
     pub const ALL: [AttemptStatus; 6] = [
         AttemptStatus::Running,
         AttemptStatus::Succeeded,
@@ -158,7 +158,7 @@ impl FromStr for AttemptStatus {
     }
 }
 
-/// What a worker may report when it completes an attempt (spec §5.3).
+/// What a worker may report when it completes an attempt (docs/semantics.md#execution-and-lease-objects).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CompletionStatus {
@@ -183,7 +183,7 @@ impl CompletionStatus {
         }
     }
 
-    /// The execution statuses this completion is accepted from (spec §8.3 step 5).
+    /// The execution statuses this completion is accepted from (docs/semantics.md#completion step 5).
     pub fn allowed_sources(self) -> &'static [ExecutionStatus] {
         match self {
             CompletionStatus::Succeeded | CompletionStatus::Cancelled => {

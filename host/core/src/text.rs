@@ -1,8 +1,8 @@
-//! Text-field rules (spec §3.5): trimmed, lengths in Unicode code points.
+//! Text-field rules (docs/semantics.md#text-fields): trimmed, lengths in Unicode code points.
 
 use crate::error::ExecutionError;
 
-/// Trims `value` and checks it is 1..=`max` characters; messages follow the spec:
+/// Trims `value` and checks it is 1..=`max` characters; messages are the reference's:
 /// `<name> must not be empty`, `<name> must be at most <max> characters`.
 pub fn required_text(name: &str, value: &str, max: usize) -> Result<String, ExecutionError> {
     let t = value.trim();
@@ -26,7 +26,7 @@ pub fn optional_text(
     value.map(|v| required_text(name, v, max)).transpose()
 }
 
-/// A cancel reason: trimmed; empty → absent; more than 500 characters → error (spec §7.4).
+/// A cancel reason: trimmed; empty → absent; more than 500 characters → error (docs/semantics.md#cancellation).
 pub fn cancel_reason(value: Option<&str>) -> Result<Option<String>, ExecutionError> {
     match value.map(str::trim) {
         None | Some("") => Ok(None),

@@ -1,4 +1,4 @@
-//! Time semantics (spec §4): one injected clock, UTC, microsecond precision.
+//! Time semantics (docs/semantics.md#time): one injected clock, UTC, microsecond precision.
 
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub fn truncate_micros(t: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// Converts a non-negative, finite number of seconds into an exact duration rounded to the
-/// microsecond, half to even (spec §4 "Delays are added as exact durations").
+/// microsecond, half to even (docs/semantics.md#time, "Delays").
 ///
 /// Errors: `<name> must be finite and >= 0` for NaN, infinities and negatives; values beyond
 /// 100 years are rejected with `<name> is too large`.
@@ -60,7 +60,7 @@ pub fn add_seconds(
     Ok(now + seconds_to_duration(name, seconds)?)
 }
 
-/// `t - now` in seconds (may be negative): the lease time left (spec §8.5).
+/// `t - now` in seconds (may be negative): the lease time left (docs/semantics.md#time).
 pub fn seconds_between(now: DateTime<Utc>, t: DateTime<Utc>) -> f64 {
     (t - now).num_microseconds().unwrap_or(i64::MAX) as f64 / 1_000_000.0
 }

@@ -1,7 +1,7 @@
-//! Time formatting that must match Python's `isoformat()` byte for byte (spec §7.1.3, §7.3).
+//! Time formatting that must match Python's `isoformat()` byte for byte (docs/semantics.md#submission-digest, docs/semantics.md#listing-and-cursors).
 //!
 //! Python's `datetime` has microsecond resolution; sub-microsecond nanoseconds of a chrono value
-//! are truncated (every instant of the domain is already microsecond-precise, spec §4). A chrono
+//! are truncated (every instant of the domain is already microsecond-precise, docs/semantics.md#time). A chrono
 //! leap second (nanoseconds ≥ 10⁹) is rendered as second 59 with the remaining fraction, since
 //! Python cannot represent second 60.
 

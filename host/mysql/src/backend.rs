@@ -1,4 +1,4 @@
-//! The backend object: options, opening (spec §2.8), closing, migration, and the shared plumbing
+//! The backend object: options, opening (docs/semantics.md#opening-a-backend), closing, migration, and the shared plumbing
 //! every operation uses (connections, the clock, retries, error mapping).
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use crate::session::{
     ServerInfo, SessionState, build_pool, gate_server_version, read_session_state,
 };
 
-/// Construction options (spec §7.6). Build with [`MySqlOptions::new`] and adjust fields.
+/// Construction options (docs/semantics.md#backend-options). Build with [`MySqlOptions::new`] and adjust fields.
 #[derive(Clone)]
 pub struct MySqlOptions {
     /// `mysql://`, `mysql+pymysql://` or `mysql+asyncmy://` URL naming a database. Never logged.
@@ -28,11 +28,11 @@ pub struct MySqlOptions {
     pub tables: TableNames,
     /// Create missing tables at open (default `true`); otherwise only check they exist.
     pub auto_create: bool,
-    /// Payload/metadata/result limits in bytes of canonical JSON (spec §3.3).
+    /// Payload/metadata/result limits in bytes of canonical JSON (docs/semantics.md#size-limits).
     pub limits: Limits,
-    /// Per-claim cap of each maintenance step (default 100, ≥ 1; spec §8.1).
+    /// Per-claim cap of each maintenance step (default 100, ≥ 1; docs/semantics.md#claim-and-maintenance).
     pub reclaim_batch_size: u32,
-    /// The single source of "now" (spec §4); read once per transaction.
+    /// The single source of "now" (docs/semantics.md#time); read once per transaction.
     pub clock: Arc<dyn Clock>,
     /// Minimum idle connections kept by the pool (default 0).
     pub pool_min: usize,
@@ -126,8 +126,8 @@ impl std::fmt::Debug for MySqlBackend {
 }
 
 impl MySqlBackend {
-    /// Opens the backend: parses the DSN, builds the pool, then performs readiness once (spec
-    /// §2.8): server gate (MySQL ≥ 8.0.16 or MariaDB ≥ 10.6, recognised by name), serialised
+    /// Opens the backend: parses the DSN, builds the pool, then performs readiness once
+    /// (docs/semantics.md#opening-a-backend): server gate (MySQL ≥ 8.0.16 or MariaDB ≥ 10.6, recognised by name), serialised
     /// `auto_create` or the existence check, and schema-feature detection.
     ///
     /// Errors are [`ExecutionError::InvalidArgument`] for bad options and
@@ -218,7 +218,7 @@ impl MySqlBackend {
     }
 
     /// The session state of a pooled connection (time zone, isolation, connection id); for
-    /// diagnostics and tests of the session pinning (spec §2.9).
+    /// diagnostics and tests of the session pinning (docs/semantics.md#sessions).
     pub async fn session_state(&self) -> Result<SessionState, ExecutionError> {
         let r = async {
             let mut conn = self.inner.pool.get_conn().await?;
@@ -238,7 +238,7 @@ impl MySqlBackend {
         &self.inner.faults
     }
 
-    /// "Now" for one transaction (spec §4), truncated to microseconds.
+    /// "Now" for one transaction (docs/semantics.md#time), truncated to microseconds.
     pub(crate) fn now(&self) -> DateTime<Utc> {
         truncate_micros(self.inner.clock.now())
     }
@@ -254,7 +254,7 @@ impl MySqlBackend {
     /// A pooled connection for one of this crate's operations. It goes back to the pool without
     /// `COM_RESET_CONNECTION`: the operations only run DML and reads inside transactions (an
     /// unfinished one is rolled back by the pool) and never change session state, so the pinned
-    /// session of spec §2.9 survives, and so does the connection's prepared-statement cache —
+    /// session of docs/semantics.md#sessions survives, and so does the connection's prepared-statement cache —
     /// a reset would drop both and force the setup commands plus a fresh PREPARE of every
     /// statement on the next use. Connections handed out by [`Self::pool`] are still reset.
     pub(crate) async fn conn(&self) -> OpResult<Conn> {

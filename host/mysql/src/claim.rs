@@ -1,4 +1,4 @@
-//! Claim (spec §8.1): bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read of the whole
+//! Claim (docs/semantics.md#claim-and-maintenance): bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read of the whole
 //! rows in claim-index order, then set-based writes — one UPDATE for the whole batch (per-row
 //! token via `CASE`), one multi-row INSERT of attempts — all in one transaction. The leases are
 //! built from the locked rows plus the UPDATE's known changes, so there is no read-back.

@@ -1,4 +1,4 @@
-//! Client operations (spec §7): submit (race-safe idempotency, ambiguous-commit resolution),
+//! Client operations (docs/semantics.md#client-operations): submit (race-safe idempotency, ambiguous-commit resolution),
 //! submit_many (one transaction, multi-row INSERT), get, list (keyset paging) and cancel.
 
 use std::collections::HashMap;
@@ -153,7 +153,7 @@ impl MySqlBackend {
         Ok(inserted)
     }
 
-    /// Submit (spec §7.1.2). An ambiguous commit is resolved by re-reading through the id and
+    /// Submit (docs/semantics.md#submit-and-idempotency). An ambiguous commit is resolved by re-reading through the id and
     /// the idempotency key; when neither is found, the submission is written again.
     pub(crate) async fn submit_impl(
         &self,

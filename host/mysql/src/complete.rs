@@ -1,4 +1,4 @@
-//! Fenced worker writes (spec §8.2–§8.4): heartbeat (T8), complete (T9–T13, cancel wins,
+//! Fenced worker writes (docs/semantics.md#heartbeat, docs/semantics.md#completion, docs/semantics.md#release): heartbeat (T8), complete (T9–T13, cancel wins,
 //! idempotent replay), complete_many (set-based writes for the items whose fence holds on the
 //! locked rows, savepoint per item for the rest) and release (T14).
 
@@ -41,7 +41,7 @@ fn status_list(statuses: &[ExecutionStatus]) -> String {
 /// A row locked by `complete_many`: the execution, its lease token and lease expiry.
 type Locked = (Execution, Option<Uuid>, Option<DateTime<Utc>>);
 
-/// What one completion writes, derived from the locked row (spec §8.3 steps 2–4).
+/// What one completion writes, derived from the locked row (docs/semantics.md#completion steps 2–4).
 struct Plan {
     cancel_won: bool,
     requested_result: Value,
@@ -152,7 +152,7 @@ impl MySqlBackend {
             .await
     }
 
-    /// Spec §8.3 steps 1–8 inside `tx`. Domain failures (stale lease, encoding) leave `tx`
+    /// docs/semantics.md#completion steps 1–8 inside `tx`. Domain failures (stale lease, encoding) leave `tx`
     /// unchanged only if the caller rolls back (whole transaction or savepoint).
     async fn complete_in_tx(
         &self,
@@ -216,7 +216,7 @@ impl MySqlBackend {
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))
     }
 
-    /// Steps 2–4 of spec §8.3 for the locked row `current`: cancel wins over success, the result
+    /// Steps 2–4 of docs/semantics.md#completion for the locked row `current`: cancel wins over success, the result
     /// is encoded and size-checked, and the values the CAS writes are derived.
     fn plan(
         &self,

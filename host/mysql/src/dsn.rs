@@ -1,4 +1,4 @@
-//! DSN parsing (spec §2.9): SQLAlchemy-style URLs (`mysql://`, `mysql+pymysql://`,
+//! DSN parsing (docs/semantics.md#sessions): SQLAlchemy-style URLs (`mysql://`, `mysql+pymysql://`,
 //! `mysql+asyncmy://`, any `mysql+<driver>://`) mapped to `mysql_async` options, and redaction of
 //! secrets in every message that could carry them.
 
@@ -8,7 +8,7 @@ use mysql_async::Opts;
 /// connection is always utf8mb4); they are dropped instead of failing the parse.
 const IGNORED_PARAMS: &[&str] = &["charset", "use_unicode", "binary_prefix"];
 
-/// Maximum length of a redacted message (spec §2.9: cut to 500 characters).
+/// Maximum length of a redacted message (docs/semantics.md#sessions: cut to 500 characters).
 pub const MAX_MESSAGE_CHARS: usize = 500;
 
 /// A parsed DSN plus the secrets that must never appear in messages.

@@ -1,4 +1,4 @@
-//! Classification of driver errors into [`BackendError`]s (spec §9.8) and the crate's internal
+//! Classification of driver errors into [`BackendError`]s (docs/semantics.md#error-classification) and the crate's internal
 //! operation error.
 //!
 //! Every message is redacted ([`crate::dsn::redact`]): it never carries the DSN or password.
@@ -6,7 +6,7 @@
 use mysql_async::{DriverError, Error as DbError, IoError};
 use onestep_core::{BackendError, ConnectorKind, ExecutionError};
 
-/// Backend label used in every [`BackendError`] (spec §5.4 `backend`).
+/// Backend label used in every [`BackendError`] (docs/semantics.md#error-object `backend`).
 pub const BACKEND: &str = "mysql";
 
 /// MySQL/MariaDB server error codes the backend reacts to.
@@ -53,7 +53,7 @@ pub(crate) fn server_code(e: &DbError) -> Option<u16> {
     }
 }
 
-/// Classifies a driver error (spec §9.8): connection problems are `disconnected`; deadlocks,
+/// Classifies a driver error (docs/semantics.md#error-classification): connection problems are `disconnected`; deadlocks,
 /// lock wait timeouts and other operational errors are `transient`; access/auth/unknown-database
 /// are `misconfigured`; syntax and unknown-object errors are `permanent`.
 pub fn classify(e: &DbError) -> ConnectorKind {

@@ -1,10 +1,10 @@
 //! onestep-mysql: the MySQL/MariaDB storage backend of tracked execution, on `mysql_async`.
 //!
 //! It owns every SQL statement of the product: the table DDL and schema readiness
-//! ([`schema`], spec §2), session pinning and the server gate ([`session`], §2.8–§2.9), DSN
-//! handling and secret redaction ([`dsn`]), error classification ([`errors`], §9.8), the client
-//! operations (submit, submit_many, get, list, cancel; §7) and the worker operations (claim with
-//! bounded maintenance, heartbeat, complete, complete_many, release; §8). One type,
+//! ([`schema`], docs/schema.md), session pinning and the server gate ([`session`], docs/semantics.md#opening-a-backend, docs/semantics.md#sessions), DSN
+//! handling and secret redaction ([`dsn`]), error classification ([`errors`], docs/semantics.md#error-classification), the client
+//! operations (submit, submit_many, get, list, cancel; docs/semantics.md#client-operations) and the worker operations (claim with
+//! bounded maintenance, heartbeat, complete, complete_many, release; docs/semantics.md#worker-operations). One type,
 //! [`MySqlBackend`], implements both [`onestep_core::ports::ExecutionStore`] and
 //! [`onestep_core::ports::LeaseStore`].
 //!

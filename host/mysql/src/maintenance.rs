@@ -1,4 +1,4 @@
-//! Claim-time maintenance (spec §8.1 steps 1–3): expire overdue queued work (T5), finish dead
+//! Claim-time maintenance (docs/semantics.md#claim-and-maintenance steps 1–3): expire overdue queued work (T5), finish dead
 //! cancel requests (T6), reclaim expired leases (T7). Each step reads at most
 //! `reclaim_batch_size` candidates through an index range that holds only live rows, and every
 //! write is a compare-and-set on what was read, so concurrent claimers deduplicate.
@@ -13,7 +13,7 @@ use crate::errors::OpResult;
 use crate::rows::{bind_time, bind_uuid, parse_uuid, placeholders};
 
 impl MySqlBackend {
-    /// `(e.status = 'retrying' AND <latest attempt is lease_lost>)` for the alias `e` (spec §6.3).
+    /// `(e.status = 'retrying' AND <latest attempt is lease_lost>)` for the alias `e` (docs/semantics.md#lease-lost-retry).
     pub(crate) fn lease_lost_retry_sql(&self) -> String {
         format!(
             "(e.status = 'retrying' AND EXISTS (SELECT 1 FROM `{}` la \
@@ -24,7 +24,7 @@ impl MySqlBackend {
     }
 
     /// The "claimable status" predicate for alias `e`: the indexed generated column on tables
-    /// this crate created, the spec's status list otherwise.
+    /// this crate created, the plain status list otherwise.
     pub(crate) fn claimable_sql(&self) -> &'static str {
         if self.inner.features.claimable_column {
             "e.claimable = 1"

@@ -1,5 +1,5 @@
 //! The one retry helper of the crate: bounded, jittered backoff for failures that are safe to
-//! repeat (spec §9.8: deadlock 1213, lock wait 1205, connection lost before COMMIT).
+//! repeat (docs/semantics.md#error-classification: deadlock 1213, lock wait 1205, connection lost before COMMIT).
 //!
 //! An operation passed to [`with_retry`] must be a whole transaction: a failed attempt leaves
 //! nothing behind (the transaction is rolled back by the server or when its connection is

@@ -1,5 +1,5 @@
 //! Row ↔ domain conversions: the executions column list, decoding a row into an [`Execution`]
-//! (spec §3.1, §5.2), and the bound representations of UUIDs and instants (spec §2.6, §4).
+//! (docs/semantics.md#value-encoding, docs/semantics.md#execution-and-lease-objects), and the bound representations of UUIDs and instants (docs/semantics.md#stored-representations, docs/semantics.md#time).
 //!
 //! * UUIDs are bound as 32 lowercase hex digits (accepted by `CHAR(32)` and by MariaDB's native
 //!   `uuid` type) and read in either textual form (or as 16 raw bytes).

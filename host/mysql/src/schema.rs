@@ -1,9 +1,9 @@
-//! Table DDL (spec §2.3–§2.5, with the additions documented in `docs/schema.md`) and schema
-//! readiness: serialised `auto_create` under `GET_LOCK` (spec §2.8) or an existence check.
+//! Table DDL (the reference's, plus the additions documented in docs/schema.md#what-we-create) and schema
+//! readiness: serialised `auto_create` under `GET_LOCK` (docs/semantics.md#opening-a-backend) or an existence check.
 //!
 //! Tables this crate creates differ from the reference's in two compatible ways:
 //! * `namespace`, `task_name`, `status`, `idempotency_key` and `worker_id` use `utf8mb4_bin`, so
-//!   they compare exactly (spec §2.3 recommendation);
+//!   they compare exactly (docs/semantics.md#text-fields);
 //! * a stored generated column `claimable` (1 for `queued`/`retrying`, else NULL) with two indexes,
 //!   `ix_<T>_claimable (namespace, task_name, claimable, available_at, created_at, id)` for the
 //!   claim read and `ix_<T>_expiry (claimable, expires_at, id)` for the expiry maintenance, so that
@@ -18,7 +18,7 @@ use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
 
 use crate::errors::{OpError, OpResult};
 
-/// Seconds to wait for each DDL lock (spec §2.8).
+/// Seconds to wait for each DDL lock (docs/semantics.md#opening-a-backend).
 pub const DDL_LOCK_TIMEOUT_S: u32 = 10;
 
 /// The generated column added by this crate's DDL.
@@ -55,7 +55,7 @@ pub struct SchemaReport {
 pub enum DdlStyle {
     /// This crate's DDL (binary collations, `claimable` column and indexes).
     Onestep,
-    /// The reference's DDL exactly as spec §2.5 (server-default collations, no additions). Used by
+    /// The reference's own DDL (server-default collations, no additions). Used by
     /// tests to exercise the fallback query shapes.
     Reference,
 }
@@ -226,7 +226,7 @@ fn misconfigured(message: String) -> onestep_core::ExecutionError {
     )
 }
 
-/// Readiness step 2/3 (spec §2.8) on one session: with `auto_create`, take the global then the
+/// Readiness step 2/3 (docs/semantics.md#opening-a-backend) on one session: with `auto_create`, take the global then the
 /// pair `GET_LOCK`, create each missing table (executions first) and release the locks (pair
 /// first) whatever happened; without it, fail with `missing execution tables: a, b`. Then detect
 /// [`SchemaFeatures`].

@@ -1,4 +1,4 @@
-//! Connection pool and session pinning (spec §2.9) and the server gate (spec §2.8 step 1).
+//! Connection pool and session pinning (docs/semantics.md#sessions) and the server gate (docs/semantics.md#opening-a-backend step 1).
 //!
 //! Every pooled connection runs `SET time_zone = '+00:00'` and `SET SESSION TRANSACTION ISOLATION
 //! LEVEL READ COMMITTED` through `mysql_async`'s *setup* commands, which run on every new
@@ -17,7 +17,7 @@ pub const SESSION_SETUP: [&str; 2] = [
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
 ];
 
-/// Which server product the backend talks to, recognised by name (spec §2.8, §15).
+/// Which server product the backend talks to, recognised by name (docs/semantics.md#opening-a-backend, docs/semantics.md#compatibility-with-the-reference).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
     /// Oracle MySQL (≥ 8.0.16).

@@ -1,4 +1,4 @@
-//! A manual clock (spec §4: the injected clock).
+//! A manual clock (docs/semantics.md#time: the injected clock).
 
 use std::sync::Mutex;
 

@@ -1,5 +1,5 @@
 //! One delivery: run the handler for one lease with a heartbeat beside it, then write exactly
-//! one completion (or nothing, when the lease was lost) — spec §9.4.
+//! one completion (or nothing, when the lease was lost) — docs/semantics.md#delivery.
 
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ pub(crate) struct TaskCtx {
 }
 
 /// Builds the handler's invocation: payload, metadata plus `onestep.execution = {id,
-/// attempt_id}` (spec §9.3), correlation ids and the timeout.
+/// attempt_id}` (docs/semantics.md#handler-input), correlation ids and the timeout.
 pub(crate) fn invocation_for(settings: &TaskSettings, lease: &ExecutionLease) -> Invocation {
     let execution = &lease.execution;
     let mut metadata = execution.metadata.clone();
@@ -97,7 +97,7 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
         }
     };
 
-    // Stop heartbeating before the completion is written (spec §9.4 step 4).
+    // Stop heartbeating before the completion is written (docs/semantics.md#delivery step 4).
     stop_heartbeat.cancel();
     let heartbeat_end = heartbeat.await.unwrap_or(HeartbeatEnd::Stopped);
     if heartbeat_end == HeartbeatEnd::LeaseLost {
@@ -110,7 +110,7 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
     log_outcome(&outcome);
     // A handler we asked to stop may still return an error of its own (e.g. a cooperative
     // "cancelled" handler error) instead of trapping: it is a cancellation all the same
-    // (spec §9.5). A success still goes to the store, where cancel wins (T10).
+    // (docs/semantics.md#failure-handling). A success still goes to the store, where cancel wins (T10).
     if (cancel_requested || shutdown_stop || heartbeat_failed)
         && matches!(outcome, RunOutcome::Failed(_))
     {
@@ -165,7 +165,7 @@ async fn write_completion(ctx: &TaskCtx, lease: onestep_core::LeaseRef, completi
             retry_write(ctx, lease, Completion::failed(error)).await;
         }
         Err(e) if requested == CompletionStatus::Failed => {
-            // Spec §9.5: a failed completion that raises anything but a lease loss falls back
+            // docs/semantics.md#failure-handling: a failed completion that raises anything but a lease loss falls back
             // to a retrying completion.
             tracing::warn!(error = %e, "failed completion was not written; trying retrying");
             let error = error.unwrap_or_else(|| ErrorObject::new("error", "Error", Some("ack")));
@@ -189,7 +189,7 @@ async fn retry_write(ctx: &TaskCtx, lease: onestep_core::LeaseRef, completion: C
     }
 }
 
-/// Releases leases that were claimed but will not be started (spec §8.4, §9.2).
+/// Releases leases that were claimed but will not be started (docs/semantics.md#release, docs/semantics.md#fetch-loop).
 pub(crate) async fn release_all(ctx: &TaskCtx, leases: Vec<ExecutionLease>) {
     for lease in leases {
         match ctx.store.release(&lease.lease_ref()).await {

@@ -1,4 +1,4 @@
-//! The fetch loop of one task (spec §9.2): claim up to `min(free slots, batch_size)`, start one
+//! The fetch loop of one task (docs/semantics.md#fetch-loop): claim up to `min(free slots, batch_size)`, start one
 //! delivery per lease, claim again at once after a non-empty batch, otherwise wait
 //! `poll_interval`.
 

@@ -1,4 +1,4 @@
-//! The per-attempt heartbeat loop (spec §9.4 step 2): extends the lease every
+//! The per-attempt heartbeat loop (docs/semantics.md#delivery step 2): extends the lease every
 //! `heartbeat_interval`, notices `cancel_requested`, and self-fences when the lease is lost.
 
 use std::sync::Arc;
@@ -21,8 +21,8 @@ pub(crate) enum HeartbeatEnd {
     /// handler was cancelled and the delivery must write nothing.
     LeaseLost,
     /// The heartbeat failed with a non-retryable error other than a stale lease while the lease
-    /// may still hold; the handler was cancelled and the delivery completes `retrying` (spec
-    /// §9.5), which the store fences like any other write.
+    /// may still hold; the handler was cancelled and the delivery completes `retrying`
+    /// (docs/semantics.md#failure-handling), which the store fences like any other write.
     Failed,
 }
 

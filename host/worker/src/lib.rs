@@ -1,8 +1,8 @@
 //! onestep-worker: the worker host. It owns the fetch loop (claim per task, bounded by
 //! `concurrency` and `batch_size`), the per-attempt heartbeat (lease extension, cooperative
 //! cancellation, self-fencing on lease loss), the mapping of a handler's outcome to a
-//! completion through the retry policy (spec §9.5–§9.7), batched completion writes, and the
-//! graceful drain on shutdown (§9.9, with the reference's quirk fixed: cancelled in-flight
+//! completion through the retry policy (docs/semantics.md#failure-handling, docs/semantics.md#timeouts, docs/semantics.md#retry-policies), batched completion writes, and the
+//! graceful drain on shutdown (docs/semantics.md#shutdown-and-drain, with the reference's quirk fixed: cancelled in-flight
 //! attempts write their `retrying` completion before the worker returns).
 //!
 //! It sees only the core ports: a [`LeaseStore`](onestep_core::ports::LeaseStore) to talk to

@@ -1,4 +1,4 @@
-//! From a handler's outcome to the completion the worker writes (spec §9.5–§9.7).
+//! From a handler's outcome to the completion the worker writes (docs/semantics.md#failure-handling, docs/semantics.md#timeouts, docs/semantics.md#retry-policies).
 
 use onestep_core::canonical::to_canonical_string;
 use onestep_core::retry::{FailureKind, RetryDecision, RetryPolicy};
@@ -20,7 +20,7 @@ pub fn cancel_error() -> ErrorObject {
 /// * success → `succeeded`, unless the result's canonical JSON exceeds `max_result_bytes`, which
 ///   is a failure at stage `result_validation` (`ExecutionEncodingError`) through the policy;
 /// * a fatal handler error → `failed` at once;
-/// * any other failure → the retry policy with `previous_attempts` (spec §9.7 `n`); a delay the
+/// * any other failure → the retry policy with `previous_attempts` (docs/semantics.md#retry-policies `n`); a delay the
 ///   handler asked for replaces the policy's delay;
 /// * cancelled → `cancelled` when a cancel was requested, else `retrying` after 0 s.
 pub fn completion_for<R: Rng + ?Sized>(

@@ -1,4 +1,4 @@
-//! Typed worker settings (spec §9.1, §9.2, §9.6, §9.9). Values arrive validated by the config
+//! Typed worker settings (docs/semantics.md#worker-settings, docs/semantics.md#fetch-loop, docs/semantics.md#timeouts, docs/semantics.md#shutdown-and-drain). Values arrive validated by the config
 //! crate; [`TaskSettings::validate`] re-checks the invariants the worker relies on.
 
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use onestep_core::runner::TaskRunner;
 /// (concurrency, retry, timeout).
 #[derive(Debug, Clone)]
 pub struct TaskSettings {
-    /// The task name the source claims (exactly one, spec §9.1).
+    /// The task name the source claims (exactly one, docs/semantics.md#worker-settings).
     pub task_name: String,
     /// The namespace the source claims from.
     pub namespace: String,
@@ -38,7 +38,7 @@ pub struct TaskSettings {
 }
 
 impl TaskSettings {
-    /// Defaults of spec §9.1 for `task_name` in `namespace`.
+    /// Defaults of docs/semantics.md#worker-settings for `task_name` in `namespace`.
     pub fn new(namespace: &str, task_name: &str) -> Self {
         TaskSettings {
             task_name: task_name.to_owned(),
@@ -56,7 +56,7 @@ impl TaskSettings {
     }
 
     /// Checks the invariants the worker relies on: batch and concurrency ≥ 1, positive poll
-    /// interval, `0 < heartbeat_interval <= lease_duration_s / 3` (spec §9.1), a valid retry
+    /// interval, `0 < heartbeat_interval <= lease_duration_s / 3` (docs/semantics.md#worker-settings), a valid retry
     /// policy and a positive timeout.
     pub fn validate(&self) -> Result<(), ExecutionError> {
         if self.batch_size < 1 {
@@ -101,7 +101,7 @@ impl std::fmt::Debug for TaskBinding {
     }
 }
 
-/// Process-wide settings (spec §9.9).
+/// Process-wide settings (docs/semantics.md#shutdown-and-drain).
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     /// How long in-flight executions may run after a shutdown signal before they are cancelled

@@ -27,7 +27,7 @@ pub enum WorkerError {
     /// A task's fetch loop stopped unexpectedly (it panicked); the worker drained and stopped.
     #[error("a fetch loop stopped unexpectedly: {0}")]
     FetchLoop(String),
-    /// A claim failed with a non-retryable error (spec §9.2 step 3); the worker drained and
+    /// A claim failed with a non-retryable error (docs/semantics.md#fetch-loop step 3); the worker drained and
     /// stopped.
     #[error("task '{task}' failed while claiming: {source}")]
     Claim {
@@ -140,7 +140,7 @@ impl Worker {
         Arc::clone(&self.stats)
     }
 
-    /// Runs until `shutdown` fires or a task's claim fails fatally, then drains (spec §9.9):
+    /// Runs until `shutdown` fires or a task's claim fails fatally, then drains (docs/semantics.md#shutdown-and-drain):
     /// stop claiming; give in-flight executions `shutdown_timeout`; cancel the remainder and
     /// give their `retrying` completions `cancel_grace` to be written; return.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {

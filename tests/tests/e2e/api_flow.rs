@@ -1,4 +1,4 @@
-//! The seed's curl flow (seed §5.4) end to end: `onestep serve` and `onestep run` as real
+//! The curl flow of docs/http-api.md#the-curl-flow end to end: `onestep serve` and `onestep run` as real
 //! processes on one database, a real component, and `curl` as the client. Submit with an
 //! `Idempotency-Key` (and retry it), read the status, read the result once succeeded, reuse the
 //! key with another body (409), cancel a long task (it ends `cancelled`, its result is 409),

@@ -1,8 +1,8 @@
 //! `onestep check` through the binary: every shipped config passes `--strict` (exit 0); bad
 //! files exit 2 with exactly `onestep: failed to load <target>: <reason> (line L, column C)`
-//! on stderr. One bad file per rule group of spec §10.5 (the config crate's own tests check
+//! on stderr. One bad file per rule group of docs/configuration.md#strict-validation (the config crate's own tests check
 //! every rule's text at the library level; here the point is the binary's exit code and
-//! message format), plus build-time rules (§10.6) that fail in both modes.
+//! message format), plus build-time rules (docs/configuration.md#checks-in-both-modes) that fail in both modes.
 
 use std::path::{Path, PathBuf};
 
@@ -296,7 +296,7 @@ const CASES: &[Case] = &[
             "tasks[0].handler.component: file not found: /nonexistent/x.wasm (line 20, column 26)",
         ),
     },
-    // Build-time rules (§10.6), both modes.
+    // Build-time rules (docs/configuration.md#checks-in-both-modes), both modes.
     Case {
         name: "concurrency 0",
         edits: &[(

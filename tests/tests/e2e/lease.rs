@@ -1,6 +1,6 @@
 //! Losing a worker, on MariaDB and MySQL: a SIGKILLed worker's execution is reclaimed by
 //! another worker once its lease (2 s) has expired (attempt 1 `lease_lost`, attempt 2
-//! `succeeded`); a SIGTERMed worker drains (spec §9.9): what finishes within
+//! `succeeded`); a SIGTERMed worker drains (docs/semantics.md#shutdown-and-drain): what finishes within
 //! `shutdown_timeout_s` (1 s) succeeds, the rest is stopped and recorded `retrying` with kind
 //! `cancelled`, nothing new is claimed, the process exits 0 promptly, and no row stays
 //! `running`; SIGINT stops a worker the same way; a worker that cannot start exits 1.
@@ -195,7 +195,7 @@ async fn worker_that_cannot_start_exits_1_and_bad_file_exits_2() -> Result<()> {
     let config = e2e_config("worker.yaml");
     let target = config.display().to_string();
     for (server, url) in servers()? {
-        // A database that does not exist: opening the source fails (spec §11.2: exit 1).
+        // A database that does not exist: opening the source fails (docs/cli.md#onestep-run: exit 1).
         let dsn = format!("{}/onestep_e2e_absent_database", url.trim_end_matches('/'));
         let log_dir = tempfile::tempdir()?;
         let mut worker = WorkerProcess::spawn(&config, &[("ONESTEP_DSN", &dsn)], log_dir.path())?;

@@ -1,4 +1,4 @@
-//! The seed's smoke list (seed §11 "最小 smoke test"), each case on MariaDB and MySQL:
+//! The minimal smoke checks of a deployment, each case on MariaDB and MySQL:
 //! a short task goes `queued → running → succeeded` with its result; the same idempotency key
 //! and payload give the same execution, a different payload a `Conflict`; a long cancellable
 //! task ends `cancelled` and its guest stops at once; a worker restarted mid-run leaves a

@@ -1,5 +1,5 @@
 //! Router tests of onestep-api against a real MariaDB (one test binary): every endpoint and every
-//! status of the seed's mapping, tenants, idempotency under concurrency, a bad-input table, and
+//! status of the documented mapping (docs/http-api.md#errors), tenants, idempotency under concurrency, a bad-input table, and
 //! every response checked against the served OpenAPI document.
 
 mod bad_input;

@@ -1,5 +1,5 @@
 //! `onestep bench`: submit N no-op executions, drain them with one in-process worker, and print
-//! throughput, queue latency and CPU cost per execution (issue 4). Figures, not a timed test:
+//! throughput, queue latency and CPU cost per execution. Figures, not a timed test:
 //! build with `--release` before reading them.
 
 mod cpu;

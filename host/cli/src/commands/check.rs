@@ -1,4 +1,4 @@
-//! `onestep check [--strict] [--connect] [--json] FILE` (spec §11.1).
+//! `onestep check [--strict] [--connect] [--json] FILE` (docs/cli.md#onestep-check).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::wiring::{backend_key, source_options};
 pub struct CheckArgs {
     /// The YAML app file.
     pub target: PathBuf,
-    /// Apply strict validation (unknown keys and the rules of spec §10.5) first.
+    /// Apply strict validation (unknown keys and the rules of docs/configuration.md#strict-validation) first.
     #[arg(long)]
     pub strict: bool,
     /// Also open every execution source: report reachability, server version, session settings

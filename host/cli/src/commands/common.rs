@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use onestep_config::{AppConfig, LoadOptions, format_load_error};
 
-/// Flags every YAML-loading command accepts (spec §10.1).
+/// Flags every YAML-loading command accepts (docs/configuration.md#load-pipeline).
 #[derive(Debug, Clone, clap::Args)]
 pub struct EnvArgs {
     /// Dotenv file to load (overrides `app.env_file` and a `.env` next to the YAML).

@@ -1,5 +1,5 @@
 //! `onestep migrate (FILE | --dsn URL)`: creates the execution tables with a DDL-capable DSN, the
-//! production path where API and workers then run with `auto_create: false` (seed §3.1).
+//! production path where API and workers then run with `auto_create: false` (docs/semantics.md#opening-a-backend).
 
 use std::path::PathBuf;
 

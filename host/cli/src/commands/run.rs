@@ -1,5 +1,5 @@
 //! `onestep run FILE`: runs the worker declared in a YAML app file until SIGINT/SIGTERM
-//! (spec §11.2), then drains (§9.9).
+//! (docs/cli.md#onestep-run), then drains (docs/semantics.md#shutdown-and-drain).
 
 use std::path::PathBuf;
 use std::time::Duration;

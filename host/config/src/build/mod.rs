@@ -1,4 +1,4 @@
-//! The build step (spec §10.1 step 6, §10.6): turns the interpolated tree into [`AppConfig`],
+//! The build step (docs/configuration.md#load-pipeline step 6, docs/configuration.md#checks-in-both-modes): turns the interpolated tree into [`AppConfig`],
 //! enforcing the checks that apply with and without `--strict`.
 
 pub mod api;
@@ -161,7 +161,7 @@ pub fn build(
     })
 }
 
-/// Parses `app.logging` (unknown keys are errors in both modes, spec §10.6): `level` required
+/// Parses `app.logging` (unknown keys are errors in both modes, docs/configuration.md#checks-in-both-modes): `level` required
 /// and a known name (`unsupported logging level '<x>'`), `format` `text` or `json`.
 pub fn parse_logging(node: &Node) -> Result<LoggingConfig, ConfigError> {
     if !node.is_map() {

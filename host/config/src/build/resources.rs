@@ -1,4 +1,4 @@
-//! Resources (spec §10.3–§10.4, §9.1, §10.6): collection over the four sections, type
+//! Resources (docs/configuration.md#document-shape, docs/configuration.md#resources, docs/semantics.md#worker-settings, docs/configuration.md#checks-in-both-modes): collection over the four sections, type
 //! normalisation, `mysql` connectors and `mysql_execution_source` sources.
 
 use std::collections::BTreeMap;
@@ -55,7 +55,7 @@ impl ResourceKind {
         }
     }
 
-    /// The strict allow-list of the type (spec §10.4).
+    /// The strict allow-list of the type (docs/configuration.md#resources).
     pub fn allowed_fields(self) -> &'static [&'static str] {
         match self {
             ResourceKind::Mysql | ResourceKind::Postgres => &["type", "dsn", "engine_options"],
@@ -116,7 +116,7 @@ impl ResourceEntry<'_> {
     }
 }
 
-/// Collects the resources of all sections (spec §10.3): each section a mapping, each entry a
+/// Collects the resources of all sections (docs/configuration.md#document-shape): each section a mapping, each entry a
 /// mapping with a non-empty string `type` of a known type; a name defined twice must have
 /// identical specs.
 pub fn collect(root: &Node) -> Result<BTreeMap<String, ResourceEntry<'_>>, ConfigError> {
@@ -174,7 +174,7 @@ pub fn collect(root: &Node) -> Result<BTreeMap<String, ResourceEntry<'_>>, Confi
     Ok(out)
 }
 
-/// Builds a `mysql` connector (spec §10.4, §10.6).
+/// Builds a `mysql` connector (docs/configuration.md#resources, docs/configuration.md#checks-in-both-modes).
 pub fn build_connector(e: &ResourceEntry<'_>) -> Result<MysqlConnectorConfig, ConfigError> {
     let path = e.path();
     let Some(dsn) = e.node.get("dsn").and_then(non_empty_str) else {
@@ -229,7 +229,7 @@ pub fn build_connector(e: &ResourceEntry<'_>) -> Result<MysqlConnectorConfig, Co
     })
 }
 
-/// The source options of spec §9.1, validated in the spec's order.
+/// The source options (docs/semantics.md#worker-settings), validated in the reference's order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceOptions {
     /// Trimmed namespace.
@@ -248,8 +248,8 @@ pub struct SourceOptions {
     pub worker_id: String,
 }
 
-/// Applies the §9.1 option rules to a source mapping. `prefix` is `""` at build time and
-/// `"<section>.<name>."` in strict mode (spec §10.5 step 6), where it is also applied to
+/// Applies the source option rules (docs/semantics.md#worker-settings) to a source mapping. `prefix` is `""` at build time and
+/// `"<section>.<name>."` in strict mode (docs/configuration.md#strict-validation step 6), where it is also applied to
 /// `lease_duration_s` inside the heartbeat message. Returns the failing node and message.
 pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node, String)> {
     let err = |n: &Node, msg: String| Err((n.clone(), msg));
@@ -370,7 +370,7 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
     })
 }
 
-/// Reads `table`/`attempts_table` (identifier rules of spec §2.1; null → default).
+/// Reads `table`/`attempts_table` (identifier rules of docs/semantics.md#tables-and-names; null → default).
 pub fn table_name(
     node: &Node,
     key: &str,
@@ -388,7 +388,7 @@ pub fn table_name(
     }
 }
 
-/// Reads `auto_create` (must be a boolean in both modes, spec §13).
+/// Reads `auto_create` (must be a boolean in both modes, docs/semantics.md#compatibility-with-the-reference).
 pub fn auto_create(node: &Node, default: bool, path: &str) -> Result<bool, ConfigError> {
     match node.get_set("auto_create") {
         None => Ok(default),
@@ -414,7 +414,7 @@ pub fn positive(node: &Node, key: &str, default: u64, path: &str) -> Result<u64,
     }
 }
 
-/// Reads the three value-size limits of spec §3.3.
+/// Reads the three value-size limits of docs/semantics.md#size-limits.
 pub fn limits(node: &Node, path: &str) -> Result<Limits, ConfigError> {
     let d = Limits::default();
     let get = |key: &str, default: usize| -> Result<usize, ConfigError> {
@@ -462,7 +462,7 @@ pub fn connector_ref(
     }
 }
 
-/// Builds a `mysql_execution_source` (spec §9.1, §10.4, §10.6).
+/// Builds a `mysql_execution_source` (docs/semantics.md#worker-settings, docs/configuration.md#resources, docs/configuration.md#checks-in-both-modes).
 pub fn build_source(
     e: &ResourceEntry<'_>,
     resources: &BTreeMap<String, ResourceEntry<'_>>,

@@ -1,4 +1,4 @@
-//! `retry:` (spec §9.7, §10.3): a type string or a mapping with `type`, producing
+//! `retry:` (docs/semantics.md#retry-policies, docs/configuration.md#document-shape): a type string or a mapping with `type`, producing
 //! [`RetryPolicy`]. Type strings are trimmed, lower-cased, `-` → `_`.
 
 use onestep_core::retry::{Jitter, RetryPolicy};
@@ -74,7 +74,7 @@ fn retry_type(node: &Node, path: &str) -> Result<Option<RetryType>, ConfigError>
     Ok(Some(t))
 }
 
-/// Strict check (spec §10.5): a known type and only its own fields, recursively.
+/// Strict check (docs/configuration.md#strict-validation): a known type and only its own fields, recursively.
 pub fn check_retry_fields(node: &Node, path: &str) -> Result<(), ConfigError> {
     let Some(t) = retry_type(node, path)? else {
         return Ok(());
@@ -90,7 +90,7 @@ pub fn check_retry_fields(node: &Node, path: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Builds the policy (absent/`null` → `NoRetry`) and applies the constructor rules of §9.7.
+/// Builds the policy (absent/`null` → `NoRetry`) and applies the constructor rules of docs/semantics.md#retry-policies.
 /// Errors are reported at `path` (e.g. `tasks[0].retry`).
 pub fn parse_retry(node: Option<&Node>, path: &str) -> Result<RetryPolicy, ConfigError> {
     let Some(node) = node else {

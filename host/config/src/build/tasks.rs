@@ -1,4 +1,4 @@
-//! `tasks:` (spec §10.3, §10.6, adapted): each task runs a WebAssembly component handler in a
+//! `tasks:` (docs/configuration.md#document-shape, docs/configuration.md#checks-in-both-modes, adapted): each task runs a WebAssembly component handler in a
 //! sandbox, fed by one `mysql_execution_source`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +17,7 @@ use crate::model::{
 };
 use crate::node::{Node, Value};
 
-/// Task keys accepted by strict validation (spec §10.5 plus `sandbox`).
+/// Task keys accepted by strict validation (docs/configuration.md#strict-validation plus `sandbox`).
 pub const TASK_KEYS: [&str; 13] = [
     "name",
     "description",

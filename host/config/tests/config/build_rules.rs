@@ -1,4 +1,4 @@
-//! Build-time checks that apply with and without `--strict` (spec §10.6, §9.1, §9.7).
+//! Build-time checks that apply with and without `--strict` (docs/configuration.md#checks-in-both-modes, docs/semantics.md#worker-settings, docs/semantics.md#retry-policies).
 
 use onestep_core::retry::{Jitter, RetryPolicy};
 
@@ -188,7 +188,7 @@ fn backend_option_rules() {
                 source_doc(&format!("{NS}    reclaim_batch_size: -1\n")),
                 "resources.jobs: reclaim_batch_size must be a positive integer (line 12, column 25)",
             ),
-            // Recommended by §13: non-boolean auto_create is rejected in both modes.
+            // Non-boolean auto_create is rejected in both modes (docs/configuration.md#differences-from-the-reference).
             (
                 source_doc(&format!("{NS}    auto_create: 'no'\n")),
                 "resources.jobs: auto_create must be a boolean (line 12, column 18)",
@@ -428,7 +428,7 @@ fn legacy_form_and_logging() {
     .expect("logging");
     assert_eq!(cfg.logging.level, Some(onestep_config::LogLevel::Warning));
     assert_eq!(cfg.logging.format, Some(onestep_config::LogFormat::Json));
-    // app.logging unknown keys are errors even without --strict (§10.6).
+    // app.logging unknown keys are errors even without --strict (docs/configuration.md#checks-in-both-modes).
     assert_eq!(
         err("app: {name: x, logging: {level: INFO, colour: 1}}\n", false),
         "unsupported fields for app.logging: colour (line 1, column 47)"

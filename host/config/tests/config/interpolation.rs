@@ -1,4 +1,4 @@
-//! `${…}` interpolation (spec §10.2).
+//! `${…}` interpolation (docs/configuration.md#environment-interpolation).
 
 use onestep_config::EnvLookup;
 use onestep_config::interpolate::{expand_text, expand_value, references, split_reference};

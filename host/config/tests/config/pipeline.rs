@@ -1,4 +1,4 @@
-//! The load pipeline (spec §10.1): parse, dotenv selection and precedence, strict env, errors,
+//! The load pipeline (docs/configuration.md#load-pipeline): parse, dotenv selection and precedence, strict env, errors,
 //! summaries.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Every strict rule of spec §10.5 (plus this build's sections): a bad snippet and the exact
+//! Every strict rule of docs/configuration.md#strict-validation (plus this build's sections): a bad snippet and the exact
 //! message (path, rule text, line and column).
 
 use crate::common::err;

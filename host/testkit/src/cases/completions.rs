@@ -1,5 +1,5 @@
-//! Worker-completion rows of the transition table (spec §6.1 T9–T14) with their attempt
-//! transitions (§6.2), replays and refusals.
+//! Worker-completion rows of the transition table (docs/semantics.md#transitions T9–T14) with their attempt
+//! transitions (docs/semantics.md#attempt-transitions), replays and refusals.
 
 use chrono::Duration;
 use onestep_core::execution::Completion;

@@ -1,4 +1,4 @@
-//! The conformance cases (spec §6–§8) and the helpers they share.
+//! The conformance cases (docs/semantics.md#transitions, docs/semantics.md#client-operations, docs/semantics.md#worker-operations) and the helpers they share.
 
 use onestep_core::execution::{Completion, ExecutionLease};
 use onestep_core::{Execution, ExecutionError, Limits, StaleReason};
@@ -81,7 +81,7 @@ pub(crate) fn success(v: Value) -> Completion {
     Completion::succeeded(v)
 }
 
-/// Spec §6.4 invariants 3–5 for one execution.
+/// docs/semantics.md#invariants, items 3–5 for one execution.
 pub(crate) async fn check_invariants(fx: &Fixture, id: Uuid) {
     let e = get(fx, id).await;
     let attempts = fx.probe.attempts(id).await;

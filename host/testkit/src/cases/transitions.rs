@@ -1,5 +1,5 @@
-//! One case per row of the execution transition table (spec §6.1), with the attempt transitions
-//! (§6.2), the lease-lost retry predicate (§6.3) and invariants (§6.4).
+//! One case per row of the execution transition table (docs/semantics.md#transitions), with the attempt transitions
+//! (docs/semantics.md#attempt-transitions), the lease-lost retry predicate (docs/semantics.md#lease-lost-retry) and invariants (docs/semantics.md#invariants).
 
 use chrono::Duration;
 use onestep_core::execution::Completion;
