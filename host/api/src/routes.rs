@@ -286,7 +286,7 @@ pub async fn healthz() -> Json<HealthView> {
     )
 )]
 pub async fn readyz(State(state): State<ApiState>) -> Result<Json<HealthView>, ApiError> {
-    match state.readiness().check().await {
+    match state.readiness().ready().await {
         Ok(()) => Ok(Json(HealthView {
             status: "ok".into(),
         })),

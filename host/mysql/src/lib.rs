@@ -4,9 +4,11 @@
 //! ([`schema`], spec §2), session pinning and the server gate ([`session`], §2.8–§2.9), DSN
 //! handling and secret redaction ([`dsn`]), error classification ([`errors`], §9.8), the client
 //! operations (submit, submit_many, get, list, cancel; §7) and the worker operations (claim with
-//! bounded maintenance, heartbeat, complete, complete_many, release; §8). One type,
-//! [`MySqlBackend`], implements both [`onestep_core::ports::ExecutionStore`] and
-//! [`onestep_core::ports::LeaseStore`].
+//! bounded maintenance, heartbeat, complete, complete_many, release; §8), the readiness probe
+//! and the benchmark figures ([`probes`]), and the benchmarks' throw-away databases
+//! ([`scratch`]). One type, [`MySqlBackend`], implements [`onestep_core::ports::ExecutionStore`],
+//! [`onestep_core::ports::LeaseStore`], [`onestep_core::ports::Readiness`] and
+//! [`onestep_core::ports::StoreStats`]; its connection pool stays inside this crate.
 //!
 //! Invariants:
 //! * "now" is the injected clock, read once per transaction; the database clock is never used.
@@ -30,12 +32,15 @@ mod complete;
 pub mod dsn;
 pub mod errors;
 mod maintenance;
+pub mod probes;
 pub mod retry;
 pub mod rows;
 pub mod schema;
+pub mod scratch;
 pub mod session;
 mod store_impl;
 
 pub use backend::{MySqlBackend, MySqlOptions};
 pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};
+pub use scratch::ScratchDatabase;
 pub use session::{Flavor, ServerInfo, SessionState};
