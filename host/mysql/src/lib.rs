@@ -28,9 +28,10 @@
 pub mod backend;
 mod claim;
 mod client_ops;
-mod complete;
+mod complete_batch;
 pub mod dsn;
 pub mod errors;
+mod fenced_writes;
 mod maintenance;
 pub mod probes;
 pub mod retry;
