@@ -11,10 +11,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mysql_async::prelude::Queryable;
-use onestep_api::mysql::MySqlReadiness;
 use onestep_api::{ApiSettings, ApiState, router};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::{MySqlBackend, MySqlOptions, ScratchDatabase};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -24,24 +22,9 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 async fn main() -> Result<(), Error> {
     let admin = std::env::var("ONESTEP_TEST_MARIADB_URL")
         .map_err(|_| "ONESTEP_TEST_MARIADB_URL is not set (e.g. mysql://root@127.0.0.1:3306/)")?;
-    let admin = admin.trim().trim_end_matches('/').to_owned();
-    let db = format!(
-        "onestep_bench_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    );
-    let admin_pool = mysql_async::Pool::new(format!("{admin}/").as_str());
-    admin_pool
-        .get_conn()
-        .await?
-        .query_drop(format!("CREATE DATABASE `{db}`"))
-        .await?;
-    let outcome = run(&format!("{admin}/{db}")).await;
-    admin_pool
-        .get_conn()
-        .await?
-        .query_drop(format!("DROP DATABASE `{db}`"))
-        .await?;
-    admin_pool.disconnect().await?;
+    let db = ScratchDatabase::create(admin.trim(), "onestep_bench_").await?;
+    let outcome = run(db.dsn()).await;
+    db.drop_database().await?;
     outcome
 }
 
@@ -58,7 +41,7 @@ async fn run(dsn: &str) -> Result<(), Error> {
     let backend = MySqlBackend::open(opts).await?;
     let state = ApiState::new(
         Arc::new(backend.clone()),
-        Arc::new(MySqlReadiness::new(backend.clone())),
+        Arc::new(backend.clone()),
         ApiSettings::single("bench"),
     )?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

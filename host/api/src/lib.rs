@@ -1,7 +1,8 @@
 //! onestep-api: the HTTP API of tracked execution (docs/http-api.md), as an axum 0.8 [`Router`].
 //!
-//! Build an [`ApiState`] with [`ApiState::new`] from any [`ExecutionStore`] (the MySQL backend in
-//! production), a [`Readiness`] probe and [`ApiSettings`], then call [`router`]. Endpoints:
+//! Build an [`ApiState`] with [`ApiState::new`] from any [`ExecutionStore`] and [`Readiness`]
+//! (both the MySQL backend in production, wired by the CLI; this crate knows no backend) and
+//! [`ApiSettings`], then call [`router`]. Endpoints:
 //!
 //! | Method & path | Success | Errors |
 //! |---|---|---|
@@ -24,7 +25,6 @@
 pub mod auth;
 pub mod error;
 pub mod extract;
-pub mod mysql;
 pub mod openapi;
 pub mod poll;
 pub mod routes;
@@ -41,8 +41,8 @@ use utoipa_axum::routes;
 
 pub use auth::{Tenancy, TokenTable};
 pub use error::{ApiError, ErrorBody};
-pub use onestep_core::ports::ExecutionStore;
-pub use state::{ApiSettings, ApiState, DEFAULT_MAX_BODY_BYTES, Readiness};
+pub use onestep_core::ports::{ExecutionStore, Readiness};
+pub use state::{ApiSettings, ApiState, DEFAULT_MAX_BODY_BYTES};
 pub use view::{ExecutionView, PageView, ResultView};
 
 /// The API's router with its state applied, ready for `axum::serve`.

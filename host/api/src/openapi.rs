@@ -1,7 +1,9 @@
-//! The OpenAPI document, generated from the handlers' annotations (utoipa).
+//! The OpenAPI document, generated from the handlers' annotations (utoipa), and the error
+//! responses several routes share ([`V1Errors`], [`NotFoundErrors`], [`BodyErrors`]), listed once
+//! here and named in each route's `responses(...)`.
 
-use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{IntoResponses, OpenApi};
 
 use crate::error::ErrorBody;
 use crate::view::{ErrorObjectView, ExecutionView, HealthView, PageView, ResultView, StatusName};
@@ -42,4 +44,34 @@ pub fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
         ),
     );
     doc
+}
+
+/// Error responses of every `/v1` route.
+#[derive(IntoResponses)]
+pub enum V1Errors {
+    /// Missing or unknown token
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// Store unavailable
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// The error response of the routes that name one execution.
+#[derive(IntoResponses)]
+pub enum NotFoundErrors {
+    /// No such execution in the caller's namespace
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+}
+
+/// Error responses of the routes that read a JSON body.
+#[derive(IntoResponses)]
+pub enum BodyErrors {
+    /// Body over the limit
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// Body is not JSON
+    #[response(status = 415)]
+    NotJson(ErrorBody),
 }

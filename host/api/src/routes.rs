@@ -13,6 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ErrorBody, code};
 use crate::extract::{ExecutionId, IdempotencyKey, JsonBody, Tenant};
+use crate::openapi::{BodyErrors, NotFoundErrors, V1Errors};
 use crate::state::ApiState;
 use crate::view::{ExecutionView, HealthView, PageView, ResultView};
 
@@ -92,12 +93,10 @@ pub fn parse_expires_at(text: &str) -> Result<DateTime<FixedOffset>, ApiError> {
     request_body = SubmitBody,
     responses(
         (status = 202, description = "Accepted (new or replayed)", body = ExecutionView),
-        (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 409, description = "Key already used with a different submission", body = ErrorBody),
-        (status = 413, description = "Body over the limit", body = ErrorBody),
-        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 422, description = "Validation, encoding or task not allowed", body = ErrorBody),
-        (status = 503, description = "Store unavailable", body = ErrorBody),
+        BodyErrors,
+        V1Errors,
     ),
     security(("bearer" = []))
 )]
@@ -137,9 +136,8 @@ pub async fn submit_execution(
     params(ListParams),
     responses(
         (status = 200, description = "One page", body = PageView),
-        (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 422, description = "Bad filter, limit or cursor", body = ErrorBody),
-        (status = 503, description = "Store unavailable", body = ErrorBody),
+        V1Errors,
     ),
     security(("bearer" = []))
 )]
@@ -199,10 +197,9 @@ pub async fn list_executions(
     params(("id" = String, Path, description = "Execution id (UUID)")),
     responses(
         (status = 200, description = "The execution", body = ExecutionView),
-        (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 404, description = "No such execution in the caller's namespace", body = ErrorBody),
         (status = 422, description = "Malformed id", body = ErrorBody),
-        (status = 503, description = "Store unavailable", body = ErrorBody),
+        NotFoundErrors,
+        V1Errors,
     ),
     security(("bearer" = []))
 )]
@@ -222,12 +219,10 @@ pub async fn get_execution(
     request_body(content = Option<CancelBody>, description = "Optional reason"),
     responses(
         (status = 200, description = "The execution after the request", body = ExecutionView),
-        (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 404, description = "No such execution in the caller's namespace", body = ErrorBody),
-        (status = 413, description = "Body over the limit", body = ErrorBody),
-        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 422, description = "Malformed id or reason too long", body = ErrorBody),
-        (status = 503, description = "Store unavailable", body = ErrorBody),
+        NotFoundErrors,
+        BodyErrors,
+        V1Errors,
     ),
     security(("bearer" = []))
 )]
@@ -249,12 +244,11 @@ pub async fn cancel_execution(
     params(("id" = String, Path, description = "Execution id (UUID)")),
     responses(
         (status = 200, description = "Succeeded: the result", body = ResultView),
-        (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 404, description = "No such execution in the caller's namespace", body = ErrorBody),
         (status = 409, description = "Not terminal yet (`not_ready`) or cancelled (`cancelled`)", body = ErrorBody),
         (status = 410, description = "Expired (`expired`)", body = ErrorBody),
         (status = 422, description = "Malformed id, or failed (`failed`, with the error object)", body = ErrorBody),
-        (status = 503, description = "Store unavailable", body = ErrorBody),
+        NotFoundErrors,
+        V1Errors,
     ),
     security(("bearer" = []))
 )]
@@ -286,7 +280,7 @@ pub async fn healthz() -> Json<HealthView> {
     )
 )]
 pub async fn readyz(State(state): State<ApiState>) -> Result<Json<HealthView>, ApiError> {
-    match state.readiness().check().await {
+    match state.readiness().ready().await {
         Ok(()) => Ok(Json(HealthView {
             status: "ok".into(),
         })),

@@ -1,10 +1,10 @@
-//! The router's shared state: the store, the tenants, the task allow-list and the limits.
+//! The router's shared state: the store, its readiness probe, the tenants, the task allow-list
+//! and the limits.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use onestep_core::ports::ExecutionStore;
+use onestep_core::ports::{ExecutionStore, Readiness};
 use onestep_core::{ExecutionClient, ExecutionError, Limits};
 
 use crate::auth::{Tenancy, bearer_token};
@@ -12,13 +12,6 @@ use crate::error::ApiError;
 
 /// Default `max_body_bytes` (2 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
-
-/// What `GET /readyz` asks: is the database reachable and are the tables there?
-#[async_trait]
-pub trait Readiness: Send + Sync {
-    /// `Ok` when the store can serve requests. The error's text is logged, never returned.
-    async fn check(&self) -> Result<(), ExecutionError>;
-}
 
 /// Settings of the API that do not come from the store.
 #[derive(Debug, Clone)]
@@ -128,7 +121,7 @@ impl ApiState {
             .is_none_or(|set| set.contains(task.trim()))
     }
 
-    /// The readiness probe.
+    /// The readiness probe of `GET /readyz`.
     pub fn readiness(&self) -> &dyn Readiness {
         self.inner.readiness.as_ref()
     }

@@ -1,9 +1,13 @@
 //! The ports that storage backends implement, split by role (architecture: client side and
-//! worker side). One backend type (e.g. the MySQL backend) implements both.
+//! worker side). One backend type (e.g. the MySQL backend) implements both, plus the two
+//! read-only ports around them: [`Readiness`] (the API's `/readyz`) and [`StoreStats`] (the
+//! figures `onestep bench` prints).
 //!
 //! Backends read "now" from their injected [`Clock`](crate::time::Clock) once per transaction
 //! (docs/semantics.md#time) and never use the database clock. Every worker-side write is fenced by the lease
 //! token (docs/semantics.md#lease-fencing); a fence that matches no row is [`ExecutionError::StaleLease`].
+
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -81,4 +85,39 @@ pub trait LeaseStore: Send + Sync {
 
     /// Puts a claimed-but-never-started execution back to `queued` (T14).
     async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError>;
+}
+
+/// Whether a store can serve requests now (the API's `GET /readyz`).
+#[async_trait]
+pub trait Readiness: Send + Sync {
+    /// `Ok` when the store answers and its tables exist. Gives up after a bounded wait; the
+    /// error ([`ExecutionError::Backend`], operation `ready`) is for logs, never for clients.
+    async fn ready(&self) -> Result<(), ExecutionError>;
+}
+
+/// Queue and run timing of one execution, as the store recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutionTiming {
+    /// Microseconds from `available_at` to `started_at` (`None` when never started).
+    pub queued_us: Option<i64>,
+    /// Microseconds from `started_at` to `finished_at` (`None` when not both are set).
+    pub running_us: Option<i64>,
+    /// Whether the execution is `succeeded`.
+    pub succeeded: bool,
+}
+
+/// Read-only figures about a store for benchmarks and diagnostics; neither the API nor the
+/// worker uses them.
+#[async_trait]
+pub trait StoreStats: Send + Sync {
+    /// The timing of every execution of `namespace`, in no particular order.
+    async fn execution_timings(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<ExecutionTiming>, ExecutionError>;
+
+    /// Cumulative server-wide counters (statements, rows read/written) by lower-case name.
+    /// They include other sessions' work; compare two readings. Empty when the server
+    /// exposes none.
+    async fn server_counters(&self) -> Result<BTreeMap<String, f64>, ExecutionError>;
 }

@@ -228,8 +228,16 @@ impl MySqlBackend {
         r.map_err(|e: OpError| into_execution_error(e, "session", &self.inner.secrets))
     }
 
-    /// The pool, for tests and tools that inspect the tables directly.
-    pub fn pool(&self) -> &Pool {
+    /// The pool. Connections taken from it are reset when they go back (unlike [`Self::conn`]).
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// The pool, for this crate's integration tests that inspect the tables or the session
+    /// directly (feature `test-support`; not part of the supported API).
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
+    pub fn test_pool(&self) -> &Pool {
         &self.inner.pool
     }
 
@@ -256,7 +264,7 @@ impl MySqlBackend {
     /// unfinished one is rolled back by the pool) and never change session state, so the pinned
     /// session of docs/semantics.md#sessions survives, and so does the connection's prepared-statement cache —
     /// a reset would drop both and force the setup commands plus a fresh PREPARE of every
-    /// statement on the next use. Connections handed out by [`Self::pool`] are still reset.
+    /// statement on the next use. Connections taken from [`Self::pool`] are still reset.
     pub(crate) async fn conn(&self) -> OpResult<Conn> {
         let mut conn = self.inner.pool.get_conn().await?;
         conn.reset_connection(false);

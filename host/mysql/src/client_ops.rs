@@ -59,6 +59,21 @@ enum Lookup {
     Absent,
 }
 
+impl Lookup {
+    /// What the submission returns: the execution (new or replayed) or the conflict; `None`
+    /// when nothing was written.
+    fn outcome(self) -> Option<Result<Execution, ExecutionError>> {
+        match self {
+            Lookup::Inserted(x) | Lookup::Replay(x) => Some(Ok(x)),
+            Lookup::Conflict(existing_id) => Some(Err(ExecutionError::Conflict { existing_id })),
+            Lookup::Absent => None,
+        }
+    }
+}
+
+/// Rounds of [`MySqlBackend::write_resolving_ambiguity`] before it gives up.
+const AMBIGUOUS_ROUNDS: usize = 3;
+
 impl MySqlBackend {
     pub(crate) async fn select_by_id<Q: Queryable>(
         &self,
@@ -153,28 +168,29 @@ impl MySqlBackend {
         Ok(inserted)
     }
 
-    /// Submit (docs/semantics.md#submit-and-idempotency). An ambiguous commit is resolved by re-reading through the id and
-    /// the idempotency key; when neither is found, the submission is written again.
-    pub(crate) async fn submit_impl(
+    /// Runs `write` (one whole transaction) with the retry policy. After an ambiguous commit,
+    /// `reread` decides: `Some` is the outcome (the write was committed, or meets a conflict),
+    /// `None` means nothing was committed and `write` runs again, at most
+    /// [`AMBIGUOUS_ROUNDS`] times in all.
+    async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
         &self,
-        sub: PreparedSubmission,
-    ) -> Result<Execution, ExecutionError> {
-        for _ in 0..3 {
-            match self.retry_raw(|| self.submit_once(&sub)).await {
+        what: &'static str,
+        write: W,
+        reread: R,
+    ) -> Result<T, ExecutionError>
+    where
+        W: Fn() -> WFut,
+        WFut: std::future::Future<Output = OpResult<T>>,
+        R: Fn() -> RFut,
+        RFut:
+            std::future::Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
+    {
+        for _ in 0..AMBIGUOUS_ROUNDS {
+            match self.retry_raw(&write).await {
                 Err(OpError::CommitUnknown(e)) => {
-                    tracing::warn!(error = %e, "submit commit outcome unknown; re-reading");
-                    let found = self
-                        .run("submit", || async {
-                            let mut conn = self.conn().await?;
-                            self.lookup(&mut conn, &sub).await
-                        })
-                        .await?;
-                    match found {
-                        Lookup::Inserted(x) | Lookup::Replay(x) => return Ok(x),
-                        Lookup::Conflict(existing_id) => {
-                            return Err(ExecutionError::Conflict { existing_id });
-                        }
-                        Lookup::Absent => continue,
+                    tracing::warn!(error = %e, "{what} commit outcome unknown; re-reading");
+                    if let Some(outcome) = reread().await? {
+                        return outcome;
                     }
                 }
                 other => return other.map_err(|e| self.error(e, "submit")),
@@ -186,6 +202,28 @@ impl MySqlBackend {
             )),
             "submit",
         ))
+    }
+
+    /// Submit (docs/semantics.md#submit-and-idempotency). An ambiguous commit is resolved by re-reading through the id and
+    /// the idempotency key; when neither is found, the submission is written again.
+    pub(crate) async fn submit_impl(
+        &self,
+        sub: PreparedSubmission,
+    ) -> Result<Execution, ExecutionError> {
+        self.write_resolving_ambiguity(
+            "submit",
+            || self.submit_once(&sub),
+            || async {
+                let found = self
+                    .run("submit", || async {
+                        let mut conn = self.conn().await?;
+                        self.lookup(&mut conn, &sub).await
+                    })
+                    .await?;
+                Ok(found.outcome())
+            },
+        )
+        .await
     }
 
     async fn submit_many_once(
@@ -255,13 +293,7 @@ impl MySqlBackend {
                 out.push(Some(Ok(e.clone())));
                 continue;
             }
-            out.push(match self.lookup(q, s).await? {
-                Lookup::Inserted(x) | Lookup::Replay(x) => Some(Ok(x)),
-                Lookup::Conflict(existing_id) => {
-                    Some(Err(ExecutionError::Conflict { existing_id }))
-                }
-                Lookup::Absent => None,
-            });
+            out.push(self.lookup(q, s).await?.outcome());
         }
         Ok(out)
     }
@@ -274,30 +306,26 @@ impl MySqlBackend {
         if subs.is_empty() {
             return Ok(Vec::new());
         }
-        for _ in 0..3 {
-            match self.retry_raw(|| self.submit_many_once(&subs)).await {
-                Err(OpError::CommitUnknown(e)) => {
-                    tracing::warn!(error = %e, "submit_many commit outcome unknown; re-reading");
-                    let resolved = self
-                        .run("submit", || async {
-                            let mut conn = self.conn().await?;
-                            self.resolve_batch(&mut conn, &subs).await
-                        })
-                        .await?;
-                    if resolved.iter().all(Option::is_some) {
-                        return Ok(resolved.into_iter().flatten().collect());
-                    }
-                    // Nothing of the batch was committed (it is all or nothing): write it again.
+        self.write_resolving_ambiguity(
+            "submit_many",
+            || self.submit_many_once(&subs),
+            || async {
+                let resolved = self
+                    .run("submit", || async {
+                        let mut conn = self.conn().await?;
+                        self.resolve_batch(&mut conn, &subs).await
+                    })
+                    .await?;
+                // The batch is all or nothing: one item missing means nothing was committed,
+                // and the batch is written again.
+                if resolved.iter().all(Option::is_some) {
+                    Ok(Some(Ok(resolved.into_iter().flatten().collect())))
+                } else {
+                    Ok(None)
                 }
-                other => return other.map_err(|e| self.error(e, "submit")),
-            }
-        }
-        Err(self.error(
-            OpError::CommitUnknown(mysql_async::Error::Other(
-                "repeated ambiguous commits".into(),
-            )),
-            "submit",
-        ))
+            },
+        )
+        .await
     }
 
     pub(crate) async fn get_impl(

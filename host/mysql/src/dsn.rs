@@ -30,6 +30,13 @@ impl std::fmt::Debug for ParsedDsn {
     }
 }
 
+impl ParsedDsn {
+    /// The TCP port the DSN names (3306 when it names none).
+    pub fn tcp_port(&self) -> u16 {
+        self.opts.tcp_port()
+    }
+}
+
 /// Parses `dsn`. Errors are messages that never contain the password.
 pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, String> {
     let dsn = dsn.trim();

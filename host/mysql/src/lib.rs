@@ -4,9 +4,11 @@
 //! ([`schema`], docs/schema.md), session pinning and the server gate ([`session`], docs/semantics.md#opening-a-backend, docs/semantics.md#sessions), DSN
 //! handling and secret redaction ([`dsn`]), error classification ([`errors`], docs/semantics.md#error-classification), the client
 //! operations (submit, submit_many, get, list, cancel; docs/semantics.md#client-operations) and the worker operations (claim with
-//! bounded maintenance, heartbeat, complete, complete_many, release; docs/semantics.md#worker-operations). One type,
-//! [`MySqlBackend`], implements both [`onestep_core::ports::ExecutionStore`] and
-//! [`onestep_core::ports::LeaseStore`].
+//! bounded maintenance, heartbeat, complete, complete_many, release; docs/semantics.md#worker-operations), the readiness probe
+//! and the benchmark figures ([`probes`]), and the benchmarks' throw-away databases
+//! ([`scratch`]). One type, [`MySqlBackend`], implements [`onestep_core::ports::ExecutionStore`],
+//! [`onestep_core::ports::LeaseStore`], [`onestep_core::ports::Readiness`] and
+//! [`onestep_core::ports::StoreStats`]; its connection pool stays inside this crate.
 //!
 //! Invariants:
 //! * "now" is the injected clock, read once per transaction; the database clock is never used.
@@ -26,16 +28,20 @@
 pub mod backend;
 mod claim;
 mod client_ops;
-mod complete;
+mod complete_batch;
 pub mod dsn;
 pub mod errors;
+mod fenced_writes;
 mod maintenance;
+pub mod probes;
 pub mod retry;
 pub mod rows;
 pub mod schema;
+pub mod scratch;
 pub mod session;
 mod store_impl;
 
 pub use backend::{MySqlBackend, MySqlOptions};
 pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};
+pub use scratch::ScratchDatabase;
 pub use session::{Flavor, ServerInfo, SessionState};

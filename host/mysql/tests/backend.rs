@@ -59,7 +59,7 @@ async fn session_pinned(server: Server) {
         assert_eq!(first.isolation, "READ-COMMITTED");
         // Dirty the session of the only pooled connection, give it back, read again.
         {
-            let mut c = b.pool().get_conn().await.expect("conn");
+            let mut c = b.test_pool().get_conn().await.expect("conn");
             c.query_drop("SET time_zone = '+05:00'").await.expect("set");
             c.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 .await
@@ -67,7 +67,7 @@ async fn session_pinned(server: Server) {
         }
         let again = b.session_state().await.expect("state");
         assert!(
-            b.pool()
+            b.test_pool()
                 .metrics()
                 .resetting_connection
                 .load(Ordering::Relaxed)

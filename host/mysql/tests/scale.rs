@@ -65,7 +65,7 @@ async fn history_does_not_cost(server: Server) {
     )
     .await;
     let (t, a) = (b.tables().executions.clone(), b.tables().attempts.clone());
-    let mut c = b.pool().get_conn().await.expect("conn");
+    let mut c = b.test_pool().get_conn().await.expect("conn");
     // 100,000 finished rows of the same namespace and task, expired in the past, plus attempts.
     c.query_drop(format!(
         "INSERT INTO `{t}` (id, namespace, task_name, status, payload, metadata, attempts, \

@@ -202,7 +202,7 @@ async fn health_readiness_and_openapi() {
     );
 
     // Tables gone → not ready, without internals in the body.
-    let mut c = app.backend.pool().get_conn().await.expect("conn");
+    let mut c = app.pool.get_conn().await.expect("conn");
     c.query_drop(format!("DROP TABLE `{}`", app.backend.tables().attempts))
         .await
         .expect("drop attempts");

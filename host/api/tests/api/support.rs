@@ -14,7 +14,6 @@ use axum::http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use mysql_async::Pool;
 use mysql_async::prelude::Queryable;
-use onestep_api::mysql::MySqlReadiness;
 use onestep_api::{ApiSettings, ApiState, Tenancy, TokenTable, router};
 use onestep_core::Limits;
 use onestep_mysql::{MySqlBackend, MySqlOptions};
@@ -121,6 +120,8 @@ pub fn tenant_settings() -> ApiSettings {
 pub struct TestApp {
     pub db: TestDb,
     pub backend: MySqlBackend,
+    /// A pool of its own on the test database, to inspect or damage the tables directly.
+    pub pool: Pool,
     pub router: Router,
     doc: Value,
 }
@@ -135,15 +136,17 @@ impl TestApp {
         let backend = MySqlBackend::open(opts).await.expect("open backend");
         let state = ApiState::new(
             Arc::new(backend.clone()),
-            Arc::new(MySqlReadiness::new(backend.clone())),
+            Arc::new(backend.clone()),
             settings,
         )
         .expect("state");
         let router = router(state);
         let doc = serde_json::to_value(onestep_api::openapi_document()).expect("openapi");
+        let pool = Pool::new(db.url.as_str());
         TestApp {
             db,
             backend,
+            pool,
             router,
             doc,
         }
@@ -180,7 +183,7 @@ impl TestApp {
 
     /// Rows in the executions table.
     pub async fn count_rows(&self) -> i64 {
-        let mut c = self.backend.pool().get_conn().await.expect("conn");
+        let mut c = self.pool.get_conn().await.expect("conn");
         let n: Option<i64> = c
             .query_first(format!(
                 "SELECT COUNT(*) FROM `{}`",
@@ -193,7 +196,7 @@ impl TestApp {
 
     /// Rows in the attempts table.
     pub async fn count_attempts(&self) -> i64 {
-        let mut c = self.backend.pool().get_conn().await.expect("conn");
+        let mut c = self.pool.get_conn().await.expect("conn");
         let n: Option<i64> = c
             .query_first(format!(
                 "SELECT COUNT(*) FROM `{}`",

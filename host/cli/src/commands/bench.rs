@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
-use mysql_async::prelude::Queryable;
-use onestep_core::ports::{ExecutionStore, LeaseStore};
+use onestep_core::ports::{ExecutionStore, ExecutionTiming, LeaseStore, StoreStats};
 use onestep_core::request::SubmitRequest;
 use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
 use onestep_core::{ExecutionClient, Limits};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::session::Flavor;
+use onestep_mysql::{MySqlBackend, MySqlOptions, ScratchDatabase};
 use onestep_wasm::{Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings, Worker, WorkerSettings};
 use serde::Serialize;
@@ -146,74 +146,26 @@ pub async fn run(args: BenchArgs) -> u8 {
     }
 }
 
-/// A throw-away database on the server, dropped by [`ScratchDb::drop_now`].
-struct ScratchDb {
-    server: mysql_async::Opts,
-    name: String,
-}
-
-impl ScratchDb {
-    async fn create(server_url: &str) -> Result<(Self, String)> {
-        let parsed = onestep_mysql::dsn::parse_dsn(server_url).map_err(anyhow::Error::msg)?;
-        let name = format!(
-            "onestep_bench_{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..12]
-        );
-        let mut conn = mysql_async::Conn::new(parsed.opts.clone())
-            .await
-            .context("cannot connect to --server-url")?;
-        conn.query_drop(format!("CREATE DATABASE `{name}`"))
-            .await
-            .context("cannot create the benchmark database")?;
-        conn.disconnect().await.ok();
-        let (base, query) = match server_url.split_once('?') {
-            Some((b, q)) => (b, Some(q)),
-            None => (server_url, None),
-        };
-        let (scheme, rest) = base.split_once("://").unwrap_or(("mysql", base));
-        let authority = rest.split('/').next().unwrap_or(rest);
-        let mut dsn = format!("{scheme}://{authority}/{name}");
-        if let Some(q) = query {
-            dsn.push('?');
-            dsn.push_str(q);
-        }
-        Ok((
-            ScratchDb {
-                server: parsed.opts,
-                name,
-            },
-            dsn,
-        ))
-    }
-
-    async fn drop_now(self) {
-        let r = async {
-            let mut conn = mysql_async::Conn::new(self.server).await?;
-            conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.name))
-                .await?;
-            conn.disconnect().await
-        }
-        .await;
-        if let Err(e) = r {
-            eprintln!("onestep bench: could not drop database {}: {e}", self.name);
-        }
-    }
-}
-
 async fn bench(args: &BenchArgs) -> Result<Report> {
     let (scratch, dsn) = match &args.dsn {
         Some(d) => (None, d.clone()),
         None => {
-            let (db, dsn) = ScratchDb::create(&args.server_url).await?;
+            let db = ScratchDatabase::create(&args.server_url, "onestep_bench_")
+                .await
+                .context("cannot create the benchmark database on --server-url")?;
+            let dsn = db.dsn().to_owned();
             (Some(db), dsn)
         }
     };
     let outcome = bench_on(args, &dsn).await;
     if let Some(db) = scratch {
         if args.keep {
-            eprintln!("onestep bench: kept database {}", db.name);
+            eprintln!("onestep bench: kept database {}", db.name());
         } else {
-            db.drop_now().await;
+            let name = db.name().to_owned();
+            if let Err(e) = db.drop_database().await {
+                eprintln!("onestep bench: could not drop database {name}: {e}");
+            }
         }
     }
     outcome
@@ -301,10 +253,10 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         },
     )?;
     let stats = worker.stats();
-    let mariadb = server.to_ascii_lowercase().contains("mariadb");
+    let mariadb = backend.server().flavor == Flavor::MariaDb;
     let port = backend_port(dsn);
     let db_proc = cpu::find_server(port, mariadb);
-    let status_before = server_status(&backend).await.unwrap_or_default();
+    let status_before = backend.server_counters().await.unwrap_or_default();
     let self_cpu0 = cpu::process_cpu_ms("self");
     let db_cpu0 = db_proc.as_ref().and_then(|p| cpu::process_cpu_ms(&p.pid));
     let shutdown = CancellationToken::new();
@@ -330,7 +282,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
     let drain_s = drain_started.elapsed().as_secs_f64();
     let self_cpu1 = cpu::process_cpu_ms("self");
     let db_cpu1 = db_proc.as_ref().and_then(|p| cpu::process_cpu_ms(&p.pid));
-    let status_after = server_status(&backend).await.unwrap_or_default();
+    let status_after = backend.server_counters().await.unwrap_or_default();
     shutdown.cancel();
     handle.await.context("worker task panicked")??;
 
@@ -347,7 +299,8 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             (d > 0.0).then(|| (k.clone(), (d * 100.0).round() / 100.0))
         })
         .collect();
-    let (queued, running, succeeded) = latencies(&backend, &args.namespace).await?;
+    let (queued, running, succeeded) =
+        latencies(&backend.execution_timings(&args.namespace).await?);
     if let Err(e) = backend.close().await {
         eprintln!("onestep bench: closing the backend failed: {e}");
     }
@@ -382,49 +335,29 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
 
 fn backend_port(dsn: &str) -> u16 {
     onestep_mysql::dsn::parse_dsn(dsn)
-        .map(|p| p.opts.tcp_port())
+        .map(|p| p.tcp_port())
         .unwrap_or(3306)
-}
-
-/// Server-wide statement counters (`Com_*`, `Questions`); other sessions' work is included.
-async fn server_status(backend: &MySqlBackend) -> Result<BTreeMap<String, f64>> {
-    let mut conn = backend.pool().get_conn().await?;
-    let rows: Vec<(String, String)> = conn
-        .query(
-            "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_select', 'Com_update', \
-             'Com_insert', 'Com_begin', 'Com_commit', 'Com_savepoint', \
-             'Com_release_savepoint', 'Com_stmt_prepare', 'Com_stmt_execute', 'Com_stmt_close', \
-             'Innodb_rows_read', 'Innodb_rows_updated', 'Innodb_rows_inserted')",
-        )
-        .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_ascii_lowercase(), v)))
-        .collect())
 }
 
 /// Queue latency (`started_at - available_at`) and run latency (`finished_at - started_at`) of
 /// the namespace's rows, plus the number that succeeded.
-async fn latencies(
-    backend: &MySqlBackend,
-    namespace: &str,
-) -> Result<(Percentiles, Percentiles, u64)> {
-    let mut conn = backend.pool().get_conn().await?;
-    let sql = format!(
-        "SELECT TIMESTAMPDIFF(MICROSECOND, available_at, started_at), \
-         TIMESTAMPDIFF(MICROSECOND, started_at, finished_at), status = 'succeeded' \
-         FROM `{}` WHERE namespace = ?",
-        backend.tables().executions
-    );
-    let rows: Vec<(Option<i64>, Option<i64>, i64)> = conn.exec(sql, (namespace,)).await?;
-    let mut queued: Vec<f64> = rows.iter().filter_map(|r| r.0).map(us_to_ms).collect();
-    let mut running: Vec<f64> = rows.iter().filter_map(|r| r.1).map(us_to_ms).collect();
-    let succeeded = rows.iter().filter(|r| r.2 == 1).count() as u64;
-    Ok((
+fn latencies(rows: &[ExecutionTiming]) -> (Percentiles, Percentiles, u64) {
+    let mut queued: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.queued_us)
+        .map(us_to_ms)
+        .collect();
+    let mut running: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.running_us)
+        .map(us_to_ms)
+        .collect();
+    let succeeded = rows.iter().filter(|r| r.succeeded).count() as u64;
+    (
         percentiles(&mut queued),
         percentiles(&mut running),
         succeeded,
-    ))
+    )
 }
 
 #[allow(clippy::cast_precision_loss)]

@@ -2,15 +2,15 @@
 //! SIGTERM (graceful: in-flight requests finish, then the pool is closed).
 //!
 //! Wiring: config → `api.connector` (a `mysql` resource) → [`MySqlBackend`] (tables, limits,
-//! `auto_create`, pool bounds) → [`ApiState`] (tenants from `tokens_file`/`tokens_env`, or the one
-//! `namespace`; `allowed_tasks`; `max_body_bytes`) → [`onestep_api::router`] → `axum::serve`.
+//! `auto_create`, pool bounds; it is both the store and the readiness probe) → [`ApiState`]
+//! (tenants from `tokens_file`/`tokens_env`, or the one `namespace`; `allowed_tasks`;
+//! `max_body_bytes`) → [`onestep_api::router`] → `axum::serve`.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use onestep_api::mysql::MySqlReadiness;
 use onestep_api::{ApiSettings, ApiState, Tenancy, TokenTable};
 use onestep_config::{ApiAuth, AppConfig, LoadOptions, LogFormat};
 use onestep_core::names::TableNames;
@@ -175,7 +175,7 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     }
     let state = ApiState::new(
         Arc::new(backend.clone()),
-        Arc::new(MySqlReadiness::new(backend.clone())),
+        Arc::new(backend.clone()),
         settings,
     )
     .map_err(|e| usage(format!("api: {e}")))?;

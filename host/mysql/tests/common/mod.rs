@@ -240,7 +240,7 @@ impl FixtureFactory for MySqlFactory {
         )
         .await;
         let probe = Arc::new(SqlProbe {
-            pool: backend.pool().clone(),
+            pool: backend.test_pool().clone(),
             tables,
         });
         self.backends

@@ -1,0 +1,391 @@
+//! The fenced worker writes of one lease: heartbeat (T8), complete (T9–T13: cancel wins over
+//! success, an identical replay of a terminal completion is accepted) and release (T14), plus
+//! what they share with the batched completion of `complete_batch.rs`: the two fenced
+//! UPDATEs (the execution row while its lease holds, then its running attempt) and the
+//! [`Plan`] of what a completion writes.
+//!
+//! A fence that matches no row is [`ExecutionError::StaleLease`]; a transition writes both rows
+//! or, after a rollback, neither.
+
+use chrono::{DateTime, Utc};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Transaction, Value as DbValue};
+use onestep_core::canonical::to_canonical_string;
+use onestep_core::codec::{ValueField, encode_value};
+use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use onestep_core::request::validate_lease_duration;
+use onestep_core::status::attempt_status_for;
+use onestep_core::time::add_seconds;
+use onestep_core::{
+    CompletionStatus, ErrorObject, Execution, ExecutionError, ExecutionStatus, StaleReason,
+};
+use serde_json::Value;
+
+use crate::backend::{MySqlBackend, begin, commit};
+use crate::errors::{OpError, OpResult};
+use crate::rows::{bind_error, bind_time, bind_uuid};
+
+/// The statuses a heartbeat may extend the lease of.
+const HEARTBEAT_SOURCES: [ExecutionStatus; 2] =
+    [ExecutionStatus::Running, ExecutionStatus::CancelRequested];
+
+pub(crate) fn stale(reason: StaleReason) -> OpError {
+    OpError::Domain(ExecutionError::StaleLease(reason))
+}
+
+/// `'a','b'`: statuses as SQL string literals for an `IN (…)` list.
+pub(crate) fn status_list(statuses: &[ExecutionStatus]) -> String {
+    statuses
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What one completion writes, derived from the locked row (docs/semantics.md#completion steps 2–4).
+pub(crate) struct Plan {
+    pub(crate) cancel_won: bool,
+    pub(crate) requested_result: Value,
+    pub(crate) encoded_result: Option<Value>,
+    pub(crate) effective: ExecutionStatus,
+    pub(crate) error: Option<ErrorObject>,
+    pub(crate) retrying: bool,
+    pub(crate) available_at: DateTime<Utc>,
+}
+
+impl Plan {
+    pub(crate) fn result_param(&self) -> DbValue {
+        self.encoded_result.as_ref().map(|r| r.to_string()).into()
+    }
+
+    pub(crate) fn finished_at_param(&self, now: DateTime<Utc>) -> DbValue {
+        if self.retrying {
+            DbValue::NULL
+        } else {
+            bind_time(now)
+        }
+    }
+
+    /// Step 6: the CAS matched nothing; the locked row is an identical terminal completion.
+    fn is_replay_of(&self, current: &Execution) -> bool {
+        current.status == self.effective
+            && !self.retrying
+            && !self.cancel_won
+            && current.status.is_terminal()
+            && to_canonical_string(current.result.as_ref().unwrap_or(&Value::Null))
+                == to_canonical_string(if self.encoded_result.is_some() {
+                    &self.requested_result
+                } else {
+                    &Value::Null
+                })
+            && current.error == self.error
+    }
+}
+
+impl MySqlBackend {
+    /// The execution side of a fenced transition: `UPDATE <executions> SET <set>` on the row of
+    /// `lease` while its token holds, its lease is live at `now` and its status is one of
+    /// `sources`. `values` bind the placeholders of `set`. `false` when no row matched.
+    pub(crate) async fn update_leased_execution(
+        &self,
+        tx: &mut Transaction<'_>,
+        lease: &LeaseRef,
+        sources: &[ExecutionStatus],
+        set: &str,
+        mut values: Vec<DbValue>,
+        now: DateTime<Utc>,
+    ) -> OpResult<bool> {
+        let sql = format!(
+            "UPDATE `{}` SET {set} WHERE id = ? AND lease_token = ? AND status IN ({}) \
+             AND lease_expires_at IS NOT NULL AND lease_expires_at > ?",
+            self.t(),
+            status_list(sources)
+        );
+        values.extend([
+            bind_uuid(lease.execution_id),
+            bind_uuid(lease.lease_token),
+            bind_time(now),
+        ]);
+        tx.exec_drop(sql, Params::Positional(values)).await?;
+        Ok(tx.affected_rows() == 1)
+    }
+
+    /// The attempt side of a fenced transition: `UPDATE <attempts> SET <set>` on the attempt of
+    /// `lease` while it is `running` under the lease's token. `false` when no row matched.
+    pub(crate) async fn update_running_attempt(
+        &self,
+        tx: &mut Transaction<'_>,
+        lease: &LeaseRef,
+        set: &str,
+        mut values: Vec<DbValue>,
+    ) -> OpResult<bool> {
+        let sql = format!(
+            "UPDATE `{}` SET {set} WHERE id = ? AND execution_id = ? AND lease_token = ? \
+             AND status = 'running'",
+            self.a()
+        );
+        values.extend([
+            bind_uuid(lease.attempt_id),
+            bind_uuid(lease.execution_id),
+            bind_uuid(lease.lease_token),
+        ]);
+        tx.exec_drop(sql, Params::Positional(values)).await?;
+        Ok(tx.affected_rows() == 1)
+    }
+
+    /// Ends a transaction of one lease: commits `outcome` when it is a success; otherwise rolls
+    /// back now, not when the pool recycles the connection, so that the row lock taken by the
+    /// locking read is gone before the caller's next claim (which would skip the row: SKIP
+    /// LOCKED).
+    pub(crate) async fn finish<T>(&self, tx: Transaction<'_>, outcome: OpResult<T>) -> OpResult<T> {
+        match outcome {
+            Ok(out) => {
+                commit(self, tx).await?;
+                Ok(out)
+            }
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn heartbeat_once(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> OpResult<HeartbeatResult> {
+        let now = self.now();
+        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let extended = self
+            .update_leased_execution(
+                &mut tx,
+                lease,
+                &HEARTBEAT_SOURCES,
+                "lease_expires_at = ?, updated_at = ?",
+                vec![bind_time(new_expiry), bind_time(now)],
+                now,
+            )
+            .await?;
+        if !extended {
+            return Err(stale(StaleReason::LeaseInvalid));
+        }
+        let beat = self
+            .update_running_attempt(&mut tx, lease, "heartbeat_at = ?", vec![bind_time(now)])
+            .await?;
+        if !beat {
+            return Err(stale(StaleReason::LeaseInvalid));
+        }
+        let status: Option<String> = tx
+            .exec_first(
+                format!("SELECT status FROM `{}` WHERE id = ?", self.t()),
+                (bind_uuid(lease.execution_id),),
+            )
+            .await?;
+        commit(self, tx).await?;
+        Ok(HeartbeatResult {
+            lease_expires_at: new_expiry,
+            cancel_requested: status.as_deref() == Some(ExecutionStatus::CancelRequested.as_str()),
+        })
+    }
+
+    pub(crate) async fn heartbeat_impl(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> Result<HeartbeatResult, ExecutionError> {
+        validate_lease_duration(lease_duration_s)?;
+        self.run("heartbeat", || self.heartbeat_once(lease, lease_duration_s))
+            .await
+    }
+
+    /// docs/semantics.md#completion steps 1–8 inside `tx`. Domain failures (stale lease, encoding) leave `tx`
+    /// unchanged only if the caller rolls back (whole transaction or savepoint).
+    pub(crate) async fn complete_in_tx(
+        &self,
+        tx: &mut Transaction<'_>,
+        lease: &LeaseRef,
+        completion: &Completion,
+        now: DateTime<Utc>,
+    ) -> OpResult<Execution> {
+        let current = self
+            .select_by_id(tx, lease.execution_id, None, true)
+            .await?
+            .ok_or_else(|| stale(StaleReason::ExecutionMissing))?;
+        let plan = self.plan(&current, completion, now)?;
+        let written = self
+            .update_leased_execution(
+                tx,
+                lease,
+                completion.status.allowed_sources(),
+                "status = ?, updated_at = ?, version = version + 1, lease_token = NULL, \
+                 lease_expires_at = NULL, worker_id = NULL, result = ?, error = ?, \
+                 available_at = ?, finished_at = ?",
+                vec![
+                    plan.effective.as_str().into(),
+                    bind_time(now),
+                    plan.result_param(),
+                    bind_error(plan.error.as_ref())?,
+                    bind_time(plan.available_at),
+                    plan.finished_at_param(now),
+                ],
+                now,
+            )
+            .await?;
+        if !written {
+            // `current` is locked, so it is still what the CAS saw: replay or stale (step 6).
+            return if plan.is_replay_of(&current) {
+                Ok(current)
+            } else {
+                Err(stale(StaleReason::LeaseInvalid))
+            };
+        }
+        let ended = self
+            .update_running_attempt(
+                tx,
+                lease,
+                "status = ?, error = ?, finished_at = ?",
+                vec![
+                    attempt_status_for(plan.effective).as_str().into(),
+                    bind_error(plan.error.as_ref())?,
+                    bind_time(now),
+                ],
+            )
+            .await?;
+        if !ended {
+            return Err(stale(StaleReason::AttemptInvalid));
+        }
+        self.select_by_id(tx, lease.execution_id, None, false)
+            .await?
+            .ok_or_else(|| stale(StaleReason::ExecutionMissing))
+    }
+
+    /// Steps 2–4 of docs/semantics.md#completion for the locked row `current`: cancel wins over success, the result
+    /// is encoded and size-checked, and the values the CAS writes are derived.
+    pub(crate) fn plan(
+        &self,
+        current: &Execution,
+        completion: &Completion,
+        now: DateTime<Utc>,
+    ) -> OpResult<Plan> {
+        let cancel_won = completion.status == CompletionStatus::Succeeded
+            && current.status == ExecutionStatus::CancelRequested;
+        let requested_result: Value = completion.result.clone().unwrap_or(Value::Null);
+        let encoded_result = if completion.status == CompletionStatus::Succeeded && !cancel_won {
+            let encoded = encode_value(&requested_result, ValueField::Result)?;
+            if to_canonical_string(&encoded).len() > self.inner.limits.max_result_bytes {
+                return Err(ExecutionError::Encoding(
+                    "execution result exceeds the configured limit".into(),
+                )
+                .into());
+            }
+            Some(encoded)
+        } else {
+            None
+        };
+        let effective = if cancel_won {
+            ExecutionStatus::Cancelled
+        } else {
+            completion.status.execution_status()
+        };
+        let error = if cancel_won {
+            None
+        } else {
+            completion.error.clone()
+        };
+        let retrying = effective == ExecutionStatus::Retrying;
+        let available_at = if retrying {
+            add_seconds(now, "delay_s", completion.delay_s.unwrap_or(0.0))?
+        } else {
+            current.available_at
+        };
+        Ok(Plan {
+            cancel_won,
+            requested_result,
+            encoded_result,
+            effective,
+            error,
+            retrying,
+            available_at,
+        })
+    }
+
+    async fn complete_once(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> OpResult<Execution> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let outcome = self.complete_in_tx(&mut tx, lease, completion, now).await;
+        self.finish(tx, outcome).await
+    }
+
+    pub(crate) async fn complete_impl(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> Result<Execution, ExecutionError> {
+        completion.validate()?;
+        self.run("ack", || self.complete_once(lease, completion))
+            .await
+    }
+
+    async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let outcome = self.release_in(&mut tx, lease, now).await;
+        self.finish(tx, outcome).await
+    }
+
+    async fn release_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        lease: &LeaseRef,
+        now: DateTime<Utc>,
+    ) -> OpResult<Execution> {
+        if self
+            .select_by_id(tx, lease.execution_id, None, true)
+            .await?
+            .is_none()
+        {
+            return Err(stale(StaleReason::ExecutionMissing));
+        }
+        let requeued = self
+            .update_leased_execution(
+                tx,
+                lease,
+                &[ExecutionStatus::Running],
+                "status = 'queued', available_at = ?, updated_at = ?, lease_token = NULL, \
+                 lease_expires_at = NULL, worker_id = NULL, version = version + 1",
+                vec![bind_time(now), bind_time(now)],
+                now,
+            )
+            .await?;
+        if !requeued {
+            return Err(stale(StaleReason::LeaseInvalid));
+        }
+        let lost = self
+            .update_running_attempt(
+                tx,
+                lease,
+                "status = 'lease_lost', finished_at = ?",
+                vec![bind_time(now)],
+            )
+            .await?;
+        if !lost {
+            return Err(stale(StaleReason::AttemptInvalid));
+        }
+        self.select_by_id(tx, lease.execution_id, None, false)
+            .await?
+            .ok_or_else(|| stale(StaleReason::ExecutionMissing))
+    }
+
+    pub(crate) async fn release_impl(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
+        self.run("release", || self.release_once(lease)).await
+    }
+}

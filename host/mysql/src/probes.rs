@@ -1,0 +1,108 @@
+//! Read-only probes outside the execution protocol: [`Readiness`] for the API's `/readyz` (the
+//! server answers and both tables exist, within a bounded wait) and [`StoreStats`] for the
+//! figures `onestep bench` prints (per-execution timings, the server's status counters).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mysql_async::prelude::Queryable;
+use onestep_core::ports::{ExecutionTiming, Readiness, StoreStats};
+use onestep_core::{ConnectorKind, ExecutionError};
+
+use crate::backend::MySqlBackend;
+use crate::errors::{OpError, backend_error};
+
+/// How long [`Readiness::ready`] waits for a connection and its two queries.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The server status counters [`StoreStats::server_counters`] reads.
+const COUNTERS: &str = "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_select', \
+     'Com_update', 'Com_insert', 'Com_begin', 'Com_commit', 'Com_savepoint', \
+     'Com_release_savepoint', 'Com_stmt_prepare', 'Com_stmt_execute', 'Com_stmt_close', \
+     'Innodb_rows_read', 'Innodb_rows_updated', 'Innodb_rows_inserted')";
+
+impl MySqlBackend {
+    fn not_ready(&self, kind: ConnectorKind, message: &str) -> ExecutionError {
+        backend_error("ready", kind, message, &self.inner.secrets)
+    }
+}
+
+#[async_trait]
+impl Readiness for MySqlBackend {
+    /// `SELECT 1 FROM <table> LIMIT 0` on both tables over a pooled connection, within
+    /// [`READY_TIMEOUT`]. A server error is `misconfigured` (with its code and message), any
+    /// other driver failure `disconnected`, the timeout `transient`.
+    async fn ready(&self) -> Result<(), ExecutionError> {
+        let tables = self.tables();
+        let probe = async {
+            let mut conn = self.pool().get_conn().await?;
+            for table in [&tables.executions, &tables.attempts] {
+                // Table names are validated identifiers; quoting keeps them literal.
+                let sql = format!("SELECT 1 FROM `{}` LIMIT 0", table.replace('`', "``"));
+                conn.query_drop(sql).await?;
+            }
+            Ok::<_, mysql_async::Error>(())
+        };
+        match tokio::time::timeout(READY_TIMEOUT, probe).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(mysql_async::Error::Server(e))) => Err(self.not_ready(
+                ConnectorKind::Misconfigured,
+                &format!("server error {}: {}", e.code, e.message),
+            )),
+            Ok(Err(_)) => {
+                Err(self.not_ready(ConnectorKind::Disconnected, "cannot reach the database"))
+            }
+            Err(_) => Err(self.not_ready(
+                ConnectorKind::Transient,
+                "timed out waiting for the database",
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl StoreStats for MySqlBackend {
+    async fn execution_timings(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<ExecutionTiming>, ExecutionError> {
+        let sql = format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, available_at, started_at), \
+             TIMESTAMPDIFF(MICROSECOND, started_at, finished_at), status = 'succeeded' \
+             FROM `{}` WHERE namespace = ?",
+            self.t()
+        );
+        let rows = async {
+            let mut conn = self.conn().await?;
+            let rows: Vec<(Option<i64>, Option<i64>, i64)> = conn.exec(sql, (namespace,)).await?;
+            Ok::<_, OpError>(rows)
+        }
+        .await
+        .map_err(|e| self.error(e, "stats"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(queued_us, running_us, succeeded)| ExecutionTiming {
+                queued_us,
+                running_us,
+                succeeded: succeeded == 1,
+            })
+            .collect())
+    }
+
+    /// `Com_*` statement counters, `Questions` and the InnoDB row counters of
+    /// `SHOW GLOBAL STATUS`; a value that is not a number is left out.
+    async fn server_counters(&self) -> Result<BTreeMap<String, f64>, ExecutionError> {
+        let rows = async {
+            let mut conn = self.conn().await?;
+            let rows: Vec<(String, String)> = conn.query(COUNTERS).await?;
+            Ok::<_, OpError>(rows)
+        }
+        .await
+        .map_err(|e| self.error(e, "stats"))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_ascii_lowercase(), v)))
+            .collect())
+    }
+}
