@@ -1,59 +1,44 @@
-//! The testkit's conformance suite against real MariaDB and MySQL servers (one fresh database per
-//! case). Set `ONESTEP_TEST_FILTER=<substring>` to run only matching cases.
+//! The testkit's conformance suite against real MariaDB and MySQL servers: one test per case and
+//! server/table style (one fresh database per case), so `cargo test -p onestep-mysql
+//! --test conformance t14_release` runs that case on every server. A server whose URL variable is
+//! unset fails its tests; `ONESTEP_TEST_SKIP_<SERVER>=1` skips them (see `common`).
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{MySqlFactory, Server, server_version};
+use common::{MySqlFactory, Server};
 use onestep_mysql::DdlStyle;
-use onestep_testkit::run_suite;
 
-async fn run(server: Server, style: DdlStyle) {
-    let Some(url) = server.admin_url() else {
-        return;
-    };
-    let factory = Arc::new(MySqlFactory::new(&url, style));
-    let version = server_version(&factory.admin).await;
-    let label = format!("{}:{style:?}", server.label());
-    eprintln!("[{label}] conformance suite against VERSION() = {version}");
-    let filter = std::env::var("ONESTEP_TEST_FILTER").ok();
-    let report = run_suite(factory.clone(), &label, filter.as_deref(), 3).await;
-    eprintln!(
-        "[{label}] {} passed, {} failed (server {version})",
-        report.passed.len(),
-        report.failed.len()
-    );
-    assert!(
-        report.failed.is_empty(),
-        "[{label}] failed cases:\n{}",
-        report
-            .failed
-            .iter()
-            .map(|(n, m)| format!("  {n}: {m}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+/// The factory for `server` with tables of `style`; `None` when the server is explicitly skipped.
+fn factory(server: Server, style: DdlStyle) -> Option<MySqlFactory> {
+    server.admin_url().map(|url| MySqlFactory::new(&url, style))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn conformance_mariadb() {
-    run(Server::MariaDb, DdlStyle::Onestep).await;
+mod mariadb {
+    onestep_testkit::conformance_tests!(super::factory(
+        super::Server::MariaDb,
+        super::DdlStyle::Onestep
+    ));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn conformance_mysql() {
-    run(Server::MySql, DdlStyle::Onestep).await;
+mod mysql {
+    onestep_testkit::conformance_tests!(super::factory(
+        super::Server::MySql,
+        super::DdlStyle::Onestep
+    ));
 }
 
 /// The same suite on tables shaped like the reference's (no `claimable` column, server-default
 /// collations): exercises the fallback query shapes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn conformance_reference_tables_mariadb() {
-    run(Server::MariaDb, DdlStyle::Reference).await;
+mod reference_tables_mariadb {
+    onestep_testkit::conformance_tests!(super::factory(
+        super::Server::MariaDb,
+        super::DdlStyle::Reference
+    ));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn conformance_reference_tables_mysql() {
-    run(Server::MySql, DdlStyle::Reference).await;
+mod reference_tables_mysql {
+    onestep_testkit::conformance_tests!(super::factory(
+        super::Server::MySql,
+        super::DdlStyle::Reference
+    ));
 }

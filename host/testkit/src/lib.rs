@@ -1,17 +1,30 @@
-//! onestep-testkit (dev-only): what backend tests share.
+//! onestep-testkit (dev-only): what backend and worker tests share.
 //!
 //! * [`clock::ManualClock`]: an injectable clock that only moves when a test moves it, so lease
 //!   expiry is tested by advancing time, never by sleeping.
 //! * [`builders`]: short constructors for submissions, claims, error objects.
-//! * [`suite`]: the backend **conformance suite** — every row of the transition tables (docs/semantics.md#transitions),
+//! * [`suite`]: the backend **conformance suite** — every row of the transition tables, the
 //!   idempotency races, claim concurrency, paging, fencing — run unchanged against any backend
 //!   through a [`suite::FixtureFactory`] (a fresh, empty store per case) and a [`suite::Probe`]
 //!   (backend-specific read access to attempt rows and lease columns).
+//!   [`conformance_tests!`] stamps one `#[tokio::test]` per case for a backend.
+//! * [`memory::MemoryStore`]: the in-memory reference implementation of both storage ports
+//!   (passes the whole suite in milliseconds), with an operation log, injected failures and
+//!   gates for worker tests.
+//! * [`runner::FakeRunner`]: a scripted task runner that records its calls and can block until
+//!   released or cancelled.
+//!
+//! The kit depends only on `onestep-core`, so any host crate (the worker included) can use it as
+//! a dev-dependency without a cycle.
 
 pub mod builders;
 mod cases;
 pub mod clock;
+pub mod memory;
+pub mod runner;
 pub mod suite;
 
 pub use clock::ManualClock;
-pub use suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe, run_suite};
+pub use memory::{MemoryFactory, MemoryStore, Op};
+pub use runner::{FakeRunner, Step};
+pub use suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};

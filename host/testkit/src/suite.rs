@@ -1,16 +1,14 @@
-//! The conformance-suite harness: fixtures, the probe port, and the runner.
+//! The conformance-suite harness: fixtures, the probe port, and [`conformance_tests!`]
+//! (crate::conformance_tests), which stamps one test per case for a backend.
 //!
 //! Every case gets a fresh fixture from the factory (for SQL backends: a new database with new
-//! tables), runs inside its own task (a panic fails only that case), and the fixture is destroyed
-//! afterwards whatever happened.
+//! tables), runs inside its own task, and the fixture is destroyed afterwards whatever happened.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
-use futures::stream::{self, StreamExt};
 use onestep_core::error_object::ErrorObject;
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::{AttemptStatus, Limits};
@@ -106,78 +104,119 @@ pub struct Case {
     pub run: CaseFn,
 }
 
-/// The outcome of a suite run.
-#[derive(Debug, Default)]
-pub struct SuiteReport {
-    /// Names of passed cases.
-    pub passed: Vec<String>,
-    /// `(name, failure message)` of failed cases.
-    pub failed: Vec<(String, String)>,
-}
-
 /// Every conformance case.
 pub fn all_cases() -> Vec<Case> {
     crate::cases::all()
 }
 
-/// Runs the cases whose name contains `filter` (all when `None`), `parallelism` at a time.
-pub async fn run_suite(
-    factory: Arc<dyn FixtureFactory>,
-    label: &str,
-    filter: Option<&str>,
-    parallelism: usize,
-) -> SuiteReport {
-    let cases: Vec<Case> = all_cases()
-        .into_iter()
-        .filter(|c| filter.is_none_or(|f| c.name.contains(f)))
-        .collect();
-    let results: Vec<(String, Result<(), String>)> = stream::iter(cases)
-        .map(|case| {
-            let factory = factory.clone();
-            let label = label.to_owned();
-            async move {
-                let started = Instant::now();
-                let outcome = match factory.create(case.limits).await {
-                    Err(e) => Err(format!("fixture: {e}")),
-                    Ok(fx) => {
-                        let run = tokio::spawn((case.run)(fx.clone()));
-                        let r = match run.await {
-                            Ok(()) => Ok(()),
-                            Err(e) => Err(panic_message(e)),
-                        };
-                        factory.destroy(fx).await;
-                        r
-                    }
-                };
-                let mark = if outcome.is_ok() { "ok" } else { "FAILED" };
-                eprintln!(
-                    "[{label}] {:<48} {mark} ({:.1}s)",
-                    case.name,
-                    started.elapsed().as_secs_f64()
-                );
-                (case.name.to_owned(), outcome)
-            }
-        })
-        .buffer_unordered(parallelism.max(1))
-        .collect()
-        .await;
-    let mut report = SuiteReport::default();
-    for (name, r) in results {
-        match r {
-            Ok(()) => report.passed.push(name),
-            Err(m) => report.failed.push((name, m)),
+/// The names [`conformance_tests!`](crate::conformance_tests) stamps a test for (every case).
+pub const CASE_NAMES: &[&str] = &crate::conformance_tests!(@names list ());
+
+/// Runs the case `name` on a fresh fixture from `factory`: the body runs in its own task, the
+/// fixture is destroyed afterwards whatever happened, and a failure of the body is re-raised
+/// (so the calling test fails with the case's own panic message).
+///
+/// Panics when no case has that name or the factory cannot create a fixture.
+pub async fn run_case<F: FixtureFactory + ?Sized>(factory: &F, name: &str) {
+    let Some(case) = all_cases().into_iter().find(|c| c.name == name) else {
+        panic!("no conformance case named {name}");
+    };
+    let fixture = match factory.create(case.limits).await {
+        Ok(fx) => fx,
+        Err(e) => panic!("{name}: fixture: {e}"),
+    };
+    let outcome = tokio::spawn((case.run)(fixture.clone())).await;
+    factory.destroy(fixture).await;
+    if let Err(e) = outcome {
+        match e.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            Err(e) => panic!("{name}: {e}"),
         }
     }
-    report
 }
 
-fn panic_message(e: tokio::task::JoinError) -> String {
-    match e.try_into_panic() {
-        Ok(p) => p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_else(|| "panic".into()),
-        Err(e) => e.to_string(),
+/// Stamps one `#[tokio::test]` per conformance case (named after the case, e.g. `t14_release`)
+/// for a backend, like apalis' `sql_storage_tests!`: `cargo test t14_release` then runs that
+/// case on every backend a test file stamps.
+///
+/// The argument is an expression evaluated inside each test (it may `.await`) that yields an
+/// `Option` of a [`FixtureFactory`]: `None` skips the test (e.g. a server explicitly skipped by
+/// its environment variable), a panic fails it. Stamp each backend in its own module:
+///
+/// ```ignore
+/// mod memory {
+///     onestep_testkit::conformance_tests!(Some(onestep_testkit::MemoryFactory));
+/// }
+/// ```
+///
+/// The calling crate needs `tokio` (multi-threaded runtime and macros).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests! {@names stamp ($factory)}
+    };
+    // The one list of case names; keep it equal to `cases::all()` (a unit test checks).
+    (@names $mode:ident $args:tt) => {
+        $crate::conformance_tests! {@$mode $args
+            submit_t1_columns_and_get,
+            submit_expires_at_offset_stored_as_utc,
+            submit_delay_and_microseconds,
+            get_other_namespace_is_absent,
+            idempotent_replay_and_conflict,
+            submit_many_new_replay_conflict,
+            list_paging_identical_created_at,
+            onestep_mapping_payload_round_trip,
+            t2_claim_queued_and_retrying,
+            t3_t4_cancel_and_no_change_rows,
+            t5_expiry_and_lease_lost_predicate,
+            t6_dead_cancel_request,
+            t7_reclaim_expired_lease,
+            t8_heartbeat,
+            t9_success_and_replay,
+            t10_cancel_wins_over_success,
+            t11_cancelled_completion,
+            t12_retrying_with_delay,
+            t13_failed_and_refusals,
+            t14_release,
+            claim_order_limit_and_task_list,
+            result_over_limit_refused_nothing_changed,
+            complete_many_with_one_stale_item,
+            stale_token_fencing_after_reclaim,
+            concurrent_identical_submits_16,
+            concurrent_conflicting_submits_16,
+            concurrent_claimers_8_over_1000,
+            cancel_complete_race_100_rounds
+        }
+    };
+    (@list () $($name:ident),*) => {
+        [$(stringify!($name)),*]
+    };
+    (@stamp ($factory:expr) $($name:ident),*) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                if let ::std::option::Option::Some(factory) = $factory {
+                    $crate::suite::run_case(&factory, ::std::stringify!($name)).await;
+                }
+            }
+        )*
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn the_macro_stamps_every_case_once() {
+        let cases: Vec<_> = super::all_cases().into_iter().map(|c| c.name).collect();
+        let unique: BTreeSet<_> = cases.iter().copied().collect();
+        assert_eq!(unique.len(), cases.len(), "case names are unique");
+        let stamped: BTreeSet<_> = super::CASE_NAMES.iter().copied().collect();
+        assert_eq!(stamped.len(), super::CASE_NAMES.len());
+        assert_eq!(
+            stamped, unique,
+            "conformance_tests! lists exactly the cases"
+        );
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use onestep_core::ports::LeaseStore;
 use onestep_core::request::RESERVED_METADATA_KEY;
 use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
+use onestep_core::time::SharedClock;
 use onestep_core::{Completion, CompletionStatus, ErrorObject, ExecutionError, ExecutionLease};
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
@@ -25,6 +26,8 @@ pub(crate) struct TaskCtx {
     pub(crate) runner: Arc<dyn TaskRunner>,
     pub(crate) completer: Completer,
     pub(crate) stats: Arc<WorkerStats>,
+    /// Where "now" comes from (the system clock unless the worker was given another).
+    pub(crate) clock: SharedClock,
 }
 
 /// Builds the handler's invocation: payload, metadata plus `onestep.execution = {id,
@@ -75,6 +78,7 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
     let _stop_heartbeat_on_drop = stop_heartbeat.clone().drop_guard();
     let heartbeat = tokio::spawn(heartbeat_loop(
         Arc::clone(&ctx.store),
+        Arc::clone(&ctx.clock),
         lease_ref,
         ctx.settings.heartbeat_interval,
         ctx.settings.lease_duration_s,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use onestep_core::LeaseRef;
 use onestep_core::ports::LeaseStore;
-use onestep_core::time::seconds_between;
+use onestep_core::time::{SharedClock, seconds_between};
 use tokio_util::sync::CancellationToken;
 
 /// How a heartbeat loop ended.
@@ -27,9 +27,12 @@ pub(crate) enum HeartbeatEnd {
 }
 
 /// Runs until `stop` fires, a cancel is requested, or the lease is lost. In the last two cases
-/// it cancels `handler_cancel` before returning.
+/// it cancels `handler_cancel` before returning. The lease time left after a failed heartbeat is
+/// measured on `clock` (the store's clock in tests; the system clock in production).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn heartbeat_loop(
     store: Arc<dyn LeaseStore>,
+    clock: SharedClock,
     lease: LeaseRef,
     interval: Duration,
     lease_duration_s: f64,
@@ -53,7 +56,7 @@ pub(crate) async fn heartbeat_loop(
                     break None;
                 }
                 Err(e) if e.is_transient() => {
-                    let remaining = seconds_between(Utc::now(), lease_expires_at);
+                    let remaining = seconds_between(clock.now(), lease_expires_at);
                     if remaining <= 0.0 {
                         tracing::warn!(execution_id = %lease.execution_id, attempt_id = %lease.attempt_id, error = %e, "heartbeat failed until the lease ran out");
                         break Some(HeartbeatEnd::LeaseLost);

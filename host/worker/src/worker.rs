@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use onestep_core::{ExecutionError, ExecutionStatus};
+use onestep_core::time::SharedClock;
+use onestep_core::{ExecutionError, ExecutionStatus, SystemClock};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -115,6 +116,7 @@ pub struct Worker {
     tasks: Vec<TaskBinding>,
     settings: WorkerSettings,
     stats: Arc<WorkerStats>,
+    clock: SharedClock,
 }
 
 impl Worker {
@@ -132,7 +134,15 @@ impl Worker {
             tasks,
             settings,
             stats: Arc::new(WorkerStats::default()),
+            clock: Arc::new(SystemClock),
         })
+    }
+
+    /// Reads "now" from `clock` instead of the system clock (the lease time left when heartbeats
+    /// fail is measured on it). Give it the clock the store uses, e.g. a manual clock in tests.
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The worker's counters.
@@ -159,6 +169,7 @@ impl Worker {
                 runner: Arc::clone(&task.runner),
                 completer,
                 stats: Arc::clone(&self.stats),
+                clock: Arc::clone(&self.clock),
             });
             let name = task.settings.task_name.clone();
             let fut = fetch_loop(ctx, stopping.clone(), hard_cancel.clone(), tracker.clone());

@@ -1,0 +1,212 @@
+//! [`ExecutionStore`] for [`MemoryStore`]: submit with idempotency (replay or conflict by
+//! digest), submit_many as one atomic step, get, list newest first with the core cursor, cancel.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use onestep_core::cursor::Cursor;
+use onestep_core::ports::ExecutionStore;
+use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{MemoryStore, Op, Row, State, decoded};
+
+/// Inserts `sub` (T1) or resolves it through its idempotency key: the holder with the same digest
+/// is a replay, any other digest a conflict.
+fn submit_in(
+    state: &mut State,
+    sub: &PreparedSubmission,
+    now: DateTime<Utc>,
+) -> Result<Execution, ExecutionError> {
+    if let Some(row) = state.rows.get(&sub.id)
+        && row.execution.namespace == sub.namespace
+    {
+        return Ok(row.execution.clone());
+    }
+    let key = sub
+        .idempotency_key
+        .as_ref()
+        .map(|k| (sub.namespace.clone(), sub.task_name.clone(), k.clone()));
+    if let Some(row) = key
+        .as_ref()
+        .and_then(|k| state.keys.get(k))
+        .and_then(|id| state.rows.get(id))
+    {
+        return if row.digest.as_deref() == Some(sub.digest.as_str()) {
+            Ok(row.execution.clone())
+        } else {
+            Err(ExecutionError::Conflict {
+                existing_id: row.execution.id,
+            })
+        };
+    }
+    let metadata = match decoded(sub.id, &sub.metadata)? {
+        Value::Object(m) => m,
+        _ => {
+            return Err(ExecutionError::Encoding(format!(
+                "cannot decode execution {}: metadata is not an object",
+                sub.id
+            )));
+        }
+    };
+    let execution = Execution {
+        id: sub.id,
+        namespace: sub.namespace.clone(),
+        task_name: sub.task_name.clone(),
+        status: ExecutionStatus::Queued,
+        payload: decoded(sub.id, &sub.payload)?,
+        metadata,
+        result: None,
+        error: None,
+        attempts: 0,
+        created_at: now,
+        available_at: now + sub.delay,
+        started_at: None,
+        finished_at: None,
+        cancel_requested_at: None,
+        expires_at: sub.expires_at,
+        version: 0,
+    };
+    state.rows.insert(
+        sub.id,
+        Row {
+            execution: execution.clone(),
+            digest: sub.idempotency_key.as_ref().map(|_| sub.digest.clone()),
+            lease_token: None,
+            lease_expires_at: None,
+            worker_id: None,
+            cancel_reason: None,
+            updated_at: now,
+            attempts: Vec::new(),
+        },
+    );
+    if let Some(key) = key {
+        state.keys.insert(key, sub.id);
+    }
+    Ok(execution)
+}
+
+#[async_trait]
+impl ExecutionStore for MemoryStore {
+    async fn submit(&self, submission: PreparedSubmission) -> Result<Execution, ExecutionError> {
+        self.enter(Op::Submit).await?;
+        let now = self.now();
+        let out = submit_in(&mut self.state(), &submission, now);
+        self.record(Op::Submit, 1, out.is_ok());
+        out
+    }
+
+    async fn submit_many(
+        &self,
+        submissions: Vec<PreparedSubmission>,
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        if submissions.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.enter(Op::SubmitMany).await?;
+        let now = self.now();
+        let out: Vec<_> = {
+            let mut state = self.state();
+            submissions
+                .iter()
+                .map(|s| submit_in(&mut state, s, now))
+                .collect()
+        };
+        self.record(Op::SubmitMany, submissions.len(), true);
+        Ok(out)
+    }
+
+    async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
+        self.enter(Op::Get).await?;
+        let out = self
+            .state()
+            .rows
+            .get(&id)
+            .filter(|r| r.execution.namespace == namespace)
+            .map(|r| r.execution.clone());
+        self.record(Op::Get, 1, true);
+        Ok(out)
+    }
+
+    async fn list(
+        &self,
+        namespace: &str,
+        filter: &ListFilter,
+    ) -> Result<ExecutionPage, ExecutionError> {
+        self.enter(Op::List).await?;
+        let mut items: Vec<Execution> = self
+            .state()
+            .rows
+            .values()
+            .map(|r| &r.execution)
+            .filter(|e| e.namespace == namespace)
+            .filter(|e| filter.task_name.as_ref().is_none_or(|t| *t == e.task_name))
+            .filter(|e| filter.status.is_none_or(|s| s == e.status))
+            .filter(|e| {
+                filter.after.is_none_or(|c| {
+                    e.created_at < c.created_at || (e.created_at == c.created_at && e.id < c.id)
+                })
+            })
+            .cloned()
+            .collect();
+        items.sort_by_key(|e| std::cmp::Reverse((e.created_at, e.id)));
+        let limit = filter.limit as usize;
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|last| {
+                Cursor {
+                    created_at: last.created_at,
+                    id: last.id,
+                }
+                .encode()
+            })
+        } else {
+            None
+        };
+        self.record(Op::List, 1, true);
+        Ok(ExecutionPage { items, next_cursor })
+    }
+
+    async fn cancel(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<Option<Execution>, ExecutionError> {
+        self.enter(Op::Cancel).await?;
+        let now = self.now();
+        let out = {
+            let mut state = self.state();
+            state
+                .rows
+                .get_mut(&id)
+                .filter(|r| r.execution.namespace == namespace)
+                .map(|row| {
+                    let to = match row.execution.status {
+                        // T3: nothing runs, so the cancel is final at once.
+                        ExecutionStatus::Queued | ExecutionStatus::Retrying => {
+                            Some(ExecutionStatus::Cancelled)
+                        }
+                        // T4: the worker sees it at its next heartbeat.
+                        ExecutionStatus::Running => Some(ExecutionStatus::CancelRequested),
+                        _ => None,
+                    };
+                    if let Some(to) = to {
+                        let e = &mut row.execution;
+                        e.status = to;
+                        e.cancel_requested_at = Some(now);
+                        if to == ExecutionStatus::Cancelled {
+                            e.finished_at = Some(now);
+                        }
+                        e.version += 1;
+                        row.cancel_reason = reason;
+                        row.updated_at = now;
+                    }
+                    row.execution.clone()
+                })
+        };
+        self.record(Op::Cancel, 1, true);
+        Ok(out)
+    }
+}

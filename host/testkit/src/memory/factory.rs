@@ -1,0 +1,51 @@
+//! The suite's [`Probe`] over a [`MemoryStore`] and the [`MemoryFactory`] that hands out a fresh
+//! store per conformance case.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use onestep_core::Limits;
+use uuid::Uuid;
+
+use super::MemoryStore;
+use crate::clock::ManualClock;
+use crate::suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};
+
+#[async_trait]
+impl Probe for MemoryStore {
+    async fn attempts(&self, execution_id: Uuid) -> Vec<AttemptRow> {
+        self.attempt_rows(execution_id)
+    }
+
+    async fn lease_columns(&self, execution_id: Uuid) -> Option<LeaseColumns> {
+        self.lease_columns_of(execution_id)
+    }
+
+    async fn count_executions(&self) -> u64 {
+        self.len() as u64
+    }
+}
+
+/// Fresh, empty [`MemoryStore`]s on their own [`ManualClock`]; destroying one drops it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryFactory;
+
+#[async_trait]
+impl FixtureFactory for MemoryFactory {
+    async fn create(&self, limits: Limits) -> Result<Fixture, String> {
+        let clock = Arc::new(ManualClock::default());
+        let store = Arc::new(MemoryStore::new(clock.clone(), limits));
+        Ok(Fixture {
+            store: store.clone(),
+            leases: store.clone(),
+            probe: store,
+            clock,
+            limits,
+            handle: "memory".into(),
+        })
+    }
+
+    async fn destroy(&self, fixture: Fixture) {
+        drop(fixture);
+    }
+}

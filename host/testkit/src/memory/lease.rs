@@ -1,0 +1,407 @@
+//! [`LeaseStore`] for [`MemoryStore`]: claim with its bounded maintenance (expiry, dead cancel
+//! requests, reclaim of expired leases), heartbeat, complete / complete_many (cancel wins over
+//! success, identical terminal replays accepted) and release — every write fenced by the lease
+//! token and checked in full before anything changes.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use onestep_core::canonical::to_canonical_string;
+use onestep_core::codec::{ValueField, encode_value};
+use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use onestep_core::ports::LeaseStore;
+use onestep_core::request::{ClaimRequest, validate_lease_duration};
+use onestep_core::status::attempt_status_for;
+use onestep_core::time::add_seconds;
+use onestep_core::{
+    AttemptStatus, CompletionStatus, ErrorObject, Execution, ExecutionError, ExecutionLease,
+    ExecutionStatus, StaleReason,
+};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{MemoryStore, Op, Row, State, decoded};
+use crate::suite::AttemptRow;
+
+fn stale<T>(reason: StaleReason) -> Result<T, ExecutionError> {
+    Err(ExecutionError::StaleLease(reason))
+}
+
+/// Claim-time maintenance, each step bounded by `batch` rows in its index order: expire overdue
+/// claimable rows (T5; never a lease-lost retry), finish cancel requests whose lease ran out
+/// (T6), and turn expired leases into `retrying` (T7).
+fn maintain(state: &mut State, now: DateTime<Utc>, batch: usize) {
+    let mut expire: Vec<(DateTime<Utc>, Uuid)> = state
+        .rows
+        .values()
+        .filter(|r| r.execution.status.is_claimable() && !r.is_lease_lost_retry())
+        .filter_map(|r| {
+            r.execution
+                .expires_at
+                .filter(|x| *x <= now)
+                .map(|x| (x, r.execution.id))
+        })
+        .collect();
+    expire.sort();
+    let leased = |from: ExecutionStatus| {
+        let mut v: Vec<(DateTime<Utc>, Uuid)> = state
+            .rows
+            .values()
+            .filter(|r| r.execution.status == from)
+            .filter_map(|r| {
+                r.lease_expires_at
+                    .filter(|x| *x <= now)
+                    .map(|x| (x, r.execution.id))
+            })
+            .collect();
+        v.sort();
+        v.truncate(batch);
+        v
+    };
+    let dead_cancel = leased(ExecutionStatus::CancelRequested);
+    let reclaim = leased(ExecutionStatus::Running);
+    for (_, id) in expire.into_iter().take(batch) {
+        if let Some(row) = state.rows.get_mut(&id) {
+            let e = &mut row.execution;
+            e.status = ExecutionStatus::Expired;
+            e.finished_at = Some(now);
+            e.version += 1;
+            row.updated_at = now;
+        }
+    }
+    for (ids, to, attempt_to) in [
+        (
+            dead_cancel,
+            ExecutionStatus::Cancelled,
+            AttemptStatus::Cancelled,
+        ),
+        (reclaim, ExecutionStatus::Retrying, AttemptStatus::LeaseLost),
+    ] {
+        for (_, id) in ids {
+            let Some(row) = state.rows.get_mut(&id) else {
+                continue;
+            };
+            let token = row.lease_token;
+            let e = &mut row.execution;
+            e.status = to;
+            if to == ExecutionStatus::Cancelled {
+                e.finished_at = Some(now);
+            } else {
+                e.available_at = now;
+            }
+            e.version += 1;
+            row.updated_at = now;
+            row.clear_lease();
+            for a in row.attempts.iter_mut() {
+                if a.status == AttemptStatus::Running && Some(a.lease_token) == token {
+                    a.status = attempt_to;
+                    a.finished_at = Some(now);
+                }
+            }
+        }
+    }
+}
+
+/// T2 for every row the claim may take, in claim order `(available_at, created_at, id)`.
+fn claim_in(
+    state: &mut State,
+    req: &ClaimRequest,
+    now: DateTime<Utc>,
+    lease_expires_at: DateTime<Utc>,
+) -> Vec<ExecutionLease> {
+    let mut picked: Vec<(DateTime<Utc>, DateTime<Utc>, Uuid)> = state
+        .rows
+        .values()
+        .filter(|r| {
+            let e = &r.execution;
+            e.namespace == req.namespace
+                && req.task_names.contains(&e.task_name)
+                && e.status.is_claimable()
+                && e.available_at <= now
+                && (e.expires_at.is_none_or(|x| x > now) || r.is_lease_lost_retry())
+        })
+        .map(|r| {
+            (
+                r.execution.available_at,
+                r.execution.created_at,
+                r.execution.id,
+            )
+        })
+        .collect();
+    picked.sort();
+    picked.truncate(req.limit as usize);
+    let mut leases = Vec::with_capacity(picked.len());
+    for (_, _, id) in picked {
+        let Some(row) = state.rows.get_mut(&id) else {
+            continue;
+        };
+        let token = Uuid::new_v4();
+        let attempt_id = Uuid::new_v4();
+        let e = &mut row.execution;
+        e.status = ExecutionStatus::Running;
+        e.attempts = e.attempts.saturating_add(1);
+        e.started_at = e.started_at.or(Some(now));
+        e.version += 1;
+        let attempt_no = e.attempts;
+        row.lease_token = Some(token);
+        row.lease_expires_at = Some(lease_expires_at);
+        row.worker_id = Some(req.worker_id.clone());
+        row.updated_at = now;
+        row.attempts.push(AttemptRow {
+            id: attempt_id,
+            attempt_no,
+            status: AttemptStatus::Running,
+            lease_token: token,
+            worker_id: req.worker_id.clone(),
+            error: None,
+            started_at: now,
+            heartbeat_at: now,
+            finished_at: None,
+        });
+        leases.push(ExecutionLease {
+            execution: row.execution.clone(),
+            attempt_id,
+            attempt_no,
+            lease_token: token,
+            lease_expires_at,
+        });
+    }
+    leases
+}
+
+/// What one completion writes, derived from the current row: cancel wins over success, the
+/// result is encoded and size-checked (before the fence, as in the SQL backends).
+struct Plan {
+    cancel_won: bool,
+    requested_result: Value,
+    result: Option<Value>,
+    effective: ExecutionStatus,
+    error: Option<ErrorObject>,
+    available_at: DateTime<Utc>,
+}
+
+impl Plan {
+    fn new(
+        current: &Execution,
+        completion: &Completion,
+        now: DateTime<Utc>,
+        max_result_bytes: usize,
+    ) -> Result<Plan, ExecutionError> {
+        let cancel_won = completion.status == CompletionStatus::Succeeded
+            && current.status == ExecutionStatus::CancelRequested;
+        let requested_result = completion.result.clone().unwrap_or(Value::Null);
+        let result = if completion.status == CompletionStatus::Succeeded && !cancel_won {
+            let encoded = encode_value(&requested_result, ValueField::Result)?;
+            if to_canonical_string(&encoded).len() > max_result_bytes {
+                return Err(ExecutionError::Encoding(
+                    "execution result exceeds the configured limit".into(),
+                ));
+            }
+            Some(decoded(current.id, &encoded)?)
+        } else {
+            None
+        };
+        let effective = if cancel_won {
+            ExecutionStatus::Cancelled
+        } else {
+            completion.status.execution_status()
+        };
+        let available_at = if effective == ExecutionStatus::Retrying {
+            add_seconds(now, "delay_s", completion.delay_s.unwrap_or(0.0))?
+        } else {
+            current.available_at
+        };
+        Ok(Plan {
+            cancel_won,
+            requested_result,
+            result,
+            effective,
+            error: if cancel_won {
+                None
+            } else {
+                completion.error.clone()
+            },
+            available_at,
+        })
+    }
+
+    /// The fence refused the write: the row is an identical terminal completion (accepted).
+    fn is_replay_of(&self, current: &Execution) -> bool {
+        current.status == self.effective
+            && self.effective != ExecutionStatus::Retrying
+            && !self.cancel_won
+            && current.status.is_terminal()
+            && to_canonical_string(current.result.as_ref().unwrap_or(&Value::Null))
+                == to_canonical_string(if self.result.is_some() {
+                    &self.requested_result
+                } else {
+                    &Value::Null
+                })
+            && current.error == self.error
+    }
+}
+
+/// T9–T13 on one row, atomically: nothing changes unless every fence holds.
+fn complete_in(
+    state: &mut State,
+    lease: &LeaseRef,
+    completion: &Completion,
+    now: DateTime<Utc>,
+    max_result_bytes: usize,
+) -> Result<Execution, ExecutionError> {
+    completion.validate()?;
+    let Some(row) = state.rows.get_mut(&lease.execution_id) else {
+        return stale(StaleReason::ExecutionMissing);
+    };
+    let plan = Plan::new(&row.execution, completion, now, max_result_bytes)?;
+    let fenced = row.lease_live(lease.lease_token, now)
+        && completion
+            .status
+            .allowed_sources()
+            .contains(&row.execution.status);
+    if !fenced {
+        return if plan.is_replay_of(&row.execution) {
+            Ok(row.execution.clone())
+        } else {
+            stale(StaleReason::LeaseInvalid)
+        };
+    }
+    let Some(i) = row.running_attempt(lease.attempt_id, lease.lease_token) else {
+        return stale(StaleReason::AttemptInvalid);
+    };
+    let attempt = &mut row.attempts[i];
+    attempt.status = attempt_status_for(plan.effective);
+    attempt.error = plan.error.clone();
+    attempt.finished_at = Some(now);
+    let e = &mut row.execution;
+    e.status = plan.effective;
+    e.result = plan.result;
+    e.error = plan.error;
+    e.available_at = plan.available_at;
+    e.finished_at = (plan.effective != ExecutionStatus::Retrying).then_some(now);
+    e.version += 1;
+    row.updated_at = now;
+    row.clear_lease();
+    Ok(row.execution.clone())
+}
+
+/// T14 on one row: a running (not cancel-requested) live lease goes back to `queued`.
+fn release_in(
+    row: Option<&mut Row>,
+    lease: &LeaseRef,
+    now: DateTime<Utc>,
+) -> Result<Execution, ExecutionError> {
+    let Some(row) = row else {
+        return stale(StaleReason::ExecutionMissing);
+    };
+    if !(row.lease_live(lease.lease_token, now) && row.execution.status == ExecutionStatus::Running)
+    {
+        return stale(StaleReason::LeaseInvalid);
+    }
+    let Some(i) = row.running_attempt(lease.attempt_id, lease.lease_token) else {
+        return stale(StaleReason::AttemptInvalid);
+    };
+    let attempt = &mut row.attempts[i];
+    attempt.status = AttemptStatus::LeaseLost;
+    attempt.finished_at = Some(now);
+    let e = &mut row.execution;
+    e.status = ExecutionStatus::Queued;
+    e.available_at = now;
+    e.version += 1;
+    row.updated_at = now;
+    row.clear_lease();
+    Ok(row.execution.clone())
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ExecutionLease>, ExecutionError> {
+        let req = request.validate()?;
+        self.enter(Op::Claim).await?;
+        let now = self.now();
+        let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
+        let leases = {
+            let mut state = self.state();
+            maintain(&mut state, now, self.reclaim_batch_size());
+            claim_in(&mut state, &req, now, lease_expires_at)
+        };
+        self.record(Op::Claim, leases.len(), true);
+        Ok(leases)
+    }
+
+    async fn heartbeat(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> Result<HeartbeatResult, ExecutionError> {
+        validate_lease_duration(lease_duration_s)?;
+        self.enter(Op::Heartbeat).await?;
+        let now = self.now();
+        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
+        let out = {
+            let mut state = self.state();
+            let row = state.rows.get_mut(&lease.execution_id).filter(|r| {
+                r.lease_live(lease.lease_token, now) && r.execution.status.holds_lease()
+            });
+            match row.and_then(|r| {
+                r.running_attempt(lease.attempt_id, lease.lease_token)
+                    .map(|i| (r, i))
+            }) {
+                Some((row, i)) => {
+                    row.attempts[i].heartbeat_at = now;
+                    row.lease_expires_at = Some(new_expiry);
+                    row.updated_at = now;
+                    Ok(HeartbeatResult {
+                        lease_expires_at: new_expiry,
+                        cancel_requested: row.execution.status == ExecutionStatus::CancelRequested,
+                    })
+                }
+                None => stale(StaleReason::LeaseInvalid),
+            }
+        };
+        self.record(Op::Heartbeat, 1, out.is_ok());
+        out
+    }
+
+    async fn complete(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> Result<Execution, ExecutionError> {
+        completion.validate()?;
+        self.enter(Op::Complete).await?;
+        let now = self.now();
+        let max = self.limits().max_result_bytes;
+        let out = complete_in(&mut self.state(), lease, completion, now, max);
+        self.record(Op::Complete, 1, out.is_ok());
+        out
+    }
+
+    async fn complete_many(
+        &self,
+        items: &[(LeaseRef, Completion)],
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.enter(Op::CompleteMany).await?;
+        let now = self.now();
+        let max = self.limits().max_result_bytes;
+        let out: Vec<_> = {
+            let mut state = self.state();
+            items
+                .iter()
+                .map(|(lease, completion)| complete_in(&mut state, lease, completion, now, max))
+                .collect()
+        };
+        self.record(Op::CompleteMany, items.len(), true);
+        Ok(out)
+    }
+
+    async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
+        self.enter(Op::Release).await?;
+        let now = self.now();
+        let out = release_in(self.state().rows.get_mut(&lease.execution_id), lease, now);
+        self.record(Op::Release, 1, out.is_ok());
+        out
+    }
+}

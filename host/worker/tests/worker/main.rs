@@ -1,0 +1,12 @@
+//! Worker tests without a database: the in-memory store and the scripted runner from
+//! onestep-testkit, a manual clock for the store and the worker, and tokio's paused time for
+//! the worker's timers (heartbeat, poll, drain). Tests wait on signals from the store and the
+//! runner; a paused-time `sleep` only ever lets virtual time pass.
+
+mod batching;
+mod cancel;
+mod drain;
+mod harness;
+mod heartbeat;
+mod lease;
+mod retry;
