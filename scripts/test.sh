@@ -26,8 +26,10 @@ if [ -x scripts/ref-venv.sh ]; then
     scripts/ref-venv.sh >&2
 fi
 
-echo "== the onestep binary (shared by the end-to-end tests)" >&2
-cargo build -p onestep-cli
+echo "== build: the onestep binary (shared by the end-to-end tests) and every test target" >&2
+# One build with the same feature set `cargo test --workspace` uses (dev-dependencies enable e.g.
+# tokio's test-util), so the test run below reuses every artifact instead of compiling twice.
+cargo build --workspace --all-targets
 ONESTEP_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onestep"
 export ONESTEP_BIN
 
