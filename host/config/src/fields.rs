@@ -1,6 +1,7 @@
 //! Small helpers shared by strict validation and the build: paths, allow-lists, scalar reads.
 
 use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::node::{Node, Value};
@@ -46,6 +47,28 @@ pub(crate) fn number(n: &Node) -> Option<f64> {
         Value::Int(i) => Some(i as f64),
         Value::Float(f) => Some(f),
         _ => None,
+    }
+}
+
+/// Why a number of seconds is not a usable positive duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BadSeconds {
+    /// Zero, negative, or so small that it rounds to zero nanoseconds.
+    NotPositive,
+    /// Too large for a [`Duration`] (or not finite).
+    OutOfRange,
+}
+
+/// The one conversion of the file's `_s` numbers: seconds (> 0) to a non-zero [`Duration`],
+/// rounded to the nanosecond.
+pub(crate) fn positive_seconds(seconds: f64) -> Result<Duration, BadSeconds> {
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err(BadSeconds::NotPositive);
+    }
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if d.is_zero() => Err(BadSeconds::NotPositive),
+        Ok(d) => Ok(d),
+        Err(_) => Err(BadSeconds::OutOfRange),
     }
 }
 

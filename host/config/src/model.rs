@@ -1,13 +1,21 @@
-//! Typed, validated settings produced by [`load`](crate::load). Durations are `f64` seconds
-//! (`_s`), sizes are bytes (`_bytes`).
+//! Typed, validated settings produced by [`load`](crate::load): the final values the worker,
+//! the runtime and the API consume. Durations are [`Duration`]s (the file's `_s` seconds,
+//! converted once at load; the summaries print them back as seconds), sizes are bytes
+//! (`_bytes`). Defaults come from [`onestep_core::settings`] (worker and sandbox settings) or
+//! from the constants here (API); every cross-field rule has been checked by the build.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use onestep_core::Limits;
 use onestep_core::retry::RetryPolicy;
+pub use onestep_core::settings::{
+    DEFAULT_CANCEL_GRACE, DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
+    MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode,
+};
 use serde::Serialize;
 
 use crate::env::EnvLookup;
@@ -59,8 +67,14 @@ pub struct AppConfig {
     pub base_dir: PathBuf,
     /// `app.name` (or legacy top-level `name`).
     pub name: String,
-    /// `app.shutdown_timeout_s` in seconds (default 30.0; `None` when set to `null`).
-    pub shutdown_timeout_s: Option<f64>,
+    /// `app.shutdown_timeout_s` (default
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`](onestep_core::settings::DEFAULT_SHUTDOWN_TIMEOUT); `None`
+    /// when set to `null`: wait forever).
+    #[serde(
+        rename = "shutdown_timeout_s",
+        serialize_with = "crate::summary::serialize_opt_secs"
+    )]
+    pub shutdown_timeout: Option<Duration>,
     /// `app.config`: a free mapping.
     pub config: JsonMap,
     /// `app.logging`.
@@ -189,12 +203,25 @@ pub struct ExecutionSourceConfig {
     pub attempts_table: String,
     /// Maximum executions claimed per poll (default 100).
     pub batch_size: u32,
-    /// Seconds between polls when idle (default 1.0).
-    pub poll_interval_s: f64,
-    /// Lease length in seconds (default 90.0).
-    pub lease_duration_s: f64,
-    /// Seconds between heartbeats (default 30.0; ≤ `lease_duration_s / 3`).
-    pub heartbeat_interval_s: f64,
+    /// `poll_interval_s`: wait between polls when idle (> 0, default 1 s).
+    #[serde(
+        rename = "poll_interval_s",
+        serialize_with = "crate::summary::serialize_secs"
+    )]
+    pub poll_interval: Duration,
+    /// `lease_duration_s`: lease length (> 0, at most 100 years, default 90 s).
+    #[serde(
+        rename = "lease_duration_s",
+        serialize_with = "crate::summary::serialize_secs"
+    )]
+    pub lease_duration: Duration,
+    /// `heartbeat_interval_s`: period of the heartbeat (default 30 s; within a third of
+    /// `lease_duration`, see [`onestep_core::settings::heartbeat_fits_lease`]).
+    #[serde(
+        rename = "heartbeat_interval_s",
+        serialize_with = "crate::summary::serialize_secs"
+    )]
+    pub heartbeat_interval: Duration,
     /// Worker identity recorded on attempts (default `onestep-worker`).
     pub worker_id: String,
     /// Create missing tables when the source opens (default true).
@@ -231,8 +258,12 @@ pub struct TaskConfig {
     /// Retry policy (default `NoRetry`).
     #[serde(serialize_with = "crate::summary::serialize_retry")]
     pub retry: RetryPolicy,
-    /// Handler time limit in seconds (> 0), `None` = unlimited.
-    pub timeout_s: Option<f64>,
+    /// `timeout_s`: wall-clock limit of one handler call (> 0), `None` = unlimited.
+    #[serde(
+        rename = "timeout_s",
+        serialize_with = "crate::summary::serialize_opt_secs"
+    )]
+    pub timeout: Option<Duration>,
     /// Free mapping exposed to the handler.
     pub config: JsonMap,
     /// Task metadata (not execution metadata).
@@ -247,13 +278,6 @@ pub struct HandlerConfig {
     /// Free mapping passed to the handler.
     pub params: JsonMap,
 }
-
-/// Default sandbox memory limit: 64 MiB.
-pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
-/// Smallest accepted memory limit: 1 MiB.
-pub const MIN_MEMORY_LIMIT_BYTES: u64 = 1024 * 1024;
-/// Default bound on captured stdout/stderr: 64 KiB.
-pub const DEFAULT_OUTPUT_LIMIT_BYTES: u64 = 65_536;
 
 /// `sandbox:` — what one handler instance may use. Nothing is inherited implicitly.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -270,6 +294,10 @@ pub struct SandboxConfig {
     pub env_values: BTreeMap<String, String>,
     /// Bound on captured stdout and stderr, each, in bytes (default 64 KiB).
     pub output_limit_bytes: u64,
+    /// After a cancel, how long the guest may run on to return by itself
+    /// ([`DEFAULT_CANCEL_GRACE`]; not settable from the file, not in the summaries).
+    #[serde(skip)]
+    pub cancel_grace: Duration,
 }
 
 impl Default for SandboxConfig {
@@ -281,6 +309,7 @@ impl Default for SandboxConfig {
             env: Vec::new(),
             env_values: BTreeMap::new(),
             output_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }
 }
@@ -296,27 +325,6 @@ impl SandboxConfig {
         out.extend(self.env_values.clone());
         out
     }
-}
-
-/// A preopened directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Preopen {
-    /// Absolute host directory.
-    pub host: PathBuf,
-    /// Absolute guest path.
-    pub guest: String,
-    /// Access mode.
-    pub mode: PreopenMode,
-}
-
-/// Access mode of a preopen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PreopenMode {
-    /// Read-only (default).
-    Ro,
-    /// Read-write.
-    Rw,
 }
 
 /// The `api:` section (for `onestep serve`).

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use onestep_core::retry::{Jitter, RetryPolicy};
 use serde::Serialize;
@@ -119,6 +120,25 @@ pub fn retry_json(p: &RetryPolicy) -> serde_json::Value {
     }
 }
 
+/// A duration as the seconds the file wrote: exact for values with at most nine decimals
+/// below about 104 days (the nanoseconds and the division are both exact there).
+pub fn secs(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e9
+}
+
+/// `serialize_with` helper for [`Duration`] fields: seconds, as in the file.
+pub fn serialize_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(secs(*d))
+}
+
+/// `serialize_with` helper for optional [`Duration`] fields: seconds or `null`.
+pub fn serialize_opt_secs<S: serde::Serializer>(
+    d: &Option<Duration>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    d.map(secs).serialize(s)
+}
+
 /// `serialize_with` helper for [`RetryPolicy`] fields.
 pub fn serialize_retry<S: serde::Serializer>(p: &RetryPolicy, s: S) -> Result<S::Ok, S::Error> {
     retry_json(p).serialize(s)
@@ -163,7 +183,7 @@ impl AppConfig {
         Summary {
             target: self.source_path.clone(),
             name: self.name.clone(),
-            shutdown_timeout_s: self.shutdown_timeout_s,
+            shutdown_timeout_s: self.shutdown_timeout.map(secs),
             resources: self.resource_summaries(),
             tasks: self
                 .tasks
@@ -178,7 +198,7 @@ impl AppConfig {
                         kind: "MySQLExecutionSource".to_owned(),
                     },
                     concurrency: t.concurrency,
-                    timeout_s: t.timeout_s,
+                    timeout_s: t.timeout.map(secs),
                     retry: retry_json(&t.retry),
                     sandbox: t.sandbox.clone(),
                     config: t.config.clone(),
@@ -197,8 +217,8 @@ impl AppConfig {
         let _ = writeln!(
             out,
             "Shutdown timeout: {}",
-            self.shutdown_timeout_s
-                .map(|s| format!("{s:.2}s"))
+            self.shutdown_timeout
+                .map(|d| format!("{:.2}s", secs(d)))
                 .unwrap_or_else(|| "-".to_owned())
         );
         let resources = self.resource_summaries();
@@ -210,8 +230,8 @@ impl AppConfig {
         let _ = writeln!(out, "Tasks: {}", self.tasks.len());
         for t in &self.tasks {
             let timeout = t
-                .timeout_s
-                .map(|s| format!("{s:.2}s"))
+                .timeout
+                .map(|d| format!("{:.2}s", secs(d)))
                 .unwrap_or_else(|| "-".to_owned());
             let _ = write!(
                 out,

@@ -25,6 +25,7 @@ pub mod ports;
 pub mod request;
 pub mod retry;
 pub mod runner;
+pub mod settings;
 pub mod status;
 pub mod text;
 pub mod time;

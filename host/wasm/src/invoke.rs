@@ -73,8 +73,8 @@ impl Handler {
 
     /// Runs the handler once: a new `Store` and WASI context built from
     /// `sandbox`, instantiation from the prepared `InstancePre`, then
-    /// `handle(ctx, payload)`. The deadline is the earlier of `timeout` and
-    /// `sandbox.timeout_s` (wall clock). `cancel` stops the guest at once.
+    /// `handle(ctx, payload)`. The deadline is `timeout` (wall clock), if
+    /// any. `cancel` stops the guest (after `sandbox.cancel_grace`).
     /// The store is dropped before returning, whatever happened. Never
     /// panics on guest behaviour; host problems come back as
     /// [`Outcome::HostError`].
@@ -100,8 +100,8 @@ impl Handler {
             elapsed: started.elapsed(),
         };
 
-        let deadline = effective_timeout(sandbox.timeout_s, timeout).map(|t| started + t);
-        let grace = Duration::from_millis(sandbox.cancel_grace_ms);
+        let deadline = deadline(started, timeout);
+        let grace = sandbox.cancel_grace;
         if cancel.is_cancelled() {
             return report(trapped(TrapKind::Cancelled), None, 0);
         }
@@ -273,14 +273,10 @@ impl Handler {
     }
 }
 
-fn effective_timeout(timeout_s: Option<f64>, timeout: Option<Duration>) -> Option<Duration> {
-    let from_settings = timeout_s
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s.min(1e9)));
-    match (from_settings, timeout) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// When the call must end: `timeout` after `started`; none for no timeout, or for one so
+/// large that the instant is not representable (it would never come).
+fn deadline(started: Instant, timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|t| started.checked_add(t))
 }
 
 fn trapped(kind: TrapKind) -> Outcome {
@@ -368,20 +364,14 @@ mod tests {
     }
 
     #[test]
-    fn earliest_timeout_wins() {
-        let s = Some(Duration::from_secs(5));
+    fn deadline_is_the_timeout_after_the_start() {
+        let started = Instant::now();
         assert_eq!(
-            effective_timeout(Some(2.0), s),
-            Some(Duration::from_secs(2))
+            deadline(started, Some(Duration::from_millis(500))),
+            Some(started + Duration::from_millis(500))
         );
-        assert_eq!(effective_timeout(Some(9.0), s), s);
-        assert_eq!(effective_timeout(None, s), s);
-        assert_eq!(
-            effective_timeout(Some(0.5), None),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(effective_timeout(Some(f64::NAN), None), None);
-        assert_eq!(effective_timeout(None, None), None);
+        assert_eq!(deadline(started, None), None);
+        assert_eq!(deadline(started, Some(Duration::MAX)), None);
     }
 
     #[test]

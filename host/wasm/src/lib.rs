@@ -30,7 +30,7 @@
 //!   code checks both at every epoch tick (`epoch_tick_ms`, default 10 ms),
 //!   where it also yields to tokio so it cannot starve other tasks.
 //! - A guest sees only what its sandbox grants: the preopened directories
-//!   (read-only unless `writable`), allow-listed environment variables, no
+//!   (read-only unless `mode: rw`), allow-listed environment variables, no
 //!   arguments, no stdin, no sockets, no name lookup. Clocks and random are
 //!   available.
 //!
@@ -75,7 +75,7 @@ pub use error::Error;
 pub use invoke::Report;
 pub use outcome::{InvokeError, Outcome, TrapKind};
 pub use runtime::{CacheStats, Handler, PoolStats, Runtime};
-pub use settings::{PoolingMode, Preopen, RuntimeSettings, SandboxSettings};
+pub use settings::{PoolingMode, Preopen, PreopenMode, RuntimeSettings, SandboxSettings};
 
 /// Version of the WIT package this runtime serves (`wit/handler.wit`).
 pub const WIT_PACKAGE: &str = "onestep:handler@0.1.0";

@@ -36,7 +36,7 @@ impl Outcome {
 /// Why a guest stopped abnormally.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TrapKind {
-    /// The wall-clock deadline (`timeout_s` / `timeout`) passed.
+    /// The wall-clock deadline (the `timeout` of the call, the task's `timeout_s`) passed.
     Timeout,
     /// The [`CancelHandle`](crate::CancelHandle) was triggered.
     Cancelled,

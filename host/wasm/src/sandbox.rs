@@ -32,25 +32,25 @@ pub(crate) fn build_wasi(
     }
 
     for p in &s.preopens {
-        if !p.guest_path.starts_with('/') {
+        if !p.guest.starts_with('/') {
             return Err(InvokeError::Sandbox(format!(
-                "preopen guest_path {:?} must be absolute",
-                p.guest_path
+                "preopen guest path {:?} must be absolute",
+                p.guest
             )));
         }
-        if !p.host_path.is_dir() {
+        if !p.host.is_dir() {
             return Err(InvokeError::Sandbox(format!(
-                "preopen host_path {} is not a directory",
-                p.host_path.display()
+                "preopen host path {} is not a directory",
+                p.host.display()
             )));
         }
-        let perms = if p.writable {
+        let perms = if p.writable() {
             FsPerms::ReadWrite
         } else {
             FsPerms::ReadOnly
         };
-        b.preopened_dir(&p.host_path, &p.guest_path, perms)
-            .map_err(|e| InvokeError::Sandbox(format!("preopen {}: {e}", p.host_path.display())))?;
+        b.preopened_dir(&p.host, &p.guest, perms)
+            .map_err(|e| InvokeError::Sandbox(format!("preopen {}: {e}", p.host.display())))?;
     }
 
     // No network: no TCP, no UDP, no DNS, and every address refused even if

@@ -1,10 +1,21 @@
-//! Plain, serde-deserializable settings: [`RuntimeSettings`] (one per worker
-//! process) and [`SandboxSettings`] (one per task). The config crate embeds
-//! these; every field has a default so a partial YAML block is enough.
+//! Plain, serde-deserializable settings of the runtime: [`RuntimeSettings`]
+//! (one per worker process) and [`SandboxSettings`] (one per task). Every
+//! field has a default, so a partial value is enough.
+//!
+//! The config crate does not know these types: it loads its own typed model,
+//! and the CLI's wiring converts a task's sandbox into a [`SandboxSettings`]
+//! in one function. What both sides share is defined once in
+//! [`onestep_core::settings`]: the [`Preopen`] type and the defaults of the
+//! memory and output limits. The call's time limit is not a sandbox setting:
+//! it is the `timeout` argument of [`Handler::invoke`](crate::Handler::invoke).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
+
+use onestep_core::settings::{DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES};
+pub use onestep_core::settings::{Preopen, PreopenMode};
 
 /// Whether the engine uses wasmtime's pooling instance allocator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -63,40 +74,22 @@ impl Default for RuntimeSettings {
     }
 }
 
-/// A host directory made visible to the guest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Preopen {
-    /// Directory on the worker host. It must exist when the task runs.
-    pub host_path: PathBuf,
-    /// Absolute path under which the guest sees it, e.g. `/docs`.
-    pub guest_path: String,
-    /// `false` (default): read-only, the guest can neither create, modify nor
-    /// delete anything in it. `true`: read-write.
-    #[serde(default)]
-    pub writable: bool,
-}
-
 /// Per-task sandbox. Everything not granted here is denied: no filesystem but
 /// the preopens, no environment but the allow-listed variables, no arguments,
 /// no sockets, no name lookup. Clocks and randomness are available.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxSettings {
-    /// Wall-clock limit of one attempt in seconds (fractions allowed). `None`:
-    /// no limit besides the `timeout` given to `invoke`. Enforced by racing the
-    /// call against a timer (host calls) and the epoch ticker (guest code).
-    pub timeout_s: Option<f64>,
-    /// After a cancel, how long (milliseconds) the guest may keep running to
-    /// notice `cancel-requested()` and return by itself before it is
-    /// stopped. 0 (default): stopped at once. The deadline still applies.
-    pub cancel_grace_ms: u64,
+    /// After a cancel, how long the guest may keep running to notice
+    /// `cancel-requested()` and return by itself before it is stopped. Zero
+    /// (default): stopped at once. The deadline still applies.
+    pub cancel_grace: Duration,
     /// Ceiling on the guest's total linear memory, in bytes (all memories of
     /// the component together). Growth beyond it fails inside the guest (an
     /// allocation failure) and the attempt ends as `Trapped{MemoryLimit}`.
     pub memory_limit_bytes: u64,
-    /// Optional fuel budget (≈ wasm instructions). Not a timer: use
-    /// `timeout_s` for time. Exhaustion ends as `Trapped{OutOfFuel}`.
+    /// Optional fuel budget (≈ wasm instructions). Not a timer: use the
+    /// `timeout` of `invoke` for time. Exhaustion ends as `Trapped{OutOfFuel}`.
     pub fuel: Option<u64>,
     /// Maximum number of core instances a component may create.
     pub max_instances: u32,
@@ -126,9 +119,8 @@ pub struct SandboxSettings {
 impl Default for SandboxSettings {
     fn default() -> Self {
         Self {
-            timeout_s: None,
-            cancel_grace_ms: 0,
-            memory_limit_bytes: 256 << 20,
+            cancel_grace: Duration::ZERO,
+            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
             fuel: None,
             max_instances: 64,
             max_tables: 64,
@@ -137,8 +129,8 @@ impl Default for SandboxSettings {
             preopens: Vec::new(),
             env_allow: Vec::new(),
             env: BTreeMap::new(),
-            stdout_limit_bytes: 64 << 10,
-            stderr_limit_bytes: 64 << 10,
+            stdout_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
+            stderr_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             log_limit_bytes: 1 << 20,
         }
     }
@@ -151,13 +143,13 @@ mod tests {
     #[test]
     fn partial_settings_deserialize_with_defaults() {
         let s: SandboxSettings = serde_json::from_str(
-            r#"{"memory_limit_bytes": 1048576, "preopens": [{"host_path": "/srv/docs", "guest_path": "/docs"}],
-                "env_allow": ["LANG"], "env": {"MODE": "fast"}, "timeout_s": 1.5}"#,
+            r#"{"memory_limit_bytes": 1048576, "preopens": [{"host": "/srv/docs", "guest": "/docs"}],
+                "env_allow": ["LANG"], "env": {"MODE": "fast"}, "fuel": 15}"#,
         )
         .expect("sandbox settings");
         assert_eq!(s.memory_limit_bytes, 1 << 20);
-        assert!(!s.preopens[0].writable);
-        assert_eq!(s.timeout_s, Some(1.5));
+        assert!(!s.preopens[0].writable());
+        assert_eq!(s.fuel, Some(15));
         assert_eq!(
             s.stdout_limit_bytes,
             SandboxSettings::default().stdout_limit_bytes

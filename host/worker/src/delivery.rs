@@ -81,7 +81,7 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
         Arc::clone(&ctx.clock),
         lease_ref,
         ctx.settings.heartbeat_interval,
-        ctx.settings.lease_duration_s,
+        ctx.settings.lease_duration_secs(),
         lease.lease_expires_at,
         stop_heartbeat.clone(),
         handler_cancel.clone(),

@@ -40,7 +40,7 @@ pub(crate) async fn fetch_loop(
             namespace: s.namespace.clone(),
             task_names: vec![s.task_name.clone()],
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
-            lease_duration_s: s.lease_duration_s,
+            lease_duration_s: s.lease_duration_secs(),
             worker_id: s.worker_id.clone(),
         };
         match ctx.store.claim(&request).await {

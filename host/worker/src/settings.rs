@@ -1,13 +1,20 @@
-//! Typed worker settings (docs/semantics.md#worker-settings, docs/semantics.md#fetch-loop, docs/semantics.md#timeouts, docs/semantics.md#shutdown-and-drain). Values arrive validated by the config
-//! crate; [`TaskSettings::validate`] re-checks the invariants the worker relies on.
+//! Typed worker settings (spec §9.1, §9.2, §9.6, §9.9). Their defaults are the constants of
+//! [`onestep_core::settings`], the same ones the config crate applies to a file; settings loaded
+//! from a file arrive validated by the config crate, and [`TaskSettings::validate`] applies the
+//! same rules (the same functions) to settings built in code, when a [`Worker`](crate::Worker)
+//! is created.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use onestep_core::ExecutionError;
 use onestep_core::ports::LeaseStore;
 use onestep_core::retry::RetryPolicy;
 use onestep_core::runner::TaskRunner;
+use onestep_core::settings::{
+    DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_DURATION,
+    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKER_ID, heartbeat_fits_lease,
+};
+use onestep_core::{ExecutionError, Limits};
 
 /// Settings of one task: its source (namespace, task name, polling, lease) and its execution
 /// (concurrency, retry, timeout).
@@ -23,8 +30,9 @@ pub struct TaskSettings {
     pub batch_size: u32,
     /// Wait between empty claims (default 1 s).
     pub poll_interval: Duration,
-    /// Lease length in seconds (> 0; default 90).
-    pub lease_duration_s: f64,
+    /// Lease length (> 0; default 90 s). The ports take it in seconds:
+    /// [`lease_duration_secs`](Self::lease_duration_secs).
+    pub lease_duration: Duration,
     /// Heartbeat period (≤ lease / 3; default 30 s).
     pub heartbeat_interval: Duration,
     /// Maximum executions in flight for this task in this process (≥ 1; default 1).
@@ -38,26 +46,33 @@ pub struct TaskSettings {
 }
 
 impl TaskSettings {
-    /// Defaults of docs/semantics.md#worker-settings for `task_name` in `namespace`.
+    /// The defaults ([`onestep_core::settings`], [`Limits::default`]) for `task_name` in
+    /// `namespace`.
     pub fn new(namespace: &str, task_name: &str) -> Self {
         TaskSettings {
             task_name: task_name.to_owned(),
             namespace: namespace.to_owned(),
-            worker_id: "onestep-worker".to_owned(),
-            batch_size: 100,
-            poll_interval: Duration::from_secs(1),
-            lease_duration_s: 90.0,
-            heartbeat_interval: Duration::from_secs(30),
-            concurrency: 1,
+            worker_id: DEFAULT_WORKER_ID.to_owned(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            lease_duration: DEFAULT_LEASE_DURATION,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            concurrency: DEFAULT_CONCURRENCY,
             retry: RetryPolicy::NoRetry,
             timeout: None,
-            max_result_bytes: 1_048_576,
+            max_result_bytes: Limits::default().max_result_bytes,
         }
     }
 
+    /// The lease length in seconds, as the core ports (`ClaimRequest`, `LeaseStore::heartbeat`)
+    /// take it: the one `Duration` → seconds conversion of the worker.
+    pub fn lease_duration_secs(&self) -> f64 {
+        self.lease_duration.as_secs_f64()
+    }
+
     /// Checks the invariants the worker relies on: batch and concurrency ≥ 1, positive poll
-    /// interval, `0 < heartbeat_interval <= lease_duration_s / 3` (docs/semantics.md#worker-settings), a valid retry
-    /// policy and a positive timeout.
+    /// interval, a lease the store accepts, `0 < heartbeat_interval <= lease_duration / 3`
+    /// ([`heartbeat_fits_lease`]), a valid retry policy and a positive timeout.
     pub fn validate(&self) -> Result<(), ExecutionError> {
         if self.batch_size < 1 {
             return Err(ExecutionError::invalid("batch_size must be >= 1"));
@@ -68,9 +83,8 @@ impl TaskSettings {
         if self.poll_interval.is_zero() {
             return Err(ExecutionError::invalid("poll_interval_s must be > 0"));
         }
-        onestep_core::request::validate_lease_duration(self.lease_duration_s)?;
-        let hb = self.heartbeat_interval.as_secs_f64();
-        if hb <= 0.0 || hb > self.lease_duration_s / 3.0 * (1.0 + 1e-9) {
+        onestep_core::request::validate_lease_duration(self.lease_duration_secs())?;
+        if !heartbeat_fits_lease(self.heartbeat_interval, self.lease_duration) {
             return Err(ExecutionError::invalid(
                 "heartbeat_interval_s must be > 0 and <= lease_duration_s / 3",
             ));
@@ -105,7 +119,7 @@ impl std::fmt::Debug for TaskBinding {
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     /// How long in-flight executions may run after a shutdown signal before they are cancelled
-    /// (`shutdown_timeout_s`, default 30 s; `None` waits forever).
+    /// (`shutdown_timeout_s`, default [`DEFAULT_SHUTDOWN_TIMEOUT`]; `None` waits forever).
     pub shutdown_timeout: Option<Duration>,
     /// After cancelling the remainder, how long their `retrying` completions (or releases) may
     /// take to reach the database before the worker returns (default 10 s).
@@ -117,7 +131,7 @@ pub struct WorkerSettings {
 impl Default for WorkerSettings {
     fn default() -> Self {
         WorkerSettings {
-            shutdown_timeout: Some(Duration::from_secs(30)),
+            shutdown_timeout: Some(DEFAULT_SHUTDOWN_TIMEOUT),
             cancel_grace: Duration::from_secs(10),
             completion_batch: 64,
         }

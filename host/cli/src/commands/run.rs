@@ -2,7 +2,6 @@
 //! (docs/cli.md#onestep-run), then drains (docs/semantics.md#shutdown-and-drain).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use onestep_config::LogFormat;
 use onestep_worker::{Worker, WorkerSettings};
@@ -79,9 +78,7 @@ pub async fn run(args: RunArgs) -> u8 {
         Err(e) => return fail(e),
     };
     let settings = WorkerSettings {
-        shutdown_timeout: cfg
-            .shutdown_timeout_s
-            .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+        shutdown_timeout: cfg.shutdown_timeout,
         ..WorkerSettings::default()
     };
     let worker = match Worker::new(bindings, settings) {

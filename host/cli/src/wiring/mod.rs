@@ -1,18 +1,23 @@
 //! Wiring of concrete parts from a loaded [`AppConfig`]: MySQL backends (one per connector and
 //! table pair), the wasm runtime and its handler components, and the worker's task bindings.
+//!
+//! The configuration arrives typed and validated (every cross-field rule is the config crate's,
+//! so `onestep check` rejects what `run` would): this module only converts, once per type —
+//! [`task_settings`] for the worker, [`sandbox_settings`] for the runtime, [`source_options`]
+//! for the backend.
 
 pub mod wasm_runner;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use onestep_config::{AppConfig, ExecutionSourceConfig, PreopenMode, SandboxConfig};
+use anyhow::{Context, Result};
+use onestep_config::{AppConfig, EnvLookup, ExecutionSourceConfig, SandboxConfig, TaskConfig};
 use onestep_core::names::TableNames;
+use onestep_core::settings::DEFAULT_MEMORY_LIMIT_BYTES;
 use onestep_mysql::{MySqlBackend, MySqlOptions};
-use onestep_wasm::{Preopen, Runtime, RuntimeSettings, SandboxSettings};
+use onestep_wasm::{Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings};
 
 use wasm_runner::WasmTaskRunner;
@@ -51,36 +56,20 @@ pub fn source_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result
     Ok(opts)
 }
 
-/// Opens one backend per distinct (connector, table pair) used by the tasks' sources.
+/// Opens one backend per distinct (connector, table pair) used by the tasks' sources, with the
+/// options of the first source that uses it (the config crate has checked that the sources
+/// sharing a pair agree on them).
 pub async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Arc<MySqlBackend>>> {
     let mut out = BTreeMap::new();
-    let mut first: BTreeMap<BackendKey, &ExecutionSourceConfig> = BTreeMap::new();
     for task in &cfg.tasks {
         let source = cfg
             .sources
             .get(&task.source)
             .with_context(|| format!("unknown resource '{}'", task.source))?;
         let key = backend_key(source);
-        if let Some(other) = first.get(&key) {
-            // One backend serves a table pair: its options must agree across sources.
-            if other.limits != source.limits
-                || other.auto_create != source.auto_create
-                || other.reclaim_batch_size != source.reclaim_batch_size
-            {
-                bail!(
-                    "sources '{}' and '{}' share connector '{}' and tables {}/{} but set different \
-                     limits, auto_create or reclaim_batch_size: give them the same values or \
-                     different tables",
-                    other.name,
-                    source.name,
-                    source.connector,
-                    source.table,
-                    source.attempts_table
-                );
-            }
+        if out.contains_key(&key) {
             continue;
         }
-        first.insert(key.clone(), source);
         let opts = source_options(cfg, source)?;
         let backend = MySqlBackend::open(opts)
             .await
@@ -120,7 +109,7 @@ pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
         .iter()
         .map(|t| t.sandbox.memory_limit_bytes)
         .max()
-        .unwrap_or(64 << 20);
+        .unwrap_or(DEFAULT_MEMORY_LIMIT_BYTES);
     let settings = RuntimeSettings {
         cache_dir: wasm_cache_dir(),
         pool_max_instances: total.saturating_add(8),
@@ -131,31 +120,37 @@ pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
     Runtime::new(settings).context("cannot start the WebAssembly runtime")
 }
 
-/// How long a cancelled guest may take to return on its own (cooperative cancellation) before
-/// the runtime stops it.
-pub const CANCEL_GRACE_MS: u64 = 50;
-
-/// The runtime's sandbox for a task's `sandbox:` block.
-pub fn sandbox_settings(sandbox: &SandboxConfig, cfg: &AppConfig) -> SandboxSettings {
+/// The runtime's sandbox for a task's `sandbox:` block (the one conversion; the counts the
+/// file cannot set — instances, tables, memories, log bytes — keep the runtime's defaults).
+/// Environment names are resolved through `env`, the environment the file was loaded with.
+pub fn sandbox_settings(sandbox: &SandboxConfig, env: &EnvLookup) -> SandboxSettings {
     SandboxSettings {
         memory_limit_bytes: sandbox.memory_limit_bytes,
         fuel: sandbox.fuel,
-        preopens: sandbox
-            .preopens
-            .iter()
-            .map(|p| Preopen {
-                host_path: p.host.clone(),
-                guest_path: p.guest.clone(),
-                writable: p.mode == PreopenMode::Rw,
-            })
-            .collect(),
-        env: sandbox.guest_env(&cfg.env),
+        preopens: sandbox.preopens.clone(),
+        env: sandbox.guest_env(env),
         stdout_limit_bytes: sandbox.output_limit_bytes,
         stderr_limit_bytes: sandbox.output_limit_bytes,
-        // A cancelled guest gets this long to notice `cancel-requested()` and return on its
-        // own before it is stopped.
-        cancel_grace_ms: CANCEL_GRACE_MS,
+        cancel_grace: sandbox.cancel_grace,
         ..SandboxSettings::default()
+    }
+}
+
+/// The worker's settings for `task` fed by `source` (the one conversion: every value is already
+/// typed and validated by the config crate).
+pub fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskSettings {
+    TaskSettings {
+        task_name: source.task_name.clone(),
+        namespace: source.namespace.clone(),
+        worker_id: source.worker_id.clone(),
+        batch_size: source.batch_size,
+        poll_interval: source.poll_interval,
+        lease_duration: source.lease_duration,
+        heartbeat_interval: source.heartbeat_interval,
+        concurrency: task.concurrency,
+        retry: task.retry.clone(),
+        timeout: task.timeout,
+        max_result_bytes: source.limits.max_result_bytes,
     }
 }
 
@@ -182,29 +177,9 @@ pub fn task_bindings(
                 task.handler.component.display()
             )
         })?;
-        let seconds = |name: &str, v: f64| {
-            Duration::try_from_secs_f64(v)
-                .with_context(|| format!("task '{}': {name} {v} is out of range", task.name))
-        };
-        let settings = TaskSettings {
-            task_name: source.task_name.clone(),
-            namespace: source.namespace.clone(),
-            worker_id: source.worker_id.clone(),
-            batch_size: source.batch_size,
-            poll_interval: seconds("poll_interval_s", source.poll_interval_s)?,
-            lease_duration_s: source.lease_duration_s,
-            heartbeat_interval: seconds("heartbeat_interval_s", source.heartbeat_interval_s)?,
-            concurrency: task.concurrency,
-            retry: task.retry.clone(),
-            timeout: task
-                .timeout_s
-                .map(|t| seconds("timeout_s", t))
-                .transpose()?,
-            max_result_bytes: source.limits.max_result_bytes,
-        };
-        let runner = WasmTaskRunner::new(handler, sandbox_settings(&task.sandbox, cfg));
+        let runner = WasmTaskRunner::new(handler, sandbox_settings(&task.sandbox, &cfg.env));
         out.push(TaskBinding {
-            settings,
+            settings: task_settings(source, task),
             store: Arc::clone(backend) as Arc<dyn onestep_core::ports::LeaseStore>,
             runner: Arc::new(runner),
         });

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod resources;
 pub mod retry;
+pub mod table_pairs;
 pub mod tasks;
 
 use std::collections::BTreeMap;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::env::EnvLookup;
 use crate::error::ConfigError;
-use crate::fields::{check_allowed, join, json_map, number};
+use crate::fields::{BadSeconds, check_allowed, join, json_map, number, positive_seconds};
 use crate::model::{AppConfig, LogFormat, LogLevel, LoggingConfig};
 use crate::node::{Node, Value};
 use resources::ResourceKind;
@@ -73,11 +74,14 @@ pub fn build(
         }
     };
     let (st_node, st_path) = app_field("shutdown_timeout_s");
-    let shutdown_timeout_s = match st_node {
-        None => Some(30.0),
+    let shutdown_timeout = match st_node {
+        None => Some(onestep_core::settings::DEFAULT_SHUTDOWN_TIMEOUT),
         Some(n) if n.is_null() => None,
-        Some(n) => match number(n) {
-            Some(v) if v > 0.0 && v.is_finite() => Some(v),
+        Some(n) => match number(n).filter(|v| v.is_finite()).map(positive_seconds) {
+            Some(Ok(d)) => Some(d),
+            Some(Err(BadSeconds::OutOfRange)) => {
+                return Err(ConfigError::bare(n, format!("{st_path} is out of range")));
+            }
             _ => {
                 return Err(ConfigError::bare(
                     n,
@@ -139,6 +143,7 @@ pub fn build(
         }
     }
     let tasks = tasks::build_tasks(root, ctx, &entries, &sources)?;
+    table_pairs::check_shared_tables(&tasks, &sources, &entries)?;
     let api = match root.get_set("api") {
         None => None,
         Some(a) => Some(api::build_api(a, ctx, &entries)?),
@@ -148,7 +153,7 @@ pub fn build(
         source_path: inputs.source_path,
         base_dir: ctx.base_dir.to_path_buf(),
         name,
-        shutdown_timeout_s,
+        shutdown_timeout,
         config,
         logging,
         connectors,

@@ -2,13 +2,20 @@
 //! normalisation, `mysql` connectors and `mysql_execution_source` sources.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use onestep_core::Limits;
 use onestep_core::names::validate_table_name;
+use onestep_core::settings::{
+    DEFAULT_BATCH_SIZE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_POLL_INTERVAL,
+    DEFAULT_WORKER_ID, heartbeat_fits_lease,
+};
 use onestep_core::text::MAX_NAME_CHARS;
 
 use crate::error::ConfigError;
-use crate::fields::{integer, join, non_empty_str, number, scalar_text};
+use crate::fields::{
+    BadSeconds, integer, join, non_empty_str, number, positive_seconds, scalar_text,
+};
 use crate::model::{EngineOptions, ExecutionSourceConfig, MysqlConnectorConfig, Secret};
 use crate::node::Node;
 
@@ -239,11 +246,11 @@ pub struct SourceOptions {
     /// `batch_size`.
     pub batch_size: u32,
     /// `poll_interval_s`.
-    pub poll_interval_s: f64,
+    pub poll_interval: Duration,
     /// `lease_duration_s`.
-    pub lease_duration_s: f64,
+    pub lease_duration: Duration,
     /// `heartbeat_interval_s`.
-    pub heartbeat_interval_s: f64,
+    pub heartbeat_interval: Duration,
     /// Trimmed worker id.
     pub worker_id: String,
 }
@@ -292,45 +299,70 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
     }
     // batch_size
     let batch_size = match node.get_set("batch_size") {
-        None => 100,
+        None => DEFAULT_BATCH_SIZE,
         Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
             Some(v) if v >= 1 => v,
             _ => return err(n, format!("{prefix}batch_size must be >= 1")),
         },
     };
-    // the three finiteness checks
-    let mut durations = [0.0f64; 3];
+    // the three finiteness checks; absent keys take the defaults
+    let mut seconds = [None; 3];
     let keys = [
         "poll_interval_s",
         "lease_duration_s",
         "heartbeat_interval_s",
     ];
-    let defaults = [1.0, 90.0, 30.0];
     for (i, key) in keys.iter().enumerate() {
-        durations[i] = match node.get_set(key) {
-            None => defaults[i],
-            Some(n) => match number(n) {
-                Some(v) if v.is_finite() => v,
+        if let Some(n) = node.get_set(key) {
+            match number(n) {
+                Some(v) if v.is_finite() => seconds[i] = Some(v),
                 _ => return err(n, format!("{prefix}{key} must be a finite number")),
-            },
-        };
+            }
+        }
     }
-    let [poll, lease, heartbeat] = durations;
     let at = |key: &str| node.get(key).unwrap_or(node);
-    if poll <= 0.0 {
-        return err(
-            at("poll_interval_s"),
-            format!("{prefix}poll_interval_s must be > 0"),
-        );
-    }
-    if lease <= 0.0 {
+    // Seconds become `Duration`s here, once; an absent key takes its default.
+    let duration = |i: usize, default: Duration| seconds[i].map_or(Ok(default), positive_seconds);
+    let poll = match duration(0, DEFAULT_POLL_INTERVAL) {
+        Ok(d) => d,
+        Err(BadSeconds::NotPositive) => {
+            return err(
+                at("poll_interval_s"),
+                format!("{prefix}poll_interval_s must be > 0"),
+            );
+        }
+        Err(BadSeconds::OutOfRange) => {
+            return err(
+                at("poll_interval_s"),
+                format!("{prefix}poll_interval_s is out of range"),
+            );
+        }
+    };
+    let lease = match duration(1, DEFAULT_LEASE_DURATION) {
+        Ok(d) => d,
+        Err(BadSeconds::NotPositive) => {
+            return err(
+                at("lease_duration_s"),
+                format!("{prefix}lease_duration_s must be > 0"),
+            );
+        }
+        Err(BadSeconds::OutOfRange) => {
+            return err(
+                at("lease_duration_s"),
+                format!("{prefix}lease_duration_s is too large"),
+            );
+        }
+    };
+    // The store's own bound on a lease (the same check a claim makes).
+    if onestep_core::request::validate_lease_duration(lease.as_secs_f64()).is_err() {
         return err(
             at("lease_duration_s"),
-            format!("{prefix}lease_duration_s must be > 0"),
+            format!("{prefix}lease_duration_s is too large"),
         );
     }
-    let limit = lease / 3.0;
-    if heartbeat <= 0.0 || (heartbeat > limit && (heartbeat - limit) > 1e-9 * limit.abs()) {
+    // A heartbeat too large for a `Duration` is far above a third of any lease.
+    let heartbeat = duration(2, DEFAULT_HEARTBEAT_INTERVAL).unwrap_or(Duration::ZERO);
+    if !heartbeat_fits_lease(heartbeat, lease) {
         return err(
             at("heartbeat_interval_s"),
             format!("{prefix}heartbeat_interval_s must be > 0 and <= {prefix}lease_duration_s / 3"),
@@ -338,7 +370,7 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
     }
     // worker_id
     let worker_id = match node.get_set("worker_id") {
-        None => "onestep-worker".to_owned(),
+        None => DEFAULT_WORKER_ID.to_owned(),
         Some(n) => match n.as_str().map(str::trim) {
             Some(s) if !s.is_empty() && s.chars().count() <= MAX_NAME_CHARS => s.to_owned(),
             Some(_) => {
@@ -363,9 +395,9 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
         namespace: namespace.to_owned(),
         task_name: names.remove(0),
         batch_size,
-        poll_interval_s: poll,
-        lease_duration_s: lease,
-        heartbeat_interval_s: heartbeat,
+        poll_interval: poll,
+        lease_duration: lease,
+        heartbeat_interval: heartbeat,
         worker_id,
     })
 }
@@ -500,9 +532,9 @@ pub fn build_source(
         table,
         attempts_table,
         batch_size: opts.batch_size,
-        poll_interval_s: opts.poll_interval_s,
-        lease_duration_s: opts.lease_duration_s,
-        heartbeat_interval_s: opts.heartbeat_interval_s,
+        poll_interval: opts.poll_interval,
+        lease_duration: opts.lease_duration,
+        heartbeat_interval: opts.heartbeat_interval,
         worker_id: opts.worker_id,
         auto_create,
         limits,

@@ -10,12 +10,16 @@ use super::BuildContext;
 use super::resources::{ResourceEntry, ResourceKind};
 use crate::env::is_env_name;
 use crate::error::ConfigError;
-use crate::fields::{index, integer, join, json_map, non_empty_str, number, resolve_path};
+use crate::fields::{
+    BadSeconds, index, integer, join, json_map, non_empty_str, number, positive_seconds,
+    resolve_path,
+};
 use crate::model::{
     DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES, ExecutionSourceConfig, HandlerConfig,
     MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode, SandboxConfig, TaskConfig,
 };
 use crate::node::{Node, Value};
+use onestep_core::settings::DEFAULT_CONCURRENCY;
 
 /// Task keys accepted by strict validation (docs/configuration.md#strict-validation plus `sandbox`).
 pub const TASK_KEYS: [&str; 13] = [
@@ -209,16 +213,19 @@ fn build_task(
     }
 
     let concurrency = match node.get_set("concurrency") {
-        None => 1,
+        None => DEFAULT_CONCURRENCY,
         Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
             Some(c) if c >= 1 => c,
             _ => return Err(ConfigError::at(n, path, "concurrency must be >= 1")),
         },
     };
-    let timeout_s = match node.get_set("timeout_s") {
+    let timeout = match node.get_set("timeout_s") {
         None => None,
-        Some(n) => match number(n) {
-            Some(t) if t > 0.0 && t.is_finite() => Some(t),
+        Some(n) => match number(n).filter(|t| t.is_finite()).map(positive_seconds) {
+            Some(Ok(d)) => Some(d),
+            Some(Err(BadSeconds::OutOfRange)) => {
+                return Err(ConfigError::at(n, path, "timeout_s is out of range"));
+            }
             _ => return Err(ConfigError::at(n, path, "timeout_s must be > 0")),
         },
     };
@@ -243,7 +250,7 @@ fn build_task(
         sandbox,
         concurrency,
         retry,
-        timeout_s,
+        timeout,
         config: json_map(node, "config", path)?,
         metadata: json_map(node, "metadata", path)?,
     })
@@ -376,6 +383,7 @@ fn build_sandbox(
         env,
         env_values,
         output_limit_bytes,
+        ..SandboxConfig::default()
     })
 }
 

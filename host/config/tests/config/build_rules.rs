@@ -1,5 +1,7 @@
 //! Build-time checks that apply with and without `--strict` (docs/configuration.md#checks-in-both-modes, docs/semantics.md#worker-settings, docs/semantics.md#retry-policies).
 
+use std::time::Duration;
+
 use onestep_core::retry::{Jitter, RetryPolicy};
 
 use crate::common::{BASE, err, load_text};
@@ -164,6 +166,104 @@ fn source_option_rules_without_prefix() {
     );
 }
 
+/// Durations become `Duration`s at load: values a `Duration` cannot hold, that round to zero,
+/// or that no store accepts are load errors (so `check` reports what `run` would hit).
+#[test]
+fn duration_range_rules() {
+    check(
+        &[
+            (
+                source_doc(&format!("{NS}    poll_interval_s: 1.0e300\n")),
+                "resources.jobs: poll_interval_s is out of range (line 12, column 22)",
+            ),
+            (
+                source_doc(&format!("{NS}    poll_interval_s: 1.0e-12\n")),
+                "resources.jobs: poll_interval_s must be > 0 (line 12, column 22)",
+            ),
+            (
+                source_doc(&format!("{NS}    lease_duration_s: 1.0e10\n")),
+                "resources.jobs: lease_duration_s is too large (line 12, column 23)",
+            ),
+            (
+                source_doc(&format!("{NS}    lease_duration_s: 1.0e300\n")),
+                "resources.jobs: lease_duration_s is too large (line 12, column 23)",
+            ),
+            (
+                source_doc(&format!(
+                    "{NS}    lease_duration_s: 3.0e-9\n    heartbeat_interval_s: 1.0e-10\n"
+                )),
+                "resources.jobs: heartbeat_interval_s must be > 0 and <= lease_duration_s / 3 (line 13, column 27)",
+            ),
+            (
+                format!("{BASE}    timeout_s: 1.0e-12\n"),
+                "tasks[0]: timeout_s must be > 0 (line 16, column 16)",
+            ),
+            (
+                format!("{BASE}    timeout_s: 1.0e300\n"),
+                "tasks[0]: timeout_s is out of range (line 16, column 16)",
+            ),
+            (
+                BASE.replace(
+                    "  name: demo\n",
+                    "  name: demo\n  shutdown_timeout_s: 1.0e300\n",
+                ),
+                "app.shutdown_timeout_s is out of range (line 3, column 23)",
+            ),
+        ],
+        false,
+    );
+    // Fractions and a heartbeat of exactly a third of the lease load as durations.
+    let cfg = load_text(
+        &BASE.replace(
+            "    task_names: [echo]\n",
+            "    task_names: [echo]\n    poll_interval_s: 0.25\n    lease_duration_s: 1.5\n    heartbeat_interval_s: 0.5\n",
+        ),
+        true,
+    )
+    .expect("loads");
+    let s = &cfg.sources["jobs"];
+    assert_eq!(s.poll_interval, Duration::from_millis(250));
+    assert_eq!(s.lease_duration, Duration::from_millis(1500));
+    assert_eq!(s.heartbeat_interval, Duration::from_millis(500));
+}
+
+/// The sources of tasks that share a connector and a table pair share one backend, so they
+/// must agree on its options; sources on different tables may differ.
+#[test]
+fn sources_sharing_a_table_pair_must_agree() {
+    let doc = |extra: &str| {
+        BASE.replace(
+            "tasks:\n",
+            &format!(
+                "  jobs2:\n    type: mysql_execution_source\n    connector: db\n    namespace: ns\n    task_names: [echo2]\n{extra}tasks:\n"
+            ),
+        ) + "  - name: echo2\n    source: jobs2\n    handler: {component: echo.wasm}\n"
+    };
+    for extra in [
+        "    max_result_bytes: 1000\n",
+        "    auto_create: false\n",
+        "    reclaim_batch_size: 7\n",
+    ] {
+        for strict in [false, true] {
+            assert_eq!(
+                err(&doc(extra), strict),
+                "resources.jobs2: sources 'jobs' and 'jobs2' share connector 'db' and tables \
+                 onestep_executions/onestep_execution_attempts but set different limits, \
+                 auto_create or reclaim_batch_size: give them the same values or different \
+                 tables (line 13, column 5)",
+                "{extra}"
+            );
+        }
+    }
+    // Same options, or other tables: fine.
+    load_text(&doc(""), true).expect("same options");
+    load_text(
+        &doc("    max_result_bytes: 1000\n    table: other_executions\n    attempts_table: other_attempts\n"),
+        true,
+    )
+    .expect("other tables");
+}
+
 #[test]
 fn backend_option_rules() {
     check(
@@ -312,7 +412,7 @@ fn app_rules() {
 fn defaults_and_values() {
     let cfg = load_text(BASE, true).expect("loads");
     assert_eq!(cfg.name, "demo");
-    assert_eq!(cfg.shutdown_timeout_s, Some(30.0));
+    assert_eq!(cfg.shutdown_timeout, Some(Duration::from_secs(30)));
     let s = &cfg.sources["jobs"];
     assert_eq!(s.connector, "db");
     assert_eq!(s.namespace, "ns");
@@ -320,9 +420,9 @@ fn defaults_and_values() {
     assert_eq!(s.table, "onestep_executions");
     assert_eq!(s.attempts_table, "onestep_execution_attempts");
     assert_eq!(s.batch_size, 100);
-    assert_eq!(s.poll_interval_s, 1.0);
-    assert_eq!(s.lease_duration_s, 90.0);
-    assert_eq!(s.heartbeat_interval_s, 30.0);
+    assert_eq!(s.poll_interval, Duration::from_secs(1));
+    assert_eq!(s.lease_duration, Duration::from_secs(90));
+    assert_eq!(s.heartbeat_interval, Duration::from_secs(30));
     assert_eq!(s.worker_id, "onestep-worker");
     assert!(s.auto_create);
     assert_eq!(s.limits, onestep_core::Limits::default());
@@ -331,7 +431,7 @@ fn defaults_and_values() {
     let t = &cfg.tasks[0];
     assert_eq!(t.concurrency, 1);
     assert_eq!(t.retry, RetryPolicy::NoRetry);
-    assert_eq!(t.timeout_s, None);
+    assert_eq!(t.timeout, None);
     assert_eq!(
         cfg.connectors["db"].dsn.expose(),
         "mysql://root@127.0.0.1/x"
@@ -419,7 +519,7 @@ fn legacy_form_and_logging() {
     )
     .expect("legacy");
     assert_eq!(cfg.name, "legacy");
-    assert_eq!(cfg.shutdown_timeout_s, None);
+    assert_eq!(cfg.shutdown_timeout, None);
     assert_eq!(cfg.config["a"], 1);
     let cfg = load_text(
         "app: {name: x, logging: {level: warn, format: JSON}}\n",

@@ -123,7 +123,7 @@ async fn countdown_completes_and_honours_cooperative_cancel() {
     // With a grace period the guest sees cancel-requested() and returns its
     // own (retryable) error instead of being stopped.
     let sandbox = SandboxSettings {
-        cancel_grace_ms: 5_000,
+        cancel_grace: Duration::from_secs(5),
         ..SandboxSettings::default()
     };
     let cancel = CancelHandle::new();

@@ -2,7 +2,9 @@
 //! through the counters, not timing). Also checks `summarize`.
 
 use crate::common::*;
-use onestep_wasm::{CancelHandle, Outcome, Preopen, Runtime, RuntimeSettings, SandboxSettings};
+use onestep_wasm::{
+    CancelHandle, Outcome, Preopen, PreopenMode, Runtime, RuntimeSettings, SandboxSettings,
+};
 
 #[tokio::test]
 async fn cache_hit_avoids_compilation() {
@@ -37,9 +39,9 @@ async fn cache_hit_avoids_compilation() {
     std::fs::write(docs.path().join("x.txt"), text).expect("write doc");
     let sandbox = SandboxSettings {
         preopens: vec![Preopen {
-            host_path: docs.path().to_path_buf(),
-            guest_path: "/docs".into(),
-            writable: false,
+            host: docs.path().to_path_buf(),
+            guest: "/docs".into(),
+            mode: PreopenMode::Ro,
         }],
         ..SandboxSettings::default()
     };

@@ -2,7 +2,7 @@
 //! the guest and come back as data.
 
 use crate::common::*;
-use onestep_wasm::{CancelHandle, InvokeError, Outcome, Preopen, SandboxSettings};
+use onestep_wasm::{CancelHandle, InvokeError, Outcome, Preopen, PreopenMode, SandboxSettings};
 use std::collections::BTreeMap;
 
 /// Layout: `<tmp>/data` (read-write, `/data`), `<tmp>/ro` (read-only, `/ro`)
@@ -23,14 +23,14 @@ fn layout() -> Layout {
     let sandbox = SandboxSettings {
         preopens: vec![
             Preopen {
-                host_path: data,
-                guest_path: "/data".into(),
-                writable: true,
+                host: data,
+                guest: "/data".into(),
+                mode: PreopenMode::Rw,
             },
             Preopen {
-                host_path: ro,
-                guest_path: "/ro".into(),
-                writable: false,
+                host: ro,
+                guest: "/ro".into(),
+                mode: PreopenMode::Ro,
             },
         ],
         ..SandboxSettings::default()
@@ -134,9 +134,9 @@ async fn two_tasks_preopens_are_isolated() {
     let b = TempDir::new("tenant-b");
     let sandbox = |dir: &TempDir| SandboxSettings {
         preopens: vec![Preopen {
-            host_path: dir.path().to_path_buf(),
-            guest_path: "/data".into(),
-            writable: true,
+            host: dir.path().to_path_buf(),
+            guest: "/data".into(),
+            mode: PreopenMode::Rw,
         }],
         ..SandboxSettings::default()
     };
@@ -171,9 +171,9 @@ async fn missing_preopen_is_a_host_error() {
     let m = load("misbehave");
     let sandbox = SandboxSettings {
         preopens: vec![Preopen {
-            host_path: "/nonexistent/onestep".into(),
-            guest_path: "/data".into(),
-            writable: false,
+            host: "/nonexistent/onestep".into(),
+            guest: "/data".into(),
+            mode: PreopenMode::Ro,
         }],
         ..SandboxSettings::default()
     };

@@ -1,0 +1,106 @@
+//! The settings vocabulary shared by the configuration file (`onestep-config`), the worker
+//! (`onestep-worker`) and the handler runtime (`onestep-wasm`).
+//!
+//! It owns each worker setting's one default (the config crate fills a file's gaps with these
+//! constants, and the worker's and runtime's programmatic defaults are the same constants), the
+//! one check of the rule that ties the heartbeat to the lease, and the plain sandbox type that
+//! both the configuration and the runtime speak: a preopened directory ([`Preopen`]).
+//!
+//! Plain data and pure functions only: no I/O, no YAML, no wasmtime. The configuration crate
+//! applies these rules at load time (with file locations in its errors), so `onestep check` and
+//! `onestep run` reject the same files; the worker re-applies [`heartbeat_fits_lease`] to
+//! settings built in code.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Worker id recorded on leases and attempts when a source sets none (`worker_id`).
+pub const DEFAULT_WORKER_ID: &str = "onestep-worker";
+/// Largest number of executions claimed at once (`batch_size`).
+pub const DEFAULT_BATCH_SIZE: u32 = 100;
+/// Wait between claims that found nothing (`poll_interval_s`).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Length of a lease (`lease_duration_s`).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(90);
+/// Period of the heartbeat that extends a lease (`heartbeat_interval_s`); a third of
+/// [`DEFAULT_LEASE_DURATION`], the largest value [`heartbeat_fits_lease`] accepts.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
+/// Executions of one task in flight per worker process (`concurrency`).
+pub const DEFAULT_CONCURRENCY: u32 = 1;
+/// How long in-flight executions may run after a shutdown signal (`app.shutdown_timeout_s`).
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Linear-memory ceiling of one handler instance (`sandbox.memory_limit_bytes`): 64 MiB.
+pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
+/// Smallest accepted `sandbox.memory_limit_bytes`: 1 MiB.
+pub const MIN_MEMORY_LIMIT_BYTES: u64 = 1024 * 1024;
+/// Bytes of captured guest stdout, and separately of stderr, kept per attempt
+/// (`sandbox.output_limit_bytes`): 64 KiB.
+pub const DEFAULT_OUTPUT_LIMIT_BYTES: u64 = 64 * 1024;
+/// After a cancel, how long a guest may run on to notice it and return by itself before the
+/// runtime stops it. Not settable from the file.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(50);
+
+/// The lease/heartbeat rule: `0 < heartbeat <= lease / 3`, so that two heartbeats in a row may
+/// fail before the lease runs out.
+///
+/// A relative tolerance of 1e-9 absorbs the rounding of decimal seconds (`lease_duration_s:
+/// 1.0` with `heartbeat_interval_s: 0.3333333333` is accepted).
+pub fn heartbeat_fits_lease(heartbeat: Duration, lease: Duration) -> bool {
+    let hb = heartbeat.as_secs_f64();
+    let limit = lease.as_secs_f64() / 3.0;
+    hb > 0.0 && (hb <= limit || hb - limit <= 1e-9 * limit)
+}
+
+/// A host directory made visible to a handler at an absolute guest path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preopen {
+    /// Directory on the worker host (absolute once configured). It must exist when the task
+    /// runs.
+    pub host: PathBuf,
+    /// Absolute path under which the guest sees it, e.g. `/docs`.
+    pub guest: String,
+    /// Access mode (default read-only).
+    #[serde(default)]
+    pub mode: PreopenMode,
+}
+
+impl Preopen {
+    /// True when the guest may create, modify and delete files in it.
+    pub fn writable(&self) -> bool {
+        self.mode == PreopenMode::Rw
+    }
+}
+
+/// Access mode of a [`Preopen`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreopenMode {
+    /// Read-only (default): the guest can neither create, modify nor delete anything in it.
+    #[default]
+    Ro,
+    /// Read-write.
+    Rw,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_rule_allows_a_third_of_the_lease() {
+        let s = Duration::from_secs_f64;
+        assert!(heartbeat_fits_lease(s(3.0), s(9.0)));
+        assert!(heartbeat_fits_lease(s(0.333_333_333_3), s(1.0)));
+        assert!(heartbeat_fits_lease(
+            DEFAULT_HEARTBEAT_INTERVAL,
+            DEFAULT_LEASE_DURATION
+        ));
+        assert!(!heartbeat_fits_lease(s(3.5), s(9.0)));
+        assert!(!heartbeat_fits_lease(Duration::ZERO, s(9.0)));
+        assert!(!heartbeat_fits_lease(s(1.0), Duration::ZERO));
+    }
+}

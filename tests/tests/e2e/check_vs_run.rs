@@ -1,0 +1,233 @@
+//! `onestep check --strict` rejects every file that `onestep run` rejects at load time: each
+//! bad file below (one per kind of load-time rejection: durations, the lease/heartbeat rule, the
+//! table-pair rule, resource kinds, connector references, preopens) goes through `check`,
+//! `check --strict` and `run` of the real binary. All three exit 2 (a bad file) before
+//! anything is opened, and `check` and `run` print the same message (`--strict` may word its
+//! own first). The connector points at the MariaDB test server, so a `run` that wrongly accepted
+//! a file would start a worker: it is stopped after a bound and reported.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use onestep_e2e::{guest, onestep_bin};
+
+/// Longest a rejected file may take to exit.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// A valid app; each case edits one piece of it.
+fn base(component: &Path, dsn: &str) -> String {
+    format!(
+        "app:
+  name: bad
+resources:
+  db:
+    type: mysql
+    dsn: {dsn}
+  jobs:
+    type: mysql_execution_source
+    connector: db
+    namespace: e2e-check-vs-run
+    task_names: [echo]
+    lease_duration_s: 9.0
+    heartbeat_interval_s: 3.0
+tasks:
+  - name: echo
+    source: jobs
+    handler: {{component: {}}}
+",
+        component.display()
+    )
+}
+
+/// One bad file: `edits` are (text of the base, replacement), `COMPONENT` standing for the
+/// component's path in both; `reason` is what `check` and `run` print after
+/// `onestep: failed to load <target>: `.
+struct Case {
+    name: &'static str,
+    edits: &'static [(&'static str, &'static str)],
+    reason: &'static str,
+}
+
+const NS: &str = "    namespace: e2e-check-vs-run\n";
+const TASK: &str = "    source: jobs\n";
+
+const SECOND_SOURCE: &str = "  jobs2:
+    type: mysql_execution_source
+    connector: db
+    namespace: e2e-check-vs-run
+    task_names: [echo2]
+    lease_duration_s: 9.0
+    heartbeat_interval_s: 3.0
+    max_result_bytes: 1000
+tasks:
+";
+
+const CASES: &[Case] = &[
+    Case {
+        name: "heartbeat above lease / 3",
+        edits: &[("heartbeat_interval_s: 3.0", "heartbeat_interval_s: 3.5")],
+        reason: "resources.jobs: heartbeat_interval_s must be > 0 and <= lease_duration_s / 3 (line 13, column 27)",
+    },
+    Case {
+        name: "lease beyond what a store accepts",
+        edits: &[("lease_duration_s: 9.0", "lease_duration_s: 1.0e10")],
+        reason: "resources.jobs: lease_duration_s is too large (line 12, column 23)",
+    },
+    Case {
+        name: "poll interval too large for a duration",
+        edits: &[(
+            NS,
+            "    namespace: e2e-check-vs-run\n    poll_interval_s: 1.0e300\n",
+        )],
+        reason: "resources.jobs: poll_interval_s is out of range (line 11, column 22)",
+    },
+    Case {
+        name: "poll interval that rounds to zero",
+        edits: &[(
+            NS,
+            "    namespace: e2e-check-vs-run\n    poll_interval_s: 1.0e-12\n",
+        )],
+        reason: "resources.jobs: poll_interval_s must be > 0 (line 11, column 22)",
+    },
+    Case {
+        name: "task timeout that rounds to zero",
+        edits: &[(TASK, "    source: jobs\n    timeout_s: 1.0e-12\n")],
+        reason: "tasks[0]: timeout_s must be > 0 (line 17, column 16)",
+    },
+    Case {
+        name: "task timeout too large for a duration",
+        edits: &[(TASK, "    source: jobs\n    timeout_s: 1.0e300\n")],
+        reason: "tasks[0]: timeout_s is out of range (line 17, column 16)",
+    },
+    Case {
+        name: "shutdown timeout too large for a duration",
+        edits: &[(
+            "  name: bad\n",
+            "  name: bad\n  shutdown_timeout_s: 1.0e300\n",
+        )],
+        reason: "app.shutdown_timeout_s is out of range (line 3, column 23)",
+    },
+    Case {
+        name: "sources sharing a table pair disagree",
+        edits: &[
+            ("tasks:\n", SECOND_SOURCE),
+            (
+                "    handler: {component: COMPONENT}\n",
+                "    handler: {component: COMPONENT}\n  - name: echo2\n    source: jobs2\n    handler: {component: COMPONENT}\n",
+            ),
+        ],
+        reason: "resources.jobs2: sources 'jobs' and 'jobs2' share connector 'db' and tables \
+                 onestep_executions/onestep_execution_attempts but set different limits, \
+                 auto_create or reclaim_batch_size: give them the same values or different \
+                 tables (line 15, column 5)",
+    },
+    Case {
+        name: "connector of an unsupported kind",
+        edits: &[("    type: mysql\n", "    type: postgres\n")],
+        reason: "resources.db: resource type 'postgres' is not supported by this build (supported: mysql, mysql_execution_source) (line 5, column 5)",
+    },
+    Case {
+        name: "unknown connector",
+        edits: &[("connector: db", "connector: nodb")],
+        reason: "resources.jobs: unknown resource 'nodb' (line 9, column 16)",
+    },
+    Case {
+        name: "relative preopen guest path",
+        edits: &[(
+            TASK,
+            "    source: jobs\n    sandbox: {preopens: [{host: /tmp, guest: data}]}\n",
+        )],
+        reason: "tasks[0].sandbox.preopens[0]: guest path 'data' must be absolute and must not contain '..' (line 17, column 46)",
+    },
+];
+
+/// Runs `onestep ARGS…`, killing it after [`BOUND`]: (exit code, stderr), or `None` when it had
+/// to be killed.
+fn run_bounded(args: &[&str]) -> Result<Option<(i32, String)>> {
+    let mut child = Command::new(onestep_bin()?)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run onestep")?;
+    let started = Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > BOUND {
+            child.kill()?;
+            child.wait()?;
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output()?;
+    Ok(Some((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )))
+}
+
+#[test]
+fn files_run_rejects_are_rejected_by_check_strict() -> Result<()> {
+    let component = guest("echo")?;
+    let component = component.display().to_string();
+    let server = std::env::var("ONESTEP_TEST_MARIADB_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_owned());
+    let dsn = format!("{}/onestep_e2e_check_vs_run", server.trim_end_matches('/'));
+    let dir = tempfile::tempdir()?;
+    let base = base(Path::new(&component), &dsn);
+    let mut failures = Vec::new();
+    for (i, case) in CASES.iter().enumerate() {
+        let mut text = base.clone();
+        for (from, to) in case.edits {
+            let from = from.replace("COMPONENT", &component);
+            ensure!(
+                text.contains(&from),
+                "{}: the base has no {from:?}",
+                case.name
+            );
+            text = text.replace(&from, &to.replace("COMPONENT", &component));
+        }
+        let path = dir.path().join(format!("bad-{i}.yaml"));
+        std::fs::write(&path, &text).context("cannot write a temp file")?;
+        let target = path.display().to_string();
+        let expected = format!("onestep: failed to load {target}: {}\n", case.reason);
+        for args in [
+            vec!["run", target.as_str()],
+            vec!["check", target.as_str()],
+            vec!["check", "--strict", target.as_str()],
+        ] {
+            match run_bounded(&args)? {
+                None => failures.push(format!(
+                    "{} ({args:?}): still running after {BOUND:?}: the file was accepted",
+                    case.name
+                )),
+                Some((code, stderr)) => {
+                    let strict = args.contains(&"--strict");
+                    if code != 2 || (!strict && stderr != expected) {
+                        failures.push(format!(
+                            "{} ({args:?}): exit {code}, stderr {stderr:?}; expected exit 2{}",
+                            case.name,
+                            if strict {
+                                String::new()
+                            } else {
+                                format!(", stderr {expected:?}")
+                            }
+                        ));
+                    } else if strict
+                        && !stderr.starts_with(&format!("onestep: failed to load {target}: "))
+                    {
+                        failures.push(format!(
+                            "{} ({args:?}): stderr {stderr:?} is not a load error",
+                            case.name
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
