@@ -1,4 +1,4 @@
-//! Typed worker settings (spec §9.1, §9.2, §9.6, §9.9). Their defaults are the constants of
+//! Typed worker settings (docs/semantics.md#worker-settings, docs/semantics.md#fetch-loop, docs/semantics.md#timeouts, docs/semantics.md#shutdown-and-drain). Their defaults are the constants of
 //! [`onestep_core::settings`], the same ones the config crate applies to a file; settings loaded
 //! from a file arrive validated by the config crate, and [`TaskSettings::validate`] applies the
 //! same rules (the same functions) to settings built in code, when a [`Worker`](crate::Worker)

@@ -1,10 +1,10 @@
 //! End-to-end tests (one binary): the real `onestep` binary, real components, real databases.
 //!
 //! * [`check`]: `onestep check [--strict]` on the shipped configs and on bad files (exit codes
-//!   and exact messages, one case per rule group of spec §10.5).
+//!   and exact messages, one case per rule group of docs/configuration.md#strict-validation).
 //! * [`check_vs_run`]: every file `onestep run` rejects at load time, `check --strict` rejects
 //!   too (and `check` with the same message).
-//! * [`smoke`]: the seed's smoke list (lifecycle, idempotency, cancellation, restart, paging).
+//! * [`smoke`]: the deployment smoke checks (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
