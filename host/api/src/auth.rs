@@ -171,7 +171,6 @@ pub fn bearer_token(header: &str) -> Option<&str> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -243,7 +243,6 @@ impl From<&ErrorObject> for ErrorObjectView {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use onestep_core::{BackendError, ConnectorKind};

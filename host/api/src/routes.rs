@@ -300,7 +300,6 @@ pub async fn readyz(State(state): State<ApiState>) -> Result<Json<HealthView>, A
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -134,7 +134,6 @@ pub struct HealthView {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use chrono::{TimeZone, Utc};

@@ -241,7 +241,6 @@ fn write_string<S: Sink>(s: &str, out: &mut S) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rand::rngs::StdRng;

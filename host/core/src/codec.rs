@@ -327,7 +327,6 @@ fn python_str_repr(s: &str) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::canonical::to_canonical_string;

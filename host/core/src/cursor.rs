@@ -123,7 +123,6 @@ fn decode_inner(text: &str) -> Result<Cursor, Failure> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use chrono::TimeZone;

@@ -59,7 +59,6 @@ pub fn submission_digest_text(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::codec::{ValueField, encode_value};

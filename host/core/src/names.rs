@@ -175,7 +175,6 @@ impl TableNames {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

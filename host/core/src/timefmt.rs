@@ -50,7 +50,6 @@ pub fn utc_isoformat(dt: &DateTime<Utc>) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use chrono::TimeZone;

@@ -141,7 +141,6 @@ pub fn redact(message: &str, secrets: &[String]) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -110,7 +110,6 @@ fn database_dsn(server_url: &str, name: &str) -> Result<String, url::ParseError>
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

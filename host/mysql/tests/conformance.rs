@@ -2,6 +2,9 @@
 //! server/table style (one fresh database per case), so `cargo test -p onestep-mysql
 //! --test conformance t14_release` runs that case on every server. A server whose URL variable is
 //! unset fails its tests; `ONESTEP_TEST_SKIP_<SERVER>=1` skips them (see `common`).
+// Test code: a helper that cannot set up its fixture panics, like an assertion (clippy.toml
+// allows this inside #[test] functions; these helpers live outside them).
+#![allow(clippy::expect_used, clippy::panic)]
 
 mod common;
 

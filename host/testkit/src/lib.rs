@@ -17,11 +17,17 @@
 //! The kit depends only on `onestep-core`, so any host crate (the worker included) can use it as
 //! a dev-dependency without a cycle.
 
+// The conformance cases, the suite harness and the builders report a failed expectation by
+// panicking, exactly like `assert!` (they run inside tests). The in-memory store and the fake
+// runner are held to the production rule: no unwrap, expect or panic.
+#[allow(clippy::expect_used, clippy::panic)]
 pub mod builders;
+#[allow(clippy::expect_used, clippy::panic)]
 mod cases;
 pub mod clock;
 pub mod memory;
 pub mod runner;
+#[allow(clippy::expect_used, clippy::panic)]
 pub mod suite;
 
 pub use clock::ManualClock;

@@ -1,7 +1,9 @@
 //! Integration tests of onestep-wasm against real guest components
 //! (`guest-examples/out/*.wasm`, built by `scripts/build-guests.sh` when
 //! missing). One test binary; modules by topic.
-
+// Test code: a helper that cannot set up its fixture panics, like an assertion (clippy.toml
+// allows this inside #[test] functions; these helpers live outside them).
+#![allow(clippy::expect_used, clippy::panic)]
 // The test-serialisation lock (`common::exclusive`/`shared`) is held across
 // awaits on purpose: each test owns its runtime thread, and the lock only
 // orders whole tests.
