@@ -256,7 +256,6 @@ pub struct TaskConfig {
     /// Concurrent executions per worker process (≥ 1, default 1).
     pub concurrency: u32,
     /// Retry policy (default `NoRetry`).
-    #[serde(serialize_with = "crate::summary::serialize_retry")]
     pub retry: RetryPolicy,
     /// `timeout_s`: wall-clock limit of one handler call (> 0), `None` = unlimited.
     #[serde(

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use onestep_core::retry::{Jitter, RetryPolicy};
+use onestep_core::retry::RetryPolicy;
 use serde::Serialize;
 use serde_json::json;
 
@@ -50,7 +50,7 @@ pub struct TaskSummary {
     /// Timeout in seconds.
     pub timeout_s: Option<f64>,
     /// Retry policy as JSON (`{"type": ..., ...}`).
-    pub retry: serde_json::Value,
+    pub retry: RetryPolicy,
     /// Sandbox settings.
     pub sandbox: SandboxConfig,
     /// Task config.
@@ -76,50 +76,6 @@ pub struct Summary {
     pub api: Option<ApiConfig>,
 }
 
-/// The retry policy as JSON, with the YAML's field names.
-pub fn retry_json(p: &RetryPolicy) -> serde_json::Value {
-    match p {
-        RetryPolicy::NoRetry => json!({"type": "no_retry"}),
-        RetryPolicy::MaxAttempts {
-            max_attempts,
-            delay_s,
-        } => json!({"type": "max_attempts", "max_attempts": max_attempts, "delay_s": delay_s}),
-        RetryPolicy::ExponentialBackoff {
-            max_attempts,
-            min_delay_s,
-            max_delay_s,
-            multiplier,
-            jitter,
-        } => json!({
-            "type": "exponential_backoff",
-            "max_attempts": max_attempts,
-            "min_delay_s": min_delay_s,
-            "max_delay_s": max_delay_s,
-            "multiplier": multiplier,
-            "jitter": match jitter {
-                Jitter::None => "none",
-                Jitter::Full => "full",
-                Jitter::Equal => "equal",
-            },
-        }),
-        RetryPolicy::ByFailureKind {
-            default,
-            error,
-            timeout,
-            cancelled,
-        } => {
-            let sub = |s: &Option<Box<RetryPolicy>>| s.as_deref().map(retry_json);
-            json!({
-                "type": "by_failure_kind",
-                "default": sub(default),
-                "error": sub(error),
-                "timeout": sub(timeout),
-                "cancelled": sub(cancelled),
-            })
-        }
-    }
-}
-
 /// A duration as the seconds the file wrote: exact for values with at most nine decimals
 /// below about 104 days (the nanoseconds and the division are both exact there).
 pub fn secs(d: Duration) -> f64 {
@@ -137,11 +93,6 @@ pub fn serialize_opt_secs<S: serde::Serializer>(
     s: S,
 ) -> Result<S::Ok, S::Error> {
     d.map(secs).serialize(s)
-}
-
-/// `serialize_with` helper for [`RetryPolicy`] fields.
-pub fn serialize_retry<S: serde::Serializer>(p: &RetryPolicy, s: S) -> Result<S::Ok, S::Error> {
-    retry_json(p).serialize(s)
 }
 
 /// `serialize_with` helper for [`Limits`](onestep_core::Limits) fields.
@@ -199,7 +150,7 @@ impl AppConfig {
                     },
                     concurrency: t.concurrency,
                     timeout_s: t.timeout.map(secs),
-                    retry: retry_json(&t.retry),
+                    retry: t.retry.clone(),
                     sandbox: t.sandbox.clone(),
                     config: t.config.clone(),
                     metadata: t.metadata.clone(),

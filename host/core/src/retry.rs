@@ -1,6 +1,7 @@
 //! Retry policies (docs/semantics.md#retry-policies): what to do after a failed attempt.
 
 use rand::Rng;
+use serde::Serialize;
 
 use crate::error::ExecutionError;
 
@@ -26,8 +27,10 @@ impl FailureKind {
     }
 }
 
-/// Jitter applied to exponential backoff.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Jitter applied to exponential backoff. Serialises as the YAML spells it (`none`, `full`,
+/// `equal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Jitter {
     /// Exactly the base delay.
     #[default]
@@ -39,7 +42,11 @@ pub enum Jitter {
 }
 
 /// A retry policy (docs/semantics.md#retry-policies). `max_attempts` counts every run, the first included.
-#[derive(Debug, Clone, PartialEq, Default)]
+///
+/// Serialises with the YAML's names (`{"type": "exponential_backoff", "max_attempts": 3, …}`,
+/// absent options as `null`): `onestep check --json` prints it that way.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum RetryPolicy {
     /// Always fail (`no_retry` / `none`; the default).
     #[default]
@@ -267,6 +274,40 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
+
+    #[test]
+    fn serialises_with_the_yaml_names() {
+        let json = |p: &RetryPolicy| serde_json::to_string(p).unwrap();
+        assert_eq!(json(&RetryPolicy::NoRetry), r#"{"type":"no_retry"}"#);
+        assert_eq!(
+            json(&RetryPolicy::MaxAttempts {
+                max_attempts: 2,
+                delay_s: None
+            }),
+            r#"{"type":"max_attempts","max_attempts":2,"delay_s":null}"#
+        );
+        let exp = RetryPolicy::ExponentialBackoff {
+            max_attempts: 3,
+            min_delay_s: 1.5,
+            max_delay_s: 60.0,
+            multiplier: 2.0,
+            jitter: Jitter::Full,
+        };
+        assert_eq!(
+            json(&exp),
+            r#"{"type":"exponential_backoff","max_attempts":3,"min_delay_s":1.5,"max_delay_s":60.0,"multiplier":2.0,"jitter":"full"}"#
+        );
+        let by_kind = RetryPolicy::ByFailureKind {
+            default: None,
+            error: Some(Box::new(RetryPolicy::NoRetry)),
+            timeout: None,
+            cancelled: None,
+        };
+        assert_eq!(
+            json(&by_kind),
+            r#"{"type":"by_failure_kind","default":null,"error":{"type":"no_retry"},"timeout":null,"cancelled":null}"#
+        );
+    }
 
     #[test]
     fn exponential_backoff_matches_spec_example() {
