@@ -64,6 +64,27 @@ pub struct ExecutionPage {
     pub next_cursor: Option<String>,
 }
 
+impl ExecutionPage {
+    /// A page from up to `limit + 1` rows newest first (a backend fetches one row more than the
+    /// page holds to learn whether another page follows): keeps the first `limit`, and when
+    /// there were more, the cursor of the last one kept (docs/semantics.md#cursor-format).
+    pub fn from_overfetched(mut items: Vec<Execution>, limit: usize) -> ExecutionPage {
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|last| {
+                crate::cursor::Cursor {
+                    created_at: last.created_at,
+                    id: last.id,
+                }
+                .encode()
+            })
+        } else {
+            None
+        };
+        ExecutionPage { items, next_cursor }
+    }
+}
+
 /// What a worker needs to address its lease in heartbeat, complete and release (docs/semantics.md#worker-operations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseRef {

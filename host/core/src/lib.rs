@@ -21,6 +21,7 @@ pub mod error_object;
 pub mod execution;
 pub mod limits;
 pub mod names;
+pub mod plan;
 pub mod ports;
 pub mod request;
 pub mod retry;

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value as DbValue};
-use onestep_core::cursor::Cursor;
 use onestep_core::request::{ListFilter, PreparedSubmission};
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
 use uuid::Uuid;
@@ -378,23 +377,11 @@ impl MySqlBackend {
                     .await?)
             })
             .await?;
-        let mut items = rows
+        let items = rows
             .into_iter()
             .map(decode_execution)
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|last| {
-                Cursor {
-                    created_at: last.created_at,
-                    id: last.id,
-                }
-                .encode()
-            })
-        } else {
-            None
-        };
-        Ok(ExecutionPage { items, next_cursor })
+        Ok(ExecutionPage::from_overfetched(items, limit))
     }
 
     async fn cancel_once(

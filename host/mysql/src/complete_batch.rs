@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult};
-use crate::fenced_writes::{Plan, status_list};
+use crate::fenced_writes::{Plan, finished_at_param, result_param, status_list};
 use crate::rows::{
     EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, bind_error, bind_time, bind_uuid, decode_execution,
     parse_uuid, placeholders,
@@ -217,7 +217,7 @@ impl MySqlBackend {
         params.push(bind_time(now));
         for (i, p) in fast {
             params.push(id_of(*i));
-            params.push(p.result_param());
+            params.push(result_param(p));
         }
         for (i, p) in fast {
             params.push(id_of(*i));
@@ -229,7 +229,7 @@ impl MySqlBackend {
         }
         for (i, p) in fast {
             params.push(id_of(*i));
-            params.push(p.finished_at_param(now));
+            params.push(finished_at_param(p, now));
         }
         params.extend(fast.iter().map(|(i, _)| id_of(*i)));
         params.push(bind_time(now));

@@ -10,16 +10,12 @@
 use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value as DbValue};
-use onestep_core::canonical::to_canonical_string;
-use onestep_core::codec::{ValueField, encode_value};
 use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use onestep_core::plan::CompletionPlan;
 use onestep_core::request::validate_lease_duration;
 use onestep_core::status::attempt_status_for;
 use onestep_core::time::add_seconds;
-use onestep_core::{
-    CompletionStatus, ErrorObject, Execution, ExecutionError, ExecutionStatus, StaleReason,
-};
-use serde_json::Value;
+use onestep_core::{Execution, ExecutionError, ExecutionStatus, StaleReason};
 
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult};
@@ -42,43 +38,20 @@ pub(crate) fn status_list(statuses: &[ExecutionStatus]) -> String {
         .join(",")
 }
 
-/// What one completion writes, derived from the locked row (docs/semantics.md#completion steps 2–4).
-pub(crate) struct Plan {
-    pub(crate) cancel_won: bool,
-    pub(crate) requested_result: Value,
-    pub(crate) encoded_result: Option<Value>,
-    pub(crate) effective: ExecutionStatus,
-    pub(crate) error: Option<ErrorObject>,
-    pub(crate) retrying: bool,
-    pub(crate) available_at: DateTime<Utc>,
+/// What one completion writes: the backend-neutral [`CompletionPlan`], bound as SQL parameters.
+pub(crate) type Plan = CompletionPlan;
+
+/// The `result` parameter of a completion's UPDATE.
+pub(crate) fn result_param(plan: &Plan) -> DbValue {
+    plan.encoded_result.as_ref().map(|r| r.to_string()).into()
 }
 
-impl Plan {
-    pub(crate) fn result_param(&self) -> DbValue {
-        self.encoded_result.as_ref().map(|r| r.to_string()).into()
-    }
-
-    pub(crate) fn finished_at_param(&self, now: DateTime<Utc>) -> DbValue {
-        if self.retrying {
-            DbValue::NULL
-        } else {
-            bind_time(now)
-        }
-    }
-
-    /// Step 6: the CAS matched nothing; the locked row is an identical terminal completion.
-    fn is_replay_of(&self, current: &Execution) -> bool {
-        current.status == self.effective
-            && !self.retrying
-            && !self.cancel_won
-            && current.status.is_terminal()
-            && to_canonical_string(current.result.as_ref().unwrap_or(&Value::Null))
-                == to_canonical_string(if self.encoded_result.is_some() {
-                    &self.requested_result
-                } else {
-                    &Value::Null
-                })
-            && current.error == self.error
+/// The `finished_at` parameter: `NULL` for a retry, else `now`.
+pub(crate) fn finished_at_param(plan: &Plan, now: DateTime<Utc>) -> DbValue {
+    if plan.retrying {
+        DbValue::NULL
+    } else {
+        bind_time(now)
     }
 }
 
@@ -226,10 +199,10 @@ impl MySqlBackend {
                 vec![
                     plan.effective.as_str().into(),
                     bind_time(now),
-                    plan.result_param(),
+                    result_param(&plan),
                     bind_error(plan.error.as_ref())?,
                     bind_time(plan.available_at),
-                    plan.finished_at_param(now),
+                    finished_at_param(&plan, now),
                 ],
                 now,
             )
@@ -262,54 +235,20 @@ impl MySqlBackend {
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))
     }
 
-    /// Steps 2–4 of docs/semantics.md#completion for the locked row `current`: cancel wins over success, the result
-    /// is encoded and size-checked, and the values the CAS writes are derived.
+    /// Steps 2–4 of docs/semantics.md#completion for the locked row `current`, with this
+    /// backend's result limit.
     pub(crate) fn plan(
         &self,
         current: &Execution,
         completion: &Completion,
         now: DateTime<Utc>,
     ) -> OpResult<Plan> {
-        let cancel_won = completion.status == CompletionStatus::Succeeded
-            && current.status == ExecutionStatus::CancelRequested;
-        let requested_result: Value = completion.result.clone().unwrap_or(Value::Null);
-        let encoded_result = if completion.status == CompletionStatus::Succeeded && !cancel_won {
-            let encoded = encode_value(&requested_result, ValueField::Result)?;
-            if to_canonical_string(&encoded).len() > self.inner.limits.max_result_bytes {
-                return Err(ExecutionError::Encoding(
-                    "execution result exceeds the configured limit".into(),
-                )
-                .into());
-            }
-            Some(encoded)
-        } else {
-            None
-        };
-        let effective = if cancel_won {
-            ExecutionStatus::Cancelled
-        } else {
-            completion.status.execution_status()
-        };
-        let error = if cancel_won {
-            None
-        } else {
-            completion.error.clone()
-        };
-        let retrying = effective == ExecutionStatus::Retrying;
-        let available_at = if retrying {
-            add_seconds(now, "delay_s", completion.delay_s.unwrap_or(0.0))?
-        } else {
-            current.available_at
-        };
-        Ok(Plan {
-            cancel_won,
-            requested_result,
-            encoded_result,
-            effective,
-            error,
-            retrying,
-            available_at,
-        })
+        Ok(CompletionPlan::new(
+            current,
+            completion,
+            now,
+            self.inner.limits.max_result_bytes,
+        )?)
     }
 
     async fn complete_once(

@@ -3,7 +3,6 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use onestep_core::cursor::Cursor;
 use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, PreparedSubmission};
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
@@ -152,20 +151,8 @@ impl ExecutionStore for MemoryStore {
             .collect();
         items.sort_by_key(|e| std::cmp::Reverse((e.created_at, e.id)));
         let limit = filter.limit as usize;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|last| {
-                Cursor {
-                    created_at: last.created_at,
-                    id: last.id,
-                }
-                .encode()
-            })
-        } else {
-            None
-        };
         self.record(Op::List, 1, true);
-        Ok(ExecutionPage { items, next_cursor })
+        Ok(ExecutionPage::from_overfetched(items, limit))
     }
 
     async fn cancel(

@@ -5,18 +5,15 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use onestep_core::canonical::to_canonical_string;
-use onestep_core::codec::{ValueField, encode_value};
 use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use onestep_core::plan::CompletionPlan;
 use onestep_core::ports::LeaseStore;
 use onestep_core::request::{ClaimRequest, validate_lease_duration};
 use onestep_core::status::attempt_status_for;
 use onestep_core::time::add_seconds;
 use onestep_core::{
-    AttemptStatus, CompletionStatus, ErrorObject, Execution, ExecutionError, ExecutionLease,
-    ExecutionStatus, StaleReason,
+    AttemptStatus, Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason,
 };
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::{MemoryStore, Op, Row, State, decoded};
@@ -168,78 +165,6 @@ fn claim_in(
     leases
 }
 
-/// What one completion writes, derived from the current row: cancel wins over success, the
-/// result is encoded and size-checked (before the fence, as in the SQL backends).
-struct Plan {
-    cancel_won: bool,
-    requested_result: Value,
-    result: Option<Value>,
-    effective: ExecutionStatus,
-    error: Option<ErrorObject>,
-    available_at: DateTime<Utc>,
-}
-
-impl Plan {
-    fn new(
-        current: &Execution,
-        completion: &Completion,
-        now: DateTime<Utc>,
-        max_result_bytes: usize,
-    ) -> Result<Plan, ExecutionError> {
-        let cancel_won = completion.status == CompletionStatus::Succeeded
-            && current.status == ExecutionStatus::CancelRequested;
-        let requested_result = completion.result.clone().unwrap_or(Value::Null);
-        let result = if completion.status == CompletionStatus::Succeeded && !cancel_won {
-            let encoded = encode_value(&requested_result, ValueField::Result)?;
-            if to_canonical_string(&encoded).len() > max_result_bytes {
-                return Err(ExecutionError::Encoding(
-                    "execution result exceeds the configured limit".into(),
-                ));
-            }
-            Some(decoded(current.id, &encoded)?)
-        } else {
-            None
-        };
-        let effective = if cancel_won {
-            ExecutionStatus::Cancelled
-        } else {
-            completion.status.execution_status()
-        };
-        let available_at = if effective == ExecutionStatus::Retrying {
-            add_seconds(now, "delay_s", completion.delay_s.unwrap_or(0.0))?
-        } else {
-            current.available_at
-        };
-        Ok(Plan {
-            cancel_won,
-            requested_result,
-            result,
-            effective,
-            error: if cancel_won {
-                None
-            } else {
-                completion.error.clone()
-            },
-            available_at,
-        })
-    }
-
-    /// The fence refused the write: the row is an identical terminal completion (accepted).
-    fn is_replay_of(&self, current: &Execution) -> bool {
-        current.status == self.effective
-            && self.effective != ExecutionStatus::Retrying
-            && !self.cancel_won
-            && current.status.is_terminal()
-            && to_canonical_string(current.result.as_ref().unwrap_or(&Value::Null))
-                == to_canonical_string(if self.result.is_some() {
-                    &self.requested_result
-                } else {
-                    &Value::Null
-                })
-            && current.error == self.error
-    }
-}
-
 /// T9–T13 on one row, atomically: nothing changes unless every fence holds.
 fn complete_in(
     state: &mut State,
@@ -252,7 +177,12 @@ fn complete_in(
     let Some(row) = state.rows.get_mut(&lease.execution_id) else {
         return stale(StaleReason::ExecutionMissing);
     };
-    let plan = Plan::new(&row.execution, completion, now, max_result_bytes)?;
+    let plan = CompletionPlan::new(&row.execution, completion, now, max_result_bytes)?;
+    let result = plan
+        .encoded_result
+        .as_ref()
+        .map(|encoded| decoded(lease.execution_id, encoded))
+        .transpose()?;
     let fenced = row.lease_live(lease.lease_token, now)
         && completion
             .status
@@ -274,7 +204,7 @@ fn complete_in(
     attempt.finished_at = Some(now);
     let e = &mut row.execution;
     e.status = plan.effective;
-    e.result = plan.result;
+    e.result = result;
     e.error = plan.error;
     e.available_at = plan.available_at;
     e.finished_at = (plan.effective != ExecutionStatus::Retrying).then_some(now);
