@@ -14,6 +14,11 @@
 //! - `sleep`: sleep `secs` seconds (default 3600) inside a host call.
 //! - `fatal`: return a fatal handler error.
 //! - `print`: print `lines` lines (default 1000) of 100 bytes to stdout.
+//! - `log-injection`: send `message` (default: a newline followed by a forged
+//!   log line naming another execution) through `log`, `progress`, stdout,
+//!   stderr and as the message of a fatal handler error.
+//! - `byte-writes`: write `n` (default 2,000,000) single bytes to stdout, one
+//!   write call each, never a newline.
 //!
 //! The escape modes return what the OS said as *data*:
 //! `{"denied": true, "error": "..."}` (or `{"denied": false, ...}` if the
@@ -21,8 +26,16 @@
 
 wit_bindgen::generate!({ path: "../../wit", world: "handler" });
 
+use onestep::handler::host::{Level, log, progress};
 use serde_json::{Value, json};
+use std::io::Write;
 use std::time::Duration;
+
+/// What `log-injection` sends by default: a line break, then a complete log
+/// line in the host's text format attributed to someone else's execution,
+/// with an ANSI colour escape for good measure.
+const FORGED: &str = "ok\n2026-01-01T00:00:00.000000Z  INFO onestep_wasm::guest: \
+execution_id=victim-execution attempt_id=victim-attempt \x1b[31mforged\x1b[0m\r\n";
 
 struct Misbehave;
 
@@ -113,6 +126,24 @@ impl Guest for Misbehave {
                     println!("{i:>8} {}", "x".repeat(90));
                 }
                 Ok(json!({ "printed": lines }).to_string())
+            }
+            "log-injection" => {
+                let message = s("message", FORGED);
+                log(Level::Info, &message);
+                progress(1, 2, &message);
+                print!("{message}");
+                eprint!("{message}");
+                Err(fatal(message))
+            }
+            "byte-writes" => {
+                let n = v.get("n").and_then(|x| x.as_u64()).unwrap_or(2_000_000);
+                // Unbuffered: every byte is its own write to the host.
+                let mut out = std::io::stdout().lock();
+                for _ in 0..n {
+                    let _ = out.write_all(b"x");
+                    let _ = out.flush();
+                }
+                Ok(json!({ "written": n }).to_string())
             }
             "fatal" => Err(fatal("misbehave: deliberate fatal error".into())),
             other => Err(fatal(format!("unknown mode {other:?}"))),

@@ -1,4 +1,8 @@
 //! Logging set-up with `tracing-subscriber`: text or JSON lines on stderr.
+//!
+//! Text a handler provides (its `log` messages, output lines, error messages) arrives here
+//! already escaped by `onestep-wasm` and as field values, so in either format it stays inside
+//! its own line; see `docs/security.md#logs`.
 
 use std::io::IsTerminal;
 

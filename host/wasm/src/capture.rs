@@ -1,8 +1,16 @@
 //! Bounded capture of a guest's stdout/stderr, forwarded line by line to
-//! `tracing` (target `onestep_wasm::guest`) with the execution and attempt
-//! ids. Bytes past the limit are dropped but the guest's writes still succeed,
-//! so a chatty guest cannot make the host buffer without bound nor crash
-//! itself on a failed `println!`.
+//! `tracing` (target `onestep_wasm::guest`, through [`crate::guest_log`]) with
+//! the execution and attempt ids. Bytes past the limit are dropped but the
+//! guest's writes still succeed, so a chatty guest cannot make the host buffer
+//! without bound nor crash itself on a failed `println!`.
+//!
+//! The cost is O(bytes written): each write scans only its own new bytes for a
+//! line break (the scan position is remembered across writes, so a long
+//! unterminated line written a byte at a time is not rescanned). At most
+//! [`MAX_LINE_EVENTS`] lines per stream per attempt become log events; the
+//! lines after that stay in the captured text but are only counted, and the
+//! counts of dropped lines and bytes are logged once when the guest is done
+//! ([`Capture::finish`]).
 
 use bytes::Bytes;
 use std::pin::Pin;
@@ -13,6 +21,11 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use crate::context::LogIds;
+use crate::guest_log;
+
+/// Most lines of one stream (stdout or stderr) logged per attempt; further
+/// lines are counted and reported once by [`Capture::finish`].
+pub(crate) const MAX_LINE_EVENTS: u64 = 1000;
 
 /// Which stream a capture is attached to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +50,20 @@ struct Inner {
     buf: Vec<u8>,
     /// Index in `buf` of the first byte not yet forwarded to tracing.
     forwarded: usize,
+    /// Index in `buf` up to which the pending line (from `forwarded`) is
+    /// known to hold no line break; the next scan starts here.
+    scanned: usize,
+    /// Bytes dropped because of the limit.
     dropped: u64,
+    /// Lines logged so far (at most [`MAX_LINE_EVENTS`]).
+    lines_logged: u64,
+    /// Lines not logged because of [`MAX_LINE_EVENTS`].
+    lines_dropped: u64,
+    finished: bool,
     ids: Arc<LogIds>,
+    /// Bytes examined in search of a line break, to test the scan cost.
+    #[cfg(test)]
+    scan_work: u64,
 }
 
 /// Shared handle on one captured stream (clones see the same buffer).
@@ -56,8 +81,14 @@ impl Capture {
                 limit,
                 buf: Vec::new(),
                 forwarded: 0,
+                scanned: 0,
                 dropped: 0,
+                lines_logged: 0,
+                lines_dropped: 0,
+                finished: false,
                 ids,
+                #[cfg(test)]
+                scan_work: 0,
             })),
         }
     }
@@ -76,7 +107,7 @@ impl Capture {
         if take < bytes.len() {
             if inner.dropped == 0 {
                 tracing::warn!(
-                    target: "onestep_wasm::guest",
+                    target: guest_log::TARGET,
                     execution_id = %inner.ids.execution_id,
                     attempt_id = %inner.ids.attempt_id,
                     stream = inner.kind.name(),
@@ -89,9 +120,28 @@ impl Capture {
         inner.forward(false);
     }
 
-    /// Forwards any unterminated last line (call once the guest is done).
+    /// Forwards any unterminated last line and, if lines or bytes were
+    /// dropped, logs their counts once (call once the guest is done; later
+    /// calls do nothing).
     pub(crate) fn finish(&self) {
-        self.lock().forward(true);
+        let mut inner = self.lock();
+        if inner.finished {
+            return;
+        }
+        inner.finished = true;
+        inner.forward(true);
+        if inner.lines_dropped > 0 || inner.dropped > 0 {
+            tracing::warn!(
+                target: guest_log::TARGET,
+                execution_id = %inner.ids.execution_id,
+                attempt_id = %inner.ids.attempt_id,
+                stream = inner.kind.name(),
+                lines_logged = inner.lines_logged,
+                dropped_lines = inner.lines_dropped,
+                dropped_bytes = inner.dropped,
+                "guest output was not logged in full"
+            );
+        }
     }
 
     /// Everything captured so far (lossy UTF-8).
@@ -103,36 +153,59 @@ impl Capture {
     pub(crate) fn dropped(&self) -> u64 {
         self.lock().dropped
     }
+
+    /// Lines captured but not logged because of [`MAX_LINE_EVENTS`].
+    pub(crate) fn dropped_lines(&self) -> u64 {
+        self.lock().lines_dropped
+    }
 }
 
 impl Inner {
+    /// Forwards every complete line not yet forwarded (and, with `all`, the
+    /// unterminated rest). Each byte of `buf` is scanned once in total.
     fn forward(&mut self, all: bool) {
-        while self.forwarded < self.buf.len() {
-            let rest = &self.buf[self.forwarded..];
-            let (line, consumed) = match rest.iter().position(|b| *b == b'\n') {
-                Some(nl) => (&rest[..nl], nl + 1),
-                None if all => (rest, rest.len()),
-                None => break,
-            };
-            let line = String::from_utf8_lossy(line);
-            let line = line.trim_end_matches('\r');
-            let (exec, attempt, stream) = (
-                &self.ids.execution_id,
-                &self.ids.attempt_id,
-                self.kind.name(),
-            );
-            match self.kind {
-                StreamKind::Stdout => tracing::info!(
-                    target: "onestep_wasm::guest",
-                    execution_id = %exec, attempt_id = %attempt, stream, "{line}"
-                ),
-                StreamKind::Stderr => tracing::warn!(
-                    target: "onestep_wasm::guest",
-                    execution_id = %exec, attempt_id = %attempt, stream, "{line}"
-                ),
+        loop {
+            let start = self.scanned.max(self.forwarded);
+            let fresh = &self.buf[start..];
+            let newline = fresh.iter().position(|b| *b == b'\n');
+            #[cfg(test)]
+            {
+                self.scan_work += newline.map_or(fresh.len(), |i| i + 1) as u64;
             }
-            self.forwarded += consumed;
+            match newline {
+                Some(i) => {
+                    let end = start + i;
+                    self.emit(self.forwarded, end);
+                    self.forwarded = end + 1;
+                    self.scanned = self.forwarded;
+                }
+                None => {
+                    self.scanned = self.buf.len();
+                    if all && self.forwarded < self.buf.len() {
+                        self.emit(self.forwarded, self.buf.len());
+                        self.forwarded = self.buf.len();
+                    }
+                    return;
+                }
+            }
         }
+    }
+
+    /// Logs `buf[from..to]` as one line, or counts it once the cap is reached.
+    fn emit(&mut self, from: usize, to: usize) {
+        if self.lines_logged >= MAX_LINE_EVENTS {
+            self.lines_dropped += 1;
+            return;
+        }
+        self.lines_logged += 1;
+        let line = String::from_utf8_lossy(&self.buf[from..to]);
+        let line = line.trim_end_matches('\r');
+        guest_log::output_line(
+            &self.ids,
+            self.kind.name(),
+            self.kind == StreamKind::Stderr,
+            line,
+        );
     }
 }
 
@@ -191,5 +264,127 @@ impl AsyncWrite for Capture {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest_log::tests::{FORGED, ids, logged};
+
+    fn capture(kind: StreamKind, limit: u64) -> Capture {
+        Capture::new(kind, limit, Arc::new(ids()))
+    }
+
+    fn scan_work(c: &Capture) -> u64 {
+        c.lock().scan_work
+    }
+
+    /// Messages of the JSON events in `out`, one per line.
+    fn messages(out: &str) -> Vec<serde_json::Value> {
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON event"))
+            .map(|v| v["fields"].clone())
+            .collect()
+    }
+
+    #[test]
+    fn lines_split_across_writes_are_reassembled() {
+        let c = capture(StreamKind::Stdout, 1 << 20);
+        let out = logged(true, || {
+            for w in ["ab", "c\nd", "e\r\n", "", "\n", "f"] {
+                c.write(w.as_bytes());
+            }
+            c.finish();
+            c.finish();
+        });
+        let lines: Vec<_> = messages(&out)
+            .iter()
+            .map(|f| f["message"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(lines, ["abc", "de", "", "f"]);
+        assert_eq!(c.text(), "abc\nde\r\n\nf");
+        assert_eq!(scan_work(&c), c.text().len() as u64);
+    }
+
+    #[test]
+    fn two_million_one_byte_writes_scan_each_byte_once() {
+        const WRITES: u64 = 2_000_000;
+        // Limit above the volume: every byte is kept and must be scanned once.
+        let c = capture(StreamKind::Stdout, 4 << 20);
+        let out = logged(true, || {
+            for _ in 0..WRITES {
+                c.write(b"x");
+            }
+            assert!(scan_work(&c) <= WRITES, "{}", scan_work(&c));
+            c.finish();
+        });
+        assert!(scan_work(&c) <= WRITES + 1, "{}", scan_work(&c));
+        assert_eq!(messages(&out).len(), 1, "one unterminated line");
+
+        // Default-sized limit: past it, writes are dropped without any scan.
+        let c = capture(StreamKind::Stdout, 64 * 1024);
+        let out = logged(true, || {
+            for _ in 0..WRITES {
+                c.write(b"x");
+            }
+            c.finish();
+        });
+        assert!(scan_work(&c) <= 64 * 1024 + 1, "{}", scan_work(&c));
+        assert_eq!(c.dropped(), WRITES - 64 * 1024);
+        // The line, the limit warning, the summary.
+        let events = messages(&out);
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert_eq!(events[2]["dropped_bytes"], WRITES - 64 * 1024);
+    }
+
+    #[test]
+    fn newline_floods_are_capped_at_the_line_limit() {
+        const BYTES: usize = 64 * 1024;
+        for one_write in [true, false] {
+            let c = capture(StreamKind::Stderr, BYTES as u64);
+            let out = logged(true, || {
+                if one_write {
+                    c.write(&[b'\n'; BYTES]);
+                } else {
+                    for _ in 0..BYTES {
+                        c.write(b"\n");
+                    }
+                }
+                c.finish();
+            });
+            let events = messages(&out);
+            assert_eq!(events.len() as u64, MAX_LINE_EVENTS + 1, "lines + summary");
+            let summary = &events[events.len() - 1];
+            assert_eq!(summary["message"], "guest output was not logged in full");
+            assert_eq!(summary["dropped_lines"], BYTES as u64 - MAX_LINE_EVENTS);
+            assert_eq!(summary["dropped_bytes"], 0);
+            assert_eq!(c.dropped_lines(), BYTES as u64 - MAX_LINE_EVENTS);
+            assert_eq!(c.text().len(), BYTES, "the captured text is complete");
+            assert!(scan_work(&c) <= BYTES as u64, "{}", scan_work(&c));
+        }
+    }
+
+    #[test]
+    fn forged_output_lines_are_escaped() {
+        for kind in [StreamKind::Stdout, StreamKind::Stderr] {
+            let c = capture(kind, 1 << 20);
+            let out = logged(false, || {
+                c.write(FORGED.as_bytes());
+                c.write(b"tail \x1b[2J\rover");
+                c.finish();
+            });
+            // Output is split into lines at `\n` (each its own event with the
+            // guest's own ids in front); nothing else breaks a line.
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines.len(), 3, "{out:?}");
+            for line in &lines {
+                assert!(line.contains(" onestep_wasm::guest: "), "{line:?}");
+                assert!(line.contains("execution_id=mine"), "{line:?}");
+                assert!(!line.contains('\u{1b}') && !line.contains('\r'), "{line:?}");
+            }
+            assert!(lines[1].contains("\\u{1b}[31mforged"), "{out:?}");
+            assert!(lines[2].contains("tail \\u{1b}[2J\\rover"), "{out:?}");
+        }
     }
 }

@@ -9,6 +9,7 @@ use crate::bindings::{WitContext, onestep::handler::types::HandlerError};
 use crate::cancel::CancelHandle;
 use crate::capture::{Capture, StreamKind};
 use crate::context::{InvocationContext, LogIds};
+use crate::guest_log::escape;
 use crate::outcome::{InvokeError, Outcome, TrapKind, panic_message};
 use crate::runtime::Handler;
 use crate::sandbox::build_wasi;
@@ -26,6 +27,9 @@ pub struct Report {
     pub stderr: String,
     /// Bytes of stdout + stderr dropped because of the limits.
     pub output_dropped_bytes: u64,
+    /// Lines of stdout + stderr captured but not logged because of the cap on
+    /// line events per stream (they are still in `stdout`/`stderr`).
+    pub output_dropped_lines: u64,
     /// Fuel consumed, when metering is on.
     pub fuel_consumed: Option<u64>,
     /// Peak total linear memory of the guest in bytes.
@@ -95,6 +99,7 @@ impl Handler {
             stdout: stdout.text(),
             stderr: stderr.text(),
             output_dropped_bytes: stdout.dropped() + stderr.dropped(),
+            output_dropped_lines: stdout.dropped_lines() + stderr.dropped_lines(),
             fuel_consumed: fuel,
             peak_memory_bytes: peak,
             elapsed: started.elapsed(),
@@ -321,6 +326,9 @@ fn classify_trap(
     trapped(kind)
 }
 
+/// Logs how the attempt ended. The handler-error message and a host error's
+/// text may carry guest-chosen text: they are escaped fields; a trap kind is
+/// written with `Debug`, which escapes its strings itself.
 fn log_outcome(ids: &LogIds, outcome: &Outcome, elapsed: Duration) {
     let elapsed_us = elapsed.as_micros() as u64;
     match outcome {
@@ -332,7 +340,7 @@ fn log_outcome(ids: &LogIds, outcome: &Outcome, elapsed: Duration) {
             retryable, message, ..
         } => tracing::info!(
             execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
-            retryable, "handler error: {message}"
+            retryable, error = %escape(message), "handler error"
         ),
         Outcome::Trapped { kind } => tracing::warn!(
             execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
@@ -340,7 +348,7 @@ fn log_outcome(ids: &LogIds, outcome: &Outcome, elapsed: Duration) {
         ),
         Outcome::HostError(e) => tracing::error!(
             execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
-            "handler could not run: {e}"
+            error = %escape(&e.to_string()), "handler could not run"
         ),
     }
 }
@@ -372,6 +380,32 @@ mod tests {
         );
         assert_eq!(deadline(started, None), None);
         assert_eq!(deadline(started, Some(Duration::MAX)), None);
+    }
+
+    #[test]
+    fn outcome_lines_escape_guest_text() {
+        use crate::guest_log::tests::{FORGED, ids, logged};
+        let ids = ids();
+        let outcomes = [
+            Outcome::HandlerError {
+                retryable: false,
+                message: FORGED.into(),
+                retry_after: None,
+            },
+            trapped(TrapKind::GuestPanic(FORGED.into())),
+            trapped(TrapKind::Other(FORGED.into())),
+            Outcome::HostError(InvokeError::Instantiation(FORGED.into())),
+        ];
+        for outcome in &outcomes {
+            let out = logged(false, || log_outcome(&ids, outcome, Duration::ZERO));
+            assert_eq!(out.matches('\n').count(), 1, "{out:?}");
+            assert!(!out.contains('\u{1b}') && !out.contains('\r'), "{out:?}");
+            assert!(out.contains("ok\\n2026-01-01"), "{out:?}");
+            let out = logged(true, || log_outcome(&ids, outcome, Duration::ZERO));
+            assert_eq!(out.matches('\n').count(), 1, "{out:?}");
+            let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+            assert_eq!(v["fields"]["execution_id"], "mine", "{v}");
+        }
     }
 
     #[test]

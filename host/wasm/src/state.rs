@@ -98,7 +98,7 @@ impl handler::host::Host for State {
             if !self.log_dropped {
                 self.log_dropped = true;
                 tracing::warn!(
-                    target: "onestep_wasm::guest",
+                    target: crate::guest_log::TARGET,
                     execution_id = %self.ids.execution_id,
                     attempt_id = %self.ids.attempt_id,
                     "guest log budget exhausted; further log messages are dropped"
@@ -116,26 +116,7 @@ impl handler::host::Host for State {
             message.truncate(cut);
             message.push_str("…[truncated]");
         }
-        let ids = &self.ids;
-        macro_rules! emit {
-            ($lvl:ident) => {
-                tracing::$lvl!(
-                    target: "onestep_wasm::guest",
-                    execution_id = %ids.execution_id,
-                    attempt_id = %ids.attempt_id,
-                    task = %ids.task_name,
-                    namespace = %ids.namespace,
-                    "{message}"
-                )
-            };
-        }
-        match level {
-            Level::Trace => emit!(trace),
-            Level::Debug => emit!(debug),
-            Level::Info => emit!(info),
-            Level::Warn => emit!(warn),
-            Level::Error => emit!(error),
-        }
+        crate::guest_log::log(&self.ids, level, &message);
     }
 
     fn cancel_requested(&mut self) -> bool {
@@ -144,13 +125,6 @@ impl handler::host::Host for State {
 
     fn progress(&mut self, done: u64, total: u64, note: String) {
         let note: String = note.chars().take(256).collect();
-        tracing::debug!(
-            target: "onestep_wasm::guest",
-            execution_id = %self.ids.execution_id,
-            attempt_id = %self.ids.attempt_id,
-            done,
-            total,
-            "progress: {note}"
-        );
+        crate::guest_log::progress(&self.ids, done, total, &note);
     }
 }

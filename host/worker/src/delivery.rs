@@ -144,7 +144,8 @@ fn log_outcome(outcome: &RunOutcome) {
             kind = f.kind.as_str(),
             exception_type = %f.exception_type,
             retryable = f.retryable,
-            message = %f.message,
+            // The handler's own text: `?` (Debug) escapes line breaks and control characters.
+            message = ?f.message,
             "handler failed"
         ),
     }

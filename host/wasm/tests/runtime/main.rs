@@ -15,6 +15,7 @@ mod basics;
 mod cache;
 mod cancel;
 mod limits;
+mod logs;
 mod python;
 mod sandbox;
 mod soak;
