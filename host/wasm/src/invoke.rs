@@ -176,7 +176,7 @@ impl Handler {
             Race::Cancelled => trapped(TrapKind::Cancelled),
             Race::TimedOut => trapped(TrapKind::Timeout),
             Race::Done(Stage::Returned(Ok(output))) => {
-                validate_output(output, sandbox.output_limit_bytes)
+                validate_output(output, sandbox.result_limit_bytes)
             }
             Race::Done(Stage::Returned(Err(e))) => Outcome::HandlerError {
                 retryable: e.retryable,

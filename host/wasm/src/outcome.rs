@@ -17,7 +17,7 @@ pub enum Outcome {
         retry_after: Option<Duration>,
     },
     /// The handler returned more output text than the sandbox's
-    /// `output_limit_bytes`. The text was dropped without being parsed.
+    /// `result_limit_bytes`. The text was dropped without being parsed.
     OutputTooLarge {
         /// Length of the text the guest returned.
         bytes: u64,

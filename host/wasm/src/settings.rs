@@ -117,7 +117,7 @@ pub struct SandboxSettings {
     /// Longest output text accepted from `handle`, in bytes; a longer one is
     /// refused before it is parsed ([`Outcome::OutputTooLarge`](crate::Outcome::OutputTooLarge)).
     /// `None` (default): no limit.
-    pub output_limit_bytes: Option<u64>,
+    pub result_limit_bytes: Option<u64>,
 }
 
 impl Default for SandboxSettings {
@@ -136,7 +136,7 @@ impl Default for SandboxSettings {
             stdout_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             stderr_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             log_limit_bytes: 1 << 20,
-            output_limit_bytes: None,
+            result_limit_bytes: None,
         }
     }
 }

@@ -51,7 +51,7 @@ impl WasmTaskRunner {
     /// parsed (docs/semantics.md#size-limits).
     pub fn new(handler: Handler, sandbox: SandboxSettings, max_result_bytes: usize) -> Self {
         let sandbox = SandboxSettings {
-            output_limit_bytes: Some(u64::try_from(max_result_bytes).unwrap_or(u64::MAX)),
+            result_limit_bytes: Some(u64::try_from(max_result_bytes).unwrap_or(u64::MAX)),
             ..sandbox
         };
         WasmTaskRunner { handler, sandbox }
