@@ -14,7 +14,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GUESTS="$ROOT/guest-examples"
 OUT="$GUESTS/out"
-RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler)
+RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import)
 COMPONENTIZE_PY_VERSION="0.25.1"
 
 mkdir -p "$OUT"
@@ -42,7 +42,10 @@ install_if_changed() { # src dst
 }
 
 for name in "${RUST_GUESTS[@]}"; do
-    install_if_changed "$TARGET_DIR/wasm32-wasip2/release/$name.wasm" "$OUT/$name.wasm"
+    # A library crate's artifact has `_` for `-` (bad-import -> bad_import.wasm); a binary's keeps it.
+    built="$TARGET_DIR/wasm32-wasip2/release/$name.wasm"
+    [[ -f "$built" ]] || built="$TARGET_DIR/wasm32-wasip2/release/${name//-/_}.wasm"
+    install_if_changed "$built" "$OUT/$name.wasm"
 done
 
 if [[ "${SKIP_PYTHON:-0}" != "1" ]]; then

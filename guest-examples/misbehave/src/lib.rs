@@ -19,6 +19,9 @@
 //!   stderr and as the message of a fatal handler error.
 //! - `byte-writes`: write `n` (default 2,000,000) single bytes to stdout, one
 //!   write call each, never a newline.
+//! - `big_result`: return a JSON array of `bytes` bytes (default 30,000,000): `[0,0,…,0]`.
+//! - `retryable`: return a retryable handler error without `retry-after-ms` (the retry policy's
+//!   own delays apply).
 //!
 //! The escape modes return what the OS said as *data*:
 //! `{"denied": true, "error": "..."}` (or `{"denied": false, ...}` if the
@@ -146,6 +149,26 @@ impl Guest for Misbehave {
                 Ok(json!({ "written": n }).to_string())
             }
             "fatal" => Err(fatal("misbehave: deliberate fatal error".into())),
+            "big_result" => {
+                // Exactly `bytes` bytes (at least `[0]`), built in place: no second copy.
+                let bytes = v.get("bytes").and_then(|x| x.as_u64()).unwrap_or(30_000_000);
+                let n = (bytes.max(3) as usize - 1) / 2;
+                let mut out = String::with_capacity(2 * n + 2);
+                out.push('[');
+                for i in 0..n {
+                    out.push_str(if i == 0 { "0" } else { ",0" });
+                }
+                if bytes % 2 == 0 {
+                    out.push(' ');
+                }
+                out.push(']');
+                Ok(out)
+            }
+            "retryable" => Err(HandlerError {
+                retryable: true,
+                message: "misbehave: deliberate retryable error".into(),
+                retry_after_ms: None,
+            }),
             other => Err(fatal(format!("unknown mode {other:?}"))),
         }
     }

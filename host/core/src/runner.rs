@@ -38,6 +38,13 @@ pub struct Invocation {
 pub enum RunOutcome {
     /// The handler returned this result.
     Succeeded(Value),
+    /// The handler returned a result of `bytes` bytes of text, more than the task's
+    /// `max_result_bytes`: it was refused before it was decoded, and the attempt fails as an
+    /// oversized result does (docs/semantics.md#size-limits).
+    ResultTooLarge {
+        /// Length of the handler's output text.
+        bytes: usize,
+    },
     /// The run failed. `retryable = false` means fail at once without consulting the policy.
     Failed(RunFailure),
     /// The run was stopped because the cancellation token fired.

@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-/// Errors of [`Runtime::new`](crate::Runtime::new) and
-/// [`Runtime::load`](crate::Runtime::load). Invocation problems are not
+/// Errors of [`Runtime::new`](crate::Runtime::new),
+/// [`Runtime::load`](crate::Runtime::load) and
+/// [`Runtime::load_for_sandbox`](crate::Runtime::load_for_sandbox). Invocation problems are not
 /// errors but [`Outcome`](crate::Outcome)s.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -41,6 +42,15 @@ pub enum Error {
         /// File name or label of the component.
         name: String,
         /// Linker message.
+        message: String,
+    },
+    /// The component cannot run in the task's sandbox
+    /// ([`Runtime::load_for_sandbox`](crate::Runtime::load_for_sandbox)).
+    #[error("component {name} cannot run in its sandbox: {message}")]
+    Sandbox {
+        /// File name or label of the component.
+        name: String,
+        /// What does not fit.
         message: String,
     },
     /// The component does not export the `onestep:handler/handler` world.

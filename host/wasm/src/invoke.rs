@@ -180,12 +180,19 @@ impl Handler {
         let outcome = match race {
             Race::Cancelled => trapped(TrapKind::Cancelled),
             Race::TimedOut => trapped(TrapKind::Timeout),
-            Race::Done(Stage::Returned(Ok(output))) => validate_output(output),
+            Race::Done(Stage::Returned(Ok(output))) => {
+                validate_output(output, sandbox.result_limit_bytes)
+            }
             Race::Done(Stage::Returned(Err(e))) => Outcome::HandlerError {
                 retryable: e.retryable,
                 message: e.message,
                 retry_after: e.retry_after_ms.map(Duration::from_millis),
             },
+            // The host ran out of a shared pool slot (e.g. a fiber stack) for the call: not
+            // the guest's doing.
+            Race::Done(Stage::CallFailed(e)) if is_pool_exhaustion(&e) => {
+                Outcome::HostError(InvokeError::Instantiation(format!("{e:#}")))
+            }
             Race::Done(Stage::CallFailed(e)) => {
                 classify_trap(&e, memory_denied, &cancel, deadline, &stderr.text())
             }
@@ -288,8 +295,15 @@ fn trapped(kind: TrapKind) -> Outcome {
     Outcome::Trapped { kind }
 }
 
-/// Output must be JSON text; anything else is the handler's (fatal) error.
-fn validate_output(output: String) -> Outcome {
+/// Output must be JSON text of at most `limit` bytes. The length is checked first, on the
+/// guest's bytes, so an oversized output is dropped unparsed; the JSON is then validated by a
+/// streaming pass that builds nothing (`IgnoredAny`). Invalid JSON is the handler's (fatal)
+/// error.
+fn validate_output(output: String, limit: Option<u64>) -> Outcome {
+    let bytes = output.len() as u64;
+    if let Some(limit) = limit.filter(|l| bytes > *l) {
+        return Outcome::OutputTooLarge { bytes, limit };
+    }
     match serde_json::from_str::<serde::de::IgnoredAny>(&output) {
         Ok(_) => Outcome::Succeeded(output),
         Err(e) => Outcome::HandlerError {
@@ -298,6 +312,12 @@ fn validate_output(output: String) -> Outcome {
             retry_after: None,
         },
     }
+}
+
+/// Whether `e` says a pooling-allocator slot shared by every task was exhausted.
+fn is_pool_exhaustion(e: &wasmtime::Error) -> bool {
+    e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+        .is_some()
 }
 
 fn classify_trap(
@@ -341,6 +361,10 @@ fn log_outcome(ids: &LogIds, outcome: &Outcome, elapsed: Duration) {
         } => tracing::info!(
             execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
             retryable, error = %escape(message), "handler error"
+        ),
+        Outcome::OutputTooLarge { bytes, limit } => tracing::info!(
+            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
+            bytes, limit, "handler output refused: too large"
         ),
         Outcome::Trapped { kind } => tracing::warn!(
             execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
@@ -411,15 +435,36 @@ mod tests {
     #[test]
     fn output_must_be_json() {
         assert_eq!(
-            validate_output("[1]".into()),
+            validate_output("[1]".into(), None),
             Outcome::Succeeded("[1]".into())
         );
         assert!(matches!(
-            validate_output("nope".into()),
+            validate_output("nope".into(), None),
             Outcome::HandlerError {
                 retryable: false,
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn output_length_is_checked_before_parsing() {
+        // At the limit: parsed and accepted.
+        assert_eq!(
+            validate_output("[1,2]".into(), Some(5)),
+            Outcome::Succeeded("[1,2]".into())
+        );
+        // One byte more: refused, even though it is not JSON (it is never parsed).
+        assert_eq!(
+            validate_output("[1,2,]".into(), Some(5)),
+            Outcome::OutputTooLarge { bytes: 6, limit: 5 }
+        );
+        assert_eq!(
+            validate_output("x".repeat(10), Some(9)),
+            Outcome::OutputTooLarge {
+                bytes: 10,
+                limit: 9
+            }
+        );
     }
 }

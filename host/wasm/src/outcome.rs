@@ -16,6 +16,14 @@ pub enum Outcome {
         /// Minimum delay before the next attempt requested by the guest.
         retry_after: Option<Duration>,
     },
+    /// The handler returned more output text than the sandbox's
+    /// `result_limit_bytes`. The text was dropped without being parsed.
+    OutputTooLarge {
+        /// Length of the text the guest returned.
+        bytes: u64,
+        /// The limit it exceeded.
+        limit: u64,
+    },
     /// The guest was stopped or crashed; its store has been discarded.
     Trapped {
         /// Why.

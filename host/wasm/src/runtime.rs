@@ -13,7 +13,7 @@ use wasmtime::{Cache, Engine};
 use crate::bindings::{self, HandlerPre};
 use crate::engine::{self, Ticker};
 use crate::error::Error;
-use crate::settings::RuntimeSettings;
+use crate::settings::{RuntimeSettings, SandboxSettings};
 use crate::state::State;
 
 /// Counters of the component cache.
@@ -156,6 +156,30 @@ impl Runtime {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
         self.load_bytes(&name, &bytes)
+    }
+
+    /// Loads a component for a task that runs in `sandbox`: everything
+    /// [`load`](Self::load) does (compile through the compile cache, link
+    /// every import against this runtime's linker into an `InstancePre`,
+    /// check the `onestep:handler/handler` export), plus the checks that
+    /// depend on the sandbox. This is what a worker does at start and what
+    /// `onestep check` does, so both report an unloadable component (e.g. an
+    /// import the host does not provide: [`Error::Link`] names it) with the
+    /// same message.
+    pub fn load_for_sandbox(
+        &self,
+        path: impl AsRef<Path>,
+        sandbox: &SandboxSettings,
+    ) -> Result<Handler, Error> {
+        let path = path.as_ref();
+        let handler = self.load(path)?;
+        if sandbox.fuel.is_some() && !self.inner.settings.fuel_metering {
+            return Err(Error::Sandbox {
+                name: handler.name().to_string(),
+                message: "the sandbox sets `fuel` but the runtime has fuel_metering off".into(),
+            });
+        }
+        Ok(handler)
     }
 
     /// Same as [`load`](Self::load) for bytes in memory; `name` labels errors

@@ -114,6 +114,10 @@ pub struct SandboxSettings {
     /// Total bytes of `log` messages accepted from the guest per attempt;
     /// further messages are dropped (one warning is emitted).
     pub log_limit_bytes: u64,
+    /// Longest output text accepted from `handle`, in bytes; a longer one is
+    /// refused before it is parsed ([`Outcome::OutputTooLarge`](crate::Outcome::OutputTooLarge)).
+    /// `None` (default): no limit.
+    pub result_limit_bytes: Option<u64>,
 }
 
 impl Default for SandboxSettings {
@@ -132,6 +136,7 @@ impl Default for SandboxSettings {
             stdout_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             stderr_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             log_limit_bytes: 1 << 20,
+            result_limit_bytes: None,
         }
     }
 }

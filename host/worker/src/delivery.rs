@@ -140,6 +140,9 @@ fn log_outcome(outcome: &RunOutcome) {
     match outcome {
         RunOutcome::Succeeded(_) => tracing::debug!("handler succeeded"),
         RunOutcome::Cancelled => tracing::info!("handler cancelled"),
+        RunOutcome::ResultTooLarge { bytes } => {
+            tracing::warn!(bytes, "handler result refused: too large")
+        }
         RunOutcome::Failed(f) => tracing::warn!(
             kind = f.kind.as_str(),
             exception_type = %f.exception_type,

@@ -1,6 +1,6 @@
 //! From a handler's outcome to the completion the worker writes (docs/semantics.md#failure-handling, docs/semantics.md#timeouts, docs/semantics.md#retry-policies).
 
-use onestep_core::canonical::to_canonical_string;
+use onestep_core::canonical::canonical_len;
 use onestep_core::retry::{FailureKind, RetryDecision, RetryPolicy};
 use onestep_core::runner::{RunFailure, RunOutcome};
 use onestep_core::{Completion, ErrorObject};
@@ -17,8 +17,11 @@ pub fn cancel_error() -> ErrorObject {
 
 /// The completion for `outcome`.
 ///
-/// * success → `succeeded`, unless the result's canonical JSON exceeds `max_result_bytes`, which
-///   is a failure at stage `result_validation` (`ExecutionEncodingError`) through the policy;
+/// * success → `succeeded`, unless the result's canonical JSON exceeds `max_result_bytes`
+///   (measured without building the text), which fails at once at stage `result_validation`
+///   (`ExecutionEncodingError`); a result the runner refused before decoding it
+///   ([`RunOutcome::ResultTooLarge`]) fails the same way. An oversized result is deterministic,
+///   so it is not retried (docs/semantics.md#error-classification);
 /// * a fatal handler error → `failed` at once;
 /// * any other failure → the retry policy with `previous_attempts` (docs/semantics.md#retry-policies `n`); a delay the
 ///   handler asked for replaces the policy's delay;
@@ -33,19 +36,13 @@ pub fn completion_for<R: Rng + ?Sized>(
 ) -> Completion {
     match outcome {
         RunOutcome::Succeeded(value) => {
-            if to_canonical_string(&value).len() > max_result_bytes {
-                let failure = RunFailure {
-                    kind: FailureKind::Error,
-                    exception_type: "ExecutionEncodingError".into(),
-                    retryable: true,
-                    retry_after_s: None,
-                    message: "execution result exceeds the configured limit".into(),
-                };
-                failure_completion(&failure, "result_validation", retry, previous_attempts, rng)
+            if canonical_len(&value) > max_result_bytes {
+                result_too_large(retry, previous_attempts, rng)
             } else {
                 Completion::succeeded(value)
             }
         }
+        RunOutcome::ResultTooLarge { .. } => result_too_large(retry, previous_attempts, rng),
         RunOutcome::Failed(failure) => {
             failure_completion(&failure, "handler", retry, previous_attempts, rng)
         }
@@ -57,6 +54,23 @@ pub fn completion_for<R: Rng + ?Sized>(
             }
         }
     }
+}
+
+/// The completion of an attempt whose result exceeds the limit (`ExecutionEncodingError` at
+/// stage `result_validation`, not retryable).
+fn result_too_large<R: Rng + ?Sized>(
+    retry: &RetryPolicy,
+    previous_attempts: u32,
+    rng: &mut R,
+) -> Completion {
+    let failure = RunFailure {
+        kind: FailureKind::Error,
+        exception_type: "ExecutionEncodingError".into(),
+        retryable: false,
+        retry_after_s: None,
+        message: "execution result exceeds the configured limit".into(),
+    };
+    failure_completion(&failure, "result_validation", retry, previous_attempts, rng)
 }
 
 fn failure_completion<R: Rng + ?Sized>(
@@ -201,6 +215,35 @@ mod tests {
             c.error.and_then(|e| e.stage).as_deref(),
             Some("result_validation")
         );
+    }
+
+    #[test]
+    fn oversized_results_fail_at_once_despite_a_retry_policy() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let policy = RetryPolicy::MaxAttempts {
+            max_attempts: 3,
+            delay_s: None,
+        };
+        for outcome in [
+            RunOutcome::Succeeded(json!("x".repeat(200))),
+            RunOutcome::ResultTooLarge { bytes: 30_000_000 },
+        ] {
+            let c = completion_for(outcome.clone(), &policy, 100, 0, false, &mut rng);
+            assert_eq!(c.status, CompletionStatus::Failed, "{outcome:?}");
+            let error = c.error.expect("error object");
+            assert_eq!(error.exception_type, "ExecutionEncodingError");
+            assert_eq!(error.stage.as_deref(), Some("result_validation"));
+        }
+        // Equal to the limit is allowed: `"xx"` is 4 bytes of canonical JSON.
+        let c = completion_for(
+            RunOutcome::Succeeded(json!("xx")),
+            &policy,
+            4,
+            0,
+            false,
+            &mut rng,
+        );
+        assert_eq!(c.status, CompletionStatus::Succeeded);
     }
 
     #[test]

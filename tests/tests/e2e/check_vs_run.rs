@@ -5,13 +5,17 @@
 //! anything is opened, and `check` and `run` print the same message (`--strict` may word its
 //! own first). The connector points at the MariaDB test server, so a `run` that wrongly accepted
 //! a file would start a worker: it is stopped after a bound and reported.
+//!
+//! A component the worker cannot load (an import the host does not provide, bytes that are not
+//! a component) is rejected by `check` and `check --strict` (exit 2) with the message `run`
+//! fails to start with (exit 1), naming the task, the file and the missing import.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use onestep_e2e::{guest, onestep_bin};
+use onestep_e2e::{TestDb, guest, onestep_bin};
 
 /// Longest a rejected file may take to exit.
 const BOUND: Duration = Duration::from_secs(30);
@@ -229,5 +233,94 @@ fn files_run_rejects_are_rejected_by_check_strict() -> Result<()> {
         }
     }
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unloadable_components_are_rejected_by_check_and_run() -> Result<()> {
+    let server = std::env::var("ONESTEP_TEST_MARIADB_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_owned());
+    // `run` opens its sources before it loads the components: give it a database.
+    let db = TestDb::create("mariadb", &server).await?;
+    let result = tokio::task::spawn_blocking({
+        let dsn = db.dsn.clone();
+        move || unloadable_cases(&dsn)
+    })
+    .await;
+    db.drop_db().await?;
+    result?
+}
+
+fn unloadable_cases(dsn: &str) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"garbage").context("cannot write a temp file")?;
+    let bad_import = guest("bad-import")?;
+    let cases = [
+        (
+            bad_import.clone(),
+            format!(
+                "task 'echo': cannot load {}: component bad-import.wasm cannot be linked: \
+                 component imports instance `onestep:bad-import/missing`",
+                bad_import.display()
+            ),
+        ),
+        (
+            garbage.clone(),
+            format!(
+                "task 'echo': cannot load {}: invalid component garbage.wasm: ",
+                garbage.display()
+            ),
+        ),
+    ];
+    for (i, (component, reason)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("unloadable-{i}.yaml"));
+        std::fs::write(&path, base(component, dsn)).context("cannot write a temp file")?;
+        let target = path.display().to_string();
+        let mut messages = Vec::new();
+        for (args, code, prefix) in [
+            (
+                vec!["check", target.as_str()],
+                2,
+                format!("onestep: failed to load {target}: "),
+            ),
+            (
+                vec!["check", "--strict", target.as_str()],
+                2,
+                format!("onestep: failed to load {target}: "),
+            ),
+            (
+                vec!["run", target.as_str()],
+                1,
+                format!("onestep: {target} failed while running: "),
+            ),
+        ] {
+            let Some((got, stderr)) = run_bounded(&args)? else {
+                anyhow::bail!(
+                    "{args:?}: still running after {BOUND:?}: the component was accepted"
+                );
+            };
+            // `run` logs before failing; its message is its last line.
+            let line = stderr
+                .lines()
+                .rev()
+                .find(|l| l.starts_with(&prefix))
+                .with_context(|| format!("{args:?}: no {prefix:?} line in {stderr:?}"))?;
+            ensure!(
+                got == code,
+                "{args:?}: exit {got}, expected {code}; {stderr:?}"
+            );
+            let message = &line[prefix.len()..];
+            ensure!(
+                message.starts_with(reason.as_str()),
+                "{args:?}: {message:?} does not start with {reason:?}"
+            );
+            messages.push(message.to_owned());
+        }
+        ensure!(
+            messages.iter().all(|m| *m == messages[0]),
+            "check and run word it differently: {messages:#?}"
+        );
+    }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The worker runtime under failures and load, on MariaDB and MySQL: a flaky handler is
 //! retried and succeeds; the backoff policy's delays grow (0.2, 0.4, 0.8 s); a fatal error
-//! fails at once; spinning guests are stopped by `timeout_s` (kind `timeout`, `TimeoutError`)
+//! fails at once, and so do deterministic guest failures (memory limit, panic) despite a retry
+//! policy; spinning guests are stopped by `timeout_s` (kind `timeout`, `TimeoutError`)
 //! while the same worker keeps heartbeating another execution; and four CPU-bound guests on a
 //! 2-core machine do not make any lease expire.
 
@@ -61,12 +62,12 @@ async fn exponential_backoff_delays_grow_until_failed() -> Result<()> {
     let config = e2e_config("worker.yaml");
     on_each_server("backoff", &config, Schedule::Concurrent, |env| async move {
         let _worker = env.spawn_worker("w1")?;
-        let exec = env.submit("panicky", json!({"mode": "panic"})).await?;
+        let exec = env.submit("panicky", json!({"mode": "retryable"})).await?;
         let failed = env.wait_status(exec.id, &[S::Failed], LIMIT).await?;
         ensure!(failed.attempts == 4, "{failed:?}");
         let error = failed.error.clone().expect("error object");
         ensure!(
-            error.kind == "error" && error.exception_type == "GuestPanic",
+            error.kind == "error" && error.exception_type == "HandlerError",
             "{error:?}"
         );
         let attempts = env.db.attempts(exec.id).await?;
@@ -85,6 +86,37 @@ async fn exponential_backoff_delays_grow_until_failed() -> Result<()> {
         }
         Ok(())
     })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deterministic_guest_failures_are_not_retried() -> Result<()> {
+    let config = e2e_config("worker.yaml");
+    on_each_server(
+        "deterministic failures",
+        &config,
+        Schedule::Concurrent,
+        |env| async move {
+            let _worker = env.spawn_worker("w1")?;
+            // `panicky` retries up to 4 attempts; these fail the same way every time.
+            for (mode, exception_type) in
+                [("alloc", "MemoryLimitExceeded"), ("panic", "GuestPanic")]
+            {
+                let exec = env.submit("panicky", json!({"mode": mode})).await?;
+                let failed = env.wait_status(exec.id, &[S::Failed], LIMIT).await?;
+                ensure!(failed.attempts == 1, "{mode}: {failed:?}");
+                let error = failed.error.clone().expect("error object");
+                ensure!(
+                    error.kind == "error" && error.exception_type == exception_type,
+                    "{mode}: {error:?}"
+                );
+                ensure!(error.stage.as_deref() == Some("handler"), "{error:?}");
+                let attempts = env.db.attempts(exec.id).await?;
+                ensure!(statuses(&attempts) == ["failed"], "{mode}: {attempts:?}");
+            }
+            Ok(())
+        },
+    )
     .await
 }
 

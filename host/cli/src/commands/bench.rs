@@ -192,6 +192,7 @@ fn runner_for(handler: &str, concurrency: u32) -> Result<Arc<dyn TaskRunner>> {
     Ok(Arc::new(WasmTaskRunner::new(
         loaded,
         SandboxSettings::default(),
+        Limits::default().max_result_bytes,
     )))
 }
 

@@ -1,12 +1,18 @@
-//! `onestep check [--strict] [--connect] [--json] FILE` (docs/cli.md#onestep-check).
+//! `onestep check [--strict] [--connect] [--json] FILE` (docs/cli.md#onestep-check): loads the
+//! file as `onestep run` does, then loads every task's component as a worker does at start
+//! (compile through the compile cache, link against the host's imports for the task's sandbox),
+//! so a component the worker would refuse is reported here first, with the same message.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use onestep_mysql::MySqlBackend;
 
+use onestep_config::AppConfig;
+
 use super::common::{EnvArgs, load};
-use crate::wiring::{backend_key, source_options};
+use crate::wiring::wasm_runner::load_task_handler;
+use crate::wiring::{backend_key, build_runtime, sandbox_settings, source_options};
 
 /// Arguments of `onestep check`.
 #[derive(Debug, clap::Args)]
@@ -30,7 +36,8 @@ pub struct CheckArgs {
     pub env: EnvArgs,
 }
 
-/// Exit codes: 0 loaded (and every probe connected); 1 a probe failed; 2 load/validation error.
+/// Exit codes: 0 loaded (and every probe connected); 1 a probe failed; 2 load/validation error
+/// (including a component that cannot be loaded).
 pub async fn run(args: CheckArgs) -> u8 {
     let cfg = match load(&args.target, args.strict, &args.env) {
         Ok(c) => c,
@@ -38,6 +45,14 @@ pub async fn run(args: CheckArgs) -> u8 {
     };
     for w in &cfg.warnings {
         eprintln!("onestep: warning: {w}");
+    }
+    let errors = component_errors(&cfg);
+    if !errors.is_empty() {
+        let target = args.target.display();
+        for e in &errors {
+            eprintln!("onestep: failed to load {target}: {e}");
+        }
+        return 2;
     }
     if args.json {
         match serde_json::to_string_pretty(&cfg.json_summary()) {
@@ -86,6 +101,24 @@ pub async fn run(args: CheckArgs) -> u8 {
     }
     println!("Connectivity: {}", if ok { "ok" } else { "failed" });
     if ok { 0 } else { 1 }
+}
+
+/// Loads every task's component into one runtime built as `onestep run` builds it; returns one
+/// message per task whose component cannot be loaded (the message `onestep run` fails with).
+fn component_errors(cfg: &AppConfig) -> Vec<String> {
+    let runtime = match build_runtime(cfg) {
+        Ok(r) => r,
+        Err(e) => return vec![format!("{e:#}")],
+    };
+    cfg.tasks
+        .iter()
+        .filter_map(|task| {
+            let sandbox = sandbox_settings(&task.sandbox, &cfg.env);
+            load_task_handler(&runtime, task, &sandbox)
+                .err()
+                .map(|e| format!("{e:#}"))
+        })
+        .collect()
 }
 
 async fn probe(opts: onestep_mysql::MySqlOptions) -> Result<String, onestep_core::ExecutionError> {

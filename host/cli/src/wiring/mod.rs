@@ -20,7 +20,7 @@ use onestep_mysql::{MySqlBackend, MySqlOptions};
 use onestep_wasm::{Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings};
 
-use wasm_runner::WasmTaskRunner;
+use wasm_runner::{WasmTaskRunner, load_task_handler};
 
 /// Key of a distinct backend: connector, executions table, attempts table.
 pub type BackendKey = (String, String, String);
@@ -170,14 +170,9 @@ pub fn task_bindings(
         let backend = backends
             .get(&backend_key(source))
             .with_context(|| format!("no backend opened for source '{}'", source.name))?;
-        let handler = runtime.load(&task.handler.component).with_context(|| {
-            format!(
-                "task '{}': cannot load {}",
-                task.name,
-                task.handler.component.display()
-            )
-        })?;
-        let runner = WasmTaskRunner::new(handler, sandbox_settings(&task.sandbox, &cfg.env));
+        let sandbox = sandbox_settings(&task.sandbox, &cfg.env);
+        let handler = load_task_handler(runtime, task, &sandbox)?;
+        let runner = WasmTaskRunner::new(handler, sandbox, source.limits.max_result_bytes);
         out.push(TaskBinding {
             settings: task_settings(source, task),
             store: Arc::clone(backend) as Arc<dyn onestep_core::ports::LeaseStore>,

@@ -1,15 +1,43 @@
-//! Adapts the wasm runtime's [`Handler`] to the core [`TaskRunner`] port: builds the WIT
-//! context, bridges the worker's cancellation token to the runtime's cancel handle, and maps the
-//! runtime's outcome (data vs trap) to a [`RunOutcome`] (architecture: outcomes are data; the
+//! Adapts the wasm runtime's [`Handler`] to the core [`TaskRunner`] port: loads a task's
+//! component for its sandbox ([`load_task_handler`], shared by `onestep run` and `onestep
+//! check`), builds the WIT context, bridges the worker's cancellation token to the runtime's
+//! cancel handle, and maps the runtime's outcome (data vs trap) to a [`RunOutcome`] with its
+//! retryability (docs/semantics.md#error-classification; architecture: outcomes are data; the
 //! worker never guesses from strings).
 
 use std::time::Duration;
 
+use anyhow::Context;
 use async_trait::async_trait;
+use onestep_config::TaskConfig;
 use onestep_core::retry::FailureKind;
 use onestep_core::runner::{Invocation, RunFailure, RunOutcome, TaskRunner};
-use onestep_wasm::{CancelHandle, Handler, InvocationContext, Outcome, SandboxSettings, TrapKind};
+use onestep_wasm::{
+    CancelHandle, Handler, InvocationContext, Outcome, Runtime, SandboxSettings, TrapKind,
+};
 use tokio_util::sync::CancellationToken;
+
+/// Loads `task`'s component into `runtime` for `sandbox` (compile through the compile cache, link
+/// against the host's imports, check the handler export). `onestep run` fails to start and
+/// `onestep check` fails with this error, so both name the task, the file and, for a component
+/// that cannot be linked, the missing import: `task 'x': cannot load /path/x.wasm: component
+/// x.wasm cannot be linked: component imports instance `ns:pkg/iface`, but a matching
+/// implementation was not found in the linker…`. Blocking and CPU-heavy on a cache miss.
+pub fn load_task_handler(
+    runtime: &Runtime,
+    task: &TaskConfig,
+    sandbox: &SandboxSettings,
+) -> anyhow::Result<Handler> {
+    runtime
+        .load_for_sandbox(&task.handler.component, sandbox)
+        .with_context(|| {
+            format!(
+                "task '{}': cannot load {}",
+                task.name,
+                task.handler.component.display()
+            )
+        })
+}
 
 /// Runs one task's handler component in its sandbox.
 pub struct WasmTaskRunner {
@@ -18,8 +46,14 @@ pub struct WasmTaskRunner {
 }
 
 impl WasmTaskRunner {
-    /// A runner for `handler` with the task's `sandbox`.
-    pub fn new(handler: Handler, sandbox: SandboxSettings) -> Self {
+    /// A runner for `handler` with the task's `sandbox`. The handler's output text may be at most
+    /// `max_result_bytes` long (the task's source's limit): a longer one is refused before it is
+    /// parsed (docs/semantics.md#size-limits).
+    pub fn new(handler: Handler, sandbox: SandboxSettings, max_result_bytes: usize) -> Self {
+        let sandbox = SandboxSettings {
+            result_limit_bytes: Some(u64::try_from(max_result_bytes).unwrap_or(u64::MAX)),
+            ..sandbox
+        };
         WasmTaskRunner { handler, sandbox }
     }
 }
@@ -75,10 +109,18 @@ fn failure(
     })
 }
 
-/// Maps the runtime's outcome to the worker's: handler errors keep their retryability and
-/// requested delay; a timeout is kind `timeout` (`TimeoutError`); a cancel is
-/// [`RunOutcome::Cancelled`]; other traps and host errors are retryable failures of kind
-/// `error` whose `exception_type` names the trap.
+/// Maps the runtime's outcome to the worker's (docs/semantics.md#error-classification):
+///
+/// * handler errors keep their own retryability and requested delay;
+/// * a timeout is kind `timeout` (`TimeoutError`), retryable through the policy;
+/// * a cancel is [`RunOutcome::Cancelled`];
+/// * a host error (`HostError`: the host could not run the handler, e.g. a shared pool slot was
+///   exhausted) is retryable: another attempt may find the host in a better state;
+/// * deterministic guest failures are not retryable, because the same component given the same
+///   payload fails the same way again: the memory limit (`MemoryLimitExceeded`), fuel
+///   exhaustion (`OutOfFuel`), a panic (`GuestPanic`), any other trap (`Trap`), output that is
+///   not JSON (`InvalidOutput`) and output over the result limit
+///   ([`RunOutcome::ResultTooLarge`], which the worker fails with `ExecutionEncodingError`).
 pub fn map_outcome(outcome: Outcome) -> RunOutcome {
     match outcome {
         Outcome::Succeeded(text) => match serde_json::from_str(&text) {
@@ -89,6 +131,9 @@ pub fn map_outcome(outcome: Outcome) -> RunOutcome {
                 false,
                 format!("handler output is not JSON: {e}"),
             ),
+        },
+        Outcome::OutputTooLarge { bytes, .. } => RunOutcome::ResultTooLarge {
+            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
         },
         Outcome::HandlerError {
             retryable,
@@ -112,18 +157,146 @@ pub fn map_outcome(outcome: Outcome) -> RunOutcome {
             TrapKind::OutOfFuel => failure(
                 FailureKind::Error,
                 "OutOfFuel",
-                true,
+                false,
                 "handler ran out of fuel".into(),
             ),
             TrapKind::MemoryLimit => failure(
                 FailureKind::Error,
                 "MemoryLimitExceeded",
-                true,
+                false,
                 "handler exceeded memory_limit_bytes".into(),
             ),
-            TrapKind::GuestPanic(msg) => failure(FailureKind::Error, "GuestPanic", true, msg),
-            TrapKind::Other(msg) => failure(FailureKind::Error, "Trap", true, msg),
+            TrapKind::GuestPanic(msg) => failure(FailureKind::Error, "GuestPanic", false, msg),
+            TrapKind::Other(msg) => failure(FailureKind::Error, "Trap", false, msg),
         },
         Outcome::HostError(e) => failure(FailureKind::Error, "HostError", true, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onestep_wasm::InvokeError;
+
+    /// What the worker needs from a failure: kind, exception type, retryable.
+    fn classified(outcome: Outcome) -> Option<(FailureKind, String, bool)> {
+        match map_outcome(outcome) {
+            RunOutcome::Failed(f) => Some((f.kind, f.exception_type, f.retryable)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn outcomes_are_classified_for_the_retry_policy() {
+        use FailureKind::{Error, Timeout};
+        let trap = |kind| Outcome::Trapped { kind };
+        let handler_error = |retryable| Outcome::HandlerError {
+            retryable,
+            message: "m".into(),
+            retry_after: None,
+        };
+        let table: Vec<(&str, Outcome, FailureKind, &str, bool)> = vec![
+            // Deterministic guest failures: the same attempt would fail the same way again.
+            (
+                "memory limit",
+                trap(TrapKind::MemoryLimit),
+                Error,
+                "MemoryLimitExceeded",
+                false,
+            ),
+            (
+                "out of fuel",
+                trap(TrapKind::OutOfFuel),
+                Error,
+                "OutOfFuel",
+                false,
+            ),
+            (
+                "panic",
+                trap(TrapKind::GuestPanic("p".into())),
+                Error,
+                "GuestPanic",
+                false,
+            ),
+            (
+                "other trap",
+                trap(TrapKind::Other("unreachable".into())),
+                Error,
+                "Trap",
+                false,
+            ),
+            (
+                "invalid output",
+                Outcome::Succeeded("{".into()),
+                Error,
+                "InvalidOutput",
+                false,
+            ),
+            // Time and the host: another attempt may succeed, the policy decides.
+            (
+                "timeout",
+                trap(TrapKind::Timeout),
+                Timeout,
+                "TimeoutError",
+                true,
+            ),
+            (
+                "host error",
+                Outcome::HostError(InvokeError::Instantiation("pool".into())),
+                Error,
+                "HostError",
+                true,
+            ),
+            (
+                "sandbox host error",
+                Outcome::HostError(InvokeError::Sandbox("preopen".into())),
+                Error,
+                "HostError",
+                true,
+            ),
+            // Handler errors keep the handler's own flag.
+            (
+                "retryable handler error",
+                handler_error(true),
+                Error,
+                "HandlerError",
+                true,
+            ),
+            (
+                "fatal handler error",
+                handler_error(false),
+                Error,
+                "HandlerError",
+                false,
+            ),
+        ];
+        for (case, outcome, kind, exception_type, retryable) in table {
+            assert_eq!(
+                classified(outcome),
+                Some((kind, exception_type.to_owned(), retryable)),
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_outcomes_are_not_failures() {
+        assert_eq!(
+            map_outcome(Outcome::Succeeded("[1]".into())),
+            RunOutcome::Succeeded(serde_json::json!([1]))
+        );
+        assert_eq!(
+            map_outcome(Outcome::Trapped {
+                kind: TrapKind::Cancelled
+            }),
+            RunOutcome::Cancelled
+        );
+        assert_eq!(
+            map_outcome(Outcome::OutputTooLarge {
+                bytes: 30_000_000,
+                limit: 1_048_576
+            }),
+            RunOutcome::ResultTooLarge { bytes: 30_000_000 }
+        );
     }
 }

@@ -1,0 +1,159 @@
+//! Result memory amplification, on MariaDB and MySQL: four 32 MiB guests each return a 30 MB
+//! JSON array at once (the `big` task of `config/e2e/isolation_results.yaml`, 1 MiB result limit)
+//! next to a victim `echo` task in the same worker. Every refused result fails after one attempt
+//! (`ExecutionEncodingError` at stage `result_validation`, not retried although the task has a
+//! retry policy), every victim execution submitted during the attack succeeds, the worker stays
+//! up, and its peak RSS and its log stay under stated bounds.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use onestep_core::ExecutionStatus as S;
+use onestep_e2e::{Schedule, e2e_config, on_each_server, statuses};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(60);
+/// The attack: concurrent results of this many bytes (the `big` task's concurrency is 4).
+const ATTACKERS: usize = 4;
+const RESULT_BYTES: u64 = 30_000_000;
+/// Peak RSS the worker may reach above its RSS before the attack. Each attacker's guest holds
+/// its 30 MB result in its own memory (32 MiB limit) and the host copies it once out of the guest
+/// before refusing it unparsed: 4 × (32 MiB + 30 MB) ≈ 250 MB, plus room for the allocator.
+/// Before the fix the same attack (debug build) took the worker from 38 MB to 3.1 GB and did not
+/// end within a minute.
+const MAX_RSS_GROWTH_KB: u64 = 320 * 1024;
+/// The worker's whole log during the case (a refused result is never logged).
+const MAX_LOG_BYTES: u64 = 256 * 1024;
+
+/// `VmRSS` and `VmHWM` of `pid`, in kB.
+fn memory_kb(pid: u32) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("no {name} in /proc/{pid}/status"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// User + system CPU time of `pid` in seconds (`/proc/<pid>/stat`, 100 ticks a second).
+fn cpu_s(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command (which ends at the last ')'): state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("bad stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<f64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .context("bad stat field")
+    };
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_results_are_refused_without_amplification() -> Result<()> {
+    let config = e2e_config("isolation_results.yaml");
+    on_each_server(
+        "huge results next to a victim",
+        &config,
+        Schedule::Exclusive,
+        |env| async move {
+            let mut worker = env.spawn_worker("w1")?;
+            let pid = worker.pid();
+            // The worker is up and has run a victim once.
+            let warm = env.submit("echo", json!({"warm": true})).await?;
+            env.wait_status(warm.id, &[S::Succeeded], LIMIT).await?;
+            let (rss_before, _) = memory_kb(pid)?;
+            let cpu_before = cpu_s(pid)?;
+
+            let started = Instant::now();
+            let mut attacks = Vec::new();
+            for _ in 0..ATTACKERS {
+                let payload = json!({"mode": "big_result", "bytes": RESULT_BYTES});
+                attacks.push(env.submit("big", payload).await?.id);
+            }
+            let mut victims = Vec::new();
+            let mut peak_hwm = 0;
+            let mut i = 0;
+            loop {
+                let mut done = true;
+                for id in &attacks {
+                    done &= env.get(*id).await?.terminal();
+                }
+                if done && i >= 10 {
+                    break;
+                }
+                ensure!(
+                    started.elapsed() < LIMIT,
+                    "the attack did not end within {LIMIT:?}: RSS before {} MB, peak (VmHWM) {} MB, \
+                     worker CPU {:.2} s, {} victims submitted",
+                    rss_before / 1024,
+                    peak_hwm / 1024,
+                    cpu_s(pid)? - cpu_before,
+                    victims.len()
+                );
+                victims.push(env.submit("echo", json!({"victim": i})).await?.id);
+                i += 1;
+                peak_hwm = peak_hwm.max(memory_kb(pid)?.1);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let attack_s = started.elapsed().as_secs_f64();
+            let cpu = cpu_s(pid)? - cpu_before;
+
+            for id in &victims {
+                let done = env.wait_status(*id, &[S::Succeeded], LIMIT).await?;
+                ensure!(done.attempts == 1, "victim {done:?}");
+            }
+            for id in &attacks {
+                let failed = env.wait_status(*id, &[S::Failed], LIMIT).await?;
+                let error = failed.error.clone().context("error object")?;
+                ensure!(
+                    error.kind == "error" && error.exception_type == "ExecutionEncodingError",
+                    "{error:?}"
+                );
+                ensure!(
+                    error.stage.as_deref() == Some("result_validation"),
+                    "{error:?}"
+                );
+                let attempts = env.db.attempts(*id).await?;
+                ensure!(
+                    statuses(&attempts) == ["failed"],
+                    "a refused result is not retried: {attempts:?}"
+                );
+            }
+            let (_, hwm) = memory_kb(pid)?;
+            peak_hwm = peak_hwm.max(hwm);
+            let growth = peak_hwm.saturating_sub(rss_before);
+            let log_bytes = std::fs::metadata(&worker.log_path)?.len();
+            eprintln!(
+                "[{}] {ATTACKERS} × {RESULT_BYTES} B results: RSS before {} MB, peak (VmHWM) {} MB \
+                 (+{} MB), worker CPU {cpu:.2} s over {attack_s:.2} s, {} victims ok, log {log_bytes} B",
+                env.server(),
+                rss_before / 1024,
+                peak_hwm / 1024,
+                growth / 1024,
+                victims.len(),
+            );
+            ensure!(
+                growth <= MAX_RSS_GROWTH_KB,
+                "worker peak RSS grew by {} MB (bound {} MB)",
+                growth / 1024,
+                MAX_RSS_GROWTH_KB / 1024
+            );
+            ensure!(
+                log_bytes <= MAX_LOG_BYTES,
+                "worker log is {log_bytes} B (bound {MAX_LOG_BYTES} B)"
+            );
+            ensure!(
+                worker.wait_exit(Duration::from_millis(1)).is_err(),
+                "the worker exited"
+            );
+            Ok(())
+        },
+    )
+    .await
+}
