@@ -51,4 +51,15 @@ pub enum Error {
         /// Details (missing or mistyped export).
         message: String,
     },
+    /// The component declares more instances, memories, tables, table
+    /// elements or initial memory than the task's sandbox allows per attempt
+    /// (every attempt would fail), see
+    /// [`Handler::check_sandbox`](crate::Handler::check_sandbox).
+    #[error("component {name} exceeds its sandbox: {message}")]
+    OverLimits {
+        /// File name or label of the component.
+        name: String,
+        /// Each need over its limit, with the `sandbox:` key that raises it.
+        message: String,
+    },
 }

@@ -1,5 +1,7 @@
 //! [`Runtime`] (engine, linker, compile cache, epoch ticker) and loading
-//! components into [`Handler`]s.
+//! components into [`Handler`]s, with what each component declares it needs
+//! per instantiation ([`Handler::needs`], checked against a task's sandbox by
+//! [`Handler::check_sandbox`]).
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -13,7 +15,8 @@ use wasmtime::{Cache, Engine};
 use crate::bindings::{self, HandlerPre};
 use crate::engine::{self, Ticker};
 use crate::error::Error;
-use crate::settings::RuntimeSettings;
+use crate::needs::Needs;
+use crate::settings::{RuntimeSettings, SandboxSettings};
 use crate::state::State;
 
 /// Counters of the component cache.
@@ -84,6 +87,7 @@ pub struct Handler {
     pub(crate) pre: HandlerPre<State>,
     pub(crate) digest: [u8; 32],
     pub(crate) name: Arc<str>,
+    pub(crate) needs: Needs,
 }
 
 impl std::fmt::Debug for Handler {
@@ -105,6 +109,33 @@ impl Handler {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// What one instantiation of the component allocates (read from its
+    /// binary at load).
+    pub fn needs(&self) -> Needs {
+        self.needs
+    }
+
+    /// Refuses a component whose declared needs exceed `sandbox`'s
+    /// per-attempt limits (every attempt of it would fail): call it once per
+    /// task when the worker loads the task's component. The error names the
+    /// component, each need, and the `sandbox:` limit it exceeds.
+    pub fn check_sandbox(&self, sandbox: &SandboxSettings) -> Result<(), Error> {
+        self.needs
+            .check(sandbox)
+            .map_err(|message| Error::OverLimits {
+                name: self.name.to_string(),
+                message,
+            })
+    }
+}
+
+/// The file name of `path` (its whole text when it has none): how errors and
+/// logs name a component.
+fn file_label(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
 }
 
 impl Runtime {
@@ -151,10 +182,30 @@ impl Runtime {
             path: path.to_path_buf(),
             source,
         })?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
+        self.load_bytes(&file_label(path), &bytes)
+    }
+
+    /// [`load`](Self::load) for a task: first reads what the component
+    /// declares it needs per instantiation and refuses it, before compiling,
+    /// when that exceeds `sandbox`'s per-attempt limits
+    /// ([`Error::OverLimits`], see [`Handler::check_sandbox`]).
+    pub fn load_for(
+        &self,
+        path: impl AsRef<Path>,
+        sandbox: &SandboxSettings,
+    ) -> Result<Handler, Error> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = file_label(path);
+        Needs::of_component(&bytes)
+            .check(sandbox)
+            .map_err(|message| Error::OverLimits {
+                name: name.clone(),
+                message,
+            })?;
         self.load_bytes(&name, &bytes)
     }
 
@@ -163,6 +214,7 @@ impl Runtime {
     pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Handler, Error> {
         let digest: [u8; 32] = Sha256::digest(bytes).into();
         let component = self.component(name, digest, bytes)?;
+        let needs = Needs::of_component(bytes);
         let instance_pre =
             self.inner
                 .linker
@@ -180,6 +232,7 @@ impl Runtime {
             pre,
             digest,
             name: Arc::from(name),
+            needs,
         })
     }
 

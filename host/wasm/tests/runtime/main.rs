@@ -13,6 +13,8 @@ mod basics;
 mod cache;
 mod cancel;
 mod limits;
+mod needs;
 mod python;
 mod sandbox;
 mod soak;
+mod tables;
