@@ -7,6 +7,8 @@
 //! * [`smoke`]: the deployment smoke checks (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
+//! * [`isolation_pool`]: a task whose component holds 52 tables per attempt cannot starve a
+//!   neighbour task of instance-pool slots; a component over its task's limits is refused at load.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -16,6 +18,7 @@
 mod api_flow;
 mod check;
 mod check_vs_run;
+mod isolation_pool;
 mod lease;
 mod runtime;
 mod smoke;

@@ -17,4 +17,5 @@ mod needs;
 mod python;
 mod sandbox;
 mod soak;
+mod table_hog;
 mod tables;

@@ -3,6 +3,7 @@
 //! declares more than its sandbox allows is refused when loaded.
 
 use crate::common::*;
+use crate::table_hog::table_hog;
 use onestep_wasm::{
     CancelHandle, Error, Outcome, PoolingMode, Runtime, RuntimeSettings, SandboxSettings,
     TABLE_ELEMENT_BYTES,
