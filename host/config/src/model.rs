@@ -16,6 +16,9 @@ pub use onestep_core::settings::{
     DEFAULT_CANCEL_GRACE, DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
     MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode,
 };
+pub use onestep_core::settings::{
+    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
+};
 use serde::Serialize;
 
 use crate::env::EnvLookup;
@@ -293,6 +296,17 @@ pub struct SandboxConfig {
     pub env_values: BTreeMap<String, String>,
     /// Bound on captured stdout and stderr, each, in bytes (default 64 KiB).
     pub output_limit_bytes: u64,
+    // Per-attempt counts (docs/configuration.md#sandbox-instance-limits): the worker's instance
+    // pool is sized from every task's `concurrency` times these.
+    /// `max_instances`: core instances one attempt may create.
+    pub max_instances: u32,
+    /// `max_tables`: tables one attempt may create.
+    pub max_tables: u32,
+    /// `max_memories`: linear memories one attempt may create.
+    pub max_memories: u32,
+    /// `max_table_elements`: elements of any one table (also charged against
+    /// `memory_limit_bytes`).
+    pub max_table_elements: u64,
     /// After a cancel, how long the guest may run on to return by itself
     /// ([`DEFAULT_CANCEL_GRACE`]; not settable from the file, not in the summaries).
     #[serde(skip)]
@@ -308,6 +322,10 @@ impl Default for SandboxConfig {
             env: Vec::new(),
             env_values: BTreeMap::new(),
             output_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
+            max_instances: DEFAULT_MAX_INSTANCES,
+            max_tables: DEFAULT_MAX_TABLES,
+            max_memories: DEFAULT_MAX_MEMORIES,
+            max_table_elements: DEFAULT_MAX_TABLE_ELEMENTS,
             cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }

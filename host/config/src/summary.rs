@@ -253,10 +253,17 @@ fn sandbox_text(s: &SandboxConfig) -> String {
         .collect();
     let mut env: Vec<&str> = s.env.iter().map(String::as_str).collect();
     env.extend(s.env_values.keys().map(String::as_str));
-    format!(
+    let mut text = format!(
         "memory={}B fuel={fuel} preopens=[{}] env=[{}]",
         s.memory_limit_bytes,
         preopens.join(","),
         env.join(",")
-    )
+    );
+    // Per-attempt instance limits (docs/configuration.md#sandbox-instance-limits).
+    let _ = write!(
+        text,
+        " instances={} memories={} tables={}x{}",
+        s.max_instances, s.max_memories, s.max_tables, s.max_table_elements
+    );
+    text
 }

@@ -39,6 +39,19 @@ pub const MIN_MEMORY_LIMIT_BYTES: u64 = 1024 * 1024;
 /// Bytes of captured guest stdout, and separately of stderr, kept per attempt
 /// (`sandbox.output_limit_bytes`): 64 KiB.
 pub const DEFAULT_OUTPUT_LIMIT_BYTES: u64 = 64 * 1024;
+// Per-attempt counts of the sandbox (`sandbox.max_instances`, `max_tables`, `max_memories`,
+// `max_table_elements`): small, so that the worker's instance pool, sized from every task's
+// `concurrency` times these, stays small; the example guests need at most 14 core instances
+// (componentize-py's Python), 1 memory, 2 tables and 5,674 elements in their largest table.
+/// Core instances one attempt may create (`sandbox.max_instances`).
+pub const DEFAULT_MAX_INSTANCES: u32 = 32;
+/// Tables one attempt may create (`sandbox.max_tables`).
+pub const DEFAULT_MAX_TABLES: u32 = 8;
+/// Linear memories one attempt may create (`sandbox.max_memories`).
+pub const DEFAULT_MAX_MEMORIES: u32 = 4;
+/// Elements of any one table of an attempt (`sandbox.max_table_elements`); the elements also
+/// count against `memory_limit_bytes`.
+pub const DEFAULT_MAX_TABLE_ELEMENTS: u64 = 100_000;
 /// After a cancel, how long a guest may run on to notice it and return by itself before the
 /// runtime stops it. Not settable from the file.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(50);

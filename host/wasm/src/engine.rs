@@ -19,10 +19,6 @@ pub(crate) struct BuiltEngine {
     pub(crate) cache: Option<Cache>,
 }
 
-/// Largest table any component may declare/grow to, in elements, in a pool
-/// slot (interpreters compiled to wasm, e.g. CPython, have big tables).
-const POOL_TABLE_ELEMENTS: usize = 100_000;
-
 fn base_config(s: &RuntimeSettings, cache: Option<Cache>) -> Config {
     let mut cfg = Config::new();
     cfg.wasm_component_model(true)
@@ -36,16 +32,26 @@ fn base_config(s: &RuntimeSettings, cache: Option<Cache>) -> Config {
 }
 
 fn pooling_config(s: &RuntimeSettings) -> PoolingAllocationConfig {
-    let n = s.pool_max_instances.max(1);
+    let pool = &s.pool;
+    let sandboxes = pool.sandboxes.max(1);
     let mut p = PoolingAllocationConfig::new();
-    // A component instance holds several core instances (the guest, WASI
-    // adapters, shims), a few memories and tables.
-    p.total_component_instances(n)
-        .total_core_instances(n.saturating_mul(16))
-        .total_memories(n.saturating_mul(4))
-        .total_tables(n.saturating_mul(8))
-        .total_stacks(n)
-        .table_elements(POOL_TABLE_ELEMENTS)
+    // Totals over all tasks (each task's concurrency times its per-attempt
+    // limits, see `PoolSize::for_tasks`), and per sandbox the largest
+    // per-attempt limits, so that the pool never refuses what a task's own
+    // limits allow and one task cannot use up the slots of another.
+    p.total_component_instances(sandboxes)
+        .total_stacks(sandboxes)
+        .total_core_instances(pool.core_instances.max(1))
+        .total_memories(pool.memories.max(1))
+        .total_tables(pool.tables.max(1))
+        .max_core_instances_per_component(pool.max_instances_per_sandbox.max(1))
+        .max_memories_per_component(pool.max_memories_per_sandbox.max(1))
+        .max_tables_per_component(pool.max_tables_per_sandbox.max(1))
+        // A module may define as many as a whole sandbox may (the limiter
+        // enforces the per-attempt totals, as it does on demand).
+        .max_memories_per_module(pool.max_memories_per_sandbox.max(1))
+        .max_tables_per_module(pool.max_tables_per_sandbox.max(1))
+        .table_elements(usize::try_from(pool.table_elements).unwrap_or(usize::MAX))
         .max_memory_size(usize::try_from(s.max_memory_bytes).unwrap_or(usize::MAX));
     p
 }

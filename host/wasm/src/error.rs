@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// Errors of [`Runtime::new`](crate::Runtime::new),
 /// [`Runtime::load`](crate::Runtime::load) and
-/// [`Runtime::load_for_sandbox`](crate::Runtime::load_for_sandbox). Invocation problems are not
+/// [`Runtime::load_for`](crate::Runtime::load_for). Invocation problems are not
 /// errors but [`Outcome`](crate::Outcome)s.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -45,7 +45,7 @@ pub enum Error {
         message: String,
     },
     /// The component cannot run in the task's sandbox
-    /// ([`Runtime::load_for_sandbox`](crate::Runtime::load_for_sandbox)).
+    /// ([`Runtime::load_for`](crate::Runtime::load_for)).
     #[error("component {name} cannot run in its sandbox: {message}")]
     Sandbox {
         /// File name or label of the component.
@@ -59,6 +59,17 @@ pub enum Error {
         /// File name or label of the component.
         name: String,
         /// Details (missing or mistyped export).
+        message: String,
+    },
+    /// The component declares more instances, memories, tables, table
+    /// elements or initial memory than the task's sandbox allows per attempt
+    /// (every attempt would fail), see
+    /// [`Handler::check_sandbox`](crate::Handler::check_sandbox).
+    #[error("component {name} exceeds its sandbox: {message}")]
+    OverLimits {
+        /// File name or label of the component.
+        name: String,
+        /// Each need over its limit, with the `sandbox:` key that raises it.
         message: String,
     },
 }

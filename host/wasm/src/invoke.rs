@@ -232,20 +232,10 @@ impl Handler {
             ));
         }
         let wasi = build_wasi(sandbox, stdout, stderr)?;
-        let memory_limit = sandbox.memory_limit_bytes.min(rt.settings.max_memory_bytes);
         let state = State {
             wasi,
             table: wasmtime_wasi::ResourceTable::new(),
-            limits: Limits {
-                memory_limit: usize::try_from(memory_limit).unwrap_or(usize::MAX),
-                memory_used: 0,
-                memory_peak: 0,
-                memory_denied: false,
-                table_elements: usize::try_from(sandbox.max_table_elements).unwrap_or(usize::MAX),
-                instances: sandbox.max_instances as usize,
-                tables: sandbox.max_tables as usize,
-                memories: sandbox.max_memories as usize,
-            },
+            limits: Limits::new(sandbox, rt.settings.max_memory_bytes),
             ids,
             cancel: stop.cancel.clone(),
             log_budget: sandbox.log_limit_bytes,

@@ -20,6 +20,12 @@
 //! - Every invocation gets a fresh `Store` and WASI context; a store is
 //!   dropped when the invocation ends, whatever happened (never reused after
 //!   a trap, a timeout or a cancel).
+//! - A task cannot take what another task needs: the pooling allocator holds
+//!   every task's `concurrency` times its per-attempt limits ([`PoolSize`]),
+//!   the resource limiter enforces those limits per attempt (table elements
+//!   count against the memory limit), and a component that declares more
+//!   than its sandbox allows is refused when loaded
+//!   ([`Handler::check_sandbox`]).
 //! - A guest cannot take the host down: traps, panics, memory-limit denials,
 //!   fuel exhaustion, timeouts and cancellation all come back as
 //!   [`Outcome::Trapped`]; the host's own memory stays bounded (memory
@@ -64,6 +70,7 @@ mod engine;
 mod error;
 mod guest_log;
 mod invoke;
+mod needs;
 mod outcome;
 mod runtime;
 mod sandbox;
@@ -74,9 +81,10 @@ pub use cancel::CancelHandle;
 pub use context::InvocationContext;
 pub use error::Error;
 pub use invoke::Report;
+pub use needs::{Needs, TABLE_ELEMENT_BYTES};
 pub use outcome::{InvokeError, Outcome, TrapKind};
 pub use runtime::{CacheStats, Handler, PoolStats, Runtime};
-pub use settings::{PoolingMode, Preopen, PreopenMode, RuntimeSettings, SandboxSettings};
+pub use settings::{PoolSize, PoolingMode, Preopen, PreopenMode, RuntimeSettings, SandboxSettings};
 
 /// Version of the WIT package this runtime serves (`wit/handler.wit`).
 pub const WIT_PACKAGE: &str = "onestep:handler@0.1.0";

@@ -1,5 +1,7 @@
 //! [`Runtime`] (engine, linker, compile cache, epoch ticker) and loading
-//! components into [`Handler`]s.
+//! components into [`Handler`]s, with what each component declares it needs
+//! per instantiation ([`Handler::needs`], checked against a task's sandbox by
+//! [`Handler::check_sandbox`]).
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -13,6 +15,7 @@ use wasmtime::{Cache, Engine};
 use crate::bindings::{self, HandlerPre};
 use crate::engine::{self, Ticker};
 use crate::error::Error;
+use crate::needs::Needs;
 use crate::settings::{RuntimeSettings, SandboxSettings};
 use crate::state::State;
 
@@ -84,6 +87,7 @@ pub struct Handler {
     pub(crate) pre: HandlerPre<State>,
     pub(crate) digest: [u8; 32],
     pub(crate) name: Arc<str>,
+    pub(crate) needs: Needs,
 }
 
 impl std::fmt::Debug for Handler {
@@ -105,6 +109,33 @@ impl Handler {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// What one instantiation of the component allocates (read from its
+    /// binary at load).
+    pub fn needs(&self) -> Needs {
+        self.needs
+    }
+
+    /// Refuses a component whose declared needs exceed `sandbox`'s
+    /// per-attempt limits (every attempt of it would fail): call it once per
+    /// task when the worker loads the task's component. The error names the
+    /// component, each need, and the `sandbox:` limit it exceeds.
+    pub fn check_sandbox(&self, sandbox: &SandboxSettings) -> Result<(), Error> {
+        self.needs
+            .check(sandbox)
+            .map_err(|message| Error::OverLimits {
+                name: self.name.to_string(),
+                message,
+            })
+    }
+}
+
+/// The file name of `path` (its whole text when it has none): how errors and
+/// logs name a component.
+fn file_label(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
 }
 
 impl Runtime {
@@ -151,31 +182,41 @@ impl Runtime {
             path: path.to_path_buf(),
             source,
         })?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        self.load_bytes(&name, &bytes)
+        self.load_bytes(&file_label(path), &bytes)
     }
 
-    /// Loads a component for a task that runs in `sandbox`: everything
-    /// [`load`](Self::load) does (compile through the compile cache, link
-    /// every import against this runtime's linker into an `InstancePre`,
-    /// check the `onestep:handler/handler` export), plus the checks that
-    /// depend on the sandbox. This is what a worker does at start and what
-    /// `onestep check` does, so both report an unloadable component (e.g. an
-    /// import the host does not provide: [`Error::Link`] names it) with the
-    /// same message.
-    pub fn load_for_sandbox(
+    /// Loads a component for a task that runs in `sandbox`: first reads what
+    /// the component declares it needs per instantiation and refuses it,
+    /// before compiling, when that exceeds `sandbox`'s per-attempt limits
+    /// ([`Error::OverLimits`], see [`Handler::check_sandbox`]); then everything
+    /// [`load`](Self::load) does (compile through the compile cache, link every
+    /// import against this runtime's linker into an `InstancePre`, check the
+    /// `onestep:handler/handler` export); then the checks that depend on the
+    /// sandbox ([`Error::Sandbox`]). This is what a worker does at start and
+    /// what `onestep check` does, so both report an unloadable component (an
+    /// import the host does not provide, an over-limit component) with the same
+    /// message.
+    pub fn load_for(
         &self,
         path: impl AsRef<Path>,
         sandbox: &SandboxSettings,
     ) -> Result<Handler, Error> {
         let path = path.as_ref();
-        let handler = self.load(path)?;
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = file_label(path);
+        Needs::of_component(&bytes)
+            .check(sandbox)
+            .map_err(|message| Error::OverLimits {
+                name: name.clone(),
+                message,
+            })?;
+        let handler = self.load_bytes(&name, &bytes)?;
         if sandbox.fuel.is_some() && !self.inner.settings.fuel_metering {
             return Err(Error::Sandbox {
-                name: handler.name().to_string(),
+                name,
                 message: "the sandbox sets `fuel` but the runtime has fuel_metering off".into(),
             });
         }
@@ -187,6 +228,7 @@ impl Runtime {
     pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Handler, Error> {
         let digest: [u8; 32] = Sha256::digest(bytes).into();
         let component = self.component(name, digest, bytes)?;
+        let needs = Needs::of_component(bytes);
         let instance_pre =
             self.inner
                 .linker
@@ -204,6 +246,7 @@ impl Runtime {
             pre,
             digest,
             name: Arc::from(name),
+            needs,
         })
     }
 

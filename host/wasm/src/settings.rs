@@ -10,11 +10,16 @@
 //! it is the `timeout` argument of [`Handler::invoke`](crate::Handler::invoke).
 
 use serde::{Deserialize, Serialize};
+
+use crate::needs::TABLE_ELEMENT_BYTES;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use onestep_core::settings::{DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES};
+use onestep_core::settings::{
+    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
+    DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
+};
 pub use onestep_core::settings::{Preopen, PreopenMode};
 
 /// Whether the engine uses wasmtime's pooling instance allocator.
@@ -46,10 +51,10 @@ pub struct RuntimeSettings {
     /// yield to tokio and check cancellation/deadline once per tick, so it
     /// bounds the latency of stopping a CPU-bound guest.
     pub epoch_tick_ms: u64,
-    /// Pooling only: number of instances that may be alive at once (the
-    /// worker's concurrency plus headroom). Memory and table slots are sized
-    /// from it. Ignored by the on-demand allocator.
-    pub pool_max_instances: u32,
+    /// Pooling only: the slots the pool holds, sized from every task's
+    /// concurrency and per-attempt limits ([`PoolSize::for_tasks`]). Ignored
+    /// by the on-demand allocator.
+    pub pool: PoolSize,
     /// Largest linear memory any instance may ever have, in bytes (a pool slot
     /// size). A sandbox's `memory_limit_bytes` above this is clamped to it.
     pub max_memory_bytes: u64,
@@ -66,11 +71,97 @@ impl Default for RuntimeSettings {
             cache_dir: None,
             pooling: PoolingMode::Auto,
             epoch_tick_ms: 10,
-            pool_max_instances: 128,
+            pool: PoolSize::for_tasks([(128, &SandboxSettings::default())]),
             max_memory_bytes: 4 << 30,
             fuel_metering: true,
             parallel_compilation: true,
         }
+    }
+}
+
+/// The capacity of the pooling allocator: how many slots of each kind exist
+/// for all tasks together. Sized by [`PoolSize::for_tasks`] so that every
+/// task can run `concurrency` attempts at its own per-attempt limits at the
+/// same time: an attempt can never take a slot another task's attempt needs,
+/// and a task that reaches its own limits fails only its own attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSize {
+    /// Sandboxes alive at once (component instances; also async stacks).
+    pub sandboxes: u32,
+    /// Core instances over all sandboxes.
+    pub core_instances: u32,
+    /// Linear memories over all sandboxes.
+    pub memories: u32,
+    /// Tables over all sandboxes.
+    pub tables: u32,
+    /// Elements of a table slot (the largest `max_table_elements`).
+    pub table_elements: u64,
+    /// Most core instances, memories and tables of one sandbox (the largest
+    /// per-attempt limits): the pool refuses a component needing more.
+    pub max_instances_per_sandbox: u32,
+    /// See `max_instances_per_sandbox`.
+    pub max_memories_per_sandbox: u32,
+    /// See `max_instances_per_sandbox`.
+    pub max_tables_per_sandbox: u32,
+}
+
+impl PoolSize {
+    /// Extra sandboxes at the largest per-attempt limits on top of the sum,
+    /// for stores that are still being dropped while the next attempt of the
+    /// same slot starts, and for host-side uses outside the worker's slots.
+    pub const HEADROOM_SANDBOXES: u32 = 2;
+
+    /// The pool for tasks given as `(concurrency, sandbox)`: the sum over
+    /// tasks of `concurrency ×` each per-attempt limit, plus
+    /// [`HEADROOM_SANDBOXES`](Self::HEADROOM_SANDBOXES) sandboxes at the
+    /// largest limits. Saturates instead of overflowing.
+    pub fn for_tasks<'a>(tasks: impl IntoIterator<Item = (u32, &'a SandboxSettings)>) -> Self {
+        let mut p = PoolSize {
+            sandboxes: 0,
+            core_instances: 0,
+            memories: 0,
+            tables: 0,
+            table_elements: 0,
+            max_instances_per_sandbox: 0,
+            max_memories_per_sandbox: 0,
+            max_tables_per_sandbox: 0,
+        };
+        for (concurrency, s) in tasks {
+            p.sandboxes = p.sandboxes.saturating_add(concurrency);
+            p.core_instances = p
+                .core_instances
+                .saturating_add(concurrency.saturating_mul(s.max_instances));
+            p.memories = p
+                .memories
+                .saturating_add(concurrency.saturating_mul(s.max_memories));
+            p.tables = p
+                .tables
+                .saturating_add(concurrency.saturating_mul(s.max_tables));
+            p.table_elements = p.table_elements.max(s.max_table_elements);
+            p.max_instances_per_sandbox = p.max_instances_per_sandbox.max(s.max_instances);
+            p.max_memories_per_sandbox = p.max_memories_per_sandbox.max(s.max_memories);
+            p.max_tables_per_sandbox = p.max_tables_per_sandbox.max(s.max_tables);
+        }
+        let h = Self::HEADROOM_SANDBOXES;
+        p.sandboxes = p.sandboxes.saturating_add(h);
+        p.core_instances = p
+            .core_instances
+            .saturating_add(h.saturating_mul(p.max_instances_per_sandbox));
+        p.memories = p
+            .memories
+            .saturating_add(h.saturating_mul(p.max_memories_per_sandbox));
+        p.tables = p
+            .tables
+            .saturating_add(h.saturating_mul(p.max_tables_per_sandbox));
+        p
+    }
+
+    /// Host memory the table slots can take when full, in bytes.
+    pub fn table_bytes(&self) -> u64 {
+        u64::from(self.tables)
+            .saturating_mul(self.table_elements)
+            .saturating_mul(TABLE_ELEMENT_BYTES)
     }
 }
 
@@ -91,13 +182,15 @@ pub struct SandboxSettings {
     /// Optional fuel budget (≈ wasm instructions). Not a timer: use the
     /// `timeout` of `invoke` for time. Exhaustion ends as `Trapped{OutOfFuel}`.
     pub fuel: Option<u64>,
-    /// Maximum number of core instances a component may create.
+    /// Per attempt: most core instances the component may create (a Rust
+    /// guest needs 1–3, componentize-py's Python guest 14).
     pub max_instances: u32,
-    /// Maximum number of tables.
+    /// Per attempt: most tables, over all its core instances.
     pub max_tables: u32,
-    /// Maximum number of elements of any one table.
+    /// Per attempt: most elements of any one table. Elements also count
+    /// against `memory_limit_bytes` ([`TABLE_ELEMENT_BYTES`] each).
     pub max_table_elements: u64,
-    /// Maximum number of linear memories.
+    /// Per attempt: most linear memories, over all its core instances.
     pub max_memories: u32,
     /// Directories visible to the guest; nothing else of the filesystem is.
     pub preopens: Vec<Preopen>,
@@ -126,10 +219,10 @@ impl Default for SandboxSettings {
             cancel_grace: Duration::ZERO,
             memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
             fuel: None,
-            max_instances: 64,
-            max_tables: 64,
-            max_table_elements: 1_000_000,
-            max_memories: 16,
+            max_instances: DEFAULT_MAX_INSTANCES,
+            max_tables: DEFAULT_MAX_TABLES,
+            max_table_elements: DEFAULT_MAX_TABLE_ELEMENTS,
+            max_memories: DEFAULT_MAX_MEMORIES,
             preopens: Vec::new(),
             env_allow: Vec::new(),
             env: BTreeMap::new(),
@@ -165,5 +258,37 @@ mod tests {
             serde_json::from_str(r#"{"cache_dir": "/tmp/c", "pooling": "off"}"#).expect("runtime");
         assert_eq!(r.pooling, PoolingMode::Off);
         assert_eq!(r.epoch_tick_ms, 10);
+    }
+
+    #[test]
+    fn the_pool_holds_every_task_at_its_own_limits_plus_headroom() {
+        let small = SandboxSettings::default();
+        let big = SandboxSettings {
+            max_instances: 60,
+            max_tables: 52,
+            max_memories: 2,
+            max_table_elements: 200_000,
+            ..SandboxSettings::default()
+        };
+        let p = PoolSize::for_tasks([(3, &small), (2, &big)]);
+        let h = PoolSize::HEADROOM_SANDBOXES;
+        assert_eq!(p.sandboxes, 5 + h);
+        assert_eq!(p.core_instances, 3 * small.max_instances + 2 * 60 + h * 60);
+        assert_eq!(p.tables, 3 * small.max_tables + 2 * 52 + h * 52);
+        assert_eq!(
+            p.memories,
+            3 * small.max_memories + 2 * 2 + h * small.max_memories.max(2)
+        );
+        assert_eq!(p.table_elements, 200_000);
+        assert_eq!(p.max_tables_per_sandbox, 52);
+        // Saturates rather than overflowing.
+        let huge = SandboxSettings {
+            max_instances: u32::MAX,
+            ..SandboxSettings::default()
+        };
+        assert_eq!(
+            PoolSize::for_tasks([(u32::MAX, &huge)]).core_instances,
+            u32::MAX
+        );
     }
 }

@@ -8,6 +8,8 @@ use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 use crate::bindings::{Level, onestep::handler};
 use crate::cancel::CancelHandle;
 use crate::context::LogIds;
+use crate::needs::TABLE_ELEMENT_BYTES;
+use crate::settings::SandboxSettings;
 
 /// Longest single `log` message kept (longer ones are truncated).
 const MAX_LOG_MESSAGE_BYTES: usize = 16 * 1024;
@@ -33,20 +35,57 @@ impl WasiView for State {
     }
 }
 
-/// Resource limiter: a memory ceiling across all memories of the store plus
-/// instance/table/memory counts. Denials surface in the guest as failed
-/// growth (an allocation failure) and are remembered so the host can report
-/// `Trapped{MemoryLimit}` instead of a generic trap.
+/// Resource limiter of one attempt: one byte ceiling over all linear memories
+/// *and* all tables of the store (table elements are charged
+/// [`TABLE_ELEMENT_BYTES`] each, the host memory wasmtime spends on them, so
+/// tables cannot be used to allocate outside `memory_limit_bytes`), plus the
+/// sandbox's counts of core instances, tables, memories and elements per
+/// table. Denied growth surfaces in the guest as a failed `memory.grow` /
+/// `table.grow` (an allocation failure); a denial by the byte ceiling is
+/// remembered so the host can report `Trapped{MemoryLimit}` instead of a
+/// generic trap. Counts over the limits fail the instantiation.
 #[derive(Debug)]
 pub(crate) struct Limits {
+    /// Byte ceiling over linear memories plus tables.
     pub(crate) memory_limit: usize,
+    /// Bytes of linear memory in use.
     pub(crate) memory_used: usize,
+    /// Largest `memory_used` seen (linear memory only).
     pub(crate) memory_peak: usize,
+    /// Bytes charged for table elements.
+    pub(crate) table_bytes: usize,
     pub(crate) memory_denied: bool,
     pub(crate) table_elements: usize,
     pub(crate) instances: usize,
     pub(crate) tables: usize,
     pub(crate) memories: usize,
+}
+
+impl Limits {
+    /// The limits of one attempt in `sandbox`, its memory ceiling clamped to
+    /// the runtime's largest memory slot.
+    pub(crate) fn new(sandbox: &SandboxSettings, max_memory_bytes: u64) -> Self {
+        let memory_limit = sandbox.memory_limit_bytes.min(max_memory_bytes);
+        Limits {
+            memory_limit: usize::try_from(memory_limit).unwrap_or(usize::MAX),
+            memory_used: 0,
+            memory_peak: 0,
+            table_bytes: 0,
+            memory_denied: false,
+            table_elements: usize::try_from(sandbox.max_table_elements).unwrap_or(usize::MAX),
+            instances: usize::try_from(sandbox.max_instances).unwrap_or(usize::MAX),
+            tables: usize::try_from(sandbox.max_tables).unwrap_or(usize::MAX),
+            memories: usize::try_from(sandbox.max_memories).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Whether `more` bytes still fit under the ceiling.
+    fn fits(&self, more: usize) -> bool {
+        self.memory_used
+            .saturating_add(self.table_bytes)
+            .saturating_add(more)
+            <= self.memory_limit
+    }
 }
 
 impl ResourceLimiter for Limits {
@@ -57,23 +96,33 @@ impl ResourceLimiter for Limits {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let growth = desired.saturating_sub(current);
-        let total = self.memory_used.saturating_add(growth);
-        if total > self.memory_limit {
+        if !self.fits(growth) {
             self.memory_denied = true;
             return Ok(false);
         }
-        self.memory_used = total;
-        self.memory_peak = self.memory_peak.max(total);
+        self.memory_used = self.memory_used.saturating_add(growth);
+        self.memory_peak = self.memory_peak.max(self.memory_used);
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= self.table_elements)
+        if desired > self.table_elements {
+            return Ok(false);
+        }
+        let bytes = desired
+            .saturating_sub(current)
+            .saturating_mul(TABLE_ELEMENT_BYTES as usize);
+        if !self.fits(bytes) {
+            self.memory_denied = true;
+            return Ok(false);
+        }
+        self.table_bytes = self.table_bytes.saturating_add(bytes);
+        Ok(true)
     }
 
     fn instances(&self) -> usize {

@@ -9,6 +9,8 @@
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
 //! * [`isolation_results`]: huge guest results next to a victim task: refused before they are
 //!   parsed, not retried, worker RSS and log bounded.
+//! * [`isolation_pool`]: a task whose component holds 52 tables per attempt cannot starve a
+//!   neighbour task of instance-pool slots; a component over its task's limits is refused at load.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -18,6 +20,7 @@
 mod api_flow;
 mod check;
 mod check_vs_run;
+mod isolation_pool;
 mod isolation_results;
 mod lease;
 mod runtime;

@@ -17,7 +17,7 @@ use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
 use onestep_core::{ExecutionClient, Limits};
 use onestep_mysql::session::Flavor;
 use onestep_mysql::{MySqlBackend, MySqlOptions, ScratchDatabase};
-use onestep_wasm::{Runtime, RuntimeSettings, SandboxSettings};
+use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings, Worker, WorkerSettings};
 use serde::Serialize;
 use serde_json::json;
@@ -180,7 +180,7 @@ fn runner_for(handler: &str, concurrency: u32) -> Result<Arc<dyn TaskRunner>> {
     };
     let settings = RuntimeSettings {
         cache_dir: wasm_cache_dir(),
-        pool_max_instances: concurrency.saturating_add(8),
+        pool: PoolSize::for_tasks([(concurrency, &SandboxSettings::default())]),
         max_memory_bytes: (64u64 << 20).next_power_of_two(),
         fuel_metering: false,
         ..RuntimeSettings::default()

@@ -17,7 +17,7 @@ use onestep_config::{AppConfig, EnvLookup, ExecutionSourceConfig, SandboxConfig,
 use onestep_core::names::TableNames;
 use onestep_core::settings::DEFAULT_MEMORY_LIMIT_BYTES;
 use onestep_mysql::{MySqlBackend, MySqlOptions};
-use onestep_wasm::{Runtime, RuntimeSettings, SandboxSettings};
+use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings};
 
 use wasm_runner::{WasmTaskRunner, load_task_handler};
@@ -100,10 +100,15 @@ pub fn wasm_cache_dir() -> Option<PathBuf> {
     Some(base.join("onestep").join("wasm"))
 }
 
-/// One runtime for every task: pool sized from the total concurrency, memory slots from the
-/// largest sandbox, fuel metering only when some task sets a fuel budget.
+/// One runtime for every task: the pool holds every task's `concurrency` attempts at its own
+/// per-attempt limits (plus headroom, see [`PoolSize::for_tasks`]), memory slots are sized from
+/// the largest sandbox, fuel metering is on only when some task sets a fuel budget.
 pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
-    let total: u32 = cfg.tasks.iter().map(|t| t.concurrency).sum();
+    let sandboxes: Vec<(u32, SandboxSettings)> = cfg
+        .tasks
+        .iter()
+        .map(|t| (t.concurrency, sandbox_settings(&t.sandbox, &cfg.env)))
+        .collect();
     let max_memory = cfg
         .tasks
         .iter()
@@ -112,7 +117,7 @@ pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
         .unwrap_or(DEFAULT_MEMORY_LIMIT_BYTES);
     let settings = RuntimeSettings {
         cache_dir: wasm_cache_dir(),
-        pool_max_instances: total.saturating_add(8),
+        pool: PoolSize::for_tasks(sandboxes.iter().map(|(c, s)| (*c, s))),
         max_memory_bytes: max_memory.next_power_of_two(),
         fuel_metering: cfg.tasks.iter().any(|t| t.sandbox.fuel.is_some()),
         ..RuntimeSettings::default()
@@ -120,9 +125,9 @@ pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
     Runtime::new(settings).context("cannot start the WebAssembly runtime")
 }
 
-/// The runtime's sandbox for a task's `sandbox:` block (the one conversion; the counts the
-/// file cannot set — instances, tables, memories, log bytes — keep the runtime's defaults).
-/// Environment names are resolved through `env`, the environment the file was loaded with.
+/// The runtime's sandbox for a task's `sandbox:` block (the one conversion; the log byte budget
+/// the file cannot set keeps the runtime's default). Environment names are resolved through
+/// `env`, the environment the file was loaded with.
 pub fn sandbox_settings(sandbox: &SandboxConfig, env: &EnvLookup) -> SandboxSettings {
     SandboxSettings {
         memory_limit_bytes: sandbox.memory_limit_bytes,
@@ -132,6 +137,10 @@ pub fn sandbox_settings(sandbox: &SandboxConfig, env: &EnvLookup) -> SandboxSett
         stdout_limit_bytes: sandbox.output_limit_bytes,
         stderr_limit_bytes: sandbox.output_limit_bytes,
         cancel_grace: sandbox.cancel_grace,
+        max_instances: sandbox.max_instances,
+        max_tables: sandbox.max_tables,
+        max_memories: sandbox.max_memories,
+        max_table_elements: sandbox.max_table_elements,
         ..SandboxSettings::default()
     }
 }
@@ -171,6 +180,8 @@ pub fn task_bindings(
             .get(&backend_key(source))
             .with_context(|| format!("no backend opened for source '{}'", source.name))?;
         let sandbox = sandbox_settings(&task.sandbox, &cfg.env);
+        // A component that needs more than its sandbox allows could never run: refused here,
+        // before it is compiled (and by `onestep check`, which loads the same way).
         let handler = load_task_handler(runtime, task, &sandbox)?;
         let runner = WasmTaskRunner::new(handler, sandbox, source.limits.max_result_bytes);
         out.push(TaskBinding {

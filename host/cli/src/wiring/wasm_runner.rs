@@ -29,7 +29,7 @@ pub fn load_task_handler(
     sandbox: &SandboxSettings,
 ) -> anyhow::Result<Handler> {
     runtime
-        .load_for_sandbox(&task.handler.component, sandbox)
+        .load_for(&task.handler.component, sandbox)
         .with_context(|| {
             format!(
                 "task '{}': cannot load {}",

@@ -15,6 +15,9 @@ use crate::fields::{
     resolve_path,
 };
 use crate::model::{
+    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
+};
+use crate::model::{
     DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES, ExecutionSourceConfig, HandlerConfig,
     MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode, SandboxConfig, TaskConfig,
 };
@@ -40,14 +43,25 @@ pub const TASK_KEYS: [&str; 13] = [
 /// `handler` keys.
 pub const HANDLER_KEYS: [&str; 2] = ["component", "params"];
 /// `sandbox` keys.
-pub const SANDBOX_KEYS: [&str; 6] = [
+pub const SANDBOX_KEYS: [&str; 10] = [
     "memory_limit_bytes",
     "fuel",
     "preopens",
     "env",
     "env_values",
     "output_limit_bytes",
+    // per-attempt instance limits (docs/configuration.md#sandbox-instance-limits)
+    "max_instances",
+    "max_tables",
+    "max_memories",
+    "max_table_elements",
 ];
+
+/// Largest accepted `sandbox.max_instances`, `max_tables` and `max_memories`: the pool
+/// reserves address space for `concurrency` times each.
+pub const MAX_SANDBOX_COUNT: u64 = 1000;
+/// Largest accepted `sandbox.max_table_elements` (80 MB of host memory per table).
+pub const MAX_SANDBOX_TABLE_ELEMENTS: u64 = 10_000_000;
 /// Keys of one `sandbox.preopens` entry.
 pub const PREOPEN_KEYS: [&str; 3] = ["host", "guest", "mode"];
 
@@ -293,6 +307,37 @@ fn build_sandbox(
         DEFAULT_OUTPUT_LIMIT_BYTES,
         "output_limit_bytes must be an integer >= 1",
     )?;
+    // Per-attempt instance limits (docs/configuration.md#sandbox-instance-limits).
+    let count = |key: &str, default: u32| -> Result<u32, ConfigError> {
+        let msg = format!("{key} must be an integer from 1 to {MAX_SANDBOX_COUNT}");
+        let v = int_at_least(key, 1, u64::from(default), &msg)?;
+        match (v <= MAX_SANDBOX_COUNT)
+            .then(|| u32::try_from(v).ok())
+            .flatten()
+        {
+            Some(v) => Ok(v),
+            None => Err(ConfigError::at(
+                node.get_set(key).unwrap_or(node),
+                path,
+                msg,
+            )),
+        }
+    };
+    let max_instances = count("max_instances", DEFAULT_MAX_INSTANCES)?;
+    let max_tables = count("max_tables", DEFAULT_MAX_TABLES)?;
+    let max_memories = count("max_memories", DEFAULT_MAX_MEMORIES)?;
+    let elements_msg =
+        format!("max_table_elements must be an integer from 1 to {MAX_SANDBOX_TABLE_ELEMENTS}");
+    let max_table_elements = int_at_least(
+        "max_table_elements",
+        1,
+        DEFAULT_MAX_TABLE_ELEMENTS,
+        &elements_msg,
+    )?;
+    if max_table_elements > MAX_SANDBOX_TABLE_ELEMENTS {
+        let n = node.get_set("max_table_elements").unwrap_or(node);
+        return Err(ConfigError::at(n, path, elements_msg));
+    }
     let fuel = match node.get_set("fuel") {
         None => None,
         Some(_) => Some(int_at_least(
@@ -383,6 +428,10 @@ fn build_sandbox(
         env,
         env_values,
         output_limit_bytes,
+        max_instances,
+        max_tables,
+        max_memories,
+        max_table_elements,
         ..SandboxConfig::default()
     })
 }

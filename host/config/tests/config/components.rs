@@ -166,6 +166,76 @@ fn sandbox_settings() {
     );
 }
 
+/// Per-attempt instance limits (docs/configuration.md#sandbox-instance-limits): defaults, values,
+/// and the range errors in both modes.
+#[test]
+fn sandbox_instance_limits() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let plain = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let cfg = load(&dir.write("plain.yaml", &plain), &checked()).expect("loads");
+    let s = &cfg.tasks[0].sandbox;
+    assert_eq!(
+        (
+            s.max_instances,
+            s.max_tables,
+            s.max_memories,
+            s.max_table_elements
+        ),
+        (32, 8, 4, 100_000)
+    );
+    let y = format!(
+        "{plain}    sandbox: {{max_instances: 60, max_tables: 52, max_memories: 2, max_table_elements: 5000}}\n"
+    );
+    let cfg = load(&dir.write("set.yaml", &y), &checked()).expect("loads");
+    let s = &cfg.tasks[0].sandbox;
+    assert_eq!(
+        (
+            s.max_instances,
+            s.max_tables,
+            s.max_memories,
+            s.max_table_elements
+        ),
+        (60, 52, 2, 5000)
+    );
+    assert!(
+        cfg.summary()
+            .contains("instances=60 memories=2 tables=52x5000"),
+        "{}",
+        cfg.summary()
+    );
+    let strict = LoadOptions {
+        strict: true,
+        ..checked()
+    };
+    for opts in [checked(), strict] {
+        let bad = |sandbox: &str| {
+            let y = format!("{plain}    sandbox: {sandbox}\n");
+            load(&dir.write("bad.yaml", &y), &opts)
+                .expect_err(sandbox)
+                .to_string()
+        };
+        assert_eq!(
+            bad("{max_instances: 0}"),
+            "tasks[0].sandbox: max_instances must be an integer from 1 to 1000 (line 9, column 30)"
+        );
+        assert_eq!(
+            bad("{max_tables: 1001}"),
+            "tasks[0].sandbox: max_tables must be an integer from 1 to 1000 (line 9, column 27)"
+        );
+        assert_eq!(
+            bad("{max_memories: many}"),
+            "tasks[0].sandbox: max_memories must be an integer from 1 to 1000 (line 9, column 29)"
+        );
+        assert_eq!(
+            bad("{max_table_elements: 10000001}"),
+            "tasks[0].sandbox: max_table_elements must be an integer from 1 to 10000000 (line 9, column 35)"
+        );
+    }
+}
+
 #[test]
 fn api_section() {
     let api = |body: &str| {
