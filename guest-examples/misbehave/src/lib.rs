@@ -14,6 +14,11 @@
 //! - `sleep`: sleep `secs` seconds (default 3600) inside a host call.
 //! - `fatal`: return a fatal handler error.
 //! - `print`: print `lines` lines (default 1000) of 100 bytes to stdout.
+//! - `open_files`: open `path` (default `/ro/doc.txt`) again and again
+//!   without closing, up to `max` times (default 100000) or the first error;
+//!   with `"read": true` also reads a byte of each (a stream per file).
+//!   Then closes one and tries once more. Returns `{"opened": N, "error":
+//!   "..." | null, "os_error": N | null, "reopened": bool}`.
 //!
 //! The escape modes return what the OS said as *data*:
 //! `{"denied": true, "error": "..."}` (or `{"denied": false, ...}` if the
@@ -113,6 +118,40 @@ impl Guest for Misbehave {
                     println!("{i:>8} {}", "x".repeat(90));
                 }
                 Ok(json!({ "printed": lines }).to_string())
+            }
+            "open_files" => {
+                let path = s("path", "/ro/doc.txt");
+                let max = v.get("max").and_then(|x| x.as_u64()).unwrap_or(100_000);
+                let read = v.get("read").and_then(|x| x.as_bool()).unwrap_or(false);
+                let open = || -> std::io::Result<std::fs::File> {
+                    let mut f = std::fs::File::open(&path)?;
+                    if read {
+                        let mut byte = [0u8; 1];
+                        std::io::Read::read(&mut f, &mut byte)?;
+                    }
+                    Ok(f)
+                };
+                let mut held = Vec::new();
+                let mut error = None;
+                while (held.len() as u64) < max {
+                    match open() {
+                        Ok(f) => held.push(f),
+                        Err(e) => {
+                            error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                let opened = held.len();
+                held.pop();
+                let reopened = open().is_ok();
+                Ok(json!({
+                    "opened": opened,
+                    "error": error.as_ref().map(|e| e.to_string()),
+                    "os_error": error.as_ref().and_then(|e| e.raw_os_error()),
+                    "reopened": reopened,
+                })
+                .to_string())
             }
             "fatal" => Err(fatal("misbehave: deliberate fatal error".into())),
             other => Err(fatal(format!("unknown mode {other:?}"))),

@@ -39,6 +39,9 @@ pub const MIN_MEMORY_LIMIT_BYTES: u64 = 1024 * 1024;
 /// Bytes of captured guest stdout, and separately of stderr, kept per attempt
 /// (`sandbox.output_limit_bytes`): 64 KiB.
 pub const DEFAULT_OUTPUT_LIMIT_BYTES: u64 = 64 * 1024;
+/// Files, directories and streams one handler attempt may hold open at once
+/// (`sandbox.max_open_handles`).
+pub const DEFAULT_MAX_OPEN_HANDLES: u32 = 256;
 /// After a cancel, how long a guest may run on to notice it and return by itself before the
 /// runtime stops it. Not settable from the file.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(50);

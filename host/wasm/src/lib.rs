@@ -62,6 +62,7 @@ mod capture;
 mod context;
 mod engine;
 mod error;
+mod handles;
 mod invoke;
 mod outcome;
 mod runtime;

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use onestep_core::settings::{DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES};
+use onestep_core::settings::{
+    DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
+};
 pub use onestep_core::settings::{Preopen, PreopenMode};
 
 /// Whether the engine uses wasmtime's pooling instance allocator.
@@ -114,6 +116,11 @@ pub struct SandboxSettings {
     /// Total bytes of `log` messages accepted from the guest per attempt;
     /// further messages are dropped (one warning is emitted).
     pub log_limit_bytes: u64,
+    /// Most files, directories, directory listings and file streams the
+    /// guest may hold open at once (preopens and stdio not counted). One
+    /// more `open-at`, `read-directory` or `*-via-stream` returns the WASI
+    /// error code `quota`; dropping a handle frees its slot.
+    pub max_open_handles: u32,
 }
 
 impl Default for SandboxSettings {
@@ -132,6 +139,7 @@ impl Default for SandboxSettings {
             stdout_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             stderr_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             log_limit_bytes: 1 << 20,
+            max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
         }
     }
 }

@@ -12,6 +12,7 @@ mod common;
 mod basics;
 mod cache;
 mod cancel;
+mod handles;
 mod limits;
 mod python;
 mod sandbox;
