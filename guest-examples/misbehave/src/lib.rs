@@ -17,7 +17,8 @@
 //! - `open_files`: open `path` (default `/ro/doc.txt`) again and again
 //!   without closing, up to `max` times (default 100000) or the first error;
 //!   with `"read": true` also reads a byte of each (a stream per file).
-//!   Then closes one and tries once more. Returns `{"opened": N, "error":
+//!   Holds them for `hold_ms` (default 0), then closes one and tries once
+//!   more. Returns `{"opened": N, "error":
 //!   "..." | null, "os_error": N | null, "reopened": bool}`.
 //!
 //! The escape modes return what the OS said as *data*:
@@ -143,6 +144,8 @@ impl Guest for Misbehave {
                     }
                 }
                 let opened = held.len();
+                let hold_ms = v.get("hold_ms").and_then(|x| x.as_u64()).unwrap_or(0);
+                std::thread::sleep(Duration::from_millis(hold_ms));
                 held.pop();
                 let reopened = open().is_ok();
                 Ok(json!({

@@ -13,8 +13,9 @@ use std::time::Duration;
 use onestep_core::Limits;
 use onestep_core::retry::RetryPolicy;
 pub use onestep_core::settings::{
-    DEFAULT_CANCEL_GRACE, DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
-    MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode,
+    DEFAULT_CANCEL_GRACE, DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_OUTPUT_LIMIT_BYTES, MAX_OPEN_HANDLES_LIMIT, MIN_MEMORY_LIMIT_BYTES, Preopen,
+    PreopenMode,
 };
 use serde::Serialize;
 
@@ -294,6 +295,9 @@ pub struct SandboxConfig {
     pub env_values: BTreeMap<String, String>,
     /// Bound on captured stdout and stderr, each, in bytes (default 64 KiB).
     pub output_limit_bytes: u64,
+    /// Files, directories and streams the guest may hold open at once
+    /// (default [`DEFAULT_MAX_OPEN_HANDLES`], 1–[`MAX_OPEN_HANDLES_LIMIT`]).
+    pub max_open_handles: u32,
     /// After a cancel, how long the guest may run on to return by itself
     /// ([`DEFAULT_CANCEL_GRACE`]; not settable from the file, not in the summaries).
     #[serde(skip)]
@@ -309,6 +313,7 @@ impl Default for SandboxConfig {
             env: Vec::new(),
             env_values: BTreeMap::new(),
             output_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
+            max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
             cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }

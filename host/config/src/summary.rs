@@ -303,9 +303,10 @@ fn sandbox_text(s: &SandboxConfig) -> String {
     let mut env: Vec<&str> = s.env.iter().map(String::as_str).collect();
     env.extend(s.env_values.keys().map(String::as_str));
     format!(
-        "memory={}B fuel={fuel} preopens=[{}] env=[{}]",
+        "memory={}B fuel={fuel} preopens=[{}] env=[{}] open_handles={}",
         s.memory_limit_bytes,
         preopens.join(","),
-        env.join(",")
+        env.join(","),
+        s.max_open_handles
     )
 }

@@ -42,6 +42,8 @@ pub const DEFAULT_OUTPUT_LIMIT_BYTES: u64 = 64 * 1024;
 /// Files, directories and streams one handler attempt may hold open at once
 /// (`sandbox.max_open_handles`).
 pub const DEFAULT_MAX_OPEN_HANDLES: u32 = 256;
+/// Largest accepted `sandbox.max_open_handles`.
+pub const MAX_OPEN_HANDLES_LIMIT: u32 = 65_536;
 /// After a cancel, how long a guest may run on to notice it and return by itself before the
 /// runtime stops it. Not settable from the file.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(50);

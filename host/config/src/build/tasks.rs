@@ -15,8 +15,9 @@ use crate::fields::{
     resolve_path,
 };
 use crate::model::{
-    DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES, ExecutionSourceConfig, HandlerConfig,
-    MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode, SandboxConfig, TaskConfig,
+    DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
+    ExecutionSourceConfig, HandlerConfig, MAX_OPEN_HANDLES_LIMIT, MIN_MEMORY_LIMIT_BYTES, Preopen,
+    PreopenMode, SandboxConfig, TaskConfig,
 };
 use crate::node::{Node, Value};
 use onestep_core::settings::DEFAULT_CONCURRENCY;
@@ -40,13 +41,14 @@ pub const TASK_KEYS: [&str; 13] = [
 /// `handler` keys.
 pub const HANDLER_KEYS: [&str; 2] = ["component", "params"];
 /// `sandbox` keys.
-pub const SANDBOX_KEYS: [&str; 6] = [
+pub const SANDBOX_KEYS: [&str; 7] = [
     "memory_limit_bytes",
     "fuel",
     "preopens",
     "env",
     "env_values",
     "output_limit_bytes",
+    "max_open_handles",
 ];
 /// Keys of one `sandbox.preopens` entry.
 pub const PREOPEN_KEYS: [&str; 3] = ["host", "guest", "mode"];
@@ -293,6 +295,21 @@ fn build_sandbox(
         DEFAULT_OUTPUT_LIMIT_BYTES,
         "output_limit_bytes must be an integer >= 1",
     )?;
+    let max_open_handles = match node.get_set("max_open_handles") {
+        None => DEFAULT_MAX_OPEN_HANDLES,
+        Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
+            Some(v) if (1..=MAX_OPEN_HANDLES_LIMIT).contains(&v) => v,
+            _ => {
+                return Err(ConfigError::at(
+                    n,
+                    path,
+                    format!(
+                        "max_open_handles must be an integer from 1 to {MAX_OPEN_HANDLES_LIMIT}"
+                    ),
+                ));
+            }
+        },
+    };
     let fuel = match node.get_set("fuel") {
         None => None,
         Some(_) => Some(int_at_least(
@@ -383,6 +400,7 @@ fn build_sandbox(
         env,
         env_values,
         output_limit_bytes,
+        max_open_handles,
         ..SandboxConfig::default()
     })
 }
