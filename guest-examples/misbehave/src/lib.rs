@@ -22,6 +22,12 @@
 //! - `big_result`: return a JSON array of `bytes` bytes (default 30,000,000): `[0,0,…,0]`.
 //! - `retryable`: return a retryable handler error without `retry-after-ms` (the retry policy's
 //!   own delays apply).
+//! - `open_files`: open `path` (default `/ro/doc.txt`) again and again
+//!   without closing, up to `max` times (default 100000) or the first error;
+//!   with `"read": true` also reads a byte of each (a stream per file).
+//!   Holds them for `hold_ms` (default 0), then closes one and tries once
+//!   more. Returns `{"opened": N, "error":
+//!   "..." | null, "os_error": N | null, "reopened": bool}`.
 //!
 //! The escape modes return what the OS said as *data*:
 //! `{"denied": true, "error": "..."}` (or `{"denied": false, ...}` if the
@@ -147,6 +153,42 @@ impl Guest for Misbehave {
                     let _ = out.flush();
                 }
                 Ok(json!({ "written": n }).to_string())
+            }
+            "open_files" => {
+                let path = s("path", "/ro/doc.txt");
+                let max = v.get("max").and_then(|x| x.as_u64()).unwrap_or(100_000);
+                let read = v.get("read").and_then(|x| x.as_bool()).unwrap_or(false);
+                let open = || -> std::io::Result<std::fs::File> {
+                    let mut f = std::fs::File::open(&path)?;
+                    if read {
+                        let mut byte = [0u8; 1];
+                        std::io::Read::read(&mut f, &mut byte)?;
+                    }
+                    Ok(f)
+                };
+                let mut held = Vec::new();
+                let mut error = None;
+                while (held.len() as u64) < max {
+                    match open() {
+                        Ok(f) => held.push(f),
+                        Err(e) => {
+                            error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                let opened = held.len();
+                let hold_ms = v.get("hold_ms").and_then(|x| x.as_u64()).unwrap_or(0);
+                std::thread::sleep(Duration::from_millis(hold_ms));
+                held.pop();
+                let reopened = open().is_ok();
+                Ok(json!({
+                    "opened": opened,
+                    "error": error.as_ref().map(|e| e.to_string()),
+                    "os_error": error.as_ref().and_then(|e| e.raw_os_error()),
+                    "reopened": reopened,
+                })
+                .to_string())
             }
             "fatal" => Err(fatal("misbehave: deliberate fatal error".into())),
             "big_result" => {

@@ -13,8 +13,9 @@ use std::time::Duration;
 use onestep_core::Limits;
 use onestep_core::retry::RetryPolicy;
 pub use onestep_core::settings::{
-    DEFAULT_CANCEL_GRACE, DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
-    MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode,
+    DEFAULT_CANCEL_GRACE, DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_OUTPUT_LIMIT_BYTES, MAX_OPEN_HANDLES_LIMIT, MIN_MEMORY_LIMIT_BYTES, Preopen,
+    PreopenMode,
 };
 pub use onestep_core::settings::{
     DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
@@ -307,6 +308,9 @@ pub struct SandboxConfig {
     /// `max_table_elements`: elements of any one table (also charged against
     /// `memory_limit_bytes`).
     pub max_table_elements: u64,
+    /// Files, directories and streams the guest may hold open at once
+    /// (default [`DEFAULT_MAX_OPEN_HANDLES`], 1–[`MAX_OPEN_HANDLES_LIMIT`]).
+    pub max_open_handles: u32,
     /// After a cancel, how long the guest may run on to return by itself
     /// ([`DEFAULT_CANCEL_GRACE`]; not settable from the file, not in the summaries).
     #[serde(skip)]
@@ -326,6 +330,7 @@ impl Default for SandboxConfig {
             max_tables: DEFAULT_MAX_TABLES,
             max_memories: DEFAULT_MAX_MEMORIES,
             max_table_elements: DEFAULT_MAX_TABLE_ELEMENTS,
+            max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
             cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }

@@ -262,8 +262,8 @@ fn sandbox_text(s: &SandboxConfig) -> String {
     // Per-attempt instance limits (docs/configuration.md#sandbox-instance-limits).
     let _ = write!(
         text,
-        " instances={} memories={} tables={}x{}",
-        s.max_instances, s.max_memories, s.max_tables, s.max_table_elements
+        " instances={} memories={} tables={}x{} open_handles={}",
+        s.max_instances, s.max_memories, s.max_tables, s.max_table_elements, s.max_open_handles
     );
     text
 }

@@ -52,6 +52,11 @@ pub const DEFAULT_MAX_MEMORIES: u32 = 4;
 /// Elements of any one table of an attempt (`sandbox.max_table_elements`); the elements also
 /// count against `memory_limit_bytes`.
 pub const DEFAULT_MAX_TABLE_ELEMENTS: u64 = 100_000;
+/// Files, directories and streams one handler attempt may hold open at once
+/// (`sandbox.max_open_handles`).
+pub const DEFAULT_MAX_OPEN_HANDLES: u32 = 256;
+/// Largest accepted `sandbox.max_open_handles`.
+pub const MAX_OPEN_HANDLES_LIMIT: u32 = 65_536;
 /// After a cancel, how long a guest may run on to notice it and return by itself before the
 /// runtime stops it. Not settable from the file.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(50);

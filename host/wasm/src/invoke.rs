@@ -10,6 +10,7 @@ use crate::cancel::CancelHandle;
 use crate::capture::{Capture, StreamKind};
 use crate::context::{InvocationContext, LogIds};
 use crate::guest_log::escape;
+use crate::handles::OpenHandles;
 use crate::outcome::{InvokeError, Outcome, TrapKind, panic_message};
 use crate::runtime::Handler;
 use crate::sandbox::build_wasi;
@@ -240,6 +241,7 @@ impl Handler {
             cancel: stop.cancel.clone(),
             log_budget: sandbox.log_limit_bytes,
             log_dropped: false,
+            handles: OpenHandles::new(sandbox.max_open_handles),
         };
         let mut store = Store::new(&rt.engine, state);
         store.limiter(|s| &mut s.limits);

@@ -29,7 +29,10 @@
 //! - A guest cannot take the host down: traps, panics, memory-limit denials,
 //!   fuel exhaustion, timeouts and cancellation all come back as
 //!   [`Outcome::Trapped`]; the host's own memory stays bounded (memory
-//!   ceiling via a resource limiter, bounded stdout/stderr/log capture).
+//!   ceiling via a resource limiter, bounded stdout/stderr/log capture), and
+//!   so do its open files: an attempt holds at most
+//!   [`SandboxSettings::max_open_handles`] files, directories, listings and
+//!   file streams, and one more open is an error value in the guest.
 //! - A guest cannot outrun its deadline or a cancel: the call future is
 //!   raced against the [`CancelHandle`] and a wall-clock timer and dropped
 //!   when they win (this also stops guests blocked in host calls), and guest
@@ -69,6 +72,7 @@ mod context;
 mod engine;
 mod error;
 mod guest_log;
+mod handles;
 mod invoke;
 mod needs;
 mod outcome;

@@ -147,6 +147,7 @@ impl Runtime {
         let mut linker = Linker::<State>::new(&built.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| Error::Engine(format!("WASI linker: {e:#}")))?;
+        crate::handles::add_to_linker(&mut linker)?;
         bindings::Handler::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("host linker: {e:#}")))?;
         let tick = Duration::from_millis(settings.epoch_tick_ms.max(1));

@@ -17,8 +17,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use onestep_core::settings::{
-    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
-    DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
+    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_OPEN_HANDLES,
+    DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES, DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_OUTPUT_LIMIT_BYTES,
 };
 pub use onestep_core::settings::{Preopen, PreopenMode};
 
@@ -211,6 +212,11 @@ pub struct SandboxSettings {
     /// refused before it is parsed ([`Outcome::OutputTooLarge`](crate::Outcome::OutputTooLarge)).
     /// `None` (default): no limit.
     pub result_limit_bytes: Option<u64>,
+    /// Most files, directories, directory listings and file streams the
+    /// guest may hold open at once (preopens and stdio not counted). One
+    /// more `open-at`, `read-directory` or `*-via-stream` returns the WASI
+    /// error code `quota`; dropping a handle frees its slot.
+    pub max_open_handles: u32,
 }
 
 impl Default for SandboxSettings {
@@ -230,6 +236,7 @@ impl Default for SandboxSettings {
             stderr_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             log_limit_bytes: 1 << 20,
             result_limit_bytes: None,
+            max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
         }
     }
 }

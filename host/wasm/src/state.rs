@@ -8,6 +8,7 @@ use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 use crate::bindings::{Level, onestep::handler};
 use crate::cancel::CancelHandle;
 use crate::context::LogIds;
+use crate::handles::OpenHandles;
 use crate::needs::TABLE_ELEMENT_BYTES;
 use crate::settings::SandboxSettings;
 
@@ -24,6 +25,8 @@ pub(crate) struct State {
     /// Bytes of `log` messages the guest may still send.
     pub(crate) log_budget: u64,
     pub(crate) log_dropped: bool,
+    /// Files, directories and streams the guest holds open (capped).
+    pub(crate) handles: OpenHandles,
 }
 
 impl WasiView for State {

@@ -145,6 +145,14 @@ const CASES: &[Case] = &[
         )],
         reason: "tasks[0].sandbox.preopens[0]: guest path 'data' must be absolute and must not contain '..' (line 17, column 46)",
     },
+    Case {
+        name: "open-handle cap of zero",
+        edits: &[(
+            TASK,
+            "    source: jobs\n    sandbox: {max_open_handles: 0}\n",
+        )],
+        reason: "tasks[0].sandbox: max_open_handles must be an integer from 1 to 65536 (line 17, column 33)",
+    },
 ];
 
 /// Runs `onestep ARGS…`, killing it after [`BOUND`]: (exit code, stderr), or `None` when it had

@@ -11,6 +11,8 @@
 //!   parsed, not retried, worker RSS and log bounded.
 //! * [`isolation_pool`]: a task whose component holds 52 tables per attempt cannot starve a
 //!   neighbour task of instance-pool slots; a component over its task's limits is refused at load.
+//! * [`isolation_fd`]: a guest opening files without closing them gets its cap and an error
+//!   value, while a victim task in the same worker succeeds every time.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -23,6 +25,7 @@
 mod api_flow;
 mod check;
 mod check_vs_run;
+mod isolation_fd;
 mod isolation_pool;
 mod isolation_results;
 mod lease;

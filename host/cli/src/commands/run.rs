@@ -53,6 +53,7 @@ pub async fn run(args: RunArgs) -> u8 {
         None => cfg.logging.format == Some(LogFormat::Json),
     };
     logging::init(&level, json);
+    raise_open_files_limit();
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
@@ -95,6 +96,38 @@ pub async fn run(args: RunArgs) -> u8 {
     match outcome {
         Ok(()) => 0,
         Err(e) => fail(e.into()),
+    }
+}
+
+/// Raises this process's soft limit on open files (`RLIMIT_NOFILE`) to its hard limit and logs
+/// both values: every attempt may hold up to its sandbox's `max_open_handles` files, so the
+/// worker uses all the descriptors the operator allows (docs/security.md#open-files-and-handles).
+/// A refusal is logged and the worker runs on with the old limit.
+fn raise_open_files_limit() {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let text = |v: Option<u64>| v.map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
+        let old = getrlimit(Resource::Nofile);
+        let (soft, hard) = (text(old.current), text(old.maximum));
+        if old.current == old.maximum {
+            tracing::info!(soft = %soft, hard = %hard, "open-files limit already at the hard limit");
+            return;
+        }
+        let new = Rlimit {
+            current: old.maximum,
+            maximum: old.maximum,
+        };
+        match setrlimit(Resource::Nofile, new) {
+            Ok(()) => tracing::info!(
+                old_soft = %soft, soft = %hard, hard = %hard,
+                "raised the open-files limit (RLIMIT_NOFILE) to the hard limit"
+            ),
+            Err(e) => tracing::warn!(
+                soft = %soft, hard = %hard, error = %e,
+                "cannot raise the open-files limit (RLIMIT_NOFILE); keeping the soft limit"
+            ),
+        }
     }
 }
 

@@ -136,6 +136,7 @@ pub fn sandbox_settings(sandbox: &SandboxConfig, env: &EnvLookup) -> SandboxSett
         env: sandbox.guest_env(env),
         stdout_limit_bytes: sandbox.output_limit_bytes,
         stderr_limit_bytes: sandbox.output_limit_bytes,
+        max_open_handles: sandbox.max_open_handles,
         cancel_grace: sandbox.cancel_grace,
         max_instances: sandbox.max_instances,
         max_tables: sandbox.max_tables,

@@ -18,8 +18,9 @@ use crate::model::{
     DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
 };
 use crate::model::{
-    DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES, ExecutionSourceConfig, HandlerConfig,
-    MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode, SandboxConfig, TaskConfig,
+    DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
+    ExecutionSourceConfig, HandlerConfig, MAX_OPEN_HANDLES_LIMIT, MIN_MEMORY_LIMIT_BYTES, Preopen,
+    PreopenMode, SandboxConfig, TaskConfig,
 };
 use crate::node::{Node, Value};
 use onestep_core::settings::DEFAULT_CONCURRENCY;
@@ -43,7 +44,7 @@ pub const TASK_KEYS: [&str; 13] = [
 /// `handler` keys.
 pub const HANDLER_KEYS: [&str; 2] = ["component", "params"];
 /// `sandbox` keys.
-pub const SANDBOX_KEYS: [&str; 10] = [
+pub const SANDBOX_KEYS: [&str; 11] = [
     "memory_limit_bytes",
     "fuel",
     "preopens",
@@ -55,6 +56,7 @@ pub const SANDBOX_KEYS: [&str; 10] = [
     "max_tables",
     "max_memories",
     "max_table_elements",
+    "max_open_handles",
 ];
 
 /// Largest accepted `sandbox.max_instances`, `max_tables` and `max_memories`: the pool
@@ -338,6 +340,21 @@ fn build_sandbox(
         let n = node.get_set("max_table_elements").unwrap_or(node);
         return Err(ConfigError::at(n, path, elements_msg));
     }
+    let max_open_handles = match node.get_set("max_open_handles") {
+        None => DEFAULT_MAX_OPEN_HANDLES,
+        Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
+            Some(v) if (1..=MAX_OPEN_HANDLES_LIMIT).contains(&v) => v,
+            _ => {
+                return Err(ConfigError::at(
+                    n,
+                    path,
+                    format!(
+                        "max_open_handles must be an integer from 1 to {MAX_OPEN_HANDLES_LIMIT}"
+                    ),
+                ));
+            }
+        },
+    };
     let fuel = match node.get_set("fuel") {
         None => None,
         Some(_) => Some(int_at_least(
@@ -432,6 +449,7 @@ fn build_sandbox(
         max_tables,
         max_memories,
         max_table_elements,
+        max_open_handles,
         ..SandboxConfig::default()
     })
 }

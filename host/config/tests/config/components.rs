@@ -76,6 +76,32 @@ fn reference_style_handlers_are_rejected() {
 }
 
 #[test]
+fn sandbox_max_open_handles() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let plain = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let cfg = load(&dir.write("plain.yaml", &plain), &checked()).expect("loads");
+    assert_eq!(cfg.tasks[0].sandbox.max_open_handles, 256);
+    let with = |v: &str| format!("{plain}    sandbox: {{max_open_handles: {v}}}\n");
+    for (v, want) in [("1", 1), ("64", 64), ("65536", 65_536), ("null", 256)] {
+        let cfg = load(&dir.write("ok.yaml", &with(v)), &checked()).expect(v);
+        assert_eq!(cfg.tasks[0].sandbox.max_open_handles, want);
+    }
+    for v in ["0", "-1", "65537", "1.5", "many"] {
+        let err = load(&dir.write("bad.yaml", &with(v)), &checked())
+            .expect_err(v)
+            .to_string();
+        assert_eq!(
+            err,
+            "tasks[0].sandbox: max_open_handles must be an integer from 1 to 65536 (line 9, column 33)",
+            "{v}"
+        );
+    }
+}
+
+#[test]
 fn sandbox_settings() {
     let dir = TempDir::new();
     dir.write("g/m.wasm", "\0asm");

@@ -14,6 +14,7 @@ mod common;
 mod basics;
 mod cache;
 mod cancel;
+mod handles;
 mod limits;
 mod logs;
 mod needs;
