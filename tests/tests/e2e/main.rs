@@ -7,6 +7,8 @@
 //! * [`smoke`]: the deployment smoke checks (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
+//! * [`isolation_cancel`]: cancel latency at the default settings is bounded by the cancel
+//!   poll, not the heartbeat (busy guests cancelled beside a victim task in the same worker).
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -16,6 +18,7 @@
 mod api_flow;
 mod check;
 mod check_vs_run;
+mod isolation_cancel;
 mod lease;
 mod runtime;
 mod smoke;
