@@ -135,7 +135,7 @@ async fn cancel_busy_guests(env: Arc<Env>) -> Result<()> {
         for id in &wave {
             let asked = env
                 .client
-                .cancel(*id, Some("isolation test".into()))
+                .cancel(*id, Some("isolation test"))
                 .await?
                 .context("cancel found nothing")?;
             ensure!(asked.status == S::CancelRequested, "{asked:?}");
