@@ -226,6 +226,15 @@ pub struct ExecutionSourceConfig {
         serialize_with = "crate::summary::serialize_secs"
     )]
     pub heartbeat_interval: Duration,
+    /// `cancel_poll_interval_s`: period of the source's poll of the cancel flags of its
+    /// in-flight executions (docs/semantics.md#cancel-poll; default 1 s, or the heartbeat
+    /// interval when shorter; `0 < poll <= heartbeat_interval`, see
+    /// [`onestep_core::settings::cancel_poll_fits_heartbeat`]).
+    #[serde(
+        rename = "cancel_poll_interval_s",
+        serialize_with = "crate::summary::serialize_secs"
+    )]
+    pub cancel_poll_interval: Duration,
     /// Worker identity recorded on attempts (default `onestep-worker`).
     pub worker_id: String,
     /// Create missing tables when the source opens (default true).

@@ -22,7 +22,7 @@ pub struct ResourceSummary {
     pub kind: String,
 }
 
-/// A task's source reference.
+/// A task's source reference, with the source's lease timing.
 #[derive(Debug, Clone, Serialize)]
 pub struct SourceRef {
     /// Resource key.
@@ -30,6 +30,15 @@ pub struct SourceRef {
     /// Resource type.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The source's `lease_duration_s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_duration_s: Option<f64>,
+    /// The source's `heartbeat_interval_s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat_interval_s: Option<f64>,
+    /// The source's `cancel_poll_interval_s` (docs/semantics.md#cancel-poll).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_poll_interval_s: Option<f64>,
 }
 
 /// One task in the summary.
@@ -144,9 +153,15 @@ impl AppConfig {
                     description: t.description.clone(),
                     handler_component: t.handler.component.clone(),
                     handler_params: t.handler.params.clone(),
-                    source: SourceRef {
-                        name: t.source.clone(),
-                        kind: "MySQLExecutionSource".to_owned(),
+                    source: {
+                        let s = self.sources.get(&t.source);
+                        SourceRef {
+                            name: t.source.clone(),
+                            kind: "MySQLExecutionSource".to_owned(),
+                            lease_duration_s: s.map(|s| secs(s.lease_duration)),
+                            heartbeat_interval_s: s.map(|s| secs(s.heartbeat_interval)),
+                            cancel_poll_interval_s: s.map(|s| secs(s.cancel_poll_interval)),
+                        }
                     },
                     concurrency: t.concurrency,
                     timeout_s: t.timeout.map(secs),
@@ -211,6 +226,15 @@ impl AppConfig {
                     keys(&t.handler.params),
                     keys(&t.config),
                     keys(&t.metadata)
+                );
+            }
+            if let Some(s) = self.sources.get(&t.source) {
+                let _ = writeln!(
+                    out,
+                    "  lease={:.2}s heartbeat={:.2}s cancel_poll={:.2}s",
+                    secs(s.lease_duration),
+                    secs(s.heartbeat_interval),
+                    secs(s.cancel_poll_interval)
                 );
             }
         }

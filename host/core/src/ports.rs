@@ -67,6 +67,13 @@ pub trait LeaseStore: Send + Sync {
         lease_duration_s: f64,
     ) -> Result<HeartbeatResult, ExecutionError>;
 
+    /// The cancel poll (docs/semantics.md#cancel-poll): of `leases`, the execution ids whose row
+    /// is `cancel_requested` under that lease's token while the lease is still valid, in no
+    /// particular order. One set-based read for the whole slice; it writes nothing, so it
+    /// neither extends a lease nor fences anything. An empty slice answers empty without
+    /// touching the store.
+    async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError>;
+
     /// Completes the attempt (T9–T13); cancel wins over success; an identical replay of a
     /// terminal completion is accepted.
     async fn complete(

@@ -3,7 +3,8 @@
 //!
 //! It owns each worker setting's one default (the config crate fills a file's gaps with these
 //! constants, and the worker's and runtime's programmatic defaults are the same constants), the
-//! one check of the rule that ties the heartbeat to the lease, and the plain sandbox type that
+//! one check of the rule that ties the heartbeat to the lease (and the cancel poll to the
+//! heartbeat), and the plain sandbox type that
 //! both the configuration and the runtime speak: a preopened directory ([`Preopen`]).
 //!
 //! Plain data and pure functions only: no I/O, no YAML, no wasmtime. The configuration crate
@@ -27,6 +28,10 @@ pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(90);
 /// Period of the heartbeat that extends a lease (`heartbeat_interval_s`); a third of
 /// [`DEFAULT_LEASE_DURATION`], the largest value [`heartbeat_fits_lease`] accepts.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
+/// Period of each source's poll of the cancel flags of its in-flight executions
+/// (`cancel_poll_interval_s`), when the heartbeat is not shorter
+/// ([`default_cancel_poll_interval`]).
+pub const DEFAULT_CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Executions of one task in flight per worker process (`concurrency`).
 pub const DEFAULT_CONCURRENCY: u32 = 1;
 /// How long in-flight executions may run after a shutdown signal (`app.shutdown_timeout_s`).
@@ -70,6 +75,23 @@ pub fn heartbeat_fits_lease(heartbeat: Duration, lease: Duration) -> bool {
     let hb = heartbeat.as_secs_f64();
     let limit = lease.as_secs_f64() / 3.0;
     hb > 0.0 && (hb <= limit || hb - limit <= 1e-9 * limit)
+}
+
+/// The cancel-poll period of a source that sets none: [`DEFAULT_CANCEL_POLL_INTERVAL`], or the
+/// heartbeat period when that is shorter (polling less often than the heartbeat would add
+/// nothing: the heartbeat reports the cancel flag too).
+pub fn default_cancel_poll_interval(heartbeat: Duration) -> Duration {
+    DEFAULT_CANCEL_POLL_INTERVAL.min(heartbeat)
+}
+
+/// The cancel-poll rule: `0 < cancel_poll <= heartbeat` (the same relative tolerance as
+/// [`heartbeat_fits_lease`]). A longer poll would never notice a cancel before the heartbeat
+/// does, so it is refused rather than silently useless; with the heartbeat rule it also keeps
+/// the poll within a third of the lease.
+pub fn cancel_poll_fits_heartbeat(cancel_poll: Duration, heartbeat: Duration) -> bool {
+    let poll = cancel_poll.as_secs_f64();
+    let limit = heartbeat.as_secs_f64();
+    poll > 0.0 && (poll <= limit || poll - limit <= 1e-9 * limit)
 }
 
 /// A host directory made visible to a handler at an absolute guest path.
@@ -120,5 +142,26 @@ mod tests {
         assert!(!heartbeat_fits_lease(s(3.5), s(9.0)));
         assert!(!heartbeat_fits_lease(Duration::ZERO, s(9.0)));
         assert!(!heartbeat_fits_lease(s(1.0), Duration::ZERO));
+    }
+
+    #[test]
+    fn cancel_poll_rule_and_default_follow_the_heartbeat() {
+        let s = Duration::from_secs_f64;
+        assert!(cancel_poll_fits_heartbeat(
+            DEFAULT_CANCEL_POLL_INTERVAL,
+            DEFAULT_HEARTBEAT_INTERVAL
+        ));
+        assert!(cancel_poll_fits_heartbeat(s(0.5), s(0.5)));
+        assert!(!cancel_poll_fits_heartbeat(s(0.6), s(0.5)));
+        assert!(!cancel_poll_fits_heartbeat(Duration::ZERO, s(0.5)));
+        assert_eq!(
+            default_cancel_poll_interval(DEFAULT_HEARTBEAT_INTERVAL),
+            DEFAULT_CANCEL_POLL_INTERVAL
+        );
+        assert_eq!(default_cancel_poll_interval(s(0.5)), s(0.5));
+        assert!(cancel_poll_fits_heartbeat(
+            default_cancel_poll_interval(s(0.1)),
+            s(0.1)
+        ));
     }
 }

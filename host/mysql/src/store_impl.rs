@@ -59,6 +59,10 @@ impl LeaseStore for MySqlBackend {
         self.heartbeat_impl(lease, lease_duration_s).await
     }
 
+    async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError> {
+        self.cancel_requested_impl(leases).await
+    }
+
     async fn complete(
         &self,
         lease: &LeaseRef,

@@ -182,6 +182,7 @@ macro_rules! conformance_tests {
             result_over_limit_refused_nothing_changed,
             complete_many_with_one_stale_item,
             stale_token_fencing_after_reclaim,
+            cancel_poll_reports_cancel_requested_leases,
             concurrent_identical_submits_16,
             concurrent_conflicting_submits_16,
             concurrent_claimers_8_over_1000,

@@ -1,5 +1,6 @@
-//! One delivery: run the handler for one lease with a heartbeat beside it, then write exactly
-//! one completion (or nothing, when the lease was lost) — docs/semantics.md#delivery.
+//! One delivery: run the handler for one lease with a heartbeat beside it (and registered with
+//! the task's cancel poll), then write exactly one completion (or nothing, when the lease was
+//! lost) — docs/semantics.md#delivery.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::cancel_poll::CancelWatch;
 use crate::completer::Completer;
 use crate::heartbeat::{HeartbeatEnd, heartbeat_loop};
 use crate::outcome::completion_for;
@@ -28,6 +30,8 @@ pub(crate) struct TaskCtx {
     pub(crate) stats: Arc<WorkerStats>,
     /// Where "now" comes from (the system clock unless the worker was given another).
     pub(crate) clock: SharedClock,
+    /// The in-flight leases the task's cancel poll asks about.
+    pub(crate) cancel_watch: Arc<CancelWatch>,
 }
 
 /// Builds the handler's invocation: payload, metadata plus `onestep.execution = {id,
@@ -87,6 +91,9 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
         handler_cancel.clone(),
     ));
 
+    // The cancel poll may cancel the handler too (docs/semantics.md#cancel-poll).
+    let polled = ctx.cancel_watch.register(lease_ref, handler_cancel.clone());
+
     tracing::debug!("handler started");
     let invocation = invocation_for(&ctx.settings, &lease);
     let run = ctx.runner.run(invocation, handler_cancel.clone());
@@ -101,15 +108,18 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
         }
     };
 
-    // Stop heartbeating before the completion is written (docs/semantics.md#delivery step 4).
+    // Stop heartbeating and polling before the completion is written (docs/semantics.md#delivery
+    // step 4).
     stop_heartbeat.cancel();
+    let polled_cancel = polled.finish();
     let heartbeat_end = heartbeat.await.unwrap_or(HeartbeatEnd::Stopped);
     if heartbeat_end == HeartbeatEnd::LeaseLost {
         ctx.stats.record_lease_lost();
         tracing::warn!("lease lost: the handler was stopped and nothing is written");
         return;
     }
-    let cancel_requested = heartbeat_end == HeartbeatEnd::CancelRequested;
+    // A cancel request seen by the heartbeat or by the cancel poll: the same completion.
+    let cancel_requested = heartbeat_end == HeartbeatEnd::CancelRequested || polled_cancel;
     let heartbeat_failed = heartbeat_end == HeartbeatEnd::Failed;
     log_outcome(&outcome);
     // A handler we asked to stop may still return an error of its own (e.g. a cooperative

@@ -1,6 +1,8 @@
 //! onestep-worker: the worker host. It owns the fetch loop (claim per task, bounded by
 //! `concurrency` and `batch_size`), the per-attempt heartbeat (lease extension, cooperative
-//! cancellation, self-fencing on lease loss), the mapping of a handler's outcome to a
+//! cancellation, self-fencing on lease loss), the per-task cancel poll (one set-based read of
+//! the cancel flags of the in-flight leases, so a cancel does not wait for the heartbeat), the
+//! mapping of a handler's outcome to a
 //! completion through the retry policy (docs/semantics.md#failure-handling, docs/semantics.md#timeouts, docs/semantics.md#retry-policies), batched completion writes, and the
 //! graceful drain on shutdown (docs/semantics.md#shutdown-and-drain, with the reference's quirk fixed: cancelled in-flight
 //! attempts write their `retrying` completion before the worker returns).
@@ -13,6 +15,7 @@
 //! nothing; no heartbeat is sent after the completion starts; on shutdown every claimed lease
 //! is either completed, released, or (only if the database is unreachable) left to expire.
 
+mod cancel_poll;
 mod completer;
 mod delivery;
 mod fetch;

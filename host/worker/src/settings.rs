@@ -12,7 +12,8 @@ use onestep_core::retry::RetryPolicy;
 use onestep_core::runner::TaskRunner;
 use onestep_core::settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_DURATION,
-    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKER_ID, heartbeat_fits_lease,
+    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKER_ID, cancel_poll_fits_heartbeat,
+    default_cancel_poll_interval, heartbeat_fits_lease,
 };
 use onestep_core::{ExecutionError, Limits};
 
@@ -35,6 +36,10 @@ pub struct TaskSettings {
     pub lease_duration: Duration,
     /// Heartbeat period (≤ lease / 3; default 30 s).
     pub heartbeat_interval: Duration,
+    /// Period of the source's cancel poll (docs/semantics.md#cancel-poll; `0 < poll <=
+    /// heartbeat_interval`; default 1 s, or the heartbeat period when shorter). Give a
+    /// heartbeat below 1 s a poll no longer than it.
+    pub cancel_poll_interval: Duration,
     /// Maximum executions in flight for this task in this process (≥ 1; default 1).
     pub concurrency: u32,
     /// What to do after a retryable failure.
@@ -57,6 +62,7 @@ impl TaskSettings {
             poll_interval: DEFAULT_POLL_INTERVAL,
             lease_duration: DEFAULT_LEASE_DURATION,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            cancel_poll_interval: default_cancel_poll_interval(DEFAULT_HEARTBEAT_INTERVAL),
             concurrency: DEFAULT_CONCURRENCY,
             retry: RetryPolicy::NoRetry,
             timeout: None,
@@ -72,7 +78,8 @@ impl TaskSettings {
 
     /// Checks the invariants the worker relies on: batch and concurrency ≥ 1, positive poll
     /// interval, a lease the store accepts, `0 < heartbeat_interval <= lease_duration / 3`
-    /// ([`heartbeat_fits_lease`]), a valid retry policy and a positive timeout.
+    /// ([`heartbeat_fits_lease`]), `0 < cancel_poll_interval <= heartbeat_interval`
+    /// ([`cancel_poll_fits_heartbeat`]), a valid retry policy and a positive timeout.
     pub fn validate(&self) -> Result<(), ExecutionError> {
         if self.batch_size < 1 {
             return Err(ExecutionError::invalid("batch_size must be >= 1"));
@@ -87,6 +94,11 @@ impl TaskSettings {
         if !heartbeat_fits_lease(self.heartbeat_interval, self.lease_duration) {
             return Err(ExecutionError::invalid(
                 "heartbeat_interval_s must be > 0 and <= lease_duration_s / 3",
+            ));
+        }
+        if !cancel_poll_fits_heartbeat(self.cancel_poll_interval, self.heartbeat_interval) {
+            return Err(ExecutionError::invalid(
+                "cancel_poll_interval_s must be > 0 and <= heartbeat_interval_s",
             ));
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {

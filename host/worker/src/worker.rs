@@ -1,4 +1,5 @@
-//! The worker: one fetch loop per task, shared completion writers, and the graceful drain.
+//! The worker: one fetch loop and one cancel poll per task, shared completion writers, and the
+//! graceful drain.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,6 +10,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cancel_poll::{CancelWatch, cancel_poll_loop};
 use crate::completer::Completer;
 use crate::delivery::TaskCtx;
 use crate::fetch::fetch_loop;
@@ -158,11 +160,21 @@ impl Worker {
         let hard_cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut writers = Vec::new();
+        let stop_polls = CancellationToken::new();
+        let mut polls = Vec::new();
         let mut loops = JoinSet::new();
         for task in &self.tasks {
             let (completer, writer) =
                 Completer::spawn(Arc::clone(&task.store), self.settings.completion_batch);
             writers.push(writer);
+            let cancel_watch = Arc::new(CancelWatch::default());
+            polls.push(tokio::spawn(cancel_poll_loop(
+                Arc::clone(&task.store),
+                Arc::clone(&cancel_watch),
+                task.settings.cancel_poll_interval,
+                task.settings.task_name.clone(),
+                stop_polls.clone(),
+            )));
             let ctx = Arc::new(TaskCtx {
                 settings: task.settings.clone(),
                 store: Arc::clone(&task.store),
@@ -170,6 +182,7 @@ impl Worker {
                 completer,
                 stats: Arc::clone(&self.stats),
                 clock: Arc::clone(&self.clock),
+                cancel_watch,
             });
             let name = task.settings.task_name.clone();
             let fut = fetch_loop(ctx, stopping.clone(), hard_cancel.clone(), tracker.clone());
@@ -218,6 +231,11 @@ impl Worker {
                     "cancelled executions did not finish within the grace period; their leases will expire"
                 );
             }
+        }
+        // Every delivery has ended (or been given up on): nothing left to poll for.
+        stop_polls.cancel();
+        for poll in polls {
+            let _ = poll.await;
         }
         for writer in writers {
             let _ = tokio::time::timeout(self.settings.cancel_grace, writer).await;

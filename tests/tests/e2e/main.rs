@@ -13,6 +13,8 @@
 //!   neighbour task of instance-pool slots; a component over its task's limits is refused at load.
 //! * [`isolation_fd`]: a guest opening files without closing them gets its cap and an error
 //!   value, while a victim task in the same worker succeeds every time.
+//! * [`isolation_cancel`]: cancel latency at the default settings is bounded by the cancel
+//!   poll, not the heartbeat (busy guests cancelled beside a victim task in the same worker).
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -25,6 +27,7 @@
 mod api_flow;
 mod check;
 mod check_vs_run;
+mod isolation_cancel;
 mod isolation_fd;
 mod isolation_pool;
 mod isolation_results;

@@ -157,6 +157,7 @@ pub fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskS
         poll_interval: source.poll_interval,
         lease_duration: source.lease_duration,
         heartbeat_interval: source.heartbeat_interval,
+        cancel_poll_interval: source.cancel_poll_interval,
         concurrency: task.concurrency,
         retry: task.retry.clone(),
         timeout: task.timeout,

@@ -8,7 +8,8 @@ use onestep_core::Limits;
 use onestep_core::names::validate_table_name;
 use onestep_core::settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_POLL_INTERVAL,
-    DEFAULT_WORKER_ID, heartbeat_fits_lease,
+    DEFAULT_WORKER_ID, cancel_poll_fits_heartbeat, default_cancel_poll_interval,
+    heartbeat_fits_lease,
 };
 use onestep_core::text::MAX_NAME_CHARS;
 
@@ -79,7 +80,7 @@ impl ResourceKind {
     }
 }
 
-const SOURCE_FIELDS: [&str; 16] = [
+const SOURCE_FIELDS: [&str; 17] = [
     "type",
     "connector",
     "namespace",
@@ -90,6 +91,7 @@ const SOURCE_FIELDS: [&str; 16] = [
     "poll_interval_s",
     "lease_duration_s",
     "heartbeat_interval_s",
+    "cancel_poll_interval_s",
     "worker_id",
     "auto_create",
     "max_payload_bytes",
@@ -251,6 +253,8 @@ pub struct SourceOptions {
     pub lease_duration: Duration,
     /// `heartbeat_interval_s`.
     pub heartbeat_interval: Duration,
+    /// `cancel_poll_interval_s` (default: 1 s, or the heartbeat interval when shorter).
+    pub cancel_poll_interval: Duration,
     /// Trimmed worker id.
     pub worker_id: String,
 }
@@ -305,12 +309,13 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
             _ => return err(n, format!("{prefix}batch_size must be >= 1")),
         },
     };
-    // the three finiteness checks; absent keys take the defaults
-    let mut seconds = [None; 3];
+    // the four finiteness checks; absent keys take the defaults
+    let mut seconds = [None; 4];
     let keys = [
         "poll_interval_s",
         "lease_duration_s",
         "heartbeat_interval_s",
+        "cancel_poll_interval_s",
     ];
     for (i, key) in keys.iter().enumerate() {
         if let Some(n) = node.get_set(key) {
@@ -368,6 +373,18 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
             format!("{prefix}heartbeat_interval_s must be > 0 and <= {prefix}lease_duration_s / 3"),
         );
     }
+    // The cancel poll (docs/semantics.md#cancel-poll): never slower than the heartbeat; one
+    // too large for a `Duration` is far above any heartbeat.
+    let cancel_poll =
+        duration(3, default_cancel_poll_interval(heartbeat)).unwrap_or(Duration::ZERO);
+    if !cancel_poll_fits_heartbeat(cancel_poll, heartbeat) {
+        return err(
+            at("cancel_poll_interval_s"),
+            format!(
+                "{prefix}cancel_poll_interval_s must be > 0 and <= {prefix}heartbeat_interval_s"
+            ),
+        );
+    }
     // worker_id
     let worker_id = match node.get_set("worker_id") {
         None => DEFAULT_WORKER_ID.to_owned(),
@@ -398,6 +415,7 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
         poll_interval: poll,
         lease_duration: lease,
         heartbeat_interval: heartbeat,
+        cancel_poll_interval: cancel_poll,
         worker_id,
     })
 }
@@ -535,6 +553,7 @@ pub fn build_source(
         poll_interval: opts.poll_interval,
         lease_duration: opts.lease_duration,
         heartbeat_interval: opts.heartbeat_interval,
+        cancel_poll_interval: opts.cancel_poll_interval,
         worker_id: opts.worker_id,
         auto_create,
         limits,

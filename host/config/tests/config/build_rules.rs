@@ -158,6 +158,24 @@ fn source_option_rules_without_prefix() {
                 "resources.jobs: heartbeat_interval_s must be > 0 and <= lease_duration_s / 3 (line 13, column 27)",
             ),
             (
+                source_doc(&format!("{NS}    cancel_poll_interval_s: 0\n")),
+                "resources.jobs: cancel_poll_interval_s must be > 0 and <= heartbeat_interval_s (line 12, column 29)",
+            ),
+            (
+                source_doc(&format!("{NS}    cancel_poll_interval_s: 30.5\n")),
+                "resources.jobs: cancel_poll_interval_s must be > 0 and <= heartbeat_interval_s (line 12, column 29)",
+            ),
+            (
+                source_doc(&format!(
+                    "{NS}    lease_duration_s: 3\n    heartbeat_interval_s: 0.5\n    cancel_poll_interval_s: 1\n"
+                )),
+                "resources.jobs: cancel_poll_interval_s must be > 0 and <= heartbeat_interval_s (line 14, column 29)",
+            ),
+            (
+                source_doc(&format!("{NS}    cancel_poll_interval_s: soon\n")),
+                "resources.jobs: cancel_poll_interval_s must be a finite number (line 12, column 29)",
+            ),
+            (
                 source_doc(&format!("{NS}    worker_id: 123\n")),
                 "resources.jobs: worker_id must be non-empty and <= 255 characters (got integer 123) (line 12, column 16)",
             ),
@@ -225,6 +243,25 @@ fn duration_range_rules() {
     assert_eq!(s.poll_interval, Duration::from_millis(250));
     assert_eq!(s.lease_duration, Duration::from_millis(1500));
     assert_eq!(s.heartbeat_interval, Duration::from_millis(500));
+    // No cancel_poll_interval_s: 1 s, or the heartbeat when that is shorter.
+    assert_eq!(s.cancel_poll_interval, Duration::from_millis(500));
+    let cfg = load_text(BASE, true).expect("loads");
+    assert_eq!(
+        cfg.sources["jobs"].cancel_poll_interval,
+        Duration::from_secs(1)
+    );
+    let cfg = load_text(
+        &BASE.replace(
+            "    task_names: [echo]\n",
+            "    task_names: [echo]\n    cancel_poll_interval_s: 0.25\n",
+        ),
+        true,
+    )
+    .expect("loads");
+    assert_eq!(
+        cfg.sources["jobs"].cancel_poll_interval,
+        Duration::from_millis(250)
+    );
 }
 
 /// The sources of tasks that share a connector and a table pair share one backend, so they

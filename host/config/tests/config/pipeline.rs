@@ -265,7 +265,8 @@ fn text_and_json_summary() {
          Tasks: 1\n\
          - echo source=jobs<MySQLExecutionSource> concurrency=4 timeout=1800.00s retry=ExponentialBackoff description=says hi\n\
          \x20 handler=/srv/app/echo.wasm memory=67108864B fuel=unlimited preopens=[] env=[] instances=32 memories=4 tables=8x100000 open_handles=256\n\
-         \x20 params=[] config=[a] metadata=[]\n"
+         \x20 params=[] config=[a] metadata=[]\n\
+         \x20 lease=90.00s heartbeat=30.00s cancel_poll=1.00s\n"
     );
     let json = serde_json::to_value(cfg.json_summary()).expect("json");
     assert_eq!(json["target"], "/srv/app/worker.yaml");
@@ -275,4 +276,6 @@ fn text_and_json_summary() {
     assert_eq!(json["tasks"][0]["retry"]["jitter"], "full");
     assert_eq!(json["tasks"][0]["timeout_s"], 1800.0);
     assert_eq!(json["tasks"][0]["sandbox"]["memory_limit_bytes"], 67108864);
+    assert_eq!(json["tasks"][0]["source"]["heartbeat_interval_s"], 30.0);
+    assert_eq!(json["tasks"][0]["source"]["cancel_poll_interval_s"], 1.0);
 }

@@ -246,6 +246,16 @@ fn execution_source_checks_in_order() {
             "resources.jobs.heartbeat_interval_s must be > 0 and <= resources.jobs.lease_duration_s / 3 (line 13, column 27)",
         ),
         (
+            source_doc(&format!("{NS}    cancel_poll_interval_s: .inf\n")),
+            "resources.jobs.cancel_poll_interval_s must be a finite number (line 12, column 29)",
+        ),
+        (
+            source_doc(&format!(
+                "{NS}    heartbeat_interval_s: 10\n    cancel_poll_interval_s: 11\n"
+            )),
+            "resources.jobs.cancel_poll_interval_s must be > 0 and <= resources.jobs.heartbeat_interval_s (line 13, column 29)",
+        ),
+        (
             source_doc(&format!("{NS}    worker_id: '{}'\n", "w".repeat(256))),
             "resources.jobs.worker_id must be non-empty and <= 255 characters (line 12, column 16)",
         ),

@@ -1,5 +1,5 @@
 //! Worker-side cases beyond single transitions: claim order and limits, result size limit,
-//! complete_many, stale-token fencing after a re-claim.
+//! complete_many, stale-token fencing after a re-claim, the cancel poll.
 
 use onestep_core::execution::Completion;
 use onestep_core::request::SubmitRequest;
@@ -31,7 +31,81 @@ pub(crate) fn cases() -> Vec<Case> {
         case("stale_token_fencing_after_reclaim", |fx| {
             Box::pin(fencing(fx))
         }),
+        case("cancel_poll_reports_cancel_requested_leases", |fx| {
+            Box::pin(cancel_poll(fx))
+        }),
     ]
+}
+
+/// docs/semantics.md#cancel-poll: the ids of the given leases whose row is `cancel_requested`
+/// under that token while the lease is valid, nothing else, and nothing written.
+async fn cancel_poll(fx: Fixture) {
+    for p in ["a", "b", "c", "d"] {
+        submit(&fx, json!(p)).await;
+    }
+    let leases = claim(&fx, 4, 30.0, "w1").await;
+    assert_eq!(leases.len(), 4);
+    let refs: Vec<_> = leases.iter().map(|l| l.lease_ref()).collect();
+    let id = |i: usize| leases[i].execution.id;
+    let poll = |refs: Vec<onestep_core::LeaseRef>| {
+        let leases = fx.leases.clone();
+        async move {
+            let mut ids = leases.cancel_requested(&refs).await.expect("cancel poll");
+            ids.sort();
+            ids
+        }
+    };
+    let sorted = |mut v: Vec<uuid::Uuid>| {
+        v.sort();
+        v
+    };
+    assert!(poll(Vec::new()).await.is_empty(), "no leases, no answer");
+    assert!(poll(refs.clone()).await.is_empty(), "nothing cancelled yet");
+
+    for i in [0, 1] {
+        let c = fx
+            .store
+            .cancel(NS, id(i), Some("stop".into()))
+            .await
+            .expect("cancel")
+            .expect("row");
+        assert_eq!(c.status, ExecutionStatus::CancelRequested);
+    }
+    let before = fx.probe.lease_columns(id(1)).await.expect("row");
+    let version = get(&fx, id(1)).await.version;
+    fx.clock.advance(1.0);
+    assert_eq!(poll(refs.clone()).await, sorted(vec![id(0), id(1)]));
+    assert_eq!(
+        poll(vec![refs[1]]).await,
+        vec![id(1)],
+        "a subset asks about that subset only"
+    );
+    // The poll writes nothing: no lease extension, no version or updated_at change.
+    assert_eq!(fx.probe.lease_columns(id(1)).await, Some(before));
+    assert_eq!(get(&fx, id(1)).await.version, version);
+
+    // Another token for the same row (an old or forged lease) does not answer.
+    let mut forged = refs[1];
+    forged.lease_token = uuid::Uuid::new_v4();
+    assert!(poll(vec![forged]).await.is_empty(), "token must match");
+
+    // Once completed, a cancel request is no longer reported.
+    fx.leases
+        .complete(&refs[0], &Completion::cancelled(None))
+        .await
+        .expect("cancelled");
+    fx.leases
+        .complete(&refs[2], &success(json!("done")))
+        .await
+        .expect("succeeded");
+    assert_eq!(poll(refs.clone()).await, vec![id(1)]);
+
+    // An expired lease does not answer, even before maintenance ran.
+    fx.clock.advance(30.0);
+    assert!(poll(refs.clone()).await.is_empty(), "lease expired");
+    for i in 0..4 {
+        check_invariants(&fx, id(i)).await;
+    }
 }
 
 async fn claim_order(fx: Fixture) {

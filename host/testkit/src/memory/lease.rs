@@ -1,5 +1,5 @@
 //! [`LeaseStore`] for [`MemoryStore`]: claim with its bounded maintenance (expiry, dead cancel
-//! requests, reclaim of expired leases), heartbeat, complete / complete_many (cancel wins over
+//! requests, reclaim of expired leases), heartbeat, the cancel poll, complete / complete_many (cancel wins over
 //! success, identical terminal replays accepted) and release — every write fenced by the lease
 //! token and checked in full before anything changes.
 
@@ -290,6 +290,32 @@ impl LeaseStore for MemoryStore {
         };
         self.record(Op::Heartbeat, 1, out.is_ok());
         out
+    }
+
+    async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.enter(Op::CancelPoll).await?;
+        let now = self.now();
+        let out: Vec<Uuid> = {
+            let state = self.state();
+            let mut ids: Vec<Uuid> = leases
+                .iter()
+                .filter(|l| {
+                    state.rows.get(&l.execution_id).is_some_and(|r| {
+                        r.execution.status == ExecutionStatus::CancelRequested
+                            && r.lease_live(l.lease_token, now)
+                    })
+                })
+                .map(|l| l.execution_id)
+                .collect();
+            ids.sort();
+            ids.dedup();
+            ids
+        };
+        self.record(Op::CancelPoll, leases.len(), true);
+        Ok(out)
     }
 
     async fn complete(

@@ -54,6 +54,9 @@ pub enum Op {
     Claim,
     /// `LeaseStore::heartbeat`.
     Heartbeat,
+    /// `LeaseStore::cancel_requested` (the cancel poll; one call is one statement of the SQL
+    /// backends for up to 1000 leases).
+    CancelPoll,
     /// `LeaseStore::complete`.
     Complete,
     /// `LeaseStore::complete_many`.
@@ -68,7 +71,7 @@ pub struct OpRecord {
     /// The operation.
     pub op: Op,
     /// Items it carried: the batch length for `submit_many`/`complete_many`, the number of leases
-    /// a claim returned, otherwise 1.
+    /// a claim returned, the number of leases a cancel poll asked about, otherwise 1.
     pub items: usize,
     /// Whether it returned `Ok` (an injected failure is `false`).
     pub ok: bool,
