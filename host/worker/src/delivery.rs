@@ -153,12 +153,13 @@ fn log_outcome(outcome: &RunOutcome) {
         RunOutcome::ResultTooLarge { bytes } => {
             tracing::warn!(bytes, "handler result refused: too large")
         }
+        // Not the message: the runner logs the handler's own text once, with the totals of the
+        // attempt's guest log (docs/security.md#logs).
         RunOutcome::Failed(f) => tracing::warn!(
             kind = f.kind.as_str(),
             exception_type = %f.exception_type,
             retryable = f.retryable,
-            // The handler's own text: `?` (Debug) escapes line breaks and control characters.
-            message = ?f.message,
+            message_bytes = f.message.len(),
             "handler failed"
         ),
     }
