@@ -84,7 +84,7 @@ pub const DEFAULT_LOG_RATE_BYTES_PER_MINUTE: u64 = 8 * 1024 * 1024;
 /// What each guest line is charged on top of its text: about what the host writes with it
 /// (timestamp, level, target, execution, attempt and task fields), so that empty lines are not
 /// free.
-pub const LOG_LINE_OVERHEAD_BYTES: u64 = 128;
+pub const LOG_LINE_OVERHEAD_BYTES: u64 = 256;
 
 /// The lease/heartbeat rule: `0 < heartbeat <= lease / 3`, so that two heartbeats in a row may
 /// fail before the lease runs out.

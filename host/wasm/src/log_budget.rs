@@ -458,7 +458,7 @@ mod tests {
         let s = sandbox(1 << 20, 10, 16 * 1024, per_minute);
         let rate = LogRate::default();
         let b = budget(&s, &rate);
-        assert!(b.admit_at(&"x".repeat(1800), now).is_some());
+        assert!(b.admit_at(&"x".repeat(1500), now).is_some());
         let m = b.error_message_at("e".repeat(5000), now);
         assert_eq!(m.trim_end_matches(TRUNCATED).len(), ERROR_MESSAGE_FLOOR);
         assert!(rate.available(per_minute, now) < 1.0);

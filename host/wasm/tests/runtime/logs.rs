@@ -230,7 +230,7 @@ async fn log_progress_output_and_the_error_message_share_one_budget() {
     assert!(message.len() < 1024, "{}", message.len());
     assert!(message.ends_with("[truncated]"), "{message}");
     let t = report.log;
-    assert!(t.bytes <= budget + 256 + 128, "{t:?}");
+    assert!(t.bytes <= budget + 256 + 256, "{t:?}");
     // All but a few hundred of the 200,000 log and progress lines (stdout and
     // stderr keep only their first 64 KiB each, so fewer of their lines exist).
     assert!(t.dropped_lines > 199_000, "{t:?}");
@@ -266,7 +266,7 @@ async fn the_tasks_log_rate_is_shared_by_its_attempts() {
         log_rate_bytes_per_minute: per_minute,
         ..SandboxSettings::default()
     };
-    // 1000 lines of 100 bytes per attempt: 228,000 bytes charged when all are logged.
+    // 1000 lines of 100 bytes per attempt: 356,000 bytes charged if all were logged.
     let payload = r#"{"mode":"log-flood","n":1000,"via":["log"],"error_bytes":0}"#;
     let buf = Buf::default();
     let subscriber = tracing_subscriber::fmt()
@@ -299,5 +299,11 @@ async fn the_tasks_log_rate_is_shared_by_its_attempts() {
     let report = other
         .invoke_report(&sandbox, ctx(9), payload, CancelHandle::new(), None)
         .await;
-    assert!(report.log.lines > 800, "{:?}", report.log);
+    // A new handler (another task) has its own, full bucket: a minute's worth, as the first.
+    assert!(
+        report.log.lines + 5 >= totals[0].lines,
+        "{:?} vs {:?}",
+        report.log,
+        totals[0]
+    );
 }
