@@ -54,6 +54,9 @@ pub enum Op {
     Claim,
     /// `LeaseStore::heartbeat`.
     Heartbeat,
+    /// `LeaseStore::heartbeat_many` (the worker's heartbeat ticker; one call is one fenced
+    /// statement set of the SQL backends for up to 1000 leases).
+    HeartbeatMany,
     /// `LeaseStore::cancel_requested` (the cancel poll; one call is one statement of the SQL
     /// backends for up to 1000 leases).
     CancelPoll,
@@ -70,8 +73,9 @@ pub enum Op {
 pub struct OpRecord {
     /// The operation.
     pub op: Op,
-    /// Items it carried: the batch length for `submit_many`/`complete_many`, the number of leases
-    /// a claim returned, the number of leases a cancel poll asked about, otherwise 1.
+    /// Items it carried: the batch length for `submit_many`/`complete_many`/`heartbeat_many`,
+    /// the number of leases a claim returned, the number of leases a cancel poll asked about,
+    /// otherwise 1 (an injected failure is always 1).
     pub items: usize,
     /// Whether it returned `Ok` (an injected failure is `false`).
     pub ok: bool,
