@@ -320,7 +320,7 @@ impl LeaseStore for MemoryStore {
                 .map(|lease| heartbeat_in(&mut state, lease, now, new_expiry))
                 .collect()
         };
-        self.record(Op::HeartbeatMany, leases.len(), true);
+        self.record_batch(Op::HeartbeatMany, &out);
         Ok(out)
     }
 
@@ -381,7 +381,7 @@ impl LeaseStore for MemoryStore {
                 .map(|(lease, completion)| complete_in(&mut state, lease, completion, now, max))
                 .collect()
         };
-        self.record(Op::CompleteMany, items.len(), true);
+        self.record_batch(Op::CompleteMany, &out);
         Ok(out)
     }
 

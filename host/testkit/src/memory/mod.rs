@@ -79,6 +79,9 @@ pub struct OpRecord {
     pub items: usize,
     /// Whether it returned `Ok` (an injected failure is `false`).
     pub ok: bool,
+    /// Items of a batch (`submit_many`, `complete_many`, `heartbeat_many`) answered with their
+    /// own error, e.g. a stale lease; 0 for every other operation.
+    pub refused: usize,
     /// The store clock's "now" when it ran.
     pub at: DateTime<Utc>,
 }
@@ -249,10 +252,28 @@ impl MemoryStore {
 
     /// Appends to the log and signals waiters.
     pub(crate) fn record(&self, op: Op, items: usize, ok: bool) {
-        let at = self.now();
-        locked(&self.controls)
-            .log
-            .push(OpRecord { op, items, ok, at });
+        self.push_record(OpRecord {
+            op,
+            items,
+            ok,
+            refused: 0,
+            at: self.now(),
+        });
+    }
+
+    /// Logs a batch that returned `Ok` with `answers`, counting the refused items.
+    pub(crate) fn record_batch<T>(&self, op: Op, answers: &[Result<T, ExecutionError>]) {
+        self.push_record(OpRecord {
+            op,
+            items: answers.len(),
+            ok: true,
+            refused: answers.iter().filter(|a| a.is_err()).count(),
+            at: self.now(),
+        });
+    }
+
+    fn push_record(&self, record: OpRecord) {
+        locked(&self.controls).log.push(record);
         self.changed();
     }
 
