@@ -1,7 +1,8 @@
 //! The set-based heartbeat (docs/semantics.md#heartbeat): one `heartbeat_many` call per tick
 //! carries every in-flight lease of the task, whatever their number; each delivery acts on its
-//! own answer only; a failed call is retried as one call; and a delivery that finishes waits
-//! for a heartbeat call carrying its lease before it writes its completion.
+//! own answer only; a call that failed with a retryable error is retried as one call, one that
+//! failed otherwise stops every handler in it (they complete `retrying`); and a delivery that
+//! finishes waits for a heartbeat call carrying its lease before it writes its completion.
 
 use std::time::Duration;
 
@@ -268,5 +269,44 @@ async fn a_delivery_writes_its_completion_only_after_the_heartbeat_carrying_its_
     assert_eq!(beats(&h, 1)[0].items, 1);
     assert!(h.runner.release(ids[1], RunOutcome::Succeeded(json!("ok"))));
     bounded(h.wait_status(ids[1], ExecutionStatus::Succeeded)).await;
+    h.stop().await.expect("clean stop");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_non_retryable_failure_of_the_call_stops_every_handler_in_it_and_they_retry() {
+    let mut h = Harness::new();
+    let ids = start_blocked(&mut h, 3, 3).await;
+    h.store.fail_next(
+        Op::HeartbeatMany,
+        onestep_core::ExecutionError::Backend(onestep_core::BackendError {
+            backend: "memory",
+            operation: "heartbeat",
+            kind: onestep_core::ConnectorKind::Permanent,
+            message: "injected".into(),
+        }),
+    );
+    bounded(h.runner.wait_for_finished(3)).await;
+    // Each completes `retrying` after 0 s and is claimed again at once.
+    bounded(h.runner.wait_for_calls(6)).await;
+    let calls = h.runner.calls();
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c.invocation.attempt_no == 1)
+            .all(|c| c.cancelled && c.outcome == Some(RunOutcome::Cancelled)),
+        "every handler in the failed call was stopped: {calls:?}"
+    );
+    for id in &ids {
+        let a = h.store.attempt_rows(*id);
+        assert_eq!(a[0].status, AttemptStatus::Retrying);
+        assert_eq!(a[0].error, Some(onestep_worker::cancel_error()));
+        assert_eq!(a[1].status, AttemptStatus::Running);
+    }
+    assert_eq!(h.stats.retried(), 3);
+    assert_eq!(h.stats.lease_lost(), 0, "the leases were not lost");
+    assert_eq!(h.runner.release_all(RunOutcome::Succeeded(json!("ok"))), 3);
+    for id in &ids {
+        bounded(h.wait_status(*id, ExecutionStatus::Succeeded)).await;
+    }
     h.stop().await.expect("clean stop");
 }
