@@ -1,13 +1,12 @@
-//! One delivery: run the handler for one lease with a heartbeat beside it (and registered with
-//! the task's cancel poll), then write exactly one completion (or nothing, when the lease was
-//! lost) — docs/semantics.md#delivery.
+//! One delivery: run the handler for one lease, registered with the task's heartbeat ticker and
+//! its cancel poll, then write exactly one completion (or nothing, when the lease was lost) —
+//! docs/semantics.md#delivery.
 
 use std::sync::Arc;
 
 use onestep_core::ports::LeaseStore;
 use onestep_core::request::RESERVED_METADATA_KEY;
 use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
-use onestep_core::time::SharedClock;
 use onestep_core::{Completion, CompletionStatus, ErrorObject, ExecutionError, ExecutionLease};
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
@@ -16,7 +15,7 @@ use tracing::Instrument;
 
 use crate::cancel_poll::CancelWatch;
 use crate::completer::Completer;
-use crate::heartbeat::{HeartbeatEnd, heartbeat_loop};
+use crate::heartbeat::{HeartbeatEnd, HeartbeatSet};
 use crate::outcome::completion_for;
 use crate::settings::TaskSettings;
 use crate::worker::WorkerStats;
@@ -28,10 +27,10 @@ pub(crate) struct TaskCtx {
     pub(crate) runner: Arc<dyn TaskRunner>,
     pub(crate) completer: Completer,
     pub(crate) stats: Arc<WorkerStats>,
-    /// Where "now" comes from (the system clock unless the worker was given another).
-    pub(crate) clock: SharedClock,
     /// The in-flight leases the task's cancel poll asks about.
     pub(crate) cancel_watch: Arc<CancelWatch>,
+    /// The in-flight leases the task's heartbeat ticker renews.
+    pub(crate) heartbeats: Arc<HeartbeatSet>,
 }
 
 /// Builds the handler's invocation: payload, metadata plus `onestep.execution = {id,
@@ -77,19 +76,11 @@ pub(crate) async fn deliver(
 async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: CancellationToken) {
     let lease_ref = lease.lease_ref();
     let handler_cancel = CancellationToken::new();
-    let stop_heartbeat = CancellationToken::new();
-    // Stops the heartbeat however this delivery ends, a panic included.
-    let _stop_heartbeat_on_drop = stop_heartbeat.clone().drop_guard();
-    let heartbeat = tokio::spawn(heartbeat_loop(
-        Arc::clone(&ctx.store),
-        Arc::clone(&ctx.clock),
-        lease_ref,
-        ctx.settings.heartbeat_interval,
-        ctx.settings.lease_duration_secs(),
-        lease.lease_expires_at,
-        stop_heartbeat.clone(),
-        handler_cancel.clone(),
-    ));
+    // The task's heartbeat ticker carries the lease from now on (docs/semantics.md#heartbeat);
+    // dropping the registration, a panic included, takes it out again.
+    let beating =
+        ctx.heartbeats
+            .register(lease_ref, lease.lease_expires_at, handler_cancel.clone());
 
     // The cancel poll may cancel the handler too (docs/semantics.md#cancel-poll).
     let polled = ctx.cancel_watch.register(lease_ref, handler_cancel.clone());
@@ -110,9 +101,8 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
 
     // Stop heartbeating and polling before the completion is written (docs/semantics.md#delivery
     // step 4).
-    stop_heartbeat.cancel();
     let polled_cancel = polled.finish();
-    let heartbeat_end = heartbeat.await.unwrap_or(HeartbeatEnd::Stopped);
+    let heartbeat_end = beating.finish().await;
     if heartbeat_end == HeartbeatEnd::LeaseLost {
         ctx.stats.record_lease_lost();
         tracing::warn!("lease lost: the handler was stopped and nothing is written");

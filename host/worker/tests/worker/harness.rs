@@ -108,12 +108,13 @@ impl Harness {
             .await;
     }
 
-    /// Successful heartbeats so far.
+    /// Heartbeat calls that returned `Ok` so far (one call per tick carries every lease of the
+    /// task).
     pub fn heartbeats(&self) -> usize {
         self.store
             .log()
             .iter()
-            .filter(|r| r.op == Op::Heartbeat && r.ok)
+            .filter(|r| r.op == Op::HeartbeatMany && r.ok)
             .count()
     }
 

@@ -11,5 +11,6 @@ mod cancel;
 mod drain;
 mod harness;
 mod heartbeat;
+mod heartbeat_set;
 mod lease;
 mod retry;
