@@ -197,12 +197,21 @@ mod tests {
             ConnectorKind::Disconnected
         );
         for (code, message) in [
-            (1290, "The MySQL server is running with the --read-only option"),
+            (
+                1290,
+                "The MySQL server is running with the --read-only option",
+            ),
             (1792, "Cannot execute statement in a READ ONLY transaction"),
             (1836, "Running in read-only mode"),
             (1317, "Query execution was interrupted"),
-            (3024, "Query execution was interrupted, maximum statement execution time exceeded"),
-            (1969, "Query execution was interrupted (max_statement_time exceeded)"),
+            (
+                3024,
+                "Query execution was interrupted, maximum statement execution time exceeded",
+            ),
+            (
+                1969,
+                "Query execution was interrupted (max_statement_time exceeded)",
+            ),
             (1021, "Disk full"),
             (1114, "The table 'x' is full"),
         ] {

@@ -18,7 +18,7 @@ use onestep_e2e::{Schedule, e2e_config, on_each_server, statuses};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::procfs::{cpu_s, memory_kb};
+use crate::procfs::{cpu_s, memory_kb, victims_during};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const FLOODS: usize = 8;
@@ -84,27 +84,8 @@ async fn guest_log_floods_forgeries_and_byte_writes_stay_bounded() -> Result<()>
                 .copied()
                 .collect();
 
-            let mut victims = Vec::new();
-            let mut peak_hwm = 0;
-            let mut i = 0;
-            loop {
-                let mut done = true;
-                for id in &attacks {
-                    done &= env.get(*id).await?.terminal();
-                }
-                if done && i >= 10 {
-                    break;
-                }
-                ensure!(
-                    started.elapsed() < LIMIT,
-                    "the attack did not end within {LIMIT:?} ({} victims submitted)",
-                    victims.len()
-                );
-                victims.push(env.submit("echo", json!({"victim": i})).await?.id);
-                i += 1;
-                peak_hwm = peak_hwm.max(memory_kb(pid)?.1);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let attack = victims_during(&env, &attacks, pid, 10, LIMIT).await?;
+            let (victims, mut peak_hwm) = (attack.victims, attack.peak_hwm_kb);
             let attack_s = started.elapsed().as_secs_f64();
             let cpu = cpu_s(pid)? - cpu_before;
 

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, ensure};
 use onestep_core::ExecutionStatus as S;
 use onestep_e2e::{Schedule, guest, on_each_server};
 
-use crate::procfs::memory_kb;
+use crate::procfs::{memory_kb, victims_during};
 use serde_json::json;
 
 #[path = "../../../host/wasm/tests/runtime/table_hog.rs"]
@@ -205,22 +205,8 @@ async fn table_growth_is_held_to_the_memory_limit_next_to_a_neighbour() -> Resul
             for _ in 0..4 {
                 hogs.push(env.submit("hog", json!({})).await?.id);
             }
-            let mut victims = Vec::new();
-            let mut peak = 0;
-            let started = Instant::now();
-            loop {
-                let mut done = true;
-                for id in &hogs {
-                    done &= env.get(*id).await?.terminal();
-                }
-                if done && victims.len() >= VICTIMS {
-                    break;
-                }
-                ensure!(started.elapsed() < LIMIT, "the hogs did not end within {LIMIT:?}");
-                victims.push(env.submit("echo", json!({"victim": victims.len()})).await?.id);
-                peak = peak.max(memory_kb(pid)?.1);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let attack = victims_during(&env, &hogs, pid, VICTIMS, LIMIT).await?;
+            let (victims, peak) = (attack.victims, attack.peak_hwm_kb);
             for id in &victims {
                 let done = env.wait_status(*id, &[S::Succeeded], LIMIT).await?;
                 ensure!(done.attempts == 1, "{done:?}");
@@ -232,7 +218,6 @@ async fn table_growth_is_held_to_the_memory_limit_next_to_a_neighbour() -> Resul
                     "only the growths the memory limit covers succeed: {done:?}"
                 );
             }
-            peak = peak.max(memory_kb(pid)?.1);
             let growth = peak.saturating_sub(rss_before);
             eprintln!(
                 "[{}] 4 table hogs (64 tables x 1M elements asked, 32 MiB sandbox): RSS before {} MB, \

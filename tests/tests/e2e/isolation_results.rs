@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 
-use crate::procfs::{cpu_s, memory_kb};
+use crate::procfs::{cpu_s, memory_kb, victims_during};
 use onestep_core::ExecutionStatus as S;
 use onestep_e2e::{Schedule, e2e_config, on_each_server, statuses};
 use serde_json::json;
@@ -49,31 +49,8 @@ async fn huge_results_are_refused_without_amplification() -> Result<()> {
                 let payload = json!({"mode": "big_result", "bytes": RESULT_BYTES});
                 attacks.push(env.submit("big", payload).await?.id);
             }
-            let mut victims = Vec::new();
-            let mut peak_hwm = 0;
-            let mut i = 0;
-            loop {
-                let mut done = true;
-                for id in &attacks {
-                    done &= env.get(*id).await?.terminal();
-                }
-                if done && i >= 10 {
-                    break;
-                }
-                ensure!(
-                    started.elapsed() < LIMIT,
-                    "the attack did not end within {LIMIT:?}: RSS before {} MB, peak (VmHWM) {} MB, \
-                     worker CPU {:.2} s, {} victims submitted",
-                    rss_before / 1024,
-                    peak_hwm / 1024,
-                    cpu_s(pid)? - cpu_before,
-                    victims.len()
-                );
-                victims.push(env.submit("echo", json!({"victim": i})).await?.id);
-                i += 1;
-                peak_hwm = peak_hwm.max(memory_kb(pid)?.1);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let attack = victims_during(&env, &attacks, pid, 10, LIMIT).await?;
+            let (victims, mut peak_hwm) = (attack.victims, attack.peak_hwm_kb);
             let attack_s = started.elapsed().as_secs_f64();
             let cpu = cpu_s(pid)? - cpu_before;
 

@@ -1,4 +1,5 @@
-//! What the tests read of a worker process from `/proc`: its memory and its CPU time.
+//! What the tests read of a worker process from `/proc` (its memory and its CPU time), and the
+//! victim executions submitted while an attack runs.
 
 use anyhow::{Context, Result};
 
@@ -29,4 +30,51 @@ pub(crate) fn cpu_s(pid: u32) -> Result<f64> {
             .context("bad stat field")
     };
     Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// What [`victims_during`] saw.
+pub(crate) struct Attack {
+    /// The victim executions submitted while the attack ran.
+    pub(crate) victims: Vec<uuid::Uuid>,
+    /// The worker's peak RSS (`VmHWM`, kB) seen meanwhile.
+    pub(crate) peak_hwm_kb: u64,
+}
+
+/// Submits a victim `echo` execution every 50 ms while any of `attacks` is not terminal (and
+/// until at least `min_victims` are in), following the peak RSS of the worker `pid`; fails after
+/// `limit`.
+pub(crate) async fn victims_during(
+    env: &onestep_e2e::Env,
+    attacks: &[uuid::Uuid],
+    pid: u32,
+    min_victims: usize,
+    limit: std::time::Duration,
+) -> Result<Attack> {
+    let started = std::time::Instant::now();
+    let mut victims = Vec::new();
+    let mut peak_hwm_kb = 0;
+    loop {
+        let mut done = true;
+        for id in attacks {
+            done &= env.get(*id).await?.terminal();
+        }
+        if done && victims.len() >= min_victims {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < limit,
+            "the attack did not end within {limit:?}: peak (VmHWM) {} MB, {} victims submitted",
+            peak_hwm_kb / 1024,
+            victims.len()
+        );
+        let victim = serde_json::json!({"victim": victims.len()});
+        victims.push(env.submit("echo", victim).await?.id);
+        peak_hwm_kb = peak_hwm_kb.max(memory_kb(pid)?.1);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    peak_hwm_kb = peak_hwm_kb.max(memory_kb(pid)?.1);
+    Ok(Attack {
+        victims,
+        peak_hwm_kb,
+    })
 }
