@@ -25,6 +25,8 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::observe::{HeartbeatOutcome, WorkerObserver};
+
 /// How the heartbeat of one lease ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HeartbeatEnd {
@@ -170,6 +172,8 @@ pub(crate) struct Ticker {
     pub(crate) interval: Duration,
     pub(crate) lease_duration_s: f64,
     pub(crate) task_name: String,
+    /// Told of every lease's answer.
+    pub(crate) observer: Arc<dyn WorkerObserver>,
 }
 
 /// Runs until `stop` fires: every `interval`, one `heartbeat_many` call for every lease in the
@@ -197,6 +201,9 @@ pub(crate) async fn heartbeat_loop(t: Ticker, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             answer = t.store.heartbeat_many(&leases, t.lease_duration_s) => answer,
         };
+        if let Err(e) = &answer {
+            t.observer.store_error(&t.task_name, e);
+        }
         let mut retrying = 0usize;
         let mut first_error = None;
         for (k, slot) in slots.iter().enumerate() {
@@ -210,6 +217,7 @@ pub(crate) async fn heartbeat_loop(t: Ticker, stop: CancellationToken) {
                 }),
                 Err(e) => Err(e.clone()),
             };
+            t.observer.heartbeat(&t.task_name, outcome_of(&item));
             if let Err(e) = &item
                 && e.is_transient()
             {
@@ -227,6 +235,16 @@ pub(crate) async fn heartbeat_loop(t: Ticker, stop: CancellationToken) {
         for slot in &slots {
             slot.state().in_call = None;
         }
+    }
+}
+
+/// The observer's name for one lease's answer.
+fn outcome_of(answer: &Result<HeartbeatResult, ExecutionError>) -> HeartbeatOutcome {
+    match answer {
+        Ok(beat) if beat.cancel_requested => HeartbeatOutcome::CancelRequested,
+        Ok(_) => HeartbeatOutcome::Renewed,
+        Err(ExecutionError::StaleLease(_)) => HeartbeatOutcome::Stale,
+        Err(_) => HeartbeatOutcome::Error,
     }
 }
 

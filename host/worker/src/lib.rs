@@ -21,10 +21,12 @@ mod completer;
 mod delivery;
 mod fetch;
 mod heartbeat;
+mod observe;
 mod outcome;
 mod settings;
 mod worker;
 
+pub use observe::{AttemptEnd, HeartbeatOutcome, NoObserver, WorkerObserver};
 pub use outcome::{MAX_GUEST_RETRY_DELAY_S, cancel_error, completion_for};
 pub use settings::{TaskBinding, TaskSettings, WorkerSettings};
 pub use worker::{Worker, WorkerError, WorkerStats};

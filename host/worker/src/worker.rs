@@ -15,6 +15,7 @@ use crate::completer::Completer;
 use crate::delivery::TaskCtx;
 use crate::fetch::fetch_loop;
 use crate::heartbeat::{HeartbeatSet, Ticker, heartbeat_loop};
+use crate::observe::{NoObserver, WorkerObserver};
 use crate::settings::{TaskBinding, WorkerSettings};
 
 /// Why a worker stopped with an error.
@@ -120,6 +121,7 @@ pub struct Worker {
     settings: WorkerSettings,
     stats: Arc<WorkerStats>,
     clock: SharedClock,
+    observer: Arc<dyn WorkerObserver>,
 }
 
 impl Worker {
@@ -138,6 +140,7 @@ impl Worker {
             settings,
             stats: Arc::new(WorkerStats::default()),
             clock: Arc::new(SystemClock),
+            observer: Arc::new(NoObserver),
         })
     }
 
@@ -145,6 +148,13 @@ impl Worker {
     /// fail is measured on it). Give it the clock the store uses, e.g. a manual clock in tests.
     pub fn with_clock(mut self, clock: SharedClock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Tells `observer` of every claim, attempt, heartbeat answer and storage error
+    /// (docs/observability.md#worker-metrics).
+    pub fn with_observer(mut self, observer: Arc<dyn WorkerObserver>) -> Self {
+        self.observer = observer;
         self
     }
 
@@ -177,6 +187,7 @@ impl Worker {
                     interval: task.settings.heartbeat_interval,
                     lease_duration_s: task.settings.lease_duration_secs(),
                     task_name: task.settings.task_name.clone(),
+                    observer: Arc::clone(&self.observer),
                 },
                 stop_tickers.clone(),
             )));
@@ -186,6 +197,7 @@ impl Worker {
                 Arc::clone(&cancel_watch),
                 task.settings.cancel_poll_interval,
                 task.settings.task_name.clone(),
+                Arc::clone(&self.observer),
                 stop_tickers.clone(),
             )));
             let ctx = Arc::new(TaskCtx {
@@ -196,6 +208,8 @@ impl Worker {
                 stats: Arc::clone(&self.stats),
                 cancel_watch,
                 heartbeats,
+                observer: Arc::clone(&self.observer),
+                clock: Arc::clone(&self.clock),
             });
             let name = task.settings.task_name.clone();
             let fut = fetch_loop(ctx, stopping.clone(), hard_cancel.clone(), tracker.clone());

@@ -13,4 +13,5 @@ mod harness;
 mod heartbeat;
 mod heartbeat_set;
 mod lease;
+mod observer;
 mod retry;
