@@ -18,6 +18,8 @@
 //!   task's rate, no guest starts a line, victims succeed.
 //! * [`isolation_cancel`]: cancel latency at the default settings is bounded by the cancel
 //!   poll, not the heartbeat (busy guests cancelled beside a victim task in the same worker).
+//! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
+//!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -36,6 +38,7 @@ mod isolation_logs;
 mod isolation_pool;
 mod isolation_results;
 mod lease;
+mod metrics;
 mod procfs;
 mod runtime;
 mod smoke;
