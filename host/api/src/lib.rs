@@ -63,7 +63,10 @@ pub fn router(state: ApiState) -> Router {
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
         .merge(metrics_route)
-        .layer(axum::middleware::from_fn_with_state(metrics, metrics::track))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            metrics::track,
+        ))
 }
 
 /// The OpenAPI document the router serves at `/openapi.json`.

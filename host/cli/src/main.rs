@@ -45,6 +45,11 @@ enum Command {
     Wait(commands::client::WaitArgs),
     /// Measure submit and drain throughput with no-op executions.
     Bench(commands::bench::BenchArgs),
+    /// Work with one task locally (`task run`).
+    #[command(subcommand)]
+    Task(commands::task_run::TaskCommand),
+    /// Run a recorded execution again locally with the current component; writes nothing.
+    Replay(commands::task_run::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +77,10 @@ fn main() -> ExitCode {
             Command::Result(a) => commands::client::result(a).await,
             Command::Wait(a) => commands::client::wait(a).await,
             Command::Bench(a) => commands::bench::run(a).await,
+            Command::Task(commands::task_run::TaskCommand::Run(a)) => {
+                commands::task_run::task_run(a).await
+            }
+            Command::Replay(a) => commands::task_run::replay(a).await,
         }
     });
     ExitCode::from(code)

@@ -20,6 +20,8 @@
 //!   poll, not the heartbeat (busy guests cancelled beside a victim task in the same worker).
 //! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
+//! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
+//!   and `onestep replay` (a recorded execution run locally, nothing written).
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -42,3 +44,4 @@ mod metrics;
 mod procfs;
 mod runtime;
 mod smoke;
+mod task_run;

@@ -6,7 +6,6 @@ mod conn;
 mod output;
 
 use std::io::IsTerminal;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use onestep_api::{poll, text};
@@ -122,15 +121,7 @@ where
 }
 
 fn parse_json_arg(name: &str, text: &str) -> Result<Value, Failure> {
-    let source = match text.strip_prefix('@') {
-        Some("-") => std::io::read_to_string(std::io::stdin())
-            .map_err(|e| Failure::usage(format!("--{name}: cannot read stdin: {e}")))?,
-        Some(file) => std::fs::read_to_string(Path::new(file))
-            .map_err(|e| Failure::usage(format!("--{name}: cannot read {file}: {e}")))?,
-        None => text.to_owned(),
-    };
-    serde_json::from_str(&source)
-        .map_err(|e| Failure::usage(format!("--{name} is not valid JSON: {e}")))
+    super::common::read_json_arg(name, text).map_err(Failure::usage)
 }
 
 fn parse_id(text: &str) -> Result<Uuid, Failure> {

@@ -29,3 +29,16 @@ pub fn load(target: &Path, strict: bool, env: &EnvArgs) -> Result<AppConfig, u8>
         2
     })
 }
+
+/// A JSON argument `--NAME`: JSON text, or `@FILE` to read it from a file (`@-`: stdin). The
+/// error names the flag and says what was wrong.
+pub fn read_json_arg(name: &str, text: &str) -> Result<serde_json::Value, String> {
+    let source = match text.strip_prefix('@') {
+        Some("-") => std::io::read_to_string(std::io::stdin())
+            .map_err(|e| format!("--{name}: cannot read stdin: {e}"))?,
+        Some(file) => std::fs::read_to_string(Path::new(file))
+            .map_err(|e| format!("--{name}: cannot read {file}: {e}"))?,
+        None => text.to_owned(),
+    };
+    serde_json::from_str(&source).map_err(|e| format!("--{name} is not valid JSON: {e}"))
+}

@@ -7,3 +7,4 @@ pub mod common;
 pub mod migrate;
 pub mod run;
 pub mod serve;
+pub mod task_run;

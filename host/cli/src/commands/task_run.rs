@@ -1,0 +1,394 @@
+//! `onestep task run FILE TASK --payload JSON` and `onestep replay ID --config FILE`: one attempt
+//! of a task's component in exactly the sandbox its YAML declares, on this machine, with no
+//! worker and (for `task run`) no database; nothing is written anywhere (docs/cli.md#onestep-task-run).
+//! The guest's log lines, output lines and progress go to stderr as they happen; the outcome to
+//! stdout.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use onestep_config::{AppConfig, TaskConfig};
+use onestep_core::request::{RESERVED_METADATA_KEY, parse_execution_id};
+use onestep_core::{Execution, ExecutionClient};
+use onestep_mysql::MySqlBackend;
+use onestep_wasm::{CancelHandle, InvocationContext, Outcome, Report, SandboxSettings, TrapKind};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::common::{EnvArgs, load, read_json_arg};
+use crate::logging;
+use crate::wiring::wasm_runner::load_task_handler;
+use crate::wiring::{build_runtime, sandbox_settings, source_options};
+
+/// Exit codes of `task run` and `replay` (docs/cli.md#onestep-task-run).
+pub mod exit {
+    /// The handler succeeded.
+    pub const SUCCEEDED: u8 = 0;
+    /// The host could not run the handler (instantiation, a missing preopen, …).
+    pub const HOST_ERROR: u8 = 1;
+    /// Bad arguments, an unloadable file or component, an unknown task or execution.
+    pub const USAGE: u8 = 2;
+    /// The handler returned a handler error, or output that is not accepted.
+    pub const HANDLER_ERROR: u8 = 3;
+    /// The guest trapped (panic, memory limit, fuel, any other trap).
+    pub const TRAPPED: u8 = 4;
+    /// The task's `timeout_s` passed.
+    pub const TIMEOUT: u8 = 5;
+    /// Stopped by `--cancel-after`.
+    pub const CANCELLED: u8 = 6;
+}
+
+/// `onestep task …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum TaskCommand {
+    /// Run one attempt of a task's component locally, without a database.
+    Run(TaskRunArgs),
+}
+
+/// Options of one local attempt.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LocalRunArgs {
+    /// Stop the guest after this many seconds, as a cancel would.
+    #[arg(long, value_name = "SECONDS")]
+    pub cancel_after: Option<f64>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Log level of the guest's lines and onestep's own (default DEBUG: progress included).
+    #[arg(long, value_name = "LEVEL", default_value = "DEBUG")]
+    pub log_level: String,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+/// Arguments of `onestep task run`.
+#[derive(Debug, clap::Args)]
+pub struct TaskRunArgs {
+    /// The YAML app file.
+    pub file: PathBuf,
+    /// The task to run.
+    pub task: String,
+    /// Payload: JSON text, or `@FILE` (`@-`: stdin).
+    #[arg(long)]
+    pub payload: String,
+    /// Metadata: a JSON object, or `@FILE`.
+    #[arg(long)]
+    pub metadata: Option<String>,
+    /// Attempt number the handler sees (1-based).
+    #[arg(long, default_value_t = 1)]
+    pub attempt: u32,
+    #[command(flatten)]
+    pub local: LocalRunArgs,
+}
+
+/// Arguments of `onestep replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Execution id.
+    pub id: String,
+    /// The YAML app file: the execution is read through its task's source (connector, tables,
+    /// namespace), and run with that task's component and sandbox.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// The task whose source holds the execution (default: the only task, or the one named like
+    /// the execution's task).
+    #[arg(long)]
+    pub task: Option<String>,
+    #[command(flatten)]
+    pub local: LocalRunArgs,
+}
+
+fn usage(message: impl std::fmt::Display) -> u8 {
+    eprintln!("onestep: {message}");
+    exit::USAGE
+}
+
+fn find_task<'a>(cfg: &'a AppConfig, name: &str) -> Result<&'a TaskConfig, String> {
+    cfg.task(name).ok_or_else(|| {
+        let names: Vec<&str> = cfg.tasks.iter().map(|t| t.name.as_str()).collect();
+        format!(
+            "no task '{name}' in {} (tasks: {})",
+            cfg.source_path.display(),
+            names.join(", ")
+        )
+    })
+}
+
+/// What one local attempt runs.
+struct Attempt<'a> {
+    task: &'a TaskConfig,
+    execution_id: Uuid,
+    attempt: u32,
+    payload: Value,
+    metadata: serde_json::Map<String, Value>,
+}
+
+/// What one local attempt produced: the runtime's report and the SHA-256 of the component that
+/// ran.
+struct Ran {
+    report: Report,
+    digest: String,
+}
+
+/// Runs one attempt of `a.task` in its sandbox (or returns an exit code when the component
+/// cannot be loaded).
+async fn run_attempt(cfg: &AppConfig, a: Attempt<'_>, local: &LocalRunArgs) -> Result<Ran, u8> {
+    let source = cfg
+        .sources
+        .get(&a.task.source)
+        .ok_or_else(|| usage(format!("unknown resource '{}'", a.task.source)))?;
+    let runtime = build_runtime(cfg).map_err(|e| usage(format!("{e:#}")))?;
+    let sandbox = SandboxSettings {
+        result_limit_bytes: Some(u64::try_from(source.limits.max_result_bytes).unwrap_or(u64::MAX)),
+        ..sandbox_settings(&a.task.sandbox, &cfg.env)
+    };
+    let handler =
+        load_task_handler(&runtime, a.task, &sandbox).map_err(|e| usage(format!("{e:#}")))?;
+    let attempt_id = Uuid::new_v4();
+    let mut metadata = a.metadata;
+    metadata.insert(
+        RESERVED_METADATA_KEY.to_owned(),
+        json!({"id": a.execution_id.to_string(), "attempt_id": attempt_id.to_string()}),
+    );
+    let ctx = InvocationContext {
+        execution_id: a.execution_id.to_string(),
+        attempt_id: attempt_id.to_string(),
+        attempt: a.attempt.max(1),
+        task_name: source.task_name.clone(),
+        namespace: source.namespace.clone(),
+        worker_id: "onestep-task-run".to_owned(),
+        metadata_json: Value::Object(metadata).to_string(),
+    };
+    let cancel = CancelHandle::new();
+    if let Some(secs) = local.cancel_after {
+        let cancel = cancel.clone();
+        let wait = Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(Duration::MAX);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            cancel.cancel();
+        });
+    }
+    let payload = a.payload.to_string();
+    let report = handler
+        .invoke_report(&sandbox, ctx, &payload, cancel, a.task.timeout)
+        .await;
+    Ok(Ran {
+        report,
+        digest: handler.digest_hex(),
+    })
+}
+
+/// The outcome as (label, exit code, detail).
+fn describe(outcome: &Outcome) -> (&'static str, u8, Value) {
+    match outcome {
+        Outcome::Succeeded(text) => (
+            "succeeded",
+            exit::SUCCEEDED,
+            serde_json::from_str(text).unwrap_or(Value::String(text.clone())),
+        ),
+        Outcome::HandlerError {
+            retryable,
+            message,
+            retry_after,
+        } => (
+            "handler_error",
+            exit::HANDLER_ERROR,
+            json!({
+                "retryable": retryable,
+                "message": message,
+                "retry_after_ms": retry_after.map(|d| d.as_millis() as u64),
+            }),
+        ),
+        Outcome::OutputTooLarge { bytes, limit } => (
+            "output_too_large",
+            exit::HANDLER_ERROR,
+            json!({"bytes": bytes, "limit": limit}),
+        ),
+        Outcome::Trapped {
+            kind: TrapKind::Timeout,
+        } => ("timeout", exit::TIMEOUT, Value::Null),
+        Outcome::Trapped {
+            kind: TrapKind::Cancelled,
+        } => ("cancelled", exit::CANCELLED, Value::Null),
+        Outcome::Trapped { kind } => ("trapped", exit::TRAPPED, Value::String(format!("{kind:?}"))),
+        Outcome::HostError(e) => ("host_error", exit::HOST_ERROR, Value::String(e.to_string())),
+    }
+}
+
+/// The report as JSON (`--json`).
+fn report_json(task: &str, ran: &Ran) -> Value {
+    let report = &ran.report;
+    let (label, _, detail) = describe(&report.outcome);
+    let key = if label == "succeeded" {
+        "result"
+    } else {
+        "error"
+    };
+    json!({
+        "task": task,
+        "component_sha256": ran.digest,
+        "outcome": label,
+        key: detail,
+        "duration_ms": report.elapsed.as_secs_f64() * 1000.0,
+        "fuel_consumed": report.fuel_consumed,
+        "peak_memory_bytes": report.peak_memory_bytes,
+        "log": report.log,
+        "output_dropped_bytes": report.output_dropped_bytes,
+    })
+}
+
+fn print_report(task: &str, ran: &Ran, json_out: bool) -> u8 {
+    let report = &ran.report;
+    let (label, code, detail) = describe(&report.outcome);
+    if json_out {
+        println!("{}", report_json(task, ran));
+        return code;
+    }
+    println!("task:     {task}");
+    println!("component sha256: {}", ran.digest);
+    println!("outcome:  {label}");
+    match label {
+        "succeeded" => println!("result:   {detail}"),
+        _ if !detail.is_null() => println!("error:    {detail}"),
+        _ => {}
+    }
+    let fuel = report
+        .fuel_consumed
+        .map_or_else(|| "not metered".to_owned(), |f| f.to_string());
+    println!(
+        "duration: {:.1} ms, fuel: {fuel}, peak memory: {} bytes, log lines: {} ({} dropped)",
+        report.elapsed.as_secs_f64() * 1000.0,
+        report.peak_memory_bytes,
+        report.log.lines,
+        report.log.dropped_lines
+    );
+    code
+}
+
+/// `onestep task run`.
+pub async fn task_run(args: TaskRunArgs) -> u8 {
+    logging::init(&args.local.log_level, false);
+    let cfg = match load(&args.file, false, &args.local.env) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let task = match find_task(&cfg, &args.task) {
+        Ok(t) => t,
+        Err(e) => return usage(e),
+    };
+    let payload = match read_json_arg("payload", &args.payload) {
+        Ok(p) => p,
+        Err(e) => return usage(e),
+    };
+    let metadata = match args
+        .metadata
+        .as_deref()
+        .map(|m| read_json_arg("metadata", m))
+        .transpose()
+    {
+        Ok(None) => serde_json::Map::new(),
+        Ok(Some(Value::Object(m))) => m,
+        Ok(Some(_)) => return usage("--metadata must be a JSON object"),
+        Err(e) => return usage(e),
+    };
+    let attempt = Attempt {
+        task,
+        execution_id: Uuid::new_v4(),
+        attempt: args.attempt,
+        payload,
+        metadata,
+    };
+    match run_attempt(&cfg, attempt, &args.local).await {
+        Ok(ran) => print_report(&task.name, &ran, args.local.json),
+        Err(code) => code,
+    }
+}
+
+/// Reads execution `id` through `task`'s source.
+async fn fetch_execution(
+    cfg: &AppConfig,
+    task: &TaskConfig,
+    id: Uuid,
+) -> Result<Option<Execution>, String> {
+    let source = cfg
+        .sources
+        .get(&task.source)
+        .ok_or_else(|| format!("unknown resource '{}'", task.source))?;
+    let mut opts = source_options(cfg, source).map_err(|e| format!("{e:#}"))?;
+    opts.auto_create = false;
+    opts.pool_max = 2;
+    let backend = MySqlBackend::open(opts)
+        .await
+        .map_err(|e| format!("cannot open the source '{}': {e}", source.name))?;
+    let client = ExecutionClient::new(Arc::new(backend.clone()), &source.namespace, source.limits)
+        .map_err(|e| e.to_string())?;
+    let found = client.get(id).await.map_err(|e| e.to_string());
+    let _ = backend.close().await;
+    found
+}
+
+/// `onestep replay`.
+pub async fn replay(args: ReplayArgs) -> u8 {
+    logging::init(&args.local.log_level, false);
+    let id = match parse_execution_id(&args.id) {
+        Ok(id) => id,
+        Err(e) => return usage(e),
+    };
+    let cfg = match load(&args.config, false, &args.local.env) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let task = match (&args.task, cfg.tasks.as_slice()) {
+        (Some(name), _) => find_task(&cfg, name),
+        (None, [only]) => Ok(only),
+        (None, _) => Err(format!(
+            "{} has several tasks: pass --task NAME",
+            cfg.source_path.display()
+        )),
+    };
+    let task = match task {
+        Ok(t) => t,
+        Err(e) => return usage(e),
+    };
+    let execution = match fetch_execution(&cfg, task, id).await {
+        Ok(Some(e)) => e,
+        Ok(None) => {
+            return usage(format!(
+                "no execution {id} in the namespace of task '{}'",
+                task.name
+            ));
+        }
+        Err(e) => return usage(e),
+    };
+    // The execution's own task, when the file has it (a source may serve several names).
+    let task = cfg.task(&execution.task_name).unwrap_or(task);
+    let recorded = json!({
+        "status": execution.status.as_str(),
+        "attempts": execution.attempts,
+        "error": execution.error,
+        "result": execution.result,
+    });
+    let attempt = Attempt {
+        task,
+        execution_id: execution.id,
+        attempt: execution.attempts.max(1),
+        payload: execution.payload.clone(),
+        metadata: execution.metadata.clone(),
+    };
+    let ran = match run_attempt(&cfg, attempt, &args.local).await {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let (_, code, _) = describe(&ran.report.outcome);
+    if args.local.json {
+        println!(
+            "{}",
+            json!({"recorded": recorded, "replayed": report_json(&task.name, &ran)})
+        );
+    } else {
+        println!("recorded: {recorded}");
+        print_report(&task.name, &ran, false);
+    }
+    code
+}
