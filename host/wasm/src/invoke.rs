@@ -233,6 +233,8 @@ impl Handler {
             ));
         }
         let wasi = build_wasi(sandbox, stdout, stderr)?;
+        let http =
+            crate::http::HttpState::new(&sandbox.network, &rt.clients, stop.deadline, ids.clone());
         let state = State {
             wasi,
             table: wasmtime_wasi::ResourceTable::new(),
@@ -242,6 +244,7 @@ impl Handler {
             log_budget: sandbox.log_limit_bytes,
             log_dropped: false,
             handles: OpenHandles::new(sandbox.max_open_handles),
+            http,
         };
         let mut store = Store::new(&rt.engine, state);
         store.limiter(|s| &mut s.limits);

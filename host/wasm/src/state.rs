@@ -27,6 +27,8 @@ pub(crate) struct State {
     pub(crate) log_dropped: bool,
     /// Files, directories and streams the guest holds open (capped).
     pub(crate) handles: OpenHandles,
+    /// Outbound HTTP of the attempt (`wasi:http`).
+    pub(crate) http: crate::http::HttpState,
 }
 
 impl WasiView for State {
