@@ -142,7 +142,39 @@ pub fn sandbox_settings(sandbox: &SandboxConfig, env: &EnvLookup) -> SandboxSett
         max_tables: sandbox.max_tables,
         max_memories: sandbox.max_memories,
         max_table_elements: sandbox.max_table_elements,
+        network: network_settings(&sandbox.network),
         ..SandboxSettings::default()
+    }
+}
+
+/// The runtime's outbound-HTTP settings for a task's `sandbox.network:` (docs/configuration.md#sandbox-network).
+pub fn network_settings(network: &onestep_config::NetworkConfig) -> onestep_wasm::NetworkSettings {
+    let allow = network
+        .allow
+        .iter()
+        .map(|origin| onestep_wasm::AllowedOrigin {
+            origin: origin.clone(),
+            headers: network
+                .headers
+                .iter()
+                .filter(|h| h.origin == *origin)
+                .flat_map(|h| h.headers.iter())
+                .map(|(name, value)| {
+                    (
+                        name.clone(),
+                        onestep_wasm::Secret(value.expose().to_owned()),
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    onestep_wasm::NetworkSettings {
+        allow,
+        max_response_bytes: network.max_response_bytes,
+        max_request_bytes: network.max_request_bytes,
+        connect_timeout: network.connect_timeout,
+        request_timeout: network.request_timeout,
+        max_concurrent_requests: network.max_concurrent_requests,
     }
 }
 

@@ -44,7 +44,7 @@ pub const TASK_KEYS: [&str; 13] = [
 /// `handler` keys.
 pub const HANDLER_KEYS: [&str; 2] = ["component", "params"];
 /// `sandbox` keys.
-pub const SANDBOX_KEYS: [&str; 11] = [
+pub const SANDBOX_KEYS: [&str; 12] = [
     "memory_limit_bytes",
     "fuel",
     "preopens",
@@ -57,6 +57,8 @@ pub const SANDBOX_KEYS: [&str; 11] = [
     "max_memories",
     "max_table_elements",
     "max_open_handles",
+    // outbound HTTP (docs/configuration.md#sandbox-network)
+    "network",
 ];
 
 /// Largest accepted `sandbox.max_instances`, `max_tables` and `max_memories`: the pool
@@ -438,7 +440,13 @@ fn build_sandbox(
         }
     }
 
+    let network = match node.get_set("network") {
+        None => crate::model::NetworkConfig::default(),
+        Some(n) => super::network::build_network(n, &join(path, "network"))?,
+    };
+
     Ok(SandboxConfig {
+        network,
         memory_limit_bytes,
         fuel,
         preopens,
