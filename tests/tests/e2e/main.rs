@@ -15,6 +15,9 @@
 //!   value, while a victim task in the same worker succeeds every time.
 //! * [`isolation_cancel`]: cancel latency at the default settings is bounded by the cancel
 //!   poll, not the heartbeat (busy guests cancelled beside a victim task in the same worker).
+//! * [`http_fetch`]: the `fetch` guest (world `0.2.0`, outbound HTTP) against a loopback server
+//!   through a real worker: an allowed request, a denied origin decided by the handler, an
+//!   injected header that never reaches the log, a cancel during a slow request.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -27,6 +30,7 @@
 mod api_flow;
 mod check;
 mod check_vs_run;
+mod http_fetch;
 mod isolation_cancel;
 mod isolation_fd;
 mod isolation_pool;

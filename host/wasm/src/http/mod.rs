@@ -52,7 +52,7 @@ impl HttpState {
                 deadline,
                 ids,
                 permits: Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS))),
-                refused: Default::default(),
+                drains: Default::default(),
             },
         }
     }

@@ -7,7 +7,6 @@
 //! through the process's shared pool. Redirects are never followed. See
 //! `docs/security.md#network`.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -51,16 +50,35 @@ pub(crate) struct Hooks {
     /// `max_concurrent_requests` permits; a request holds one until its
     /// response body is finished or dropped.
     pub(crate) permits: Arc<Semaphore>,
-    /// Bodies of the last refused requests, kept open until the store is
-    /// dropped (at most [`KEPT_REFUSED`]): the guest may still be writing or
-    /// finishing the body when its request is refused, and it must see the
-    /// request's error code, not a closed body stream.
-    pub(crate) refused: VecDeque<WasiBody>,
+    /// Drains of request bodies the host no longer sends (refused requests,
+    /// or a server that answered before the guest finished its body): the
+    /// guest's writes and `finish` must still succeed, so that it sees the
+    /// request's outcome, not a closed body stream. Capped like every request
+    /// body and aborted when the store (and with it this set) is dropped.
+    pub(crate) drains: Drains,
 }
 
-/// Refused request bodies kept per attempt (each holds at most one buffered
-/// chunk).
-const KEPT_REFUSED: usize = 4;
+/// Background drains of one attempt (see [`Hooks::drains`]).
+pub(crate) type Drains = Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>;
+
+/// Reads `body` to its end in the background, discarding it.
+fn drain<B>(drains: &Drains, body: B)
+where
+    B: Body<Data = Bytes, Error = Error> + Unpin + Send + 'static,
+{
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let mut set = drains.lock().unwrap_or_else(|e| e.into_inner());
+    while set.try_join_next().is_some() {}
+    set.spawn_on(
+        async move {
+            let mut body = body;
+            while let Some(Ok(_)) = body.frame().await {}
+        },
+        &handle,
+    );
+}
 
 fn fail(e: Error) -> Sending {
     Box::new(std::future::ready(Err(e)))
@@ -69,10 +87,14 @@ fn fail(e: Error) -> Sending {
 impl Hooks {
     /// Refuses `request` with `e` (a value for the guest).
     fn refuse(&mut self, request: http::Request<WasiBody>, e: Error) -> Sending {
-        if self.refused.len() == KEPT_REFUSED {
-            self.refused.pop_front();
-        }
-        self.refused.push_back(request.into_body());
+        let body = Capped::new(
+            request.into_body(),
+            self.policy.max_request_bytes,
+            Error::HttpRequestBodySize,
+            None,
+            None,
+        );
+        drain(&self.drains, body);
         fail(e)
     }
 
@@ -168,8 +190,19 @@ impl WasiHttpHooks for Hooks {
             .and_then(|g| now.checked_add(g))
             .map_or(deadline, |g| Some(deadline.map_or(g, |d| d.min(g))));
         let max_response = self.policy.max_response_bytes;
+        let drains = self.drains.clone();
         let request = request.map(|body| {
-            Capped::new(body, max_request, Error::HttpRequestBodySize, None, None).boxed_unsync()
+            DrainOnDrop {
+                body: Some(Capped::new(
+                    body,
+                    max_request,
+                    Error::HttpRequestBodySize,
+                    None,
+                    None,
+                )),
+                drains,
+            }
+            .boxed_unsync()
         });
         Box::new(async move {
             let sending = CONNECT_TIMEOUT.scope(connect_timeout, client.request(request));
@@ -330,5 +363,48 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// A request body that, when hyper lets go of it before its end (the server
+/// answered first), is drained in the background instead of closed under
+/// the guest.
+struct DrainOnDrop {
+    body: Option<Capped<WasiBody>>,
+    drains: Drains,
+}
+
+impl Body for DrainOnDrop {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        match self.body.as_mut() {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+impl Drop for DrainOnDrop {
+    fn drop(&mut self) {
+        if let Some(body) = self.body.take()
+            && !body.is_end_stream()
+        {
+            drain(&self.drains, body);
+        }
     }
 }

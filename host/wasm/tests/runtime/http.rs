@@ -96,13 +96,39 @@ fn error_message(outcome: &Outcome) -> String {
     }
 }
 
+/// Runs `case` on a tokio runtime of its own (multi-threaded when `multi`)
+/// and drops that runtime, with every socket its test server and client
+/// tasks hold, before the test-serialisation guard is released: a test that
+/// counts the process's file descriptors must not see them close late. The
+/// multi-threaded cases (the cancel latency, the keep-alive count) run alone.
+fn guarded(multi: bool, case: impl std::future::Future<Output = ()>) {
+    let _alone = multi.then(exclusive);
+    let _beside_others = (!multi).then(shared);
+    let rt = if multi {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+    .expect("test runtime");
+    rt.block_on(case);
+    drop(rt);
+}
+
 async fn server() -> TestServer {
     http_server::start().await
 }
 
-#[tokio::test]
-async fn an_allowed_request_returns_the_body() {
-    let _g = shared();
+#[test]
+fn an_allowed_request_returns_the_body() {
+    guarded(false, an_allowed_request_returns_the_body_case());
+}
+
+async fn an_allowed_request_returns_the_body_case() {
     let s = server().await;
     let sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
     let out = output(&run(&sb, serde_json::json!({"url": s.url("/ok")})).await);
@@ -112,9 +138,40 @@ async fn an_allowed_request_returns_the_body() {
     assert_eq!(out["json"]["answer"], 42, "{out}");
 }
 
-#[tokio::test]
-async fn an_origin_not_allowed_is_denied_as_a_value_and_logged() {
-    let _g = shared();
+#[test]
+fn sequential_requests_all_succeed_on_one_kept_alive_connection() {
+    guarded(
+        true,
+        sequential_requests_all_succeed_on_one_kept_alive_connection_case(),
+    );
+}
+
+async fn sequential_requests_all_succeed_on_one_kept_alive_connection_case() {
+    let s = server().await;
+    let sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
+    // Each request races the guest finishing its (empty) body against the
+    // server's answer; whichever wins, the guest sees the response.
+    for i in 0..40 {
+        let outcome = run(&sb, serde_json::json!({"url": s.url("/ok")})).await;
+        assert_eq!(output(&outcome)["status"], 200, "request {i}: {outcome:?}");
+    }
+    let peers = s.counters.ok_peers.lock().map(|p| p.len()).unwrap_or(0);
+    eprintln!("40 sequential requests used {peers} TCP connection(s)");
+    assert!(
+        peers <= 2,
+        "{peers} connections for 40 sequential requests: no keep-alive"
+    );
+}
+
+#[test]
+fn an_origin_not_allowed_is_denied_as_a_value_and_logged() {
+    guarded(
+        false,
+        an_origin_not_allowed_is_denied_as_a_value_and_logged_case(),
+    );
+}
+
+async fn an_origin_not_allowed_is_denied_as_a_value_and_logged_case() {
     let s = server().await;
     // Same host, other port; other scheme; other host.
     let sb = sandbox(&[
@@ -137,9 +194,12 @@ async fn an_origin_not_allowed_is_denied_as_a_value_and_logged() {
     assert!(message.contains("HttpRequestDenied"), "{message}");
 }
 
-#[tokio::test]
-async fn loopback_is_refused_unless_the_entry_names_it() {
-    let _g = shared();
+#[test]
+fn loopback_is_refused_unless_the_entry_names_it() {
+    guarded(false, loopback_is_refused_unless_the_entry_names_it_case());
+}
+
+async fn loopback_is_refused_unless_the_entry_names_it_case() {
     let s = server().await;
     let port = s.port();
     // A wildcard whose name resolves to 127.0.0.1: refused (DNS rebinding).
@@ -166,9 +226,15 @@ async fn loopback_is_refused_unless_the_entry_names_it() {
     assert!(message.contains("HttpRequestDenied"), "{message}");
 }
 
-#[tokio::test]
-async fn redirects_are_not_followed_and_the_next_hop_is_checked_again() {
-    let _g = shared();
+#[test]
+fn redirects_are_not_followed_and_the_next_hop_is_checked_again() {
+    guarded(
+        false,
+        redirects_are_not_followed_and_the_next_hop_is_checked_again_case(),
+    );
+}
+
+async fn redirects_are_not_followed_and_the_next_hop_is_checked_again_case() {
     let s = server().await;
     let sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
     let elsewhere = format!("http://localhost:{}/ok", s.port());
@@ -187,9 +253,15 @@ async fn redirects_are_not_followed_and_the_next_hop_is_checked_again() {
     assert_eq!(out["hops"].as_array().map(Vec::len), Some(2), "{out}");
 }
 
-#[tokio::test]
-async fn a_body_over_max_response_bytes_fails_the_request() {
-    let _g = shared();
+#[test]
+fn a_body_over_max_response_bytes_fails_the_request() {
+    guarded(
+        false,
+        a_body_over_max_response_bytes_fails_the_request_case(),
+    );
+}
+
+async fn a_body_over_max_response_bytes_fails_the_request_case() {
     let s = server().await;
     let mut sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
     sb.network.max_response_bytes = 1 << 20;
@@ -212,9 +284,15 @@ async fn a_body_over_max_response_bytes_fails_the_request() {
     assert_eq!(out["bytes"], 1 << 20, "{out}");
 }
 
-#[tokio::test]
-async fn a_request_body_over_max_request_bytes_fails_the_request() {
-    let _g = shared();
+#[test]
+fn a_request_body_over_max_request_bytes_fails_the_request() {
+    guarded(
+        false,
+        a_request_body_over_max_request_bytes_fails_the_request_case(),
+    );
+}
+
+async fn a_request_body_over_max_request_bytes_fails_the_request_case() {
     let s = server().await;
     let mut sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
     sb.network.max_request_bytes = 1000;
@@ -224,11 +302,17 @@ async fn a_request_body_over_max_request_bytes_fails_the_request() {
     assert!(message.contains("HttpRequestBodySize"), "{message}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_during_a_slow_request_stops_the_guest_and_drops_the_request() {
+#[test]
+fn cancel_during_a_slow_request_stops_the_guest_and_drops_the_request() {
+    guarded(
+        true,
+        cancel_during_a_slow_request_stops_the_guest_and_drops_the_request_case(),
+    );
+}
+
+async fn cancel_during_a_slow_request_stops_the_guest_and_drops_the_request_case() {
     let s = server().await;
     let handler = fetch();
-    let _g = exclusive();
     let sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
     let cancel = CancelHandle::new();
     let payload = serde_json::json!({"url": s.url("/slow?ms=30000")}).to_string();
@@ -282,9 +366,15 @@ async fn cancel_during_a_slow_request_stops_the_guest_and_drops_the_request() {
     );
 }
 
-#[tokio::test]
-async fn a_slow_server_ends_in_the_attempt_timeout_or_the_request_timeout() {
-    let _g = shared();
+#[test]
+fn a_slow_server_ends_in_the_attempt_timeout_or_the_request_timeout() {
+    guarded(
+        false,
+        a_slow_server_ends_in_the_attempt_timeout_or_the_request_timeout_case(),
+    );
+}
+
+async fn a_slow_server_ends_in_the_attempt_timeout_or_the_request_timeout_case() {
     let s = server().await;
     let sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
     let payload = serde_json::json!({"url": s.url("/slow?ms=30000")}).to_string();
@@ -313,9 +403,15 @@ async fn a_slow_server_ends_in_the_attempt_timeout_or_the_request_timeout() {
     assert!(message.contains("HttpResponseTimeout"), "{message}");
 }
 
-#[tokio::test]
-async fn injected_headers_reach_the_server_replace_the_guests_and_are_never_logged() {
-    let _g = shared();
+#[test]
+fn injected_headers_reach_the_server_replace_the_guests_and_are_never_logged() {
+    guarded(
+        false,
+        injected_headers_reach_the_server_replace_the_guests_and_are_never_logged_case(),
+    );
+}
+
+async fn injected_headers_reach_the_server_replace_the_guests_and_are_never_logged_case() {
     let s = server().await;
     const SECRET: &str = "Bearer sk-test-7f3a9c-never-log-me";
     let mut sb = sandbox(&[]);
@@ -358,9 +454,15 @@ async fn injected_headers_reach_the_server_replace_the_guests_and_are_never_logg
     assert!(!format!("{sb:?}").contains("sk-test-7f3a9c"));
 }
 
-#[tokio::test]
-async fn more_requests_than_max_concurrent_requests_are_refused() {
-    let _g = shared();
+#[test]
+fn more_requests_than_max_concurrent_requests_are_refused() {
+    guarded(
+        false,
+        more_requests_than_max_concurrent_requests_are_refused_case(),
+    );
+}
+
+async fn more_requests_than_max_concurrent_requests_are_refused_case() {
     let s = server().await;
     let mut sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
     sb.network.max_concurrent_requests = 0;
@@ -368,9 +470,15 @@ async fn more_requests_than_max_concurrent_requests_are_refused() {
     assert!(message.contains("ConnectionLimitReached"), "{message}");
 }
 
-#[tokio::test]
-async fn a_wasi_http_component_needs_network_allow_and_0_1_0_components_still_run() {
-    let _g = shared();
+#[test]
+fn a_wasi_http_component_needs_network_allow_and_0_1_0_components_still_run() {
+    guarded(
+        false,
+        a_wasi_http_component_needs_network_allow_and_0_1_0_components_still_run_case(),
+    );
+}
+
+async fn a_wasi_http_component_needs_network_allow_and_0_1_0_components_still_run_case() {
     ensure_rust_guests();
     let rt = http_runtime();
     let err = rt

@@ -2,7 +2,8 @@
 //! 127.0.0.1, a random port): `/ok`, `/json`, `/slow?ms=`, `/huge?bytes=`
 //! (`&length=1` declares a Content-Length), `/redirect?to=` and `/headers`
 //! (echoes the request headers as JSON). It counts slow requests that were
-//! dropped before they finished (the client went away).
+//! dropped before they finished (the client went away) and the client ports
+//! `/ok` was served to (one per TCP connection).
 
 use axum::Router;
 use axum::body::Body;
@@ -20,6 +21,8 @@ use std::time::Duration;
 pub struct Counters {
     pub slow_started: AtomicU64,
     pub slow_dropped: AtomicU64,
+    /// Client ports `/ok` was requested from: one per TCP connection.
+    pub ok_peers: std::sync::Mutex<std::collections::HashSet<u16>>,
 }
 
 pub struct TestServer {
@@ -74,6 +77,17 @@ async fn huge(Query(q): Q) -> Response {
     r
 }
 
+async fn ok(
+    State(c): State<Arc<Counters>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+) -> &'static str {
+    c.ok_peers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(peer.port());
+    "hello from the test server"
+}
+
 async fn redirect(Query(q): Q) -> Response {
     let to = q.get("to").cloned().unwrap_or_default();
     (StatusCode::FOUND, [(header::LOCATION, to)], "").into_response()
@@ -96,7 +110,7 @@ async fn headers(h: HeaderMap) -> Response {
 pub async fn start() -> TestServer {
     let counters = Arc::new(Counters::default());
     let app = Router::new()
-        .route("/ok", get(|| async { "hello from the test server" }))
+        .route("/ok", get(ok))
         .route(
             "/json",
             get(|| async { axum::Json(serde_json::json!({"answer": 42})) }),
@@ -111,7 +125,11 @@ pub async fn start() -> TestServer {
         .expect("bind the test server");
     let addr = listener.local_addr().expect("local addr");
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        let _ = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await;
     });
     TestServer { addr, counters }
 }
