@@ -455,6 +455,46 @@ async fn injected_headers_reach_the_server_replace_the_guests_and_are_never_logg
 }
 
 #[test]
+fn a_tls_handshake_that_never_completes_ends_in_the_connect_timeout() {
+    guarded(
+        false,
+        a_tls_handshake_that_never_completes_ends_in_the_connect_timeout_case(),
+    );
+}
+
+async fn a_tls_handshake_that_never_completes_ends_in_the_connect_timeout_case() {
+    // A loopback server that accepts TCP and then says nothing: the https
+    // handshake waits until connect_timeout_s.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let mut sb = sandbox(&[&format!("https://127.0.0.1:{port}")]);
+    sb.network.connect_timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let message = error_message(
+        &run(
+            &sb,
+            serde_json::json!({"url": format!("https://127.0.0.1:{port}/")}),
+        )
+        .await,
+    );
+    assert!(message.contains("ConnectionTimeout"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    held.abort();
+}
+
+#[test]
 fn more_requests_than_max_concurrent_requests_are_refused() {
     guarded(
         false,
