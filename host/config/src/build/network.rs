@@ -158,6 +158,16 @@ fn build_headers(
                     ),
                 ));
             }
+            if headers
+                .iter()
+                .any(|(seen, _): &(String, Secret)| seen.eq_ignore_ascii_case(name))
+            {
+                return Err(ConfigError::at(
+                    v,
+                    &opath,
+                    format!("header {name} is given twice (names are case-insensitive)"),
+                ));
+            }
             let text = match &v.value {
                 Value::Str(s) => s.clone(),
                 Value::Int(_) | Value::Float(_) | Value::Bool(_) => crate::fields::scalar_text(v),

@@ -514,6 +514,12 @@ fn sandbox_network() {
         ),
         "tasks[0].sandbox.network.headers[\"https://a.example.com\"]: \"Bad Name\" is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) (line 13, column 47)"
     );
+    assert_eq!(
+        bad(
+            "        allow: [https://a.example.com]\n        headers:\n          https://a.example.com: {Authorization: x, authorization: y}\n"
+        ),
+        "tasks[0].sandbox.network.headers[\"https://a.example.com\"]: header authorization is given twice (names are case-insensitive) (line 13, column 68)"
+    );
     for (key, v, msg) in [
         (
             "max_response_bytes",
