@@ -226,3 +226,35 @@ pub fn task_bindings(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onestep_config::{NetworkConfig, OriginHeaders, OriginPattern, Secret};
+
+    #[test]
+    fn network_headers_go_to_their_own_origin_only() {
+        let a = OriginPattern::parse("https://a.example.com").expect("a");
+        let b = OriginPattern::parse("http://127.0.0.1:18080").expect("b");
+        let cfg = NetworkConfig {
+            allow: vec![a.clone(), b.clone()],
+            headers: vec![OriginHeaders {
+                origin: a.clone(),
+                headers: vec![("Authorization".into(), Secret::new("Bearer k"))],
+            }],
+            max_concurrent_requests: 3,
+            ..NetworkConfig::default()
+        };
+        let s = network_settings(&cfg);
+        assert_eq!(s.allow.len(), 2);
+        assert_eq!(s.allow[0].origin, a);
+        assert_eq!(s.allow[0].headers.len(), 1);
+        assert_eq!(s.allow[0].headers[0].0, "Authorization");
+        assert_eq!(s.allow[0].headers[0].1.0, "Bearer k");
+        assert_eq!(s.allow[1].origin, b);
+        assert!(s.allow[1].headers.is_empty());
+        assert_eq!(s.max_concurrent_requests, 3);
+        assert_eq!(s.request_timeout, cfg.request_timeout);
+        assert!(!network_settings(&NetworkConfig::default()).enabled());
+    }
+}
