@@ -9,6 +9,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${ONESTEP_REF_VENV:-$ROOT/target/ref-venv}
 PY=${PYTHON:-python3}
+# Serialise concurrent callers (the interop tests run in parallel): one creates, the others wait.
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock 9
 want_ok() {
   "$VENV/bin/python" - <<'PY' 2>/dev/null
 import importlib.metadata as m, sys

@@ -29,6 +29,12 @@
 //!   more. Returns `{"opened": N, "error":
 //!   "..." | null, "os_error": N | null, "reopened": bool}`.
 //!
+//! - `log-flood`: says `n` (default 100,000) lines of `size` bytes (default
+//!   100) through each channel named in `via` (default all of `log`,
+//!   `progress`, `stdout`, `stderr`), then fails with a fatal handler error
+//!   whose message is `error_bytes` long (default 10 MiB; 0: succeeds
+//!   instead with `{"said": n}`).
+//!
 //! The escape modes return what the OS said as *data*:
 //! `{"denied": true, "error": "..."}` (or `{"denied": false, ...}` if the
 //! operation unexpectedly worked).
@@ -189,6 +195,47 @@ impl Guest for Misbehave {
                     "reopened": reopened,
                 })
                 .to_string())
+            }
+            "log-flood" => {
+                let n = v.get("n").and_then(|x| x.as_u64()).unwrap_or(100_000);
+                let size = v.get("size").and_then(|x| x.as_u64()).unwrap_or(100) as usize;
+                let error_bytes = v
+                    .get("error_bytes")
+                    .and_then(|x| x.as_u64())
+                    .unwrap_or(10 << 20) as usize;
+                let all = ["log", "progress", "stdout", "stderr"];
+                let via: Vec<String> = match v.get("via").and_then(|x| x.as_array()) {
+                    Some(list) => list
+                        .iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect(),
+                    None => all.iter().map(|x| x.to_string()).collect(),
+                };
+                let line = "y".repeat(size);
+                let mut out = std::io::stdout().lock();
+                let mut err = std::io::stderr().lock();
+                for i in 0..n {
+                    for channel in &via {
+                        match channel.as_str() {
+                            "log" => log(Level::Info, &line),
+                            "progress" => progress(i, n, &line),
+                            "stdout" => {
+                                let _ = writeln!(out, "{line}");
+                            }
+                            "stderr" => {
+                                let _ = writeln!(err, "{line}");
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                let _ = out.flush();
+                let _ = err.flush();
+                if error_bytes == 0 {
+                    Ok(json!({ "said": n }).to_string())
+                } else {
+                    Err(fatal("e".repeat(error_bytes)))
+                }
             }
             "fatal" => Err(fatal("misbehave: deliberate fatal error".into())),
             "big_result" => {

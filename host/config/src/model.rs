@@ -22,6 +22,10 @@ pub use onestep_core::settings::{
     PreopenMode,
 };
 pub use onestep_core::settings::{
+    DEFAULT_LOG_LIMIT_BYTES, DEFAULT_LOG_RATE_BYTES_PER_MINUTE, DEFAULT_MAX_LOG_LINES,
+    DEFAULT_MAX_LOG_MESSAGE_BYTES, MIN_LOG_MESSAGE_BYTES,
+};
+pub use onestep_core::settings::{
     DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
 };
 use serde::Serialize;
@@ -87,6 +91,9 @@ pub struct AppConfig {
     pub config: JsonMap,
     /// `app.logging`.
     pub logging: LoggingConfig,
+    /// `app.sandbox`: the worker-wide default limits every task's `sandbox:` starts from
+    /// (docs/configuration.md#worker-wide-sandbox-defaults); never capabilities.
+    pub sandbox_defaults: SandboxConfig,
     /// `mysql` connector resources by name.
     pub connectors: BTreeMap<String, MysqlConnectorConfig>,
     /// `mysql_execution_source` resources by name.
@@ -324,6 +331,16 @@ pub struct SandboxConfig {
     /// Files, directories and streams the guest may hold open at once
     /// (default [`DEFAULT_MAX_OPEN_HANDLES`], 1–[`MAX_OPEN_HANDLES_LIMIT`]).
     pub max_open_handles: u32,
+    // What the handler may put in the worker's log (docs/configuration.md#sandbox-log-limits).
+    /// `log_limit_bytes`: guest log bytes per attempt.
+    pub log_limit_bytes: u64,
+    /// `max_log_lines`: guest log lines per attempt.
+    pub max_log_lines: u64,
+    /// `max_log_message_bytes`: longest message, note, output line or error message logged.
+    pub max_log_message_bytes: u64,
+    /// `log_rate_bytes_per_minute`: guest log bytes per minute of all the task's attempts in
+    /// one worker.
+    pub log_rate_bytes_per_minute: u64,
     /// After a cancel, how long the guest may run on to return by itself
     /// ([`DEFAULT_CANCEL_GRACE`]; not settable from the file, not in the summaries).
     #[serde(skip)]
@@ -395,6 +412,10 @@ impl Default for SandboxConfig {
             max_memories: DEFAULT_MAX_MEMORIES,
             max_table_elements: DEFAULT_MAX_TABLE_ELEMENTS,
             max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
+            log_limit_bytes: DEFAULT_LOG_LIMIT_BYTES,
+            max_log_lines: DEFAULT_MAX_LOG_LINES,
+            max_log_message_bytes: DEFAULT_MAX_LOG_MESSAGE_BYTES,
+            log_rate_bytes_per_minute: DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
             cancel_grace: DEFAULT_CANCEL_GRACE,
             network: NetworkConfig::default(),
         }

@@ -33,7 +33,7 @@ pub const TOP_KEYS: [&str; 15] = [
 ];
 
 /// Allowed keys of `app:`.
-pub const APP_KEYS: [&str; 8] = [
+pub const APP_KEYS: [&str; 9] = [
     "name",
     "shutdown_timeout_s",
     "config",
@@ -42,6 +42,7 @@ pub const APP_KEYS: [&str; 8] = [
     "env_file",
     "strict_env",
     "failure_capture",
+    "sandbox",
 ];
 
 /// Runs every strict check on `root` (a mapping).
@@ -96,6 +97,11 @@ fn check_app(root: &Node) -> Result<(), ConfigError> {
     check_allowed(app, "app", &APP_KEYS)?;
     if let Some(l) = app.get("logging") {
         parse_logging(l)?;
+    }
+    if let Some(s) = app.get_set("sandbox")
+        && s.is_map()
+    {
+        check_allowed(s, "app.sandbox", &SANDBOX_KEYS)?;
     }
     if let Some(n) = app.get("env_file")
         && n.as_str().is_none()

@@ -289,6 +289,12 @@ fn sandbox_text(s: &SandboxConfig) -> String {
         " instances={} memories={} tables={}x{} open_handles={}",
         s.max_instances, s.max_memories, s.max_tables, s.max_table_elements, s.max_open_handles
     );
+    // Log limits (docs/configuration.md#sandbox-log-limits).
+    let _ = write!(
+        text,
+        " log={}B/{}lines message={}B rate={}B/min",
+        s.log_limit_bytes, s.max_log_lines, s.max_log_message_bytes, s.log_rate_bytes_per_minute
+    );
     // Outbound HTTP (docs/configuration.md#sandbox-network); header values never shown.
     let n = &s.network;
     if !n.allow.is_empty() {

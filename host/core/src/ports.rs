@@ -16,7 +16,7 @@ use crate::error::ExecutionError;
 use crate::execution::{
     Completion, Execution, ExecutionLease, ExecutionPage, HeartbeatResult, LeaseRef,
 };
-use crate::request::{ClaimRequest, ListFilter, PreparedSubmission};
+use crate::request::{ClaimRequest, ListFilter, PreparedSubmission, validate_lease_duration};
 
 /// Client-side storage operations (docs/semantics.md#client-operations). Inputs are already validated by
 /// [`ExecutionClient`](crate::client::ExecutionClient); namespaces are trimmed.
@@ -66,6 +66,29 @@ pub trait LeaseStore: Send + Sync {
         lease: &LeaseRef,
         lease_duration_s: f64,
     ) -> Result<HeartbeatResult, ExecutionError>;
+
+    /// The set-based heartbeat (docs/semantics.md#heartbeat): [`Self::heartbeat`] for every lease
+    /// of `leases` with one "now", one result per input in input order, each exactly what
+    /// `heartbeat` would answer for that lease alone (the new expiry and `cancel_requested`, or
+    /// that lease's `StaleLease`), so a stale lease does not fail the others; a lease given twice
+    /// gets the same answer twice. The outer error is for the whole batch (nothing written):
+    /// an invalid `lease_duration_s` or a storage failure. An empty slice answers empty without
+    /// touching the store.
+    ///
+    /// The default runs `heartbeat` once per lease (one transaction each) and reports every
+    /// error per lease; backends override it with one fenced statement set per batch.
+    async fn heartbeat_many(
+        &self,
+        leases: &[LeaseRef],
+        lease_duration_s: f64,
+    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
+        validate_lease_duration(lease_duration_s)?;
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            out.push(self.heartbeat(lease, lease_duration_s).await);
+        }
+        Ok(out)
+    }
 
     /// The cancel poll (docs/semantics.md#cancel-poll): of `leases`, the execution ids whose row
     /// is `cancel_requested` under that lease's token while the lease is still valid, in no

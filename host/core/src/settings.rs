@@ -65,6 +65,26 @@ pub const MAX_OPEN_HANDLES_LIMIT: u32 = 65_536;
 /// After a cancel, how long a guest may run on to notice it and return by itself before the
 /// runtime stops it. Not settable from the file.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(50);
+// What a handler may put in the worker's log (docs/security.md#logs): one budget per attempt
+// over everything it says (log and progress calls, stdout/stderr lines, its error message), a
+// cap on each message and on the number of lines, and a rate per task over time.
+/// Bytes of guest log one attempt may produce (`sandbox.log_limit_bytes`): 1 MiB, each line
+/// charged its text plus [`LOG_LINE_OVERHEAD_BYTES`].
+pub const DEFAULT_LOG_LIMIT_BYTES: u64 = 1024 * 1024;
+/// Guest log lines one attempt may produce (`sandbox.max_log_lines`).
+pub const DEFAULT_MAX_LOG_LINES: u64 = 5_000;
+/// Longest single guest message, progress note, output line or error message written to the
+/// log (`sandbox.max_log_message_bytes`): 16 KiB; longer ones are cut.
+pub const DEFAULT_MAX_LOG_MESSAGE_BYTES: u64 = 16 * 1024;
+/// Smallest accepted `sandbox.max_log_message_bytes`.
+pub const MIN_LOG_MESSAGE_BYTES: u64 = 256;
+/// Bytes of guest log all attempts of one task together may produce per minute in one worker
+/// (`sandbox.log_rate_bytes_per_minute`): 8 MiB; the burst is one minute's worth.
+pub const DEFAULT_LOG_RATE_BYTES_PER_MINUTE: u64 = 8 * 1024 * 1024;
+/// What each guest line is charged on top of its text: about what the host writes with it
+/// (timestamp, level, target, execution, attempt and task fields), so that empty lines are not
+/// free.
+pub const LOG_LINE_OVERHEAD_BYTES: u64 = 256;
 
 /// The lease/heartbeat rule: `0 < heartbeat <= lease / 3`, so that two heartbeats in a row may
 /// fail before the lease runs out.

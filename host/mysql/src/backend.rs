@@ -86,9 +86,12 @@ pub struct Faults {
     pub lost_before_commit: AtomicU32,
     /// Fail with a deadlock (1213) just before COMMIT (rolled back), this many times.
     pub deadlock_before_commit: AtomicU32,
+    /// Make the matched-row counts of the set-based heartbeat disagree with its locking read
+    /// (after its UPDATEs ran), this many times, so that it takes the per-lease fallback.
+    pub heartbeat_set_mismatch: AtomicU32,
 }
 
-fn take(counter: &AtomicU32) -> bool {
+pub(crate) fn take(counter: &AtomicU32) -> bool {
     counter
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok()

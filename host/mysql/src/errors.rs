@@ -85,6 +85,13 @@ fn classify_server(code: u16, message: &str) -> ConnectorKind {
         codes::DEADLOCK | codes::LOCK_WAIT_TIMEOUT | 3572 | 1637 => {
             return ConnectorKind::Transient;
         }
+        // Operational states that pass (docs/semantics.md#error-classification): the server is
+        // read-only for now (a failover, 1290 `--read-only`, 1792 read-only transaction, 1836
+        // MariaDB read-only replica), the statement was interrupted or hit a statement time limit
+        // (1317, MySQL 3024, MariaDB 1969), the disk or a table is full (1021, 1114).
+        1290 | 1792 | 1836 | 1317 | 3024 | 1969 | 1021 | 1114 => {
+            return ConnectorKind::Transient;
+        }
         1040 | 1203 | 1226 => return ConnectorKind::Throttled,
         1044 | 1045 | 1049 | 1251 | 1698 | 2059 | 1142 | 1143 | 1227 => {
             return ConnectorKind::Misconfigured;
@@ -188,6 +195,36 @@ mod tests {
         assert_eq!(
             classify_server(9999, "MySQL server has gone away"),
             ConnectorKind::Disconnected
+        );
+        for (code, message) in [
+            (
+                1290,
+                "The MySQL server is running with the --read-only option",
+            ),
+            (1792, "Cannot execute statement in a READ ONLY transaction"),
+            (1836, "Running in read-only mode"),
+            (1317, "Query execution was interrupted"),
+            (
+                3024,
+                "Query execution was interrupted, maximum statement execution time exceeded",
+            ),
+            (
+                1969,
+                "Query execution was interrupted (max_statement_time exceeded)",
+            ),
+            (1021, "Disk full"),
+            (1114, "The table 'x' is full"),
+        ] {
+            assert_eq!(
+                classify_server(code, message),
+                ConnectorKind::Transient,
+                "{code}"
+            );
+        }
+        // A constraint violation stays permanent: the same statement fails the same way.
+        assert_eq!(
+            classify_server(1062, "Duplicate entry 'k' for key 'uq'"),
+            ConnectorKind::Permanent
         );
     }
 }

@@ -1,4 +1,5 @@
-//! The fenced worker writes of one lease: heartbeat (T8), complete (T9–T13: cancel wins over
+//! The fenced worker writes of one lease: heartbeat (T8; the set-based `heartbeat_many` is in
+//! `heartbeat_batch.rs` and falls back to the per-lease step here), complete (T9–T13: cancel wins over
 //! success, an identical replay of a terminal completion is accepted) and release (T14), plus
 //! what they share with the batched completion of `complete_batch.rs`: the two fenced
 //! UPDATEs (the execution row while its lease holds, then its running attempt) and the
@@ -22,7 +23,7 @@ use crate::errors::{OpError, OpResult};
 use crate::rows::{bind_error, bind_time, bind_uuid};
 
 /// The statuses a heartbeat may extend the lease of.
-const HEARTBEAT_SOURCES: [ExecutionStatus; 2] =
+pub(crate) const HEARTBEAT_SOURCES: [ExecutionStatus; 2] =
     [ExecutionStatus::Running, ExecutionStatus::CancelRequested];
 
 pub(crate) fn stale(reason: StaleReason) -> OpError {
@@ -123,18 +124,20 @@ impl MySqlBackend {
         }
     }
 
-    async fn heartbeat_once(
+    /// T8 for one lease inside `tx` (docs/semantics.md#heartbeat): extend the execution's lease
+    /// to `new_expiry`, stamp the running attempt, read the status. A miss of either write is
+    /// a stale lease; the caller rolls back (the whole transaction or its savepoint), so a
+    /// refused heartbeat persists nothing.
+    pub(crate) async fn heartbeat_in_tx(
         &self,
+        tx: &mut Transaction<'_>,
         lease: &LeaseRef,
-        lease_duration_s: f64,
+        now: DateTime<Utc>,
+        new_expiry: DateTime<Utc>,
     ) -> OpResult<HeartbeatResult> {
-        let now = self.now();
-        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
-        let mut conn = self.conn().await?;
-        let mut tx = begin(&mut conn).await?;
         let extended = self
             .update_leased_execution(
-                &mut tx,
+                tx,
                 lease,
                 &HEARTBEAT_SOURCES,
                 "lease_expires_at = ?, updated_at = ?",
@@ -146,7 +149,7 @@ impl MySqlBackend {
             return Err(stale(StaleReason::LeaseInvalid));
         }
         let beat = self
-            .update_running_attempt(&mut tx, lease, "heartbeat_at = ?", vec![bind_time(now)])
+            .update_running_attempt(tx, lease, "heartbeat_at = ?", vec![bind_time(now)])
             .await?;
         if !beat {
             return Err(stale(StaleReason::LeaseInvalid));
@@ -157,11 +160,23 @@ impl MySqlBackend {
                 (bind_uuid(lease.execution_id),),
             )
             .await?;
-        commit(self, tx).await?;
         Ok(HeartbeatResult {
             lease_expires_at: new_expiry,
             cancel_requested: status.as_deref() == Some(ExecutionStatus::CancelRequested.as_str()),
         })
+    }
+
+    async fn heartbeat_once(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> OpResult<HeartbeatResult> {
+        let now = self.now();
+        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let outcome = self.heartbeat_in_tx(&mut tx, lease, now, new_expiry).await;
+        self.finish(tx, outcome).await
     }
 
     pub(crate) async fn heartbeat_impl(

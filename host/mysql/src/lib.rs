@@ -4,7 +4,7 @@
 //! ([`schema`], docs/schema.md), session pinning and the server gate ([`session`], docs/semantics.md#opening-a-backend, docs/semantics.md#sessions), DSN
 //! handling and secret redaction ([`dsn`]), error classification ([`errors`], docs/semantics.md#error-classification), the client
 //! operations (submit, submit_many, get, list, cancel; docs/semantics.md#client-operations) and the worker operations (claim with
-//! bounded maintenance, heartbeat, the cancel poll, complete, complete_many, release; docs/semantics.md#worker-operations), the readiness probe
+//! bounded maintenance, heartbeat (one lease or a set), the cancel poll, complete, complete_many, release; docs/semantics.md#worker-operations), the readiness probe
 //! and the benchmark figures ([`probes`]), and the benchmarks' throw-away databases
 //! ([`scratch`]). One type, [`MySqlBackend`], implements [`onestep_core::ports::ExecutionStore`],
 //! [`onestep_core::ports::LeaseStore`], [`onestep_core::ports::Readiness`] and
@@ -33,6 +33,7 @@ mod complete_batch;
 pub mod dsn;
 pub mod errors;
 mod fenced_writes;
+mod heartbeat_batch;
 mod maintenance;
 pub mod probes;
 pub mod retry;

@@ -59,6 +59,14 @@ impl LeaseStore for MySqlBackend {
         self.heartbeat_impl(lease, lease_duration_s).await
     }
 
+    async fn heartbeat_many(
+        &self,
+        leases: &[LeaseRef],
+        lease_duration_s: f64,
+    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
+        self.heartbeat_many_impl(leases, lease_duration_s).await
+    }
+
     async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError> {
         self.cancel_requested_impl(leases).await
     }

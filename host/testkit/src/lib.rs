@@ -31,6 +31,6 @@ pub mod runner;
 pub mod suite;
 
 pub use clock::ManualClock;
-pub use memory::{MemoryFactory, MemoryStore, Op};
+pub use memory::{MemoryFactory, MemoryStore, Op, OpRecord};
 pub use runner::{FakeRunner, Step};
 pub use suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};

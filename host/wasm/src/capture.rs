@@ -6,11 +6,11 @@
 //!
 //! The cost is O(bytes written): each write scans only its own new bytes for a
 //! line break (the scan position is remembered across writes, so a long
-//! unterminated line written a byte at a time is not rescanned). At most
-//! [`MAX_LINE_EVENTS`] lines per stream per attempt become log events; the
-//! lines after that stay in the captured text but are only counted, and the
-//! counts of dropped lines and bytes are logged once when the guest is done
-//! ([`Capture::finish`]).
+//! unterminated line written a byte at a time is not rescanned). Each line
+//! asks the attempt's [`LogBudget`] before it becomes a log event (the same
+//! budget as `log` and `progress`: bytes, lines and the task's rate); lines it
+//! refuses stay in the captured text but are only counted. The bytes dropped
+//! past the capture limit are reported on the attempt's end line.
 
 use bytes::Bytes;
 use std::pin::Pin;
@@ -22,10 +22,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use crate::context::LogIds;
 use crate::guest_log;
-
-/// Most lines of one stream (stdout or stderr) logged per attempt; further
-/// lines are counted and reported once by [`Capture::finish`].
-pub(crate) const MAX_LINE_EVENTS: u64 = 1000;
+use crate::log_budget::LogBudget;
 
 /// Which stream a capture is attached to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,12 +52,9 @@ struct Inner {
     scanned: usize,
     /// Bytes dropped because of the limit.
     dropped: u64,
-    /// Lines logged so far (at most [`MAX_LINE_EVENTS`]).
-    lines_logged: u64,
-    /// Lines not logged because of [`MAX_LINE_EVENTS`].
-    lines_dropped: u64,
     finished: bool,
     ids: Arc<LogIds>,
+    budget: LogBudget,
     /// Bytes examined in search of a line break, to test the scan cost.
     #[cfg(test)]
     scan_work: u64,
@@ -73,7 +67,12 @@ pub(crate) struct Capture {
 }
 
 impl Capture {
-    pub(crate) fn new(kind: StreamKind, limit_bytes: u64, ids: Arc<LogIds>) -> Self {
+    pub(crate) fn new(
+        kind: StreamKind,
+        limit_bytes: u64,
+        ids: Arc<LogIds>,
+        budget: LogBudget,
+    ) -> Self {
         let limit = usize::try_from(limit_bytes).unwrap_or(usize::MAX);
         Self {
             inner: Arc::new(Mutex::new(Inner {
@@ -83,10 +82,9 @@ impl Capture {
                 forwarded: 0,
                 scanned: 0,
                 dropped: 0,
-                lines_logged: 0,
-                lines_dropped: 0,
                 finished: false,
                 ids,
+                budget,
                 #[cfg(test)]
                 scan_work: 0,
             })),
@@ -104,25 +102,12 @@ impl Capture {
         let room = inner.limit.saturating_sub(inner.buf.len());
         let take = room.min(bytes.len());
         inner.buf.extend_from_slice(&bytes[..take]);
-        if take < bytes.len() {
-            if inner.dropped == 0 {
-                tracing::warn!(
-                    target: guest_log::TARGET,
-                    execution_id = %inner.ids.execution_id,
-                    attempt_id = %inner.ids.attempt_id,
-                    stream = inner.kind.name(),
-                    limit_bytes = inner.limit,
-                    "guest output exceeds its limit; the rest is dropped"
-                );
-            }
-            inner.dropped += (bytes.len() - take) as u64;
-        }
+        inner.dropped += (bytes.len() - take) as u64;
         inner.forward(false);
     }
 
-    /// Forwards any unterminated last line and, if lines or bytes were
-    /// dropped, logs their counts once (call once the guest is done; later
-    /// calls do nothing).
+    /// Forwards any unterminated last line (call once the guest is done;
+    /// later calls do nothing).
     pub(crate) fn finish(&self) {
         let mut inner = self.lock();
         if inner.finished {
@@ -130,18 +115,6 @@ impl Capture {
         }
         inner.finished = true;
         inner.forward(true);
-        if inner.lines_dropped > 0 || inner.dropped > 0 {
-            tracing::warn!(
-                target: guest_log::TARGET,
-                execution_id = %inner.ids.execution_id,
-                attempt_id = %inner.ids.attempt_id,
-                stream = inner.kind.name(),
-                lines_logged = inner.lines_logged,
-                dropped_lines = inner.lines_dropped,
-                dropped_bytes = inner.dropped,
-                "guest output was not logged in full"
-            );
-        }
     }
 
     /// Everything captured so far (lossy UTF-8).
@@ -152,11 +125,6 @@ impl Capture {
     /// Bytes dropped because of the limit.
     pub(crate) fn dropped(&self) -> u64 {
         self.lock().dropped
-    }
-
-    /// Lines captured but not logged because of [`MAX_LINE_EVENTS`].
-    pub(crate) fn dropped_lines(&self) -> u64 {
-        self.lock().lines_dropped
     }
 }
 
@@ -191,21 +159,20 @@ impl Inner {
         }
     }
 
-    /// Logs `buf[from..to]` as one line, or counts it once the cap is reached.
+    /// Logs `buf[from..to]` as one line if the attempt's log budget admits
+    /// it (it counts the lines it refuses).
     fn emit(&mut self, from: usize, to: usize) {
-        if self.lines_logged >= MAX_LINE_EVENTS {
-            self.lines_dropped += 1;
-            return;
-        }
-        self.lines_logged += 1;
+        let stderr = self.kind == StreamKind::Stderr;
+        let level = if stderr {
+            tracing::Level::WARN
+        } else {
+            tracing::Level::INFO
+        };
         let line = String::from_utf8_lossy(&self.buf[from..to]);
         let line = line.trim_end_matches('\r');
-        guest_log::output_line(
-            &self.ids,
-            self.kind.name(),
-            self.kind == StreamKind::Stderr,
-            line,
-        );
+        if let Some(line) = self.budget.admit(level, line) {
+            guest_log::output_line(&self.ids, self.kind.name(), stderr, &line);
+        }
     }
 }
 
@@ -272,8 +239,21 @@ mod tests {
     use super::*;
     use crate::guest_log::tests::{FORGED, ids, logged};
 
+    /// A capture whose budget allows `lines` lines and plenty of bytes.
+    fn capture_with(kind: StreamKind, limit: u64, lines: u64) -> (Capture, LogBudget) {
+        let sandbox = crate::SandboxSettings {
+            log_limit_bytes: 1 << 30,
+            max_log_lines: lines,
+            log_rate_bytes_per_minute: 1 << 40,
+            ..crate::SandboxSettings::default()
+        };
+        let ids = Arc::new(ids());
+        let budget = LogBudget::new(&sandbox, Default::default(), ids.clone());
+        (Capture::new(kind, limit, ids, budget.clone()), budget)
+    }
+
     fn capture(kind: StreamKind, limit: u64) -> Capture {
-        Capture::new(kind, limit, Arc::new(ids()))
+        capture_with(kind, limit, 1 << 30).0
     }
 
     fn scan_work(c: &Capture) -> u64 {
@@ -332,17 +312,20 @@ mod tests {
         });
         assert!(scan_work(&c) <= 64 * 1024 + 1, "{}", scan_work(&c));
         assert_eq!(c.dropped(), WRITES - 64 * 1024);
-        // The line, the limit warning, the summary.
+        // Only the line (cut to max_log_message_bytes): the bytes dropped past
+        // the capture limit are reported on the attempt's end line.
         let events = messages(&out);
-        assert_eq!(events.len(), 3, "{events:?}");
-        assert_eq!(events[2]["dropped_bytes"], WRITES - 64 * 1024);
+        assert_eq!(events.len(), 1, "{events:?}");
+        let line = events[0]["message"].as_str().unwrap_or_default();
+        assert!(line.ends_with("[truncated]"), "{line}");
     }
 
     #[test]
-    fn newline_floods_are_capped_at_the_line_limit() {
+    fn newline_floods_are_capped_by_the_attempts_line_budget() {
         const BYTES: usize = 64 * 1024;
+        const LINES: u64 = 1000;
         for one_write in [true, false] {
-            let c = capture(StreamKind::Stderr, BYTES as u64);
+            let (c, budget) = capture_with(StreamKind::Stderr, BYTES as u64, LINES);
             let out = logged(true, || {
                 if one_write {
                     c.write(&[b'\n'; BYTES]);
@@ -354,12 +337,13 @@ mod tests {
                 c.finish();
             });
             let events = messages(&out);
-            assert_eq!(events.len() as u64, MAX_LINE_EVENTS + 1, "lines + summary");
-            let summary = &events[events.len() - 1];
-            assert_eq!(summary["message"], "guest output was not logged in full");
-            assert_eq!(summary["dropped_lines"], BYTES as u64 - MAX_LINE_EVENTS);
-            assert_eq!(summary["dropped_bytes"], 0);
-            assert_eq!(c.dropped_lines(), BYTES as u64 - MAX_LINE_EVENTS);
+            assert_eq!(events.len() as u64, LINES + 1, "lines + one warning");
+            let warning = &events[LINES as usize];
+            let text = warning["message"].as_str().unwrap_or_default();
+            assert!(text.contains("max_log_lines is reached"), "{text}");
+            let totals = budget.totals();
+            assert_eq!(totals.lines, LINES);
+            assert_eq!(totals.dropped_lines, BYTES as u64 - LINES);
             assert_eq!(c.text().len(), BYTES, "the captured text is complete");
             assert!(scan_work(&c) <= BYTES as u64, "{}", scan_work(&c));
         }

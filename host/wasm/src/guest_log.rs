@@ -61,7 +61,37 @@ pub(crate) fn escape(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// A guest `log` call (the message already truncated to its limit).
+/// Whether an event of guest text at `level` would be written by the
+/// current subscriber (a line it would discard is not charged to the
+/// attempt's log budget).
+pub(crate) fn enabled(level: tracing::Level) -> bool {
+    use tracing::Level as L;
+    if level == L::ERROR {
+        tracing::enabled!(target: TARGET, L::ERROR)
+    } else if level == L::WARN {
+        tracing::enabled!(target: TARGET, L::WARN)
+    } else if level == L::INFO {
+        tracing::enabled!(target: TARGET, L::INFO)
+    } else if level == L::DEBUG {
+        tracing::enabled!(target: TARGET, L::DEBUG)
+    } else {
+        tracing::enabled!(target: TARGET, L::TRACE)
+    }
+}
+
+/// The `tracing` level of a guest `log` call's level.
+pub(crate) fn level_of(level: Level) -> tracing::Level {
+    match level {
+        Level::Trace => tracing::Level::TRACE,
+        Level::Debug => tracing::Level::DEBUG,
+        Level::Info => tracing::Level::INFO,
+        Level::Warn => tracing::Level::WARN,
+        Level::Error => tracing::Level::ERROR,
+    }
+}
+
+/// A guest `log` call (the message already admitted by the attempt's
+/// [`LogBudget`](crate::log_budget::LogBudget), so cut to its limit).
 pub(crate) fn log(ids: &LogIds, level: Level, message: &str) {
     let message = escape(message);
     macro_rules! emit {
@@ -86,7 +116,7 @@ pub(crate) fn log(ids: &LogIds, level: Level, message: &str) {
     }
 }
 
-/// A guest `progress` call (the note already shortened).
+/// A guest `progress` call (the note already admitted by the budget).
 pub(crate) fn progress(ids: &LogIds, done: u64, total: u64, note: &str) {
     let note = escape(note);
     tracing::debug!(
@@ -100,8 +130,8 @@ pub(crate) fn progress(ids: &LogIds, done: u64, total: u64, note: &str) {
     );
 }
 
-/// One line of captured output (without its line terminator); stdout lines
-/// are logged at INFO, stderr lines at WARN.
+/// One line of captured output (without its line terminator, admitted by the
+/// budget); stdout lines are logged at INFO, stderr lines at WARN.
 pub(crate) fn output_line(ids: &LogIds, stream: &'static str, stderr: bool, line: &str) {
     let line = escape(line);
     let (exec, attempt) = (&ids.execution_id, &ids.attempt_id);

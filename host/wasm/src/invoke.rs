@@ -11,6 +11,7 @@ use crate::capture::{Capture, StreamKind};
 use crate::context::{InvocationContext, LogIds};
 use crate::guest_log::escape;
 use crate::handles::OpenHandles;
+use crate::log_budget::{LogBudget, LogTotals};
 use crate::outcome::{InvokeError, Outcome, TrapKind, panic_message};
 use crate::runtime::Handler;
 use crate::sandbox::build_wasi;
@@ -26,11 +27,13 @@ pub struct Report {
     pub stdout: String,
     /// Captured stderr (at most `stderr_limit_bytes`, lossy UTF-8).
     pub stderr: String,
-    /// Bytes of stdout + stderr dropped because of the limits.
+    /// Bytes of stdout + stderr dropped because of the capture limits.
     pub output_dropped_bytes: u64,
-    /// Lines of stdout + stderr captured but not logged because of the cap on
-    /// line events per stream (they are still in `stdout`/`stderr`).
-    pub output_dropped_lines: u64,
+    /// What the guest's log lines (log, progress, stdout/stderr lines) and
+    /// error message cost and what was dropped or cut
+    /// (docs/security.md#logs). Lines not logged are still in
+    /// `stdout`/`stderr`.
+    pub log: LogTotals,
     /// Fuel consumed, when metering is on.
     pub fuel_consumed: Option<u64>,
     /// Peak total linear memory of the guest in bytes.
@@ -93,14 +96,25 @@ impl Handler {
     ) -> Report {
         let started = Instant::now();
         let ids = Arc::new(LogIds::from_ctx(&ctx));
-        let stdout = Capture::new(StreamKind::Stdout, sandbox.stdout_limit_bytes, ids.clone());
-        let stderr = Capture::new(StreamKind::Stderr, sandbox.stderr_limit_bytes, ids.clone());
+        let budget = LogBudget::new(sandbox, self.log_rate.clone(), ids.clone());
+        let stdout = Capture::new(
+            StreamKind::Stdout,
+            sandbox.stdout_limit_bytes,
+            ids.clone(),
+            budget.clone(),
+        );
+        let stderr = Capture::new(
+            StreamKind::Stderr,
+            sandbox.stderr_limit_bytes,
+            ids.clone(),
+            budget.clone(),
+        );
         let report = |outcome, fuel, peak| Report {
             outcome,
             stdout: stdout.text(),
             stderr: stderr.text(),
             output_dropped_bytes: stdout.dropped() + stderr.dropped(),
-            output_dropped_lines: stdout.dropped_lines() + stderr.dropped_lines(),
+            log: budget.totals(),
             fuel_consumed: fuel,
             peak_memory_bytes: peak,
             elapsed: started.elapsed(),
@@ -116,10 +130,11 @@ impl Handler {
             grace,
             deadline,
         };
-        let mut store = match self.new_store(sandbox, ids.clone(), limits, &stdout, &stderr) {
-            Ok(s) => s,
-            Err(e) => return report(Outcome::HostError(e), None, 0),
-        };
+        let mut store =
+            match self.new_store(sandbox, ids.clone(), limits, &stdout, &stderr, &budget) {
+                Ok(s) => s,
+                Err(e) => return report(Outcome::HostError(e), None, 0),
+            };
         let fuel_start = self.fuel_budget(sandbox);
 
         let wit_ctx = WitContext {
@@ -186,7 +201,7 @@ impl Handler {
             }
             Race::Done(Stage::Returned(Err(e))) => Outcome::HandlerError {
                 retryable: e.retryable,
-                message: e.message,
+                message: budget.error_message(e.message),
                 retry_after: e.retry_after_ms.map(Duration::from_millis),
             },
             // The host ran out of a shared pool slot (e.g. a fiber stack) for the call: not
@@ -205,9 +220,20 @@ impl Handler {
                 }
             }
         };
+        let outcome = match outcome {
+            Outcome::Trapped {
+                kind: TrapKind::GuestPanic(message),
+            } => trapped(TrapKind::GuestPanic(budget.cap_message(message))),
+            other => other,
+        };
         // A stopped or trapped store is never reused: it is dropped here.
         drop(store);
-        log_outcome(&ids, &outcome, started.elapsed());
+        let end = EndLine {
+            elapsed: started.elapsed(),
+            log: budget.totals(),
+            output_dropped_bytes: stdout.dropped() + stderr.dropped(),
+        };
+        log_outcome(&ids, &outcome, &end);
         report(outcome, fuel, peak)
     }
 
@@ -225,6 +251,7 @@ impl Handler {
         stop: StoreLimits,
         stdout: &Capture,
         stderr: &Capture,
+        budget: &LogBudget,
     ) -> Result<Store<State>, InvokeError> {
         let rt = &self.runtime;
         if sandbox.fuel.is_some() && !rt.settings.fuel_metering {
@@ -241,8 +268,7 @@ impl Handler {
             limits: Limits::new(sandbox, rt.settings.max_memory_bytes),
             ids,
             cancel: stop.cancel.clone(),
-            log_budget: sandbox.log_limit_bytes,
-            log_dropped: false,
+            log: budget.clone(),
             handles: OpenHandles::new(sandbox.max_open_handles),
             http,
         };
@@ -341,34 +367,51 @@ fn classify_trap(
     trapped(kind)
 }
 
-/// Logs how the attempt ended. The handler-error message and a host error's
-/// text may carry guest-chosen text: they are escaped fields; a trap kind is
-/// written with `Debug`, which escapes its strings itself.
-fn log_outcome(ids: &LogIds, outcome: &Outcome, elapsed: Duration) {
-    let elapsed_us = elapsed.as_micros() as u64;
+/// What the attempt's end line reports besides the outcome.
+#[derive(Debug, Clone, Copy, Default)]
+struct EndLine {
+    elapsed: Duration,
+    log: LogTotals,
+    output_dropped_bytes: u64,
+}
+
+/// Logs how the attempt ended: the attempt's end line, with the totals of
+/// its guest log (docs/security.md#logs). The handler-error message (already
+/// cut by the budget) and a host error's text may carry guest-chosen text:
+/// they are escaped fields; a trap kind is written with `Debug`, which
+/// escapes its strings itself. A success is logged at DEBUG unless the
+/// guest's log lost lines or bytes, then at INFO.
+fn log_outcome(ids: &LogIds, outcome: &Outcome, end: &EndLine) {
+    let elapsed_us = end.elapsed.as_micros() as u64;
+    let t = &end.log;
+    macro_rules! line {
+        ($lvl:ident, $($rest:tt)+) => {
+            tracing::$lvl!(
+                execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
+                log_lines = t.lines, log_bytes = t.bytes, log_dropped_lines = t.dropped_lines,
+                log_rate_limited_lines = t.rate_limited_lines,
+                log_dropped_bytes = t.dropped_bytes, log_truncated = t.truncated,
+                output_dropped_bytes = end.output_dropped_bytes,
+                $($rest)+
+            )
+        };
+    }
+    let lost = t.lost_any() || end.output_dropped_bytes > 0;
     match outcome {
-        Outcome::Succeeded(_) => tracing::debug!(
-            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
-            "handler succeeded"
-        ),
+        Outcome::Succeeded(_) if lost => line!(info, "handler succeeded"),
+        Outcome::Succeeded(_) => line!(debug, "handler succeeded"),
         Outcome::HandlerError {
             retryable, message, ..
-        } => tracing::info!(
-            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
-            retryable, error = %escape(message), "handler error"
-        ),
-        Outcome::OutputTooLarge { bytes, limit } => tracing::info!(
-            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
-            bytes, limit, "handler output refused: too large"
-        ),
-        Outcome::Trapped { kind } => tracing::warn!(
-            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
-            "handler trapped: {kind:?}"
-        ),
-        Outcome::HostError(e) => tracing::error!(
-            execution_id = %ids.execution_id, attempt_id = %ids.attempt_id, elapsed_us,
-            error = %escape(&e.to_string()), "handler could not run"
-        ),
+        } => {
+            line!(info, retryable, error = %escape(message), "handler error")
+        }
+        Outcome::OutputTooLarge { bytes, limit } => {
+            line!(info, bytes, limit, "handler output refused: too large")
+        }
+        Outcome::Trapped { kind } => line!(warn, "handler trapped: {kind:?}"),
+        Outcome::HostError(e) => {
+            line!(error, error = %escape(&e.to_string()), "handler could not run")
+        }
     }
 }
 
@@ -416,11 +459,11 @@ mod tests {
             Outcome::HostError(InvokeError::Instantiation(FORGED.into())),
         ];
         for outcome in &outcomes {
-            let out = logged(false, || log_outcome(&ids, outcome, Duration::ZERO));
+            let out = logged(false, || log_outcome(&ids, outcome, &EndLine::default()));
             assert_eq!(out.matches('\n').count(), 1, "{out:?}");
             assert!(!out.contains('\u{1b}') && !out.contains('\r'), "{out:?}");
             assert!(out.contains("ok\\n2026-01-01"), "{out:?}");
-            let out = logged(true, || log_outcome(&ids, outcome, Duration::ZERO));
+            let out = logged(true, || log_outcome(&ids, outcome, &EndLine::default()));
             assert_eq!(out.matches('\n').count(), 1, "{out:?}");
             let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
             assert_eq!(v["fields"]["execution_id"], "mine", "{v}");

@@ -30,7 +30,8 @@
 //! - A guest cannot take the host down: traps, panics, memory-limit denials,
 //!   fuel exhaustion, timeouts and cancellation all come back as
 //!   [`Outcome::Trapped`]; the host's own memory stays bounded (memory
-//!   ceiling via a resource limiter, bounded stdout/stderr/log capture), and
+//!   ceiling via a resource limiter, bounded stdout/stderr capture, one log
+//!   budget per attempt and a log rate per task over time), and
 //!   so do its open files: an attempt holds at most
 //!   [`SandboxSettings::max_open_handles`] files, directories, listings and
 //!   file streams, and one more open is an error value in the guest.
@@ -77,6 +78,7 @@ mod guest_log;
 mod handles;
 mod http;
 mod invoke;
+mod log_budget;
 mod needs;
 mod outcome;
 mod runtime;
@@ -89,6 +91,7 @@ pub use context::InvocationContext;
 pub use error::Error;
 pub use http::{AllowedOrigin, NetworkSettings, Resolver, Resolving, Secret};
 pub use invoke::Report;
+pub use log_budget::LogTotals;
 pub use needs::{Needs, TABLE_ELEMENT_BYTES};
 pub use onestep_core::network::OriginPattern;
 pub use outcome::{InvokeError, Outcome, TrapKind};

@@ -15,6 +15,7 @@ use wasmtime::{Cache, Engine};
 use crate::bindings::{self, HandlerPre};
 use crate::engine::{self, Ticker};
 use crate::error::Error;
+use crate::log_budget::LogRate;
 use crate::needs::Needs;
 use crate::settings::{RuntimeSettings, SandboxSettings};
 use crate::state::State;
@@ -90,6 +91,9 @@ pub struct Handler {
     pub(crate) digest: [u8; 32],
     pub(crate) name: Arc<str>,
     pub(crate) needs: Needs,
+    /// The task's log rate over time, shared by every clone (one task's
+    /// attempts); see docs/security.md#logs.
+    pub(crate) log_rate: LogRate,
     /// The first `wasi:http` interface the component imports, if any.
     pub(crate) http_import: Option<String>,
 }
@@ -286,6 +290,7 @@ impl Runtime {
             digest,
             name: Arc::from(name),
             needs,
+            log_rate: LogRate::default(),
             http_import,
         })
     }

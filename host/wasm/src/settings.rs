@@ -17,9 +17,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use onestep_core::settings::{
-    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_OPEN_HANDLES,
-    DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES, DEFAULT_MEMORY_LIMIT_BYTES,
-    DEFAULT_OUTPUT_LIMIT_BYTES,
+    DEFAULT_LOG_LIMIT_BYTES, DEFAULT_LOG_RATE_BYTES_PER_MINUTE, DEFAULT_MAX_INSTANCES,
+    DEFAULT_MAX_LOG_LINES, DEFAULT_MAX_LOG_MESSAGE_BYTES, DEFAULT_MAX_MEMORIES,
+    DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
+    DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
 };
 pub use onestep_core::settings::{Preopen, PreopenMode};
 
@@ -205,9 +206,21 @@ pub struct SandboxSettings {
     pub stdout_limit_bytes: u64,
     /// Same for stderr (also the source of a panic's message).
     pub stderr_limit_bytes: u64,
-    /// Total bytes of `log` messages accepted from the guest per attempt;
-    /// further messages are dropped (one warning is emitted).
+    /// Per attempt: bytes of guest log (`log` and `progress` calls, captured
+    /// stdout/stderr lines, the error message), each line charged its
+    /// escaped text plus [`LOG_LINE_OVERHEAD_BYTES`](onestep_core::settings::LOG_LINE_OVERHEAD_BYTES);
+    /// further lines are dropped and counted (docs/security.md#logs).
     pub log_limit_bytes: u64,
+    /// Per attempt: most guest log lines.
+    pub max_log_lines: u64,
+    /// Longest message, note, output line or error message logged; longer
+    /// ones are cut.
+    pub max_log_message_bytes: u64,
+    /// Per task, over time: bytes of guest log all attempts of the task
+    /// together may produce per minute (a token bucket with a minute's worth
+    /// of burst, one per loaded [`Handler`](crate::Handler) and shared by its
+    /// clones).
+    pub log_rate_bytes_per_minute: u64,
     /// Longest output text accepted from `handle`, in bytes; a longer one is
     /// refused before it is parsed ([`Outcome::OutputTooLarge`](crate::Outcome::OutputTooLarge)).
     /// `None` (default): no limit.
@@ -236,7 +249,10 @@ impl Default for SandboxSettings {
             env: BTreeMap::new(),
             stdout_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
             stderr_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
-            log_limit_bytes: 1 << 20,
+            log_limit_bytes: DEFAULT_LOG_LIMIT_BYTES,
+            max_log_lines: DEFAULT_MAX_LOG_LINES,
+            max_log_message_bytes: DEFAULT_MAX_LOG_MESSAGE_BYTES,
+            log_rate_bytes_per_minute: DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
             result_limit_bytes: None,
             max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
             network: crate::http::NetworkSettings::default(),

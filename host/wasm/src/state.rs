@@ -8,12 +8,11 @@ use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 use crate::bindings::{Level, onestep::handler};
 use crate::cancel::CancelHandle;
 use crate::context::LogIds;
+use crate::guest_log;
 use crate::handles::OpenHandles;
+use crate::log_budget::LogBudget;
 use crate::needs::TABLE_ELEMENT_BYTES;
 use crate::settings::SandboxSettings;
-
-/// Longest single `log` message kept (longer ones are truncated).
-const MAX_LOG_MESSAGE_BYTES: usize = 16 * 1024;
 
 /// The `T` of every `Store<T>`. One per invocation, never reused.
 pub(crate) struct State {
@@ -22,9 +21,8 @@ pub(crate) struct State {
     pub(crate) limits: Limits,
     pub(crate) ids: Arc<LogIds>,
     pub(crate) cancel: CancelHandle,
-    /// Bytes of `log` messages the guest may still send.
-    pub(crate) log_budget: u64,
-    pub(crate) log_dropped: bool,
+    /// What the guest may still put in the log (shared with the captures).
+    pub(crate) log: LogBudget,
     /// Files, directories and streams the guest holds open (capped).
     pub(crate) handles: OpenHandles,
     /// Outbound HTTP of the attempt (`wasi:http`).
@@ -147,30 +145,9 @@ impl handler::types::Host for State {}
 
 impl handler::host::Host for State {
     fn log(&mut self, level: Level, message: String) {
-        let len = message.len() as u64;
-        if len > self.log_budget {
-            if !self.log_dropped {
-                self.log_dropped = true;
-                tracing::warn!(
-                    target: crate::guest_log::TARGET,
-                    execution_id = %self.ids.execution_id,
-                    attempt_id = %self.ids.attempt_id,
-                    "guest log budget exhausted; further log messages are dropped"
-                );
-            }
-            return;
+        if let Some(message) = self.log.admit(guest_log::level_of(level), &message) {
+            guest_log::log(&self.ids, level, &message);
         }
-        self.log_budget -= len;
-        let mut message = message;
-        if message.len() > MAX_LOG_MESSAGE_BYTES {
-            let mut cut = MAX_LOG_MESSAGE_BYTES;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push_str("…[truncated]");
-        }
-        crate::guest_log::log(&self.ids, level, &message);
     }
 
     fn cancel_requested(&mut self) -> bool {
@@ -178,7 +155,8 @@ impl handler::host::Host for State {
     }
 
     fn progress(&mut self, done: u64, total: u64, note: String) {
-        let note: String = note.chars().take(256).collect();
-        crate::guest_log::progress(&self.ids, done, total, &note);
+        if let Some(note) = self.log.admit(tracing::Level::DEBUG, &note) {
+            guest_log::progress(&self.ids, done, total, &note);
+        }
     }
 }

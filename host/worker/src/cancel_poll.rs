@@ -15,6 +15,8 @@ use onestep_core::LeaseRef;
 use onestep_core::ports::LeaseStore;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
+
+use crate::observe::WorkerObserver;
 use uuid::Uuid;
 
 /// One registered delivery.
@@ -106,6 +108,7 @@ pub(crate) async fn cancel_poll_loop(
     watch: Arc<CancelWatch>,
     interval: Duration,
     task_name: String,
+    observer: Arc<dyn WorkerObserver>,
     stop: CancellationToken,
 ) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
@@ -133,10 +136,12 @@ pub(crate) async fn cancel_poll_loop(
                 }
             }
             Err(e) if !failing => {
+                observer.store_error(&task_name, &e);
                 failing = true;
                 tracing::warn!(task = %task_name, error = %e, "cancel poll failed; cancel requests wait for the next poll or heartbeat");
             }
             Err(e) => {
+                observer.store_error(&task_name, &e);
                 tracing::debug!(task = %task_name, error = %e, "cancel poll failed again");
             }
         }

@@ -1,14 +1,15 @@
-//! One delivery: run the handler for one lease with a heartbeat beside it (and registered with
-//! the task's cancel poll), then write exactly one completion (or nothing, when the lease was
-//! lost) — docs/semantics.md#delivery.
+//! One delivery: run the handler for one lease, registered with the task's heartbeat ticker and
+//! its cancel poll, then write exactly one completion (or nothing, when the lease was lost) —
+//! docs/semantics.md#delivery.
 
 use std::sync::Arc;
 
 use onestep_core::ports::LeaseStore;
 use onestep_core::request::RESERVED_METADATA_KEY;
 use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
-use onestep_core::time::SharedClock;
-use onestep_core::{Completion, CompletionStatus, ErrorObject, ExecutionError, ExecutionLease};
+use onestep_core::{
+    Completion, CompletionStatus, ErrorObject, ExecutionError, ExecutionLease, ExecutionStatus,
+};
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -16,7 +17,8 @@ use tracing::Instrument;
 
 use crate::cancel_poll::CancelWatch;
 use crate::completer::Completer;
-use crate::heartbeat::{HeartbeatEnd, heartbeat_loop};
+use crate::heartbeat::{HeartbeatEnd, HeartbeatSet};
+use crate::observe::{AttemptEnd, WorkerObserver};
 use crate::outcome::completion_for;
 use crate::settings::TaskSettings;
 use crate::worker::WorkerStats;
@@ -28,10 +30,14 @@ pub(crate) struct TaskCtx {
     pub(crate) runner: Arc<dyn TaskRunner>,
     pub(crate) completer: Completer,
     pub(crate) stats: Arc<WorkerStats>,
-    /// Where "now" comes from (the system clock unless the worker was given another).
-    pub(crate) clock: SharedClock,
     /// The in-flight leases the task's cancel poll asks about.
     pub(crate) cancel_watch: Arc<CancelWatch>,
+    /// The in-flight leases the task's heartbeat ticker renews.
+    pub(crate) heartbeats: Arc<HeartbeatSet>,
+    /// Told of every attempt's start and end (docs/observability.md#worker-metrics).
+    pub(crate) observer: Arc<dyn WorkerObserver>,
+    /// "Now" for the queue wait (the store's clock in tests).
+    pub(crate) clock: onestep_core::time::SharedClock,
 }
 
 /// Builds the handler's invocation: payload, metadata plus `onestep.execution = {id,
@@ -75,21 +81,19 @@ pub(crate) async fn deliver(
 }
 
 async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: CancellationToken) {
+    let started = tokio::time::Instant::now();
+    let task = ctx.settings.task_name.as_str();
+    let queue_wait = (ctx.clock.now() - lease.execution.available_at)
+        .to_std()
+        .unwrap_or_default();
+    ctx.observer.attempt_started(task, queue_wait);
     let lease_ref = lease.lease_ref();
     let handler_cancel = CancellationToken::new();
-    let stop_heartbeat = CancellationToken::new();
-    // Stops the heartbeat however this delivery ends, a panic included.
-    let _stop_heartbeat_on_drop = stop_heartbeat.clone().drop_guard();
-    let heartbeat = tokio::spawn(heartbeat_loop(
-        Arc::clone(&ctx.store),
-        Arc::clone(&ctx.clock),
-        lease_ref,
-        ctx.settings.heartbeat_interval,
-        ctx.settings.lease_duration_secs(),
-        lease.lease_expires_at,
-        stop_heartbeat.clone(),
-        handler_cancel.clone(),
-    ));
+    // The task's heartbeat ticker carries the lease from now on (docs/semantics.md#heartbeat);
+    // dropping the registration, a panic included, takes it out again.
+    let beating =
+        ctx.heartbeats
+            .register(lease_ref, lease.lease_expires_at, handler_cancel.clone());
 
     // The cancel poll may cancel the handler too (docs/semantics.md#cancel-poll).
     let polled = ctx.cancel_watch.register(lease_ref, handler_cancel.clone());
@@ -110,12 +114,18 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
 
     // Stop heartbeating and polling before the completion is written (docs/semantics.md#delivery
     // step 4).
-    stop_heartbeat.cancel();
     let polled_cancel = polled.finish();
-    let heartbeat_end = heartbeat.await.unwrap_or(HeartbeatEnd::Stopped);
+    let heartbeat_end = beating.finish().await;
     if heartbeat_end == HeartbeatEnd::LeaseLost {
         ctx.stats.record_lease_lost();
         tracing::warn!("lease lost: the handler was stopped and nothing is written");
+        let end = AttemptEnd {
+            status: None,
+            duration: started.elapsed(),
+            failure: None,
+            lease_lost: true,
+        };
+        ctx.observer.attempt_finished(task, &end);
         return;
     }
     // A cancel request seen by the heartbeat or by the cancel poll: the same completion.
@@ -143,7 +153,31 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
             &mut rng,
         )
     };
-    write_completion(&ctx, lease_ref, completion).await;
+    let written = write_completion(&ctx, lease_ref, completion).await;
+    let failure = match written.status {
+        Some(ExecutionStatus::Failed | ExecutionStatus::Retrying) => written
+            .error
+            .map(|e| (e.kind.clone(), e.exception_type.clone())),
+        _ => None,
+    };
+    let end = AttemptEnd {
+        status: written.status,
+        duration: started.elapsed(),
+        failure,
+        lease_lost: written.lease_lost,
+    };
+    ctx.observer.attempt_finished(task, &end);
+}
+
+/// What a completion write left behind.
+#[derive(Debug, Default)]
+struct Written {
+    /// The execution's status after the write; `None` when nothing was written.
+    status: Option<ExecutionStatus>,
+    /// The error object written with a `failed` or `retrying` completion.
+    error: Option<ErrorObject>,
+    /// The store refused the write: the lease is no longer ours.
+    lease_lost: bool,
 }
 
 fn log_outcome(outcome: &RunOutcome) {
@@ -153,56 +187,93 @@ fn log_outcome(outcome: &RunOutcome) {
         RunOutcome::ResultTooLarge { bytes } => {
             tracing::warn!(bytes, "handler result refused: too large")
         }
+        // Not the message: the runner logs the handler's own text once, with the totals of the
+        // attempt's guest log (docs/security.md#logs).
         RunOutcome::Failed(f) => tracing::warn!(
             kind = f.kind.as_str(),
             exception_type = %f.exception_type,
             retryable = f.retryable,
-            // The handler's own text: `?` (Debug) escapes line breaks and control characters.
-            message = ?f.message,
+            message_bytes = f.message.len(),
             "handler failed"
         ),
     }
 }
 
-async fn write_completion(ctx: &TaskCtx, lease: onestep_core::LeaseRef, completion: Completion) {
+async fn write_completion(
+    ctx: &TaskCtx,
+    lease: onestep_core::LeaseRef,
+    completion: Completion,
+) -> Written {
     let requested = completion.status;
     let error = completion.error.clone();
     match ctx.completer.complete(lease, completion).await {
         Ok(execution) => {
             ctx.stats.record_completion(execution.status);
             tracing::info!(status = %execution.status, "attempt completed");
+            Written {
+                status: Some(execution.status),
+                error,
+                lease_lost: false,
+            }
         }
         Err(ExecutionError::StaleLease(reason)) => {
             ctx.stats.record_lease_lost();
             tracing::info!(%reason, "completion refused: the lease is no longer ours");
+            Written {
+                lease_lost: true,
+                ..Written::default()
+            }
         }
         Err(ExecutionError::Encoding(msg)) if requested == CompletionStatus::Succeeded => {
             tracing::warn!(message = %msg, "result refused by the store; failing the execution");
             let error =
                 ErrorObject::new("error", "ExecutionEncodingError", Some("result_validation"));
-            retry_write(ctx, lease, Completion::failed(error)).await;
+            retry_write(ctx, lease, Completion::failed(error)).await
         }
         Err(e) if requested == CompletionStatus::Failed => {
+            ctx.observer.store_error(&ctx.settings.task_name, &e);
             // docs/semantics.md#failure-handling: a failed completion that raises anything but a lease loss falls back
             // to a retrying completion.
             tracing::warn!(error = %e, "failed completion was not written; trying retrying");
             let error = error.unwrap_or_else(|| ErrorObject::new("error", "Error", Some("ack")));
-            retry_write(ctx, lease, Completion::retrying(error, 0.0)).await;
+            retry_write(ctx, lease, Completion::retrying(error, 0.0)).await
         }
         Err(e) => {
+            ctx.observer.store_error(&ctx.settings.task_name, &e);
             ctx.stats.record_completion_error();
             tracing::error!(error = %e, "completion was not written; the lease will expire and the execution will be retried");
+            Written::default()
         }
     }
 }
 
-async fn retry_write(ctx: &TaskCtx, lease: onestep_core::LeaseRef, completion: Completion) {
+async fn retry_write(
+    ctx: &TaskCtx,
+    lease: onestep_core::LeaseRef,
+    completion: Completion,
+) -> Written {
+    let error = completion.error.clone();
     match ctx.completer.complete(lease, completion).await {
-        Ok(execution) => ctx.stats.record_completion(execution.status),
-        Err(ExecutionError::StaleLease(_)) => ctx.stats.record_lease_lost(),
+        Ok(execution) => {
+            ctx.stats.record_completion(execution.status);
+            Written {
+                status: Some(execution.status),
+                error,
+                lease_lost: false,
+            }
+        }
+        Err(ExecutionError::StaleLease(_)) => {
+            ctx.stats.record_lease_lost();
+            Written {
+                lease_lost: true,
+                ..Written::default()
+            }
+        }
         Err(e) => {
+            ctx.observer.store_error(&ctx.settings.task_name, &e);
             ctx.stats.record_completion_error();
             tracing::error!(error = %e, "completion was not written; the lease will expire");
+            Written::default()
         }
     }
 }
@@ -213,6 +284,7 @@ pub(crate) async fn release_all(ctx: &TaskCtx, leases: Vec<ExecutionLease>) {
         match ctx.store.release(&lease.lease_ref()).await {
             Ok(_) => ctx.stats.record_release(),
             Err(e) => {
+                ctx.observer.store_error(&ctx.settings.task_name, &e);
                 tracing::warn!(execution_id = %lease.execution.id, error = %e, "release failed; the lease will expire")
             }
         }

@@ -43,7 +43,15 @@ pub(crate) async fn fetch_loop(
             lease_duration_s: s.lease_duration_secs(),
             worker_id: s.worker_id.clone(),
         };
-        match ctx.store.claim(&request).await {
+        let claim_started = tokio::time::Instant::now();
+        let claimed = ctx.store.claim(&request).await;
+        match &claimed {
+            Ok(leases) => ctx
+                .observer
+                .claimed(&s.task_name, leases.len(), claim_started.elapsed()),
+            Err(e) => ctx.observer.store_error(&s.task_name, e),
+        }
+        match claimed {
             Ok(leases) => {
                 if stopping.is_cancelled() {
                     release_all(&ctx, leases).await;

@@ -1,6 +1,7 @@
 //! onestep-worker: the worker host. It owns the fetch loop (claim per task, bounded by
-//! `concurrency` and `batch_size`), the per-attempt heartbeat (lease extension, cooperative
-//! cancellation, self-fencing on lease loss), the per-task cancel poll (one set-based read of
+//! `concurrency` and `batch_size`), the per-task heartbeat ticker (one set-based call per tick
+//! extends every in-flight lease; each delivery acts on its own answer: cooperative
+//! cancellation, self-fencing on lease loss; docs/semantics.md#heartbeat), the per-task cancel poll (one set-based read of
 //! the cancel flags of the in-flight leases, so a cancel does not wait for the heartbeat), the
 //! mapping of a handler's outcome to a
 //! completion through the retry policy (docs/semantics.md#failure-handling, docs/semantics.md#timeouts, docs/semantics.md#retry-policies), batched completion writes, and the
@@ -12,7 +13,7 @@
 //! touches SQL or wasmtime.
 //!
 //! Invariants: a delivery writes at most one completion; after its lease is lost it writes
-//! nothing; no heartbeat is sent after the completion starts; on shutdown every claimed lease
+//! nothing; no heartbeat of a lease is sent or in flight once its completion starts; on shutdown every claimed lease
 //! is either completed, released, or (only if the database is unreachable) left to expire.
 
 mod cancel_poll;
@@ -20,10 +21,12 @@ mod completer;
 mod delivery;
 mod fetch;
 mod heartbeat;
+mod observe;
 mod outcome;
 mod settings;
 mod worker;
 
+pub use observe::{AttemptEnd, HeartbeatOutcome, NoObserver, WorkerObserver};
 pub use outcome::{MAX_GUEST_RETRY_DELAY_S, cancel_error, completion_for};
 pub use settings::{TaskBinding, TaskSettings, WorkerSettings};
 pub use worker::{Worker, WorkerError, WorkerStats};

@@ -1,5 +1,5 @@
-//! The worker: one fetch loop and one cancel poll per task, shared completion writers, and the
-//! graceful drain.
+//! The worker: one fetch loop, one heartbeat ticker and one cancel poll per task, shared
+//! completion writers, and the graceful drain.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +14,8 @@ use crate::cancel_poll::{CancelWatch, cancel_poll_loop};
 use crate::completer::Completer;
 use crate::delivery::TaskCtx;
 use crate::fetch::fetch_loop;
+use crate::heartbeat::{HeartbeatSet, Ticker, heartbeat_loop};
+use crate::observe::{NoObserver, WorkerObserver};
 use crate::settings::{TaskBinding, WorkerSettings};
 
 /// Why a worker stopped with an error.
@@ -119,6 +121,7 @@ pub struct Worker {
     settings: WorkerSettings,
     stats: Arc<WorkerStats>,
     clock: SharedClock,
+    observer: Arc<dyn WorkerObserver>,
 }
 
 impl Worker {
@@ -137,6 +140,7 @@ impl Worker {
             settings,
             stats: Arc::new(WorkerStats::default()),
             clock: Arc::new(SystemClock),
+            observer: Arc::new(NoObserver),
         })
     }
 
@@ -144,6 +148,13 @@ impl Worker {
     /// fail is measured on it). Give it the clock the store uses, e.g. a manual clock in tests.
     pub fn with_clock(mut self, clock: SharedClock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Tells `observer` of every claim, attempt, heartbeat answer and storage error
+    /// (docs/observability.md#worker-metrics).
+    pub fn with_observer(mut self, observer: Arc<dyn WorkerObserver>) -> Self {
+        self.observer = observer;
         self
     }
 
@@ -160,20 +171,34 @@ impl Worker {
         let hard_cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut writers = Vec::new();
-        let stop_polls = CancellationToken::new();
-        let mut polls = Vec::new();
+        let stop_tickers = CancellationToken::new();
+        let mut tickers = Vec::new();
         let mut loops = JoinSet::new();
         for task in &self.tasks {
             let (completer, writer) =
                 Completer::spawn(Arc::clone(&task.store), self.settings.completion_batch);
             writers.push(writer);
+            let heartbeats = Arc::new(HeartbeatSet::default());
+            tickers.push(tokio::spawn(heartbeat_loop(
+                Ticker {
+                    store: Arc::clone(&task.store),
+                    set: Arc::clone(&heartbeats),
+                    clock: Arc::clone(&self.clock),
+                    interval: task.settings.heartbeat_interval,
+                    lease_duration_s: task.settings.lease_duration_secs(),
+                    task_name: task.settings.task_name.clone(),
+                    observer: Arc::clone(&self.observer),
+                },
+                stop_tickers.clone(),
+            )));
             let cancel_watch = Arc::new(CancelWatch::default());
-            polls.push(tokio::spawn(cancel_poll_loop(
+            tickers.push(tokio::spawn(cancel_poll_loop(
                 Arc::clone(&task.store),
                 Arc::clone(&cancel_watch),
                 task.settings.cancel_poll_interval,
                 task.settings.task_name.clone(),
-                stop_polls.clone(),
+                Arc::clone(&self.observer),
+                stop_tickers.clone(),
             )));
             let ctx = Arc::new(TaskCtx {
                 settings: task.settings.clone(),
@@ -181,8 +206,10 @@ impl Worker {
                 runner: Arc::clone(&task.runner),
                 completer,
                 stats: Arc::clone(&self.stats),
-                clock: Arc::clone(&self.clock),
                 cancel_watch,
+                heartbeats,
+                observer: Arc::clone(&self.observer),
+                clock: Arc::clone(&self.clock),
             });
             let name = task.settings.task_name.clone();
             let fut = fetch_loop(ctx, stopping.clone(), hard_cancel.clone(), tracker.clone());
@@ -232,10 +259,10 @@ impl Worker {
                 );
             }
         }
-        // Every delivery has ended (or been given up on): nothing left to poll for.
-        stop_polls.cancel();
-        for poll in polls {
-            let _ = poll.await;
+        // Every delivery has ended (or been given up on): nothing left to heartbeat or poll for.
+        stop_tickers.cancel();
+        for ticker in tickers {
+            let _ = ticker.await;
         }
         for writer in writers {
             let _ = tokio::time::timeout(self.settings.cancel_grace, writer).await;

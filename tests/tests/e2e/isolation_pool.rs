@@ -4,7 +4,9 @@
 //! execution submitted during the attack succeeds (the pool holds every task's concurrency at
 //! its own limits, docs/configuration.md#sandbox-instance-limits) and the worker stays up.
 //! With the default limits the same component is refused when the worker loads it, with a
-//! message naming the task, the component, the needs and the limits.
+//! message naming the task, the component, the needs and the limits. And a component that grows
+//! 64 tables by a million elements each (512 MB of host memory if it were free) in a 32 MiB
+//! sandbox gets only the growths its memory limit covers, with the worker's RSS bounded.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -12,6 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use onestep_core::ExecutionStatus as S;
 use onestep_e2e::{Schedule, guest, on_each_server};
+
+use crate::procfs::{memory_kb, victims_during};
 use serde_json::json;
 
 #[path = "../../../host/wasm/tests/runtime/table_hog.rs"]
@@ -24,11 +28,11 @@ const VICTIMS: usize = 20;
 /// Loop iterations of each hog call (a few seconds of guest CPU).
 const HOG_SPIN: u64 = 4_000_000_000;
 
-/// A worker file with the hog task (`sandbox` as given, concurrency 2) and the victim `echo`
-/// task (concurrency 3), the hog component written next to it.
-fn write_config(dir: &Path, hog_sandbox: &str) -> Result<std::path::PathBuf> {
+/// A worker file with the hog task (component `hog_component`, `sandbox` as given, concurrency
+/// 2) and the victim `echo` task (concurrency 3), the hog component written next to it.
+fn write_config(dir: &Path, hog_component: &[u8], hog_sandbox: &str) -> Result<std::path::PathBuf> {
     let hog = dir.join("hog.wasm");
-    std::fs::write(&hog, table_hog::table_hog(52, 0, 0, HOG_SPIN))?;
+    std::fs::write(&hog, hog_component)?;
     let echo = guest("echo")?;
     let yaml = format!(
         r#"apiVersion: onestep/v1alpha1
@@ -77,7 +81,8 @@ tasks:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_holding_52_tables_per_attempt_cannot_starve_a_neighbour() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let config = write_config(dir.path(), "{max_instances: 60, max_tables: 52}")?;
+    let hog = table_hog::table_hog(52, 0, 0, HOG_SPIN);
+    let config = write_config(dir.path(), &hog, "{max_instances: 60, max_tables: 52}")?;
     on_each_server(
         "pool isolation",
         &config,
@@ -145,7 +150,7 @@ async fn a_task_holding_52_tables_per_attempt_cannot_starve_a_neighbour() -> Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_over_its_task_limits_is_refused_when_the_worker_loads_it() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let config = write_config(dir.path(), "{}")?;
+    let config = write_config(dir.path(), &table_hog::table_hog(52, 0, 0, HOG_SPIN), "{}")?;
     on_each_server(
         "refused at load",
         &config,
@@ -163,6 +168,76 @@ async fn a_component_over_its_task_limits_is_refused_when_the_worker_loads_it() 
             ] {
                 ensure!(log.contains(part), "missing {part:?} in: {log}");
             }
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// Growths of 999,999 elements that fit in a 32 MiB sandbox next to 64 KiB of linear memory
+/// and the 64 tables' first elements (8 bytes each, host/wasm/src/needs.rs).
+const TABLE_GROWTHS_THAT_FIT: u64 = 4;
+/// Peak RSS the worker may reach above its RSS before the attack: two hogs at a time, each
+/// held to its 32 MiB, plus room for the allocator. Before table elements were charged, one
+/// such attempt took +50 MB pooled and +492 MB with on-demand allocation.
+const MAX_TABLE_RSS_GROWTH_KB: u64 = 160 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_growth_is_held_to_the_memory_limit_next_to_a_neighbour() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let hog = table_hog::table_hog(0, 64, 999_999, 200_000_000);
+    let config = write_config(
+        dir.path(),
+        &hog,
+        "{memory_limit_bytes: 33554432, max_tables: 64, max_table_elements: 1000000}",
+    )?;
+    on_each_server(
+        "table memory",
+        &config,
+        Schedule::Exclusive,
+        |env| async move {
+            let mut worker = env.spawn_worker("w1")?;
+            let pid = worker.pid();
+            let warm = env.submit("echo", json!({"warm": true})).await?;
+            env.wait_status(warm.id, &[S::Succeeded], LIMIT).await?;
+            let (rss_before, _) = memory_kb(pid)?;
+            let mut hogs = Vec::new();
+            for _ in 0..4 {
+                hogs.push(env.submit("hog", json!({})).await?.id);
+            }
+            let attack = victims_during(&env, &hogs, pid, VICTIMS, LIMIT).await?;
+            let (victims, peak) = (attack.victims, attack.peak_hwm_kb);
+            for id in &victims {
+                let done = env.wait_status(*id, &[S::Succeeded], LIMIT).await?;
+                ensure!(done.attempts == 1, "{done:?}");
+            }
+            for id in &hogs {
+                let done = env.wait_status(*id, &[S::Succeeded], LIMIT).await?;
+                ensure!(
+                    done.result == Some(json!(TABLE_GROWTHS_THAT_FIT)),
+                    "only the growths the memory limit covers succeed: {done:?}"
+                );
+            }
+            let growth = peak.saturating_sub(rss_before);
+            eprintln!(
+                "[{}] 4 table hogs (64 tables x 1M elements asked, 32 MiB sandbox): RSS before {} MB, \
+                 peak (VmHWM) {} MB (+{} MB); {} victims ok",
+                env.server(),
+                rss_before / 1024,
+                peak / 1024,
+                growth / 1024,
+                victims.len()
+            );
+            ensure!(
+                growth <= MAX_TABLE_RSS_GROWTH_KB,
+                "worker peak RSS grew by {} MB (bound {} MB)",
+                growth / 1024,
+                MAX_TABLE_RSS_GROWTH_KB / 1024
+            );
+            ensure!(
+                worker.wait_exit(Duration::ZERO).is_err(),
+                "the worker exited"
+            );
             Ok(())
         },
     )

@@ -8,6 +8,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+
+use crate::procfs::{cpu_s, memory_kb, victims_during};
 use onestep_core::ExecutionStatus as S;
 use onestep_e2e::{Schedule, e2e_config, on_each_server, statuses};
 use serde_json::json;
@@ -24,35 +26,6 @@ const RESULT_BYTES: u64 = 30_000_000;
 const MAX_RSS_GROWTH_KB: u64 = 320 * 1024;
 /// The worker's whole log during the case (a refused result is never logged).
 const MAX_LOG_BYTES: u64 = 256 * 1024;
-
-/// `VmRSS` and `VmHWM` of `pid`, in kB.
-fn memory_kb(pid: u32) -> Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| -> Result<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .with_context(|| format!("no {name} in /proc/{pid}/status"))
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
-}
-
-/// User + system CPU time of `pid` in seconds (`/proc/<pid>/stat`, 100 ticks a second).
-fn cpu_s(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command (which ends at the last ')'): state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("bad stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<f64> {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .context("bad stat field")
-    };
-    Ok((ticks(11)? + ticks(12)?) / 100.0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_results_are_refused_without_amplification() -> Result<()> {
@@ -76,31 +49,8 @@ async fn huge_results_are_refused_without_amplification() -> Result<()> {
                 let payload = json!({"mode": "big_result", "bytes": RESULT_BYTES});
                 attacks.push(env.submit("big", payload).await?.id);
             }
-            let mut victims = Vec::new();
-            let mut peak_hwm = 0;
-            let mut i = 0;
-            loop {
-                let mut done = true;
-                for id in &attacks {
-                    done &= env.get(*id).await?.terminal();
-                }
-                if done && i >= 10 {
-                    break;
-                }
-                ensure!(
-                    started.elapsed() < LIMIT,
-                    "the attack did not end within {LIMIT:?}: RSS before {} MB, peak (VmHWM) {} MB, \
-                     worker CPU {:.2} s, {} victims submitted",
-                    rss_before / 1024,
-                    peak_hwm / 1024,
-                    cpu_s(pid)? - cpu_before,
-                    victims.len()
-                );
-                victims.push(env.submit("echo", json!({"victim": i})).await?.id);
-                i += 1;
-                peak_hwm = peak_hwm.max(memory_kb(pid)?.1);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let attack = victims_during(&env, &attacks, pid, 10, LIMIT).await?;
+            let (victims, mut peak_hwm) = (attack.victims, attack.peak_hwm_kb);
             let attack_s = started.elapsed().as_secs_f64();
             let cpu = cpu_s(pid)? - cpu_before;
 

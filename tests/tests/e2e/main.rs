@@ -13,6 +13,9 @@
 //!   neighbour task of instance-pool slots; a component over its task's limits is refused at load.
 //! * [`isolation_fd`]: a guest opening files without closing them gets its cap and an error
 //!   value, while a victim task in the same worker succeeds every time.
+//! * [`isolation_logs`]: log floods through every channel, forged log lines and one-byte
+//!   writes next to a victim task: the worker's log stays within the per-attempt budgets and the
+//!   task's rate, no guest starts a line, victims succeed.
 //! * [`isolation_cancel`]: cancel latency at the default settings is bounded by the cancel
 //!   poll, not the heartbeat (busy guests cancelled beside a victim task in the same worker).
 //! * [`http_fetch`]: the `fetch` guest (world `0.2.0`, outbound HTTP) against a loopback server
@@ -33,8 +36,10 @@ mod check_vs_run;
 mod http_fetch;
 mod isolation_cancel;
 mod isolation_fd;
+mod isolation_logs;
 mod isolation_pool;
 mod isolation_results;
 mod lease;
+mod procfs;
 mod runtime;
 mod smoke;

@@ -142,6 +142,10 @@ pub fn sandbox_settings(sandbox: &SandboxConfig, env: &EnvLookup) -> SandboxSett
         max_tables: sandbox.max_tables,
         max_memories: sandbox.max_memories,
         max_table_elements: sandbox.max_table_elements,
+        log_limit_bytes: sandbox.log_limit_bytes,
+        max_log_lines: sandbox.max_log_lines,
+        max_log_message_bytes: sandbox.max_log_message_bytes,
+        log_rate_bytes_per_minute: sandbox.log_rate_bytes_per_minute,
         network: network_settings(&sandbox.network),
         ..SandboxSettings::default()
     }

@@ -143,7 +143,8 @@ pub fn build(
             }
         }
     }
-    let tasks = tasks::build_tasks(root, ctx, &entries, &sources)?;
+    let sandbox_defaults = tasks::build_sandbox_defaults(root, ctx)?;
+    let tasks = tasks::build_tasks(root, ctx, &entries, &sources, &sandbox_defaults)?;
     table_pairs::check_shared_tables(&tasks, &sources, &entries)?;
     let api = match root.get_set("api") {
         None => None,
@@ -157,6 +158,7 @@ pub fn build(
         shutdown_timeout,
         config,
         logging,
+        sandbox_defaults,
         connectors,
         sources,
         tasks,

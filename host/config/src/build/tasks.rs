@@ -15,12 +15,8 @@ use crate::fields::{
     resolve_path,
 };
 use crate::model::{
-    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
-};
-use crate::model::{
-    DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
-    ExecutionSourceConfig, HandlerConfig, MAX_OPEN_HANDLES_LIMIT, MIN_MEMORY_LIMIT_BYTES, Preopen,
-    PreopenMode, SandboxConfig, TaskConfig,
+    ExecutionSourceConfig, HandlerConfig, MAX_OPEN_HANDLES_LIMIT, MIN_LOG_MESSAGE_BYTES,
+    MIN_MEMORY_LIMIT_BYTES, Preopen, PreopenMode, SandboxConfig, TaskConfig,
 };
 use crate::node::{Node, Value};
 use onestep_core::settings::DEFAULT_CONCURRENCY;
@@ -44,7 +40,7 @@ pub const TASK_KEYS: [&str; 13] = [
 /// `handler` keys.
 pub const HANDLER_KEYS: [&str; 2] = ["component", "params"];
 /// `sandbox` keys.
-pub const SANDBOX_KEYS: [&str; 12] = [
+pub const SANDBOX_KEYS: [&str; 16] = [
     "memory_limit_bytes",
     "fuel",
     "preopens",
@@ -57,9 +53,20 @@ pub const SANDBOX_KEYS: [&str; 12] = [
     "max_memories",
     "max_table_elements",
     "max_open_handles",
+    // log limits (docs/configuration.md#sandbox-log-limits)
+    "log_limit_bytes",
+    "max_log_lines",
+    "max_log_message_bytes",
+    "log_rate_bytes_per_minute",
     // outbound HTTP (docs/configuration.md#sandbox-network)
     "network",
 ];
+/// `sandbox` keys that grant a capability: per task only, never in `app.sandbox`.
+pub const SANDBOX_CAPABILITY_KEYS: [&str; 4] = ["preopens", "env", "env_values", "network"];
+/// Smallest accepted `log_limit_bytes` and `log_rate_bytes_per_minute`.
+pub const MIN_LOG_BYTES: u64 = 1024;
+/// Largest accepted `max_log_message_bytes`.
+pub const MAX_LOG_MESSAGE_BYTES: u64 = 1024 * 1024;
 
 /// Largest accepted `sandbox.max_instances`, `max_tables` and `max_memories`: the pool
 /// reserves address space for `concurrency` times each.
@@ -109,6 +116,7 @@ pub fn build_tasks(
     ctx: &BuildContext<'_>,
     resources: &BTreeMap<String, ResourceEntry<'_>>,
     sources: &BTreeMap<String, ExecutionSourceConfig>,
+    defaults: &SandboxConfig,
 ) -> Result<Vec<TaskConfig>, ConfigError> {
     let Some(tasks) = root.get_set("tasks") else {
         return Ok(Vec::new());
@@ -119,7 +127,7 @@ pub fn build_tasks(
     let mut out: Vec<TaskConfig> = Vec::new();
     for (i, node) in items.iter().enumerate() {
         let path = index("tasks", i);
-        let task = build_task(node, &path, ctx, resources, sources)?;
+        let task = build_task(node, &path, ctx, resources, sources, defaults)?;
         if out.iter().any(|t| t.name == task.name) {
             let at = node.get("name").unwrap_or(node);
             return Err(ConfigError::at(
@@ -139,6 +147,7 @@ fn build_task(
     ctx: &BuildContext<'_>,
     resources: &BTreeMap<String, ResourceEntry<'_>>,
     sources: &BTreeMap<String, ExecutionSourceConfig>,
+    defaults: &SandboxConfig,
 ) -> Result<TaskConfig, ConfigError> {
     if !node.is_map() {
         return Err(ConfigError::bare(node, format!("{path} must be a mapping")));
@@ -257,8 +266,8 @@ fn build_task(
     };
     let retry = super::retry::parse_retry(node.get_set("retry"), &join(path, "retry"))?;
     let sandbox = match node.get_set("sandbox") {
-        None => SandboxConfig::default(),
-        Some(n) => build_sandbox(n, &join(path, "sandbox"), ctx)?,
+        None => defaults.clone(),
+        Some(n) => build_sandbox(n, &join(path, "sandbox"), ctx, defaults)?,
     };
     Ok(TaskConfig {
         name,
@@ -282,10 +291,39 @@ fn default_name(component: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// `app.sandbox` (docs/configuration.md#worker-wide-sandbox-defaults): the limits every task's
+/// `sandbox:` starts from, validated like a task's; capabilities are refused there in both modes
+/// (they are granted per task). The built-in defaults when absent.
+pub fn build_sandbox_defaults(
+    root: &Node,
+    ctx: &BuildContext<'_>,
+) -> Result<SandboxConfig, ConfigError> {
+    let Some(node) = root.get("app").and_then(|a| a.get_set("sandbox")) else {
+        return Ok(SandboxConfig::default());
+    };
+    let path = "app.sandbox";
+    for key in SANDBOX_CAPABILITY_KEYS {
+        if let Some(n) = node.get(key) {
+            return Err(ConfigError::at(
+                n,
+                path,
+                format!(
+                    "{key} grants a capability and is set per task (tasks[].sandbox.{key}); \
+                     app.sandbox holds only default limits"
+                ),
+            ));
+        }
+    }
+    build_sandbox(node, path, ctx, &SandboxConfig::default())
+}
+
+/// A task's `sandbox:`: every limit not set here comes from `base` (the worker-wide defaults of
+/// `app.sandbox`), every capability (preopens, env, env_values, network) only from here.
 fn build_sandbox(
     node: &Node,
     path: &str,
     ctx: &BuildContext<'_>,
+    base: &SandboxConfig,
 ) -> Result<SandboxConfig, ConfigError> {
     if !node.is_map() {
         return Err(ConfigError::at(node, path, "sandbox must be a mapping"));
@@ -302,13 +340,13 @@ fn build_sandbox(
     let memory_limit_bytes = int_at_least(
         "memory_limit_bytes",
         MIN_MEMORY_LIMIT_BYTES,
-        DEFAULT_MEMORY_LIMIT_BYTES,
+        base.memory_limit_bytes,
         "memory_limit_bytes must be an integer >= 1048576 (1 MiB)",
     )?;
     let output_limit_bytes = int_at_least(
         "output_limit_bytes",
         1,
-        DEFAULT_OUTPUT_LIMIT_BYTES,
+        base.output_limit_bytes,
         "output_limit_bytes must be an integer >= 1",
     )?;
     // Per-attempt instance limits (docs/configuration.md#sandbox-instance-limits).
@@ -327,15 +365,15 @@ fn build_sandbox(
             )),
         }
     };
-    let max_instances = count("max_instances", DEFAULT_MAX_INSTANCES)?;
-    let max_tables = count("max_tables", DEFAULT_MAX_TABLES)?;
-    let max_memories = count("max_memories", DEFAULT_MAX_MEMORIES)?;
+    let max_instances = count("max_instances", base.max_instances)?;
+    let max_tables = count("max_tables", base.max_tables)?;
+    let max_memories = count("max_memories", base.max_memories)?;
     let elements_msg =
         format!("max_table_elements must be an integer from 1 to {MAX_SANDBOX_TABLE_ELEMENTS}");
     let max_table_elements = int_at_least(
         "max_table_elements",
         1,
-        DEFAULT_MAX_TABLE_ELEMENTS,
+        base.max_table_elements,
         &elements_msg,
     )?;
     if max_table_elements > MAX_SANDBOX_TABLE_ELEMENTS {
@@ -343,7 +381,7 @@ fn build_sandbox(
         return Err(ConfigError::at(n, path, elements_msg));
     }
     let max_open_handles = match node.get_set("max_open_handles") {
-        None => DEFAULT_MAX_OPEN_HANDLES,
+        None => base.max_open_handles,
         Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
             Some(v) if (1..=MAX_OPEN_HANDLES_LIMIT).contains(&v) => v,
             _ => {
@@ -357,8 +395,42 @@ fn build_sandbox(
             }
         },
     };
+    // Log limits (docs/configuration.md#sandbox-log-limits).
+    let log_limit_bytes = int_at_least(
+        "log_limit_bytes",
+        MIN_LOG_BYTES,
+        base.log_limit_bytes,
+        &format!("log_limit_bytes must be an integer >= {MIN_LOG_BYTES}"),
+    )?;
+    let max_log_lines = int_at_least(
+        "max_log_lines",
+        1,
+        base.max_log_lines,
+        "max_log_lines must be an integer >= 1",
+    )?;
+    let message_msg = format!(
+        "max_log_message_bytes must be an integer from {MIN_LOG_MESSAGE_BYTES} to {MAX_LOG_MESSAGE_BYTES}"
+    );
+    let max_log_message_bytes = int_at_least(
+        "max_log_message_bytes",
+        MIN_LOG_MESSAGE_BYTES,
+        base.max_log_message_bytes,
+        &message_msg,
+    )?;
+    if max_log_message_bytes > MAX_LOG_MESSAGE_BYTES {
+        let n = node.get_set("max_log_message_bytes").unwrap_or(node);
+        return Err(ConfigError::at(n, path, message_msg));
+    }
+    let log_rate_bytes_per_minute = int_at_least(
+        "log_rate_bytes_per_minute",
+        MIN_LOG_BYTES,
+        base.log_rate_bytes_per_minute,
+        &format!("log_rate_bytes_per_minute must be an integer >= {MIN_LOG_BYTES}"),
+    )?;
     let fuel = match node.get_set("fuel") {
-        None => None,
+        // An explicit `fuel: null` is unlimited, whatever the default.
+        None if node.get("fuel").is_some() => None,
+        None => base.fuel,
         Some(_) => Some(int_at_least(
             "fuel",
             1,
@@ -458,7 +530,11 @@ fn build_sandbox(
         max_memories,
         max_table_elements,
         max_open_handles,
-        ..SandboxConfig::default()
+        log_limit_bytes,
+        max_log_lines,
+        max_log_message_bytes,
+        log_rate_bytes_per_minute,
+        cancel_grace: base.cancel_grace,
     })
 }
 

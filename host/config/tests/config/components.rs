@@ -404,6 +404,178 @@ fn api_tokens() {
 }
 
 #[test]
+fn sandbox_log_limits() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let plain = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let cfg = load(&dir.write("plain.yaml", &plain), &checked()).expect("loads");
+    let s = &cfg.tasks[0].sandbox;
+    assert_eq!(
+        (
+            s.log_limit_bytes,
+            s.max_log_lines,
+            s.max_log_message_bytes,
+            s.log_rate_bytes_per_minute
+        ),
+        (1 << 20, 5000, 16384, 8 << 20)
+    );
+    let with = |kv: &str| format!("{plain}    sandbox: {{{kv}}}\n");
+    let cfg = load(
+        &dir.write(
+            "ok.yaml",
+            &with("log_limit_bytes: 4096, max_log_lines: 7, max_log_message_bytes: 256, log_rate_bytes_per_minute: 1024"),
+        ),
+        &checked(),
+    )
+    .expect("loads");
+    let s = &cfg.tasks[0].sandbox;
+    assert_eq!(
+        (
+            s.log_limit_bytes,
+            s.max_log_lines,
+            s.max_log_message_bytes,
+            s.log_rate_bytes_per_minute
+        ),
+        (4096, 7, 256, 1024)
+    );
+    for strict in [false, true] {
+        let opts = LoadOptions {
+            strict,
+            ..checked()
+        };
+        for (kv, message) in [
+            (
+                "log_limit_bytes: 1023",
+                "log_limit_bytes must be an integer >= 1024 (line 9, column 32)",
+            ),
+            (
+                "log_limit_bytes: lots",
+                "log_limit_bytes must be an integer >= 1024 (line 9, column 32)",
+            ),
+            (
+                "max_log_lines: 0",
+                "max_log_lines must be an integer >= 1 (line 9, column 30)",
+            ),
+            (
+                "max_log_message_bytes: 255",
+                "max_log_message_bytes must be an integer from 256 to 1048576 (line 9, column 38)",
+            ),
+            (
+                "max_log_message_bytes: 1048577",
+                "max_log_message_bytes must be an integer from 256 to 1048576 (line 9, column 38)",
+            ),
+            (
+                "log_rate_bytes_per_minute: -5",
+                "log_rate_bytes_per_minute must be an integer >= 1024 (line 9, column 42)",
+            ),
+        ] {
+            let e = load(&dir.write("bad.yaml", &with(kv)), &opts)
+                .expect_err(kv)
+                .to_string();
+            assert_eq!(e, format!("tasks[0].sandbox: {message}"), "{kv}");
+        }
+    }
+}
+
+#[test]
+fn app_sandbox_sets_worker_wide_default_limits() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    dir.write("data/f.txt", "x");
+    let head = HEAD.replace(
+        "app: {name: x}",
+        "app:\n  name: x\n  sandbox: {memory_limit_bytes: 2097152, max_open_handles: 8, log_rate_bytes_per_minute: 4096, fuel: 500}",
+    ) + "  jobs2: {type: mysql_execution_source, connector: db, namespace: ns, task_names: [other]}\n";
+    let yaml = format!(
+        "{head}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n  - name: other\n    source: jobs2\n    handler: {{component: g/m.wasm}}\n    sandbox: {{max_open_handles: 16, fuel: null, preopens: [{{host: data, guest: /data}}]}}\n"
+    );
+    for strict in [false, true] {
+        let opts = LoadOptions {
+            strict,
+            ..checked()
+        };
+        let cfg = load(&dir.write("app.yaml", &yaml), &opts).expect("loads");
+        let (a, b) = (&cfg.tasks[0].sandbox, &cfg.tasks[1].sandbox);
+        // Defaults apply to a task without `sandbox:` ...
+        assert_eq!(a.memory_limit_bytes, 2_097_152);
+        assert_eq!(a.max_open_handles, 8);
+        assert_eq!(a.log_rate_bytes_per_minute, 4096);
+        assert_eq!(a.fuel, Some(500));
+        assert!(a.preopens.is_empty());
+        // ... and to every key a task's `sandbox:` leaves out; what it sets wins.
+        assert_eq!(b.memory_limit_bytes, 2_097_152);
+        assert_eq!(b.max_open_handles, 16);
+        assert_eq!(b.fuel, None, "an explicit null is unlimited");
+        assert_eq!(b.preopens.len(), 1);
+        assert_eq!(cfg.sandbox_defaults.max_open_handles, 8);
+        assert_eq!(cfg.sandbox_defaults.max_tables, 8, "built-in default");
+    }
+
+    // Capabilities are never worker-wide, in both modes.
+    for (kv, key) in [
+        ("preopens: [{host: data, guest: /data}]", "preopens"),
+        ("env: [VISIBLE]", "env"),
+        ("env_values: {A: b}", "env_values"),
+    ] {
+        let head = HEAD.replace(
+            "app: {name: x}",
+            &format!("app:\n  name: x\n  sandbox: {{{kv}}}"),
+        );
+        let yaml = format!(
+            "{head}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+        );
+        for strict in [false, true] {
+            let opts = LoadOptions {
+                strict,
+                ..checked()
+            };
+            let e = load(&dir.write("cap.yaml", &yaml), &opts)
+                .expect_err(kv)
+                .to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "app.sandbox: {key} grants a capability and is set per task (tasks[].sandbox.{key}); app.sandbox holds only default limits (line 3"
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    // Limits are validated there like in a task; unknown keys are strict errors.
+    let head = HEAD.replace(
+        "app: {name: x}",
+        "app:\n  name: x\n  sandbox: {max_log_lines: 0}",
+    );
+    let yaml = format!(
+        "{head}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let e = load(&dir.write("bad.yaml", &yaml), &checked())
+        .expect_err("bad")
+        .to_string();
+    assert_eq!(
+        e,
+        "app.sandbox: max_log_lines must be an integer >= 1 (line 3, column 28)"
+    );
+    let head = HEAD.replace("app: {name: x}", "app:\n  name: x\n  sandbox: {memory: 5}");
+    let yaml = format!(
+        "{head}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let strict = LoadOptions {
+        strict: true,
+        ..checked()
+    };
+    let e = load(&dir.write("unknown.yaml", &yaml), &strict)
+        .expect_err("unknown")
+        .to_string();
+    assert!(
+        e.contains("unsupported fields for app.sandbox: memory"),
+        "{e}"
+    );
+}
+
+#[test]
 fn sandbox_network() {
     let dir = TempDir::new();
     dir.write("g/m.wasm", "\0asm");
@@ -555,6 +727,17 @@ fn sandbox_network() {
             "{key}"
         );
     }
+    // A capability: per task only, never in app.sandbox.
+    let app_wide = plain.replace(
+        "app: {name: x}",
+        "app: {name: x, sandbox: {network: {allow: [https://a.example.com]}}}",
+    );
+    assert_eq!(
+        load(&dir.write("app.yaml", &app_wide), &opts)
+            .expect_err("app.sandbox.network")
+            .to_string(),
+        "app.sandbox: network grants a capability and is set per task (tasks[].sandbox.network); app.sandbox holds only default limits (line 1, column 35)"
+    );
     // Strict keys.
     assert_eq!(
         bad("        allow: [https://a.example.com]\n        allowed: []\n"),

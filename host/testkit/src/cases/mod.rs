@@ -11,6 +11,7 @@ use crate::suite::{Case, CaseFn, Fixture};
 mod client;
 mod completions;
 mod concurrency;
+mod heartbeats;
 mod transitions;
 mod worker;
 
@@ -33,6 +34,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(transitions::cases());
     v.extend(completions::cases());
     v.extend(worker::cases());
+    v.extend(heartbeats::cases());
     v.extend(concurrency::cases());
     v
 }

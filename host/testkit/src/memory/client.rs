@@ -112,7 +112,7 @@ impl ExecutionStore for MemoryStore {
                 .map(|s| submit_in(&mut state, s, now))
                 .collect()
         };
-        self.record(Op::SubmitMany, submissions.len(), true);
+        self.record_batch(Op::SubmitMany, &out);
         Ok(out)
     }
 

@@ -1,5 +1,5 @@
 //! [`LeaseStore`] for [`MemoryStore`]: claim with its bounded maintenance (expiry, dead cancel
-//! requests, reclaim of expired leases), heartbeat, the cancel poll, complete / complete_many (cancel wins over
+//! requests, reclaim of expired leases), heartbeat (one lease or a set), the cancel poll, complete / complete_many (cancel wins over
 //! success, identical terminal replays accepted) and release — every write fenced by the lease
 //! token and checked in full before anything changes.
 
@@ -214,6 +214,35 @@ fn complete_in(
     Ok(row.execution.clone())
 }
 
+/// T8 on one row: where the lease is live, the status holds a lease and the attempt is running
+/// under the token, extend the lease to `new_expiry` and stamp the attempt; otherwise nothing
+/// changes. The verdict of one lease never depends on another lease of the same batch (an
+/// extension only happens to a lease that was already live).
+fn heartbeat_in(
+    state: &mut State,
+    lease: &LeaseRef,
+    now: DateTime<Utc>,
+    new_expiry: DateTime<Utc>,
+) -> Result<HeartbeatResult, ExecutionError> {
+    let row = state
+        .rows
+        .get_mut(&lease.execution_id)
+        .filter(|r| r.lease_live(lease.lease_token, now) && r.execution.status.holds_lease());
+    let Some((row, i)) = row.and_then(|r| {
+        r.running_attempt(lease.attempt_id, lease.lease_token)
+            .map(|i| (r, i))
+    }) else {
+        return stale(StaleReason::LeaseInvalid);
+    };
+    row.attempts[i].heartbeat_at = now;
+    row.lease_expires_at = Some(new_expiry);
+    row.updated_at = now;
+    Ok(HeartbeatResult {
+        lease_expires_at: new_expiry,
+        cancel_requested: row.execution.status == ExecutionStatus::CancelRequested,
+    })
+}
+
 /// T14 on one row: a running (not cancel-requested) live lease goes back to `queued`.
 fn release_in(
     row: Option<&mut Row>,
@@ -267,29 +296,32 @@ impl LeaseStore for MemoryStore {
         self.enter(Op::Heartbeat).await?;
         let now = self.now();
         let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
-        let out = {
-            let mut state = self.state();
-            let row = state.rows.get_mut(&lease.execution_id).filter(|r| {
-                r.lease_live(lease.lease_token, now) && r.execution.status.holds_lease()
-            });
-            match row.and_then(|r| {
-                r.running_attempt(lease.attempt_id, lease.lease_token)
-                    .map(|i| (r, i))
-            }) {
-                Some((row, i)) => {
-                    row.attempts[i].heartbeat_at = now;
-                    row.lease_expires_at = Some(new_expiry);
-                    row.updated_at = now;
-                    Ok(HeartbeatResult {
-                        lease_expires_at: new_expiry,
-                        cancel_requested: row.execution.status == ExecutionStatus::CancelRequested,
-                    })
-                }
-                None => stale(StaleReason::LeaseInvalid),
-            }
-        };
+        let out = heartbeat_in(&mut self.state(), lease, now, new_expiry);
         self.record(Op::Heartbeat, 1, out.is_ok());
         out
+    }
+
+    async fn heartbeat_many(
+        &self,
+        leases: &[LeaseRef],
+        lease_duration_s: f64,
+    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
+        validate_lease_duration(lease_duration_s)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.enter(Op::HeartbeatMany).await?;
+        let now = self.now();
+        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
+        let out: Vec<_> = {
+            let mut state = self.state();
+            leases
+                .iter()
+                .map(|lease| heartbeat_in(&mut state, lease, now, new_expiry))
+                .collect()
+        };
+        self.record_batch(Op::HeartbeatMany, &out);
+        Ok(out)
     }
 
     async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError> {
@@ -349,7 +381,7 @@ impl LeaseStore for MemoryStore {
                 .map(|(lease, completion)| complete_in(&mut state, lease, completion, now, max))
                 .collect()
         };
-        self.record(Op::CompleteMany, items.len(), true);
+        self.record_batch(Op::CompleteMany, &out);
         Ok(out)
     }
 

@@ -54,6 +54,9 @@ pub enum Op {
     Claim,
     /// `LeaseStore::heartbeat`.
     Heartbeat,
+    /// `LeaseStore::heartbeat_many` (the worker's heartbeat ticker; one call is one fenced
+    /// statement set of the SQL backends for up to 1000 leases).
+    HeartbeatMany,
     /// `LeaseStore::cancel_requested` (the cancel poll; one call is one statement of the SQL
     /// backends for up to 1000 leases).
     CancelPoll,
@@ -70,11 +73,15 @@ pub enum Op {
 pub struct OpRecord {
     /// The operation.
     pub op: Op,
-    /// Items it carried: the batch length for `submit_many`/`complete_many`, the number of leases
-    /// a claim returned, the number of leases a cancel poll asked about, otherwise 1.
+    /// Items it carried: the batch length for `submit_many`/`complete_many`/`heartbeat_many`,
+    /// the number of leases a claim returned, the number of leases a cancel poll asked about,
+    /// otherwise 1 (an injected failure is always 1).
     pub items: usize,
     /// Whether it returned `Ok` (an injected failure is `false`).
     pub ok: bool,
+    /// Items of a batch (`submit_many`, `complete_many`, `heartbeat_many`) answered with their
+    /// own error, e.g. a stale lease; 0 for every other operation.
+    pub refused: usize,
     /// The store clock's "now" when it ran.
     pub at: DateTime<Utc>,
 }
@@ -245,10 +252,28 @@ impl MemoryStore {
 
     /// Appends to the log and signals waiters.
     pub(crate) fn record(&self, op: Op, items: usize, ok: bool) {
-        let at = self.now();
-        locked(&self.controls)
-            .log
-            .push(OpRecord { op, items, ok, at });
+        self.push_record(OpRecord {
+            op,
+            items,
+            ok,
+            refused: 0,
+            at: self.now(),
+        });
+    }
+
+    /// Logs a batch that returned `Ok` with `answers`, counting the refused items.
+    pub(crate) fn record_batch<T>(&self, op: Op, answers: &[Result<T, ExecutionError>]) {
+        self.push_record(OpRecord {
+            op,
+            items: answers.len(),
+            ok: true,
+            refused: answers.iter().filter(|a| a.is_err()).count(),
+            at: self.now(),
+        });
+    }
+
+    fn push_record(&self, record: OpRecord) {
+        locked(&self.controls).log.push(record);
         self.changed();
     }
 

@@ -146,37 +146,164 @@ async fn one_byte_writes_cost_bounded_work_and_events() {
     );
     assert_eq!(report.stdout.len() as u64, limit);
     assert_eq!(report.output_dropped_bytes, WRITES - limit);
-    assert_eq!(report.output_dropped_lines, 0);
-    // The one unterminated line, the limit warning, the summary, the outcome.
-    assert_eq!(log.lines().count(), 4, "{log}");
+    assert_eq!(report.log.dropped_lines, 0);
+    assert_eq!(
+        report.log.truncated, 1,
+        "the line is cut at max_log_message_bytes"
+    );
+    // The one unterminated line (cut) and the end line with the totals.
+    assert_eq!(log.lines().count(), 2, "{log}");
+    let end: serde_json::Value =
+        serde_json::from_str(log.lines().last().unwrap_or_default()).expect("JSON");
+    assert_eq!(
+        end["fields"]["output_dropped_bytes"],
+        WRITES - limit,
+        "{end}"
+    );
+    assert_eq!(
+        end["level"], "INFO",
+        "a success that lost output is INFO: {end}"
+    );
     // The exact work bound is a unit test of the capture; this only catches
     // a return of the rescan (which made this take minutes, not seconds).
     assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
 }
 
 #[tokio::test]
-async fn newline_floods_are_capped_per_stream() {
+async fn output_lines_draw_on_the_attempts_line_budget() {
     let _g = shared();
-    // 5000 lines of 100 bytes, all within the byte limit, far over the cap.
+    // 5000 lines of 100 bytes, all within the capture limit, far over the line cap.
     let sandbox = SandboxSettings {
         stdout_limit_bytes: 1 << 20,
+        max_log_lines: 1000,
         ..SandboxSettings::default()
     };
     let (report, _, log) = run_logged(true, r#"{"mode":"print","lines":5000}"#, &sandbox).await;
     assert!(report.outcome.is_success(), "{:?}", report.outcome);
     let kept = report.stdout.matches('\n').count() as u64;
-    assert_eq!(kept, 5000);
+    assert_eq!(kept, 5000, "the captured text is complete");
     assert_eq!(report.output_dropped_bytes, 0);
-    assert_eq!(report.output_dropped_lines, kept - 1000);
-    let events = log.lines().count();
-    // 1000 lines, the summary, the outcome.
-    assert_eq!(events, 1000 + 2, "{events} events");
-    let summary: serde_json::Value = serde_json::from_str(
-        log.lines()
-            .find(|l| l.contains("not logged in full"))
-            .expect("summary"),
-    )
-    .expect("JSON");
-    assert_eq!(summary["fields"]["dropped_lines"], kept - 1000);
-    assert_eq!(summary["fields"]["lines_logged"], 1000);
+    assert_eq!(report.log.lines, 1000);
+    assert_eq!(report.log.dropped_lines, kept - 1000);
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    // 1000 lines, one warning at the first dropped line, the end line.
+    assert_eq!(events.len(), 1000 + 2, "{} events", events.len());
+    let warning = &events[1000]["fields"]["message"];
+    assert!(
+        warning
+            .as_str()
+            .is_some_and(|m| m.contains("max_log_lines is reached")),
+        "{warning}"
+    );
+    let end = &events[1001]["fields"];
+    assert_eq!(end["message"], "handler succeeded", "{end}");
+    assert_eq!(end["log_dropped_lines"], kept - 1000, "{end}");
+    assert_eq!(end["log_lines"], 1000, "{end}");
+}
+
+/// Bytes of the log lines carrying guest text (target `onestep_wasm::guest`).
+fn guest_bytes(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("\"target\":\"onestep_wasm::guest\""))
+        .map(|l| l.len() + 1)
+        .sum()
+}
+
+#[tokio::test]
+async fn log_progress_output_and_the_error_message_share_one_budget() {
+    let _g = shared();
+    let budget = 64 * 1024;
+    let sandbox = SandboxSettings {
+        log_limit_bytes: budget,
+        ..SandboxSettings::default()
+    };
+    // 100,000 lines of 100 bytes through each of log, progress, stdout and
+    // stderr, then a 10 MiB error message.
+    let (report, exec, log) = run_logged(true, r#"{"mode":"log-flood"}"#, &sandbox).await;
+    let Outcome::HandlerError { message, .. } = &report.outcome else {
+        panic!("{:?}", report.outcome);
+    };
+    // The message the host keeps is cut to what was left (at least 256 bytes).
+    assert!(message.len() < 1024, "{}", message.len());
+    assert!(message.ends_with("[truncated]"), "{message}");
+    let t = report.log;
+    assert!(t.bytes <= budget + 256 + 256, "{t:?}");
+    // All but a few hundred of the 200,000 log and progress lines (stdout and
+    // stderr keep only their first 64 KiB each, so fewer of their lines exist).
+    assert!(t.dropped_lines > 199_000, "{t:?}");
+    // What reached the log: bounded by the budget (plus the per-line fields
+    // the host adds, which the per-line overhead accounts for).
+    let written = guest_bytes(&log);
+    eprintln!(
+        "log-flood: {} guest lines logged ({} bytes charged), {} dropped; {written} bytes of guest log lines; {} bytes of log in all",
+        t.lines,
+        t.bytes,
+        t.dropped_lines,
+        log.len()
+    );
+    assert!(written as u64 <= 3 * budget, "{written}");
+    assert!(log.len() < 256 * 1024, "{}", log.len());
+    // The error message appears once, on the end line, with the totals.
+    let end: serde_json::Value =
+        serde_json::from_str(log.lines().last().unwrap_or_default()).expect("JSON end line");
+    assert_eq!(end["fields"]["message"], "handler error", "{end}");
+    assert_eq!(end["fields"]["execution_id"], exec.as_str(), "{end}");
+    assert_eq!(end["fields"]["log_dropped_lines"], t.dropped_lines, "{end}");
+    let with_message = log.lines().filter(|l| l.contains(&"e".repeat(200))).count();
+    assert_eq!(with_message, 1, "the message is logged once");
+}
+
+#[tokio::test]
+async fn the_tasks_log_rate_is_shared_by_its_attempts() {
+    let _g = shared();
+    let m = load("misbehave");
+    // Each attempt may log 1 MiB; the task 200 KiB per minute.
+    let per_minute = 200 * 1024;
+    let sandbox = SandboxSettings {
+        log_rate_bytes_per_minute: per_minute,
+        ..SandboxSettings::default()
+    };
+    // 1000 lines of 100 bytes per attempt: 356,000 bytes charged if all were logged.
+    let payload = r#"{"mode":"log-flood","n":1000,"via":["log"],"error_bytes":0}"#;
+    let buf = Buf::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new("onestep_wasm=info"))
+        .with_writer(buf.clone())
+        .json()
+        .finish();
+    let _sub = tracing::subscriber::set_default(subscriber);
+    let mut totals = Vec::new();
+    for i in 0..4 {
+        let report = m
+            .invoke_report(&sandbox, ctx(i), payload, CancelHandle::new(), None)
+            .await;
+        assert!(report.outcome.is_success(), "{:?}", report.outcome);
+        totals.push(report.log);
+    }
+    let charged: u64 = totals.iter().map(|t| t.bytes).sum();
+    let limited: u64 = totals.iter().map(|t| t.rate_limited_lines).sum();
+    eprintln!(
+        "log rate {per_minute} B/min: 4 attempts charged {charged} bytes, {limited} lines rate-limited: {totals:?}"
+    );
+    // The first attempt spends the minute's burst; the others get only what
+    // refills while they run (a few hundred bytes per second).
+    assert!(totals[0].rate_limited_lines > 0, "{totals:?}");
+    assert!(totals[1..].iter().all(|t| t.lines < 100), "{totals:?}");
+    assert!(charged <= per_minute + 64 * 1024, "{charged}");
+    assert_eq!(limited, totals.iter().map(|t| t.dropped_lines).sum::<u64>());
+    // A new handler (another task) has its own rate.
+    let other = load("misbehave");
+    let report = other
+        .invoke_report(&sandbox, ctx(9), payload, CancelHandle::new(), None)
+        .await;
+    // A new handler (another task) has its own, full bucket: a minute's worth, as the first.
+    assert!(
+        report.log.lines + 5 >= totals[0].lines,
+        "{:?} vs {:?}",
+        report.log,
+        totals[0]
+    );
 }

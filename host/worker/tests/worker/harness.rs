@@ -53,6 +53,16 @@ impl Harness {
 
     /// Starts a worker for one task with `settings` on the harness's clock.
     pub fn start(&mut self, settings: TaskSettings, worker: WorkerSettings) {
+        self.start_observed(settings, worker, Arc::new(onestep_worker::NoObserver));
+    }
+
+    /// [`start`](Self::start) with `observer` told of what the worker does.
+    pub fn start_observed(
+        &mut self,
+        settings: TaskSettings,
+        worker: WorkerSettings,
+        observer: Arc<dyn onestep_worker::WorkerObserver>,
+    ) {
         self.settings = settings.clone();
         let binding = TaskBinding {
             settings,
@@ -61,7 +71,8 @@ impl Harness {
         };
         let w = Worker::new(vec![binding], worker)
             .expect("valid settings")
-            .with_clock(self.clock.clone());
+            .with_clock(self.clock.clone())
+            .with_observer(observer);
         self.stats = w.stats();
         self.worker = Some(tokio::spawn(w.run(self.shutdown.clone())));
     }
@@ -108,12 +119,13 @@ impl Harness {
             .await;
     }
 
-    /// Successful heartbeats so far.
+    /// Heartbeat calls that returned `Ok` so far (one call per tick carries every lease of the
+    /// task).
     pub fn heartbeats(&self) -> usize {
         self.store
             .log()
             .iter()
-            .filter(|r| r.op == Op::Heartbeat && r.ok)
+            .filter(|r| r.op == Op::HeartbeatMany && r.ok)
             .count()
     }
 

@@ -33,7 +33,9 @@ async fn heartbeats_every_interval_and_stop_with_the_completion() {
     let interval = h.settings.heartbeat_interval;
     for k in 1..=3u32 {
         h.store
-            .wait_until(|s| s.log().iter().filter(|r| r.op == Op::Heartbeat).count() >= k as usize)
+            .wait_until(|s| {
+                s.log().iter().filter(|r| r.op == Op::HeartbeatMany).count() >= k as usize
+            })
             .await;
         assert_eq!(
             started.elapsed(),
@@ -68,17 +70,17 @@ async fn a_transient_heartbeat_failure_is_retried_and_the_handler_keeps_running(
     h.start_default();
     h.runner.wait_for_calls(1).await;
     h.store
-        .fail_times(Op::Heartbeat, 2, disconnected("heartbeat"));
+        .fail_times(Op::HeartbeatMany, 2, disconnected("heartbeat"));
     bounded(
         h.store
-            .wait_until(|s| s.log().iter().any(|r| r.op == Op::Heartbeat && r.ok)),
+            .wait_until(|s| s.log().iter().any(|r| r.op == Op::HeartbeatMany && r.ok)),
     )
     .await;
     let beats: Vec<_> = h
         .store
         .log()
         .into_iter()
-        .filter(|r| r.op == Op::Heartbeat)
+        .filter(|r| r.op == Op::HeartbeatMany)
         .map(|r| r.ok)
         .collect();
     assert_eq!(beats, [false, false, true]);
@@ -103,14 +105,14 @@ async fn heartbeat_failures_past_the_lease_on_the_injected_clock_stop_the_handle
     h.start_default();
     h.runner.wait_for_calls(1).await;
     h.store
-        .fail_times(Op::Heartbeat, 1000, disconnected("heartbeat"));
+        .fail_times(Op::HeartbeatMany, 1000, disconnected("heartbeat"));
     h.clock.advance(LEASE_S + 1.0);
     bounded(h.runner.wait_for_finished(1)).await;
     let call = &h.runner.calls()[0];
     assert!(call.cancelled, "the handler's token fired");
     assert_eq!(call.outcome, Some(RunOutcome::Cancelled));
     assert_eq!(
-        h.store.calls(Op::Heartbeat),
+        h.store.calls(Op::HeartbeatMany),
         1,
         "no retry once the lease has run out"
     );

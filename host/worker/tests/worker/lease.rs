@@ -29,7 +29,10 @@ async fn a_stolen_lease_stops_the_handler_and_nothing_is_written() {
     let call = &h.runner.calls()[0];
     assert!(call.cancelled, "the handler's token fired");
     assert!(
-        h.store.log().iter().any(|r| r.op == Op::Heartbeat && !r.ok),
+        h.store
+            .log()
+            .iter()
+            .any(|r| r.op == Op::HeartbeatMany && r.refused == 1),
         "stopped by a stale heartbeat"
     );
     h.stop().await.expect("clean stop");

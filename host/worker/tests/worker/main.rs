@@ -11,5 +11,7 @@ mod cancel;
 mod drain;
 mod harness;
 mod heartbeat;
+mod heartbeat_set;
 mod lease;
+mod observer;
 mod retry;
