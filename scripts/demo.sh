@@ -8,7 +8,8 @@
 #      /usr/share/common-licenses, and this repository's docs/), plus one `flaky` execution that
 #      succeeds on its third attempt,
 #   6. waits for each, prints its status, attempts and result,
-#   7. stops the worker with SIGTERM (graceful drain) and reports its exit code.
+#   7. reads the worker's Prometheus metrics and health (--metrics-addr, docs/observability.md),
+#   8. stops the worker with SIGTERM (graceful drain) and reports its exit code.
 # Environment: ONESTEP_DSN overrides the database (default mysql://root@127.0.0.1:3306/onestep_demo).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +36,9 @@ log "tables"
 log "worker"
 mkdir -p "$ROOT/target/demo"
 WORKER_LOG="$ROOT/target/demo/worker.log"
-"$BIN" run "$CONFIG" --log-level INFO >"$WORKER_LOG" 2>&1 &
+METRICS_PORT="${ONESTEP_DEMO_METRICS_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+METRICS="http://127.0.0.1:$METRICS_PORT"
+"$BIN" run "$CONFIG" --log-level INFO --metrics-addr "127.0.0.1:$METRICS_PORT" >"$WORKER_LOG" 2>&1 &
 WORKER_PID=$!
 stop_worker() {
     if kill -0 "$WORKER_PID" 2>/dev/null; then
@@ -44,7 +47,7 @@ stop_worker() {
     fi
 }
 trap stop_worker EXIT
-echo "worker pid $WORKER_PID, log $WORKER_LOG" >&2
+echo "worker pid $WORKER_PID, log $WORKER_LOG, metrics $METRICS/metrics" >&2
 
 log "submissions"
 RUN="$(date +%s)"
@@ -85,6 +88,10 @@ else:
     print(f'{head}  result={json.dumps(r)}')
 PY
 done
+
+log "worker metrics ($METRICS/metrics) and health ($METRICS/healthz)"
+curl -sS "$METRICS/metrics" | grep -E '^onestep_(tasks_processed_total|tasks_retried_total|deliveries_fetched_total|inflight_tasks)\{' || status=1
+curl -sS "$METRICS/healthz"; echo
 
 log "stopping the worker (SIGTERM, graceful drain)"
 kill -TERM "$WORKER_PID"

@@ -230,10 +230,21 @@ pub struct WorkerProcess {
 impl WorkerProcess {
     /// Starts `onestep run <config>` with extra environment variables.
     pub fn spawn(config: &Path, envs: &[(&str, &str)], log_dir: &Path) -> Result<Self> {
+        Self::spawn_with_args(config, envs, &[], log_dir)
+    }
+
+    /// [`spawn`](Self::spawn) with extra `onestep run` arguments (before the file).
+    pub fn spawn_with_args(
+        config: &Path,
+        envs: &[(&str, &str)],
+        args: &[&str],
+        log_dir: &Path,
+    ) -> Result<Self> {
         let log_path = log_dir.join(format!("worker-{}.log", uuid::Uuid::new_v4().simple()));
         let log = std::fs::File::create(&log_path)?;
         let child = Command::new(onestep_bin()?)
             .arg("run")
+            .args(args)
             .arg(config)
             .envs(envs.iter().copied())
             .stdout(Stdio::from(log.try_clone()?))
@@ -394,10 +405,16 @@ impl Env {
 
     /// Starts `onestep run <config>` on this database with `worker_id`.
     pub fn spawn_worker(&self, worker_id: &str) -> Result<WorkerProcess> {
+        self.spawn_worker_with(worker_id, &[])
+    }
+
+    /// [`spawn_worker`](Self::spawn_worker) with extra `onestep run` arguments.
+    pub fn spawn_worker_with(&self, worker_id: &str, args: &[&str]) -> Result<WorkerProcess> {
         let dsn = self.db.dsn.clone();
-        let worker = WorkerProcess::spawn(
+        let worker = WorkerProcess::spawn_with_args(
             &self.config,
             &[("ONESTEP_DSN", &dsn), ("ONESTEP_WORKER_ID", worker_id)],
+            args,
             self.logs.path(),
         )?;
         if let Ok(mut logs) = self.worker_logs.lock() {

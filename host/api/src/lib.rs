@@ -13,6 +13,7 @@
 //! | `GET /v1/executions/{id}/result` | 200 `{result}` | 404, 409 not ready / cancelled, 410 expired, 422 failed |
 //! | `GET /healthz`, `GET /readyz` | 200 | 503 (readyz) |
 //! | `GET /openapi.json` | 200 OpenAPI 3.1 document | |
+//! | `GET /metrics` | 200 request counts and latency, OpenMetrics text ([`metrics`]) | |
 //!
 //! Every error is JSON `{"code", "message"}` ([`ErrorBody`]), including axum's own rejections.
 //! With tokens configured ([`Tenancy::Tokens`]) every `/v1` request needs
@@ -25,6 +26,7 @@
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod metrics;
 pub mod openapi;
 pub mod poll;
 pub mod routes;
@@ -50,12 +52,21 @@ pub fn router(state: ApiState) -> Router {
     let (router, doc) = api_router().split_for_parts();
     let doc = openapi::finish(doc);
     let max_body = state.max_body_bytes();
+    let metrics = std::sync::Arc::new(metrics::ApiMetrics::default());
+    let metrics_route = Router::new()
+        .route("/metrics", get(metrics::serve_metrics))
+        .with_state(std::sync::Arc::clone(&metrics));
     router
         .route("/openapi.json", get(move || async move { axum::Json(doc) }))
         .fallback(fallback_not_found)
         .method_not_allowed_fallback(fallback_method)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
+        .merge(metrics_route)
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            metrics::track,
+        ))
 }
 
 /// The OpenAPI document the router serves at `/openapi.json`.

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 mod logging;
+mod metrics;
 mod wiring;
 
 /// Tracked execution with sandboxed WebAssembly handlers on MySQL/MariaDB.

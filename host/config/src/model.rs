@@ -91,6 +91,9 @@ pub struct AppConfig {
     pub config: JsonMap,
     /// `app.logging`.
     pub logging: LoggingConfig,
+    /// `app.metrics_addr`: where `onestep run` serves `/metrics`, `/healthz` and `/readyz`
+    /// (docs/observability.md); `--metrics-addr` wins.
+    pub metrics_addr: Option<SocketAddr>,
     /// `app.sandbox`: the worker-wide default limits every task's `sandbox:` starts from
     /// (docs/configuration.md#worker-wide-sandbox-defaults); never capabilities.
     pub sandbox_defaults: SandboxConfig,

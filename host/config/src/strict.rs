@@ -33,7 +33,7 @@ pub const TOP_KEYS: [&str; 15] = [
 ];
 
 /// Allowed keys of `app:`.
-pub const APP_KEYS: [&str; 9] = [
+pub const APP_KEYS: [&str; 10] = [
     "name",
     "shutdown_timeout_s",
     "config",
@@ -43,6 +43,7 @@ pub const APP_KEYS: [&str; 9] = [
     "strict_env",
     "failure_capture",
     "sandbox",
+    "metrics_addr",
 ];
 
 /// Runs every strict check on `root` (a mapping).

@@ -21,6 +21,8 @@
 //! * [`http_fetch`]: the `fetch` guest (world `0.2.0`, outbound HTTP) against a loopback server
 //!   through a real worker: an allowed request, a denied origin decided by the handler, an
 //!   injected header that never reaches the log, a cancel during a slow request.
+//! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
+//!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -40,6 +42,7 @@ mod isolation_logs;
 mod isolation_pool;
 mod isolation_results;
 mod lease;
+mod metrics;
 mod procfs;
 mod runtime;
 mod smoke;

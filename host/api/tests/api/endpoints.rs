@@ -212,3 +212,56 @@ async fn health_readiness_and_openapi() {
     assert_eq!(err["code"], "backend_unavailable");
     assert!(!err.to_string().contains(&app.db.name), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_by_route_template_and_status() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let app = TestApp::start(single_settings()).await;
+    let body = json!({"task_name": "run_agent", "payload": 1});
+    let (status, view) = app
+        .send(
+            req(Method::POST, "/v1/executions", None)
+                .header("Idempotency-Key", "m-1")
+                .json(&body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let id = id_of(&view);
+    for _ in 0..2 {
+        let (status, _) = app
+            .send(req(Method::GET, &format!("/v1/executions/{id}"), None).empty())
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let missing = uuid::Uuid::new_v4();
+    let (status, _) = app
+        .send(req(Method::GET, &format!("/v1/executions/{missing}"), None).empty())
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = app.send(req(Method::GET, "/nope", None).empty()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let resp = app
+        .router
+        .clone()
+        .oneshot(req(Method::GET, "/metrics", None).empty())
+        .await
+        .expect("infallible router");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    for line in [
+        r#"onestep_api_requests_total{method="POST",route="/v1/executions",status="202"} 1"#,
+        r#"onestep_api_requests_total{method="GET",route="/v1/executions/{id}",status="200"} 2"#,
+        r#"onestep_api_requests_total{method="GET",route="/v1/executions/{id}",status="404"} 1"#,
+        r#"onestep_api_requests_total{method="GET",route="unmatched",status="404"} 1"#,
+        r#"onestep_api_request_duration_seconds_count{method="GET",route="/v1/executions/{id}"} 3"#,
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(
+        !text.contains(&id.to_string()),
+        "no execution id in labels:\n{text}"
+    );
+}

@@ -2,6 +2,7 @@
 //! (docs/cli.md#onestep-run), then drains (docs/semantics.md#shutdown-and-drain).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use onestep_config::LogFormat;
 use onestep_worker::{Worker, WorkerSettings};
@@ -9,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::common::{EnvArgs, load};
 use crate::logging;
+use crate::metrics::{self, Metrics};
 use crate::wiring::{build_runtime, open_backends, task_bindings};
 
 /// Log formats of `--log-format`.
@@ -31,6 +33,10 @@ pub struct RunArgs {
     /// Log format (default: the file's, else text).
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
+    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on HOST:PORT (`:PORT`: every
+    /// interface); overrides `app.metrics_addr`.
+    #[arg(long, value_name = "HOST:PORT", value_parser = onestep_config::build::parse_metrics_addr)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub env: EnvArgs,
 }
@@ -66,6 +72,25 @@ pub async fn run(args: RunArgs) -> u8 {
     let shutdown = CancellationToken::new();
     spawn_signal_listener(shutdown.clone());
 
+    // Metrics and health first, so that /healthz and /readyz answer while the sources open
+    // (docs/observability.md).
+    let metrics = Arc::new(Metrics::new(
+        &cfg.name,
+        cfg.tasks.iter().filter_map(|t| {
+            let source = cfg.sources.get(&t.source)?;
+            Some((source.task_name.clone(), source.lease_duration))
+        }),
+        shutdown.clone(),
+    ));
+    let stop_metrics = CancellationToken::new();
+    let _stop_metrics_on_return = stop_metrics.clone().drop_guard();
+    if let Some(addr) = args.metrics_addr.or(cfg.metrics_addr) {
+        match metrics::serve(addr, Arc::clone(&metrics), stop_metrics.clone()).await {
+            Ok(bound) => tracing::info!(addr = %bound, "metrics server listening on {bound}"),
+            Err(e) => return fail(e),
+        }
+    }
+
     let backends = match open_backends(&cfg).await {
         Ok(b) => b,
         Err(e) => return fail(e),
@@ -74,16 +99,17 @@ pub async fn run(args: RunArgs) -> u8 {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let bindings = match task_bindings(&cfg, &backends, &runtime) {
+    let bindings = match task_bindings(&cfg, &backends, &runtime, Some(&metrics)) {
         Ok(b) => b,
         Err(e) => return fail(e),
     };
+    metrics.set_ready();
     let settings = WorkerSettings {
         shutdown_timeout: cfg.shutdown_timeout,
         ..WorkerSettings::default()
     };
     let worker = match Worker::new(bindings, settings) {
-        Ok(w) => w,
+        Ok(w) => w.with_observer(Arc::clone(&metrics) as Arc<dyn onestep_worker::WorkerObserver>),
         Err(e) => return fail(e.into()),
     };
     tracing::info!(app = %cfg.name, tasks = cfg.tasks.len(), "onestep worker running");

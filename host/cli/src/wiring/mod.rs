@@ -202,11 +202,13 @@ pub fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskS
 }
 
 /// Builds the worker's task bindings: settings from the source and task, the backend, and the
-/// task's handler component loaded into `runtime`.
+/// task's handler component loaded into `runtime`; each runner records its wasm figures in
+/// `metrics` when given.
 pub fn task_bindings(
     cfg: &AppConfig,
     backends: &BTreeMap<BackendKey, Arc<MySqlBackend>>,
     runtime: &Runtime,
+    metrics: Option<&Arc<crate::metrics::Metrics>>,
 ) -> Result<Vec<TaskBinding>> {
     let mut out = Vec::new();
     for task in &cfg.tasks {
@@ -221,7 +223,10 @@ pub fn task_bindings(
         // A component that needs more than its sandbox allows could never run: refused here,
         // before it is compiled (and by `onestep check`, which loads the same way).
         let handler = load_task_handler(runtime, task, &sandbox)?;
-        let runner = WasmTaskRunner::new(handler, sandbox, source.limits.max_result_bytes);
+        let mut runner = WasmTaskRunner::new(handler, sandbox, source.limits.max_result_bytes);
+        if let Some(m) = metrics {
+            runner = runner.with_metrics(Arc::clone(m));
+        }
         out.push(TaskBinding {
             settings: task_settings(source, task),
             store: Arc::clone(backend) as Arc<dyn onestep_core::ports::LeaseStore>,

@@ -5,6 +5,7 @@
 //! retryability (docs/semantics.md#error-classification; architecture: outcomes are data; the
 //! worker never guesses from strings).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,6 +17,8 @@ use onestep_wasm::{
     CancelHandle, Handler, InvocationContext, Outcome, Runtime, SandboxSettings, TrapKind,
 };
 use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
 
 /// Loads `task`'s component into `runtime` for `sandbox` (compile through the compile cache, link
 /// against the host's imports, check the handler export). `onestep run` fails to start and
@@ -43,6 +46,8 @@ pub fn load_task_handler(
 pub struct WasmTaskRunner {
     handler: Handler,
     sandbox: SandboxSettings,
+    /// Told of each attempt's trap, fuel, memory and guest log losses (docs/observability.md).
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl WasmTaskRunner {
@@ -54,7 +59,17 @@ impl WasmTaskRunner {
             result_limit_bytes: Some(u64::try_from(max_result_bytes).unwrap_or(u64::MAX)),
             ..sandbox
         };
-        WasmTaskRunner { handler, sandbox }
+        WasmTaskRunner {
+            handler,
+            sandbox,
+            metrics: None,
+        }
+    }
+
+    /// Records every attempt's wasm figures in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
@@ -75,7 +90,7 @@ impl TaskRunner for WasmTaskRunner {
         if cancel.is_cancelled() {
             handle.cancel();
         }
-        let call = self.handler.invoke(
+        let call = self.handler.invoke_report(
             &self.sandbox,
             ctx,
             &payload,
@@ -83,14 +98,17 @@ impl TaskRunner for WasmTaskRunner {
             invocation.timeout,
         );
         tokio::pin!(call);
-        let outcome = tokio::select! {
-            outcome = &mut call => outcome,
+        let report = tokio::select! {
+            report = &mut call => report,
             _ = cancel.cancelled() => {
                 handle.cancel();
                 call.await
             }
         };
-        map_outcome(outcome)
+        if let Some(m) = &self.metrics {
+            m.record_wasm(&invocation.task_name, &report);
+        }
+        map_outcome(report.outcome)
     }
 }
 

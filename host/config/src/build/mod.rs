@@ -43,6 +43,24 @@ pub struct BuildInputs {
     pub warnings: Vec<String>,
 }
 
+/// Parses a metrics listen address (docs/configuration.md#document-shape): `HOST:PORT` with an
+/// IP literal or `localhost` as host, or `:PORT` for every interface (as the reference's
+/// `--metrics-addr`). The error says what is allowed.
+pub fn parse_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    let text = text.trim();
+    let bad =
+        || format!("must be HOST:PORT or :PORT (HOST an IP address or localhost), got '{text}'");
+    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = match host {
+        "" => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        "localhost" => std::net::Ipv4Addr::LOCALHOST.into(),
+        h => h.parse().map_err(|_| bad())?,
+    };
+    Ok(std::net::SocketAddr::new(ip, port))
+}
+
 /// Builds the typed configuration.
 pub fn build(
     root: &Node,
@@ -103,6 +121,15 @@ pub fn build(
             "state stores are not supported by this build",
         ));
     }
+    let metrics_addr = match app.and_then(|a| a.get_set("metrics_addr")) {
+        None => None,
+        Some(n) => Some(
+            n.as_str()
+                .ok_or_else(|| "must be a string".to_owned())
+                .and_then(parse_metrics_addr)
+                .map_err(|e| ConfigError::at(n, "app", format!("metrics_addr {e}")))?,
+        ),
+    };
     let logging = match app.and_then(|a| a.get_set("logging")) {
         None => LoggingConfig::default(),
         Some(l) => parse_logging(l)?,
@@ -158,6 +185,7 @@ pub fn build(
         shutdown_timeout,
         config,
         logging,
+        metrics_addr,
         sandbox_defaults,
         connectors,
         sources,

@@ -576,6 +576,55 @@ fn app_sandbox_sets_worker_wide_default_limits() {
 }
 
 #[test]
+fn app_metrics_addr() {
+    use onestep_config::build::parse_metrics_addr;
+    assert_eq!(
+        parse_metrics_addr("127.0.0.1:9100").map(|a| a.to_string()),
+        Ok("127.0.0.1:9100".to_owned())
+    );
+    assert_eq!(
+        parse_metrics_addr(":9100").map(|a| a.to_string()),
+        Ok("0.0.0.0:9100".to_owned())
+    );
+    assert_eq!(
+        parse_metrics_addr("localhost:9").map(|a| a.to_string()),
+        Ok("127.0.0.1:9".to_owned())
+    );
+    assert_eq!(
+        parse_metrics_addr("[::1]:9100").map(|a| a.to_string()),
+        Ok("[::1]:9100".to_owned())
+    );
+    for bad in ["9100", "host.example:9100", "127.0.0.1:", "127.0.0.1:99999"] {
+        assert_eq!(
+            parse_metrics_addr(bad),
+            Err(format!(
+                "must be HOST:PORT or :PORT (HOST an IP address or localhost), got '{bad}'"
+            ))
+        );
+    }
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let yaml = |addr: &str| {
+        format!(
+            "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n",
+            HEAD.replace(
+                "app: {name: x}",
+                &format!("app: {{name: x, metrics_addr: '{addr}'}}")
+            )
+        )
+    };
+    let cfg = load(&dir.write("ok.yaml", &yaml(":9464")), &checked()).expect("loads");
+    assert_eq!(cfg.metrics_addr.map(|a| a.port()), Some(9464));
+    let e = load(&dir.write("bad.yaml", &yaml("nine")), &checked())
+        .expect_err("bad")
+        .to_string();
+    assert_eq!(
+        e,
+        "app: metrics_addr must be HOST:PORT or :PORT (HOST an IP address or localhost), got 'nine' (line 1, column 30)"
+    );
+}
+
+#[test]
 fn sandbox_network() {
     let dir = TempDir::new();
     dir.write("g/m.wasm", "\0asm");

@@ -1,0 +1,647 @@
+//! The worker's Prometheus metrics and health (docs/observability.md): [`Metrics`] observes the
+//! worker ([`WorkerObserver`]) and the wasm runner (traps, fuel, memory, guest log losses) and
+//! serves `GET /metrics` (OpenMetrics text from `prometheus-client`), `GET /healthz` and
+//! `GET /readyz` on `--metrics-addr` / `app.metrics_addr`.
+//!
+//! Labels never carry execution ids or tenant data: `app`, `task`, and small fixed sets
+//! (`status`, `failure_kind`, `exception_type`, `result`, `operation`, `class`, `kind`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use onestep_core::{ExecutionError, ExecutionStatus};
+use onestep_wasm::{Report, TrapKind};
+use onestep_worker::{AttemptEnd, HeartbeatOutcome, WorkerObserver};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Buckets of `onestep_task_duration_seconds` and `onestep_queue_wait_seconds`: the
+/// reference's 5 ms … 10 s, then 30 s … 1 h for long-running tasks.
+pub const DURATION_BUCKETS: [f64; 18] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    1800.0, 3600.0,
+];
+/// Buckets of `onestep_claim_duration_seconds`: 1 ms … 10 s.
+const CLAIM_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 10.0];
+/// Buckets of `onestep_wasm_peak_memory_bytes`: 64 KiB … 4 GiB, by powers of 4.
+const MEMORY_BUCKETS: [f64; 9] = [
+    65_536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+    268_435_456.0,
+    1_073_741_824.0,
+    4_294_967_296.0,
+];
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+fn claim_histogram() -> Histogram {
+    Histogram::new(CLAIM_BUCKETS)
+}
+fn memory_histogram() -> Histogram {
+    Histogram::new(MEMORY_BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    app: String,
+    task: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    app: String,
+    task: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    app: String,
+    task: String,
+    failure_kind: String,
+    exception_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    app: String,
+    task: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DbErrorLabels {
+    app: String,
+    operation: String,
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrapLabels {
+    app: String,
+    task: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: String,
+}
+
+type Hist = Family<TaskLabels, Histogram, fn() -> Histogram>;
+
+/// Liveness of one task's source, for `/healthz`.
+#[derive(Debug)]
+struct SourceHealth {
+    /// The task's lease: the store may stay silent this long before the source counts as down.
+    lease: Duration,
+    /// When the store last answered a claim or a heartbeat of this task.
+    last_answer: Instant,
+}
+
+/// Every metric family of a worker process, and its health state.
+#[derive(Debug)]
+pub struct Metrics {
+    app: String,
+    registry: Registry,
+    processed: Family<StatusLabels, Counter>,
+    duration: Hist,
+    inflight: Family<TaskLabels, Gauge>,
+    retried: Family<TaskLabels, Counter>,
+    cancelled: Family<TaskLabels, Counter>,
+    fetched: Family<TaskLabels, Counter>,
+    failures: Family<FailureLabels, Counter>,
+    queue_wait: Hist,
+    lease_lost: Family<TaskLabels, Counter>,
+    heartbeats: Family<ResultLabels, Counter>,
+    claim_duration: Hist,
+    db_errors: Family<DbErrorLabels, Counter>,
+    wasm_traps: Family<TrapLabels, Counter>,
+    wasm_fuel: Family<TaskLabels, Counter>,
+    wasm_peak_memory: Hist,
+    guest_log_dropped: Family<TaskLabels, Counter>,
+    started: Instant,
+    ready: AtomicBool,
+    stopping: CancellationToken,
+    sources: Mutex<BTreeMap<String, SourceHealth>>,
+}
+
+impl Metrics {
+    /// The metrics of app `app` whose tasks are `tasks` (name, lease duration); `stopping` fires
+    /// when the worker starts draining.
+    pub fn new(
+        app: &str,
+        tasks: impl IntoIterator<Item = (String, Duration)>,
+        stopping: CancellationToken,
+    ) -> Self {
+        let mut registry = Registry::default();
+        let processed = Family::<StatusLabels, Counter>::default();
+        let duration: Hist = Family::new_with_constructor(duration_histogram);
+        let inflight = Family::<TaskLabels, Gauge>::default();
+        let retried = Family::<TaskLabels, Counter>::default();
+        let cancelled = Family::<TaskLabels, Counter>::default();
+        let fetched = Family::<TaskLabels, Counter>::default();
+        let failures = Family::<FailureLabels, Counter>::default();
+        let build_info = Family::<VersionLabels, Gauge>::default();
+        let queue_wait: Hist = Family::new_with_constructor(duration_histogram);
+        let lease_lost = Family::<TaskLabels, Counter>::default();
+        let heartbeats = Family::<ResultLabels, Counter>::default();
+        let claim_duration: Hist = Family::new_with_constructor(claim_histogram);
+        let db_errors = Family::<DbErrorLabels, Counter>::default();
+        let wasm_traps = Family::<TrapLabels, Counter>::default();
+        let wasm_fuel = Family::<TaskLabels, Counter>::default();
+        let wasm_peak_memory: Hist = Family::new_with_constructor(memory_histogram);
+        let guest_log_dropped = Family::<TaskLabels, Counter>::default();
+        // Counters get their `_total` suffix from the encoder.
+        registry.register(
+            "onestep_deliveries_fetched",
+            "Deliveries fetched from sources",
+            fetched.clone(),
+        );
+        registry.register(
+            "onestep_tasks_processed",
+            "Terminal task outcomes",
+            processed.clone(),
+        );
+        registry.register(
+            "onestep_task_duration_seconds",
+            "Task attempt duration in seconds",
+            duration.clone(),
+        );
+        registry.register(
+            "onestep_inflight_tasks",
+            "Task attempts currently in flight",
+            inflight.clone(),
+        );
+        registry.register(
+            "onestep_tasks_retried",
+            "Task attempts scheduled for retry",
+            retried.clone(),
+        );
+        registry.register(
+            "onestep_tasks_cancelled",
+            "Task attempts cancelled",
+            cancelled.clone(),
+        );
+        registry.register(
+            "onestep_task_failures",
+            "Task failures by failure kind and exception type",
+            failures.clone(),
+        );
+        registry.register("onestep_build_info", "Build metadata", build_info.clone());
+        registry.register(
+            "onestep_queue_wait_seconds",
+            "Time from an execution becoming available to its attempt starting",
+            queue_wait.clone(),
+        );
+        registry.register(
+            "onestep_lease_lost",
+            "Attempts that lost their lease and wrote nothing",
+            lease_lost.clone(),
+        );
+        registry.register(
+            "onestep_heartbeats",
+            "Heartbeat answers per lease, by result",
+            heartbeats.clone(),
+        );
+        registry.register(
+            "onestep_claim_duration_seconds",
+            "Duration of claim calls",
+            claim_duration.clone(),
+        );
+        registry.register(
+            "onestep_db_errors",
+            "Storage errors by operation and class",
+            db_errors.clone(),
+        );
+        registry.register(
+            "onestep_wasm_traps",
+            "Handler attempts that trapped, by kind",
+            wasm_traps.clone(),
+        );
+        registry.register(
+            "onestep_wasm_fuel_consumed",
+            "Fuel consumed by handlers (when metering is on)",
+            wasm_fuel.clone(),
+        );
+        registry.register(
+            "onestep_wasm_peak_memory_bytes",
+            "Peak linear memory of each handler attempt",
+            wasm_peak_memory.clone(),
+        );
+        registry.register(
+            "onestep_guest_log_dropped_bytes",
+            "Guest log bytes dropped or cut by the log limits",
+            guest_log_dropped.clone(),
+        );
+        build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+        let now = Instant::now();
+        let sources = tasks
+            .into_iter()
+            .map(|(task, lease)| {
+                let health = SourceHealth {
+                    lease,
+                    last_answer: now,
+                };
+                (task, health)
+            })
+            .collect();
+        Metrics {
+            app: app.to_owned(),
+            registry,
+            processed,
+            duration,
+            inflight,
+            retried,
+            cancelled,
+            fetched,
+            failures,
+            queue_wait,
+            lease_lost,
+            heartbeats,
+            claim_duration,
+            db_errors,
+            wasm_traps,
+            wasm_fuel,
+            wasm_peak_memory,
+            guest_log_dropped,
+            started: now,
+            ready: AtomicBool::new(false),
+            stopping,
+            sources: Mutex::new(sources),
+        }
+    }
+
+    fn task(&self, task: &str) -> TaskLabels {
+        TaskLabels {
+            app: self.app.clone(),
+            task: task.to_owned(),
+        }
+    }
+
+    fn sources(&self) -> MutexGuard<'_, BTreeMap<String, SourceHealth>> {
+        self.sources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn store_answered(&self, task: &str) {
+        if let Some(s) = self.sources().get_mut(task) {
+            s.last_answer = Instant::now();
+        }
+    }
+
+    /// Every source has opened: `/readyz` answers 200 from now on.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// Records what one wasm attempt of `task` reported: its trap, fuel, peak memory and the
+    /// guest log bytes the limits dropped or cut.
+    pub fn record_wasm(&self, task: &str, report: &Report) {
+        let labels = self.task(task);
+        if let onestep_wasm::Outcome::Trapped { kind } = &report.outcome {
+            let kind = match kind {
+                TrapKind::Cancelled => "cancelled",
+                TrapKind::Timeout => "timeout",
+                TrapKind::OutOfFuel => "out_of_fuel",
+                TrapKind::MemoryLimit => "memory_limit",
+                TrapKind::GuestPanic(_) => "panic",
+                TrapKind::Other(_) => "other",
+            };
+            self.wasm_traps
+                .get_or_create(&TrapLabels {
+                    app: self.app.clone(),
+                    task: task.to_owned(),
+                    kind: kind.to_owned(),
+                })
+                .inc();
+        }
+        if let Some(fuel) = report.fuel_consumed {
+            self.wasm_fuel.get_or_create(&labels).inc_by(fuel);
+        }
+        self.wasm_peak_memory
+            .get_or_create(&labels)
+            .observe(report.peak_memory_bytes as f64);
+        let dropped = report.log.dropped_bytes + report.output_dropped_bytes;
+        if dropped > 0 {
+            self.guest_log_dropped
+                .get_or_create(&labels)
+                .inc_by(dropped);
+        }
+    }
+
+    /// The `/metrics` text (OpenMetrics).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The `/healthz` document and whether it is healthy: `status` is `degraded` while the
+    /// worker drains or when a task's store has not answered for longer than its lease.
+    pub fn health(&self) -> (bool, serde_json::Value) {
+        let stopping = self.stopping.is_cancelled();
+        let now = Instant::now();
+        let mut all_alive = true;
+        let tasks: Vec<serde_json::Value> = self
+            .sources()
+            .iter()
+            .map(|(task, s)| {
+                let silent = now.saturating_duration_since(s.last_answer);
+                let alive = silent <= s.lease;
+                all_alive &= alive;
+                let inflight = self.inflight.get_or_create(&self.task(task)).get();
+                json!({
+                    "task": task,
+                    "source": {"alive": alive, "last_answer_s": round3(silent.as_secs_f64())},
+                    "inflight": inflight,
+                })
+            })
+            .collect();
+        let healthy = all_alive && !stopping;
+        let doc = json!({
+            "status": if healthy { "ok" } else { "degraded" },
+            "app": self.app,
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": round3(now.saturating_duration_since(self.started).as_secs_f64()),
+            "stopping": stopping,
+            "tasks": tasks,
+        });
+        (healthy, doc)
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl WorkerObserver for Metrics {
+    fn claimed(&self, task: &str, leases: usize, elapsed: Duration) {
+        self.store_answered(task);
+        let labels = self.task(task);
+        self.claim_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if leases > 0 {
+            self.fetched.get_or_create(&labels).inc_by(leases as u64);
+        }
+    }
+
+    fn attempt_started(&self, task: &str, queue_wait: Duration) {
+        let labels = self.task(task);
+        self.inflight.get_or_create(&labels).inc();
+        self.queue_wait
+            .get_or_create(&labels)
+            .observe(queue_wait.as_secs_f64());
+    }
+
+    fn attempt_finished(&self, task: &str, end: &AttemptEnd) {
+        let labels = self.task(task);
+        self.inflight.get_or_create(&labels).dec();
+        self.duration
+            .get_or_create(&labels)
+            .observe(end.duration.as_secs_f64());
+        if end.lease_lost {
+            self.lease_lost.get_or_create(&labels).inc();
+        }
+        let status = |s: &str| StatusLabels {
+            app: self.app.clone(),
+            task: task.to_owned(),
+            status: s.to_owned(),
+        };
+        match end.status {
+            Some(ExecutionStatus::Succeeded) => {
+                self.processed.get_or_create(&status("succeeded")).inc();
+            }
+            Some(ExecutionStatus::Failed) => {
+                self.processed.get_or_create(&status("failed")).inc();
+            }
+            Some(ExecutionStatus::Retrying) => {
+                self.retried.get_or_create(&labels).inc();
+            }
+            Some(ExecutionStatus::Cancelled) => {
+                self.cancelled.get_or_create(&labels).inc();
+            }
+            _ => {}
+        }
+        if let Some((kind, exception_type)) = &end.failure {
+            self.failures
+                .get_or_create(&FailureLabels {
+                    app: self.app.clone(),
+                    task: task.to_owned(),
+                    failure_kind: kind.clone(),
+                    exception_type: exception_type.clone(),
+                })
+                .inc();
+        }
+    }
+
+    fn heartbeat(&self, task: &str, outcome: HeartbeatOutcome) {
+        if outcome != HeartbeatOutcome::Error {
+            self.store_answered(task);
+        }
+        self.heartbeats
+            .get_or_create(&ResultLabels {
+                app: self.app.clone(),
+                task: task.to_owned(),
+                result: outcome.as_str().to_owned(),
+            })
+            .inc();
+    }
+
+    fn store_error(&self, _task: &str, error: &ExecutionError) {
+        let (operation, class) = match error {
+            ExecutionError::Backend(b) => (b.operation, b.kind.as_str()),
+            other => ("other", other.code()),
+        };
+        self.db_errors
+            .get_or_create(&DbErrorLabels {
+                app: self.app.clone(),
+                operation: operation.to_owned(),
+                class: class.to_owned(),
+            })
+            .inc();
+    }
+}
+
+async fn metrics_route(State(m): State<Arc<Metrics>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        m.render(),
+    )
+        .into_response()
+}
+
+async fn healthz_route(State(m): State<Arc<Metrics>>) -> Response {
+    let (healthy, doc) = m.health();
+    let code = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, axum::Json(doc)).into_response()
+}
+
+async fn readyz_route(State(m): State<Arc<Metrics>>) -> Response {
+    if m.ready.load(Ordering::Relaxed) && !m.stopping.is_cancelled() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+/// The `/metrics`, `/healthz`, `/readyz` routes.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_route))
+        .route("/healthz", get(healthz_route))
+        .route("/readyz", get(readyz_route))
+        .with_state(metrics)
+}
+
+/// Binds `addr` and serves [`router`] until `stop` fires; returns the bound address.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("metrics_addr {addr}: cannot listen: {e}"))?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        let server = axum::serve(listener, router(metrics))
+            .with_graceful_shutdown(async move { stop.cancelled().await });
+        if let Err(e) = server.await {
+            tracing::warn!(error = %e, "metrics server stopped");
+        }
+    });
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onestep_core::{BackendError, ConnectorKind};
+
+    fn metrics() -> Metrics {
+        Metrics::new(
+            "demo",
+            [("echo".to_owned(), Duration::from_secs(90))],
+            CancellationToken::new(),
+        )
+    }
+
+    fn end(status: Option<ExecutionStatus>, failure: Option<(&str, &str)>) -> AttemptEnd {
+        AttemptEnd {
+            status,
+            duration: Duration::from_millis(30),
+            failure: failure.map(|(k, e)| (k.to_owned(), e.to_owned())),
+            lease_lost: status.is_none(),
+        }
+    }
+
+    #[test]
+    fn observed_work_is_rendered_under_the_reference_names() {
+        let m = metrics();
+        m.claimed("echo", 4, Duration::from_millis(2));
+        for _ in 0..4 {
+            m.attempt_started("echo", Duration::from_millis(100));
+        }
+        m.attempt_finished("echo", &end(Some(ExecutionStatus::Succeeded), None));
+        m.attempt_finished(
+            "echo",
+            &end(
+                Some(ExecutionStatus::Retrying),
+                Some(("timeout", "TimeoutError")),
+            ),
+        );
+        m.attempt_finished(
+            "echo",
+            &end(
+                Some(ExecutionStatus::Failed),
+                Some(("error", "HandlerError")),
+            ),
+        );
+        m.heartbeat("echo", HeartbeatOutcome::Renewed);
+        m.store_error(
+            "echo",
+            &ExecutionError::Backend(BackendError {
+                backend: "mysql",
+                operation: "heartbeat",
+                kind: ConnectorKind::Disconnected,
+                message: "gone".into(),
+            }),
+        );
+        let text = m.render();
+        for line in [
+            r#"onestep_deliveries_fetched_total{app="demo",task="echo"} 4"#,
+            r#"onestep_tasks_processed_total{app="demo",task="echo",status="succeeded"} 1"#,
+            r#"onestep_tasks_processed_total{app="demo",task="echo",status="failed"} 1"#,
+            r#"onestep_tasks_retried_total{app="demo",task="echo"} 1"#,
+            r#"onestep_task_failures_total{app="demo",task="echo",failure_kind="timeout",exception_type="TimeoutError"} 1"#,
+            r#"onestep_inflight_tasks{app="demo",task="echo"} 1"#,
+            r#"onestep_task_duration_seconds_count{app="demo",task="echo"} 3"#,
+            r#"onestep_task_duration_seconds_bucket{le="0.05",app="demo",task="echo"} 3"#,
+            r#"onestep_queue_wait_seconds_count{app="demo",task="echo"} 4"#,
+            r#"onestep_heartbeats_total{app="demo",task="echo",result="renewed"} 1"#,
+            r#"onestep_db_errors_total{app="demo",operation="heartbeat",class="disconnected"} 1"#,
+            "# TYPE onestep_build_info gauge",
+            "# EOF",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn health_degrades_while_draining_and_when_the_store_is_silent() {
+        let stopping = CancellationToken::new();
+        let m = Metrics::new(
+            "demo",
+            [("echo".to_owned(), Duration::from_millis(50))],
+            stopping.clone(),
+        );
+        let (ok, doc) = m.health();
+        assert!(ok, "{doc}");
+        assert_eq!(doc["status"], "ok");
+        assert_eq!(doc["tasks"][0]["task"], "echo");
+        assert_eq!(doc["tasks"][0]["source"]["alive"], true);
+        std::thread::sleep(Duration::from_millis(80));
+        let (ok, doc) = m.health();
+        assert!(!ok, "silent for longer than a lease: {doc}");
+        assert_eq!(doc["tasks"][0]["source"]["alive"], false);
+        m.claimed("echo", 0, Duration::ZERO);
+        assert!(m.health().0, "the store answered again");
+        stopping.cancel();
+        let (ok, doc) = m.health();
+        assert!(!ok);
+        assert_eq!(doc["stopping"], true);
+        assert_eq!(doc["status"], "degraded");
+    }
+}
