@@ -14,7 +14,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GUESTS="$ROOT/guest-examples"
 OUT="$GUESTS/out"
-RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import)
+RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import fetch)
 COMPONENTIZE_PY_VERSION="0.25.1"
 
 mkdir -p "$OUT"

@@ -28,8 +28,8 @@ pub use env::EnvLookup;
 pub use error::{ConfigError, MissingVar};
 pub use model::{
     ApiAuth, ApiConfig, ApiToken, AppConfig, EngineOptions, ExecutionSourceConfig, HandlerConfig,
-    JsonMap, LogFormat, LogLevel, LoggingConfig, MysqlConnectorConfig, Preopen, PreopenMode,
-    SandboxConfig, Secret, TaskConfig,
+    JsonMap, LogFormat, LogLevel, LoggingConfig, MysqlConnectorConfig, NetworkConfig,
+    OriginHeaders, OriginPattern, Preopen, PreopenMode, SandboxConfig, Secret, TaskConfig,
 };
 
 use build::{BuildContext, BuildInputs};

@@ -11,6 +11,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use onestep_core::Limits;
+pub use onestep_core::network::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT, OriginPattern,
+};
 use onestep_core::retry::RetryPolicy;
 pub use onestep_core::settings::{
     DEFAULT_CANCEL_GRACE, DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MEMORY_LIMIT_BYTES,
@@ -344,6 +348,57 @@ pub struct SandboxConfig {
     /// ([`DEFAULT_CANCEL_GRACE`]; not settable from the file, not in the summaries).
     #[serde(skip)]
     pub cancel_grace: Duration,
+    /// `network:` — outbound HTTP (docs/configuration.md#sandbox-network); none by default.
+    pub network: NetworkConfig,
+}
+
+/// `sandbox.network:` — the origins a handler may call over HTTP and the limits of those
+/// requests (docs/configuration.md#sandbox-network). The default allows nothing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NetworkConfig {
+    /// Allowed origins, in file order, unique.
+    pub allow: Vec<OriginPattern>,
+    /// Host-injected headers: per allowed origin, `(name, value)` pairs in file order.
+    pub headers: Vec<OriginHeaders>,
+    /// Largest response body, in bytes.
+    pub max_response_bytes: u64,
+    /// Largest request body, in bytes.
+    pub max_request_bytes: u64,
+    /// DNS + TCP + TLS bound (`connect_timeout_s`).
+    #[serde(serialize_with = "seconds")]
+    pub connect_timeout: Duration,
+    /// Whole-request bound (`request_timeout_s`), capped by the attempt's deadline at run time.
+    #[serde(serialize_with = "seconds")]
+    pub request_timeout: Duration,
+    /// Requests in flight per attempt.
+    pub max_concurrent_requests: u32,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            allow: Vec::new(),
+            headers: Vec::new(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+        }
+    }
+}
+
+/// The headers injected into every request to one allowed origin. Values are [`Secret`]s.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OriginHeaders {
+    /// The origin (one of `allow`).
+    pub origin: OriginPattern,
+    /// `(header name, value)` pairs.
+    pub headers: Vec<(String, Secret)>,
+}
+
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 impl Default for SandboxConfig {
@@ -365,6 +420,7 @@ impl Default for SandboxConfig {
             max_log_message_bytes: DEFAULT_MAX_LOG_MESSAGE_BYTES,
             log_rate_bytes_per_minute: DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
             cancel_grace: DEFAULT_CANCEL_GRACE,
+            network: NetworkConfig::default(),
         }
     }
 }

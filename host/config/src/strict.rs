@@ -301,6 +301,13 @@ fn check_tasks(root: &Node) -> Result<(), ConfigError> {
         if let Some(s) = task.get_set("sandbox") {
             let spath = join(&path, "sandbox");
             check_allowed(s, &spath, &SANDBOX_KEYS)?;
+            if let Some(n) = s.get_set("network") {
+                check_allowed(
+                    n,
+                    &join(&spath, "network"),
+                    &crate::build::network::NETWORK_KEYS,
+                )?;
+            }
             if let Some(items) = s.get_set("preopens").and_then(Node::items) {
                 for (j, p) in items.iter().enumerate() {
                     check_allowed(p, &index(&join(&spath, "preopens"), j), &PREOPEN_KEYS)?;

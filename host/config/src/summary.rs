@@ -295,5 +295,30 @@ fn sandbox_text(s: &SandboxConfig) -> String {
         " log={}B/{}lines message={}B rate={}B/min",
         s.log_limit_bytes, s.max_log_lines, s.max_log_message_bytes, s.log_rate_bytes_per_minute
     );
+    // Outbound HTTP (docs/configuration.md#sandbox-network); header values never shown.
+    let n = &s.network;
+    if !n.allow.is_empty() {
+        let allow: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
+        let headers: Vec<String> = n
+            .headers
+            .iter()
+            .flat_map(|o| {
+                o.headers
+                    .iter()
+                    .map(move |(name, value)| format!("{}:{name}={value}", o.origin))
+            })
+            .collect();
+        let _ = write!(
+            text,
+            " network=[{}] headers=[{}] max_response={}B max_request={}B connect_timeout={}s request_timeout={}s max_concurrent_requests={}",
+            allow.join(","),
+            headers.join(","),
+            n.max_response_bytes,
+            n.max_request_bytes,
+            n.connect_timeout.as_secs_f64(),
+            n.request_timeout.as_secs_f64(),
+            n.max_concurrent_requests
+        );
+    }
     text
 }

@@ -21,6 +21,7 @@ pub mod error_object;
 pub mod execution;
 pub mod limits;
 pub mod names;
+pub mod network;
 pub mod plan;
 pub mod ports;
 pub mod request;

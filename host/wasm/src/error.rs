@@ -54,7 +54,9 @@ pub enum Error {
         message: String,
     },
     /// The component does not export the `onestep:handler/handler` world.
-    #[error("component {name} does not implement onestep:handler/handler@0.1.0: {message}")]
+    #[error(
+        "component {name} does not implement onestep:handler/handler (0.1.0 or 0.2.0): {message}"
+    )]
     NotAHandler {
         /// File name or label of the component.
         name: String,

@@ -260,6 +260,8 @@ impl Handler {
             ));
         }
         let wasi = build_wasi(sandbox, stdout, stderr)?;
+        let http =
+            crate::http::HttpState::new(&sandbox.network, &rt.clients, stop.deadline, ids.clone());
         let state = State {
             wasi,
             table: wasmtime_wasi::ResourceTable::new(),
@@ -268,6 +270,7 @@ impl Handler {
             cancel: stop.cancel.clone(),
             log: budget.clone(),
             handles: OpenHandles::new(sandbox.max_open_handles),
+            http,
         };
         let mut store = Store::new(&rt.engine, state);
         store.limiter(|s| &mut s.limits);

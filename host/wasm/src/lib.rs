@@ -7,7 +7,8 @@
 //!   component model, epoch interruption, fuel metering, pooling allocator
 //!   with fallback to on-demand) and the epoch ticker thread.
 //! - Loading components implementing `onestep:handler/handler@0.1.0`
-//!   (`wit/handler.wit` at the repository root): compiled once, cached on
+//!   (`wit/handler.wit` at the repository root) or `@0.2.0`
+//!   (`wit/v0.2/handler.wit`, adds outbound HTTP): compiled once, cached on
 //!   disk keyed by the component's SHA-256 and the engine settings, linked
 //!   into an `InstancePre` ([`Runtime::load`] → [`Handler`]).
 //! - Invoking them ([`Handler::invoke`]) in a per-task sandbox described by
@@ -42,7 +43,8 @@
 //! - A guest sees only what its sandbox grants: the preopened directories
 //!   (read-only unless `mode: rw`), allow-listed environment variables, no
 //!   arguments, no stdin, no sockets, no name lookup. Clocks and random are
-//!   available.
+//!   available. Outbound HTTP (`wasi:http`) reaches only the origins of the
+//!   task's [`NetworkSettings`], checked by the host (`docs/security.md#network`).
 //!
 //! # Example
 //! ```no_run
@@ -74,6 +76,7 @@ mod engine;
 mod error;
 mod guest_log;
 mod handles;
+mod http;
 mod invoke;
 mod log_budget;
 mod needs;
@@ -86,12 +89,18 @@ mod state;
 pub use cancel::CancelHandle;
 pub use context::InvocationContext;
 pub use error::Error;
+pub use http::{AllowedOrigin, NetworkSettings, Resolver, Resolving, Secret};
 pub use invoke::Report;
 pub use log_budget::LogTotals;
 pub use needs::{Needs, TABLE_ELEMENT_BYTES};
+pub use onestep_core::network::OriginPattern;
 pub use outcome::{InvokeError, Outcome, TrapKind};
 pub use runtime::{CacheStats, Handler, PoolStats, Runtime};
 pub use settings::{PoolSize, PoolingMode, Preopen, PreopenMode, RuntimeSettings, SandboxSettings};
 
-/// Version of the WIT package this runtime serves (`wit/handler.wit`).
+/// The first version of the WIT package this runtime serves (`wit/handler.wit`).
 pub const WIT_PACKAGE: &str = "onestep:handler@0.1.0";
+
+/// Every version of the WIT package this runtime serves, oldest first
+/// (`wit/handler.wit`, `wit/v0.2/handler.wit`; see `wit/README.md`).
+pub const WIT_PACKAGES: [&str; 2] = ["onestep:handler@0.1.0", "onestep:handler@0.2.0"];

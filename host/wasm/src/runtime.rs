@@ -58,6 +58,8 @@ pub(crate) struct RuntimeInner {
     memory_hits: AtomicU64,
     /// Components by SHA-256, so loading the same bytes twice is free.
     components: Mutex<HashMap<[u8; 32], Component>>,
+    /// The process's shared outbound HTTP pools.
+    pub(crate) clients: crate::http::client::Clients,
     _ticker: Ticker,
 }
 
@@ -92,6 +94,8 @@ pub struct Handler {
     /// The task's log rate over time, shared by every clone (one task's
     /// attempts); see docs/security.md#logs.
     pub(crate) log_rate: LogRate,
+    /// The first `wasi:http` interface the component imports, if any.
+    pub(crate) http_import: Option<String>,
 }
 
 impl std::fmt::Debug for Handler {
@@ -130,7 +134,26 @@ impl Handler {
             .map_err(|message| Error::OverLimits {
                 name: self.name.to_string(),
                 message,
-            })
+            })?;
+        self.check_network(sandbox)
+    }
+
+    /// Whether the component imports `wasi:http` (world `0.2.0` with
+    /// outbound HTTP in use).
+    pub fn imports_http(&self) -> bool {
+        self.http_import.is_some()
+    }
+
+    /// Refuses a component importing `wasi:http` for a sandbox without
+    /// `network.allow` ([`Error::Sandbox`]).
+    fn check_network(&self, sandbox: &SandboxSettings) -> Result<(), Error> {
+        match &self.http_import {
+            Some(import) if !sandbox.network.enabled() => Err(Error::Sandbox {
+                name: self.name.to_string(),
+                message: crate::http::no_network_message(import),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -147,13 +170,25 @@ impl Runtime {
     /// per [`RuntimeSettings::pooling`]), the linker, and starts the epoch
     /// ticker (a thread incrementing the epoch every `epoch_tick_ms`).
     pub fn new(settings: RuntimeSettings) -> Result<Self, Error> {
+        Self::with_resolver(settings, crate::http::Resolver::system())
+    }
+
+    /// [`new`](Self::new) with the DNS resolver outbound HTTP uses (the
+    /// host resolves every request's host itself and connects to the checked
+    /// address; tests point names at loopback with it).
+    pub fn with_resolver(
+        settings: RuntimeSettings,
+        resolver: crate::http::Resolver,
+    ) -> Result<Self, Error> {
         let built = engine::build(&settings)?;
         let mut linker = Linker::<State>::new(&built.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| Error::Engine(format!("WASI linker: {e:#}")))?;
         crate::handles::add_to_linker(&mut linker)?;
+        crate::http::add_to_linker(&mut linker)?;
         bindings::Handler::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("host linker: {e:#}")))?;
+        let clients = crate::http::client::Clients::new(resolver).map_err(Error::Engine)?;
         let tick = Duration::from_millis(settings.epoch_tick_ms.max(1));
         let ticker = Ticker::start(built.engine.clone(), tick)?;
         Ok(Self {
@@ -166,6 +201,7 @@ impl Runtime {
                 compiles: AtomicU64::new(0),
                 memory_hits: AtomicU64::new(0),
                 components: Mutex::new(HashMap::new()),
+                clients,
                 _ticker: ticker,
             }),
         })
@@ -219,6 +255,7 @@ impl Runtime {
                 message,
             })?;
         let handler = self.load_bytes(&name, &bytes)?;
+        handler.check_network(sandbox)?;
         if sandbox.fuel.is_some() && !self.inner.settings.fuel_metering {
             return Err(Error::Sandbox {
                 name,
@@ -234,6 +271,7 @@ impl Runtime {
         let digest: [u8; 32] = Sha256::digest(bytes).into();
         let component = self.component(name, digest, bytes)?;
         let needs = Needs::of_component(bytes);
+        let http_import = crate::http::http_import(&component);
         let instance_pre =
             self.inner
                 .linker
@@ -253,6 +291,7 @@ impl Runtime {
             name: Arc::from(name),
             needs,
             log_rate: LogRate::default(),
+            http_import,
         })
     }
 

@@ -230,6 +230,8 @@ pub struct SandboxSettings {
     /// more `open-at`, `read-directory` or `*-via-stream` returns the WASI
     /// error code `quota`; dropping a handle frees its slot.
     pub max_open_handles: u32,
+    /// Outbound HTTP (`sandbox.network`); the default allows no request.
+    pub network: crate::http::NetworkSettings,
 }
 
 impl Default for SandboxSettings {
@@ -253,6 +255,7 @@ impl Default for SandboxSettings {
             log_rate_bytes_per_minute: DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
             result_limit_bytes: None,
             max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
+            network: crate::http::NetworkSettings::default(),
         }
     }
 }

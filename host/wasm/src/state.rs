@@ -25,6 +25,8 @@ pub(crate) struct State {
     pub(crate) log: LogBudget,
     /// Files, directories and streams the guest holds open (capped).
     pub(crate) handles: OpenHandles,
+    /// Outbound HTTP of the attempt (`wasi:http`).
+    pub(crate) http: crate::http::HttpState,
 }
 
 impl WasiView for State {

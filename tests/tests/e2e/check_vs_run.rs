@@ -7,7 +7,7 @@
 //! a file would start a worker: it is stopped after a bound and reported.
 //!
 //! A component the worker cannot load (an import the host does not provide, bytes that are not
-//! a component) is rejected by `check` and `check --strict` (exit 2) with the message `run`
+//! a component, a `wasi:http` component for a task without `sandbox.network.allow`) is rejected by `check` and `check --strict` (exit 2) with the message `run`
 //! fails to start with (exit 1), naming the task, the file and the missing import.
 
 use std::path::Path;
@@ -264,7 +264,18 @@ fn unloadable_cases(dsn: &str) -> Result<()> {
     let garbage = dir.path().join("garbage.wasm");
     std::fs::write(&garbage, b"garbage").context("cannot write a temp file")?;
     let bad_import = guest("bad-import")?;
+    let fetch = guest("fetch")?;
     let cases = [
+        (
+            fetch.clone(),
+            format!(
+                "task 'echo': cannot load {}: component fetch.wasm cannot run in its sandbox: \
+                 it imports wasi:http/outgoing-handler@0.2.12 (outbound HTTP) but the task's \
+                 sandbox grants no network: list the origins it may reach under \
+                 sandbox.network.allow",
+                fetch.display()
+            ),
+        ),
         (
             bad_import.clone(),
             format!(

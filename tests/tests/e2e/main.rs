@@ -18,6 +18,9 @@
 //!   task's rate, no guest starts a line, victims succeed.
 //! * [`isolation_cancel`]: cancel latency at the default settings is bounded by the cancel
 //!   poll, not the heartbeat (busy guests cancelled beside a victim task in the same worker).
+//! * [`http_fetch`]: the `fetch` guest (world `0.2.0`, outbound HTTP) against a loopback server
+//!   through a real worker: an allowed request, a denied origin decided by the handler, an
+//!   injected header that never reaches the log, a cancel during a slow request.
 //! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
@@ -34,6 +37,7 @@
 mod api_flow;
 mod check;
 mod check_vs_run;
+mod http_fetch;
 mod isolation_cancel;
 mod isolation_fd;
 mod isolation_logs;

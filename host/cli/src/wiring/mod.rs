@@ -146,7 +146,39 @@ pub fn sandbox_settings(sandbox: &SandboxConfig, env: &EnvLookup) -> SandboxSett
         max_log_lines: sandbox.max_log_lines,
         max_log_message_bytes: sandbox.max_log_message_bytes,
         log_rate_bytes_per_minute: sandbox.log_rate_bytes_per_minute,
+        network: network_settings(&sandbox.network),
         ..SandboxSettings::default()
+    }
+}
+
+/// The runtime's outbound-HTTP settings for a task's `sandbox.network:` (docs/configuration.md#sandbox-network).
+pub fn network_settings(network: &onestep_config::NetworkConfig) -> onestep_wasm::NetworkSettings {
+    let allow = network
+        .allow
+        .iter()
+        .map(|origin| onestep_wasm::AllowedOrigin {
+            origin: origin.clone(),
+            headers: network
+                .headers
+                .iter()
+                .filter(|h| h.origin == *origin)
+                .flat_map(|h| h.headers.iter())
+                .map(|(name, value)| {
+                    (
+                        name.clone(),
+                        onestep_wasm::Secret(value.expose().to_owned()),
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    onestep_wasm::NetworkSettings {
+        allow,
+        max_response_bytes: network.max_response_bytes,
+        max_request_bytes: network.max_request_bytes,
+        connect_timeout: network.connect_timeout,
+        request_timeout: network.request_timeout,
+        max_concurrent_requests: network.max_concurrent_requests,
     }
 }
 
@@ -202,4 +234,36 @@ pub fn task_bindings(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onestep_config::{NetworkConfig, OriginHeaders, OriginPattern, Secret};
+
+    #[test]
+    fn network_headers_go_to_their_own_origin_only() {
+        let a = OriginPattern::parse("https://a.example.com").expect("a");
+        let b = OriginPattern::parse("http://127.0.0.1:18080").expect("b");
+        let cfg = NetworkConfig {
+            allow: vec![a.clone(), b.clone()],
+            headers: vec![OriginHeaders {
+                origin: a.clone(),
+                headers: vec![("Authorization".into(), Secret::new("Bearer k"))],
+            }],
+            max_concurrent_requests: 3,
+            ..NetworkConfig::default()
+        };
+        let s = network_settings(&cfg);
+        assert_eq!(s.allow.len(), 2);
+        assert_eq!(s.allow[0].origin, a);
+        assert_eq!(s.allow[0].headers.len(), 1);
+        assert_eq!(s.allow[0].headers[0].0, "Authorization");
+        assert_eq!(s.allow[0].headers[0].1.0, "Bearer k");
+        assert_eq!(s.allow[1].origin, b);
+        assert!(s.allow[1].headers.is_empty());
+        assert_eq!(s.max_concurrent_requests, 3);
+        assert_eq!(s.request_timeout, cfg.request_timeout);
+        assert!(!network_settings(&NetworkConfig::default()).enabled());
+    }
 }

@@ -2,6 +2,7 @@
 //! enforcing the checks that apply with and without `--strict`.
 
 pub mod api;
+pub mod network;
 pub mod resources;
 pub mod retry;
 pub mod table_pairs;

@@ -40,7 +40,7 @@ pub const TASK_KEYS: [&str; 13] = [
 /// `handler` keys.
 pub const HANDLER_KEYS: [&str; 2] = ["component", "params"];
 /// `sandbox` keys.
-pub const SANDBOX_KEYS: [&str; 15] = [
+pub const SANDBOX_KEYS: [&str; 16] = [
     "memory_limit_bytes",
     "fuel",
     "preopens",
@@ -58,9 +58,11 @@ pub const SANDBOX_KEYS: [&str; 15] = [
     "max_log_lines",
     "max_log_message_bytes",
     "log_rate_bytes_per_minute",
+    // outbound HTTP (docs/configuration.md#sandbox-network)
+    "network",
 ];
 /// `sandbox` keys that grant a capability: per task only, never in `app.sandbox`.
-pub const SANDBOX_CAPABILITY_KEYS: [&str; 3] = ["preopens", "env", "env_values"];
+pub const SANDBOX_CAPABILITY_KEYS: [&str; 4] = ["preopens", "env", "env_values", "network"];
 /// Smallest accepted `log_limit_bytes` and `log_rate_bytes_per_minute`.
 pub const MIN_LOG_BYTES: u64 = 1024;
 /// Largest accepted `max_log_message_bytes`.
@@ -316,7 +318,7 @@ pub fn build_sandbox_defaults(
 }
 
 /// A task's `sandbox:`: every limit not set here comes from `base` (the worker-wide defaults of
-/// `app.sandbox`), every capability (preopens, env, env_values) only from here.
+/// `app.sandbox`), every capability (preopens, env, env_values, network) only from here.
 fn build_sandbox(
     node: &Node,
     path: &str,
@@ -510,7 +512,13 @@ fn build_sandbox(
         }
     }
 
+    let network = match node.get_set("network") {
+        None => crate::model::NetworkConfig::default(),
+        Some(n) => super::network::build_network(n, &join(path, "network"))?,
+    };
+
     Ok(SandboxConfig {
+        network,
         memory_limit_bytes,
         fuel,
         preopens,

@@ -623,3 +623,173 @@ fn app_metrics_addr() {
         "app: metrics_addr must be HOST:PORT or :PORT (HOST an IP address or localhost), got 'nine' (line 1, column 30)"
     );
 }
+
+#[test]
+fn sandbox_network() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let plain = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let cfg = load(&dir.write("plain.yaml", &plain), &checked()).expect("loads");
+    assert!(
+        cfg.tasks[0].sandbox.network.allow.is_empty(),
+        "no network by default"
+    );
+    let opts = LoadOptions {
+        env: EnvLookup::isolated([("API_KEY", "sk-live-123")]),
+        check_files: true,
+        strict: true,
+        ..LoadOptions::default()
+    };
+    let full = format!(
+        "{plain}    sandbox:\n      network:\n        allow:\n          - https://api.example.com\n          - https://*.example.org:8443\n          - http://127.0.0.1:18080\n        headers:\n          https://api.example.com:443: {{Authorization: \"Bearer ${{API_KEY}}\", X-N: 3}}\n        max_response_bytes: 1000\n        max_request_bytes: 2000\n        connect_timeout_s: 1.5\n        request_timeout_s: 30\n        max_concurrent_requests: 4\n"
+    );
+    let cfg = load(&dir.write("full.yaml", &full), &opts).expect("loads");
+    let n = &cfg.tasks[0].sandbox.network;
+    let allow: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        allow,
+        [
+            "https://api.example.com:443",
+            "https://*.example.org:8443",
+            "http://127.0.0.1:18080"
+        ]
+    );
+    assert_eq!(n.headers.len(), 1);
+    assert_eq!(n.headers[0].headers[0].0, "Authorization");
+    assert_eq!(n.headers[0].headers[0].1.expose(), "Bearer sk-live-123");
+    assert_eq!(n.headers[0].headers[1].1.expose(), "3");
+    assert_eq!(
+        (
+            n.max_response_bytes,
+            n.max_request_bytes,
+            n.max_concurrent_requests
+        ),
+        (1000, 2000, 4)
+    );
+    assert_eq!(n.connect_timeout, std::time::Duration::from_millis(1500));
+    assert_eq!(n.request_timeout, std::time::Duration::from_secs(30));
+    // The summaries and Debug never show the header value.
+    let text = cfg.summary();
+    assert!(
+        text.contains("network=[https://api.example.com:443,https://*.example.org:8443,http://127.0.0.1:18080] headers=[https://api.example.com:443:Authorization=<redacted>,https://api.example.com:443:X-N=<redacted>] max_response=1000B max_request=2000B connect_timeout=1.5s request_timeout=30s max_concurrent_requests=4"),
+        "{text}"
+    );
+    let json = serde_json::to_string(&cfg.json_summary()).expect("json");
+    let debug = format!("{:?}", cfg.tasks[0].sandbox);
+    for shown in [&text, &json, &debug] {
+        assert!(!shown.contains("sk-live-123"), "{shown}");
+    }
+
+    let with = |block: &str| format!("{plain}    sandbox:\n      network:\n{block}");
+    let bad = |block: &str| {
+        load(&dir.write("bad.yaml", &with(block)), &opts)
+            .expect_err(block)
+            .to_string()
+    };
+    let shape = "is not an origin like https://api.example.com, https://*.example.org:8443 or http://127.0.0.1:18080";
+    assert_eq!(
+        bad("        allow: [not a url]\n"),
+        format!(
+            "tasks[0].sandbox.network.allow[0]: \"not a url\" {shape}: it has no scheme (http:// or https://) (line 11, column 17)"
+        )
+    );
+    assert_eq!(
+        bad("        allow: [\"https://api.example.com/v1\"]\n"),
+        format!(
+            "tasks[0].sandbox.network.allow[0]: \"https://api.example.com/v1\" {shape}: it has a path, query or fragment (an entry is scheme://host[:port] only) (line 11, column 17)"
+        )
+    );
+    assert_eq!(
+        bad("        allow: [\"https://api.example.com?key=1\"]\n"),
+        format!(
+            "tasks[0].sandbox.network.allow[0]: \"https://api.example.com?key=1\" {shape}: it has a path, query or fragment (an entry is scheme://host[:port] only) (line 11, column 17)"
+        )
+    );
+    assert_eq!(
+        bad("        allow: [\"https://api.*.example.com\"]\n"),
+        format!(
+            "tasks[0].sandbox.network.allow[0]: \"https://api.*.example.com\" {shape}: a wildcard must be the whole first label (*.example.org) (line 11, column 17)"
+        )
+    );
+    assert_eq!(
+        bad("        allow: [\"https://*api.example.com\"]\n"),
+        format!(
+            "tasks[0].sandbox.network.allow[0]: \"https://*api.example.com\" {shape}: a wildcard must be the whole first label (*.example.org) (line 11, column 17)"
+        )
+    );
+    assert_eq!(
+        bad("        allow: [https://a.example.com, \"https://A.example.com:443/\"]\n"),
+        "tasks[0].sandbox.network.allow[1]: duplicate origin https://a.example.com:443 (line 11, column 40)"
+    );
+    assert_eq!(
+        bad(
+            "        allow: [https://a.example.com]\n        headers:\n          https://b.example.com: {Authorization: x}\n"
+        ),
+        "tasks[0].sandbox.network.headers: \"https://b.example.com\" is not one of sandbox.network.allow (line 13, column 34)"
+    );
+    assert_eq!(
+        bad(
+            "        allow: [https://a.example.com]\n        headers:\n          https://a.example.com: {\"Bad Name\": x}\n"
+        ),
+        "tasks[0].sandbox.network.headers[\"https://a.example.com\"]: \"Bad Name\" is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) (line 13, column 47)"
+    );
+    assert_eq!(
+        bad(
+            "        allow: [https://a.example.com]\n        headers:\n          https://a.example.com: {Authorization: x, authorization: y}\n"
+        ),
+        "tasks[0].sandbox.network.headers[\"https://a.example.com\"]: header authorization is given twice (names are case-insensitive) (line 13, column 68)"
+    );
+    for (key, v, msg) in [
+        (
+            "max_response_bytes",
+            "0",
+            "max_response_bytes must be an integer >= 1",
+        ),
+        (
+            "max_request_bytes",
+            "-5",
+            "max_request_bytes must be an integer >= 1",
+        ),
+        (
+            "connect_timeout_s",
+            "0",
+            "connect_timeout_s must be a number > 0",
+        ),
+        (
+            "request_timeout_s",
+            "-1",
+            "request_timeout_s must be a number > 0",
+        ),
+        (
+            "max_concurrent_requests",
+            "0",
+            "max_concurrent_requests must be an integer from 1 to 4294967295",
+        ),
+    ] {
+        let block = format!("        allow: [https://a.example.com]\n        {key}: {v}\n");
+        let col = 11 + key.len() as u64;
+        assert_eq!(
+            bad(&block),
+            format!("tasks[0].sandbox.network: {msg} (line 12, column {col})"),
+            "{key}"
+        );
+    }
+    // A capability: per task only, never in app.sandbox.
+    let app_wide = plain.replace(
+        "app: {name: x}",
+        "app: {name: x, sandbox: {network: {allow: [https://a.example.com]}}}",
+    );
+    assert_eq!(
+        load(&dir.write("app.yaml", &app_wide), &opts)
+            .expect_err("app.sandbox.network")
+            .to_string(),
+        "app.sandbox: network grants a capability and is set per task (tasks[].sandbox.network); app.sandbox holds only default limits (line 1, column 35)"
+    );
+    // Strict keys.
+    assert_eq!(
+        bad("        allow: [https://a.example.com]\n        allowed: []\n"),
+        "unsupported fields for tasks[0].sandbox.network: allowed (line 12, column 18)"
+    );
+}

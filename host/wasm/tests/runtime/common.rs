@@ -6,8 +6,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub const RUST_GUESTS: [&str; 6] = [
+pub const RUST_GUESTS: [&str; 7] = [
     "echo",
+    "fetch",
     "summarize",
     "countdown",
     "flaky",

@@ -15,6 +15,8 @@ mod basics;
 mod cache;
 mod cancel;
 mod handles;
+mod http;
+mod http_server;
 mod limits;
 mod logs;
 mod needs;

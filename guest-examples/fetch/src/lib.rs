@@ -1,0 +1,139 @@
+//! `fetch`: a handler of world `onestep:handler/handler@0.2.0` that makes one
+//! outbound HTTP request through `wasi:http` (with the `wstd` client) and
+//! returns what it got.
+//!
+//! Payload: `{"url": "http://...", "method": "GET", "headers": {"x": "y"},
+//! "body": "text", "follow": 0}`; only `url` is required. `follow` is how
+//! many redirects the guest follows itself (the host never follows one):
+//! each hop is a new request the host checks again.
+//!
+//! Output: `{"status", "bytes", "json" | "body_prefix", "location"?,
+//! "hops", "sent_headers"}`: `json` when the body parses as JSON, otherwise
+//! its first 256 characters; `sent_headers` lists the header names of the
+//! guest's own request (host-injected headers are never among them). A failed
+//! request (denied, timeout, too large...) is a handler error
+//! (`retryable: false`) whose message carries the `wasi:http` error code.
+
+wit_bindgen::generate!({
+    path: "../../wit/v0.2",
+    world: "onestep:handler/handler@0.2.0",
+    generate_all,
+});
+
+use onestep::handler::host::{Level, log};
+use wstd::http::{Body, Client, ErrorCode, Method, Request};
+
+struct Fetch;
+
+fn fatal(message: String) -> HandlerError {
+    HandlerError {
+        retryable: false,
+        message,
+        retry_after_ms: None,
+    }
+}
+
+/// `request failed: HttpRequestDenied` etc.: the `wasi:http` error code when
+/// there is one, otherwise the whole error chain (e.g. a failed body read).
+fn describe(e: &wstd::http::Error) -> String {
+    match e.chain().find_map(|c| c.downcast_ref::<ErrorCode>()) {
+        Some(code) => format!("request failed: {code:?}"),
+        None => format!("request failed: {e:#}"),
+    }
+}
+
+impl Guest for Fetch {
+    fn handle(_ctx: Context, payload: String) -> Result<String, HandlerError> {
+        let v: serde_json::Value = serde_json::from_str(&payload)
+            .map_err(|e| fatal(format!("invalid payload: {e}")))?;
+        let Some(url) = v.get("url").and_then(|u| u.as_str()) else {
+            return Err(fatal("payload needs \"url\": a string".into()));
+        };
+        let method = v.get("method").and_then(|m| m.as_str()).unwrap_or("GET");
+        let follow = v.get("follow").and_then(|n| n.as_u64()).unwrap_or(0);
+        let headers: Vec<(String, String)> = v
+            .get("headers")
+            .and_then(|h| h.as_object())
+            .map(|h| {
+                h.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let body = v
+            .get("body")
+            .and_then(|b| b.as_str())
+            .map(str::to_string);
+        wstd::runtime::block_on(run(url.to_string(), method, headers, body, follow))
+    }
+}
+
+async fn run(
+    mut url: String,
+    method: &str,
+    headers: Vec<(String, String)>,
+    body: Option<String>,
+    follow: u64,
+) -> Result<String, HandlerError> {
+    let method = Method::from_bytes(method.as_bytes())
+        .map_err(|e| fatal(format!("invalid method: {e}")))?;
+    let client = Client::new();
+    let mut hops = Vec::new();
+    loop {
+        let mut builder = Request::builder().method(method.clone()).uri(url.as_str());
+        for (k, v) in &headers {
+            builder = builder.header(k.as_str(), v.as_str());
+        }
+        let request = builder
+            .body(match &body {
+                Some(b) => Body::from(b.clone()),
+                None => Body::empty(),
+            })
+            .map_err(|e| fatal(format!("invalid request: {e}")))?;
+        let sent_headers: Vec<String> = request
+            .headers()
+            .keys()
+            .map(|k| k.as_str().to_string())
+            .collect();
+        log(Level::Info, &format!("fetching {url}"));
+        let response = client.send(request).await.map_err(|e| fatal(describe(&e)))?;
+        let status = response.status().as_u16();
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .map(str::to_string);
+        hops.push(serde_json::json!({"url": url, "status": status}));
+        if let (true, Some(next)) = (response.status().is_redirection(), &location) {
+            if (hops.len() as u64) <= follow {
+                url = next.clone();
+                continue;
+            }
+        }
+        let mut body = response.into_body();
+        let bytes = body
+            .contents()
+            .await
+            .map_err(|e| fatal(describe(&e)))?
+            .to_vec();
+        let mut out = serde_json::json!({
+            "status": status,
+            "bytes": bytes.len(),
+            "hops": hops,
+            "sent_headers": sent_headers,
+        });
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(json) if !bytes.is_empty() => out["json"] = json,
+            _ => {
+                let text = String::from_utf8_lossy(&bytes);
+                out["body_prefix"] = text.chars().take(256).collect::<String>().into();
+            }
+        }
+        if let Some(l) = location {
+            out["location"] = l.into();
+        }
+        return Ok(out.to_string());
+    }
+}
+
+export!(Fetch);

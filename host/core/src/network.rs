@@ -1,0 +1,313 @@
+//! The vocabulary of a task's outbound-HTTP capability (`sandbox.network`), shared by the
+//! configuration (which validates the YAML with file locations) and the handler runtime (which
+//! enforces it): an allow-list entry ([`OriginPattern`]: scheme, host or one-label wildcard,
+//! port), its parser with the exact messages `onestep check` prints, the match of a request's
+//! origin against it, and the defaults of the limits. See
+//! [`docs/configuration.md`](../../../docs/configuration.md#sandbox-network) and
+//! [`docs/security.md`](../../../docs/security.md#network).
+//!
+//! Plain data and pure functions: no I/O, no DNS.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Largest response body a request may receive (`max_response_bytes`): 10 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 10 << 20;
+/// Largest request body a guest may send (`max_request_bytes`): 10 MiB.
+pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 << 20;
+/// Longest wait for the TCP (and TLS) connection (`connect_timeout_s`).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a request may take, headers and whole body (`request_timeout_s`); always capped by
+/// what is left of the attempt's deadline.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Requests one attempt may have in flight at once (`max_concurrent_requests`).
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: u32 = 16;
+
+/// `http` or `https`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HttpScheme {
+    /// Plain HTTP (default port 80).
+    Http,
+    /// HTTP over TLS (default port 443).
+    Https,
+}
+
+impl HttpScheme {
+    /// The scheme's default port.
+    pub fn default_port(self) -> u16 {
+        match self {
+            HttpScheme::Http => 80,
+            HttpScheme::Https => 443,
+        }
+    }
+
+    /// `"http"` or `"https"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpScheme::Http => "http",
+            HttpScheme::Https => "https",
+        }
+    }
+}
+
+/// The host part of an allow-list entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HostPattern {
+    /// One DNS name (lower case, no trailing dot).
+    Name(String),
+    /// `*.suffix`: any name of exactly one more label than `suffix` (lower case).
+    Wildcard(String),
+    /// A literal IP address.
+    Ip(IpAddr),
+}
+
+/// One entry of `sandbox.network.allow`: `scheme://host[:port]`, where host is a DNS name, a
+/// one-label wildcard `*.example.org` or a literal IP (`[v6]` in brackets). The port defaults to
+/// the scheme's. Written back by `Display` in canonical form (lower case, the port always
+/// shown).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OriginPattern {
+    /// Scheme the request must use.
+    pub scheme: HttpScheme,
+    /// Host the request must name.
+    pub host: HostPattern,
+    /// Port the request must use.
+    pub port: u16,
+}
+
+impl OriginPattern {
+    /// Parses an allow-list entry. The error says what is wrong and what is allowed (the
+    /// configuration adds the file location).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        const SHAPE: &str = "an origin like https://api.example.com, https://*.example.org:8443 or http://127.0.0.1:18080";
+        let bad = |why: &str| Err(format!("{text:?} is not {SHAPE}: {why}"));
+        let Some((scheme, rest)) = text.split_once("://") else {
+            return bad("it has no scheme (http:// or https://)");
+        };
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "http" => HttpScheme::Http,
+            "https" => HttpScheme::Https,
+            _ => return bad("the scheme must be http or https"),
+        };
+        // A bare trailing slash is the empty path: accepted.
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#']) {
+            return bad("it has a path, query or fragment (an entry is scheme://host[:port] only)");
+        }
+        if authority.contains('@') {
+            return bad("it has user information (user@)");
+        }
+        if authority.is_empty() {
+            return bad("it has no host");
+        }
+        let (host, port) =
+            split_host_port(authority).map_err(|why| format!("{text:?} is not {SHAPE}: {why}"))?;
+        let port = match port {
+            None => scheme.default_port(),
+            Some(p) => match p.parse::<u16>() {
+                Ok(p) if p > 0 => p,
+                _ => return bad("the port must be a number from 1 to 65535"),
+            },
+        };
+        let host = parse_host(host).map_err(|why| format!("{text:?} is not {SHAPE}: {why}"))?;
+        Ok(OriginPattern { scheme, host, port })
+    }
+
+    /// Whether a request to `scheme://host:port` matches this entry. `host` is compared case
+    /// insensitively, without a trailing dot; an IP literal matches an IP entry of the same
+    /// address.
+    pub fn matches(&self, scheme: HttpScheme, host: &str, port: u16) -> bool {
+        if scheme != self.scheme || port != self.port {
+            return false;
+        }
+        let host = normalise_name(host);
+        match &self.host {
+            HostPattern::Name(name) => *name == host,
+            HostPattern::Wildcard(suffix) => host
+                .strip_suffix(suffix.as_str())
+                .and_then(|label| label.strip_suffix('.'))
+                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+            HostPattern::Ip(ip) => parse_ip(&host).is_some_and(|h| h == *ip),
+        }
+    }
+
+    /// Whether this entry names `host` exactly (a name or IP literal, not a wildcard): only such
+    /// an entry lets a request reach a loopback, private or otherwise special address.
+    pub fn names_exactly(&self, host: &str) -> bool {
+        let host = normalise_name(host);
+        match &self.host {
+            HostPattern::Name(name) => *name == host,
+            HostPattern::Wildcard(_) => false,
+            HostPattern::Ip(ip) => parse_ip(&host).is_some_and(|h| h == *ip),
+        }
+    }
+}
+
+impl fmt::Display for OriginPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://", self.scheme.as_str())?;
+        match &self.host {
+            HostPattern::Name(n) => write!(f, "{n}")?,
+            HostPattern::Wildcard(s) => write!(f, "*.{s}")?,
+            HostPattern::Ip(IpAddr::V4(ip)) => write!(f, "{ip}")?,
+            HostPattern::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
+        }
+        write!(f, ":{}", self.port)
+    }
+}
+
+impl Serialize for OriginPattern {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for OriginPattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        OriginPattern::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Lower case, without one trailing dot; IPv6 brackets kept.
+fn normalise_name(host: &str) -> String {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    host.to_ascii_lowercase()
+}
+
+/// An IP literal (`[v6]` in brackets, or dotted v4).
+fn parse_ip(host: &str) -> Option<IpAddr> {
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return v6.parse().ok().map(IpAddr::V6);
+    }
+    host.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
+    if authority.starts_with('[') {
+        let Some(end) = authority.find(']') else {
+            return Err("an IPv6 address must be closed with ]".into());
+        };
+        let (host, rest) = authority.split_at(end + 1);
+        return match rest {
+            "" => Ok((host, None)),
+            _ => match rest.strip_prefix(':') {
+                Some(p) => Ok((host, Some(p))),
+                None => Err("only :port may follow the IPv6 address".into()),
+            },
+        };
+    }
+    Ok(match authority.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (authority, None),
+    })
+}
+
+fn parse_host(host: &str) -> Result<HostPattern, String> {
+    if host.starts_with('[') {
+        return parse_ip(host)
+            .map(HostPattern::Ip)
+            .ok_or_else(|| format!("{host} is not an IPv6 address"));
+    }
+    if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
+        return Ok(HostPattern::Ip(IpAddr::V4(ip)));
+    }
+    let name = normalise_name(host);
+    let (wildcard, rest) = match name.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, name.as_str()),
+    };
+    if rest.contains('*') || (!wildcard && name.contains('*')) {
+        return Err("a wildcard must be the whole first label (*.example.org)".into());
+    }
+    if rest.is_empty() {
+        return Err("it has no host".into());
+    }
+    for label in rest.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-');
+        if !ok {
+            return Err(format!(
+                "{label:?} is not a DNS label (letters, digits and inner hyphens, 1 to 63 characters)"
+            ));
+        }
+    }
+    if wildcard {
+        if !rest.contains('.') {
+            return Err("a wildcard needs at least two labels after it (*.example.org)".into());
+        }
+        Ok(HostPattern::Wildcard(rest.to_string()))
+    } else {
+        Ok(HostPattern::Name(rest.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> OriginPattern {
+        OriginPattern::parse(s).expect(s)
+    }
+
+    #[test]
+    fn entries_parse_to_canonical_origins() {
+        assert_eq!(
+            p("https://API.example.com").to_string(),
+            "https://api.example.com:443"
+        );
+        assert_eq!(
+            p("https://*.example.org:8443").to_string(),
+            "https://*.example.org:8443"
+        );
+        assert_eq!(
+            p("http://127.0.0.1:18080/").to_string(),
+            "http://127.0.0.1:18080"
+        );
+        assert_eq!(p("http://[::1]").to_string(), "http://[::1]:80");
+    }
+
+    #[test]
+    fn bad_entries_say_why() {
+        let why = |s: &str| OriginPattern::parse(s).expect_err(s);
+        assert!(why("api.example.com").ends_with("it has no scheme (http:// or https://)"));
+        assert!(why("ftp://x.org").ends_with("the scheme must be http or https"));
+        assert!(why("https://x.org/v1").contains("path, query or fragment"));
+        assert!(why("https://x.org?a=1").contains("path, query or fragment"));
+        assert!(why("https://x.org#f").contains("path, query or fragment"));
+        assert!(why("https://a.*.org").contains("whole first label"));
+        assert!(why("https://*x.org").contains("whole first label"));
+        assert!(why("https://*.org").contains("at least two labels"));
+        assert!(why("https://x.org:0").contains("port must be a number"));
+        assert!(why("https://x.org:99999").contains("port must be a number"));
+        assert!(why("https://u@x.org").contains("user information"));
+        assert!(why("https://").contains("no host"));
+        assert!(why("https://bad_name.org").contains("not a DNS label"));
+    }
+
+    #[test]
+    fn matching_is_by_scheme_host_and_port() {
+        let e = p("https://api.example.com");
+        assert!(e.matches(HttpScheme::Https, "API.example.com.", 443));
+        assert!(!e.matches(HttpScheme::Http, "api.example.com", 443));
+        assert!(!e.matches(HttpScheme::Https, "api.example.com", 8443));
+        assert!(!e.matches(HttpScheme::Https, "x.api.example.com", 443));
+        let w = p("https://*.example.org:8443");
+        assert!(w.matches(HttpScheme::Https, "a.example.org", 8443));
+        assert!(!w.matches(HttpScheme::Https, "a.b.example.org", 8443));
+        assert!(!w.matches(HttpScheme::Https, "example.org", 8443));
+        assert!(!w.matches(HttpScheme::Https, "aexample.org", 8443));
+        assert!(!w.names_exactly("a.example.org"));
+        let ip = p("http://[::1]:8080");
+        assert!(ip.matches(HttpScheme::Http, "[::1]", 8080));
+        assert!(ip.names_exactly("[0:0::1]"));
+    }
+}

@@ -1,0 +1,410 @@
+//! Our `WasiHttpHooks::send_request`: every outgoing request of a guest goes
+//! through [`Hooks`], which checks the origin against the task's allow-list
+//! (denied: `HTTP-request-denied`, a value, and one log line naming the
+//! origin), replaces the host-injected headers, caps the request and response
+//! bodies, applies the connect and request timeouts (the latter capped by the
+//! attempt's deadline) and the per-attempt request limit, and sends it
+//! through the process's shared pool. Redirects are never followed. See
+//! `docs/security.md#network`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use onestep_core::network::HttpScheme;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::client::{CONNECT_TIMEOUT, Clients, ConnectError};
+use super::settings::NetworkSettings;
+use crate::context::LogIds;
+use crate::guest_log::escape;
+
+/// Future `send_request` returns.
+type Sending = Box<
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), Error>> + Send>,
+                ),
+                Error,
+            >,
+        > + Send,
+>;
+
+/// The `wasi:http` hooks of one attempt.
+pub(crate) struct Hooks {
+    pub(crate) policy: Arc<NetworkSettings>,
+    pub(crate) clients: Clients,
+    /// The attempt's deadline, if any: no request outlives it.
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) ids: Arc<LogIds>,
+    /// `max_concurrent_requests` permits; a request holds one until its
+    /// response body is finished or dropped.
+    pub(crate) permits: Arc<Semaphore>,
+    /// Drains of request bodies the host no longer sends (refused requests,
+    /// or a server that answered before the guest finished its body): the
+    /// guest's writes and `finish` must still succeed, so that it sees the
+    /// request's outcome, not a closed body stream. Capped like every request
+    /// body and aborted when the store (and with it this set) is dropped.
+    pub(crate) drains: Drains,
+}
+
+/// Background drains of one attempt (see [`Hooks::drains`]).
+pub(crate) type Drains = Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>;
+
+/// Reads `body` to its end in the background, discarding it.
+fn drain<B>(drains: &Drains, body: B)
+where
+    B: Body<Data = Bytes, Error = Error> + Unpin + Send + 'static,
+{
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let mut set = drains.lock().unwrap_or_else(|e| e.into_inner());
+    while set.try_join_next().is_some() {}
+    set.spawn_on(
+        async move {
+            let mut body = body;
+            while let Some(Ok(_)) = body.frame().await {}
+        },
+        &handle,
+    );
+}
+
+fn fail(e: Error) -> Sending {
+    Box::new(std::future::ready(Err(e)))
+}
+
+impl Hooks {
+    /// Refuses `request` with `e` (a value for the guest).
+    fn refuse(&mut self, request: http::Request<WasiBody>, e: Error) -> Sending {
+        let body = Capped::new(
+            request.into_body(),
+            self.policy.max_request_bytes,
+            Error::HttpRequestBodySize,
+            None,
+            None,
+        );
+        drain(&self.drains, body);
+        fail(e)
+    }
+
+    fn deny(&mut self, request: http::Request<WasiBody>, origin: &str, why: &str) -> Sending {
+        tracing::warn!(
+            target: crate::guest_log::TARGET,
+            execution_id = %self.ids.execution_id,
+            attempt_id = %self.ids.attempt_id,
+            origin = %escape(origin),
+            "outbound HTTP request denied: {why}"
+        );
+        self.refuse(request, Error::HttpRequestDenied)
+    }
+}
+
+impl WasiHttpHooks for Hooks {
+    fn send_request(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> Sending {
+        let uri = request.uri().clone();
+        let scheme = match uri.scheme_str() {
+            Some("http") => HttpScheme::Http,
+            Some("https") => HttpScheme::Https,
+            _ => return self.refuse(request, Error::HttpProtocolError),
+        };
+        let Some(host) = uri.host() else {
+            return self.refuse(request, Error::HttpRequestUriInvalid);
+        };
+        let port = uri.port_u16().unwrap_or(scheme.default_port());
+        let origin = format!("{}://{host}:{port}", scheme.as_str());
+        let policy = self.policy.clone();
+        let Some(entry) = policy
+            .allow
+            .iter()
+            .find(|e| e.origin.matches(scheme, host, port))
+        else {
+            return self.deny(request, &origin, "origin not in sandbox.network.allow");
+        };
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            tracing::info!(
+                execution_id = %self.ids.execution_id,
+                attempt_id = %self.ids.attempt_id,
+                limit = self.policy.max_concurrent_requests,
+                "outbound HTTP request refused: max_concurrent_requests reached"
+            );
+            return self.refuse(request, Error::ConnectionLimitReached);
+        };
+        for (name, value) in &entry.headers {
+            let (Ok(name), Ok(mut value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(&value.0),
+            ) else {
+                return self.refuse(
+                    request,
+                    Error::InternalError(Some(
+                        "an injected header of sandbox.network.headers is not a valid header"
+                            .into(),
+                    )),
+                );
+            };
+            value.set_sensitive(true);
+            request.headers_mut().insert(name, value);
+        }
+        let max_request = self.policy.max_request_bytes;
+        let declared = request
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max_request) {
+            return self.refuse(request, Error::HttpRequestBodySize(Some(max_request)));
+        }
+        let client = if entry.origin.names_exactly(host) {
+            self.clients.named.clone()
+        } else {
+            self.clients.public.clone()
+        };
+        let guest_connect = options.and_then(|o| o.connect_timeout);
+        let guest_first_byte = options.and_then(|o| o.first_byte_timeout);
+        let connect_timeout = guest_connect.map_or(self.policy.connect_timeout, |g| {
+            g.min(self.policy.connect_timeout)
+        });
+        let request_timeout = self.policy.request_timeout;
+        let now = Instant::now();
+        let mut deadline = now.checked_add(request_timeout);
+        if let Some(d) = self.deadline {
+            deadline = Some(deadline.map_or(d, |r| r.min(d)));
+        }
+        let first_byte = guest_first_byte
+            .and_then(|g| now.checked_add(g))
+            .map_or(deadline, |g| Some(deadline.map_or(g, |d| d.min(g))));
+        let max_response = self.policy.max_response_bytes;
+        let drains = self.drains.clone();
+        let request = request.map(|body| {
+            DrainOnDrop {
+                body: Some(Capped::new(
+                    body,
+                    max_request,
+                    Error::HttpRequestBodySize,
+                    None,
+                    None,
+                )),
+                drains,
+            }
+            .boxed_unsync()
+        });
+        Box::new(async move {
+            let sending = CONNECT_TIMEOUT.scope(connect_timeout, client.request(request));
+            let response = match first_byte {
+                Some(at) => match tokio::time::timeout_at(at.into(), sending).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(Error::HttpResponseTimeout),
+                },
+                None => sending.await,
+            }
+            .map_err(|e| client_error(&e))?;
+            let length = response
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if let Some(n) = length.filter(|n| *n > max_response) {
+                return Err(Error::HttpResponseBodySize(Some(n)));
+            }
+            let response = response.map(|body| {
+                Capped::new(
+                    body.map_err(Error::Hyper),
+                    max_response,
+                    Error::HttpResponseBodySize,
+                    deadline,
+                    Some(permit),
+                )
+                .boxed_unsync()
+            });
+            let io: Box<dyn Future<Output = Result<(), Error>> + Send> =
+                Box::new(std::future::ready(Ok(())));
+            Ok((response, io))
+        })
+    }
+
+    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
+        if err.is_timeout() {
+            ErrorCode::HttpResponseTimeout
+        } else if err.is_incomplete_message() {
+            ErrorCode::HttpResponseIncomplete
+        } else {
+            ErrorCode::HttpProtocolError
+        }
+    }
+}
+
+/// The `wasi:http` error for a failure of the pooled client.
+fn client_error(e: &hyper_util::client::legacy::Error) -> Error {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(c) = s.downcast_ref::<ConnectError>() {
+            return match c {
+                ConnectError::Prohibited(_) => Error::DestinationIpProhibited,
+                ConnectError::Dns(m) => Error::DnsError {
+                    rcode: Some(m.clone()),
+                    info_code: None,
+                },
+                ConnectError::Timeout => Error::ConnectionTimeout,
+                ConnectError::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    Error::ConnectionRefused
+                }
+                ConnectError::Io(_) => Error::DestinationUnavailable,
+                ConnectError::Tls(e) if e.to_string().contains("certificate") => {
+                    Error::TlsCertificateError
+                }
+                ConnectError::Tls(_) => Error::TlsProtocolError,
+            };
+        }
+        if let Some(w) = s.downcast_ref::<Error>() {
+            return match w {
+                Error::HttpRequestBodySize(n) => Error::HttpRequestBodySize(*n),
+                Error::HttpResponseBodySize(n) => Error::HttpResponseBodySize(*n),
+                Error::HttpResponseTimeout => Error::HttpResponseTimeout,
+                other => Error::InternalError(Some(other.to_string())),
+            };
+        }
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            if h.is_timeout() {
+                return Error::HttpResponseTimeout;
+            }
+            if h.is_incomplete_message() {
+                return Error::HttpResponseIncomplete;
+            }
+        }
+        source = s.source();
+    }
+    Error::HttpProtocolError
+}
+
+/// A body that fails once more than `limit` bytes pass, or once the
+/// deadline is reached, and holds a request permit until it ends.
+struct Capped<B> {
+    inner: B,
+    limit: u64,
+    seen: u64,
+    too_big: fn(Option<u64>) -> Error,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<B> Capped<B> {
+    fn new(
+        inner: B,
+        limit: u64,
+        too_big: fn(Option<u64>) -> Error,
+        deadline: Option<Instant>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        Self {
+            inner,
+            limit,
+            seen: 0,
+            too_big,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into()))),
+            permit,
+        }
+    }
+}
+
+impl<B> Body for Capped<B>
+where
+    B: Body<Data = Bytes, Error = Error> + Unpin,
+{
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let this = &mut *self;
+        if let Some(d) = this.deadline.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            this.permit = None;
+            return Poll::Ready(Some(Err(Error::HttpResponseTimeout)));
+        }
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen = this.seen.saturating_add(data.len() as u64);
+                    if this.seen > this.limit {
+                        this.permit = None;
+                        return Poll::Ready(Some(Err((this.too_big)(Some(this.limit)))));
+                    }
+                }
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.permit = None,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body that, when hyper lets go of it before its end (the server
+/// answered first), is drained in the background instead of closed under
+/// the guest.
+struct DrainOnDrop {
+    body: Option<Capped<WasiBody>>,
+    drains: Drains,
+}
+
+impl Body for DrainOnDrop {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        match self.body.as_mut() {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+impl Drop for DrainOnDrop {
+    fn drop(&mut self) {
+        if let Some(body) = self.body.take()
+            && !body.is_end_stream()
+        {
+            drain(&self.drains, body);
+        }
+    }
+}
