@@ -5,10 +5,11 @@
 #   3. creates the execution tables (`onestep migrate`),
 #   4. starts a worker on config/quickstart.yaml,
 #   5. submits the `summarize` handler over real documents (licence texts the OS ships under
-#      /usr/share/common-licenses, and this repository's docs/), plus one `flaky` execution that
-#      succeeds on its third attempt,
+#      /usr/share/common-licenses, and this repository's docs/), one `flaky` execution that
+#      succeeds on its third attempt, and one `fetch` execution whose handler calls a local HTTP
+#      service over wasi:http (the worker's own /healthz, the only origin its sandbox allows),
 #   6. waits for each, prints its status, attempts and result,
-#   7. reads the worker's Prometheus metrics and health (--metrics-addr, docs/observability.md),
+#   7. reads the worker's Prometheus metrics and health (app.metrics_addr, docs/observability.md),
 #   8. stops the worker with SIGTERM (graceful drain) and reports its exit code.
 # Environment: ONESTEP_DSN overrides the database (default mysql://root@127.0.0.1:3306/onestep_demo).
 set -euo pipefail
@@ -36,9 +37,12 @@ log "tables"
 log "worker"
 mkdir -p "$ROOT/target/demo"
 WORKER_LOG="$ROOT/target/demo/worker.log"
+# The worker's metrics listener (app.metrics_addr), on a free loopback port; the `fetch` task's
+# network allow-list names the same origin.
 METRICS_PORT="${ONESTEP_DEMO_METRICS_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+export ONESTEP_DEMO_METRICS_PORT="$METRICS_PORT"
 METRICS="http://127.0.0.1:$METRICS_PORT"
-"$BIN" run "$CONFIG" --log-level INFO --metrics-addr "127.0.0.1:$METRICS_PORT" >"$WORKER_LOG" 2>&1 &
+"$BIN" run "$CONFIG" --log-level INFO >"$WORKER_LOG" 2>&1 &
 WORKER_PID=$!
 stop_worker() {
     if kill -0 "$WORKER_PID" 2>/dev/null; then
@@ -66,6 +70,9 @@ for doc in lease-protocol.md state-machine.md; do
     submit summarize "{\"path\": \"/repo-docs/$doc\"}" "demo-$RUN-$doc"
 done
 submit flaky '{"succeed_on_attempt": 3}' "demo-$RUN-flaky"
+# A handler calling a local HTTP service: the worker's own /healthz, through the allow-list.
+for _ in $(seq 1 50); do curl -fsS "$METRICS/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+submit fetch "{\"url\": \"$METRICS/healthz\"}" "demo-$RUN-fetch"
 
 log "results"
 status=0
@@ -81,6 +88,10 @@ r = json.load(open(sys.argv[2])).get("result")
 head = f'{e["id"]}  {e["task_name"]:<9} {e["status"]:<9} attempts={e["attempts"]}'
 if e["status"] != "succeeded":
     print(f'{head}  error={json.dumps(e.get("error"))}')
+elif e["task_name"] == "fetch" and isinstance(r, dict):
+    j = r.get("json") or {}
+    tasks = ", ".join(f'{t.get("task")}:{"alive" if (t.get("source") or {}).get("alive") else "down"}' for t in j.get("tasks", []))
+    print(f'{head}  HTTP {r.get("status")}, {r.get("bytes")} bytes: worker health {j.get("status")!r}, tasks {tasks}')
 elif e["task_name"] == "summarize" and isinstance(r, dict):
     terms = ", ".join(f'{t["term"]}:{t["count"]}' if isinstance(t, dict) else str(t) for t in (r.get("top_terms") or [])[:5])
     print(f'{head}  {r.get("path", "")}: lines={r.get("lines")} words={r.get("words")} bytes={r.get("bytes")} sha256={str(r.get("sha256", ""))[:16]}…  top: {terms}')
