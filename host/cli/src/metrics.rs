@@ -103,6 +103,13 @@ struct TrapLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    app: String,
+    task: String,
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: String,
 }
@@ -139,6 +146,8 @@ pub struct Metrics {
     wasm_fuel: Family<TaskLabels, Counter>,
     wasm_peak_memory: Hist,
     guest_log_dropped: Family<TaskLabels, Counter>,
+    http_requests: Family<ResultLabels, Counter>,
+    http_bytes: Family<DirectionLabels, Counter>,
     started: Instant,
     ready: AtomicBool,
     stopping: CancellationToken,
@@ -171,6 +180,8 @@ impl Metrics {
         let wasm_fuel = Family::<TaskLabels, Counter>::default();
         let wasm_peak_memory: Hist = Family::new_with_constructor(memory_histogram);
         let guest_log_dropped = Family::<TaskLabels, Counter>::default();
+        let http_requests = Family::<ResultLabels, Counter>::default();
+        let http_bytes = Family::<DirectionLabels, Counter>::default();
         // Counters get their `_total` suffix from the encoder.
         registry.register(
             "onestep_deliveries_fetched",
@@ -253,6 +264,16 @@ impl Metrics {
             "Guest log bytes dropped or cut by the log limits",
             guest_log_dropped.clone(),
         );
+        registry.register(
+            "onestep_http_requests",
+            "Outbound HTTP requests of handlers: sent, denied (origin not allowed), refused (a limit), failed (no response)",
+            http_requests.clone(),
+        );
+        registry.register(
+            "onestep_http_bytes",
+            "Outbound HTTP body bytes of handlers, by direction (out: request bodies, in: response bodies)",
+            http_bytes.clone(),
+        );
         build_info
             .get_or_create(&VersionLabels {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -288,6 +309,8 @@ impl Metrics {
             wasm_fuel,
             wasm_peak_memory,
             guest_log_dropped,
+            http_requests,
+            http_bytes,
             started: now,
             ready: AtomicBool::new(false),
             stopping,
@@ -344,6 +367,34 @@ impl Metrics {
         self.wasm_peak_memory
             .get_or_create(&labels)
             .observe(report.peak_memory_bytes as f64);
+        let h = &report.http;
+        for (result, n) in [
+            ("sent", h.requests),
+            ("denied", h.denied),
+            ("refused", h.refused),
+            ("failed", h.failed),
+        ] {
+            if n > 0 {
+                self.http_requests
+                    .get_or_create(&ResultLabels {
+                        app: self.app.clone(),
+                        task: task.to_owned(),
+                        result: result.to_owned(),
+                    })
+                    .inc_by(n);
+            }
+        }
+        for (direction, n) in [("out", h.bytes_out), ("in", h.bytes_in)] {
+            if n > 0 {
+                self.http_bytes
+                    .get_or_create(&DirectionLabels {
+                        app: self.app.clone(),
+                        task: task.to_owned(),
+                        direction: direction.to_owned(),
+                    })
+                    .inc_by(n);
+            }
+        }
         let dropped = report.log.dropped_bytes + report.output_dropped_bytes;
         if dropped > 0 {
             self.guest_log_dropped

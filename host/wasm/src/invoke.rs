@@ -11,6 +11,7 @@ use crate::capture::{Capture, StreamKind};
 use crate::context::{InvocationContext, LogIds};
 use crate::guest_log::escape;
 use crate::handles::OpenHandles;
+use crate::http::HttpTotals;
 use crate::log_budget::{LogBudget, LogTotals};
 use crate::outcome::{InvokeError, Outcome, TrapKind, panic_message};
 use crate::runtime::Handler;
@@ -34,6 +35,8 @@ pub struct Report {
     /// (docs/security.md#logs). Lines not logged are still in
     /// `stdout`/`stderr`.
     pub log: LogTotals,
+    /// What the attempt's outbound HTTP requests did (docs/security.md#network).
+    pub http: HttpTotals,
     /// Fuel consumed, when metering is on.
     pub fuel_consumed: Option<u64>,
     /// Peak total linear memory of the guest in bytes.
@@ -109,12 +112,13 @@ impl Handler {
             ids.clone(),
             budget.clone(),
         );
-        let report = |outcome, fuel, peak| Report {
+        let report = |outcome, fuel, peak, http| Report {
             outcome,
             stdout: stdout.text(),
             stderr: stderr.text(),
             output_dropped_bytes: stdout.dropped() + stderr.dropped(),
             log: budget.totals(),
+            http,
             fuel_consumed: fuel,
             peak_memory_bytes: peak,
             elapsed: started.elapsed(),
@@ -123,7 +127,7 @@ impl Handler {
         let deadline = deadline(started, timeout);
         let grace = sandbox.cancel_grace;
         if cancel.is_cancelled() {
-            return report(trapped(TrapKind::Cancelled), None, 0);
+            return report(trapped(TrapKind::Cancelled), None, 0, HttpTotals::default());
         }
         let limits = StoreLimits {
             cancel: cancel.clone(),
@@ -133,7 +137,7 @@ impl Handler {
         let mut store =
             match self.new_store(sandbox, ids.clone(), limits, &stdout, &stderr, &budget) {
                 Ok(s) => s,
-                Err(e) => return report(Outcome::HostError(e), None, 0),
+                Err(e) => return report(Outcome::HostError(e), None, 0, HttpTotals::default()),
             };
         let fuel_start = self.fuel_budget(sandbox);
 
@@ -227,14 +231,16 @@ impl Handler {
             other => other,
         };
         // A stopped or trapped store is never reused: it is dropped here.
+        let http = store.data().http.totals();
         drop(store);
         let end = EndLine {
             elapsed: started.elapsed(),
             log: budget.totals(),
             output_dropped_bytes: stdout.dropped() + stderr.dropped(),
+            http,
         };
         log_outcome(&ids, &outcome, &end);
-        report(outcome, fuel, peak)
+        report(outcome, fuel, peak, http)
     }
 
     fn fuel_budget(&self, sandbox: &SandboxSettings) -> Option<u64> {
@@ -260,8 +266,13 @@ impl Handler {
             ));
         }
         let wasi = build_wasi(sandbox, stdout, stderr)?;
-        let http =
-            crate::http::HttpState::new(&sandbox.network, &rt.clients, stop.deadline, ids.clone());
+        let http = crate::http::HttpState::new(
+            &sandbox.network,
+            &rt.clients,
+            stop.deadline,
+            ids.clone(),
+            budget.clone(),
+        );
         let state = State {
             wasi,
             table: wasmtime_wasi::ResourceTable::new(),
@@ -373,6 +384,7 @@ struct EndLine {
     elapsed: Duration,
     log: LogTotals,
     output_dropped_bytes: u64,
+    http: HttpTotals,
 }
 
 /// Logs how the attempt ended: the attempt's end line, with the totals of
@@ -384,6 +396,7 @@ struct EndLine {
 fn log_outcome(ids: &LogIds, outcome: &Outcome, end: &EndLine) {
     let elapsed_us = end.elapsed.as_micros() as u64;
     let t = &end.log;
+    let h = &end.http;
     macro_rules! line {
         ($lvl:ident, $($rest:tt)+) => {
             tracing::$lvl!(
@@ -392,6 +405,8 @@ fn log_outcome(ids: &LogIds, outcome: &Outcome, end: &EndLine) {
                 log_rate_limited_lines = t.rate_limited_lines,
                 log_dropped_bytes = t.dropped_bytes, log_truncated = t.truncated,
                 output_dropped_bytes = end.output_dropped_bytes,
+                http_requests = h.requests, http_denied = h.denied, http_refused = h.refused,
+                http_failed = h.failed, http_bytes_out = h.bytes_out, http_bytes_in = h.bytes_in,
                 $($rest)+
             )
         };

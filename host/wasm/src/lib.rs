@@ -89,7 +89,7 @@ mod state;
 pub use cancel::CancelHandle;
 pub use context::InvocationContext;
 pub use error::Error;
-pub use http::{AllowedOrigin, NetworkSettings, Resolver, Resolving, Secret};
+pub use http::{AllowedOrigin, HttpTotals, NetworkSettings, Resolver, Resolving, Secret};
 pub use invoke::Report;
 pub use log_budget::LogTotals;
 pub use needs::{Needs, TABLE_ELEMENT_BYTES};

@@ -28,6 +28,7 @@ use crate::state::State;
 use client::Clients;
 pub use client::{Resolver, Resolving};
 use send::Hooks;
+pub use send::HttpTotals;
 pub use settings::{AllowedOrigin, NetworkSettings, Secret};
 
 /// The `wasi:http` part of one attempt's store data.
@@ -42,6 +43,7 @@ impl HttpState {
         clients: &Clients,
         deadline: Option<Instant>,
         ids: Arc<LogIds>,
+        log: crate::log_budget::LogBudget,
     ) -> Self {
         let permits = usize::try_from(policy.max_concurrent_requests).unwrap_or(usize::MAX);
         HttpState {
@@ -53,8 +55,15 @@ impl HttpState {
                 ids,
                 permits: Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS))),
                 drains: Default::default(),
+                counters: Default::default(),
+                log,
             },
         }
+    }
+
+    /// What the attempt's requests did so far.
+    pub(crate) fn totals(&self) -> send::HttpTotals {
+        self.hooks.counters.totals()
     }
 }
 

@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -25,7 +26,7 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 use super::client::{CONNECT_TIMEOUT, Clients, ConnectError};
 use super::settings::NetworkSettings;
 use crate::context::LogIds;
-use crate::guest_log::escape;
+use crate::log_budget::LogBudget;
 
 /// Future `send_request` returns.
 type Sending = Box<
@@ -56,6 +57,56 @@ pub(crate) struct Hooks {
     /// request's outcome, not a closed body stream. Capped like every request
     /// body and aborted when the store (and with it this set) is dropped.
     pub(crate) drains: Drains,
+    /// What this attempt's requests did (the attempt's end line, the worker's metrics).
+    pub(crate) counters: Arc<HttpCounters>,
+    /// The attempt's log budget: the lines about refused requests draw on it like any guest
+    /// line (a guest looping on denied requests cannot flood the log).
+    pub(crate) log: LogBudget,
+}
+
+/// Counters of one attempt's outbound HTTP (see [`HttpTotals`]).
+#[derive(Debug, Default)]
+pub(crate) struct HttpCounters {
+    requests: AtomicU64,
+    denied: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+    bytes_out: Arc<AtomicU64>,
+    bytes_in: Arc<AtomicU64>,
+}
+
+impl HttpCounters {
+    /// A snapshot.
+    pub(crate) fn totals(&self) -> HttpTotals {
+        HttpTotals {
+            requests: self.requests.load(Ordering::Relaxed),
+            denied: self.denied.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What one attempt's outbound HTTP did, on the attempt's end line and in
+/// [`Report::http`](crate::Report::http) (docs/security.md#network).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HttpTotals {
+    /// Requests sent to a server (allowed and within the limits).
+    pub requests: u64,
+    /// Requests refused because their origin is not allowed.
+    pub denied: u64,
+    /// Requests refused by a limit or as malformed (`max_concurrent_requests`, a declared
+    /// body over `max_request_bytes`, a scheme other than http/https, …).
+    pub refused: u64,
+    /// Sent requests that failed before a response (DNS, a prohibited address, connect,
+    /// TLS, timeout, …).
+    pub failed: u64,
+    /// Request body bytes sent.
+    pub bytes_out: u64,
+    /// Response body bytes received by the guest.
+    pub bytes_in: u64,
 }
 
 /// Background drains of one attempt (see [`Hooks::drains`]).
@@ -85,12 +136,13 @@ fn fail(e: Error) -> Sending {
 }
 
 impl Hooks {
-    /// Refuses `request` with `e` (a value for the guest).
-    fn refuse(&mut self, request: http::Request<WasiBody>, e: Error) -> Sending {
+    /// Drops `request` (its body drained) and answers `e` (a value for the guest).
+    fn drop_request(&mut self, request: http::Request<WasiBody>, e: Error) -> Sending {
         let body = Capped::new(
             request.into_body(),
             self.policy.max_request_bytes,
             Error::HttpRequestBodySize,
+            None,
             None,
             None,
         );
@@ -98,15 +150,24 @@ impl Hooks {
         fail(e)
     }
 
+    /// Refuses `request` with `e` (a limit or a malformed request).
+    fn refuse(&mut self, request: http::Request<WasiBody>, e: Error) -> Sending {
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        self.drop_request(request, e)
+    }
+
     fn deny(&mut self, request: http::Request<WasiBody>, origin: &str, why: &str) -> Sending {
-        tracing::warn!(
-            target: crate::guest_log::TARGET,
-            execution_id = %self.ids.execution_id,
-            attempt_id = %self.ids.attempt_id,
-            origin = %escape(origin),
-            "outbound HTTP request denied: {why}"
-        );
-        self.refuse(request, Error::HttpRequestDenied)
+        self.counters.denied.fetch_add(1, Ordering::Relaxed);
+        if let Some(origin) = self.log.admit(tracing::Level::WARN, origin) {
+            tracing::warn!(
+                target: crate::guest_log::TARGET,
+                execution_id = %self.ids.execution_id,
+                attempt_id = %self.ids.attempt_id,
+                origin = %origin,
+                "outbound HTTP request denied: {why}"
+            );
+        }
+        self.drop_request(request, Error::HttpRequestDenied)
     }
 }
 
@@ -137,12 +198,14 @@ impl WasiHttpHooks for Hooks {
             return self.deny(request, &origin, "origin not in sandbox.network.allow");
         };
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            tracing::info!(
-                execution_id = %self.ids.execution_id,
-                attempt_id = %self.ids.attempt_id,
-                limit = self.policy.max_concurrent_requests,
-                "outbound HTTP request refused: max_concurrent_requests reached"
-            );
+            if self.log.admit(tracing::Level::INFO, "").is_some() {
+                tracing::info!(
+                    execution_id = %self.ids.execution_id,
+                    attempt_id = %self.ids.attempt_id,
+                    limit = self.policy.max_concurrent_requests,
+                    "outbound HTTP request refused: max_concurrent_requests reached"
+                );
+            }
             return self.refuse(request, Error::ConnectionLimitReached);
         };
         for (name, value) in &entry.headers {
@@ -191,6 +254,8 @@ impl WasiHttpHooks for Hooks {
             .map_or(deadline, |g| Some(deadline.map_or(g, |d| d.min(g))));
         let max_response = self.policy.max_response_bytes;
         let drains = self.drains.clone();
+        let counters = self.counters.clone();
+        counters.requests.fetch_add(1, Ordering::Relaxed);
         let request = request.map(|body| {
             DrainOnDrop {
                 body: Some(Capped::new(
@@ -199,6 +264,7 @@ impl WasiHttpHooks for Hooks {
                     Error::HttpRequestBodySize,
                     None,
                     None,
+                    Some(counters.bytes_out.clone()),
                 )),
                 drains,
             }
@@ -213,7 +279,10 @@ impl WasiHttpHooks for Hooks {
                 },
                 None => sending.await,
             }
-            .map_err(|e| client_error(&e))?;
+            .map_err(|e| {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+                client_error(&e)
+            })?;
             let length = response
                 .headers()
                 .get(http::header::CONTENT_LENGTH)
@@ -229,6 +298,7 @@ impl WasiHttpHooks for Hooks {
                     Error::HttpResponseBodySize,
                     deadline,
                     Some(permit),
+                    Some(counters.bytes_in.clone()),
                 )
                 .boxed_unsync()
             });
@@ -301,6 +371,8 @@ struct Capped<B> {
     too_big: fn(Option<u64>) -> Error,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     permit: Option<OwnedSemaphorePermit>,
+    /// Where the bytes that pass are counted.
+    tally: Option<Arc<AtomicU64>>,
 }
 
 impl<B> Capped<B> {
@@ -310,6 +382,7 @@ impl<B> Capped<B> {
         too_big: fn(Option<u64>) -> Error,
         deadline: Option<Instant>,
         permit: Option<OwnedSemaphorePermit>,
+        tally: Option<Arc<AtomicU64>>,
     ) -> Self {
         Self {
             inner,
@@ -318,6 +391,7 @@ impl<B> Capped<B> {
             too_big,
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into()))),
             permit,
+            tally,
         }
     }
 }
@@ -345,6 +419,9 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.seen = this.seen.saturating_add(data.len() as u64);
+                    if let Some(t) = &this.tally {
+                        t.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    }
                     if this.seen > this.limit {
                         this.permit = None;
                         return Poll::Ready(Some(Err((this.too_big)(Some(this.limit)))));

@@ -594,3 +594,73 @@ where
     let bytes = buf.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
     (outcome, String::from_utf8_lossy(&bytes).into_owned())
 }
+
+#[test]
+fn the_attempts_http_totals_count_requests_denials_and_bytes() {
+    guarded(
+        false,
+        the_attempts_http_totals_count_requests_denials_and_bytes_case(),
+    );
+}
+
+async fn the_attempts_http_totals_count_requests_denials_and_bytes_case() {
+    let s = server().await;
+    let report = |sb: SandboxSettings, payload: serde_json::Value| async move {
+        fetch()
+            .invoke_report(
+                &sb,
+                ctx(1),
+                &payload.to_string(),
+                CancelHandle::new(),
+                Some(Duration::from_secs(30)),
+            )
+            .await
+    };
+    let allowed = || sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
+    let r = report(allowed(), serde_json::json!({"url": s.url("/ok")})).await;
+    assert!(r.outcome.is_success(), "{:?}", r.outcome);
+    let body = "hello from the test server".len() as u64;
+    assert_eq!(
+        r.http,
+        onestep_wasm::HttpTotals {
+            requests: 1,
+            bytes_in: body,
+            ..Default::default()
+        }
+    );
+    let r = report(
+        allowed(),
+        serde_json::json!({"url": s.url("/ok"), "method": "POST", "body": "x".repeat(1000)}),
+    )
+    .await;
+    assert_eq!(
+        (r.http.requests, r.http.bytes_out),
+        (1, 1000),
+        "{:?}",
+        r.http
+    );
+    let r = report(
+        SandboxSettings::default(),
+        serde_json::json!({"url": s.url("/ok")}),
+    )
+    .await;
+    assert_eq!(
+        r.http,
+        onestep_wasm::HttpTotals {
+            denied: 1,
+            ..Default::default()
+        }
+    );
+    // A request to a port nothing listens on: sent, then failed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let sb = sandbox(&[&format!("http://127.0.0.1:{closed}")]);
+    let r = report(
+        sb,
+        serde_json::json!({"url": format!("http://127.0.0.1:{closed}/")}),
+    )
+    .await;
+    assert_eq!((r.http.requests, r.http.failed), (1, 1), "{:?}", r.http);
+}
