@@ -1,4 +1,5 @@
-//! Interop with the Python reference (onestep 1.15.0, onestep-sql 0.7.1) against MySQL: the
+//! Interop with the Python reference (onestep 1.15.0, onestep-sql 0.7.1) against MySQL 9 and
+//! MariaDB: the
 //! reference reads what we submitted and we read what it submitted, on tables created by the
 //! reference in one case and by us in the other; the same key + content via both clients is a
 //! replay (equal digests), not a conflict.
@@ -59,8 +60,8 @@ fn canon(v: &Value) -> String {
     onestep_core::canonical::to_canonical_string(v)
 }
 
-async fn run_case(tables_by_reference: bool) {
-    let Some(url) = Server::MySql.admin_url() else {
+async fn run_case(server: Server, tables_by_reference: bool) {
+    let Some(url) = server.admin_url() else {
         return;
     };
     let python = reference_python();
@@ -134,6 +135,8 @@ async fn run_case(tables_by_reference: bool) {
         .submit(prepare(ns, &req("k-rs")))
         .await
         .expect("submit");
+    // Our ids are UUIDv7 (docs/semantics.md#time-ordered-ids); the reference reads them unchanged.
+    assert_eq!(mine.id.get_version_num(), 7);
     let id = mine.id.to_string();
     let seen = reference(&python, &py_dsn, ns, false, &["get", &id]);
     assert_eq!(seen["id"], json!(id));
@@ -156,12 +159,13 @@ async fn run_case(tables_by_reference: bool) {
         "reference replay of our submission"
     );
     eprintln!(
-        "[interop] tables by {}: ok against MySQL {version}",
+        "[interop] tables by {}: ok against {} {version}",
         if tables_by_reference {
             "reference"
         } else {
             "onestep-mysql"
-        }
+        },
+        server.label()
     );
     backend.close().await.expect("close");
     drop_db(&admin, &db).await;
@@ -169,10 +173,25 @@ async fn run_case(tables_by_reference: bool) {
 
 #[tokio::test]
 async fn interop_reference_created_tables_mysql() {
-    run_case(true).await;
+    run_case(Server::MySql, true).await;
 }
 
 #[tokio::test]
 async fn interop_our_tables_mysql() {
-    run_case(false).await;
+    run_case(Server::MySql, false).await;
+}
+
+#[tokio::test]
+async fn interop_reference_created_tables_mariadb() {
+    run_case(Server::MariaDb, true).await;
+}
+
+/// Known incompatibility, older than UUIDv7: on MariaDB the reference declares its UUID columns
+/// with the native `uuid` type and binds 36-character hyphenated text, which our `CHAR(32)`
+/// columns refuse ("Data too long for column 'id'"), so the reference client cannot submit into
+/// tables we created on MariaDB. Run with `--ignored` to see it.
+#[tokio::test]
+#[ignore = "reference client on MariaDB binds 36-char uuids; our CHAR(32) DDL refuses them"]
+async fn interop_our_tables_mariadb() {
+    run_case(Server::MariaDb, false).await;
 }
