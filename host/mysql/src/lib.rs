@@ -34,6 +34,7 @@ pub mod dsn;
 pub mod errors;
 mod fenced_writes;
 mod heartbeat_batch;
+pub mod history;
 mod maintenance;
 pub mod probes;
 pub mod retry;

@@ -1,5 +1,6 @@
 //! End-to-end tests (one binary): the real `onestep` binary, real components, real databases.
 //!
+//! * [`bench`]: `onestep bench --history` seeds finished history and reports I/O per phase.
 //! * [`check`]: `onestep check [--strict]` on the shipped configs and on bad files (exit codes
 //!   and exact messages, one case per rule group of docs/configuration.md#strict-validation).
 //! * [`check_vs_run`]: every file `onestep run` rejects at load time, `check --strict` rejects
@@ -28,6 +29,7 @@
 #![allow(clippy::expect_used, clippy::panic)]
 
 mod api_flow;
+mod bench;
 mod check;
 mod check_vs_run;
 mod isolation_cancel;
