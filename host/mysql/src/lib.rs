@@ -5,7 +5,7 @@
 //! handling and secret redaction ([`dsn`]), error classification ([`errors`], docs/semantics.md#error-classification), the client
 //! operations (submit, submit_many, get, list, cancel; docs/semantics.md#client-operations) and the worker operations (claim with
 //! bounded maintenance, heartbeat (one lease or a set), the cancel poll, complete, complete_many, release; docs/semantics.md#worker-operations), the readiness probe
-//! and the benchmark figures ([`probes`]), and the benchmarks' throw-away databases
+//! and the benchmark figures ([`probes`]), the benchmarks' seeded history ([`history`]) and throw-away databases
 //! ([`scratch`]). One type, [`MySqlBackend`], implements [`onestep_core::ports::ExecutionStore`],
 //! [`onestep_core::ports::LeaseStore`], [`onestep_core::ports::Readiness`] and
 //! [`onestep_core::ports::StoreStats`]; its connection pool stays inside this crate.
