@@ -43,6 +43,7 @@ pub mod schema;
 pub mod scratch;
 pub mod session;
 mod store_impl;
+pub mod upgrade;
 
 pub use backend::{MySqlBackend, MySqlOptions};
 pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};

@@ -5,6 +5,8 @@
 //!   and exact messages, one case per rule group of docs/configuration.md#strict-validation).
 //! * [`check_vs_run`]: every file `onestep run` rejects at load time, `check --strict` rejects
 //!   too (and `check` with the same message).
+//! * [`upgrade`]: reference-created tables: one warning from `onestep run`, then
+//!   `onestep migrate --upgrade` adds the column and indexes online.
 //! * [`smoke`]: the deployment smoke checks (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
@@ -41,3 +43,4 @@ mod lease;
 mod procfs;
 mod runtime;
 mod smoke;
+mod upgrade;
