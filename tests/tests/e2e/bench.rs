@@ -1,6 +1,7 @@
 //! `onestep bench --history N` (docs/benchmarks.md#history) on each server: the history is
 //! seeded, the measured figures count only the benchmark's own executions, and the JSON report
-//! carries buffer-pool and `Handler_read_*` figures per execution for submit and drain.
+//! carries buffer-pool and `Handler_read_*` figures per execution for submit and drain;
+//! `--reference-tables` measures tables made with the reference's DDL.
 
 use anyhow::{Context, Result, ensure};
 use onestep_e2e::{TestDb, run_cli, servers};
@@ -67,6 +68,30 @@ async fn bench_with_history_reports_io_per_phase() -> Result<()> {
         ensure!(
             code == 2 && err.contains("over the limit of 100000000"),
             "{server}: {code} {err}"
+        );
+        db.drop_db().await?;
+
+        // --reference-tables: the reference's DDL, measured without the claimable indexes.
+        let db = TestDb::create(server, &url).await?;
+        let (code, out, err) = run_cli(
+            &[
+                "bench",
+                "-n",
+                "50",
+                "--history",
+                "100",
+                "--reference-tables",
+                "--json",
+                "--dsn",
+                &db.dsn,
+            ],
+            &[],
+        )?;
+        ensure!(code == 0, "{server}: bench exited {code}: {err}");
+        let r: Value = serde_json::from_str(&out).with_context(|| format!("{server}: {out}"))?;
+        ensure!(
+            r["claimable_indexes"] == false && r["succeeded"] == 50,
+            "{server}: reference tables: {r}"
         );
         db.drop_db().await?;
     }

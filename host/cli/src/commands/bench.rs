@@ -18,7 +18,7 @@ use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
 use onestep_core::{ExecutionClient, Limits};
 use onestep_mysql::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
 use onestep_mysql::session::Flavor;
-use onestep_mysql::{MySqlBackend, MySqlOptions, ScratchDatabase};
+use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions, ScratchDatabase};
 use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings, Worker, WorkerSettings};
 use serde::Serialize;
@@ -80,6 +80,10 @@ pub struct BenchArgs {
     /// as written before).
     #[arg(long, default_value = "v7", value_parser = ["v7", "v4"])]
     pub history_ids: String,
+    /// Create missing tables with the reference's DDL (no `claimable` column and indexes), to
+    /// measure reference-created tables before and after `onestep migrate --upgrade`.
+    #[arg(long)]
+    pub reference_tables: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -97,6 +101,8 @@ struct Report {
     completion_batch: usize,
     submit_chunk: usize,
     pool_max: usize,
+    /// Whether the tables have the `claimable` column and indexes (ours or upgraded).
+    claimable_indexes: bool,
     history: u64,
     history_ids: String,
     history_seed_s: f64,
@@ -236,12 +242,16 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         .max(2);
     let mut opts = MySqlOptions::new(dsn);
     opts.pool_max = pool_max;
+    if args.reference_tables {
+        opts.ddl_style = DdlStyle::Reference;
+    }
     let backend = Arc::new(
         MySqlBackend::open(opts)
             .await
             .context("cannot open the backend")?,
     );
     let server = backend.server().version_string.clone();
+    let claimable_indexes = backend.schema_report().features.claimable_column;
     let runner = runner_for(&args.handler, args.concurrency)?;
 
     // History phase (not measured beyond its wall time).
@@ -372,6 +382,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         completion_batch: args.completion_batch,
         submit_chunk: args.submit_chunk,
         pool_max,
+        claimable_indexes,
         history: args.history,
         history_ids: args.history_ids.clone(),
         history_seed_s,
@@ -492,6 +503,9 @@ fn print_text(r: &Report) {
         "  flags: concurrency {}, batch_size {}, completion_batch {}, submit_chunk {}, pool_max {}",
         r.concurrency, r.batch_size, r.completion_batch, r.submit_chunk, r.pool_max
     );
+    if !r.claimable_indexes {
+        println!("  tables: without the claimable column and indexes (reference DDL)");
+    }
     if r.history > 0 {
         println!(
             "  history:   {} finished executions ({} ids) seeded in {:.2} s",
