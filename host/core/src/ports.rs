@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::error::ExecutionError;
@@ -140,10 +141,12 @@ pub struct ExecutionTiming {
 /// worker uses them.
 #[async_trait]
 pub trait StoreStats: Send + Sync {
-    /// The timing of every execution of `namespace`, in no particular order.
+    /// The timing of every execution of `namespace` created at or after `created_since` (all
+    /// when `None`), in no particular order.
     async fn execution_timings(
         &self,
         namespace: &str,
+        created_since: Option<DateTime<Utc>>,
     ) -> Result<Vec<ExecutionTiming>, ExecutionError>;
 
     /// Cumulative server-wide counters (statements, rows read/written) by lower-case name.

@@ -129,7 +129,8 @@ pub fn prepare_submission(
         req.expires_at.as_ref(),
     );
     Ok(PreparedSubmission {
-        id: Uuid::new_v4(),
+        // Time-ordered (docs/semantics.md#time-ordered-ids).
+        id: Uuid::now_v7(),
         namespace: namespace.to_owned(),
         task_name,
         idempotency_key,

@@ -166,6 +166,16 @@ impl MySqlBackend {
                 return Err(into_execution_error(e, "open", &secrets));
             }
         };
+        if !report.features.claimable_column {
+            // docs/schema.md#upgrading-reference-tables
+            tracing::warn!(
+                table = %tables.executions,
+                "execution tables without the claimable column and indexes (created by the \
+                 reference?): claims and expiry walk the finished history; upgrade them online \
+                 with: {}",
+                crate::upgrade::upgrade_command(&parsed.opts, &tables)
+            );
+        }
         Ok(MySqlBackend {
             inner: Arc::new(Inner {
                 pool,

@@ -104,7 +104,8 @@ impl MySqlBackend {
                 id: execution.id,
                 attempt_no: execution.attempts.saturating_add(1),
                 execution,
-                attempt_id: Uuid::new_v4(),
+                // docs/semantics.md#time-ordered-ids
+                attempt_id: Uuid::now_v7(),
                 token: Uuid::new_v4(),
             });
         }

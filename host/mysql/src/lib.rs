@@ -5,7 +5,7 @@
 //! handling and secret redaction ([`dsn`]), error classification ([`errors`], docs/semantics.md#error-classification), the client
 //! operations (submit, submit_many, get, list, cancel; docs/semantics.md#client-operations) and the worker operations (claim with
 //! bounded maintenance, heartbeat (one lease or a set), the cancel poll, complete, complete_many, release; docs/semantics.md#worker-operations), the readiness probe
-//! and the benchmark figures ([`probes`]), and the benchmarks' throw-away databases
+//! and the benchmark figures ([`probes`]), the benchmarks' seeded history ([`history`]) and throw-away databases
 //! ([`scratch`]). One type, [`MySqlBackend`], implements [`onestep_core::ports::ExecutionStore`],
 //! [`onestep_core::ports::LeaseStore`], [`onestep_core::ports::Readiness`] and
 //! [`onestep_core::ports::StoreStats`]; its connection pool stays inside this crate.
@@ -34,6 +34,7 @@ pub mod dsn;
 pub mod errors;
 mod fenced_writes;
 mod heartbeat_batch;
+pub mod history;
 mod maintenance;
 pub mod probes;
 pub mod retry;
@@ -42,6 +43,7 @@ pub mod schema;
 pub mod scratch;
 pub mod session;
 mod store_impl;
+pub mod upgrade;
 
 pub use backend::{MySqlBackend, MySqlOptions};
 pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};

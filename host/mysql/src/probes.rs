@@ -6,12 +6,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Value as DbValue};
 use onestep_core::ports::{ExecutionTiming, Readiness, StoreStats};
 use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::backend::MySqlBackend;
 use crate::errors::{OpError, backend_error};
+use crate::rows::bind_time;
 
 /// How long [`Readiness::ready`] waits for a connection and its two queries.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -20,7 +23,10 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
 const COUNTERS: &str = "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_select', \
      'Com_update', 'Com_insert', 'Com_begin', 'Com_commit', 'Com_savepoint', \
      'Com_release_savepoint', 'Com_stmt_prepare', 'Com_stmt_execute', 'Com_stmt_close', \
-     'Innodb_rows_read', 'Innodb_rows_updated', 'Innodb_rows_inserted')";
+     'Innodb_rows_read', 'Innodb_rows_updated', 'Innodb_rows_inserted', \
+     'Innodb_buffer_pool_reads', 'Innodb_buffer_pool_read_requests', 'Handler_read_first', \
+     'Handler_read_key', 'Handler_read_last', 'Handler_read_next', 'Handler_read_prev', \
+     'Handler_read_rnd', 'Handler_read_rnd_next')";
 
 impl MySqlBackend {
     fn not_ready(&self, kind: ConnectorKind, message: &str) -> ExecutionError {
@@ -66,16 +72,25 @@ impl StoreStats for MySqlBackend {
     async fn execution_timings(
         &self,
         namespace: &str,
+        created_since: Option<DateTime<Utc>>,
     ) -> Result<Vec<ExecutionTiming>, ExecutionError> {
+        let since = if created_since.is_some() {
+            " AND created_at >= ?"
+        } else {
+            ""
+        };
         let sql = format!(
             "SELECT TIMESTAMPDIFF(MICROSECOND, available_at, started_at), \
              TIMESTAMPDIFF(MICROSECOND, started_at, finished_at), status = 'succeeded' \
-             FROM `{}` WHERE namespace = ?",
+             FROM `{}` WHERE namespace = ?{since}",
             self.t()
         );
+        let mut params = vec![DbValue::from(namespace)];
+        params.extend(created_since.map(bind_time));
         let rows = async {
             let mut conn = self.conn().await?;
-            let rows: Vec<(Option<i64>, Option<i64>, i64)> = conn.exec(sql, (namespace,)).await?;
+            let rows: Vec<(Option<i64>, Option<i64>, i64)> =
+                conn.exec(sql, Params::Positional(params)).await?;
             Ok::<_, OpError>(rows)
         }
         .await
@@ -90,8 +105,8 @@ impl StoreStats for MySqlBackend {
             .collect())
     }
 
-    /// `Com_*` statement counters, `Questions` and the InnoDB row counters of
-    /// `SHOW GLOBAL STATUS`; a value that is not a number is left out.
+    /// `Com_*` statement counters, `Questions`, the InnoDB row and buffer-pool read counters
+    /// and the `Handler_read_*` counters of `SHOW GLOBAL STATUS`; a value that is not a number is left out.
     async fn server_counters(&self) -> Result<BTreeMap<String, f64>, ExecutionError> {
         let rows = async {
             let mut conn = self.conn().await?;

@@ -10,7 +10,8 @@
 //!   neither ever walks finished history.
 //!
 //! Tables created by the reference (no `claimable` column, case-insensitive collations, MariaDB
-//! native `uuid` ids) are used as they are; [`SchemaFeatures`] records which query shapes apply.
+//! native `uuid` ids) are used as they are until `onestep migrate --upgrade` adds the column and
+//! indexes ([`crate::upgrade`]); [`SchemaFeatures`] records which query shapes apply.
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
@@ -37,7 +38,8 @@ pub fn ix_expiry(names: &TableNames) -> String {
 /// Which optional schema additions the opened tables have (detected once at open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SchemaFeatures {
-    /// The executions table has the `claimable` column and its indexes (created by this crate).
+    /// The executions table has the `claimable` column and both its indexes (created by this
+    /// crate, or reference tables after `onestep migrate --upgrade`).
     pub claimable_column: bool,
 }
 
@@ -183,19 +185,12 @@ async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
 }
 
 async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<SchemaFeatures> {
-    let n: Option<i64> = conn
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?",
-            (names.executions.as_str(), CLAIMABLE_COLUMN),
-        )
-        .await?;
     Ok(SchemaFeatures {
-        claimable_column: n.unwrap_or(0) > 0,
+        claimable_column: crate::upgrade::is_upgraded(conn, names).await?,
     })
 }
 
-async fn get_lock(conn: &mut Conn, name: &str) -> OpResult<()> {
+pub(crate) async fn get_lock(conn: &mut Conn, name: &str) -> OpResult<()> {
     let got: Option<Option<i64>> = conn
         .exec_first("SELECT GET_LOCK(?, ?)", (name, DDL_LOCK_TIMEOUT_S))
         .await?;
@@ -208,7 +203,7 @@ async fn get_lock(conn: &mut Conn, name: &str) -> OpResult<()> {
     }
 }
 
-async fn release_lock(conn: &mut Conn, name: &str) {
+pub(crate) async fn release_lock(conn: &mut Conn, name: &str) {
     let released: Result<Option<Option<i64>>, _> =
         conn.exec_first("SELECT RELEASE_LOCK(?)", (name,)).await;
     if let Err(e) = released {

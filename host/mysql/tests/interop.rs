@@ -1,4 +1,5 @@
-//! Interop with the Python reference (onestep 1.15.0, onestep-sql 0.7.1) against MySQL: the
+//! Interop with the Python reference (onestep 1.15.0, onestep-sql 0.7.1) against MySQL 9 and
+//! MariaDB: the
 //! reference reads what we submitted and we read what it submitted, on tables created by the
 //! reference in one case and by us in the other; the same key + content via both clients is a
 //! replay (equal digests), not a conflict.
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::{Server, admin_pool, create_db, db_url, drop_db, server_version};
-use onestep_core::ports::ExecutionStore;
+use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::request::SubmitRequest;
 use onestep_mysql::{MySqlBackend, MySqlOptions};
 use onestep_testkit::builders::prepare;
@@ -59,8 +60,8 @@ fn canon(v: &Value) -> String {
     onestep_core::canonical::to_canonical_string(v)
 }
 
-async fn run_case(tables_by_reference: bool) {
-    let Some(url) = Server::MySql.admin_url() else {
+async fn run_case(server: Server, tables_by_reference: bool) {
+    let Some(url) = server.admin_url() else {
         return;
     };
     let python = reference_python();
@@ -134,6 +135,8 @@ async fn run_case(tables_by_reference: bool) {
         .submit(prepare(ns, &req("k-rs")))
         .await
         .expect("submit");
+    // Our ids are UUIDv7 (docs/semantics.md#time-ordered-ids); the reference reads them unchanged.
+    assert_eq!(mine.id.get_version_num(), 7);
     let id = mine.id.to_string();
     let seen = reference(&python, &py_dsn, ns, false, &["get", &id]);
     assert_eq!(seen["id"], json!(id));
@@ -156,23 +159,175 @@ async fn run_case(tables_by_reference: bool) {
         "reference replay of our submission"
     );
     eprintln!(
-        "[interop] tables by {}: ok against MySQL {version}",
+        "[interop] tables by {}: ok against {} {version}",
         if tables_by_reference {
             "reference"
         } else {
             "onestep-mysql"
-        }
+        },
+        server.label()
     );
     backend.close().await.expect("close");
     drop_db(&admin, &db).await;
 }
 
+/// Reference-created tables upgraded by `MySqlBackend::upgrade` (`onestep migrate --upgrade`,
+/// docs/schema.md#upgrading-reference-tables): the upgrade adds the column and both indexes once
+/// (a second run does nothing), our backend then uses the claimable query shapes, and the
+/// reference's client and worker calls (claim, heartbeat, complete) keep working beside ours.
+async fn upgraded_case(server: Server) {
+    let Some(url) = server.admin_url() else {
+        return;
+    };
+    let python = reference_python();
+    let admin = admin_pool(&url);
+    let version = server_version(&admin).await;
+    let db = create_db(&admin).await;
+    let ours_dsn = db_url(&url, &db);
+    let py_dsn = ours_dsn.replacen("mysql://", "mysql+asyncmy://", 1);
+    let ns = "interop";
+    let submit_py = |key: &str, n: i64| {
+        let p = json!({"n": n}).to_string();
+        reference(&python, &py_dsn, ns, true, &["submit", "t", key, &p, "{}"])
+    };
+    let before = submit_py("py-before", 1);
+    let mut o = MySqlOptions::new(&ours_dsn);
+    o.auto_create = false;
+    let b = MySqlBackend::open(o)
+        .await
+        .expect("open on reference tables");
+    assert!(!b.schema_report().features.claimable_column);
+    b.close().await.expect("close");
+
+    let report = MySqlBackend::upgrade(MySqlOptions::new(&ours_dsn))
+        .await
+        .expect("upgrade");
+    assert!(report.created.is_empty(), "{report:?}");
+    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+    assert_eq!(
+        added,
+        [
+            "column claimable",
+            "index ix_onestep_executions_claimable",
+            "index ix_onestep_executions_expiry"
+        ]
+    );
+    assert_eq!(report.steps[0].form, "ALGORITHM=INSTANT", "{report:?}");
+    for s in &report.steps[1..] {
+        assert_eq!(s.form, "ALGORITHM=INPLACE, LOCK=NONE", "{report:?}");
+    }
+    let again = MySqlBackend::upgrade(MySqlOptions::new(&ours_dsn))
+        .await
+        .expect("second upgrade");
+    assert!(again.steps.is_empty(), "idempotent: {again:?}");
+
+    let mut o = MySqlOptions::new(&ours_dsn);
+    o.auto_create = false;
+    let b = MySqlBackend::open(o).await.expect("open upgraded");
+    assert!(b.schema_report().features.claimable_column);
+    // The row written before the upgrade is claimable through the new index.
+    let before_id: Uuid = before["id"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("id");
+    let after = submit_py("py-after", 2);
+    let after_id: Uuid = after["id"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("id");
+    let mine = b
+        .submit(prepare(
+            ns,
+            &SubmitRequest {
+                task_name: "t".into(),
+                payload: json!({"n": 3}),
+                ..SubmitRequest::default()
+            },
+        ))
+        .await
+        .expect("submit");
+    // We claim and complete one (the oldest: the reference's pre-upgrade row).
+    let leases = b
+        .claim(&onestep_testkit::builders::claim(ns, "t", 1, 30.0, "ours"))
+        .await
+        .expect("claim");
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].execution.id, before_id);
+    b.complete(
+        &leases[0].lease_ref(),
+        &onestep_core::execution::Completion::succeeded(json!("by us")),
+    )
+    .await
+    .expect("complete");
+    // The reference worker claims and completes the other two (its and ours).
+    let drained = reference(&python, &py_dsn, ns, false, &["drain", "t", "10"]);
+    let drained_ids: Vec<&str> = drained
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    assert_eq!(drained_ids.len(), 2, "{drained}");
+    assert!(drained_ids.contains(&after_id.to_string().as_str()));
+    assert!(drained_ids.contains(&mine.id.to_string().as_str()));
+    let done = b.get(ns, mine.id).await.expect("get").expect("found");
+    assert_eq!(done.status.as_str(), "succeeded");
+    assert_eq!(
+        done.result,
+        Some(json!({"by": "reference", "echo": {"n": 3}}))
+    );
+    let seen = reference(
+        &python,
+        &py_dsn,
+        ns,
+        false,
+        &["get", &before_id.to_string()],
+    );
+    assert_eq!(seen["status"], json!("succeeded"));
+    let none = b
+        .claim(&onestep_testkit::builders::claim(ns, "t", 10, 30.0, "ours"))
+        .await
+        .expect("claim");
+    assert!(none.is_empty());
+    eprintln!(
+        "[interop] upgraded reference tables: ok against {} {version}",
+        server.label()
+    );
+    b.close().await.expect("close");
+    drop_db(&admin, &db).await;
+}
+
+#[tokio::test]
+async fn interop_upgraded_reference_tables_mariadb() {
+    upgraded_case(Server::MariaDb).await;
+}
+
+#[tokio::test]
+async fn interop_upgraded_reference_tables_mysql() {
+    upgraded_case(Server::MySql).await;
+}
+
 #[tokio::test]
 async fn interop_reference_created_tables_mysql() {
-    run_case(true).await;
+    run_case(Server::MySql, true).await;
 }
 
 #[tokio::test]
 async fn interop_our_tables_mysql() {
-    run_case(false).await;
+    run_case(Server::MySql, false).await;
+}
+
+#[tokio::test]
+async fn interop_reference_created_tables_mariadb() {
+    run_case(Server::MariaDb, true).await;
+}
+
+/// Known incompatibility, older than UUIDv7: on MariaDB the reference declares its UUID columns
+/// with the native `uuid` type and binds 36-character hyphenated text, which our `CHAR(32)`
+/// columns refuse ("Data too long for column 'id'"), so the reference client cannot submit into
+/// tables we created on MariaDB. Run with `--ignored` to see it.
+#[tokio::test]
+#[ignore = "reference client on MariaDB binds 36-char uuids; our CHAR(32) DDL refuses them"]
+async fn interop_our_tables_mariadb() {
+    run_case(Server::MariaDb, false).await;
 }

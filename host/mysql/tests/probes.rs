@@ -55,6 +55,7 @@ async fn probes(server: Server) {
     b.ready().await.expect("ready on a fresh schema");
 
     // One execution runs for 2 s after waiting 1 s; the other is never claimed.
+    let t0 = clock.now_value();
     b.submit(prepared("probe", "t", json!(1)))
         .await
         .expect("submit");
@@ -74,7 +75,13 @@ async fn probes(server: Server) {
     b.complete(&leases[0].lease_ref(), &Completion::succeeded(json!("ok")))
         .await
         .expect("complete");
-    let mut timings = b.execution_timings("probe").await.expect("timings");
+    let later = b
+        .execution_timings("probe", Some(t0 + chrono::Duration::milliseconds(500)))
+        .await
+        .expect("timings since");
+    assert_eq!(later.len(), 1, "only the second submission: {later:?}");
+    assert!(!later[0].succeeded);
+    let mut timings = b.execution_timings("probe", None).await.expect("timings");
     timings.sort_by_key(|t| !t.succeeded);
     assert_eq!(timings.len(), 2, "{timings:?}");
     assert_eq!(
@@ -99,7 +106,16 @@ async fn probes(server: Server) {
         counters.get("questions").is_some_and(|q| *q > 0.0),
         "{counters:?}"
     );
-    assert!(counters.contains_key("com_select"), "{counters:?}");
+    for k in [
+        "com_select",
+        "innodb_buffer_pool_reads",
+        "innodb_buffer_pool_read_requests",
+        "handler_read_key",
+        "handler_read_next",
+        "handler_read_rnd_next",
+    ] {
+        assert!(counters.contains_key(k), "{k}: {counters:?}");
+    }
 
     // A missing table: not ready, typed, without the DSN.
     let mut c = b.test_pool().get_conn().await.expect("conn");

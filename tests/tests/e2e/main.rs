@@ -1,9 +1,12 @@
 //! End-to-end tests (one binary): the real `onestep` binary, real components, real databases.
 //!
+//! * [`bench`]: `onestep bench --history` seeds finished history and reports I/O per phase.
 //! * [`check`]: `onestep check [--strict]` on the shipped configs and on bad files (exit codes
 //!   and exact messages, one case per rule group of docs/configuration.md#strict-validation).
 //! * [`check_vs_run`]: every file `onestep run` rejects at load time, `check --strict` rejects
 //!   too (and `check` with the same message).
+//! * [`upgrade`]: reference-created tables: one warning from `onestep run`, then
+//!   `onestep migrate --upgrade` adds the column and indexes online.
 //! * [`smoke`]: the deployment smoke checks (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
@@ -35,6 +38,7 @@
 #![allow(clippy::expect_used, clippy::panic)]
 
 mod api_flow;
+mod bench;
 mod check;
 mod check_vs_run;
 mod http_fetch;
@@ -49,3 +53,4 @@ mod procfs;
 mod runtime;
 mod smoke;
 mod task_run;
+mod upgrade;

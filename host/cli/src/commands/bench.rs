@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
+use chrono::Utc;
 use onestep_core::ports::{ExecutionStore, ExecutionTiming, LeaseStore, StoreStats};
 use onestep_core::request::SubmitRequest;
 use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
 use onestep_core::{ExecutionClient, Limits};
+use onestep_mysql::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
 use onestep_mysql::session::Flavor;
-use onestep_mysql::{MySqlBackend, MySqlOptions, ScratchDatabase};
+use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions, ScratchDatabase};
 use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings, Worker, WorkerSettings};
 use serde::Serialize;
@@ -70,6 +72,18 @@ pub struct BenchArgs {
     /// Give up draining after this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub timeout_s: f64,
+    /// Finished executions (one attempt each) seeded in the namespace and task before measuring
+    /// (docs/benchmarks.md#history).
+    #[arg(long, default_value_t = 0)]
+    pub history: u64,
+    /// Id version of the seeded history: `v7` (time-ordered, as written today) or `v4` (random,
+    /// as written before).
+    #[arg(long, default_value = "v7", value_parser = ["v7", "v4"])]
+    pub history_ids: String,
+    /// Create missing tables with the reference's DDL (no `claimable` column and indexes), to
+    /// measure reference-created tables before and after `onestep migrate --upgrade`.
+    #[arg(long)]
+    pub reference_tables: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -87,6 +101,11 @@ struct Report {
     completion_batch: usize,
     submit_chunk: usize,
     pool_max: usize,
+    /// Whether the tables have the `claimable` column and indexes (ours or upgraded).
+    claimable_indexes: bool,
+    history: u64,
+    history_ids: String,
+    history_seed_s: f64,
     submit_s: f64,
     submit_per_s: f64,
     drain_s: f64,
@@ -98,7 +117,20 @@ struct Report {
     worker_cpu_ms_per_execution: Option<f64>,
     db_cpu_ms_per_execution: Option<f64>,
     db_process: Option<String>,
+    /// Server counter deltas of the drain phase per execution (name kept for compatibility).
     db_statements_per_execution: BTreeMap<String, f64>,
+    /// Server counter deltas of the submit phase per execution.
+    db_submit_counters_per_execution: BTreeMap<String, f64>,
+    /// `Innodb_buffer_pool_reads` and the sum of `Handler_read_*` per execution, per phase.
+    submit_io: PhaseIo,
+    drain_io: PhaseIo,
+}
+
+/// Pages read from disk into the buffer pool and rows read by the handler, per execution.
+#[derive(Debug, Serialize, Default)]
+struct PhaseIo {
+    buffer_pool_reads: f64,
+    handler_reads: f64,
 }
 
 #[derive(Debug, Serialize, Default)]
@@ -122,6 +154,13 @@ impl TaskRunner for NoopRunner {
 pub async fn run(args: BenchArgs) -> u8 {
     if args.count == 0 || args.submit_chunk == 0 || args.concurrency == 0 || args.batch_size == 0 {
         eprintln!("onestep bench: -n, --submit-chunk, --concurrency and --batch-size must be >= 1");
+        return 2;
+    }
+    if args.history > MAX_HISTORY_ROWS {
+        eprintln!(
+            "onestep bench: --history {} is over the limit of {MAX_HISTORY_ROWS} rows",
+            args.history
+        );
         return 2;
     }
     match bench(&args).await {
@@ -203,13 +242,39 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         .max(2);
     let mut opts = MySqlOptions::new(dsn);
     opts.pool_max = pool_max;
+    if args.reference_tables {
+        opts.ddl_style = DdlStyle::Reference;
+    }
     let backend = Arc::new(
         MySqlBackend::open(opts)
             .await
             .context("cannot open the backend")?,
     );
     let server = backend.server().version_string.clone();
+    let claimable_indexes = backend.schema_report().features.claimable_column;
     let runner = runner_for(&args.handler, args.concurrency)?;
+
+    // History phase (not measured beyond its wall time).
+    let seed_started = Instant::now();
+    if args.history > 0 {
+        let seed = HistorySeed {
+            namespace: args.namespace.clone(),
+            task_name: args.task_name.clone(),
+            count: args.history,
+            ids: if args.history_ids == "v4" {
+                HistoryIds::V4
+            } else {
+                HistoryIds::V7
+            },
+            before: Utc::now(),
+        };
+        backend
+            .seed_history(&seed)
+            .await
+            .context("cannot seed the history")?;
+    }
+    let history_seed_s = seed_started.elapsed().as_secs_f64();
+    let measured_since = Utc::now();
 
     // Submit phase.
     let client = ExecutionClient::new(
@@ -217,6 +282,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         &args.namespace,
         Limits::default(),
     )?;
+    let status_submit = backend.server_counters().await.unwrap_or_default();
     let started = Instant::now();
     let mut next = 0usize;
     while next < args.count {
@@ -292,16 +358,13 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         (Some(a), Some(b)) => Some((b - a) / n),
         _ => None,
     };
-    let statements = status_after
-        .iter()
-        .filter_map(|(k, v)| {
-            let before = status_before.get(k).copied().unwrap_or(0.0);
-            let d = (v - before) / n;
-            (d > 0.0).then(|| (k.clone(), (d * 100.0).round() / 100.0))
-        })
-        .collect();
-    let (queued, running, succeeded) =
-        latencies(&backend.execution_timings(&args.namespace).await?);
+    let statements = counter_deltas(&status_before, &status_after, n);
+    let submit_counters = counter_deltas(&status_submit, &status_before, n);
+    let (queued, running, succeeded) = latencies(
+        &backend
+            .execution_timings(&args.namespace, Some(measured_since))
+            .await?,
+    );
     if let Err(e) = backend.close().await {
         eprintln!("onestep bench: closing the backend failed: {e}");
     }
@@ -319,6 +382,10 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         completion_batch: args.completion_batch,
         submit_chunk: args.submit_chunk,
         pool_max,
+        claimable_indexes,
+        history: args.history,
+        history_ids: args.history_ids.clone(),
+        history_seed_s,
         submit_s,
         submit_per_s: n / submit_s,
         drain_s,
@@ -330,8 +397,49 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         worker_cpu_ms_per_execution: per_exec(self_cpu0, self_cpu1),
         db_cpu_ms_per_execution: per_exec(db_cpu0, db_cpu1),
         db_process: db_proc.map(|p| format!("{} (pid {})", p.name, p.pid)),
+        submit_io: PhaseIo::of(&submit_counters),
+        drain_io: PhaseIo::of(&statements),
         db_statements_per_execution: statements,
+        db_submit_counters_per_execution: submit_counters,
     })
+}
+
+/// `(after - before) / n` of every counter that grew, rounded to 3 decimals.
+fn counter_deltas(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    n: f64,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let b = before.get(k).copied().unwrap_or(0.0);
+            let d = (v - b) / n;
+            (d > 0.0).then(|| (k.clone(), round3(d)))
+        })
+        .collect()
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+impl PhaseIo {
+    fn of(per_exec: &BTreeMap<String, f64>) -> Self {
+        PhaseIo {
+            buffer_pool_reads: per_exec
+                .get("innodb_buffer_pool_reads")
+                .copied()
+                .unwrap_or(0.0),
+            handler_reads: round3(
+                per_exec
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("handler_read_"))
+                    .map(|(_, v)| v)
+                    .sum(),
+            ),
+        }
+    }
 }
 
 fn backend_port(dsn: &str) -> u16 {
@@ -395,6 +503,15 @@ fn print_text(r: &Report) {
         "  flags: concurrency {}, batch_size {}, completion_batch {}, submit_chunk {}, pool_max {}",
         r.concurrency, r.batch_size, r.completion_batch, r.submit_chunk, r.pool_max
     );
+    if !r.claimable_indexes {
+        println!("  tables: without the claimable column and indexes (reference DDL)");
+    }
+    if r.history > 0 {
+        println!(
+            "  history:   {} finished executions ({} ids) seeded in {:.2} s",
+            r.history, r.history_ids, r.history_seed_s
+        );
+    }
     println!(
         "  submit:    {:>10.0} /s  ({:.2} s)",
         r.submit_per_s, r.submit_s
@@ -420,12 +537,23 @@ fn print_text(r: &Report) {
             .map(|p| format!(" [{p}]"))
             .unwrap_or_default()
     );
-    if !r.db_statements_per_execution.is_empty() {
-        let s: Vec<String> = r
-            .db_statements_per_execution
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        println!("  server counters per execution (global): {}", s.join(", "));
+    println!(
+        "  per execution: buffer-pool reads submit {} / drain {}; Handler_read_* rows submit {} / drain {}",
+        r.submit_io.buffer_pool_reads,
+        r.drain_io.buffer_pool_reads,
+        r.submit_io.handler_reads,
+        r.drain_io.handler_reads
+    );
+    for (phase, counters) in [
+        ("submit", &r.db_submit_counters_per_execution),
+        ("drain", &r.db_statements_per_execution),
+    ] {
+        if !counters.is_empty() {
+            let s: Vec<String> = counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!(
+                "  server counters per execution ({phase}, global): {}",
+                s.join(", ")
+            );
+        }
     }
 }

@@ -1,5 +1,7 @@
-//! `onestep migrate (FILE | --dsn URL)`: creates the execution tables with a DDL-capable DSN, the
-//! production path where API and workers then run with `auto_create: false` (docs/semantics.md#opening-a-backend).
+//! `onestep migrate (FILE | --dsn URL) [--upgrade]`: creates the execution tables with a
+//! DDL-capable DSN, the production path where API and workers then run with `auto_create: false`
+//! (docs/semantics.md#opening-a-backend); with `--upgrade`, also adds the `claimable` column and
+//! indexes to tables the reference created (docs/schema.md#upgrading-reference-tables).
 
 use std::path::PathBuf;
 
@@ -24,11 +26,16 @@ pub struct MigrateArgs {
     /// Attempts table (with `--dsn`).
     #[arg(long, default_value = "onestep_execution_attempts")]
     pub attempts_table: String,
+    /// Also upgrade reference-created tables: add the `claimable` column and its two indexes
+    /// (additive, online DDL; nothing happens on tables that have them).
+    #[arg(long)]
+    pub upgrade: bool,
     #[command(flatten)]
     pub env: EnvArgs,
 }
 
-/// Exit codes: 0 created or already present; 1 the database refused; 2 bad arguments or file.
+/// Exit codes: 0 created, upgraded or already present; 1 the database refused; 2 bad arguments
+/// or file.
 pub async fn run(args: MigrateArgs) -> u8 {
     let mut jobs: Vec<(String, MySqlOptions)> = Vec::new();
     if let Some(target) = &args.target {
@@ -85,6 +92,26 @@ pub async fn run(args: MigrateArgs) -> u8 {
     let mut code = 0;
     for (label, opts) in jobs {
         let tables = format!("{}, {}", opts.tables.executions, opts.tables.attempts);
+        if args.upgrade {
+            match MySqlBackend::upgrade(opts).await {
+                Ok(report) => {
+                    if !report.created.is_empty() {
+                        println!("{label}: created {}", report.created.join(", "));
+                    }
+                    if report.steps.is_empty() {
+                        println!("{label}: tables {tables} are up to date");
+                    }
+                    for step in report.steps {
+                        println!("{label}: added {} ({})", step.added, step.form);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("onestep: {label}: {e}");
+                    code = 1;
+                }
+            }
+            continue;
+        }
         match MySqlBackend::migrate(opts).await {
             Ok(report) if report.created.is_empty() => {
                 println!("{label}: tables {tables} already exist");

@@ -210,6 +210,8 @@ pub struct MySqlFactory {
     pub admin_url: String,
     pub admin: Pool,
     pub style: DdlStyle,
+    /// Create reference-shaped tables, then run `MySqlBackend::upgrade` on them.
+    pub upgrade: bool,
     pub backends: tokio::sync::Mutex<Vec<(String, MySqlBackend)>>,
 }
 
@@ -219,7 +221,16 @@ impl MySqlFactory {
             admin_url: admin_url.to_owned(),
             admin: admin_pool(admin_url),
             style,
+            upgrade: false,
             backends: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Reference-created tables after `onestep migrate --upgrade`.
+    pub fn upgraded(admin_url: &str) -> Self {
+        MySqlFactory {
+            upgrade: true,
+            ..MySqlFactory::new(admin_url, DdlStyle::Reference)
         }
     }
 }
@@ -230,6 +241,15 @@ impl FixtureFactory for MySqlFactory {
         let db = create_db(&self.admin).await;
         let clock = Arc::new(ManualClock::default());
         let tables = TableNames::default();
+        if self.upgrade {
+            let mut o = MySqlOptions::new(db_url(&self.admin_url, &db));
+            o.ddl_style = DdlStyle::Reference;
+            MySqlBackend::migrate(o).await.expect("reference tables");
+            let report = MySqlBackend::upgrade(MySqlOptions::new(db_url(&self.admin_url, &db)))
+                .await
+                .expect("upgrade");
+            assert_eq!(report.steps.len(), 3, "{report:?}");
+        }
         let backend = open(
             &self.admin_url,
             &db,
@@ -239,6 +259,12 @@ impl FixtureFactory for MySqlFactory {
             tables.clone(),
         )
         .await;
+        if self.upgrade {
+            assert!(
+                backend.schema_report().features.claimable_column,
+                "upgraded tables use the claimable query shapes"
+            );
+        }
         let probe = Arc::new(SqlProbe {
             pool: backend.test_pool().clone(),
             tables,

@@ -3,12 +3,16 @@
 
   ref_client.py DSN NAMESPACE AUTO_CREATE submit TASK KEY PAYLOAD_JSON METADATA_JSON
   ref_client.py DSN NAMESPACE AUTO_CREATE get ID
+  ref_client.py DSN NAMESPACE AUTO_CREATE drain TASK LIMIT
+    (what the reference worker does with storage: claim up to LIMIT, heartbeat each lease,
+    complete each as succeeded with {"by": "reference", "echo": payload}; prints the
+    completed executions as a JSON list)
 """
 import asyncio
 import json
 import sys
 
-from onestep.execution import ExecutionClient
+from onestep.execution import ExecutionClient, ExecutionCompletion, ExecutionStatus
 from onestep_sql.mysql import MySQLExecutionBackend
 
 
@@ -39,6 +43,26 @@ async def main(argv):
             )
         elif cmd == "get":
             e = await client.get(rest[0])
+        elif cmd == "drain":
+            task, limit = rest
+            leases = await backend.claim(namespace, [task], int(limit), 30.0, "ref-worker")
+            done = []
+            for lease in leases:
+                x = lease.execution
+                await backend.heartbeat(x.id, lease.attempt_id, lease.lease_token, 30.0)
+                done.append(
+                    await backend.complete(
+                        x.id,
+                        lease.attempt_id,
+                        lease.lease_token,
+                        ExecutionCompletion(
+                            status=ExecutionStatus.SUCCEEDED,
+                            result={"by": "reference", "echo": x.payload},
+                        ),
+                    )
+                )
+            print(json.dumps([dump(d) for d in done]))
+            return
         else:
             raise SystemExit(f"unknown command {cmd}")
     print(json.dumps(dump(e)))

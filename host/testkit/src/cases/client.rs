@@ -30,6 +30,10 @@ pub(crate) fn cases() -> Vec<Case> {
         case("list_paging_identical_created_at", |fx| {
             Box::pin(list_paging(fx))
         }),
+        case("list_paging_mixed_v4_v7_ids", |fx| {
+            Box::pin(list_paging_mixed_ids(fx))
+        }),
+        case("new_ids_are_time_ordered_v7", |fx| Box::pin(new_ids_v7(fx))),
         case("onestep_mapping_payload_round_trip", |fx| {
             Box::pin(mapping_round_trip(fx))
         }),
@@ -274,6 +278,119 @@ async fn list_paging(fx: Fixture) {
         .await
         .expect("list");
     assert!(page.items.is_empty());
+}
+
+/// Rows written before UUIDv7 (random v4 ids) and after (v7) share one order: pages of a
+/// listing over mixed ids sharing `created_at` neither repeat nor skip a row and agree with one
+/// large page (docs/semantics.md#time-ordered-ids). The id order itself is the backend's (a
+/// MariaDB `uuid` column orders differently from `CHAR(32)`), so only consistency is asserted.
+async fn list_paging_mixed_ids(fx: Fixture) {
+    use uuid::{NoContext, Timestamp, Uuid};
+    let v7_at = |secs: u64| Uuid::new_v7(Timestamp::from_unix(NoContext, secs, 0));
+    let mut ids = vec![
+        Uuid::new_v4(),
+        v7_at(1),
+        Uuid::new_v4(),
+        v7_at(1_700_000_000),
+        Uuid::now_v7(),
+        Uuid::new_v4(),
+        v7_at(4_000_000_000),
+        Uuid::new_v4(),
+        // The extremes of the hex order: a v4 id starting with 0 and one starting with f.
+        Uuid::from_u128(0x0000_0000_0000_4000_8000_0000_0000_0001),
+        Uuid::from_u128(0xffff_ffff_ffff_4fff_bfff_ffff_ffff_fffe),
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        let mut sub = builders::prepared(NS, TASK, json!(i));
+        sub.id = *id;
+        assert_eq!(fx.store.submit(sub).await.expect("submit").id, *id);
+    }
+    // A second created_at, so the cursor crosses a timestamp boundary as well as ties.
+    fx.clock.advance(1.0);
+    for i in 0..3 {
+        let mut sub = builders::prepared(NS, TASK, json!(100 + i));
+        if i == 1 {
+            sub.id = Uuid::new_v4();
+        }
+        ids.push(fx.store.submit(sub).await.expect("submit").id);
+    }
+    let all = fx
+        .store
+        .list(
+            NS,
+            &ListQuery {
+                limit: 200,
+                ..ListQuery::default()
+            }
+            .validate()
+            .expect("query"),
+        )
+        .await
+        .expect("list");
+    let one_page: Vec<_> = all.items.iter().map(|e| e.id).collect();
+    assert_eq!(one_page.len(), ids.len());
+    assert!(all.next_cursor.is_none());
+    assert!(
+        all.items
+            .windows(2)
+            .all(|w| w[0].created_at >= w[1].created_at),
+        "newest first"
+    );
+    for limit in [1, 2, 3, 4] {
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        loop {
+            let q = ListQuery {
+                limit,
+                cursor: cursor.clone(),
+                ..ListQuery::default()
+            };
+            let page = fx
+                .store
+                .list(NS, &q.validate().expect("query"))
+                .await
+                .expect("list");
+            assert!(page.items.len() <= limit as usize);
+            seen.extend(page.items.iter().map(|e| e.id));
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+            assert!(seen.len() <= ids.len(), "paging does not end: {seen:?}");
+        }
+        assert_eq!(seen, one_page, "pages of {limit} agree with one page");
+    }
+    for id in &ids {
+        assert!(one_page.contains(id), "{id} listed");
+    }
+}
+
+/// New execution ids (submit) and attempt ids (claim) are UUIDv7; the lease token stays random
+/// (docs/semantics.md#time-ordered-ids).
+async fn new_ids_v7(fx: Fixture) {
+    let a = submit(&fx, json!(1)).await;
+    let b = submit(&fx, json!(2)).await;
+    assert_eq!(a.id.get_version_num(), 7, "{}", a.id);
+    assert_eq!(b.id.get_version_num(), 7, "{}", b.id);
+    assert!(
+        a.id < b.id,
+        "ids of one process increase: {} {}",
+        a.id,
+        b.id
+    );
+    let lease = super::claim_one(&fx, 30.0).await;
+    assert_eq!(
+        lease.attempt_id.get_version_num(),
+        7,
+        "{}",
+        lease.attempt_id
+    );
+    assert_eq!(
+        lease.lease_token.get_version_num(),
+        4,
+        "{}",
+        lease.lease_token
+    );
 }
 
 async fn mapping_round_trip(fx: Fixture) {

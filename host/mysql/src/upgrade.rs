@@ -1,0 +1,288 @@
+//! Upgrading reference-created tables (docs/schema.md#upgrading-reference-tables): add the
+//! `claimable` generated column and its two indexes to an executions table that lacks them, with
+//! additive DDL only, each statement in the most online form the server accepts.
+//!
+//! The column is added `VIRTUAL` (not `STORED` as in the tables we create): both servers add a
+//! virtual column in place of the metadata only (`ALGORITHM=INSTANT`), whereas a stored one
+//! copies the whole table under a write lock. The indexes hold the computed value either way, so
+//! the claim and expiry reads use them exactly as on our tables. Each index is built with
+//! `ALGORITHM=INPLACE, LOCK=NONE` (reads and writes go on during the build). Where the server
+//! refuses an online form (errors 1845/1846), the next form is tried, ending with the server's
+//! default; the report says which form each step took. Missing pieces are added one by one, so
+//! an interrupted upgrade resumes where it stopped.
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+use onestep_core::ExecutionError;
+use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
+
+use crate::backend::{MySqlBackend, MySqlOptions};
+use crate::errors::{OpError, OpResult, into_execution_error};
+use crate::schema::{CLAIMABLE_COLUMN, get_lock, ix_claimable, ix_expiry, release_lock};
+
+/// Server errors meaning "this ALGORITHM/LOCK is not supported for the operation".
+const UNSUPPORTED_ALGORITHM: [u16; 2] = [1845, 1846];
+
+/// One DDL step an upgrade performed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradeStep {
+    /// What was added (`column claimable`, `index ix_…`).
+    pub added: String,
+    /// The ALGORITHM/LOCK clause the server accepted (`ALGORITHM=INSTANT`, …, or `default`).
+    pub form: String,
+}
+
+/// What [`MySqlBackend::upgrade`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UpgradeReport {
+    /// Tables created first because they were missing (as `onestep migrate` does).
+    pub created: Vec<String>,
+    /// The steps taken, in order; empty when the tables were already upgraded.
+    pub steps: Vec<UpgradeStep>,
+}
+
+/// The column definition added by the upgrade.
+fn column_def() -> String {
+    format!(
+        "ADD COLUMN {CLAIMABLE_COLUMN} TINYINT AS (IF(status IN ('queued','retrying'), 1, NULL)) VIRTUAL"
+    )
+}
+
+/// The indexes the upgrade adds: (name, `ADD INDEX …` clause).
+fn index_defs(names: &TableNames) -> [(String, String); 2] {
+    let claimable = ix_claimable(names);
+    let expiry = ix_expiry(names);
+    [
+        (
+            claimable.clone(),
+            format!(
+                "ADD INDEX `{claimable}` (namespace, task_name, claimable, available_at, created_at, id)"
+            ),
+        ),
+        (
+            expiry.clone(),
+            format!("ADD INDEX `{expiry}` (claimable, expires_at, id)"),
+        ),
+    ]
+}
+
+/// The statements an operator can run by hand instead (docs/schema.md#upgrading-reference-tables).
+pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
+    let t = &names.executions;
+    let mut out = vec![format!(
+        "ALTER TABLE `{t}` {}, ALGORITHM=INSTANT",
+        column_def()
+    )];
+    for (_, def) in index_defs(names) {
+        out.push(format!(
+            "ALTER TABLE `{t}` {def}, ALGORITHM=INPLACE, LOCK=NONE"
+        ));
+    }
+    out
+}
+
+/// The command that upgrades `names` on the server `opts` points at, for the warning at open:
+/// the DSN rebuilt from its parts with the password (if any) as the placeholder `PASSWORD`.
+pub(crate) fn upgrade_command(opts: &mysql_async::Opts, names: &TableNames) -> String {
+    let user = opts.user().unwrap_or("root");
+    let auth = if opts.pass().is_some_and(|p| !p.is_empty()) {
+        format!("{user}:PASSWORD")
+    } else {
+        user.to_owned()
+    };
+    format!(
+        "onestep migrate --upgrade --dsn 'mysql://{auth}@{}:{}/{}' --table {} --attempts-table {}",
+        opts.ip_or_hostname(),
+        opts.tcp_port(),
+        opts.db_name().unwrap_or_default(),
+        names.executions,
+        names.attempts
+    )
+}
+
+/// Whether `table` of the current database has the column (`COLUMNS`) or index (`STATISTICS`)
+/// `name`.
+async fn has(conn: &mut Conn, view: Catalog, table: &str, name: &str) -> OpResult<bool> {
+    let (view, column) = match view {
+        Catalog::Column => ("COLUMNS", "COLUMN_NAME"),
+        Catalog::Index => ("STATISTICS", "INDEX_NAME"),
+    };
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.{view} \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND {column} = ?"
+    );
+    let n: Option<i64> = conn.exec_first(sql, (table, name)).await?;
+    Ok(n.unwrap_or(0) > 0)
+}
+
+#[derive(Clone, Copy)]
+enum Catalog {
+    Column,
+    Index,
+}
+
+async fn column_exists(conn: &mut Conn, table: &str, column: &str) -> OpResult<bool> {
+    has(conn, Catalog::Column, table, column).await
+}
+
+async fn index_exists(conn: &mut Conn, table: &str, index: &str) -> OpResult<bool> {
+    has(conn, Catalog::Index, table, index).await
+}
+
+/// Whether the executions table has the column and both indexes (ours, or upgraded).
+pub(crate) async fn is_upgraded(conn: &mut Conn, names: &TableNames) -> OpResult<bool> {
+    if !column_exists(conn, &names.executions, CLAIMABLE_COLUMN).await? {
+        return Ok(false);
+    }
+    for (index, _) in index_defs(names) {
+        if !index_exists(conn, &names.executions, &index).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Runs `ALTER TABLE t <clause>, <form>` with the first form the server accepts.
+async fn alter_online(
+    conn: &mut Conn,
+    table: &str,
+    clause: &str,
+    forms: &[&str],
+) -> OpResult<String> {
+    for form in forms {
+        let sql = if form.is_empty() {
+            format!("ALTER TABLE `{table}` {clause}")
+        } else {
+            format!("ALTER TABLE `{table}` {clause}, {form}")
+        };
+        match conn.query_drop(sql).await {
+            Ok(()) => {
+                return Ok(if form.is_empty() {
+                    "default".to_owned()
+                } else {
+                    (*form).to_owned()
+                });
+            }
+            Err(mysql_async::Error::Server(e))
+                if UNSUPPORTED_ALGORITHM.contains(&e.code) && !form.is_empty() =>
+            {
+                tracing::info!(table, form, error = %e.message, "online DDL form refused; trying the next");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(OpError::Domain(crate::errors::backend_error(
+        "upgrade",
+        onestep_core::ConnectorKind::Misconfigured,
+        &format!("the server refused every form of ALTER TABLE `{table}` {clause}"),
+        &[],
+    )))
+}
+
+async fn upgrade_on(conn: &mut Conn, names: &TableNames) -> OpResult<Vec<UpgradeStep>> {
+    let t = &names.executions;
+    let mut steps = Vec::new();
+    if !column_exists(conn, t, CLAIMABLE_COLUMN).await? {
+        let form = alter_online(
+            conn,
+            t,
+            &column_def(),
+            &["ALGORITHM=INSTANT", "ALGORITHM=INPLACE, LOCK=NONE", ""],
+        )
+        .await?;
+        steps.push(UpgradeStep {
+            added: format!("column {CLAIMABLE_COLUMN}"),
+            form,
+        });
+    }
+    for (index, def) in index_defs(names) {
+        if !index_exists(conn, t, &index).await? {
+            let form = alter_online(conn, t, &def, &["ALGORITHM=INPLACE, LOCK=NONE", ""]).await?;
+            steps.push(UpgradeStep {
+                added: format!("index {index}"),
+                form,
+            });
+        }
+    }
+    Ok(steps)
+}
+
+impl MySqlBackend {
+    /// `onestep migrate --upgrade`: creates the table pair if missing, then adds what the
+    /// executions table lacks of the `claimable` column and its indexes (module docs), under the
+    /// same DDL locks as table creation. Idempotent: on upgraded tables or tables this crate
+    /// created it changes nothing and reports no step.
+    pub async fn upgrade(mut opts: MySqlOptions) -> Result<UpgradeReport, ExecutionError> {
+        opts.auto_create = true;
+        opts.pool_min = 0;
+        opts.pool_max = 1;
+        let backend = MySqlBackend::open(opts).await?;
+        let names = backend.inner.names.clone();
+        let run = async {
+            let mut conn = backend.inner.pool.get_conn().await?;
+            get_lock(&mut conn, GLOBAL_DDL_LOCK).await?;
+            let pair = names.pair_lock();
+            let outcome = match get_lock(&mut conn, &pair).await {
+                Ok(()) => {
+                    let r = upgrade_on(&mut conn, &names).await;
+                    release_lock(&mut conn, &pair).await;
+                    r
+                }
+                Err(e) => Err(e),
+            };
+            release_lock(&mut conn, GLOBAL_DDL_LOCK).await;
+            outcome
+        }
+        .await;
+        let created = backend.inner.report.created.clone();
+        let steps = match run {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = backend.close().await;
+                return Err(into_execution_error(e, "upgrade", &backend.inner.secrets));
+            }
+        };
+        backend.close().await?;
+        Ok(UpgradeReport { created, steps })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warning_names_the_exact_command_without_the_password() {
+        let parsed = crate::dsn::parse_dsn("mysql://app:s3cret@db.example:3307/jobs").expect("dsn");
+        let names = TableNames::new("ex", "ex_attempts").expect("names");
+        assert_eq!(
+            upgrade_command(&parsed.opts, &names),
+            "onestep migrate --upgrade --dsn 'mysql://app:PASSWORD@db.example:3307/jobs' \
+             --table ex --attempts-table ex_attempts"
+        );
+        let parsed = crate::dsn::parse_dsn("mysql://root@127.0.0.1/db").expect("dsn");
+        assert!(
+            upgrade_command(&parsed.opts, &TableNames::default()).contains(
+                "--dsn 'mysql://root@127.0.0.1:3306/db' --table onestep_executions \
+                 --attempts-table onestep_execution_attempts"
+            )
+        );
+    }
+
+    #[test]
+    fn manual_statements_are_additive_and_online() {
+        let sql = upgrade_sql(&TableNames::default());
+        assert_eq!(sql.len(), 3);
+        assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
+        assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
+        assert!(sql[1].contains("ADD INDEX `ix_onestep_executions_claimable`"));
+        assert!(sql[2].contains("ADD INDEX `ix_onestep_executions_expiry`"));
+        for s in &sql[1..] {
+            assert!(s.ends_with("ALGORITHM=INPLACE, LOCK=NONE"), "{s}");
+        }
+        assert!(
+            sql.iter()
+                .all(|s| !s.contains("DROP") && !s.contains("MODIFY"))
+        );
+    }
+}
