@@ -344,9 +344,12 @@ pub struct SandboxConfig {
     /// `log_rate_bytes_per_minute`: guest log bytes per minute of all the task's attempts in
     /// one worker.
     pub log_rate_bytes_per_minute: u64,
-    /// After a cancel, how long the guest may run on to return by itself
-    /// ([`DEFAULT_CANCEL_GRACE`]; not settable from the file, not in the summaries).
-    #[serde(skip)]
+    /// `cancel_grace_ms`: after a cancel, how long the guest may run on to notice it and
+    /// return by itself before it is stopped ([`DEFAULT_CANCEL_GRACE`], 0–60,000 ms).
+    #[serde(
+        rename = "cancel_grace_ms",
+        serialize_with = "crate::summary::serialize_millis"
+    )]
     pub cancel_grace: Duration,
     /// `network:` — outbound HTTP (docs/configuration.md#sandbox-network); none by default.
     pub network: NetworkConfig,

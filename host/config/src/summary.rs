@@ -259,6 +259,14 @@ impl AppConfig {
     }
 }
 
+/// Serialises a duration as whole milliseconds (`cancel_grace_ms`).
+pub(crate) fn serialize_millis<S: serde::Serializer>(
+    d: &Duration,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 fn sandbox_text(s: &SandboxConfig) -> String {
     let fuel = s
         .fuel
@@ -292,8 +300,12 @@ fn sandbox_text(s: &SandboxConfig) -> String {
     // Log limits (docs/configuration.md#sandbox-log-limits).
     let _ = write!(
         text,
-        " log={}B/{}lines message={}B rate={}B/min",
-        s.log_limit_bytes, s.max_log_lines, s.max_log_message_bytes, s.log_rate_bytes_per_minute
+        " log={}B/{}lines message={}B rate={}B/min cancel_grace={}ms",
+        s.log_limit_bytes,
+        s.max_log_lines,
+        s.max_log_message_bytes,
+        s.log_rate_bytes_per_minute,
+        s.cancel_grace.as_millis()
     );
     // Outbound HTTP (docs/configuration.md#sandbox-network); header values never shown.
     let n = &s.network;

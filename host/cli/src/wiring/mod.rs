@@ -266,4 +266,32 @@ mod tests {
         assert_eq!(s.request_timeout, cfg.request_timeout);
         assert!(!network_settings(&NetworkConfig::default()).enabled());
     }
+
+    #[test]
+    fn every_sandbox_limit_reaches_the_runtime() {
+        let cfg = onestep_config::SandboxConfig {
+            cancel_grace: std::time::Duration::from_millis(250),
+            log_limit_bytes: 4096,
+            max_log_lines: 7,
+            max_log_message_bytes: 512,
+            log_rate_bytes_per_minute: 2048,
+            max_open_handles: 9,
+            ..onestep_config::SandboxConfig::default()
+        };
+        let s = sandbox_settings(
+            &cfg,
+            &onestep_config::EnvLookup::isolated(Vec::<(String, String)>::new()),
+        );
+        assert_eq!(s.cancel_grace, std::time::Duration::from_millis(250));
+        assert_eq!(
+            (
+                s.log_limit_bytes,
+                s.max_log_lines,
+                s.max_log_message_bytes,
+                s.log_rate_bytes_per_minute,
+                s.max_open_handles
+            ),
+            (4096, 7, 512, 2048, 9)
+        );
+    }
 }

@@ -40,7 +40,7 @@ pub const TASK_KEYS: [&str; 13] = [
 /// `handler` keys.
 pub const HANDLER_KEYS: [&str; 2] = ["component", "params"];
 /// `sandbox` keys.
-pub const SANDBOX_KEYS: [&str; 16] = [
+pub const SANDBOX_KEYS: [&str; 17] = [
     "memory_limit_bytes",
     "fuel",
     "preopens",
@@ -60,7 +60,11 @@ pub const SANDBOX_KEYS: [&str; 16] = [
     "log_rate_bytes_per_minute",
     // outbound HTTP (docs/configuration.md#sandbox-network)
     "network",
+    // after a cancel, how long the guest may run on to return by itself
+    "cancel_grace_ms",
 ];
+/// Largest accepted `sandbox.cancel_grace_ms` (one minute).
+pub const MAX_CANCEL_GRACE_MS: u64 = 60_000;
 /// `sandbox` keys that grant a capability: per task only, never in `app.sandbox`.
 pub const SANDBOX_CAPABILITY_KEYS: [&str; 4] = ["preopens", "env", "env_values", "network"];
 /// Smallest accepted `log_limit_bytes` and `log_rate_bytes_per_minute`.
@@ -427,6 +431,19 @@ fn build_sandbox(
         base.log_rate_bytes_per_minute,
         &format!("log_rate_bytes_per_minute must be an integer >= {MIN_LOG_BYTES}"),
     )?;
+    let cancel_grace = match node.get_set("cancel_grace_ms") {
+        None => base.cancel_grace,
+        Some(n) => match integer(n).and_then(|i| u64::try_from(i).ok()) {
+            Some(ms) if ms <= MAX_CANCEL_GRACE_MS => std::time::Duration::from_millis(ms),
+            _ => {
+                return Err(ConfigError::at(
+                    n,
+                    path,
+                    format!("cancel_grace_ms must be an integer from 0 to {MAX_CANCEL_GRACE_MS}"),
+                ));
+            }
+        },
+    };
     let fuel = match node.get_set("fuel") {
         // An explicit `fuel: null` is unlimited, whatever the default.
         None if node.get("fuel").is_some() => None,
@@ -534,7 +551,7 @@ fn build_sandbox(
         max_log_lines,
         max_log_message_bytes,
         log_rate_bytes_per_minute,
-        cancel_grace: base.cancel_grace,
+        cancel_grace,
     })
 }
 

@@ -793,3 +793,35 @@ fn sandbox_network() {
         "unsupported fields for tasks[0].sandbox.network: allowed (line 12, column 18)"
     );
 }
+
+#[test]
+fn sandbox_cancel_grace_ms() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let plain = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let cfg = load(&dir.write("plain.yaml", &plain), &checked()).expect("loads");
+    assert_eq!(cfg.tasks[0].sandbox.cancel_grace.as_millis(), 50);
+    let with = |v: &str| format!("{plain}    sandbox: {{cancel_grace_ms: {v}}}\n");
+    for (v, ms) in [("0", 0), ("250", 250), ("60000", 60_000)] {
+        for strict in [false, true] {
+            let opts = LoadOptions {
+                strict,
+                ..checked()
+            };
+            let cfg = load(&dir.write("ok.yaml", &with(v)), &opts).expect(v);
+            assert_eq!(cfg.tasks[0].sandbox.cancel_grace.as_millis(), ms);
+        }
+    }
+    for v in ["-1", "60001", "0.5", "soon"] {
+        let e = load(&dir.write("bad.yaml", &with(v)), &checked())
+            .expect_err(v)
+            .to_string();
+        assert_eq!(
+            e,
+            "tasks[0].sandbox: cancel_grace_ms must be an integer from 0 to 60000 (line 9, column 32)",
+            "{v}"
+        );
+    }
+}

@@ -264,7 +264,7 @@ fn text_and_json_summary() {
          Resources: 2 (db<MySQLConnector>, jobs<MySQLExecutionSource>)\n\
          Tasks: 1\n\
          - echo source=jobs<MySQLExecutionSource> concurrency=4 timeout=1800.00s retry=ExponentialBackoff description=says hi\n\
-         \x20 handler=/srv/app/echo.wasm memory=67108864B fuel=unlimited preopens=[] env=[] instances=32 memories=4 tables=8x100000 open_handles=256 log=1048576B/5000lines message=16384B rate=8388608B/min\n\
+         \x20 handler=/srv/app/echo.wasm memory=67108864B fuel=unlimited preopens=[] env=[] instances=32 memories=4 tables=8x100000 open_handles=256 log=1048576B/5000lines message=16384B rate=8388608B/min cancel_grace=50ms\n\
          \x20 params=[] config=[a] metadata=[]\n\
          \x20 lease=90.00s heartbeat=30.00s cancel_poll=1.00s\n"
     );

@@ -154,3 +154,36 @@ pub fn reset_peak_rss() -> bool {
 pub fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).expect("valid JSON")
 }
+
+/// What a `tracing-subscriber` formatter wrote, shared with the test (the writer of the log
+/// tests).
+#[derive(Clone, Default)]
+pub struct Buf(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl Buf {
+    /// Everything written so far (lossy UTF-8).
+    pub fn text(&self) -> String {
+        let bytes = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buf {
+    type Writer = Buf;
+    fn make_writer(&'a self) -> Buf {
+        self.clone()
+    }
+}

@@ -12,11 +12,10 @@ use onestep_wasm::{
     Runtime, RuntimeSettings, SandboxSettings, Secret, TrapKind,
 };
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::fmt::MakeWriter;
 
 /// Names under `.rebind.test` and `svc.internal.test` resolve to 127.0.0.1
 /// (what a DNS-rebinding attacker or an internal service would look like);
@@ -550,30 +549,6 @@ async fn a_wasi_http_component_needs_network_allow_and_0_1_0_components_still_ru
     }
 }
 
-/// Log output, shared with the test.
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Buf {
-    type Writer = Buf;
-    fn make_writer(&'a self) -> Buf {
-        self.clone()
-    }
-}
-
 /// Runs `f` with every event of every crate down to TRACE recorded (this
 /// thread: the test runtime is single-threaded).
 async fn logged<F, Fut>(f: F) -> (Outcome, String)
@@ -591,8 +566,7 @@ where
         let _sub = tracing::subscriber::set_default(sub);
         f().await
     };
-    let bytes = buf.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    (outcome, String::from_utf8_lossy(&bytes).into_owned())
+    (outcome, buf.text())
 }
 
 #[test]

@@ -5,35 +5,8 @@
 
 use crate::common::*;
 use onestep_wasm::{CancelHandle, Outcome, SandboxSettings};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::fmt::MakeWriter;
-
-/// Formatter output, shared with the test.
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Buf {
-    type Writer = Buf;
-    fn make_writer(&'a self) -> Buf {
-        self.clone()
-    }
-}
 
 /// Runs one invocation of `misbehave` with `payload` while a text or JSON
 /// subscriber (this crate's events down to TRACE, no ANSI, as the CLI writes
@@ -62,9 +35,7 @@ async fn run_logged(
         m.invoke_report(sandbox, ctx, payload, CancelHandle::new(), None)
             .await
     };
-    let bytes = buf.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let log = String::from_utf8(bytes).expect("log is UTF-8");
-    (report, exec, log)
+    (report, exec, buf.text())
 }
 
 #[tokio::test]
