@@ -133,7 +133,7 @@ impl ApiError {
         &self.body
     }
 
-    fn with_execution(mut self, id: Uuid) -> Self {
+    pub(crate) fn with_execution(mut self, id: Uuid) -> Self {
         self.body.execution_id = Some(id);
         self
     }

@@ -23,6 +23,7 @@
 //! The crate also holds what the CLI prints ([`text`]) and the polling schedule of `wait`
 //! ([`poll`]), so that both are tested without building the CLI.
 
+pub mod attempts;
 pub mod auth;
 pub mod error;
 pub mod extract;
@@ -80,6 +81,8 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::get_execution))
         .routes(routes!(routes::cancel_execution))
         .routes(routes!(routes::get_result))
+        .routes(routes!(attempts::list_attempts))
+        .routes(routes!(attempts::get_attempt_logs))
         .routes(routes!(routes::healthz))
         .routes(routes!(routes::readyz))
 }

@@ -208,7 +208,27 @@ pub async fn get_execution(
     ExecutionId(id): ExecutionId,
 ) -> Result<Json<ExecutionView>, ApiError> {
     let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
-    Ok(Json(ExecutionView::from(&execution)))
+    let mut view = ExecutionView::from(&execution);
+    if matches!(
+        execution.status,
+        ExecutionStatus::Running | ExecutionStatus::CancelRequested
+    ) {
+        view.progress = latest_progress(&client, id).await?;
+    }
+    Ok(Json(view))
+}
+
+/// The progress of the newest attempt of a running execution, when one was persisted.
+async fn latest_progress(
+    client: &onestep_core::ExecutionClient,
+    id: uuid::Uuid,
+) -> Result<Option<crate::attempts::ProgressView>, ApiError> {
+    let attempts = client.attempts(id).await?.unwrap_or_default();
+    Ok(attempts
+        .last()
+        .and_then(|a| a.diagnostics.as_ref())
+        .and_then(|d| d.progress.as_ref())
+        .map(crate::attempts::ProgressView::from))
 }
 
 /// Ask for cancellation. `queued`/`retrying` become `cancelled` at once; `running` becomes

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use crate::attempts::{AttemptsView, LogsView, ProgressView};
 use crate::view::{ErrorObjectView, ExecutionView};
 
 /// A table of executions: `ID  TASK  STATUS  ATTEMPTS  CREATED  FINISHED`, one row each.
@@ -81,6 +82,82 @@ pub fn execution_detail(e: &ExecutionView) -> String {
     if let Some(err) = &e.error {
         kv("error", &error_summary(err));
     }
+    if let Some(p) = &e.progress {
+        kv("progress", &progress_summary(p));
+    }
+    out
+}
+
+/// `3/10 (30%) "note" at <time>`; `3` alone when the total is unknown.
+pub fn progress_summary(p: &ProgressView) -> String {
+    let mut s = if p.total > 0 {
+        let pct = (p.done as f64 / p.total as f64 * 100.0).round();
+        format!("{}/{} ({pct}%)", p.done, p.total)
+    } else {
+        p.done.to_string()
+    };
+    if !p.note.is_empty() {
+        let _ = write!(s, " {:?}", p.note);
+    }
+    let _ = write!(s, " at {}", p.at);
+    s
+}
+
+/// Each attempt as a block of `key: value` lines (`onestep attempts ID`).
+pub fn attempts_detail(view: &AttemptsView) -> String {
+    let mut out = String::new();
+    if view.items.is_empty() {
+        out.push_str("no attempts yet\n");
+    }
+    for a in &view.items {
+        let _ = writeln!(out, "attempt {} ({})", a.attempt, a.status);
+        let mut kv = |k: &str, v: &str| {
+            let _ = writeln!(out, "  {:<20}{v}", format!("{k}:"));
+        };
+        kv("id", &a.id.to_string());
+        kv("worker_id", &a.worker_id);
+        kv("started_at", &a.started_at);
+        kv("heartbeat_at", &a.heartbeat_at);
+        if let Some(f) = &a.finished_at {
+            kv("finished_at", f);
+        }
+        if let Some(err) = &a.error {
+            kv("error", &error_summary(err));
+        }
+        if let Some(m) = &a.message {
+            kv("message", &format!("{m:?}"));
+        }
+        if let Some(p) = &a.progress {
+            kv("progress", &progress_summary(p));
+        }
+        if let Some(t) = &a.trap_kind {
+            kv("trap", t);
+        }
+        if let Some(d) = &a.component_digest {
+            kv("component_digest", &format!("sha256:{d}"));
+        }
+        if let Some(f) = a.fuel_consumed {
+            kv("fuel_consumed", &f.to_string());
+        }
+        if let Some(m) = a.peak_memory_bytes {
+            kv("peak_memory_bytes", &m.to_string());
+        }
+        kv("log_lines", &a.log_lines.to_string());
+        if !a.diagnostics {
+            kv("diagnostics", "none stored");
+        }
+    }
+    out
+}
+
+/// Log lines as `<time> <level> <message>` (`onestep logs ID`); messages are shown escaped
+/// (`{:?}`-style control characters) so a line stays one line.
+pub fn log_lines(view: &LogsView) -> String {
+    let mut out = String::new();
+    for l in &view.lines {
+        let msg: String = l.message.escape_debug().collect();
+        let _ = writeln!(out, "{} {:<6} {msg}", l.at, l.level);
+    }
     out
 }
 
@@ -143,6 +220,7 @@ mod tests {
                 operation: None,
                 connector_kind: None,
             }),
+            progress: None,
         }
     }
 

@@ -86,6 +86,10 @@ pub struct ExecutionView {
     pub expires_at: Option<String>,
     /// The last failure's error object.
     pub error: Option<ErrorObjectView>,
+    /// The running attempt's last progress report (only while `running` or
+    /// `cancel_requested`, and only when the worker persists diagnostics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<crate::attempts::ProgressView>,
 }
 
 impl From<&Execution> for ExecutionView {
@@ -106,6 +110,7 @@ impl From<&Execution> for ExecutionView {
             cancel_requested_at: e.cancel_requested_at.as_ref().map(utc_isoformat),
             expires_at: e.expires_at.as_ref().map(utc_isoformat),
             error: e.error.as_ref().map(ErrorObjectView::from),
+            progress: None,
         }
     }
 }

@@ -43,6 +43,12 @@ enum Command {
     Result(commands::client::ResultArgs),
     /// Wait until an execution is terminal, polling with backoff.
     Wait(commands::client::WaitArgs),
+    /// Show an execution's attempts with their messages, progress and component digest.
+    Attempts(commands::client::AttemptsArgs),
+    /// Print an attempt's kept log lines (`--follow` while it runs).
+    Logs(commands::client::LogsArgs),
+    /// Delete finished executions older than a duration, in bounded batches.
+    Purge(commands::client::PurgeArgs),
     /// Measure submit and drain throughput with no-op executions.
     Bench(commands::bench::BenchArgs),
     /// Work with one task locally (`task run`).
@@ -76,6 +82,9 @@ fn main() -> ExitCode {
             Command::Cancel(a) => commands::client::cancel(a).await,
             Command::Result(a) => commands::client::result(a).await,
             Command::Wait(a) => commands::client::wait(a).await,
+            Command::Attempts(a) => commands::client::attempts(a).await,
+            Command::Logs(a) => commands::client::logs(a).await,
+            Command::Purge(a) => commands::client::purge(a).await,
             Command::Bench(a) => commands::bench::run(a).await,
             Command::Task(commands::task_run::TaskCommand::Run(a)) => {
                 commands::task_run::task_run(a).await

@@ -83,6 +83,32 @@ impl ExecutionClient {
         self.store.get(&self.namespace, id).await
     }
 
+    /// The attempts of an execution of this namespace with their diagnostics (no log lines);
+    /// `None` when the execution is absent (docs/observability.md#attempt-diagnostics).
+    pub async fn attempts(
+        &self,
+        id: Uuid,
+    ) -> Result<Option<Vec<crate::diagnostics::AttemptRecord>>, ExecutionError> {
+        self.store.attempts(&self.namespace, id).await
+    }
+
+    /// The stored log tail of attempt `attempt_no` (1-based): outer `None` when the execution
+    /// or attempt is absent, inner `None` when it has no stored lines.
+    pub async fn attempt_log(
+        &self,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<crate::diagnostics::LogTail>>, ExecutionError> {
+        if attempt_no == 0 {
+            return Err(ExecutionError::InvalidArgument(
+                "attempt must be a positive integer (attempts are numbered from 1)".into(),
+            ));
+        }
+        self.store
+            .attempt_log(&self.namespace, id, attempt_no)
+            .await
+    }
+
     /// One page, newest first (docs/semantics.md#listing-and-cursors).
     pub async fn list(&self, query: &ListQuery) -> Result<ExecutionPage, ExecutionError> {
         let filter = query.validate()?;

@@ -142,6 +142,10 @@ pub struct Completion {
     pub error: Option<ErrorObject>,
     /// Delay in seconds before the retry may be claimed; used only for `retrying`.
     pub delay_s: Option<f64>,
+    /// The attempt's diagnostics, written in the completion's transaction by backends that
+    /// keep them (docs/observability.md#attempt-diagnostics); never part of the execution row,
+    /// and ignored when an identical replay of a terminal completion is compared.
+    pub diagnostics: Option<Box<crate::diagnostics::AttemptDiagnostics>>,
 }
 
 impl Completion {
@@ -152,6 +156,7 @@ impl Completion {
             result: Some(result),
             error: None,
             delay_s: None,
+            diagnostics: None,
         }
     }
 
@@ -162,6 +167,7 @@ impl Completion {
             result: None,
             error: Some(error),
             delay_s: Some(delay_s),
+            diagnostics: None,
         }
     }
 
@@ -172,6 +178,7 @@ impl Completion {
             result: None,
             error: Some(error),
             delay_s: None,
+            diagnostics: None,
         }
     }
 
@@ -182,7 +189,14 @@ impl Completion {
             result: None,
             error,
             delay_s: None,
+            diagnostics: None,
         }
+    }
+
+    /// The same completion carrying `diagnostics`.
+    pub fn with_diagnostics(mut self, diagnostics: crate::diagnostics::AttemptDiagnostics) -> Self {
+        self.diagnostics = Some(Box::new(diagnostics));
+        self
     }
 
     /// Checks the completion's own fields (error object rules, finite non-negative delay).

@@ -15,6 +15,7 @@ pub mod canonical;
 pub mod client;
 pub mod codec;
 pub mod cursor;
+pub mod diagnostics;
 pub mod digest;
 pub mod error;
 pub mod error_object;

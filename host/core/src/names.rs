@@ -163,6 +163,17 @@ impl TableNames {
         self.derived_attempts("ix_", "execution")
     }
 
+    /// The attempt-diagnostics table next to the pair (docs/schema.md#attempt-diagnostics):
+    /// `<A>_diagnostics` (hash-truncated to 64).
+    pub fn diagnostics(&self) -> String {
+        self.derived_attempts("", "diagnostics")
+    }
+
+    /// Diagnostics lookup index by execution: `ix_<A>_diagnostics_execution`.
+    pub fn ix_diagnostics_execution(&self) -> String {
+        self.derived_attempts("ix_", "diagnostics_execution")
+    }
+
     /// The per-pair DDL `GET_LOCK` name: `lock_<T>_<A>`.
     pub fn pair_lock(&self) -> String {
         derived_name("lock_", &self.executions, &self.attempts, MYSQL_NAME_LIMIT)

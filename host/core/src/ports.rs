@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::diagnostics::{AttemptRecord, LiveDiagnostics, LogTail, PurgeReport, PurgeRequest};
 use crate::error::ExecutionError;
 use crate::execution::{
     Completion, Execution, ExecutionLease, ExecutionPage, HeartbeatResult, LeaseRef,
@@ -53,6 +54,39 @@ pub trait ExecutionStore: Send + Sync {
         id: Uuid,
         reason: Option<String>,
     ) -> Result<Option<Execution>, ExecutionError>;
+
+    /// The attempts of one execution of `namespace`, oldest first, each with its persisted
+    /// diagnostics when the store keeps them (docs/observability.md#attempt-diagnostics);
+    /// `None` when the execution is absent or in another namespace. The log tail is left out
+    /// (see [`Self::attempt_log`]). The default knows no attempts.
+    async fn attempts(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
+        Ok(self.get(namespace, id).await?.map(|_| Vec::new()))
+    }
+
+    /// The persisted log tail of attempt `attempt_no` of one execution of `namespace`: outer
+    /// `None` when the execution or the attempt is absent, inner `None` when the attempt has no
+    /// stored lines. The default stores none.
+    async fn attempt_log(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
+        let _ = (namespace, id, attempt_no);
+        Ok(None)
+    }
+}
+
+/// Removal of old finished executions (docs/cli.md#purge): bounded batches, each its own
+/// transaction, attempts and diagnostics with their execution.
+#[async_trait]
+pub trait Retention: Send + Sync {
+    /// Deletes (or, on a dry run, counts) what `request` selects and says how much.
+    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReport, ExecutionError>;
 }
 
 /// Worker-side storage operations (docs/semantics.md#worker-operations).
@@ -116,6 +150,19 @@ pub trait LeaseStore: Send + Sync {
 
     /// Puts a claimed-but-never-started execution back to `queued` (T14).
     async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError>;
+
+    /// Persists the progress and log tail of running attempts (the heartbeat ticker's live
+    /// write, docs/observability.md#attempt-diagnostics), one statement set for the slice. It
+    /// never overwrites an attempt's final diagnostics and fences nothing: an attempt id is
+    /// written only by the worker that holds it. Returns whether the store keeps diagnostics
+    /// (the default keeps none and touches nothing).
+    async fn record_live(
+        &self,
+        items: &[(LeaseRef, LiveDiagnostics)],
+    ) -> Result<bool, ExecutionError> {
+        let _ = items;
+        Ok(false)
+    }
 }
 
 /// Whether a store can serve requests now (the API's `GET /readyz`).

@@ -31,6 +31,9 @@ pub struct Invocation {
     pub metadata: Map<String, Value>,
     /// Wall-clock limit of the handler call (`timeout_s`), if any.
     pub timeout: Option<Duration>,
+    /// Where the runner records the attempt's log lines, progress and run facts
+    /// (docs/observability.md#attempt-diagnostics); `None` when nobody keeps them.
+    pub journal: Option<crate::diagnostics::JournalHandle>,
 }
 
 /// How a handler run ended, as data (architecture: outcomes are data; traps are the host's).

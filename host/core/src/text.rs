@@ -40,6 +40,18 @@ pub fn cancel_reason(value: Option<&str>) -> Result<Option<String>, ExecutionErr
 /// Maximum characters of a namespace, task name, idempotency key or worker id.
 pub const MAX_NAME_CHARS: usize = 255;
 
+/// The longest prefix of `text` of at most `max_bytes` bytes that ends on a character boundary.
+pub fn truncate_utf8(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

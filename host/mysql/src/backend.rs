@@ -176,6 +176,15 @@ impl MySqlBackend {
                 crate::upgrade::upgrade_command(&parsed.opts, &tables)
             );
         }
+        if !report.features.diagnostics_table {
+            // docs/observability.md#attempt-diagnostics
+            tracing::warn!(
+                table = %tables.diagnostics(),
+                "the attempt-diagnostics table is absent: attempts' messages, progress and log \
+                 tails are not persisted; `onestep migrate` creates it (the execution tables \
+                 are not changed)"
+            );
+        }
         Ok(MySqlBackend {
             inner: Arc::new(Inner {
                 pool,
@@ -270,6 +279,14 @@ impl MySqlBackend {
 
     pub(crate) fn a(&self) -> &str {
         &self.inner.names.attempts
+    }
+
+    /// The attempt-diagnostics table, when it exists.
+    pub(crate) fn d(&self) -> Option<String> {
+        self.inner
+            .features
+            .diagnostics_table
+            .then(|| self.inner.names.diagnostics())
     }
 
     /// A pooled connection for one of this crate's operations. It goes back to the pool without

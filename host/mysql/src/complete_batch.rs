@@ -66,6 +66,13 @@ impl MySqlBackend {
                 Err(e) => return Err(e),
             }
         }
+        let written: Vec<(&LeaseRef, &onestep_core::diagnostics::AttemptDiagnostics)> = items
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| matches!(o, Some(Ok(_))))
+            .filter_map(|((lease, c), _)| c.diagnostics.as_deref().map(|d| (lease, d)))
+            .collect();
+        self.write_final_diagnostics(&mut tx, &written, now).await?;
         commit(self, tx).await?;
         Ok(out
             .into_iter()

@@ -274,7 +274,15 @@ impl MySqlBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
-        let outcome = self.complete_in_tx(&mut tx, lease, completion, now).await;
+        let mut outcome = self.complete_in_tx(&mut tx, lease, completion, now).await;
+        if outcome.is_ok()
+            && let Some(d) = &completion.diagnostics
+            && let Err(e) = self
+                .write_final_diagnostics(&mut tx, &[(lease, d)], now)
+                .await
+        {
+            outcome = Err(e);
+        }
         self.finish(tx, outcome).await
     }
 

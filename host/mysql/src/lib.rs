@@ -30,6 +30,7 @@ mod cancel_poll;
 mod claim;
 mod client_ops;
 mod complete_batch;
+mod diagnostics;
 pub mod dsn;
 pub mod errors;
 mod fenced_writes;

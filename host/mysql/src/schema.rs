@@ -41,6 +41,9 @@ pub struct SchemaFeatures {
     /// The executions table has the `claimable` column and both its indexes (created by this
     /// crate, or reference tables after `onestep migrate --upgrade`).
     pub claimable_column: bool,
+    /// The attempt-diagnostics table exists (docs/schema.md#attempt-diagnostics); without it the
+    /// worker persists no diagnostics.
+    pub diagnostics_table: bool,
 }
 
 /// What readiness did.
@@ -173,6 +176,39 @@ pub fn attempts_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
     ]
 }
 
+/// `CREATE TABLE` + `CREATE INDEX` for the attempt-diagnostics table (docs/schema.md#attempt-diagnostics).
+/// It has no foreign key, so it fits next to tables of either DDL (MariaDB's native `uuid` ids
+/// included); `onestep purge` deletes its rows with their execution.
+pub fn diagnostics_ddl(names: &TableNames) -> Vec<String> {
+    let d = names.diagnostics();
+    vec![
+        format!(
+            "CREATE TABLE `{d}` (\n\
+  attempt_id CHAR(32) NOT NULL,\n\
+  execution_id CHAR(32) NOT NULL,\n\
+  is_final TINYINT NOT NULL DEFAULT '0',\n\
+  message TEXT,\n\
+  progress_done BIGINT UNSIGNED,\n\
+  progress_total BIGINT UNSIGNED,\n\
+  progress_note TEXT,\n\
+  progress_at DATETIME(6),\n\
+  log_lines BIGINT UNSIGNED NOT NULL DEFAULT '0',\n\
+  log_tail MEDIUMTEXT,\n\
+  trap_kind VARCHAR(255),\n\
+  component_digest VARCHAR(255),\n\
+  fuel_consumed BIGINT UNSIGNED,\n\
+  peak_memory_bytes BIGINT UNSIGNED,\n\
+  updated_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (attempt_id)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        ),
+        format!(
+            "CREATE INDEX `{}` ON `{d}` (execution_id)",
+            names.ix_diagnostics_execution()
+        ),
+    ]
+}
+
 async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
     let n: Option<i64> = conn
         .exec_first(
@@ -187,6 +223,7 @@ async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
 async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<SchemaFeatures> {
     Ok(SchemaFeatures {
         claimable_column: crate::upgrade::is_upgraded(conn, names).await?,
+        diagnostics_table: table_exists(conn, &names.diagnostics()).await?,
     })
 }
 
@@ -286,6 +323,13 @@ async fn create_missing(
             conn.query_drop(stmt).await?;
         }
         created.push(names.attempts.clone());
+    }
+    let d = names.diagnostics();
+    if !table_exists(conn, &d).await? {
+        for stmt in diagnostics_ddl(names) {
+            conn.query_drop(stmt).await?;
+        }
+        created.push(d);
     }
     Ok(())
 }

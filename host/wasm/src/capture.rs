@@ -170,6 +170,9 @@ impl Inner {
         };
         let line = String::from_utf8_lossy(&self.buf[from..to]);
         let line = line.trim_end_matches('\r');
+        if let Some(journal) = &self.ids.journal {
+            journal.log(self.kind.name(), line);
+        }
         if let Some(line) = self.budget.admit(level, line) {
             guest_log::output_line(&self.ids, self.kind.name(), stderr, &line);
         }

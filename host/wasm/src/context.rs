@@ -21,6 +21,11 @@ pub struct InvocationContext {
     pub worker_id: String,
     /// Execution metadata, a JSON object as text (`{}` when empty).
     pub metadata_json: String,
+    /// Where the guest's log lines, output lines and progress are also recorded for the
+    /// attempt's persisted diagnostics (docs/observability.md#attempt-diagnostics). Not sent to
+    /// the guest.
+    #[serde(skip)]
+    pub journal: Option<onestep_core::diagnostics::JournalHandle>,
 }
 
 impl Default for InvocationContext {
@@ -33,6 +38,7 @@ impl Default for InvocationContext {
             namespace: String::new(),
             worker_id: String::new(),
             metadata_json: "{}".to_string(),
+            journal: None,
         }
     }
 }
@@ -44,6 +50,8 @@ pub(crate) struct LogIds {
     pub(crate) attempt_id: String,
     pub(crate) task_name: String,
     pub(crate) namespace: String,
+    /// The attempt's journal, when someone keeps its diagnostics.
+    pub(crate) journal: Option<onestep_core::diagnostics::JournalHandle>,
 }
 
 impl LogIds {
@@ -53,6 +61,7 @@ impl LogIds {
             attempt_id: ctx.attempt_id.clone(),
             task_name: ctx.task_name.clone(),
             namespace: ctx.namespace.clone(),
+            journal: ctx.journal.clone(),
         }
     }
 }

@@ -90,6 +90,17 @@ pub(crate) fn level_of(level: Level) -> tracing::Level {
     }
 }
 
+/// The lower-case name of a guest log level, as attempt diagnostics store it.
+pub(crate) fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Trace => "trace",
+        Level::Debug => "debug",
+        Level::Info => "info",
+        Level::Warn => "warn",
+        Level::Error => "error",
+    }
+}
+
 /// A guest `log` call (the message already admitted by the attempt's
 /// [`LogBudget`](crate::log_budget::LogBudget), so cut to its limit).
 pub(crate) fn log(ids: &LogIds, level: Level, message: &str) {
@@ -208,6 +219,7 @@ pub(crate) mod tests {
             attempt_id: "mine-1".into(),
             task_name: "t".into(),
             namespace: "ns".into(),
+            journal: None,
         }
     }
 

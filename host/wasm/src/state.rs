@@ -145,6 +145,9 @@ impl handler::types::Host for State {}
 
 impl handler::host::Host for State {
     fn log(&mut self, level: Level, message: String) {
+        if let Some(journal) = &self.ids.journal {
+            journal.log(guest_log::level_name(level), &message);
+        }
         if let Some(message) = self.log.admit(guest_log::level_of(level), &message) {
             guest_log::log(&self.ids, level, &message);
         }
@@ -155,6 +158,9 @@ impl handler::host::Host for State {
     }
 
     fn progress(&mut self, done: u64, total: u64, note: String) {
+        if let Some(journal) = &self.ids.journal {
+            journal.progress(done, total, &note);
+        }
         if let Some(note) = self.log.admit(tracing::Level::DEBUG, &note) {
             guest_log::progress(&self.ids, done, total, &note);
         }

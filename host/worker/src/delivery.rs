@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use onestep_core::diagnostics::JournalHandle;
 use onestep_core::ports::LeaseStore;
 use onestep_core::request::RESERVED_METADATA_KEY;
 use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
@@ -59,6 +60,7 @@ pub(crate) fn invocation_for(settings: &TaskSettings, lease: &ExecutionLease) ->
         payload: execution.payload.clone(),
         metadata,
         timeout: settings.timeout,
+        journal: None,
     }
 }
 
@@ -89,17 +91,24 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
     ctx.observer.attempt_started(task, queue_wait);
     let lease_ref = lease.lease_ref();
     let handler_cancel = CancellationToken::new();
-    // The task's heartbeat ticker carries the lease from now on (docs/semantics.md#heartbeat);
-    // dropping the registration, a panic included, takes it out again.
-    let beating =
-        ctx.heartbeats
-            .register(lease_ref, lease.lease_expires_at, handler_cancel.clone());
+    // The attempt's log tail, progress and run facts (docs/observability.md#attempt-diagnostics).
+    let journal = JournalHandle::new(ctx.clock.clone());
+    // The task's heartbeat ticker carries the lease from now on (docs/semantics.md#heartbeat),
+    // and persists the journal's progress while the attempt runs; dropping the registration, a
+    // panic included, takes it out again.
+    let beating = ctx.heartbeats.register(
+        lease_ref,
+        lease.lease_expires_at,
+        handler_cancel.clone(),
+        Some(journal.clone()),
+    );
 
     // The cancel poll may cancel the handler too (docs/semantics.md#cancel-poll).
     let polled = ctx.cancel_watch.register(lease_ref, handler_cancel.clone());
 
     tracing::debug!("handler started");
-    let invocation = invocation_for(&ctx.settings, &lease);
+    let mut invocation = invocation_for(&ctx.settings, &lease);
+    invocation.journal = Some(journal.clone());
     let run = ctx.runner.run(invocation, handler_cancel.clone());
     tokio::pin!(run);
     let mut shutdown_stop = false;
@@ -141,6 +150,15 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
         outcome = RunOutcome::Cancelled;
     }
 
+    let message = match &outcome {
+        RunOutcome::Failed(f) => Some(f.message.clone()),
+        RunOutcome::ResultTooLarge { bytes } => Some(format!(
+            "handler result of {bytes} bytes is over max_result_bytes ({})",
+            ctx.settings.max_result_bytes
+        )),
+        _ => None,
+    };
+    let diagnostics = journal.finish(message.as_deref());
     let previous_attempts = lease.attempt_no.saturating_sub(1);
     let completion = {
         let mut rng = rand::rng();
@@ -152,6 +170,7 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
             cancel_requested,
             &mut rng,
         )
+        .with_diagnostics(diagnostics)
     };
     let written = write_completion(&ctx, lease_ref, completion).await;
     let failure = match written.status {
@@ -206,6 +225,12 @@ async fn write_completion(
 ) -> Written {
     let requested = completion.status;
     let error = completion.error.clone();
+    let diagnostics = completion.diagnostics.clone();
+    // A fallback completion keeps the attempt's diagnostics.
+    let keep = |c: Completion| Completion {
+        diagnostics: diagnostics.clone(),
+        ..c
+    };
     match ctx.completer.complete(lease, completion).await {
         Ok(execution) => {
             ctx.stats.record_completion(execution.status);
@@ -228,7 +253,7 @@ async fn write_completion(
             tracing::warn!(message = %msg, "result refused by the store; failing the execution");
             let error =
                 ErrorObject::new("error", "ExecutionEncodingError", Some("result_validation"));
-            retry_write(ctx, lease, Completion::failed(error)).await
+            retry_write(ctx, lease, keep(Completion::failed(error))).await
         }
         Err(e) if requested == CompletionStatus::Failed => {
             ctx.observer.store_error(&ctx.settings.task_name, &e);
@@ -236,7 +261,7 @@ async fn write_completion(
             // to a retrying completion.
             tracing::warn!(error = %e, "failed completion was not written; trying retrying");
             let error = error.unwrap_or_else(|| ErrorObject::new("error", "Error", Some("ack")));
-            retry_write(ctx, lease, Completion::retrying(error, 0.0)).await
+            retry_write(ctx, lease, keep(Completion::retrying(error, 0.0))).await
         }
         Err(e) => {
             ctx.observer.store_error(&ctx.settings.task_name, &e);

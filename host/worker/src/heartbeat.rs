@@ -14,10 +14,12 @@
 //! (docs/semantics.md#delivery step 4), and an answer of that call still counts.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use onestep_core::diagnostics::JournalHandle;
 use onestep_core::ports::LeaseStore;
 use onestep_core::time::{SharedClock, seconds_between};
 use onestep_core::{ExecutionError, HeartbeatResult, LeaseRef};
@@ -62,6 +64,8 @@ struct SlotState {
 struct Slot {
     lease: LeaseRef,
     handler_cancel: CancellationToken,
+    /// The attempt's journal, whose progress and log tail the ticker persists while it runs.
+    journal: Option<JournalHandle>,
     state: Mutex<SlotState>,
 }
 
@@ -75,6 +79,8 @@ impl Slot {
 #[derive(Default)]
 pub(crate) struct HeartbeatSet {
     slots: Mutex<HashMap<Uuid, Arc<Slot>>>,
+    /// Set once the store said it keeps no diagnostics: no more live writes.
+    no_diagnostics: AtomicBool,
 }
 
 impl HeartbeatSet {
@@ -90,10 +96,12 @@ impl HeartbeatSet {
         lease: LeaseRef,
         lease_expires_at: DateTime<Utc>,
         handler_cancel: CancellationToken,
+        journal: Option<JournalHandle>,
     ) -> Registration {
         let slot = Arc::new(Slot {
             lease,
             handler_cancel,
+            journal,
             state: Mutex::new(SlotState {
                 lease_expires_at,
                 failures: 0,
@@ -232,6 +240,12 @@ pub(crate) async fn heartbeat_loop(t: Ticker, stop: CancellationToken) {
         {
             tracing::warn!(task = %t.task_name, leases = retrying, error = %e, "heartbeat failed; retrying within the leases");
         }
+        if regular {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = t.write_live(&slots) => {}
+            }
+        }
         for slot in &slots {
             slot.state().in_call = None;
         }
@@ -249,6 +263,43 @@ fn outcome_of(answer: &Result<HeartbeatResult, ExecutionError>) -> HeartbeatOutc
 }
 
 impl Ticker {
+    /// The live diagnostics write of a regular tick (docs/observability.md#attempt-diagnostics):
+    /// the progress and log tail of every lease still beating whose journal changed since its
+    /// last write, in one `record_live` call, while the deliveries' completions wait for this
+    /// call (so a live write never lands after the final one; the store also refuses that).
+    async fn write_live(&self, slots: &[Arc<Slot>]) {
+        if self.set.no_diagnostics.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut items = Vec::new();
+        let mut journals = Vec::new();
+        for slot in slots {
+            if slot.state().end.is_some() {
+                continue;
+            }
+            if let Some(journal) = &slot.journal
+                && let Some(live) = journal.live()
+            {
+                items.push((slot.lease, live));
+                journals.push(journal);
+            }
+        }
+        if items.is_empty() {
+            return;
+        }
+        match self.store.record_live(&items).await {
+            Ok(true) => {}
+            Ok(false) => self.set.no_diagnostics.store(true, Ordering::Relaxed),
+            Err(e) => {
+                self.observer.store_error(&self.task_name, &e);
+                tracing::debug!(task = %self.task_name, error = %e, "live diagnostics not written; next tick tries again");
+                for journal in journals {
+                    journal.unpersist();
+                }
+            }
+        }
+    }
+
     /// Applies one lease's answer; `true` when it will be retried.
     fn apply(&self, slot: &Slot, answer: Result<HeartbeatResult, ExecutionError>) -> bool {
         let lease = &slot.lease;

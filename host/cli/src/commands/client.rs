@@ -3,7 +3,10 @@
 //! by default and the API's JSON views with `--json` (see [`output`] for exit codes).
 
 mod conn;
+mod diag;
 mod output;
+
+pub use diag::{AttemptsArgs, LogsArgs, PurgeArgs, attempts, logs, purge};
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -107,7 +110,7 @@ pub struct WaitArgs {
 }
 
 /// Connects, runs `body`, closes; maps failures to exit codes.
-async fn with_client<F>(conn: &ConnArgs, body: F) -> u8
+pub(super) async fn with_client<F>(conn: &ConnArgs, body: F) -> u8
 where
     F: AsyncFnOnce(&Connected) -> Result<u8, Failure>,
 {
@@ -124,7 +127,7 @@ fn parse_json_arg(name: &str, text: &str) -> Result<Value, Failure> {
     super::common::read_json_arg(name, text).map_err(Failure::usage)
 }
 
-fn parse_id(text: &str) -> Result<Uuid, Failure> {
+pub(super) fn parse_id(text: &str) -> Result<Uuid, Failure> {
     parse_execution_id(text).map_err(Failure::from)
 }
 
@@ -170,7 +173,22 @@ pub async fn get(args: GetArgs) -> u8 {
         let id = parse_id(&args.id)?;
         match c.client.get(id).await? {
             Some(e) => {
-                print_execution(&e, args.conn.json);
+                let mut view = onestep_api::view::ExecutionView::from(&e);
+                if matches!(
+                    e.status,
+                    ExecutionStatus::Running | ExecutionStatus::CancelRequested
+                ) {
+                    view.progress = c
+                        .client
+                        .attempts(id)
+                        .await?
+                        .unwrap_or_default()
+                        .last()
+                        .and_then(|a| a.diagnostics.as_ref())
+                        .and_then(|d| d.progress.as_ref())
+                        .map(onestep_api::attempts::ProgressView::from);
+                }
+                output::print_view(&view, args.conn.json);
                 Ok(OK)
             }
             None => Err(ExecutionError::NotFound { id }.into()),

@@ -159,6 +159,7 @@ async fn run_attempt(cfg: &AppConfig, a: Attempt<'_>, local: &LocalRunArgs) -> R
         namespace: source.namespace.clone(),
         worker_id: "onestep-task-run".to_owned(),
         metadata_json: Value::Object(metadata).to_string(),
+        ..Default::default()
     };
     let cancel = CancelHandle::new();
     if let Some(secs) = local.cancel_after {

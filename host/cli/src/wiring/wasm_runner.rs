@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use async_trait::async_trait;
 use onestep_config::TaskConfig;
+use onestep_core::diagnostics::RunFacts;
 use onestep_core::retry::FailureKind;
 use onestep_core::runner::{Invocation, RunFailure, RunOutcome, TaskRunner};
 use onestep_wasm::{
@@ -48,6 +49,8 @@ pub struct WasmTaskRunner {
     sandbox: SandboxSettings,
     /// Told of each attempt's trap, fuel, memory and guest log losses (docs/observability.md).
     metrics: Option<Arc<Metrics>>,
+    /// The component's SHA-256, lower-case hex, recorded with every attempt.
+    digest: String,
 }
 
 impl WasmTaskRunner {
@@ -60,6 +63,7 @@ impl WasmTaskRunner {
             ..sandbox
         };
         WasmTaskRunner {
+            digest: handler.digest_hex(),
             handler,
             sandbox,
             metrics: None,
@@ -84,6 +88,7 @@ impl TaskRunner for WasmTaskRunner {
             namespace: invocation.namespace.clone(),
             worker_id: invocation.worker_id.clone(),
             metadata_json: serde_json::Value::Object(invocation.metadata.clone()).to_string(),
+            journal: invocation.journal.clone(),
         };
         let payload = invocation.payload.to_string();
         let handle = CancelHandle::new();
@@ -108,7 +113,30 @@ impl TaskRunner for WasmTaskRunner {
         if let Some(m) = &self.metrics {
             m.record_wasm(&invocation.task_name, &report);
         }
+        if let Some(journal) = &invocation.journal {
+            journal.record_facts(RunFacts {
+                trap_kind: trap_kind(&report.outcome).map(str::to_owned),
+                component_digest: Some(self.digest.clone()),
+                fuel_consumed: report.fuel_consumed,
+                peak_memory_bytes: Some(report.peak_memory_bytes),
+            });
+        }
         map_outcome(report.outcome)
+    }
+}
+
+/// The trap kind attempt diagnostics record (docs/observability.md#attempt-diagnostics).
+pub fn trap_kind(outcome: &Outcome) -> Option<&'static str> {
+    match outcome {
+        Outcome::Trapped { kind } => Some(match kind {
+            TrapKind::Cancelled => "cancelled",
+            TrapKind::Timeout => "timeout",
+            TrapKind::OutOfFuel => "out_of_fuel",
+            TrapKind::MemoryLimit => "memory_limit",
+            TrapKind::GuestPanic(_) => "panic",
+            TrapKind::Other(_) => "trap",
+        }),
+        _ => None,
     }
 }
 

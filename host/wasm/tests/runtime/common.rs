@@ -86,6 +86,7 @@ pub fn ctx(attempt: u32) -> InvocationContext {
         namespace: "tests".into(),
         worker_id: "worker-test".into(),
         metadata_json: "{}".into(),
+        ..Default::default()
     }
 }
 

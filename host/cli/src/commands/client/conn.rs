@@ -43,6 +43,11 @@ pub struct Connected {
 }
 
 impl Connected {
+    /// The backend, for the operations outside the client (`purge`).
+    pub fn backend(&self) -> &MySqlBackend {
+        &self.backend
+    }
+
     /// Closes the pool.
     pub async fn close(self) {
         let _ = self.backend.close().await;

@@ -82,11 +82,15 @@ pub fn print_json<T: Serialize>(value: &T) {
 
 /// Prints one execution (detail or JSON view).
 pub fn print_execution(e: &Execution, json: bool) {
-    let view = ExecutionView::from(e);
+    print_view(&ExecutionView::from(e), json);
+}
+
+/// Prints an execution view (with `progress` when the caller filled it in).
+pub fn print_view(view: &ExecutionView, json: bool) {
     if json {
-        print_json(&view);
+        print_json(view);
     } else {
-        print!("{}", text::execution_detail(&view));
+        print!("{}", text::execution_detail(view));
     }
 }
 

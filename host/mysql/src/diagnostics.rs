@@ -1,0 +1,588 @@
+//! Attempt diagnostics (docs/observability.md#attempt-diagnostics, docs/schema.md#attempt-diagnostics):
+//! the final write inside a completion's transaction, the heartbeat's live write of running
+//! attempts, the reads behind `GET /v1/executions/{id}/attempts` and `.../logs`, and `purge`.
+//!
+//! The table has one row per attempt that wrote diagnostics. A live write never replaces a row
+//! whose `is_final` is set; the final write replaces whatever is there. Both are a `DELETE` of
+//! the attempts' rows then one multi-row `INSERT` (portable between MariaDB and MySQL, whose
+//! upsert syntaxes differ), chunked so one statement stays far below `max_allowed_packet`.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Row, Transaction, Value as DbValue, from_value_opt};
+use onestep_core::diagnostics::{
+    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogLine, LogTail,
+    PurgeReport, PurgeRequest, RunFacts,
+};
+use onestep_core::execution::LeaseRef;
+use onestep_core::{ExecutionError, ExecutionStatus};
+use uuid::Uuid;
+
+use crate::backend::{MySqlBackend, begin, commit};
+use crate::errors::{OpError, OpResult};
+use crate::rows::{bind_opt_time, bind_time, bind_uuid, error_column, parse_uuid, placeholders};
+
+/// Columns of one diagnostics row, in insert order.
+const COLUMNS: &str = "attempt_id, execution_id, is_final, message, progress_done, progress_total, \
+     progress_note, progress_at, log_lines, log_tail, trap_kind, component_digest, fuel_consumed, \
+     peak_memory_bytes, updated_at";
+const COLUMN_COUNT: usize = 15;
+/// Bytes of bound values per INSERT statement (MariaDB's default `max_allowed_packet` is 16 MiB).
+const STATEMENT_BYTES: usize = 4 * 1024 * 1024;
+/// Largest purge batch.
+pub const MAX_PURGE_BATCH: u32 = 10_000;
+
+/// One row to write.
+struct DiagRow<'a> {
+    lease: &'a LeaseRef,
+    is_final: bool,
+    message: Option<&'a str>,
+    progress: Option<&'a AttemptProgress>,
+    log: Option<&'a LogTail>,
+    facts: Option<&'a RunFacts>,
+}
+
+fn tail_json(log: Option<&LogTail>) -> Result<(u64, DbValue), OpError> {
+    match log {
+        None => Ok((0, DbValue::NULL)),
+        Some(t) => {
+            let text = serde_json::to_string(&t.lines).map_err(|e| {
+                OpError::Domain(ExecutionError::Encoding(format!(
+                    "cannot encode a log tail: {e}"
+                )))
+            })?;
+            Ok((t.total_lines, DbValue::from(text)))
+        }
+    }
+}
+
+fn opt_text(s: Option<&str>) -> DbValue {
+    s.map_or(DbValue::NULL, DbValue::from)
+}
+
+fn opt_u64(v: Option<u64>) -> DbValue {
+    v.map_or(DbValue::NULL, DbValue::from)
+}
+
+fn bind_row(row: &DiagRow<'_>, now: DateTime<Utc>, out: &mut Vec<DbValue>) -> OpResult<usize> {
+    let (lines, tail) = tail_json(row.log)?;
+    let before = out.len();
+    let p = row.progress;
+    let f = row.facts;
+    out.extend([
+        bind_uuid(row.lease.attempt_id),
+        bind_uuid(row.lease.execution_id),
+        DbValue::from(i32::from(row.is_final)),
+        opt_text(row.message),
+        opt_u64(p.map(|p| p.done)),
+        opt_u64(p.map(|p| p.total)),
+        opt_text(p.map(|p| p.note.as_str())),
+        bind_opt_time(p.map(|p| p.at)),
+        DbValue::from(lines),
+        tail,
+        opt_text(f.and_then(|f| f.trap_kind.as_deref())),
+        opt_text(f.and_then(|f| f.component_digest.as_deref())),
+        opt_u64(f.and_then(|f| f.fuel_consumed)),
+        opt_u64(f.and_then(|f| f.peak_memory_bytes)),
+        bind_time(now),
+    ]);
+    Ok(out[before..]
+        .iter()
+        .map(|v| match v {
+            DbValue::Bytes(b) => b.len(),
+            _ => 8,
+        })
+        .sum())
+}
+
+/// Writes `rows` on `conn`: per chunk, delete the attempts' rows (only non-final ones for a live
+/// write) and insert the new ones.
+async fn write_rows<Q: Queryable>(
+    q: &mut Q,
+    table: &str,
+    rows: &[DiagRow<'_>],
+    now: DateTime<Utc>,
+    live: bool,
+) -> OpResult<()> {
+    let mut start = 0;
+    while start < rows.len() {
+        let mut params = Vec::new();
+        let mut bytes = 0usize;
+        let mut end = start;
+        while end < rows.len() && (end == start || bytes < STATEMENT_BYTES) {
+            bytes += bind_row(&rows[end], now, &mut params)?;
+            end += 1;
+        }
+        let chunk = &rows[start..end];
+        let ids: Vec<DbValue> = chunk
+            .iter()
+            .map(|r| bind_uuid(r.lease.attempt_id))
+            .collect();
+        let keep_final = if live { " AND is_final = 0" } else { "" };
+        q.exec_drop(
+            format!(
+                "DELETE FROM `{table}` WHERE attempt_id IN ({}){keep_final}",
+                placeholders(ids.len())
+            ),
+            Params::Positional(ids),
+        )
+        .await?;
+        let one = format!("({})", placeholders(COLUMN_COUNT));
+        let values = vec![one; chunk.len()].join(", ");
+        // A live write loses to a final row already there (IGNORE: duplicate key only; every
+        // value is bounded and typed, so no other warning can arise).
+        let ignore = if live { "IGNORE " } else { "" };
+        q.exec_drop(
+            format!("INSERT {ignore}INTO `{table}` ({COLUMNS}) VALUES {values}"),
+            Params::Positional(params),
+        )
+        .await?;
+        start = end;
+    }
+    Ok(())
+}
+
+impl MySqlBackend {
+    /// The final diagnostics of the attempts completed in `tx` (each `(lease, diagnostics)`),
+    /// under a savepoint: a failure to write them is logged and costs the completion nothing.
+    pub(crate) async fn write_final_diagnostics(
+        &self,
+        tx: &mut Transaction<'_>,
+        items: &[(&LeaseRef, &AttemptDiagnostics)],
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        let Some(table) = self.d() else {
+            return Ok(());
+        };
+        if items.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<DiagRow<'_>> = items
+            .iter()
+            .map(|(lease, d)| DiagRow {
+                lease,
+                is_final: true,
+                message: d.message.as_deref(),
+                progress: d.progress.as_ref(),
+                log: d.log.as_ref(),
+                facts: Some(&d.facts),
+            })
+            .collect();
+        tx.query_drop("SAVEPOINT onestep_diagnostics").await?;
+        match write_rows(tx, &table, &rows, now, false).await {
+            Ok(()) => {
+                tx.query_drop("RELEASE SAVEPOINT onestep_diagnostics")
+                    .await?;
+            }
+            Err(OpError::Domain(e)) => {
+                tx.query_drop("ROLLBACK TO SAVEPOINT onestep_diagnostics")
+                    .await?;
+                tracing::warn!(error = %e, "attempt diagnostics not written");
+            }
+            Err(OpError::Db(e))
+                if crate::errors::classify(&e) == onestep_core::ConnectorKind::Permanent =>
+            {
+                tx.query_drop("ROLLBACK TO SAVEPOINT onestep_diagnostics")
+                    .await?;
+                tracing::warn!(error = %e, "attempt diagnostics not written");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn record_live_impl(
+        &self,
+        items: &[(LeaseRef, LiveDiagnostics)],
+    ) -> Result<bool, ExecutionError> {
+        let Some(table) = self.d() else {
+            return Ok(false);
+        };
+        if items.is_empty() {
+            return Ok(true);
+        }
+        let rows: Vec<DiagRow<'_>> = items
+            .iter()
+            .map(|(lease, live)| DiagRow {
+                lease,
+                is_final: false,
+                message: None,
+                progress: live.progress.as_ref(),
+                log: live.log.as_ref(),
+                facts: None,
+            })
+            .collect();
+        self.run("diagnostics", || async {
+            let now = self.now();
+            let mut conn = self.conn().await?;
+            let mut tx = begin(&mut conn).await?;
+            let r = write_rows(&mut tx, &table, &rows, now, true).await;
+            self.finish(tx, r).await
+        })
+        .await?;
+        Ok(true)
+    }
+
+    pub(crate) async fn attempts_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
+        if self.get_impl(namespace, id).await?.is_none() {
+            return Ok(None);
+        }
+        let table = self.d();
+        let r = self
+            .run("attempts", || async {
+                let mut conn = self.conn().await?;
+                let rows: Vec<Row> = conn
+                    .exec(
+                        format!(
+                            "SELECT id, attempt_no, status, worker_id, error, started_at, \
+                             heartbeat_at, finished_at FROM `{}` WHERE execution_id = ? \
+                             ORDER BY attempt_no",
+                            self.a()
+                        ),
+                        (bind_uuid(id),),
+                    )
+                    .await?;
+                let diags: Vec<Row> = match &table {
+                    Some(d) => {
+                        conn.exec(
+                            format!(
+                                "SELECT attempt_id, message, progress_done, progress_total, \
+                                 progress_note, progress_at, log_lines, trap_kind, \
+                                 component_digest, fuel_consumed, peak_memory_bytes \
+                                 FROM `{d}` WHERE execution_id = ?"
+                            ),
+                            (bind_uuid(id),),
+                        )
+                        .await?
+                    }
+                    None => Vec::new(),
+                };
+                Ok((rows, diags))
+            })
+            .await?;
+        let (rows, diags) = r;
+        let mut by_attempt: HashMap<Uuid, AttemptDiagnostics> = HashMap::new();
+        for row in diags {
+            let (attempt, d) = decode_diag(row).map_err(ExecutionError::Encoding)?;
+            by_attempt.insert(attempt, d);
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut rec = decode_attempt(row).map_err(ExecutionError::Encoding)?;
+            rec.diagnostics = by_attempt.remove(&rec.id);
+            out.push(rec);
+        }
+        Ok(Some(out))
+    }
+
+    pub(crate) async fn attempt_log_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
+        if self.get_impl(namespace, id).await?.is_none() {
+            return Ok(None);
+        }
+        let table = self.d();
+        let found = self
+            .run("attempt_log", || async {
+                let mut conn = self.conn().await?;
+                let attempt: Option<Row> = conn
+                    .exec_first(
+                        format!(
+                            "SELECT id FROM `{}` WHERE execution_id = ? AND attempt_no = ?",
+                            self.a()
+                        ),
+                        (bind_uuid(id), attempt_no),
+                    )
+                    .await?;
+                let Some(attempt) = attempt else {
+                    return Ok(None);
+                };
+                let Some(d) = &table else {
+                    return Ok(Some(None));
+                };
+                let attempt_id = attempt.as_ref(0).map(parse_uuid).transpose().map_err(|e| {
+                    OpError::Domain(ExecutionError::Encoding(format!("attempt id: {e}")))
+                })?;
+                let Some(attempt_id) = attempt_id else {
+                    return Ok(Some(None));
+                };
+                let tail: Option<(u64, Option<String>)> = conn
+                    .exec_first(
+                        format!("SELECT log_lines, log_tail FROM `{d}` WHERE attempt_id = ?"),
+                        (bind_uuid(attempt_id),),
+                    )
+                    .await?;
+                Ok(Some(tail))
+            })
+            .await?;
+        Ok(match found {
+            None => None,
+            Some(None) | Some(Some((_, None))) => Some(None),
+            Some(Some((total_lines, Some(text)))) => {
+                let lines: Vec<LogLine> = serde_json::from_str(&text).map_err(|e| {
+                    ExecutionError::Encoding(format!("cannot decode the log tail: {e}"))
+                })?;
+                Some(Some(LogTail { total_lines, lines }))
+            }
+        })
+    }
+
+    pub(crate) async fn purge_impl(
+        &self,
+        request: &PurgeRequest,
+    ) -> Result<PurgeReport, ExecutionError> {
+        if request.batch_size == 0 || request.batch_size > MAX_PURGE_BATCH {
+            return Err(ExecutionError::invalid(format!(
+                "batch size must be between 1 and {MAX_PURGE_BATCH}"
+            )));
+        }
+        let statuses: Vec<ExecutionStatus> = if request.statuses.is_empty() {
+            ExecutionStatus::ALL
+                .iter()
+                .copied()
+                .filter(|s| s.is_terminal())
+                .collect()
+        } else {
+            request.statuses.clone()
+        };
+        if let Some(s) = statuses.iter().find(|s| !s.is_terminal()) {
+            return Err(ExecutionError::invalid(format!(
+                "purge removes finished executions only; '{s}' is not a terminal status \
+                 (allowed: succeeded, failed, cancelled, expired)"
+            )));
+        }
+        let namespaces = match &request.namespace {
+            Some(ns) => vec![ns.clone()],
+            None => {
+                self.run("purge", || async {
+                    let mut conn = self.conn().await?;
+                    let ns: Vec<String> = conn
+                        .query(format!("SELECT DISTINCT namespace FROM `{}`", self.t()))
+                        .await?;
+                    Ok(ns)
+                })
+                .await?
+            }
+        };
+        let mut report = PurgeReport::default();
+        for ns in namespaces {
+            self.purge_namespace(&ns, &statuses, request, &mut report)
+                .await?;
+        }
+        Ok(report)
+    }
+
+    /// Walks `namespace`'s executions created before the cutoff (a finished one was created
+    /// before it finished) through the list index, in keyset order, one bounded batch per
+    /// transaction.
+    async fn purge_namespace(
+        &self,
+        namespace: &str,
+        statuses: &[ExecutionStatus],
+        request: &PurgeRequest,
+        report: &mut PurgeReport,
+    ) -> Result<(), ExecutionError> {
+        let cutoff = request.finished_before;
+        let status_sql = placeholders(statuses.len());
+        let mut after: Option<(NaiveDateTime, String)> = None;
+        loop {
+            let step = self
+                .run("purge", || {
+                    let after = after.clone();
+                    let status_sql = status_sql.as_str();
+                    async move {
+                        let mut conn = self.conn().await?;
+                        let mut tx = begin(&mut conn).await?;
+                        let mut params: Vec<DbValue> =
+                            vec![DbValue::from(namespace), bind_time(cutoff)];
+                        let keyset = match &after {
+                            Some((c, id)) => {
+                                params.extend([
+                                    DbValue::from(*c),
+                                    DbValue::from(*c),
+                                    DbValue::from(id.as_str()),
+                                ]);
+                                " AND (created_at > ? OR (created_at = ? AND id > ?))"
+                            }
+                            None => "",
+                        };
+                        params.extend(statuses.iter().map(|s| DbValue::from(s.as_str())));
+                        params.push(bind_time(cutoff));
+                        params.push(DbValue::from(request.batch_size));
+                        let lock = if request.dry_run {
+                            ""
+                        } else {
+                            " FOR UPDATE SKIP LOCKED"
+                        };
+                        let rows: Vec<(String, NaiveDateTime)> = tx
+                            .exec(
+                                format!(
+                                    "SELECT id, created_at FROM `{}` \
+                                     WHERE namespace = ? AND created_at < ?{keyset} \
+                                     AND status IN ({status_sql}) AND finished_at < ? \
+                                     ORDER BY created_at, id LIMIT ?{lock}",
+                                    self.t()
+                                ),
+                                Params::Positional(params),
+                            )
+                            .await?;
+                        let last = rows.last().map(|(id, c)| (*c, id.clone()));
+                        let ids: Vec<DbValue> =
+                            rows.iter().map(|(id, _)| DbValue::from(id.as_str())).collect();
+                        let mut removed = PurgeReport::default();
+                        if ids.is_empty() {
+                            tx.rollback().await?;
+                            return Ok((last, removed));
+                        }
+                        let list = placeholders(ids.len());
+                        if request.dry_run {
+                            removed.executions = ids.len() as u64;
+                            let n: Option<u64> = tx
+                                .exec_first(
+                                    format!(
+                                        "SELECT COUNT(*) FROM `{}` WHERE execution_id IN ({list})",
+                                        self.a()
+                                    ),
+                                    Params::Positional(ids.clone()),
+                                )
+                                .await?;
+                            removed.attempts = n.unwrap_or(0);
+                            if let Some(d) = self.d() {
+                                let n: Option<u64> = tx
+                                    .exec_first(
+                                        format!(
+                                            "SELECT COUNT(*) FROM `{d}` WHERE execution_id IN ({list})"
+                                        ),
+                                        Params::Positional(ids.clone()),
+                                    )
+                                    .await?;
+                                removed.diagnostics = n.unwrap_or(0);
+                            }
+                            tx.rollback().await?;
+                            return Ok((last, removed));
+                        }
+                        if let Some(d) = self.d() {
+                            tx.exec_drop(
+                                format!("DELETE FROM `{d}` WHERE execution_id IN ({list})"),
+                                Params::Positional(ids.clone()),
+                            )
+                            .await?;
+                            removed.diagnostics = tx.affected_rows();
+                        }
+                        tx.exec_drop(
+                            format!(
+                                "DELETE FROM `{}` WHERE execution_id IN ({list})",
+                                self.a()
+                            ),
+                            Params::Positional(ids.clone()),
+                        )
+                        .await?;
+                        removed.attempts = tx.affected_rows();
+                        tx.exec_drop(
+                            format!("DELETE FROM `{}` WHERE id IN ({list})", self.t()),
+                            Params::Positional(ids),
+                        )
+                        .await?;
+                        removed.executions = tx.affected_rows();
+                        commit(self, tx).await?;
+                        Ok((last, removed))
+                    }
+                })
+                .await?;
+            let (last, removed) = step;
+            if last.is_none() {
+                return Ok(());
+            }
+            report.executions += removed.executions;
+            report.attempts += removed.attempts;
+            report.diagnostics += removed.diagnostics;
+            report.batches += 1;
+            after = last;
+        }
+    }
+}
+
+fn col<T: mysql_async::prelude::FromValue>(
+    row: &mut Row,
+    i: usize,
+    name: &str,
+) -> Result<T, String> {
+    let v = row
+        .take::<DbValue, _>(i)
+        .ok_or_else(|| format!("{name}: missing column"))?;
+    from_value_opt::<T>(v).map_err(|e| format!("{name}: {e}"))
+}
+
+fn opt_time(v: Option<NaiveDateTime>) -> Option<DateTime<Utc>> {
+    v.map(|n| n.and_utc())
+}
+
+fn decode_attempt(mut row: Row) -> Result<AttemptRecord, String> {
+    let id = row
+        .as_ref(0)
+        .ok_or("id: missing column")
+        .map_err(str::to_owned)
+        .and_then(parse_uuid)?;
+    let error = error_column(row.take::<DbValue, _>(4).unwrap_or(DbValue::NULL), "error")?;
+    Ok(AttemptRecord {
+        id,
+        attempt_no: col::<u32>(&mut row, 1, "attempt_no")?,
+        status: col::<String>(&mut row, 2, "status")?,
+        worker_id: col::<String>(&mut row, 3, "worker_id")?,
+        error,
+        started_at: col::<NaiveDateTime>(&mut row, 5, "started_at")?.and_utc(),
+        heartbeat_at: col::<NaiveDateTime>(&mut row, 6, "heartbeat_at")?.and_utc(),
+        finished_at: opt_time(col::<Option<NaiveDateTime>>(&mut row, 7, "finished_at")?),
+        diagnostics: None,
+    })
+}
+
+fn decode_diag(mut row: Row) -> Result<(Uuid, AttemptDiagnostics), String> {
+    let attempt = row
+        .as_ref(0)
+        .ok_or("attempt_id: missing column")
+        .map_err(str::to_owned)
+        .and_then(parse_uuid)?;
+    let message = col::<Option<String>>(&mut row, 1, "message")?;
+    let done = col::<Option<u64>>(&mut row, 2, "progress_done")?;
+    let total = col::<Option<u64>>(&mut row, 3, "progress_total")?;
+    let note = col::<Option<String>>(&mut row, 4, "progress_note")?;
+    let at = col::<Option<NaiveDateTime>>(&mut row, 5, "progress_at")?;
+    let lines = col::<u64>(&mut row, 6, "log_lines")?;
+    let progress = match (done, at) {
+        (Some(done), Some(at)) => Some(AttemptProgress {
+            done,
+            total: total.unwrap_or(0),
+            note: note.unwrap_or_default(),
+            at: at.and_utc(),
+        }),
+        _ => None,
+    };
+    Ok((
+        attempt,
+        AttemptDiagnostics {
+            message,
+            progress,
+            // The lines themselves come from the logs route; the count says whether there are any.
+            log: (lines > 0).then(|| LogTail {
+                total_lines: lines,
+                lines: Vec::new(),
+            }),
+            facts: RunFacts {
+                trap_kind: col::<Option<String>>(&mut row, 7, "trap_kind")?,
+                component_digest: col::<Option<String>>(&mut row, 8, "component_digest")?,
+                fuel_consumed: col::<Option<u64>>(&mut row, 9, "fuel_consumed")?,
+                peak_memory_bytes: col::<Option<u64>>(&mut row, 10, "peak_memory_bytes")?,
+            },
+        },
+    ))
+}
