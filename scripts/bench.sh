@@ -26,6 +26,8 @@ echo "== wasm runtime"
 
 echo "== worker throughput (onestep bench, MariaDB)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_MARIADB_URL"
+echo "== the same without attempt diagnostics (their cost: compare completed/s with the run above)"
+"$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_MARIADB_URL" --no-diagnostics
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \

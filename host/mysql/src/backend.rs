@@ -40,6 +40,9 @@ pub struct MySqlOptions {
     pub pool_max: usize,
     /// Which DDL `auto_create` emits (default [`DdlStyle::Onestep`]).
     pub ddl_style: DdlStyle,
+    /// Persist attempt diagnostics when their table exists (default `true`; `false` behaves as
+    /// if the table were absent, without the start-up warning — `onestep bench --no-diagnostics`).
+    pub diagnostics: bool,
 }
 
 impl std::fmt::Debug for MySqlOptions {
@@ -54,6 +57,7 @@ impl std::fmt::Debug for MySqlOptions {
             .field("pool_min", &self.pool_min)
             .field("pool_max", &self.pool_max)
             .field("ddl_style", &self.ddl_style)
+            .field("diagnostics", &self.diagnostics)
             .finish()
     }
 }
@@ -72,6 +76,7 @@ impl MySqlOptions {
             pool_min: 0,
             pool_max: 10,
             ddl_style: DdlStyle::Onestep,
+            diagnostics: true,
         }
     }
 }
@@ -159,7 +164,7 @@ impl MySqlBackend {
             Ok::<_, OpError>((server, report))
         }
         .await;
-        let (server, report) = match ready {
+        let (server, mut report) = match ready {
             Ok(v) => v,
             Err(e) => {
                 let _ = pool.disconnect().await;
@@ -176,7 +181,9 @@ impl MySqlBackend {
                 crate::upgrade::upgrade_command(&parsed.opts, &tables)
             );
         }
-        if !report.features.diagnostics_table {
+        if !opts.diagnostics {
+            report.features.diagnostics_table = false;
+        } else if !report.features.diagnostics_table {
             // docs/observability.md#attempt-diagnostics
             tracing::warn!(
                 table = %tables.diagnostics(),

@@ -116,7 +116,10 @@ async fn concurrent_open(server: Server) {
             .iter()
             .map(|b| b.schema_report().created.len())
             .sum();
-        assert_eq!(created, 2, "each table created exactly once");
+        assert_eq!(
+            created, 3,
+            "each table (executions, attempts, diagnostics) created exactly once"
+        );
         assert!(
             backends
                 .iter()

@@ -141,6 +141,15 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
     let cancel_requested = heartbeat_end == HeartbeatEnd::CancelRequested || polled_cancel;
     let heartbeat_failed = heartbeat_end == HeartbeatEnd::Failed;
     log_outcome(&outcome);
+    // The handler's own message, kept with the attempt even when the outcome becomes a cancel.
+    let message = match &outcome {
+        RunOutcome::Failed(f) => Some(f.message.clone()),
+        RunOutcome::ResultTooLarge { bytes } => Some(format!(
+            "handler result of {bytes} bytes is over max_result_bytes ({})",
+            ctx.settings.max_result_bytes
+        )),
+        _ => None,
+    };
     // A handler we asked to stop may still return an error of its own (e.g. a cooperative
     // "cancelled" handler error) instead of trapping: it is a cancellation all the same
     // (docs/semantics.md#failure-handling). A success still goes to the store, where cancel wins (T10).
@@ -150,14 +159,6 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
         outcome = RunOutcome::Cancelled;
     }
 
-    let message = match &outcome {
-        RunOutcome::Failed(f) => Some(f.message.clone()),
-        RunOutcome::ResultTooLarge { bytes } => Some(format!(
-            "handler result of {bytes} bytes is over max_result_bytes ({})",
-            ctx.settings.max_result_bytes
-        )),
-        _ => None,
-    };
     let diagnostics = journal.finish(message.as_deref());
     let previous_attempts = lease.attempt_no.saturating_sub(1);
     let completion = {

@@ -28,6 +28,8 @@
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
 //!   and `onestep replay` (a recorded execution run locally, nothing written).
+//! * [`diagnostics`]: per-attempt messages, log lines, progress and component digests through
+//!   `onestep attempts` / `logs` / `get`, and `onestep purge`.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -41,6 +43,7 @@ mod api_flow;
 mod bench;
 mod check;
 mod check_vs_run;
+mod diagnostics;
 mod http_fetch;
 mod isolation_cancel;
 mod isolation_fd;

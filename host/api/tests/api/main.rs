@@ -5,6 +5,7 @@
 // allows this inside #[test] functions; these helpers live outside them).
 #![allow(clippy::expect_used, clippy::panic)]
 
+mod attempts;
 mod bad_input;
 mod concurrency;
 mod endpoints;

@@ -84,6 +84,10 @@ pub struct BenchArgs {
     /// measure reference-created tables before and after `onestep migrate --upgrade`.
     #[arg(long)]
     pub reference_tables: bool,
+    /// Do not persist attempt diagnostics (as when their table is absent), to measure what
+    /// they cost (docs/observability.md#attempt-diagnostics).
+    #[arg(long)]
+    pub no_diagnostics: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -103,6 +107,8 @@ struct Report {
     pool_max: usize,
     /// Whether the tables have the `claimable` column and indexes (ours or upgraded).
     claimable_indexes: bool,
+    /// Whether attempt diagnostics were persisted.
+    diagnostics: bool,
     history: u64,
     history_ids: String,
     history_seed_s: f64,
@@ -140,15 +146,28 @@ struct Percentiles {
     max: f64,
 }
 
-/// A runner that returns its payload (the cheapest possible handler).
+/// A runner that returns its payload (the cheapest possible handler). It records the run
+/// facts a component run records (digest, peak memory), so each attempt's diagnostics row is
+/// written as it would be for a real handler.
 struct NoopRunner;
 
 #[async_trait]
 impl TaskRunner for NoopRunner {
     async fn run(&self, invocation: Invocation, _cancel: CancellationToken) -> RunOutcome {
+        if let Some(journal) = &invocation.journal {
+            journal.record_facts(onestep_core::diagnostics::RunFacts {
+                trap_kind: None,
+                component_digest: Some(NOOP_DIGEST.to_owned()),
+                fuel_consumed: None,
+                peak_memory_bytes: Some(65_536),
+            });
+        }
         RunOutcome::Succeeded(invocation.payload)
     }
 }
+
+/// The digest the no-op runner reports: SHA-256 of the empty string.
+const NOOP_DIGEST: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
 /// Runs the command; returns the process exit code (0 ok, 1 failure, 2 bad arguments).
 pub async fn run(args: BenchArgs) -> u8 {
@@ -242,6 +261,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         .max(2);
     let mut opts = MySqlOptions::new(dsn);
     opts.pool_max = pool_max;
+    opts.diagnostics = !args.no_diagnostics;
     if args.reference_tables {
         opts.ddl_style = DdlStyle::Reference;
     }
@@ -365,6 +385,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             .execution_timings(&args.namespace, Some(measured_since))
             .await?,
     );
+    let diagnostics_on = backend.schema_report().features.diagnostics_table;
     if let Err(e) = backend.close().await {
         eprintln!("onestep bench: closing the backend failed: {e}");
     }
@@ -377,6 +398,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         } else {
             "release"
         },
+        diagnostics: diagnostics_on,
         concurrency: args.concurrency,
         batch_size: args.batch_size,
         completion_batch: args.completion_batch,
@@ -506,6 +528,10 @@ fn print_text(r: &Report) {
     if !r.claimable_indexes {
         println!("  tables: without the claimable column and indexes (reference DDL)");
     }
+    println!(
+        "  attempt diagnostics: {}",
+        if r.diagnostics { "persisted" } else { "off" }
+    );
     if r.history > 0 {
         println!(
             "  history:   {} finished executions ({} ids) seeded in {:.2} s",
