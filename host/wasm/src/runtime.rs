@@ -108,6 +108,14 @@ impl std::fmt::Debug for Handler {
 }
 
 impl Handler {
+    /// This handler drawing on `previous`'s log rate over time (docs/security.md#logs): a
+    /// redeployed build of a task's component keeps the task's rate budget instead of starting
+    /// a fresh one.
+    pub fn keeping_log_rate_of(mut self, previous: &Handler) -> Handler {
+        self.log_rate = previous.log_rate.clone();
+        self
+    }
+
     /// SHA-256 of the component's bytes, lower-case hex.
     pub fn digest_hex(&self) -> String {
         hex::encode(self.digest)

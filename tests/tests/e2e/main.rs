@@ -30,6 +30,8 @@
 //!   and `onestep replay` (a recorded execution run locally, nothing written).
 //! * [`diagnostics`]: per-attempt messages, log lines, progress and component digests through
 //!   `onestep attempts` / `logs` / `get`, and `onestep purge`.
+//! * [`reload`]: a component redeployed under load (a broken build refused, a working one
+//!   swapped in); no execution lost, attempts record the digest of the build they ran.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -53,6 +55,7 @@ mod isolation_results;
 mod lease;
 mod metrics;
 mod procfs;
+mod reload;
 mod runtime;
 mod smoke;
 mod task_run;

@@ -37,6 +37,14 @@ pub struct RunArgs {
     /// interface); overrides `app.metrics_addr`.
     #[arg(long, value_name = "HOST:PORT", value_parser = onestep_config::build::parse_metrics_addr)]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Do not reload components while running: no file watching and no SIGHUP reload
+    /// (docs/cli.md#redeploying-a-component).
+    #[arg(long)]
+    pub no_reload: bool,
+    /// Seconds between checks of the component files (a change is loaded once it has been
+    /// stable for one check).
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub reload_interval: f64,
     #[command(flatten)]
     pub env: EnvArgs,
 }
@@ -44,6 +52,13 @@ pub struct RunArgs {
 /// Exit codes: 0 after a clean, signal-initiated shutdown; 1 the app failed while starting or
 /// running (`onestep: <target> failed while running: <reason>`); 2 load/validation error.
 pub async fn run(args: RunArgs) -> u8 {
+    let reload_interval = match std::time::Duration::try_from_secs_f64(args.reload_interval) {
+        Ok(d) if d >= std::time::Duration::from_millis(100) => d,
+        _ => {
+            eprintln!("onestep: --reload-interval must be a number of seconds, at least 0.1");
+            return 2;
+        }
+    };
     let cfg = match load(&args.target, false, &args.env) {
         Ok(c) => c,
         Err(code) => return code,
@@ -99,10 +114,19 @@ pub async fn run(args: RunArgs) -> u8 {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let bindings = match task_bindings(&cfg, &backends, &runtime, Some(&metrics)) {
+    let (bindings, reload_targets) = match task_bindings(&cfg, &backends, &runtime, Some(&metrics))
+    {
         Ok(b) => b,
         Err(e) => return fail(e),
     };
+    if !args.no_reload {
+        crate::wiring::reload::spawn(
+            runtime.clone(),
+            reload_targets,
+            reload_interval,
+            shutdown.clone(),
+        );
+    }
     metrics.set_ready();
     let settings = WorkerSettings {
         shutdown_timeout: cfg.shutdown_timeout,

@@ -6,6 +6,7 @@
 //! [`task_settings`] for the worker, [`sandbox_settings`] for the runtime, [`source_options`]
 //! for the backend.
 
+pub mod reload;
 pub mod wasm_runner;
 
 use std::collections::BTreeMap;
@@ -203,14 +204,15 @@ pub fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskS
 
 /// Builds the worker's task bindings: settings from the source and task, the backend, and the
 /// task's handler component loaded into `runtime`; each runner records its wasm figures in
-/// `metrics` when given.
+/// `metrics` when given. Also returns each task's runner, for [`reload`].
 pub fn task_bindings(
     cfg: &AppConfig,
     backends: &BTreeMap<BackendKey, Arc<MySqlBackend>>,
     runtime: &Runtime,
     metrics: Option<&Arc<crate::metrics::Metrics>>,
-) -> Result<Vec<TaskBinding>> {
+) -> Result<(Vec<TaskBinding>, Vec<reload::ReloadTarget>)> {
     let mut out = Vec::new();
+    let mut targets = Vec::new();
     for task in &cfg.tasks {
         let source = cfg
             .sources
@@ -227,13 +229,18 @@ pub fn task_bindings(
         if let Some(m) = metrics {
             runner = runner.with_metrics(Arc::clone(m));
         }
+        let runner = Arc::new(runner);
+        targets.push(reload::ReloadTarget {
+            task: task.clone(),
+            runner: Arc::clone(&runner),
+        });
         out.push(TaskBinding {
             settings: task_settings(source, task),
             store: Arc::clone(backend) as Arc<dyn onestep_core::ports::LeaseStore>,
-            runner: Arc::new(runner),
+            runner,
         });
     }
-    Ok(out)
+    Ok((out, targets))
 }
 
 #[cfg(test)]

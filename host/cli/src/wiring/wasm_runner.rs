@@ -43,14 +43,21 @@ pub fn load_task_handler(
         })
 }
 
-/// Runs one task's handler component in its sandbox.
-pub struct WasmTaskRunner {
+/// The build of a task's component that new attempts use.
+struct Loaded {
     handler: Handler,
+    /// The component's SHA-256, lower-case hex, recorded with every attempt.
+    digest: String,
+}
+
+/// Runs one task's handler component in its sandbox. The component can be replaced while the
+/// worker runs ([`Self::replace`], docs/cli.md#redeploying-a-component): an attempt keeps the
+/// build it started with, new attempts take the new one.
+pub struct WasmTaskRunner {
+    loaded: std::sync::RwLock<Arc<Loaded>>,
     sandbox: SandboxSettings,
     /// Told of each attempt's trap, fuel, memory and guest log losses (docs/observability.md).
     metrics: Option<Arc<Metrics>>,
-    /// The component's SHA-256, lower-case hex, recorded with every attempt.
-    digest: String,
 }
 
 impl WasmTaskRunner {
@@ -63,11 +70,40 @@ impl WasmTaskRunner {
             ..sandbox
         };
         WasmTaskRunner {
-            digest: handler.digest_hex(),
-            handler,
+            loaded: std::sync::RwLock::new(Arc::new(Loaded {
+                digest: handler.digest_hex(),
+                handler,
+            })),
             sandbox,
             metrics: None,
         }
+    }
+
+    fn current(&self) -> Arc<Loaded> {
+        Arc::clone(&self.loaded.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The SHA-256 (lower-case hex) of the build new attempts use.
+    pub fn digest(&self) -> String {
+        self.current().digest.clone()
+    }
+
+    /// The sandbox the task's component runs in (what a replacement must load for).
+    pub fn sandbox(&self) -> &SandboxSettings {
+        &self.sandbox
+    }
+
+    /// Makes `handler` the build of new attempts (in-flight attempts finish on theirs); it keeps
+    /// the task's log rate. Returns the previous digest.
+    pub fn replace(&self, handler: Handler) -> String {
+        let mut slot = self.loaded.write().unwrap_or_else(|p| p.into_inner());
+        let handler = handler.keeping_log_rate_of(&slot.handler);
+        let old = slot.digest.clone();
+        *slot = Arc::new(Loaded {
+            digest: handler.digest_hex(),
+            handler,
+        });
+        old
     }
 
     /// Records every attempt's wasm figures in `metrics`.
@@ -95,7 +131,8 @@ impl TaskRunner for WasmTaskRunner {
         if cancel.is_cancelled() {
             handle.cancel();
         }
-        let call = self.handler.invoke_report(
+        let loaded = self.current();
+        let call = loaded.handler.invoke_report(
             &self.sandbox,
             ctx,
             &payload,
@@ -116,7 +153,7 @@ impl TaskRunner for WasmTaskRunner {
         if let Some(journal) = &invocation.journal {
             journal.record_facts(RunFacts {
                 trap_kind: trap_kind(&report.outcome).map(str::to_owned),
-                component_digest: Some(self.digest.clone()),
+                component_digest: Some(loaded.digest.clone()),
                 fuel_consumed: report.fuel_consumed,
                 peak_memory_bytes: Some(report.peak_memory_bytes),
             });
