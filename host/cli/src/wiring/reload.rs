@@ -152,10 +152,10 @@ fn hangup() -> Hangup {
 
 async fn next_hangup(hup: &mut Hangup) {
     #[cfg(unix)]
-    if let Some(s) = hup {
-        if s.recv().await.is_some() {
-            return;
-        }
+    if let Some(s) = hup
+        && s.recv().await.is_some()
+    {
+        return;
     }
     let _ = hup;
     std::future::pending::<()>().await
