@@ -8,7 +8,8 @@
 #      /usr/share/common-licenses, and this repository's docs/), one `flaky` execution that
 #      succeeds on its third attempt, and one `fetch` execution whose handler calls a local HTTP
 #      service over wasi:http (the worker's own /healthz, the only origin its sandbox allows),
-#   6. waits for each, prints its status, attempts and result,
+#   6. waits for each, prints its status, attempts and result, and shows with `onestep attempts`
+#      and `onestep logs` why the flaky one needed three attempts (messages, log lines, build digest),
 #   7. reads the worker's Prometheus metrics and health (app.metrics_addr, docs/observability.md),
 #   8. stops the worker with SIGTERM (graceful drain) and reports its exit code.
 # Environment: ONESTEP_DSN overrides the database (default mysql://root@127.0.0.1:3306/onestep_demo).
@@ -99,6 +100,11 @@ else:
     print(f'{head}  result={json.dumps(r)}')
 PY
 done
+
+log "why the flaky execution needed three attempts (onestep attempts: each attempt's message and build)"
+FLAKY_ID="${IDS[7]}"
+"$BIN" attempts "$FLAKY_ID" --config "$CONFIG" | grep -E '^attempt|message|component_digest' || status=1
+"$BIN" logs "$FLAKY_ID" --config "$CONFIG" --attempt 1 || status=1
 
 log "worker metrics ($METRICS/metrics) and health ($METRICS/healthz)"
 curl -sS "$METRICS/metrics" | grep -E '^onestep_(tasks_processed_total|tasks_retried_total|deliveries_fetched_total|inflight_tasks)\{' || status=1
