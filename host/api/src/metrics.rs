@@ -37,10 +37,25 @@ struct RouteLabels {
     route: String,
 }
 
+/// How a `POST /v1/executions` ended (label `outcome` of `onestep_api_submits_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// A new execution.
+    Created,
+    /// The same key and content as an earlier submission: that execution.
+    Replayed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SubmitLabels {
+    outcome: &'static str,
+}
+
 /// The request counters and latency histograms of one API process.
 #[derive(Debug)]
 pub struct ApiMetrics {
     registry: Registry,
+    submits: Family<SubmitLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
 }
@@ -61,8 +76,15 @@ impl Default for ApiMetrics {
             "HTTP request latency by method and route template",
             duration.clone(),
         );
+        let submits = Family::<SubmitLabels, Counter>::default();
+        registry.register(
+            "onestep_api_submits",
+            "POST /v1/executions by outcome: created, replayed (same key and content), conflict (same key, other content)",
+            submits.clone(),
+        );
         ApiMetrics {
             registry,
+            submits,
             requests,
             duration,
         }
@@ -109,7 +131,22 @@ pub(crate) async fn track(
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let submit = method == "POST" && route == "/v1/executions";
     let response = next.run(request).await;
+    if submit {
+        let outcome = match response.extensions().get::<SubmitOutcome>() {
+            Some(SubmitOutcome::Created) => Some("created"),
+            Some(SubmitOutcome::Replayed) => Some("replayed"),
+            None if response.status() == axum::http::StatusCode::CONFLICT => Some("conflict"),
+            None => None,
+        };
+        if let Some(outcome) = outcome {
+            metrics
+                .submits
+                .get_or_create(&SubmitLabels { outcome })
+                .inc();
+        }
+    }
     metrics.record(
         &method,
         &route,

@@ -105,7 +105,14 @@ pub async fn submit_execution(
     State(state): State<ApiState>,
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(body): JsonBody<SubmitBody>,
-) -> Result<(StatusCode, Json<ExecutionView>), ApiError> {
+) -> Result<
+    (
+        StatusCode,
+        axum::Extension<crate::metrics::SubmitOutcome>,
+        Json<ExecutionView>,
+    ),
+    ApiError,
+> {
     if !state.task_allowed(&body.task_name) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -126,8 +133,17 @@ pub async fn submit_execution(
         delay_s: body.delay_s,
         expires_at,
     };
-    let execution = client.submit(&request).await?;
-    Ok((StatusCode::ACCEPTED, Json(ExecutionView::from(&execution))))
+    let submitted = client.submit_outcome(&request).await?;
+    let outcome = if submitted.created {
+        crate::metrics::SubmitOutcome::Created
+    } else {
+        crate::metrics::SubmitOutcome::Replayed
+    };
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Extension(outcome),
+        Json(ExecutionView::from(&submitted.execution)),
+    ))
 }
 
 /// List executions of the caller's namespace, newest first.

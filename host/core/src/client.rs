@@ -57,8 +57,23 @@ impl ExecutionClient {
 
     /// Submits one execution (docs/semantics.md#submit-and-idempotency); validation happens before any I/O.
     pub async fn submit(&self, request: &SubmitRequest) -> Result<Execution, ExecutionError> {
+        Ok(self.submit_outcome(request).await?.execution)
+    }
+
+    /// [`Self::submit`], also telling a new execution from a replay of an earlier submission
+    /// with the same key (the store returns the earlier execution, whose id is not the one this
+    /// call prepared).
+    pub async fn submit_outcome(
+        &self,
+        request: &SubmitRequest,
+    ) -> Result<Submitted, ExecutionError> {
         let prepared = prepare_submission(&self.namespace, request, &self.limits)?;
-        self.store.submit(prepared).await
+        let new_id = prepared.id;
+        let execution = self.store.submit(prepared).await?;
+        Ok(Submitted {
+            created: execution.id == new_id,
+            execution,
+        })
     }
 
     /// Submits many executions in one transaction. Validation of every request happens first:
@@ -148,4 +163,13 @@ pub fn result_of(execution: Execution) -> Result<Value, ExecutionError> {
         ExecutionStatus::Expired => Err(ExecutionError::Expired { id }),
         status => Err(ExecutionError::NotReady { id, status }),
     }
+}
+
+/// What [`ExecutionClient::submit_outcome`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submitted {
+    /// The execution (new, or the earlier one with the same key).
+    pub execution: Execution,
+    /// True when this call created it; false for a replay.
+    pub created: bool,
 }

@@ -228,6 +228,23 @@ async fn metrics_count_requests_by_route_template_and_status() {
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let id = id_of(&view);
+    // A replay (same key, same body) and a conflict (same key, other body).
+    let (status, _) = app
+        .send(
+            req(Method::POST, "/v1/executions", None)
+                .header("Idempotency-Key", "m-1")
+                .json(&body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, _) = app
+        .send(
+            req(Method::POST, "/v1/executions", None)
+                .header("Idempotency-Key", "m-1")
+                .json(&json!({"task_name": "run_agent", "payload": 2})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
     for _ in 0..2 {
         let (status, _) = app
             .send(req(Method::GET, &format!("/v1/executions/{id}"), None).empty())
@@ -252,7 +269,11 @@ async fn metrics_count_requests_by_route_template_and_status() {
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let text = String::from_utf8_lossy(&bytes);
     for line in [
-        r#"onestep_api_requests_total{method="POST",route="/v1/executions",status="202"} 1"#,
+        r#"onestep_api_requests_total{method="POST",route="/v1/executions",status="202"} 2"#,
+        r#"onestep_api_requests_total{method="POST",route="/v1/executions",status="409"} 1"#,
+        r#"onestep_api_submits_total{outcome="created"} 1"#,
+        r#"onestep_api_submits_total{outcome="replayed"} 1"#,
+        r#"onestep_api_submits_total{outcome="conflict"} 1"#,
         r#"onestep_api_requests_total{method="GET",route="/v1/executions/{id}",status="200"} 2"#,
         r#"onestep_api_requests_total{method="GET",route="/v1/executions/{id}",status="404"} 1"#,
         r#"onestep_api_requests_total{method="GET",route="unmatched",status="404"} 1"#,
