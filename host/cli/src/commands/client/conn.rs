@@ -3,12 +3,11 @@
 //! `--table`/`--attempts-table`. Flags win over the file.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
+use crate::wiring::store::{Store, StoreOptions};
 use onestep_config::{ApiAuth, LoadOptions};
 use onestep_core::names::TableNames;
 use onestep_core::{ExecutionClient, Limits};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
 
 use super::output::Failure;
 
@@ -39,7 +38,7 @@ pub struct ConnArgs {
 pub struct Connected {
     /// The namespace-bound client.
     pub client: ExecutionClient,
-    backend: MySqlBackend,
+    backend: Store,
 }
 
 impl Connected {
@@ -69,7 +68,7 @@ pub async fn connect(args: &ConnArgs) -> Result<Connected, Failure> {
         if dsn.is_none() {
             let connector = config.connectors.get(&api.connector).ok_or_else(|| {
                 Failure::usage(format!(
-                    "api.connector: unknown mysql resource '{}'",
+                    "api.connector: unknown connector resource '{}'",
                     api.connector
                 ))
             })?;
@@ -97,13 +96,13 @@ pub async fn connect(args: &ConnArgs) -> Result<Connected, Failure> {
         args.attempts_table.clone().unwrap_or(tables.attempts),
     )
     .map_err(Failure::from)?;
-    let mut opts = MySqlOptions::new(dsn);
+    let mut opts = StoreOptions::new(dsn);
     opts.tables = tables;
     opts.auto_create = false;
     opts.limits = limits;
     opts.pool_max = 4;
-    let backend = MySqlBackend::open(opts).await.map_err(Failure::from)?;
-    let client = ExecutionClient::new(Arc::new(backend.clone()), &namespace, limits)
-        .map_err(Failure::from)?;
+    let backend = Store::open(&opts).await.map_err(Failure::from)?;
+    let client =
+        ExecutionClient::new(backend.executions(), &namespace, limits).map_err(Failure::from)?;
     Ok(Connected { client, backend })
 }
