@@ -28,6 +28,8 @@
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
 //!   and `onestep replay` (a recorded execution run locally, nothing written).
+//! * [`postgres`]: `onestep migrate`, the client commands and a real worker with real components
+//!   on PostgreSQL; a connector of the wrong kind is a load error.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -49,6 +51,7 @@ mod isolation_pool;
 mod isolation_results;
 mod lease;
 mod metrics;
+mod postgres;
 mod procfs;
 mod runtime;
 mod smoke;

@@ -17,7 +17,8 @@ pub struct ConnArgs {
     /// YAML app file whose `api:` section names the connector, tables and namespace.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// MySQL/MariaDB URL (`mysql://user:pass@host:port/db`); overrides the config's connector.
+    /// MySQL/MariaDB (`mysql://user:pass@host:port/db`) or PostgreSQL (`postgresql://…`) URL;
+    /// overrides the config's connector.
     #[arg(long, env = "ONESTEP_DSN", hide_env_values = true)]
     pub dsn: Option<String>,
     /// Namespace; overrides the config's `api.namespace` (required with tokens or `--dsn`).
