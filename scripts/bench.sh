@@ -4,7 +4,8 @@
 #   1. wasm runtime: echo (new store + instantiate + call) with pooling on/off at 1 and 4 tasks,
 #      and compile vs cached load of `summarize` (host/wasm/src/bin/wasm-bench.rs);
 #   2. worker throughput: `onestep bench` submits N no-op executions with submit_many and drains
-#      them with one worker (completed/s, queued→started p50/p99, CPU ms per execution);
+#      them with one worker, on MariaDB and then on PostgreSQL (completed/s, queued→started
+#      p50/p99, CPU ms per execution);
 #   3. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
 # Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_REQUESTS (2000),
 # BENCH_SECONDS (15, per API level).
@@ -13,7 +14,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 set -a
-eval "$(scripts/test-db.sh up mariadb)"
+eval "$(scripts/test-db.sh up mariadb postgres)"
 set +a
 SKIP_PYTHON=1 scripts/build-guests.sh >&2
 
@@ -28,6 +29,9 @@ echo "== worker throughput (onestep bench, MariaDB)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_MARIADB_URL"
 echo "== the same without attempt diagnostics (their cost: compare completed/s with the run above)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_MARIADB_URL" --no-diagnostics
+
+echo "== worker throughput (onestep bench, PostgreSQL; same N and flags)"
+"$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_POSTGRES_URL"
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \

@@ -6,19 +6,24 @@
 #   Oracle MySQL 127.0.0.1:3307  a private server: Debian trixie/sid's mysql-server-core
 #                                (9.x), unpacked into a cache folder without installing
 #                                anything into the system, see scripts/lib/test-db-mysql.sh
+#   PostgreSQL   127.0.0.1:5432  the system's postgresql (installed with apt-get if missing,
+#                                cluster created and started with pg_ctlcluster if down),
+#                                see scripts/lib/test-db-postgres.sh
 #
-# Both: user root over TCP with an empty password, allowed to CREATE DATABASE,
-# CREATE USER and GRANT (tests create their own databases and users).
+# MariaDB/MySQL: user root over TCP with an empty password, allowed to CREATE DATABASE,
+# CREATE USER and GRANT (tests create their own databases and users). PostgreSQL: users
+# postgres and root over loopback TCP without a password (trust), both superusers.
 #
-# Usage:  scripts/test-db.sh COMMAND [mariadb] [mysql]
-#   up [SERVER...]       start the servers (default: both), wait until they answer,
+# Usage:  scripts/test-db.sh COMMAND [mariadb] [mysql] [postgres]
+#   up [SERVER...]       start the servers (default: all three), wait until they answer,
 #                        check root over TCP, then print the env lines on stdout:
 #                          ONESTEP_TEST_MARIADB_URL=mysql://root@127.0.0.1:3306/
 #                          ONESTEP_TEST_MYSQL_URL=mysql://root@127.0.0.1:3307/
+#                          ONESTEP_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
 #                        Progress, versions and timings go to stderr. Exit != 0 when
 #                        a server cannot be brought up.
 #   down [SERVER...]     stop servers. Default: only mysql (the private server this
-#                        script owns); `down mariadb` / `down all` also stops the
+#                        script owns); `down mariadb` / `down postgres` / `down all` also stop the
 #                        system MariaDB.
 #   restart [SERVER...]  down + up (default: mysql), e.g. to apply changed options.
 #   status [SERVER...]   print state and version; exit 0 if all named are up, else 3.
@@ -29,7 +34,7 @@
 #   set -a; eval "$(scripts/test-db.sh up)"; set +a; cargo test
 #
 # Environment (all optional): see docs/test-databases.md.
-#   ONESTEP_MARIADB_PORT (3306)   ONESTEP_MYSQL_PORT (3307)
+#   ONESTEP_MARIADB_PORT (3306)   ONESTEP_MYSQL_PORT (3307)   ONESTEP_POSTGRES_PORT (5432)
 #   ONESTEP_MYSQL_CACHE (/var/cache/onestep-mysql)   ONESTEP_DB_MAX_CONNECTIONS (500)
 #   ONESTEP_DB_START_TIMEOUT (180 s)
 set -euo pipefail
@@ -51,6 +56,8 @@ port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 . "$TESTDB_DIR/lib/test-db-mariadb.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/test-db-mysql.sh
 . "$TESTDB_DIR/lib/test-db-mysql.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/test-db-postgres.sh
+. "$TESTDB_DIR/lib/test-db-postgres.sh"
 
 usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "${BASH_SOURCE[0]}"; }
 
@@ -62,9 +69,10 @@ parse_servers() {
   local a
   for a in "$@"; do
     case "$a" in
-      mariadb|mysql) [[ " ${SERVERS[*]-} " == *" $a "* ]] || SERVERS+=("$a") ;;
-      all|both) SERVERS=(mariadb mysql) ;;
-      *) die "unknown server '$a' (mariadb|mysql|all)" ;;
+      mariadb|mysql|postgres) [[ " ${SERVERS[*]-} " == *" $a "* ]] || SERVERS+=("$a") ;;
+      all) SERVERS=(mariadb mysql postgres) ;;
+      both) SERVERS=(mariadb mysql) ;;
+      *) die "unknown server '$a' (mariadb|mysql|postgres|all)" ;;
     esac
   done
   if (( ${#SERVERS[@]} == 0 )); then read -r -a SERVERS <<<"$default"; fi
@@ -75,6 +83,7 @@ env_line() {
   case "$1" in
     mariadb) echo "ONESTEP_TEST_MARIADB_URL=$(mariadb_url)" ;;
     mysql) echo "ONESTEP_TEST_MYSQL_URL=$(mysql_url)" ;;
+    postgres) echo "ONESTEP_TEST_POSTGRES_URL=$(postgres_url)" ;;
   esac
 }
 
@@ -106,17 +115,18 @@ main() {
   local cmd=${1:-}
   [[ $# -gt 0 ]] && shift
   case "$cmd" in
-    up) parse_servers "mariadb mysql" "$@"; cmd_up ;;
+    up) parse_servers "mariadb mysql postgres" "$@"; cmd_up ;;
     down) parse_servers "mysql" "$@"; cmd_down ;;
     restart) parse_servers "mysql" "$@"; cmd_down; cmd_up ;;
-    status) parse_servers "mariadb mysql" "$@"; cmd_status ;;
-    env) parse_servers "mariadb mysql" "$@"; local s; for s in "${SERVERS[@]}"; do env_line "$s"; done ;;
+    status) parse_servers "mariadb mysql postgres" "$@"; cmd_status ;;
+    env) parse_servers "mariadb mysql postgres" "$@"; local s; for s in "${SERVERS[@]}"; do env_line "$s"; done ;;
     client)
       local s=${1:-}; [[ $# -gt 0 ]] && shift
       case "$s" in
         mariadb) mariadb_client "$@" ;;
         mysql) mysql_client "$@" ;;
-        *) die "usage: $0 client mariadb|mysql [client args...]" ;;
+        postgres) postgres_psql "$@" ;;
+        *) die "usage: $0 client mariadb|mysql|postgres [client args...]" ;;
       esac ;;
     -h|--help|help) usage ;;
     "") usage >&2; exit 2 ;;

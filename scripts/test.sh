@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every onestep test on a fresh machine of this kind (README command 2):
-#   1. brings up the test databases (MariaDB on 3306, a real Oracle MySQL on 3307),
+#   1. brings up the test databases (MariaDB on 3306, a real Oracle MySQL on 3307, PostgreSQL
+#      on 5432),
 #   2. builds the example guest components (wasm32-wasip2; the Python one with componentize-py),
 #   3. prepares the reference Python implementation's venv for the interop test,
 #   4. runs `cargo test --workspace` (one shared target directory; the binary is built once).
@@ -15,6 +16,7 @@ eval "$(scripts/test-db.sh up)"
 set +a
 echo "MariaDB: $ONESTEP_TEST_MARIADB_URL" >&2
 echo "MySQL:   $ONESTEP_TEST_MYSQL_URL" >&2
+echo "Postgres: $ONESTEP_TEST_POSTGRES_URL" >&2
 
 echo "== guest components" >&2
 scripts/build-guests.sh >&2
@@ -41,7 +43,7 @@ cargo test --workspace "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line over every test binary (unit, integration, doc): "tests: N passed, M failed".
-echo "servers: MariaDB $ONESTEP_TEST_MARIADB_URL, MySQL $ONESTEP_TEST_MYSQL_URL" >&2
+echo "servers: MariaDB $ONESTEP_TEST_MARIADB_URL, MySQL $ONESTEP_TEST_MYSQL_URL, PostgreSQL $ONESTEP_TEST_POSTGRES_URL" >&2
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 exit "$status"

@@ -27,9 +27,10 @@ use std::path::{Path, PathBuf};
 pub use env::EnvLookup;
 pub use error::{ConfigError, MissingVar};
 pub use model::{
-    ApiAuth, ApiConfig, ApiToken, AppConfig, EngineOptions, ExecutionSourceConfig, HandlerConfig,
-    JsonMap, LogFormat, LogLevel, LoggingConfig, MysqlConnectorConfig, NetworkConfig,
-    OriginHeaders, OriginPattern, Preopen, PreopenMode, SandboxConfig, Secret, TaskConfig,
+    ApiAuth, ApiConfig, ApiToken, AppConfig, DatabaseKind, EngineOptions, ExecutionSourceConfig,
+    HandlerConfig, JsonMap, LogFormat, LogLevel, LoggingConfig, MysqlConnectorConfig,
+    NetworkConfig, OriginHeaders, OriginPattern, Preopen, PreopenMode, SandboxConfig, Secret,
+    TaskConfig,
 };
 
 use build::{BuildContext, BuildInputs};

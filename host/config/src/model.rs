@@ -184,11 +184,34 @@ pub struct LoggingConfig {
     pub format: Option<LogFormat>,
 }
 
-/// A `mysql` connector resource (docs/configuration.md#resources).
+/// Which database a connector (and the sources and API on it) talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatabaseKind {
+    /// MySQL or MariaDB (`type: mysql`, `mysql_execution_source`).
+    #[default]
+    Mysql,
+    /// PostgreSQL (`type: postgres`, `postgres_execution_source`; docs/postgres.md).
+    Postgres,
+}
+
+impl DatabaseKind {
+    /// The connector display type (`MySQLConnector`, `PostgresConnector`).
+    pub fn connector_display(self) -> &'static str {
+        match self {
+            DatabaseKind::Mysql => "MySQLConnector",
+            DatabaseKind::Postgres => "PostgresConnector",
+        }
+    }
+}
+
+/// A `mysql` or `postgres` connector resource (docs/configuration.md#resources).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MysqlConnectorConfig {
     /// Resource name.
     pub name: String,
+    /// The connector's type.
+    pub kind: DatabaseKind,
     /// Connection URL (`mysql://user:pass@host:port/db`); secret.
     pub dsn: Secret,
     /// Pool options.
@@ -209,6 +232,8 @@ pub struct EngineOptions {
 pub struct ExecutionSourceConfig {
     /// Resource name.
     pub name: String,
+    /// `mysql_execution_source` or `postgres_execution_source` (its connector is of the same kind).
+    pub kind: DatabaseKind,
     /// Name of the `mysql` connector resource it uses.
     pub connector: String,
     /// Trimmed namespace (1–255 characters).
@@ -261,9 +286,13 @@ pub struct ExecutionSourceConfig {
 }
 
 impl ExecutionSourceConfig {
-    /// The runtime source name used in logs and errors: `mysql.execution:<namespace>`.
+    /// The runtime source name used in logs and errors: `mysql.execution:<namespace>` (or
+    /// `postgres.execution:<namespace>`).
     pub fn source_name(&self) -> String {
-        format!("mysql.execution:{}", self.namespace)
+        match self.kind {
+            DatabaseKind::Mysql => format!("mysql.execution:{}", self.namespace),
+            DatabaseKind::Postgres => format!("postgres.execution:{}", self.namespace),
+        }
     }
 }
 

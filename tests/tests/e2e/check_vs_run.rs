@@ -128,9 +128,9 @@ const CASES: &[Case] = &[
                  tables (line 15, column 5)",
     },
     Case {
-        name: "connector of an unsupported kind",
+        name: "connector of the other database kind",
         edits: &[("    type: mysql\n", "    type: postgres\n")],
-        reason: "resources.db: resource type 'postgres' is not supported by this build (supported: mysql, mysql_execution_source) (line 5, column 5)",
+        reason: "resources.jobs: resource 'db' must be a MySQLConnector (it is a PostgresConnector, which a mysql_execution_source cannot use) (line 9, column 16)",
     },
     Case {
         name: "unknown connector",

@@ -32,6 +32,8 @@
 //!   `onestep attempts` / `logs` / `get`, and `onestep purge`.
 //! * [`reload`]: a component redeployed under load (a broken build refused, a working one
 //!   swapped in); no execution lost, attempts record the digest of the build they ran.
+//! * [`postgres`]: `onestep migrate`, the client commands and a real worker with real components
+//!   on PostgreSQL; a connector of the wrong kind is a load error.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -54,6 +56,7 @@ mod isolation_pool;
 mod isolation_results;
 mod lease;
 mod metrics;
+mod postgres;
 mod procfs;
 mod reload;
 mod runtime;

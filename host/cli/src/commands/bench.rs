@@ -12,21 +12,23 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
 use chrono::Utc;
-use onestep_core::ports::{ExecutionStore, ExecutionTiming, LeaseStore, StoreStats};
+use onestep_core::ports::ExecutionTiming;
 use onestep_core::request::SubmitRequest;
 use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
 use onestep_core::{ExecutionClient, Limits};
 use onestep_mysql::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
 use onestep_mysql::session::Flavor;
-use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions, ScratchDatabase};
+use onestep_mysql::{DdlStyle, MySqlBackend, ScratchDatabase};
 use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings, Worker, WorkerSettings};
 use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::wiring::store::{Store, StoreOptions, kind_of_dsn};
 use crate::wiring::wasm_cache_dir;
 use crate::wiring::wasm_runner::WasmTaskRunner;
+use onestep_config::DatabaseKind;
 
 /// Arguments of `onestep bench`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +40,8 @@ pub struct BenchArgs {
     /// `onestep_bench_<random>` on `--server-url` and drop it at the end.
     #[arg(long, env = "ONESTEP_BENCH_DSN")]
     pub dsn: Option<String>,
-    /// Server on which the throw-away database is created (without a database name).
+    /// Server on which the throw-away database is created (without a database name): a
+    /// `mysql://` or a `postgres://` URL.
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306/")]
     pub server_url: String,
     /// Keep the throw-away database instead of dropping it.
@@ -204,13 +207,56 @@ pub async fn run(args: BenchArgs) -> u8 {
     }
 }
 
+/// A throw-away database on a MySQL/MariaDB or a PostgreSQL server.
+enum Scratch {
+    Mysql(ScratchDatabase),
+    Postgres(onestep_postgres::ScratchDatabase),
+}
+
+impl Scratch {
+    async fn create(server_url: &str) -> Result<Self> {
+        let what = "cannot create the benchmark database on --server-url";
+        Ok(match kind_of_dsn(server_url) {
+            DatabaseKind::Mysql => Scratch::Mysql(
+                ScratchDatabase::create(server_url, "onestep_bench_")
+                    .await
+                    .context(what)?,
+            ),
+            DatabaseKind::Postgres => Scratch::Postgres(
+                onestep_postgres::ScratchDatabase::create(server_url, "onestep_bench_")
+                    .await
+                    .context(what)?,
+            ),
+        })
+    }
+
+    fn dsn(&self) -> &str {
+        match self {
+            Scratch::Mysql(d) => d.dsn(),
+            Scratch::Postgres(d) => d.dsn(),
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Scratch::Mysql(d) => d.name().to_owned(),
+            Scratch::Postgres(d) => d.name().to_owned(),
+        }
+    }
+
+    async fn drop_database(self) -> Result<(), onestep_core::ExecutionError> {
+        match self {
+            Scratch::Mysql(d) => d.drop_database().await,
+            Scratch::Postgres(d) => d.drop_database().await,
+        }
+    }
+}
+
 async fn bench(args: &BenchArgs) -> Result<Report> {
     let (scratch, dsn) = match &args.dsn {
         Some(d) => (None, d.clone()),
         None => {
-            let db = ScratchDatabase::create(&args.server_url, "onestep_bench_")
-                .await
-                .context("cannot create the benchmark database on --server-url")?;
+            let db = Scratch::create(&args.server_url).await?;
             let dsn = db.dsn().to_owned();
             (Some(db), dsn)
         }
@@ -220,7 +266,7 @@ async fn bench(args: &BenchArgs) -> Result<Report> {
         if args.keep {
             eprintln!("onestep bench: kept database {}", db.name());
         } else {
-            let name = db.name().to_owned();
+            let name = db.name();
             if let Err(e) = db.drop_database().await {
                 eprintln!("onestep bench: could not drop database {name}: {e}");
             }
@@ -259,24 +305,45 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         .pool_max
         .unwrap_or(args.concurrency as usize + 4)
         .max(2);
-    let mut opts = MySqlOptions::new(dsn);
-    opts.pool_max = pool_max;
-    opts.diagnostics = !args.no_diagnostics;
-    if args.reference_tables {
-        opts.ddl_style = DdlStyle::Reference;
-    }
-    let backend = Arc::new(
-        MySqlBackend::open(opts)
-            .await
-            .context("cannot open the backend")?,
-    );
-    let server = backend.server().version_string.clone();
-    let claimable_indexes = backend.schema_report().features.claimable_column;
+    let mut store_opts = StoreOptions::new(dsn);
+    store_opts.pool_max = pool_max;
+    let backend = match store_opts.kind {
+        DatabaseKind::Mysql => {
+            let mut opts = store_opts.mysql();
+            opts.diagnostics = !args.no_diagnostics;
+            if args.reference_tables {
+                opts.ddl_style = DdlStyle::Reference;
+            }
+            Store::Mysql(
+                MySqlBackend::open(opts)
+                    .await
+                    .context("cannot open the backend")?,
+            )
+        }
+        DatabaseKind::Postgres => {
+            if args.reference_tables || args.history > 0 {
+                bail!(
+                    "--reference-tables and --history are MySQL/MariaDB only (on PostgreSQL our \
+                     tables are the reference's plus one index, docs/postgres.md#schema)"
+                );
+            }
+            Store::open(&store_opts)
+                .await
+                .context("cannot open the backend")?
+        }
+    };
+    let server = backend.server_version();
+    // docs/postgres.md#schema: PostgreSQL's partial indexes already hold only live rows.
+    let claimable_indexes = backend
+        .as_mysql()
+        .is_none_or(|b| b.schema_report().features.claimable_column);
     let runner = runner_for(&args.handler, args.concurrency)?;
 
     // History phase (not measured beyond its wall time).
     let seed_started = Instant::now();
-    if args.history > 0 {
+    if args.history > 0
+        && let Some(mysql) = backend.as_mysql()
+    {
         let seed = HistorySeed {
             namespace: args.namespace.clone(),
             task_name: args.task_name.clone(),
@@ -288,7 +355,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             },
             before: Utc::now(),
         };
-        backend
+        mysql
             .seed_history(&seed)
             .await
             .context("cannot seed the history")?;
@@ -297,12 +364,8 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
     let measured_since = Utc::now();
 
     // Submit phase.
-    let client = ExecutionClient::new(
-        Arc::clone(&backend) as Arc<dyn ExecutionStore>,
-        &args.namespace,
-        Limits::default(),
-    )?;
-    let status_submit = backend.server_counters().await.unwrap_or_default();
+    let client = ExecutionClient::new(backend.executions(), &args.namespace, Limits::default())?;
+    let status_submit = backend.stats().server_counters().await.unwrap_or_default();
     let started = Instant::now();
     let mut next = 0usize;
     while next < args.count {
@@ -329,7 +392,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
     settings.batch_size = args.batch_size;
     let binding = TaskBinding {
         settings,
-        store: Arc::clone(&backend) as Arc<dyn LeaseStore>,
+        store: backend.leases(),
         runner,
     };
     let worker = Worker::new(
@@ -340,12 +403,17 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         },
     )?;
     let stats = worker.stats();
-    let mariadb = backend.server().flavor == Flavor::MariaDb;
-    let port = backend_port(dsn);
-    let db_proc = cpu::find_server(port, mariadb);
-    let status_before = backend.server_counters().await.unwrap_or_default();
+    let db_proc = match backend.as_mysql() {
+        Some(b) => cpu::find_server(backend_port(dsn), b.server().flavor == Flavor::MariaDb),
+        None => cpu::postgres_processes(),
+    };
+    let db_cpu = |p: &cpu::ServerProcess| match backend.as_mysql() {
+        Some(_) => cpu::process_cpu_ms(&p.pid),
+        None => cpu::postgres_cpu_ms(),
+    };
+    let status_before = backend.stats().server_counters().await.unwrap_or_default();
     let self_cpu0 = cpu::process_cpu_ms("self");
-    let db_cpu0 = db_proc.as_ref().and_then(|p| cpu::process_cpu_ms(&p.pid));
+    let db_cpu0 = db_proc.as_ref().and_then(db_cpu);
     let shutdown = CancellationToken::new();
     let drain_started = Instant::now();
     let handle = tokio::spawn(worker.run(shutdown.clone()));
@@ -368,8 +436,8 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
     let self_cpu1 = cpu::process_cpu_ms("self");
-    let db_cpu1 = db_proc.as_ref().and_then(|p| cpu::process_cpu_ms(&p.pid));
-    let status_after = backend.server_counters().await.unwrap_or_default();
+    let db_cpu1 = db_proc.as_ref().and_then(db_cpu);
+    let status_after = backend.stats().server_counters().await.unwrap_or_default();
     shutdown.cancel();
     handle.await.context("worker task panicked")??;
 
@@ -382,10 +450,13 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
     let submit_counters = counter_deltas(&status_submit, &status_before, n);
     let (queued, running, succeeded) = latencies(
         &backend
+            .stats()
             .execution_timings(&args.namespace, Some(measured_since))
             .await?,
     );
-    let diagnostics_on = backend.schema_report().features.diagnostics_table;
+    let diagnostics_on = backend
+        .as_mysql()
+        .is_some_and(|b| b.schema_report().features.diagnostics_table);
     if let Err(e) = backend.close().await {
         eprintln!("onestep bench: closing the backend failed: {e}");
     }

@@ -11,8 +11,9 @@ use onestep_mysql::MySqlBackend;
 use onestep_config::AppConfig;
 
 use super::common::{EnvArgs, load};
+use crate::wiring::store::StoreOptions;
 use crate::wiring::wasm_runner::load_task_handler;
-use crate::wiring::{backend_key, build_runtime, sandbox_settings, source_options};
+use crate::wiring::{backend_key, build_runtime, sandbox_settings, store_options};
 
 /// Arguments of `onestep check`.
 #[derive(Debug, clap::Args)]
@@ -80,7 +81,7 @@ pub async fn run(args: CheckArgs) -> u8 {
         if !seen.insert(backend_key(source)) {
             continue;
         }
-        let line = match source_options(&cfg, source) {
+        let line = match store_options(&cfg, source) {
             Err(e) => {
                 ok = false;
                 format!("failed ({e:#})")
@@ -97,7 +98,11 @@ pub async fn run(args: CheckArgs) -> u8 {
                 }
             },
         };
-        println!("- {}<MySQLExecutionSource>: {line}", source.name);
+        let display = match source.kind {
+            onestep_config::DatabaseKind::Mysql => "MySQLExecutionSource",
+            onestep_config::DatabaseKind::Postgres => "PostgresExecutionSource",
+        };
+        println!("- {}<{display}>: {line}", source.name);
     }
     println!("Connectivity: {}", if ok { "ok" } else { "failed" });
     if ok { 0 } else { 1 }
@@ -121,9 +126,24 @@ fn component_errors(cfg: &AppConfig) -> Vec<String> {
         .collect()
 }
 
-async fn probe(opts: onestep_mysql::MySqlOptions) -> Result<String, onestep_core::ExecutionError> {
+async fn probe(opts: StoreOptions) -> Result<String, onestep_core::ExecutionError> {
     let tables = opts.tables.clone();
-    let backend = MySqlBackend::open(opts).await?;
+    if opts.kind == onestep_config::DatabaseKind::Postgres {
+        let backend = onestep_postgres::PgBackend::open(opts.postgres()).await?;
+        let session = backend.session_state().await?;
+        let line = format!(
+            "connected server=PostgreSQL {} time_zone={} isolation={} tables={},{} created=[{}]",
+            backend.server().version_string,
+            session.time_zone,
+            session.isolation,
+            tables.executions,
+            tables.attempts,
+            backend.schema_report().created.join(",")
+        );
+        backend.close().await?;
+        return Ok(line);
+    }
+    let backend = MySqlBackend::open(opts.mysql()).await?;
     let session = backend.session_state().await?;
     let line = format!(
         "connected server={} time_zone={} isolation={} tables={},{} created=[{}]",

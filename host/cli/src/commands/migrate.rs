@@ -5,11 +5,13 @@
 
 use std::path::PathBuf;
 
+use onestep_config::DatabaseKind;
 use onestep_core::names::TableNames;
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::MySqlBackend;
 
 use super::common::{EnvArgs, load};
-use crate::wiring::{backend_key, source_options};
+use crate::wiring::store::{Store, StoreOptions};
+use crate::wiring::{backend_key, store_options};
 
 /// Arguments of `onestep migrate`.
 #[derive(Debug, clap::Args)]
@@ -17,7 +19,8 @@ pub struct MigrateArgs {
     /// A YAML app file: every table pair its sources (and its `api:` section) use is created.
     #[arg(required_unless_present = "dsn", conflicts_with = "dsn")]
     pub target: Option<PathBuf>,
-    /// A DSN (`mysql://user:password@host:port/database`) instead of a file.
+    /// A DSN (`mysql://user:password@host:port/database` or
+    /// `postgresql://user:password@host:port/database`) instead of a file.
     #[arg(long)]
     pub dsn: Option<String>,
     /// Executions table (with `--dsn`).
@@ -37,7 +40,7 @@ pub struct MigrateArgs {
 /// Exit codes: 0 created, upgraded or already present; 1 the database refused; 2 bad arguments
 /// or file.
 pub async fn run(args: MigrateArgs) -> u8 {
-    let mut jobs: Vec<(String, MySqlOptions)> = Vec::new();
+    let mut jobs: Vec<(String, StoreOptions)> = Vec::new();
     if let Some(target) = &args.target {
         let cfg = match load(target, false, &args.env) {
             Ok(c) => c,
@@ -48,7 +51,7 @@ pub async fn run(args: MigrateArgs) -> u8 {
             if !seen.insert(backend_key(source)) {
                 continue;
             }
-            match source_options(&cfg, source) {
+            match store_options(&cfg, source) {
                 Ok(o) => jobs.push((source.name.clone(), o)),
                 Err(e) => {
                     eprintln!("onestep: {e:#}");
@@ -67,7 +70,8 @@ pub async fn run(args: MigrateArgs) -> u8 {
                     eprintln!("onestep: unknown resource '{}'", api.connector);
                     return 2;
                 };
-                let mut o = MySqlOptions::new(conn.dsn.expose());
+                let mut o = StoreOptions::new(conn.dsn.expose());
+                o.kind = conn.kind;
                 match TableNames::new(&api.table, &api.attempts_table) {
                     Ok(t) => o.tables = t,
                     Err(e) => {
@@ -79,7 +83,7 @@ pub async fn run(args: MigrateArgs) -> u8 {
             }
         }
     } else if let Some(dsn) = &args.dsn {
-        let mut o = MySqlOptions::new(dsn.clone());
+        let mut o = StoreOptions::new(dsn.clone());
         match TableNames::new(&args.table, &args.attempts_table) {
             Ok(t) => o.tables = t,
             Err(e) => {
@@ -92,8 +96,8 @@ pub async fn run(args: MigrateArgs) -> u8 {
     let mut code = 0;
     for (label, opts) in jobs {
         let tables = format!("{}, {}", opts.tables.executions, opts.tables.attempts);
-        if args.upgrade {
-            match MySqlBackend::upgrade(opts).await {
+        if args.upgrade && opts.kind == DatabaseKind::Mysql {
+            match MySqlBackend::upgrade(opts.mysql()).await {
                 Ok(report) => {
                     if !report.created.is_empty() {
                         println!("{label}: created {}", report.created.join(", "));
@@ -112,11 +116,15 @@ pub async fn run(args: MigrateArgs) -> u8 {
             }
             continue;
         }
-        match MySqlBackend::migrate(opts).await {
-            Ok(report) if report.created.is_empty() => {
+        if args.upgrade {
+            // docs/postgres.md#schema: the reference's partial indexes already exclude history.
+            println!("{label}: PostgreSQL tables need no upgrade");
+        }
+        match Store::migrate(&opts).await {
+            Ok(created) if created.is_empty() => {
                 println!("{label}: tables {tables} already exist");
             }
-            Ok(report) => println!("{label}: created {}", report.created.join(", ")),
+            Ok(created) => println!("{label}: created {}", created.join(", ")),
             Err(e) => {
                 eprintln!("onestep: {label}: {e}");
                 code = 1;

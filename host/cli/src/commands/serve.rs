@@ -1,7 +1,7 @@
 //! `onestep serve FILE`: the HTTP API from the `api:` section of a YAML app file, until SIGINT or
 //! SIGTERM (graceful: in-flight requests finish, then the pool is closed).
 //!
-//! Wiring: config → `api.connector` (a `mysql` resource) → [`MySqlBackend`] (tables, limits,
+//! Wiring: config → `api.connector` (a `mysql` or `postgres` resource) → a [`Store`] (tables, limits,
 //! `auto_create`, pool bounds; it is both the store and the readiness probe) → [`ApiState`]
 //! (tenants from `tokens_file`/`tokens_env`, or the one `namespace`; `allowed_tasks`;
 //! `max_body_bytes`) → [`onestep_api::router`] → `axum::serve`.
@@ -9,12 +9,11 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
+use crate::wiring::store::{Store, StoreOptions};
 use onestep_api::{ApiSettings, ApiState, Tenancy, TokenTable};
 use onestep_config::{ApiAuth, AppConfig, LoadOptions, LogFormat};
 use onestep_core::names::TableNames;
-use onestep_mysql::{MySqlBackend, MySqlOptions};
 
 use crate::logging;
 
@@ -94,7 +93,7 @@ pub async fn run(args: ServeArgs) -> u8 {
     }
 }
 
-type Prepared = (MySqlBackend, ApiState, SocketAddr);
+type Prepared = (Store, ApiState, SocketAddr);
 
 /// Builds the backend and the state from the config; errors are `(exit code, message)`.
 async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepared, (u8, String)> {
@@ -105,7 +104,7 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
         .ok_or_else(|| usage("the app file has no `api:` section".into()))?;
     let connector = config.connectors.get(&api.connector).ok_or_else(|| {
         usage(format!(
-            "api.connector: unknown mysql resource '{}'",
+            "api.connector: unknown connector resource '{}'",
             api.connector
         ))
     })?;
@@ -144,7 +143,8 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
             Tenancy::Tokens(table)
         }
     };
-    let mut opts = MySqlOptions::new(connector.dsn.expose());
+    let mut opts = StoreOptions::new(connector.dsn.expose());
+    opts.kind = connector.kind;
     opts.tables = TableNames::new(api.table.clone(), api.attempts_table.clone())
         .map_err(|e| usage(format!("api: {e}")))?;
     opts.auto_create = api.auto_create;
@@ -155,7 +155,7 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     if let Some(min) = connector.engine_options.min_connections {
         opts.pool_min = min as usize;
     }
-    let backend = MySqlBackend::open(opts).await.map_err(|e| {
+    let backend = Store::open(&opts).await.map_err(|e| {
         let code = if matches!(e, onestep_core::ExecutionError::InvalidArgument(_)) {
             2
         } else {
@@ -173,12 +173,8 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     if settings.allowed_tasks.is_none() {
         tracing::warn!("api.allowed_tasks is empty: clients may submit any task name");
     }
-    let state = ApiState::new(
-        Arc::new(backend.clone()),
-        Arc::new(backend.clone()),
-        settings,
-    )
-    .map_err(|e| usage(format!("api: {e}")))?;
+    let state = ApiState::new(backend.executions(), backend.readiness(), settings)
+        .map_err(|e| usage(format!("api: {e}")))?;
     Ok((backend, state, listen.unwrap_or(api.listen)))
 }
 

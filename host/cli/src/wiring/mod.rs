@@ -1,5 +1,5 @@
-//! Wiring of concrete parts from a loaded [`AppConfig`]: MySQL backends (one per connector and
-//! table pair), the wasm runtime and its handler components, and the worker's task bindings.
+//! Wiring of concrete parts from a loaded [`AppConfig`]: execution stores, MySQL or PostgreSQL
+//! ([`store`]; one per connector and table pair), the wasm runtime and its handler components, and the worker's task bindings.
 //!
 //! The configuration arrives typed and validated (every cross-field rule is the config crate's,
 //! so `onestep check` rejects what `run` would): this module only converts, once per type —
@@ -7,6 +7,7 @@
 //! for the backend.
 
 pub mod reload;
+pub mod store;
 pub mod wasm_runner;
 
 use std::collections::BTreeMap;
@@ -17,22 +18,29 @@ use anyhow::{Context, Result};
 use onestep_config::{AppConfig, EnvLookup, ExecutionSourceConfig, SandboxConfig, TaskConfig};
 use onestep_core::names::TableNames;
 use onestep_core::settings::DEFAULT_MEMORY_LIMIT_BYTES;
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::MySqlOptions;
 use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings};
 
+use store::{Store, StoreOptions};
 use wasm_runner::{WasmTaskRunner, load_task_handler};
 
 /// Key of a distinct backend: connector, executions table, attempts table.
 pub type BackendKey = (String, String, String);
 
-/// Backend options for `source` (its connector's DSN and pool size, its tables and limits).
+/// MySQL backend options for `source` (see [`store_options`]).
 pub fn source_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result<MySqlOptions> {
+    Ok(store_options(cfg, source)?.mysql())
+}
+
+/// Store options for `source` (its connector's kind, DSN and pool size, its tables and limits).
+pub fn store_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result<StoreOptions> {
     let connector = cfg
         .connectors
         .get(&source.connector)
         .with_context(|| format!("unknown resource '{}'", source.connector))?;
-    let mut opts = MySqlOptions::new(connector.dsn.expose());
+    let mut opts = StoreOptions::new(connector.dsn.expose());
+    opts.kind = connector.kind;
     opts.tables = TableNames::new(&source.table, &source.attempts_table)?;
     opts.auto_create = source.auto_create;
     opts.limits = source.limits;
@@ -60,7 +68,7 @@ pub fn source_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result
 /// Opens one backend per distinct (connector, table pair) used by the tasks' sources, with the
 /// options of the first source that uses it (the config crate has checked that the sources
 /// sharing a pair agree on them).
-pub async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Arc<MySqlBackend>>> {
+pub async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Store>> {
     let mut out = BTreeMap::new();
     for task in &cfg.tasks {
         let source = cfg
@@ -71,11 +79,11 @@ pub async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Arc<M
         if out.contains_key(&key) {
             continue;
         }
-        let opts = source_options(cfg, source)?;
-        let backend = MySqlBackend::open(opts)
+        let opts = store_options(cfg, source)?;
+        let backend = Store::open(&opts)
             .await
             .with_context(|| format!("cannot open source '{}'", source.name))?;
-        out.insert(key, Arc::new(backend));
+        out.insert(key, backend);
     }
     Ok(out)
 }
@@ -207,7 +215,7 @@ pub fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskS
 /// `metrics` when given. Also returns each task's runner, for [`reload`].
 pub fn task_bindings(
     cfg: &AppConfig,
-    backends: &BTreeMap<BackendKey, Arc<MySqlBackend>>,
+    backends: &BTreeMap<BackendKey, Store>,
     runtime: &Runtime,
     metrics: Option<&Arc<crate::metrics::Metrics>>,
 ) -> Result<(Vec<TaskBinding>, Vec<reload::ReloadTarget>)> {
@@ -236,7 +244,7 @@ pub fn task_bindings(
         });
         out.push(TaskBinding {
             settings: task_settings(source, task),
-            store: Arc::clone(backend) as Arc<dyn onestep_core::ports::LeaseStore>,
+            store: backend.leases(),
             runner,
         });
     }

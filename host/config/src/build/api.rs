@@ -75,7 +75,7 @@ pub fn build_api(
             })?
         }
     };
-    let connector = connector_ref(node, PATH, resources)?;
+    let connector = connector_ref(node, PATH, resources, None)?;
     let table = table_name(node, "table", "executions_table", DEFAULT_TABLE, PATH)?;
     let attempts_table = table_name(
         node,

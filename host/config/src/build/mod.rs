@@ -151,22 +151,11 @@ pub fn build(
     let mut sources = BTreeMap::new();
     for (name, e) in &entries {
         match e.kind {
-            ResourceKind::Mysql => {
+            ResourceKind::Mysql | ResourceKind::Postgres => {
                 connectors.insert(name.clone(), resources::build_connector(e)?);
             }
-            ResourceKind::MysqlSource => {
+            ResourceKind::MysqlSource | ResourceKind::PostgresSource => {
                 sources.insert(name.clone(), resources::build_source(e, &entries)?);
-            }
-            ResourceKind::Postgres | ResourceKind::PostgresSource => {
-                let t = e.node.get("type").and_then(|t| t.as_str()).unwrap_or("");
-                return Err(ConfigError::at(
-                    e.node,
-                    &e.path(),
-                    format!(
-                        "resource type '{}' is not supported by this build (supported: mysql, mysql_execution_source)",
-                        t.trim()
-                    ),
-                ));
             }
         }
     }

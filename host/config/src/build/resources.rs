@@ -1,5 +1,6 @@
 //! Resources (docs/configuration.md#document-shape, docs/configuration.md#resources, docs/semantics.md#worker-settings, docs/configuration.md#checks-in-both-modes): collection over the four sections, type
-//! normalisation, `mysql` connectors and `mysql_execution_source` sources.
+//! normalisation, `mysql`/`postgres` connectors and `mysql_execution_source`/
+//! `postgres_execution_source` sources.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,7 +18,9 @@ use crate::error::ConfigError;
 use crate::fields::{
     BadSeconds, integer, join, non_empty_str, number, positive_seconds, scalar_text,
 };
-use crate::model::{EngineOptions, ExecutionSourceConfig, MysqlConnectorConfig, Secret};
+use crate::model::{
+    DatabaseKind, EngineOptions, ExecutionSourceConfig, MysqlConnectorConfig, Secret,
+};
 use crate::node::Node;
 
 /// The sections that hold resources; they share one name space.
@@ -35,9 +38,9 @@ pub enum ResourceKind {
     Mysql,
     /// `mysql_execution_source`.
     MysqlSource,
-    /// `postgres` connector (recognised, not supported by this build).
+    /// `postgres` connector.
     Postgres,
-    /// `postgres_execution_source` (recognised, not supported by this build).
+    /// `postgres_execution_source`.
     PostgresSource,
 }
 
@@ -69,6 +72,19 @@ impl ResourceKind {
             ResourceKind::Mysql | ResourceKind::Postgres => &["type", "dsn", "engine_options"],
             ResourceKind::MysqlSource | ResourceKind::PostgresSource => &SOURCE_FIELDS,
         }
+    }
+
+    /// The database the resource talks to.
+    pub fn database(self) -> DatabaseKind {
+        match self {
+            ResourceKind::Mysql | ResourceKind::MysqlSource => DatabaseKind::Mysql,
+            ResourceKind::Postgres | ResourceKind::PostgresSource => DatabaseKind::Postgres,
+        }
+    }
+
+    /// True for the connector types.
+    pub fn is_connector(self) -> bool {
+        matches!(self, ResourceKind::Mysql | ResourceKind::Postgres)
     }
 
     /// True for the source types.
@@ -233,6 +249,7 @@ pub fn build_connector(e: &ResourceEntry<'_>) -> Result<MysqlConnectorConfig, Co
     }
     Ok(MysqlConnectorConfig {
         name: e.name.clone(),
+        kind: e.kind.database(),
         dsn: Secret::new(dsn.trim()),
         engine_options,
     })
@@ -479,12 +496,14 @@ pub fn limits(node: &Node, path: &str) -> Result<Limits, ConfigError> {
     })
 }
 
-/// Resolves a connector reference (`unknown resource '<n>'`,
-/// `resource '<n>' must be a MySQLConnector`).
+/// Resolves a connector reference (`unknown resource '<n>'`, `resource '<n>' must be a
+/// MySQLConnector` / `… a PostgresConnector` when `want` names one kind; any connector when
+/// `want` is `None`, else `… must be a MySQLConnector or PostgresConnector`).
 pub fn connector_ref(
     parent: &Node,
     path: &str,
     resources: &BTreeMap<String, ResourceEntry<'_>>,
+    want: Option<DatabaseKind>,
 ) -> Result<String, ConfigError> {
     let Some(n) = parent
         .get("connector")
@@ -503,10 +522,27 @@ pub fn connector_ref(
             path,
             format!("unknown resource '{name}'"),
         )),
-        Some(r) if r.kind != ResourceKind::Mysql => Err(ConfigError::at(
+        Some(r) if !r.kind.is_connector() => Err(ConfigError::at(
             n,
             path,
-            format!("resource '{name}' must be a MySQLConnector"),
+            match want {
+                Some(k) => format!("resource '{name}' must be a {}", k.connector_display()),
+                None => format!("resource '{name}' must be a MySQLConnector or PostgresConnector"),
+            },
+        )),
+        Some(r) if want.is_some_and(|k| k != r.kind.database()) => Err(ConfigError::at(
+            n,
+            path,
+            format!(
+                "resource '{name}' must be a {} (it is a {}, which a {} cannot use)",
+                want.map_or("", DatabaseKind::connector_display),
+                r.kind.display(),
+                if want == Some(DatabaseKind::Postgres) {
+                    "postgres_execution_source"
+                } else {
+                    "mysql_execution_source"
+                }
+            ),
         )),
         Some(_) => Ok(name),
     }
@@ -519,7 +555,7 @@ pub fn build_source(
 ) -> Result<ExecutionSourceConfig, ConfigError> {
     let path = e.path();
     let node = e.node;
-    let connector = connector_ref(node, &path, resources)?;
+    let connector = connector_ref(node, &path, resources, Some(e.kind.database()))?;
     if node.get("namespace").and_then(non_empty_str).is_none() {
         return Err(ConfigError::at(
             node,
@@ -544,6 +580,7 @@ pub fn build_source(
     })?;
     Ok(ExecutionSourceConfig {
         name: e.name.clone(),
+        kind: e.kind.database(),
         connector,
         namespace: opts.namespace,
         task_name: opts.task_name,

@@ -7,7 +7,7 @@ use std::path::Path;
 use onestep_core::text::MAX_NAME_CHARS;
 
 use super::BuildContext;
-use super::resources::{ResourceEntry, ResourceKind};
+use super::resources::ResourceEntry;
 use crate::env::is_env_name;
 use crate::error::ConfigError;
 use crate::fields::{
@@ -220,7 +220,7 @@ fn build_task(
                 format!("unknown resource '{source}'"),
             ));
         }
-        Some(r) if r.kind != ResourceKind::MysqlSource => {
+        Some(r) if !r.kind.is_source() => {
             return Err(ConfigError::at(
                 source_node,
                 path,

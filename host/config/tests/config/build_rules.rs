@@ -68,12 +68,12 @@ fn required_strings_and_references() {
                 "resources.a: resource 'b' must be a MySQLConnector (line 3, column 48)",
             ),
             (
-                "app: {name: x}\nresources:\n  pg: {type: postgres, dsn: x}\n".into(),
-                "resources.pg: resource type 'postgres' is not supported by this build (supported: mysql, mysql_execution_source) (line 3, column 7)",
+                "app: {name: x}\nresources:\n  pgjobs: {type: postgres-execution-source, connector: db, namespace: n, task_names: [a]}\n  db: {type: mysql, dsn: x}\n".into(),
+                "resources.pgjobs: resource 'db' must be a PostgresConnector (it is a MySQLConnector, which a postgres_execution_source cannot use) (line 3, column 56)",
             ),
             (
-                "app: {name: x}\nresources:\n  pgjobs: {type: postgres-execution-source, connector: pg, namespace: n, task_names: [a]}\n  pg: {type: postgres, dsn: x}\n".into(),
-                "resources.pg: resource type 'postgres' is not supported by this build (supported: mysql, mysql_execution_source) (line 4, column 7)",
+                "app: {name: x}\nresources:\n  jobs: {type: mysql_execution_source, connector: pg, namespace: n, task_names: [a]}\n  pg: {type: postgres, dsn: x}\n".into(),
+                "resources.jobs: resource 'pg' must be a MySQLConnector (it is a PostgresConnector, which a mysql_execution_source cannot use) (line 3, column 51)",
             ),
             (
                 format!("{BASE}  - name: other\n    source: db\n    handler: {{component: other.wasm}}\n"),

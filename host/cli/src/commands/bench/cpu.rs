@@ -64,6 +64,41 @@ pub fn find_server(port: u16, mariadb: bool) -> Option<ServerProcess> {
         .find(|c| fits.contains(&c.name.as_str()))
 }
 
+/// The PostgreSQL server as one "process": PostgreSQL runs one OS process per connection
+/// plus its background workers, so its CPU is [`postgres_cpu_ms`], the sum over every process
+/// named `postgres`. `None` when none is visible.
+pub fn postgres_processes() -> Option<ServerProcess> {
+    let pids = postgres_pids();
+    (!pids.is_empty()).then(|| ServerProcess {
+        pid: pids.first().cloned().unwrap_or_default(),
+        name: format!("postgres, all {} processes", pids.len()),
+    })
+}
+
+/// `utime + stime` summed over every process named `postgres`, in milliseconds. A backend that
+/// exits between two readings takes its CPU with it, so compare readings taken while the
+/// measured connections stay open.
+pub fn postgres_cpu_ms() -> Option<f64> {
+    let pids = postgres_pids();
+    (!pids.is_empty()).then(|| pids.iter().filter_map(|p| process_cpu_ms(p)).sum())
+}
+
+fn postgres_pids() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            if !pid.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+            (comm.trim() == "postgres").then_some(pid)
+        })
+        .collect()
+}
+
 /// Socket inodes listening on `port` (IPv4 and IPv6).
 fn listening_inodes(port: u16) -> Vec<String> {
     let mut out = Vec::new();

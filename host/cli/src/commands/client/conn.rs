@@ -3,12 +3,11 @@
 //! `--table`/`--attempts-table`. Flags win over the file.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
+use crate::wiring::store::{Store, StoreOptions};
 use onestep_config::{ApiAuth, LoadOptions};
 use onestep_core::names::TableNames;
 use onestep_core::{ExecutionClient, Limits};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
 
 use super::output::Failure;
 
@@ -18,7 +17,8 @@ pub struct ConnArgs {
     /// YAML app file whose `api:` section names the connector, tables and namespace.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// MySQL/MariaDB URL (`mysql://user:pass@host:port/db`); overrides the config's connector.
+    /// MySQL/MariaDB (`mysql://user:pass@host:port/db`) or PostgreSQL (`postgresql://…`) URL;
+    /// overrides the config's connector.
     #[arg(long, env = "ONESTEP_DSN", hide_env_values = true)]
     pub dsn: Option<String>,
     /// Namespace; overrides the config's `api.namespace` (required with tokens or `--dsn`).
@@ -39,12 +39,12 @@ pub struct ConnArgs {
 pub struct Connected {
     /// The namespace-bound client.
     pub client: ExecutionClient,
-    backend: MySqlBackend,
+    backend: Store,
 }
 
 impl Connected {
     /// The backend, for the operations outside the client (`purge`).
-    pub fn backend(&self) -> &MySqlBackend {
+    pub fn backend(&self) -> &Store {
         &self.backend
     }
 
@@ -74,7 +74,7 @@ pub async fn connect(args: &ConnArgs) -> Result<Connected, Failure> {
         if dsn.is_none() {
             let connector = config.connectors.get(&api.connector).ok_or_else(|| {
                 Failure::usage(format!(
-                    "api.connector: unknown mysql resource '{}'",
+                    "api.connector: unknown connector resource '{}'",
                     api.connector
                 ))
             })?;
@@ -102,13 +102,13 @@ pub async fn connect(args: &ConnArgs) -> Result<Connected, Failure> {
         args.attempts_table.clone().unwrap_or(tables.attempts),
     )
     .map_err(Failure::from)?;
-    let mut opts = MySqlOptions::new(dsn);
+    let mut opts = StoreOptions::new(dsn);
     opts.tables = tables;
     opts.auto_create = false;
     opts.limits = limits;
     opts.pool_max = 4;
-    let backend = MySqlBackend::open(opts).await.map_err(Failure::from)?;
-    let client = ExecutionClient::new(Arc::new(backend.clone()), &namespace, limits)
-        .map_err(Failure::from)?;
+    let backend = Store::open(&opts).await.map_err(Failure::from)?;
+    let client =
+        ExecutionClient::new(backend.executions(), &namespace, limits).map_err(Failure::from)?;
     Ok(Connected { client, backend })
 }

@@ -8,7 +8,6 @@ use onestep_api::attempts::{AttemptView, AttemptsView, LogsView};
 use onestep_api::text;
 use onestep_core::ExecutionStatus;
 use onestep_core::diagnostics::{PurgeReport, PurgeRequest};
-use onestep_core::ports::Retention;
 use uuid::Uuid;
 
 use super::conn::{ConnArgs, Connected};
@@ -236,7 +235,10 @@ fn purge_request(args: &PurgeArgs, namespace: &str) -> Result<PurgeRequest, Fail
 pub async fn purge(args: PurgeArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let request = purge_request(&args, c.client.namespace())?;
-        let report: PurgeReport = c.backend().purge(&request).await?;
+        let retention = c.backend().retention().ok_or_else(|| {
+            Failure::usage("onestep purge is not available on PostgreSQL yet (MySQL/MariaDB only)")
+        })?;
+        let report: PurgeReport = retention.purge(&request).await?;
         let verb = if request.dry_run { "would remove" } else { "removed" };
         if args.conn.json {
             print_json(&serde_json::json!({

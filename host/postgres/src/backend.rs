@@ -1,0 +1,387 @@
+//! The backend object: options, opening (docs/postgres.md#opening), closing, migration, TLS,
+//! and the shared plumbing every operation uses (connections, the clock, retries, error
+//! mapping).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use onestep_core::names::TableNames;
+use onestep_core::time::{SystemClock, truncate_micros};
+use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
+use rand::Rng;
+
+use crate::dsn::{ParsedDsn, TlsMode, parse_dsn};
+use crate::errors::{
+    OpError, OpResult, backend_error, classify, db_message, into_execution_error,
+    is_retryable_before_commit,
+};
+use crate::schema::{SchemaReport, ensure_schema, validate_names};
+
+/// The oldest server accepted (`server_version_num`): PostgreSQL 12.
+pub const MIN_SERVER_VERSION_NUM: i32 = 120000;
+
+/// Construction options. Build with [`PgOptions::new`] and adjust fields.
+#[derive(Clone)]
+pub struct PgOptions {
+    /// `postgresql://`, `postgres://` or `postgresql+<driver>://` URL naming a database. Never logged.
+    pub dsn: String,
+    /// The executions/attempts table pair (validated names, at most 63 characters).
+    pub tables: TableNames,
+    /// Create missing tables at open (default `true`); otherwise only check they exist.
+    pub auto_create: bool,
+    /// Payload/metadata/result limits in bytes of canonical JSON (docs/semantics.md#size-limits).
+    pub limits: Limits,
+    /// Per-claim cap of each maintenance step (default 100, ≥ 1; docs/semantics.md#claim-and-maintenance).
+    pub reclaim_batch_size: u32,
+    /// The single source of "now" (docs/semantics.md#time); read once per transaction.
+    pub clock: Arc<dyn Clock>,
+    /// Maximum connections of the pool (default 10).
+    pub pool_max: usize,
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOptions")
+            .field("dsn", &"<redacted>")
+            .field("tables", &self.tables)
+            .field("auto_create", &self.auto_create)
+            .field("limits", &self.limits)
+            .field("reclaim_batch_size", &self.reclaim_batch_size)
+            .field("pool_max", &self.pool_max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgOptions {
+    /// Defaults: default table names, `auto_create = true`, default limits, batch 100, the system
+    /// clock, pool of 10.
+    pub fn new(dsn: impl Into<String>) -> Self {
+        PgOptions {
+            dsn: dsn.into(),
+            tables: TableNames::default(),
+            auto_create: true,
+            limits: Limits::default(),
+            reclaim_batch_size: 100,
+            clock: Arc::new(SystemClock),
+            pool_max: 10,
+        }
+    }
+}
+
+/// The server identity read at open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// `SHOW server_version`.
+    pub version_string: String,
+    /// `SHOW server_version_num`.
+    pub version_num: i32,
+}
+
+/// The session state of a pooled connection (docs/semantics.md#sessions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionState {
+    /// `SHOW TimeZone`.
+    pub time_zone: String,
+    /// `SHOW transaction_isolation`.
+    pub isolation: String,
+    /// `pg_backend_pid()`.
+    pub backend_pid: i32,
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) names: TableNames,
+    pub(crate) limits: Limits,
+    pub(crate) reclaim_batch_size: u32,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) server: ServerInfo,
+    pub(crate) secrets: Vec<String>,
+    pub(crate) report: SchemaReport,
+    pub(crate) sql: crate::sql::Statements,
+}
+
+/// The PostgreSQL backend: implements the storage ports of `onestep_core::ports`. Cheap to
+/// clone (shared pool).
+#[derive(Clone)]
+pub struct PgBackend {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PgBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgBackend")
+            .field("tables", &self.inner.names)
+            .field("server", &self.inner.server.version_string)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The rustls client configuration: the webpki roots plus the PEM file `root_cert`.
+fn tls_config(root_cert: Option<&str>) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.into(),
+    };
+    if let Some(path) = root_cert {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("sslrootcert '{path}': {e}"))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("sslrootcert '{path}': {e}"))?;
+        if certs.is_empty() {
+            return Err(format!("sslrootcert '{path}' holds no certificate"));
+        }
+        for c in certs {
+            roots
+                .add(c)
+                .map_err(|e| format!("sslrootcert '{path}': {e}"))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS client configuration: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+fn build_pool(parsed: &ParsedDsn, pool_max: usize) -> Result<Pool, String> {
+    let mut config = parsed.config.clone();
+    let manager_config = ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let manager = match parsed.tls {
+        TlsMode::Disable => {
+            config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+            Manager::from_config(config, tokio_postgres::NoTls, manager_config)
+        }
+        mode => {
+            config.ssl_mode(if mode == TlsMode::Require {
+                tokio_postgres::config::SslMode::Require
+            } else {
+                tokio_postgres::config::SslMode::Prefer
+            });
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(
+                parsed.root_cert.as_deref(),
+            )?);
+            Manager::from_config(config, tls, manager_config)
+        }
+    };
+    Pool::builder(manager)
+        .max_size(pool_max.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .create_timeout(Some(Duration::from_secs(15)))
+        .build()
+        .map_err(|e| format!("cannot build the connection pool: {e}"))
+}
+
+impl PgBackend {
+    /// Opens the backend: parses the DSN, builds the pool, then performs readiness once
+    /// (docs/postgres.md#opening): server gate (PostgreSQL ≥ 12), serialised `auto_create` or
+    /// the existence check, and schema-feature detection.
+    ///
+    /// Errors are [`ExecutionError::InvalidArgument`] for bad options and
+    /// [`ExecutionError::Backend`] (operation `open`) otherwise; none carries the DSN or password.
+    pub async fn open(opts: PgOptions) -> Result<Self, ExecutionError> {
+        opts.limits.validate()?;
+        if opts.reclaim_batch_size == 0 {
+            return Err(ExecutionError::invalid(
+                "reclaim_batch_size must be a positive integer",
+            ));
+        }
+        let tables = TableNames::new(opts.tables.executions.clone(), opts.tables.attempts.clone())?;
+        validate_names(&tables)?;
+        let parsed = parse_dsn(&opts.dsn)
+            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m, &[]))?;
+        let secrets = parsed.secrets.clone();
+        let pool = build_pool(&parsed, opts.pool_max)
+            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m, &secrets))?;
+        let ready = async {
+            let mut conn = pool.get().await?;
+            let row = conn
+                .query_one(
+                    "SELECT current_setting('server_version'), \
+                     current_setting('server_version_num')::int",
+                    &[],
+                )
+                .await?;
+            let server = ServerInfo {
+                version_string: row.try_get(0)?,
+                version_num: row.try_get(1)?,
+            };
+            if server.version_num < MIN_SERVER_VERSION_NUM {
+                return Err(OpError::Domain(backend_error(
+                    "open",
+                    ConnectorKind::Misconfigured,
+                    &format!(
+                        "unsupported server: PostgreSQL {} (12 or newer required)",
+                        server.version_string
+                    ),
+                    &[],
+                )));
+            }
+            let client: &mut tokio_postgres::Client = &mut conn;
+            let report = ensure_schema(client, &tables, opts.auto_create).await?;
+            Ok::<_, OpError>((server, report))
+        }
+        .await;
+        let (server, report) = match ready {
+            Ok(v) => v,
+            Err(e) => {
+                pool.close();
+                return Err(into_execution_error(e, "open", &secrets));
+            }
+        };
+        let sql = crate::sql::Statements::new(&tables, opts.reclaim_batch_size);
+        Ok(PgBackend {
+            inner: Arc::new(Inner {
+                pool,
+                names: tables,
+                limits: opts.limits,
+                reclaim_batch_size: opts.reclaim_batch_size,
+                clock: opts.clock,
+                server,
+                secrets,
+                report,
+                sql,
+            }),
+        })
+    }
+
+    /// Creates the table pair if missing (the CLI's `onestep migrate`), then closes. Equivalent to
+    /// opening with `auto_create = true`. Returns what was created.
+    pub async fn migrate(mut opts: PgOptions) -> Result<SchemaReport, ExecutionError> {
+        opts.auto_create = true;
+        opts.pool_max = 1;
+        let backend = PgBackend::open(opts).await?;
+        let report = backend.inner.report.clone();
+        backend.close().await?;
+        Ok(report)
+    }
+
+    /// Closes the pool (connections are dropped as they come back).
+    pub async fn close(&self) -> Result<(), ExecutionError> {
+        self.inner.pool.close();
+        Ok(())
+    }
+
+    /// The server identity read at open.
+    pub fn server(&self) -> &ServerInfo {
+        &self.inner.server
+    }
+
+    /// The schema features detected at open and the tables created by it.
+    pub fn schema_report(&self) -> &SchemaReport {
+        &self.inner.report
+    }
+
+    /// The table pair.
+    pub fn tables(&self) -> &TableNames {
+        &self.inner.names
+    }
+
+    /// The per-claim cap of each maintenance step.
+    pub fn reclaim_batch_size(&self) -> u32 {
+        self.inner.reclaim_batch_size
+    }
+
+    /// The session state of a pooled connection (time zone, isolation, backend pid); for
+    /// diagnostics and tests of the session pinning (docs/semantics.md#sessions).
+    pub async fn session_state(&self) -> Result<SessionState, ExecutionError> {
+        let r = async {
+            let conn = self.conn().await?;
+            let row = conn
+                .query_one(
+                    "SELECT current_setting('TimeZone'), \
+                     current_setting('transaction_isolation'), pg_backend_pid()",
+                    &[],
+                )
+                .await?;
+            Ok::<_, OpError>(SessionState {
+                time_zone: row.try_get(0)?,
+                isolation: row.try_get(1)?,
+                backend_pid: row.try_get(2)?,
+            })
+        }
+        .await;
+        r.map_err(|e| self.error(e, "session"))
+    }
+
+    /// The pool, for this crate's integration tests that inspect the tables directly (feature
+    /// `test-support`; not part of the supported API).
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
+    pub fn test_pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// "Now" for one transaction (docs/semantics.md#time), truncated to microseconds.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        truncate_micros(self.inner.clock.now())
+    }
+
+    pub(crate) fn sql(&self) -> &crate::sql::Statements {
+        &self.inner.sql
+    }
+
+    /// A pooled connection.
+    pub(crate) async fn conn(&self) -> OpResult<deadpool_postgres::Object> {
+        Ok(self.inner.pool.get().await?)
+    }
+
+    /// Runs a whole-transaction `attempt` with bounded, jittered retries of the failures that
+    /// are safe to repeat ([`is_retryable_before_commit`]), and maps the final error.
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        attempt: F,
+    ) -> Result<T, ExecutionError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = OpResult<T>>,
+    {
+        self.retry_raw(attempt)
+            .await
+            .map_err(|e| self.error(e, operation))
+    }
+
+    pub(crate) async fn retry_raw<T, F, Fut>(&self, mut attempt: F) -> OpResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = OpResult<T>>,
+    {
+        const MAX_TRIES: u32 = 6;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            match attempt().await {
+                Err(e) if tries < MAX_TRIES && is_retryable_before_commit(&e) => {
+                    tracing::debug!(tries, error = ?e, "retrying a postgres transaction");
+                    let base = Duration::from_millis(5).saturating_mul(1 << (tries - 1).min(6));
+                    let jitter: f64 = rand::rng().random_range(0.5..1.5);
+                    tokio::time::sleep(base.min(Duration::from_millis(200)).mul_f64(jitter)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    pub(crate) fn error(&self, e: OpError, operation: &'static str) -> ExecutionError {
+        into_execution_error(e, operation, &self.inner.secrets)
+    }
+}
+
+/// Commits, telling an ambiguous outcome (connection lost during COMMIT) apart from a failure
+/// that certainly rolled back.
+pub(crate) async fn commit(tx: deadpool_postgres::Transaction<'_>) -> OpResult<()> {
+    match tx.commit().await {
+        Ok(()) => Ok(()),
+        Err(e) if e.code().is_none() && classify(&e) == ConnectorKind::Disconnected => {
+            Err(OpError::CommitUnknown(db_message(&e)))
+        }
+        Err(e) => Err(OpError::Db(e)),
+    }
+}

@@ -1,0 +1,413 @@
+//! Client operations (docs/semantics.md#client-operations): submit (race-safe idempotency
+//! through `ON CONFLICT DO NOTHING`, ambiguous-commit resolution), submit_many (one
+//! transaction, one array-bound INSERT), get, list (keyset paging) and cancel.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage, ExecutionStatus};
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use crate::backend::{PgBackend, commit};
+use crate::errors::{OpError, OpResult, backend_error};
+use crate::json_text::to_text;
+use crate::rows::{EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, decode_execution};
+
+/// The execution just inserted, with the payload and metadata exactly as submitted (the
+/// stored `jsonb` holds the same values; its number texts may differ, see
+/// docs/postgres.md#json-numbers).
+fn as_submitted(mut x: Execution, sub: &PreparedSubmission) -> Result<Execution, ExecutionError> {
+    x.payload =
+        onestep_core::codec::decode_value(&sub.payload).map_err(ExecutionError::Encoding)?;
+    if let serde_json::Value::Object(m) =
+        onestep_core::codec::decode_value(&sub.metadata).map_err(ExecutionError::Encoding)?
+    {
+        x.metadata = m;
+    }
+    Ok(x)
+}
+
+/// How a submission relates to what the table holds.
+enum Lookup {
+    /// The row with this submission's id exists (it was committed).
+    Inserted(Execution),
+    /// Another row holds the key with the same digest (idempotent replay).
+    Replay(Execution),
+    /// Another row holds the key with a different digest.
+    Conflict(Uuid),
+    /// Neither id nor key found.
+    Absent,
+}
+
+impl Lookup {
+    fn outcome(self) -> Option<Result<Execution, ExecutionError>> {
+        match self {
+            Lookup::Inserted(x) | Lookup::Replay(x) => Some(Ok(x)),
+            Lookup::Conflict(existing_id) => Some(Err(ExecutionError::Conflict { existing_id })),
+            Lookup::Absent => None,
+        }
+    }
+}
+
+/// Rounds of [`PgBackend::write_resolving_ambiguity`] before it gives up.
+const AMBIGUOUS_ROUNDS: usize = 3;
+
+/// Rows per INSERT statement of `submit_many`.
+const INSERT_CHUNK: usize = 1000;
+
+impl PgBackend {
+    pub(crate) async fn select_by_id<C: GenericClient>(
+        &self,
+        c: &C,
+        id: Uuid,
+        namespace: Option<&str>,
+    ) -> OpResult<Option<Execution>> {
+        let row = match namespace {
+            Some(ns) => {
+                let st = c.prepare_cached(&self.sql().by_id_ns).await?;
+                c.query_opt(&st, &[&id, &ns]).await?
+            }
+            None => {
+                let st = c.prepare_cached(&self.sql().by_id).await?;
+                c.query_opt(&st, &[&id]).await?
+            }
+        };
+        Ok(row.as_ref().map(decode_execution).transpose()?)
+    }
+
+    async fn lookup<C: GenericClient>(&self, c: &C, sub: &PreparedSubmission) -> OpResult<Lookup> {
+        if let Some(e) = self.select_by_id(c, sub.id, Some(&sub.namespace)).await? {
+            return Ok(Lookup::Inserted(e));
+        }
+        let Some(key) = &sub.idempotency_key else {
+            return Ok(Lookup::Absent);
+        };
+        let st = c.prepare_cached(&self.sql().by_key).await?;
+        let Some(row) = c
+            .query_opt(&st, &[&sub.namespace, &sub.task_name, key])
+            .await?
+        else {
+            return Ok(Lookup::Absent);
+        };
+        let digest: Option<String> = row
+            .try_get(EXECUTION_COLUMN_COUNT)
+            .map_err(|e| ExecutionError::Encoding(format!("submission_digest: {e}")))?;
+        let existing = decode_execution(&row)?;
+        if digest.as_deref() == Some(sub.digest.as_str()) {
+            Ok(Lookup::Replay(existing))
+        } else {
+            Ok(Lookup::Conflict(existing.id))
+        }
+    }
+
+    async fn submit_once(&self, sub: &PreparedSubmission) -> OpResult<Execution> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let available_at = now + sub.delay;
+        let digest = sub.idempotency_key.as_ref().map(|_| sub.digest.clone());
+        let st = tx.prepare_cached(&self.sql().insert_one).await?;
+        let row = tx
+            .query_opt(
+                &st,
+                &[
+                    &sub.id,
+                    &sub.namespace,
+                    &sub.task_name,
+                    &to_text(&sub.payload),
+                    &to_text(&sub.metadata),
+                    &sub.idempotency_key,
+                    &digest,
+                    &available_at,
+                    &now,
+                    &sub.expires_at,
+                ],
+            )
+            .await?;
+        let out = match row {
+            Some(row) => as_submitted(decode_execution(&row)?, sub)?,
+            // The id or the key is taken (the holder has committed: ON CONFLICT waits for it).
+            None => match self.lookup(&tx, sub).await? {
+                Lookup::Inserted(x) | Lookup::Replay(x) => x,
+                Lookup::Conflict(existing_id) => {
+                    return Err(ExecutionError::Conflict { existing_id }.into());
+                }
+                Lookup::Absent => {
+                    return Err(OpError::Domain(backend_error(
+                        "submit",
+                        ConnectorKind::Transient,
+                        "the row holding this submission's id or key vanished; retry",
+                        &[],
+                    )));
+                }
+            },
+        };
+        commit(tx).await?;
+        Ok(out)
+    }
+
+    /// Runs `write` (one whole transaction) with the retry policy. After an ambiguous commit,
+    /// `reread` decides: `Some` is the outcome, `None` means nothing was committed and `write`
+    /// runs again, at most [`AMBIGUOUS_ROUNDS`] times in all.
+    async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
+        &self,
+        what: &'static str,
+        write: W,
+        reread: R,
+    ) -> Result<T, ExecutionError>
+    where
+        W: Fn() -> WFut,
+        WFut: std::future::Future<Output = OpResult<T>>,
+        R: Fn() -> RFut,
+        RFut:
+            std::future::Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
+    {
+        for _ in 0..AMBIGUOUS_ROUNDS {
+            match self.retry_raw(&write).await {
+                Err(OpError::CommitUnknown(e)) => {
+                    tracing::warn!(error = %e, "{what} commit outcome unknown; re-reading");
+                    if let Some(outcome) = reread().await? {
+                        return outcome;
+                    }
+                }
+                other => return other.map_err(|e| self.error(e, "submit")),
+            }
+        }
+        Err(self.error(
+            OpError::CommitUnknown("repeated ambiguous commits".into()),
+            "submit",
+        ))
+    }
+
+    /// Submit (docs/semantics.md#submit-and-idempotency).
+    pub(crate) async fn submit_impl(
+        &self,
+        sub: PreparedSubmission,
+    ) -> Result<Execution, ExecutionError> {
+        self.write_resolving_ambiguity(
+            "submit",
+            || self.submit_once(&sub),
+            || async {
+                let found = self
+                    .run("submit", || async {
+                        let conn = self.conn().await?;
+                        self.lookup(&conn, &sub).await
+                    })
+                    .await?;
+                Ok(found.outcome())
+            },
+        )
+        .await
+    }
+
+    async fn submit_many_once(
+        &self,
+        subs: &[PreparedSubmission],
+    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        // Insert in key order so that concurrent batches take unique-index entries in the same
+        // order (fewer deadlocks); results are matched back by id.
+        let mut order: Vec<&PreparedSubmission> = subs.iter().collect();
+        order.sort_by(|a, b| {
+            (&a.task_name, &a.idempotency_key).cmp(&(&b.task_name, &b.idempotency_key))
+        });
+        let st = tx.prepare_cached(&self.sql().insert_many).await?;
+        for chunk in order.chunks(INSERT_CHUNK) {
+            let ids: Vec<Uuid> = chunk.iter().map(|s| s.id).collect();
+            let ns: Vec<&str> = chunk.iter().map(|s| s.namespace.as_str()).collect();
+            let tasks: Vec<&str> = chunk.iter().map(|s| s.task_name.as_str()).collect();
+            let payloads: Vec<String> = chunk.iter().map(|s| to_text(&s.payload)).collect();
+            let metas: Vec<String> = chunk.iter().map(|s| to_text(&s.metadata)).collect();
+            let keys: Vec<Option<&str>> =
+                chunk.iter().map(|s| s.idempotency_key.as_deref()).collect();
+            let digests: Vec<Option<&str>> = chunk
+                .iter()
+                .map(|s| s.idempotency_key.as_ref().map(|_| s.digest.as_str()))
+                .collect();
+            let avail: Vec<DateTime<Utc>> = chunk.iter().map(|s| now + s.delay).collect();
+            let exp: Vec<Option<DateTime<Utc>>> = chunk.iter().map(|s| s.expires_at).collect();
+            tx.execute(
+                &st,
+                &[
+                    &ids, &ns, &tasks, &payloads, &metas, &keys, &digests, &avail, &exp, &now,
+                ],
+            )
+            .await?;
+        }
+        let results = self.resolve_batch(&tx, subs).await?;
+        let out = results
+            .into_iter()
+            .zip(subs)
+            .map(|(r, s)| {
+                r.ok_or_else(|| {
+                    ExecutionError::Encoding(format!("submitted execution {} not found", s.id))
+                })
+                .and_then(|x| x)
+            })
+            .collect();
+        commit(tx).await?;
+        Ok(out)
+    }
+
+    /// Per submission: the row by id, else the key holder (replay or conflict), else `None`.
+    async fn resolve_batch<C: GenericClient>(
+        &self,
+        c: &C,
+        subs: &[PreparedSubmission],
+    ) -> OpResult<Vec<Option<Result<Execution, ExecutionError>>>> {
+        let mut by_id: HashMap<Uuid, Execution> = HashMap::new();
+        let st = c.prepare_cached(&self.sql().by_ids).await?;
+        for chunk in subs.chunks(INSERT_CHUNK) {
+            let ids: Vec<Uuid> = chunk.iter().map(|s| s.id).collect();
+            for row in c.query(&st, &[&ids]).await? {
+                let e = decode_execution(&row)?;
+                by_id.insert(e.id, e);
+            }
+        }
+        let mut out = Vec::with_capacity(subs.len());
+        for s in subs {
+            if let Some(e) = by_id.get(&s.id) {
+                out.push(Some(Ok(e.clone())));
+                continue;
+            }
+            out.push(self.lookup(c, s).await?.outcome());
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn submit_many_impl(
+        &self,
+        subs: Vec<PreparedSubmission>,
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        if subs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write_resolving_ambiguity(
+            "submit_many",
+            || self.submit_many_once(&subs),
+            || async {
+                let resolved = self
+                    .run("submit", || async {
+                        let conn = self.conn().await?;
+                        self.resolve_batch(&conn, &subs).await
+                    })
+                    .await?;
+                if resolved.iter().all(Option::is_some) {
+                    Ok(Some(Ok(resolved.into_iter().flatten().collect())))
+                } else {
+                    Ok(None)
+                }
+            },
+        )
+        .await
+    }
+
+    pub(crate) async fn get_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Execution>, ExecutionError> {
+        self.run("get", || async {
+            let conn = self.conn().await?;
+            self.select_by_id(&conn, id, Some(namespace)).await
+        })
+        .await
+    }
+
+    pub(crate) async fn list_impl(
+        &self,
+        namespace: &str,
+        filter: &ListFilter,
+    ) -> Result<ExecutionPage, ExecutionError> {
+        let limit = filter.limit as usize;
+        let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+        let status = filter.status.map(|s| s.as_str().to_owned());
+        let cursor = filter.after.as_ref().map(|c| (c.created_at, c.id));
+        let rows = self
+            .run("list", || async {
+                let mut sql = format!(
+                    "SELECT {EXECUTION_COLUMNS} FROM {} WHERE namespace = $1",
+                    self.sql().t
+                );
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&namespace];
+                if let Some(t) = &filter.task_name {
+                    params.push(t);
+                    sql.push_str(&format!(" AND task_name = ${}", params.len()));
+                }
+                if let Some(s) = &status {
+                    params.push(s);
+                    sql.push_str(&format!(" AND status = ${}", params.len()));
+                }
+                if let Some((created_at, id)) = &cursor {
+                    params.push(created_at);
+                    let n = params.len();
+                    params.push(id);
+                    sql.push_str(&format!(
+                        " AND (created_at < ${n} OR (created_at = ${n} AND id < ${}))",
+                        n + 1
+                    ));
+                }
+                params.push(&fetch);
+                sql.push_str(&format!(
+                    " ORDER BY created_at DESC, id DESC LIMIT ${}",
+                    params.len()
+                ));
+                let conn = self.conn().await?;
+                let st = conn.prepare_cached(&sql).await?;
+                Ok(conn.query(&st, &params).await?)
+            })
+            .await?;
+        let items = rows
+            .iter()
+            .map(decode_execution)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ExecutionPage::from_overfetched(items, limit))
+    }
+
+    async fn cancel_once(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> OpResult<Option<Execution>> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let st = tx.prepare_cached(&self.sql().by_id_ns_lock).await?;
+        let Some(row) = tx.query_opt(&st, &[&id, &namespace]).await? else {
+            let _ = tx.rollback().await;
+            return Ok(None);
+        };
+        let current = decode_execution(&row)?;
+        let sql = match current.status {
+            ExecutionStatus::Queued | ExecutionStatus::Retrying => &self.sql().cancel_queued,
+            ExecutionStatus::Running => &self.sql().cancel_running,
+            _ => {
+                commit(tx).await?;
+                return Ok(Some(current));
+            }
+        };
+        let st = tx.prepare_cached(sql).await?;
+        let row = tx.query_opt(&st, &[&reason, &now, &id]).await?;
+        let updated = row.as_ref().map(decode_execution).transpose()?;
+        commit(tx).await?;
+        Ok(updated)
+    }
+
+    pub(crate) async fn cancel_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> Result<Option<Execution>, ExecutionError> {
+        self.run("cancel", || {
+            self.cancel_once(namespace, id, reason.as_deref())
+        })
+        .await
+    }
+}

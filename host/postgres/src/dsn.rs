@@ -1,0 +1,262 @@
+//! DSN parsing (docs/postgres.md#dsn-and-tls): SQLAlchemy-style URLs (`postgres://`,
+//! `postgresql://`, `postgresql+psycopg://`, `postgresql+asyncpg://`, any
+//! `postgresql+<driver>://`) mapped to `tokio_postgres::Config` plus the TLS mode, and
+//! redaction of secrets in every message that could carry them.
+
+use std::time::Duration;
+
+/// Maximum length of a redacted message (docs/semantics.md#sessions: cut to 500 characters).
+pub const MAX_MESSAGE_CHARS: usize = 500;
+
+/// The query parameters a DSN may carry.
+pub const ALLOWED_PARAMS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "connect_timeout",
+    "application_name",
+];
+
+/// How the connection uses TLS (the DSN's `sslmode`; docs/postgres.md#dsn-and-tls).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMode {
+    /// No TLS (`sslmode=disable`, or no `sslmode`).
+    Disable,
+    /// TLS when the server offers it, plain otherwise (`allow`, `prefer`).
+    Prefer,
+    /// TLS required, the server certificate verified (`require`, `verify-ca`, `verify-full`).
+    Require,
+}
+
+/// A parsed DSN plus the secrets that must never appear in messages.
+#[derive(Clone)]
+pub struct ParsedDsn {
+    /// Driver configuration (without TLS, which [`Self::tls`] describes).
+    pub config: tokio_postgres::Config,
+    /// The TLS mode.
+    pub tls: TlsMode,
+    /// A PEM file of extra trusted roots (`sslrootcert`).
+    pub root_cert: Option<String>,
+    /// The database named by the URL path.
+    pub database: String,
+    /// Strings to redact (password, `user:password`, the whole DSN).
+    pub secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for ParsedDsn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParsedDsn")
+            .field("database", &self.database)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `scheme` names PostgreSQL (`postgres`, `postgresql`, `postgresql+<driver>`).
+pub fn is_postgres_scheme(scheme: &str) -> bool {
+    scheme == "postgres" || scheme == "postgresql" || scheme.starts_with("postgresql+")
+}
+
+/// Parses `dsn`. Errors are messages that never contain the password.
+pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, String> {
+    let dsn = dsn.trim();
+    if dsn.is_empty() {
+        return Err("dsn must be a non-empty string".into());
+    }
+    let secrets = secrets_of(dsn);
+    let fail = |m: String| redact(&m, &secrets);
+    let Some((scheme, rest)) = dsn.split_once("://") else {
+        return Err("dsn must be a postgresql:// URL".into());
+    };
+    if !is_postgres_scheme(scheme) {
+        return Err(fail(format!(
+            "unsupported dsn scheme '{scheme}' (expected postgresql://, postgres:// or \
+             postgresql+<driver>://)"
+        )));
+    }
+    let url = url::Url::parse(&format!("postgresql://{rest}"))
+        .map_err(|e| fail(format!("invalid postgresql dsn: {e}")))?;
+    let mut config = tokio_postgres::Config::new();
+    config.host(
+        url.host_str()
+            .filter(|h| !h.is_empty())
+            .unwrap_or("localhost"),
+    );
+    config.port(url.port().unwrap_or(5432));
+    let user = percent_decode(url.username());
+    config.user(if user.is_empty() { "postgres" } else { &user });
+    if let Some(p) = url.password() {
+        config.password(percent_decode(p));
+    }
+    let database = percent_decode(url.path().trim_start_matches('/'));
+    if database.is_empty() || database.contains('/') {
+        return Err(fail(
+            "the dsn must name a database (postgresql://user@host/<database>)".into(),
+        ));
+    }
+    config.dbname(&database);
+    config.application_name("onestep");
+    // docs/semantics.md#sessions: every session runs in UTC and READ COMMITTED.
+    config.options("-c TimeZone=UTC -c default_transaction_isolation=read\\ committed");
+    config.connect_timeout(Duration::from_secs(10));
+    let mut tls = TlsMode::Disable;
+    let mut root_cert = None;
+    for (k, v) in url.query_pairs() {
+        match k.as_ref() {
+            "sslmode" => {
+                tls = match v.as_ref() {
+                    "disable" => TlsMode::Disable,
+                    "allow" | "prefer" => TlsMode::Prefer,
+                    "require" | "verify-ca" | "verify-full" => TlsMode::Require,
+                    other => {
+                        return Err(fail(format!(
+                            "unsupported sslmode '{other}' (allowed: disable, allow, prefer, \
+                             require, verify-ca, verify-full)"
+                        )));
+                    }
+                }
+            }
+            "sslrootcert" => root_cert = Some(v.into_owned()),
+            "connect_timeout" => {
+                let s: u64 = v.parse().map_err(|_| {
+                    fail(format!(
+                        "connect_timeout must be a whole number of seconds, got '{v}'"
+                    ))
+                })?;
+                config.connect_timeout(Duration::from_secs(s.max(1)));
+            }
+            "application_name" => {
+                config.application_name(v.as_ref());
+            }
+            other => {
+                return Err(fail(format!(
+                    "unsupported dsn parameter '{other}' (allowed: {})",
+                    ALLOWED_PARAMS.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(ParsedDsn {
+        config,
+        tls,
+        root_cert,
+        database,
+        secrets,
+    })
+}
+
+/// The secrets contained in a DSN: the raw and percent-decoded password, `user:password`, and the
+/// DSN itself.
+fn secrets_of(dsn: &str) -> Vec<String> {
+    let mut out = vec![dsn.to_owned()];
+    if let Some((_, rest)) = dsn.split_once("://")
+        && let Some((userinfo, _)) = rest.rsplit_once('@')
+    {
+        out.push(userinfo.to_owned());
+        if let Some((_, pass)) = userinfo.split_once(':')
+            && !pass.is_empty()
+        {
+            out.push(pass.to_owned());
+            let decoded = percent_decode(pass);
+            if decoded != pass {
+                out.push(decoded);
+            }
+        }
+    }
+    // Longest first so that `user:password` is replaced before `password`.
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex_val(bytes[i + 1]), hex_val(bytes[i + 2]))
+        {
+            out.push(h * 16 + l);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
+}
+
+/// Replaces every secret with `<redacted>` and cuts the message to [`MAX_MESSAGE_CHARS`].
+pub fn redact(message: &str, secrets: &[String]) -> String {
+    let mut m = message.to_owned();
+    for s in secrets {
+        if !s.is_empty() {
+            m = m.replace(s.as_str(), "<redacted>");
+        }
+    }
+    if m.chars().count() > MAX_MESSAGE_CHARS {
+        m = m.chars().take(MAX_MESSAGE_CHARS).collect();
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_sqlalchemy_schemes_and_tls_modes() {
+        for (dsn, tls) in [
+            ("postgres://u:p@127.0.0.1:5433/db", TlsMode::Disable),
+            (
+                "postgresql+psycopg://u:p@127.0.0.1:5433/db?sslmode=require",
+                TlsMode::Require,
+            ),
+            (
+                "postgresql+asyncpg://u:p@127.0.0.1:5433/db?sslmode=prefer",
+                TlsMode::Prefer,
+            ),
+            (
+                "postgresql://u@127.0.0.1:5433/db?sslmode=verify-full",
+                TlsMode::Require,
+            ),
+        ] {
+            let p = parse_dsn(dsn).unwrap();
+            assert_eq!(p.config.get_ports(), &[5433]);
+            assert_eq!(p.database, "db");
+            assert_eq!(p.tls, tls, "{dsn}");
+        }
+    }
+
+    #[test]
+    fn errors_never_carry_the_password() {
+        for (dsn, needle) in [
+            (
+                "postgresql://u:s3cr3t@h/db?sslmode=bogus",
+                "unsupported sslmode 'bogus'",
+            ),
+            (
+                "postgresql://u:s3cr3t@h/db?foo=1",
+                "unsupported dsn parameter 'foo'",
+            ),
+            ("postgresql://u:s3cr3t@h/", "must name a database"),
+            ("mysql://u:s3cr3t@h/db", "unsupported dsn scheme 'mysql'"),
+        ] {
+            let e = parse_dsn(dsn).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+            assert!(!e.contains("s3cr3t"), "{e}");
+        }
+    }
+
+    #[test]
+    fn percent_encoded_passwords_are_decoded_and_redacted() {
+        let p = parse_dsn("postgresql://u:p%40ss@h/db").unwrap();
+        assert_eq!(p.config.get_password(), Some(&b"p@ss"[..]));
+        assert_eq!(redact("x p@ss y", &p.secrets), "x <redacted> y");
+    }
+}

@@ -1,0 +1,42 @@
+//! onestep-postgres: the PostgreSQL storage backend of tracked execution, on `tokio-postgres`
+//! with a `deadpool-postgres` pool (docs/postgres.md).
+//!
+//! It owns every PostgreSQL statement of the product: the table DDL, compatible with the
+//! reference's PostgreSQL tables, and schema readiness under `pg_advisory_xact_lock`
+//! ([`schema`]), DSN handling, TLS modes and secret redaction ([`dsn`]), error classification
+//! by SQLSTATE ([`errors`]), the client operations (submit, submit_many, get, list, cancel) and
+//! the worker operations (claim with bounded maintenance, heartbeat one lease or a set, the
+//! cancel poll, complete, complete_many, release), the readiness probe and the benchmark
+//! figures ([`probes`]). One type, [`PgBackend`], implements
+//! [`onestep_core::ports::ExecutionStore`], [`onestep_core::ports::LeaseStore`],
+//! [`onestep_core::ports::Readiness`] and [`onestep_core::ports::StoreStats`].
+//!
+//! Invariants:
+//! * "now" is the injected clock, read once per transaction; the database clock is never used.
+//!   Instants are `timestamptz`, bound and read as UTC.
+//! * Every worker write is fenced by the lease token (and status and lease validity); zero
+//!   matched rows is [`onestep_core::ExecutionError::StaleLease`], and the transaction (or the
+//!   item's savepoint) is rolled back at once.
+//! * Every session runs with `TimeZone=UTC` and `default_transaction_isolation=read committed`
+//!   (startup options, so they survive every reuse of a pooled connection).
+//! * Serialization failures, deadlocks, lock timeouts, cancelled statements and connection
+//!   losses before COMMIT are retried with bounded backoff; an ambiguous submit commit is
+//!   resolved by re-reading through the id and the idempotency key.
+//! * Error messages never carry the DSN or the password.
+
+pub mod backend;
+mod client_ops;
+pub mod dsn;
+pub mod errors;
+pub mod json_text;
+pub mod probes;
+pub mod rows;
+pub mod schema;
+pub mod scratch;
+mod sql;
+mod store_impl;
+mod worker_ops;
+
+pub use backend::{PgBackend, PgOptions, ServerInfo, SessionState};
+pub use schema::{SchemaFeatures, SchemaReport};
+pub use scratch::ScratchDatabase;

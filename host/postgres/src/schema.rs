@@ -1,0 +1,268 @@
+//! Table DDL and schema readiness (docs/postgres.md#schema): the reference's PostgreSQL tables
+//! (native `uuid`, `jsonb`, `timestamptz`, partial claim/lease/idempotency indexes), plus one
+//! compatible addition, and `auto_create` serialised with `pg_advisory_xact_lock` on the same
+//! key the reference takes, so that our creators and the reference's wait for each other.
+//!
+//! The addition is `ix_<T>_expiry (expires_at, id) WHERE status IN ('queued','retrying') AND
+//! expires_at IS NOT NULL`, the index of the expiry maintenance (T5). Tables created by the
+//! reference lack it; T5 then reads the live rows of the partial claim index instead, which
+//! still never walks finished history.
+
+use onestep_core::names::{TableNames, derived_name, validate_identifier};
+use sha2::{Digest, Sha256};
+
+use crate::errors::{OpError, OpResult, backend_error};
+
+/// PostgreSQL's identifier length limit (NAMEDATALEN - 1).
+pub const PG_NAME_LIMIT: usize = 63;
+
+/// Which optional schema additions the opened tables have (detected once at open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SchemaFeatures {
+    /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
+    pub expiry_index: bool,
+}
+
+/// What readiness did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchemaReport {
+    /// Tables created by this call, executions first.
+    pub created: Vec<String>,
+    /// Detected schema features.
+    pub features: SchemaFeatures,
+}
+
+/// Validates both table names against PostgreSQL's 63-character limit (TableNames already
+/// checked the identifier shape).
+pub fn validate_names(names: &TableNames) -> Result<(), onestep_core::ExecutionError> {
+    validate_identifier("executions_table", &names.executions, PG_NAME_LIMIT)?;
+    validate_identifier("attempts_table", &names.attempts, PG_NAME_LIMIT)
+}
+
+fn derived(table: &str, prefix: &str, suffix: &str) -> String {
+    derived_name(prefix, table, suffix, PG_NAME_LIMIT)
+}
+
+/// Index and constraint names, derived from the table names with PostgreSQL's limit.
+pub fn ix_expiry(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "expiry")
+}
+
+/// `"name"`: a validated identifier, quoted.
+pub fn q(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The advisory-lock key of a table pair: the first 8 bytes (big-endian, signed) of the
+/// SHA-256 of `executions NUL attempts`, the key the reference's table creation takes.
+pub fn pair_lock_key(names: &TableNames) -> i64 {
+    let digest = Sha256::digest(format!("{}\0{}", names.executions, names.attempts).as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+/// `CREATE TABLE` + `CREATE INDEX` statements for the executions table.
+pub fn executions_ddl(names: &TableNames) -> Vec<String> {
+    let t = &names.executions;
+    let qt = q(t);
+    vec![
+        format!(
+            "CREATE TABLE {qt} (\n\
+  id UUID NOT NULL,\n\
+  namespace VARCHAR(255) NOT NULL,\n\
+  task_name VARCHAR(255) NOT NULL,\n\
+  status VARCHAR(32) NOT NULL,\n\
+  payload JSONB NOT NULL,\n\
+  metadata JSONB DEFAULT '{{}}' NOT NULL,\n\
+  result JSONB,\n\
+  error JSONB,\n\
+  idempotency_key VARCHAR(255),\n\
+  submission_digest VARCHAR(64),\n\
+  attempts INTEGER DEFAULT '0' NOT NULL,\n\
+  available_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  lease_token UUID,\n\
+  lease_expires_at TIMESTAMP WITH TIME ZONE,\n\
+  worker_id VARCHAR(255),\n\
+  cancel_reason VARCHAR(500),\n\
+  cancel_requested_at TIMESTAMP WITH TIME ZONE,\n\
+  expires_at TIMESTAMP WITH TIME ZONE,\n\
+  created_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  updated_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  started_at TIMESTAMP WITH TIME ZONE,\n\
+  finished_at TIMESTAMP WITH TIME ZONE,\n\
+  version BIGINT DEFAULT '0' NOT NULL,\n\
+  PRIMARY KEY (id),\n\
+  CONSTRAINT ck_onestep_execution_status CHECK (status IN ('queued', 'running', 'retrying', 'succeeded', 'failed', 'cancel_requested', 'cancelled', 'expired')),\n\
+  CONSTRAINT ck_onestep_execution_idempotency CHECK ((idempotency_key IS NULL AND submission_digest IS NULL) OR (idempotency_key IS NOT NULL AND submission_digest IS NOT NULL))\n\
+)"
+        ),
+        format!(
+            "CREATE UNIQUE INDEX {} ON {qt} (namespace, task_name, idempotency_key) \
+             WHERE idempotency_key IS NOT NULL",
+            q(&derived(t, "uq_", "idempotency"))
+        ),
+        format!(
+            "CREATE INDEX {} ON {qt} (namespace, task_name, available_at, created_at, id) \
+             WHERE status IN ('queued', 'retrying')",
+            q(&derived(t, "ix_", "claim"))
+        ),
+        format!(
+            "CREATE INDEX {} ON {qt} (lease_expires_at, id) \
+             WHERE status IN ('running', 'cancel_requested')",
+            q(&derived(t, "ix_", "lease"))
+        ),
+        format!(
+            "CREATE INDEX {} ON {qt} (namespace, created_at DESC, id DESC)",
+            q(&derived(t, "ix_", "list"))
+        ),
+        format!(
+            "CREATE INDEX {} ON {qt} (expires_at, id) \
+             WHERE status IN ('queued', 'retrying') AND expires_at IS NOT NULL",
+            q(&ix_expiry(names))
+        ),
+    ]
+}
+
+/// `CREATE TABLE` + `CREATE INDEX` statements for the attempts table.
+pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
+    let a = &names.attempts;
+    vec![
+        format!(
+            "CREATE TABLE {qa} (\n\
+  id UUID NOT NULL,\n\
+  execution_id UUID NOT NULL,\n\
+  attempt_no INTEGER NOT NULL,\n\
+  lease_token UUID NOT NULL,\n\
+  worker_id VARCHAR(255) NOT NULL,\n\
+  status VARCHAR(32) NOT NULL,\n\
+  error JSONB,\n\
+  started_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  heartbeat_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  finished_at TIMESTAMP WITH TIME ZONE,\n\
+  PRIMARY KEY (id),\n\
+  FOREIGN KEY(execution_id) REFERENCES {qt} (id) ON DELETE CASCADE,\n\
+  CONSTRAINT {uq} UNIQUE (execution_id, attempt_no),\n\
+  CONSTRAINT ck_onestep_attempt_status CHECK (status IN ('running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost'))\n\
+)",
+            qa = q(a),
+            qt = q(&names.executions),
+            uq = q(&derived(a, "uq_", "execution_attempt")),
+        ),
+        format!(
+            "CREATE INDEX {} ON {} (execution_id, attempt_no DESC)",
+            q(&derived(a, "ix_", "execution")),
+            q(a)
+        ),
+    ]
+}
+
+fn misconfigured(message: String) -> OpError {
+    OpError::Domain(backend_error(
+        "open",
+        onestep_core::ConnectorKind::Misconfigured,
+        &message,
+        &[],
+    ))
+}
+
+async fn table_exists<C: tokio_postgres::GenericClient>(c: &C, table: &str) -> OpResult<bool> {
+    let row = c
+        .query_one(
+            "SELECT count(*) FROM pg_catalog.pg_tables \
+             WHERE schemaname = current_schema() AND tablename = $1",
+            &[&table],
+        )
+        .await?;
+    Ok(row.try_get::<_, i64>(0)? > 0)
+}
+
+async fn index_exists<C: tokio_postgres::GenericClient>(c: &C, index: &str) -> OpResult<bool> {
+    let row = c
+        .query_one(
+            "SELECT count(*) FROM pg_catalog.pg_indexes \
+             WHERE schemaname = current_schema() AND indexname = $1",
+            &[&index],
+        )
+        .await?;
+    Ok(row.try_get::<_, i64>(0)? > 0)
+}
+
+/// Readiness (docs/postgres.md#schema) on one session: with `auto_create`, one transaction
+/// that takes the pair's advisory transaction lock and creates each missing table (executions
+/// first) with its indexes; without it, fail with `missing execution tables: a, b`. Then detect
+/// [`SchemaFeatures`].
+pub(crate) async fn ensure_schema(
+    client: &mut tokio_postgres::Client,
+    names: &TableNames,
+    auto_create: bool,
+) -> OpResult<SchemaReport> {
+    let mut created = Vec::new();
+    if auto_create {
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&pair_lock_key(names)])
+            .await?;
+        if !table_exists(&tx, &names.executions).await? {
+            for stmt in executions_ddl(names) {
+                tx.batch_execute(&stmt).await?;
+            }
+            created.push(names.executions.clone());
+        }
+        if !table_exists(&tx, &names.attempts).await? {
+            for stmt in attempts_ddl(names) {
+                tx.batch_execute(&stmt).await?;
+            }
+            created.push(names.attempts.clone());
+        }
+        tx.commit().await?;
+    } else {
+        let mut missing = Vec::new();
+        for table in [&names.executions, &names.attempts] {
+            if !table_exists(&*client, table).await? {
+                missing.push(table.clone());
+            }
+        }
+        if !missing.is_empty() {
+            return Err(misconfigured(format!(
+                "missing execution tables: {}",
+                missing.join(", ")
+            )));
+        }
+    }
+    let features = SchemaFeatures {
+        expiry_index: index_exists(&*client, &ix_expiry(names)).await?,
+    };
+    Ok(SchemaReport { created, features })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names_use_the_postgres_limit() {
+        let long = "e".repeat(63);
+        let names = TableNames::new(long.clone(), "a").unwrap();
+        let ix = ix_expiry(&names);
+        assert_eq!(ix.len(), 63);
+        assert!(ix.starts_with("ix_eeee"));
+        assert!(validate_names(&names).is_ok());
+        let too_long = TableNames::new("e".repeat(64), "a").unwrap();
+        let e = validate_names(&too_long).unwrap_err().to_string();
+        assert!(
+            e.contains("executions_table must be at most 63 characters"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn pair_lock_key_is_stable() {
+        // The same bytes the reference hashes: "onestep_executions\0onestep_execution_attempts".
+        let k = pair_lock_key(&TableNames::default());
+        assert_eq!(k, -4001340406995615597);
+        assert_ne!(
+            k,
+            pair_lock_key(&TableNames::new("x", "onestep_execution_attempts").unwrap())
+        );
+    }
+}

@@ -1,0 +1,149 @@
+//! Throw-away databases for tests and benchmarks: [`ScratchDatabase::create`] makes an empty
+//! database with a random name on a server and gives the DSN that names it;
+//! [`ScratchDatabase::drop_database`] removes it. Nothing else in the product creates or drops
+//! databases.
+
+use onestep_core::{ConnectorKind, ExecutionError};
+
+use crate::dsn::parse_dsn;
+use crate::errors::{OpError, backend_error, into_execution_error};
+
+/// An empty database created on a server, dropped by [`ScratchDatabase::drop_database`] (not
+/// on drop: dropping needs the server).
+pub struct ScratchDatabase {
+    server_dsn: String,
+    secrets: Vec<String>,
+    name: String,
+    dsn: String,
+}
+
+impl std::fmt::Debug for ScratchDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScratchDatabase")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` with its database replaced by `db` (scheme, credentials and query kept).
+fn with_database(url: &str, db: &str) -> Result<String, String> {
+    let (scheme, rest) = url
+        .trim()
+        .split_once("://")
+        .ok_or_else(|| "not a URL".to_owned())?;
+    let (base, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let authority = base.split('/').next().unwrap_or_default();
+    let mut out = format!("{scheme}://{authority}/{db}");
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    Ok(out)
+}
+
+async fn on_server(server_dsn: &str, sql: &str, op: &'static str) -> Result<(), ExecutionError> {
+    let parsed = parse_dsn(server_dsn)
+        .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m, &[]))?;
+    let secrets = parsed.secrets.clone();
+    let mut config = parsed.config.clone();
+    config.options("");
+    config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+    let run = async {
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        let task = tokio::spawn(connection);
+        let r = client.batch_execute(sql).await;
+        drop(client);
+        let _ = task.await;
+        r
+    };
+    run.await
+        .map_err(|e| into_execution_error(OpError::Db(e), op, &secrets))
+}
+
+impl ScratchDatabase {
+    /// Creates `<prefix><12 random hex digits>` over one connection to `server_url` (a DSN
+    /// whose database part, if any, is replaced by `postgres` for the maintenance connection).
+    /// The DSN of the new database keeps the scheme, credentials and query parameters of
+    /// `server_url`. Scratch connections never use TLS (tests and benchmarks on loopback).
+    pub async fn create(server_url: &str, prefix: &str) -> Result<Self, ExecutionError> {
+        if prefix.is_empty()
+            || !prefix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(ExecutionError::invalid(
+                "the scratch database prefix must be lower-case letters, digits and underscores",
+            ));
+        }
+        let op = "create_database";
+        let name = format!(
+            "{prefix}{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        let bad = |e: String| {
+            backend_error(
+                op,
+                ConnectorKind::Misconfigured,
+                &format!("invalid server URL: {e}"),
+                &[],
+            )
+        };
+        let server_dsn = with_database(server_url, "postgres").map_err(bad)?;
+        let dsn = with_database(server_url, &name).map_err(bad)?;
+        let secrets = parse_dsn(&server_dsn)
+            .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m, &[]))?
+            .secrets;
+        on_server(&server_dsn, &format!("CREATE DATABASE \"{name}\""), op).await?;
+        Ok(ScratchDatabase {
+            server_dsn,
+            secrets,
+            name,
+            dsn,
+        })
+    }
+
+    /// The DSN naming the new database.
+    pub fn dsn(&self) -> &str {
+        &self.dsn
+    }
+
+    /// The database name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Drops the database (`WITH (FORCE)`: connections still open to it are ended).
+    pub async fn drop_database(self) -> Result<(), ExecutionError> {
+        let _ = &self.secrets;
+        on_server(
+            &self.server_dsn,
+            &format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name),
+            "drop_database",
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_is_replaced_and_the_rest_kept() {
+        assert_eq!(
+            with_database("postgres://u:p@h:5432/", "x").unwrap(),
+            "postgres://u:p@h:5432/x"
+        );
+        assert_eq!(
+            with_database("postgresql+psycopg://u@h/old?sslmode=disable", "x").unwrap(),
+            "postgresql+psycopg://u@h/x?sslmode=disable"
+        );
+        assert_eq!(
+            with_database("postgres://h", "x").unwrap(),
+            "postgres://h/x"
+        );
+    }
+}

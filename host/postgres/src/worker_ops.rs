@@ -1,0 +1,575 @@
+//! Worker operations (docs/semantics.md#worker-operations, docs/postgres.md#statements): claim
+//! (bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read in claim-index order, then one
+//! statement that writes the leases and inserts the attempts), the set-based heartbeat, the
+//! cancel poll, complete, complete_many and release. Every write is fenced by the lease token,
+//! the status and the lease's validity; a fence that matches no row is
+//! [`ExecutionError::StaleLease`], and a refused write is rolled back at once (the whole
+//! transaction, or the item's savepoint in `complete_many`).
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Transaction};
+use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use onestep_core::plan::CompletionPlan;
+use onestep_core::request::{ClaimRequest, validate_lease_duration};
+use onestep_core::status::attempt_status_for;
+use onestep_core::time::add_seconds;
+use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
+use uuid::Uuid;
+
+use crate::backend::{PgBackend, commit};
+use crate::errors::{OpError, OpResult};
+use crate::rows::{EXECUTION_COLUMN_COUNT, decode_execution, error_text};
+
+/// A row locked by `complete_many`: the execution, its lease token and lease expiry.
+type Locked = (Execution, Option<Uuid>, Option<DateTime<Utc>>);
+
+/// Most leases bound in one heartbeat or cancel-poll statement.
+const MAX_LEASES_PER_STATEMENT: usize = 1000;
+
+fn stale(reason: StaleReason) -> OpError {
+    OpError::Domain(ExecutionError::StaleLease(reason))
+}
+
+fn statuses(list: &[ExecutionStatus]) -> Vec<String> {
+    list.iter().map(|s| s.as_str().to_owned()).collect()
+}
+
+fn count(row: &tokio_postgres::Row, idx: usize) -> OpResult<i64> {
+    row.try_get::<_, i64>(idx)
+        .map_err(|e| OpError::Domain(ExecutionError::Encoding(format!("row count: {e}"))))
+}
+
+/// The result text of a completion (`NULL` when absent).
+fn result_text(plan: &CompletionPlan) -> Option<String> {
+    plan.encoded_result.as_ref().map(crate::json_text::to_text)
+}
+
+/// `finished_at` of a completion: `NULL` for a retry, else `now`.
+fn finished_at(plan: &CompletionPlan, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    (!plan.retrying).then_some(now)
+}
+
+/// Rolls back now (not when the pool recycles the connection), so that no row lock outlives
+/// a refused write; a failure to roll back is only logged (the connection is dropped anyway).
+async fn rollback(tx: Transaction<'_>) {
+    if let Err(e) = tx.rollback().await {
+        tracing::debug!(error = %e, "rollback failed");
+    }
+}
+
+/// Commits `outcome` when it is a success, otherwise rolls back at once.
+async fn finish<T>(tx: Transaction<'_>, outcome: OpResult<T>) -> OpResult<T> {
+    match outcome {
+        Ok(out) => {
+            commit(tx).await?;
+            Ok(out)
+        }
+        Err(e) => {
+            rollback(tx).await;
+            Err(e)
+        }
+    }
+}
+
+impl PgBackend {
+    async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
+        let now = self.now();
+        let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let st = tx.prepare_cached(&self.sql().maintain).await?;
+        tx.query_one(&st, &[&now]).await?;
+        let st = tx.prepare_cached(&self.sql().claim_select).await?;
+        let limit = i64::from(req.limit);
+        let rows = tx
+            .query(&st, &[&req.namespace, &req.task_names, &now, &limit])
+            .await?;
+        if rows.is_empty() {
+            commit(tx).await?;
+            return Ok(Vec::new());
+        }
+        let mut leases = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut execution = decode_execution(row)?;
+            let attempt_no = execution.attempts.saturating_add(1);
+            execution.status = ExecutionStatus::Running;
+            execution.attempts = attempt_no;
+            execution.started_at = execution.started_at.or(Some(now));
+            execution.version += 1;
+            leases.push(ExecutionLease {
+                execution,
+                // docs/semantics.md#time-ordered-ids
+                attempt_id: Uuid::now_v7(),
+                attempt_no,
+                lease_token: Uuid::new_v4(),
+                lease_expires_at,
+            });
+        }
+        let ids: Vec<Uuid> = leases.iter().map(|l| l.execution.id).collect();
+        let tokens: Vec<Uuid> = leases.iter().map(|l| l.lease_token).collect();
+        let aids: Vec<Uuid> = leases.iter().map(|l| l.attempt_id).collect();
+        let nos: Vec<i32> = leases
+            .iter()
+            .map(|l| i32::try_from(l.attempt_no).unwrap_or(i32::MAX))
+            .collect();
+        let st = tx.prepare_cached(&self.sql().claim_write).await?;
+        let inserted = tx
+            .execute(
+                &st,
+                &[
+                    &ids,
+                    &tokens,
+                    &aids,
+                    &nos,
+                    &lease_expires_at,
+                    &req.worker_id,
+                    &now,
+                ],
+            )
+            .await?;
+        if inserted != leases.len() as u64 {
+            rollback(tx).await;
+            return Err(ExecutionError::Encoding(format!(
+                "claim wrote {inserted} of {} locked rows",
+                leases.len()
+            ))
+            .into());
+        }
+        commit(tx).await?;
+        Ok(leases)
+    }
+
+    pub(crate) async fn claim_impl(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<Vec<ExecutionLease>, ExecutionError> {
+        let req = req.validate()?;
+        self.run("fetch", || self.claim_once(&req)).await
+    }
+
+    async fn heartbeat_many_once(
+        &self,
+        leases: &[LeaseRef],
+        lease_duration_s: f64,
+    ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
+        let now = self.now();
+        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let st = tx.prepare_cached(&self.sql().heartbeat_many).await?;
+        let mut renewed: HashMap<LeaseRef, bool> = HashMap::with_capacity(leases.len());
+        let distinct: Vec<LeaseRef> = {
+            let mut seen = HashSet::with_capacity(leases.len());
+            leases
+                .iter()
+                .filter(|l| seen.insert(**l))
+                .copied()
+                .collect()
+        };
+        for chunk in distinct.chunks(MAX_LEASES_PER_STATEMENT) {
+            let ids: Vec<Uuid> = chunk.iter().map(|l| l.execution_id).collect();
+            let tokens: Vec<Uuid> = chunk.iter().map(|l| l.lease_token).collect();
+            let aids: Vec<Uuid> = chunk.iter().map(|l| l.attempt_id).collect();
+            let rows = tx
+                .query(&st, &[&ids, &tokens, &aids, &now, &new_expiry])
+                .await?;
+            for row in &rows {
+                let decode = |idx: usize| {
+                    row.try_get::<_, Uuid>(idx).map_err(|e| {
+                        OpError::Domain(ExecutionError::Encoding(format!(
+                            "cannot decode heartbeat row: {e}"
+                        )))
+                    })
+                };
+                let lease = LeaseRef {
+                    execution_id: decode(0)?,
+                    lease_token: decode(1)?,
+                    attempt_id: decode(2)?,
+                };
+                let status: String = row.try_get(3)?;
+                let (ue, ua) = (count(row, 4)?, count(row, 5)?);
+                if ue != rows.len() as i64 || ua != rows.len() as i64 {
+                    // The rows are locked, so this cannot happen; refuse the batch if it does.
+                    rollback(tx).await;
+                    return Err(ExecutionError::Encoding(format!(
+                        "heartbeat renewed {ue} executions and {ua} attempts for {} leases",
+                        rows.len()
+                    ))
+                    .into());
+                }
+                renewed.insert(lease, status == ExecutionStatus::CancelRequested.as_str());
+            }
+        }
+        commit(tx).await?;
+        Ok(leases
+            .iter()
+            .map(|l| match renewed.get(l) {
+                Some(&cancel_requested) => Ok(HeartbeatResult {
+                    lease_expires_at: new_expiry,
+                    cancel_requested,
+                }),
+                None => Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)),
+            })
+            .collect())
+    }
+
+    pub(crate) async fn heartbeat_many_impl(
+        &self,
+        leases: &[LeaseRef],
+        lease_duration_s: f64,
+    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
+        validate_lease_duration(lease_duration_s)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("heartbeat", || {
+            self.heartbeat_many_once(leases, lease_duration_s)
+        })
+        .await
+    }
+
+    pub(crate) async fn heartbeat_impl(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> Result<HeartbeatResult, ExecutionError> {
+        let mut out = self
+            .heartbeat_many_impl(std::slice::from_ref(lease), lease_duration_s)
+            .await?;
+        out.pop()
+            .unwrap_or(Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)))
+    }
+
+    async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
+        let now = self.now();
+        let conn = self.conn().await?;
+        let st = conn.prepare_cached(&self.sql().cancel_poll).await?;
+        let mut out = Vec::new();
+        for chunk in leases.chunks(MAX_LEASES_PER_STATEMENT) {
+            let ids: Vec<Uuid> = chunk.iter().map(|l| l.execution_id).collect();
+            let tokens: Vec<Uuid> = chunk.iter().map(|l| l.lease_token).collect();
+            for row in conn.query(&st, &[&ids, &tokens, &now]).await? {
+                let id: Uuid = row.try_get(0)?;
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn cancel_requested_impl(
+        &self,
+        leases: &[LeaseRef],
+    ) -> Result<Vec<Uuid>, ExecutionError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("cancel_poll", || self.cancel_requested_once(leases))
+            .await
+    }
+
+    fn plan(
+        &self,
+        current: &Execution,
+        completion: &Completion,
+        now: DateTime<Utc>,
+    ) -> OpResult<CompletionPlan> {
+        Ok(CompletionPlan::new(
+            current,
+            completion,
+            now,
+            self.inner.limits.max_result_bytes,
+        )?)
+    }
+
+    /// docs/semantics.md#completion inside `tx`: lock the row, plan, then one statement writes
+    /// the execution (fenced) and its running attempt. Domain failures leave `tx` changed; the
+    /// caller rolls back (the whole transaction or the item's savepoint).
+    async fn complete_in_tx<C: GenericClient>(
+        &self,
+        tx: &C,
+        lease: &LeaseRef,
+        completion: &Completion,
+        now: DateTime<Utc>,
+    ) -> OpResult<Execution> {
+        let st = tx.prepare_cached(&self.sql().by_id_lock).await?;
+        let row = tx
+            .query_opt(&st, &[&lease.execution_id])
+            .await?
+            .ok_or_else(|| stale(StaleReason::ExecutionMissing))?;
+        let current = decode_execution(&row)?;
+        let plan = self.plan(&current, completion, now)?;
+        let st = tx.prepare_cached(&self.sql().complete_one).await?;
+        let error = error_text(plan.error.as_ref())?;
+        let row = tx
+            .query_opt(
+                &st,
+                &[
+                    &plan.effective.as_str(),
+                    &now,
+                    &result_text(&plan),
+                    &error,
+                    &plan.available_at,
+                    &finished_at(&plan, now),
+                    &lease.execution_id,
+                    &lease.lease_token,
+                    &statuses(completion.status.allowed_sources()),
+                    &attempt_status_for(plan.effective).as_str(),
+                    &lease.attempt_id,
+                ],
+            )
+            .await?;
+        let Some(row) = row else {
+            // `current` is locked, so it is still what the fence saw: replay or stale.
+            return if plan.is_replay_of(&current) {
+                Ok(current)
+            } else {
+                Err(stale(StaleReason::LeaseInvalid))
+            };
+        };
+        if count(&row, EXECUTION_COLUMN_COUNT)? != 1 {
+            return Err(stale(StaleReason::AttemptInvalid));
+        }
+        Ok(decode_execution(&row)?)
+    }
+
+    async fn complete_once(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> OpResult<Execution> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let outcome = self.complete_in_tx(&tx, lease, completion, now).await;
+        finish(tx, outcome).await
+    }
+
+    pub(crate) async fn complete_impl(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> Result<Execution, ExecutionError> {
+        completion.validate()?;
+        self.run("ack", || self.complete_once(lease, completion))
+            .await
+    }
+
+    async fn complete_many_once(
+        &self,
+        items: &[(LeaseRef, Completion)],
+    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let mut out: Vec<Option<Result<Execution, ExecutionError>>> =
+            (0..items.len()).map(|_| None).collect();
+        let mut pending = Vec::with_capacity(items.len());
+        for (i, (_, completion)) in items.iter().enumerate() {
+            match completion.validate() {
+                Ok(()) => pending.push(i),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        let mut ids: Vec<Uuid> = pending.iter().map(|&i| items[i].0.execution_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let stragglers = if pending.len() >= 2 && ids.len() == pending.len() {
+            self.complete_set(&tx, items, pending, ids, now, &mut out)
+                .await?
+        } else {
+            pending
+        };
+        for i in stragglers {
+            let (lease, completion) = &items[i];
+            tx.batch_execute("SAVEPOINT onestep_item").await?;
+            match self.complete_in_tx(&tx, lease, completion, now).await {
+                Ok(x) => {
+                    tx.batch_execute("RELEASE SAVEPOINT onestep_item").await?;
+                    out[i] = Some(Ok(x));
+                }
+                Err(OpError::Domain(e)) => {
+                    tx.batch_execute("ROLLBACK TO SAVEPOINT onestep_item")
+                        .await?;
+                    out[i] = Some(Err(e));
+                }
+                Err(e) => {
+                    rollback(tx).await;
+                    return Err(e);
+                }
+            }
+        }
+        commit(tx).await?;
+        Ok(out
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or(Err(ExecutionError::StaleLease(
+                    StaleReason::ExecutionMissing,
+                )))
+            })
+            .collect())
+    }
+
+    /// The set-based part of `complete_many` for distinct executions: one locking read of every
+    /// row (in id order), then — for the items whose fence holds on the locked row — one
+    /// statement that writes the executions and their attempts (each row still fenced by its
+    /// own token, its locked status and its live lease) and returns the new rows. When the
+    /// counts differ from the items, the writes are rolled back to a savepoint and every item
+    /// takes the per-item path. Returns the items left for the per-item path.
+    async fn complete_set(
+        &self,
+        tx: &Transaction<'_>,
+        items: &[(LeaseRef, Completion)],
+        pending: Vec<usize>,
+        ids: Vec<Uuid>,
+        now: DateTime<Utc>,
+        out: &mut [Option<Result<Execution, ExecutionError>>],
+    ) -> OpResult<Vec<usize>> {
+        let st = tx.prepare_cached(&self.sql().lock_many).await?;
+        let rows = tx.query(&st, &[&ids]).await?;
+        let mut locked: HashMap<Uuid, Locked> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let token: Option<Uuid> = row.try_get(EXECUTION_COLUMN_COUNT)?;
+            let expiry: Option<DateTime<Utc>> = row.try_get(EXECUTION_COLUMN_COUNT + 1)?;
+            let e = decode_execution(row)?;
+            locked.insert(e.id, (e, token, expiry));
+        }
+        let mut fast: Vec<(usize, CompletionPlan, ExecutionStatus)> = Vec::new();
+        let mut rest = Vec::new();
+        for i in pending {
+            let (lease, completion) = &items[i];
+            let Some((current, token, expiry)) = locked.get(&lease.execution_id) else {
+                rest.push(i);
+                continue;
+            };
+            let fenced = *token == Some(lease.lease_token)
+                && expiry.is_some_and(|x| x > now)
+                && completion
+                    .status
+                    .allowed_sources()
+                    .contains(&current.status);
+            if !fenced {
+                rest.push(i);
+                continue;
+            }
+            match self.plan(current, completion, now) {
+                Ok(plan) => fast.push((i, plan, current.status)),
+                Err(OpError::Domain(e)) => out[i] = Some(Err(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        if fast.len() < 2 {
+            rest.extend(fast.into_iter().map(|(i, _, _)| i));
+            return Ok(rest);
+        }
+        let lease = |i: usize| &items[i].0;
+        let ids: Vec<Uuid> = fast
+            .iter()
+            .map(|(i, _, _)| lease(*i).execution_id)
+            .collect();
+        let tokens: Vec<Uuid> = fast.iter().map(|(i, _, _)| lease(*i).lease_token).collect();
+        let cur: Vec<&str> = fast.iter().map(|(_, _, s)| s.as_str()).collect();
+        let st_new: Vec<&str> = fast.iter().map(|(_, p, _)| p.effective.as_str()).collect();
+        let res: Vec<Option<String>> = fast.iter().map(|(_, p, _)| result_text(p)).collect();
+        let err: Vec<Option<String>> = fast
+            .iter()
+            .map(|(_, p, _)| error_text(p.error.as_ref()))
+            .collect::<Result<_, _>>()?;
+        let avail: Vec<DateTime<Utc>> = fast.iter().map(|(_, p, _)| p.available_at).collect();
+        let fin: Vec<Option<DateTime<Utc>>> =
+            fast.iter().map(|(_, p, _)| finished_at(p, now)).collect();
+        let aids: Vec<Uuid> = fast.iter().map(|(i, _, _)| lease(*i).attempt_id).collect();
+        let ast: Vec<&str> = fast
+            .iter()
+            .map(|(_, p, _)| attempt_status_for(p.effective).as_str())
+            .collect();
+        tx.batch_execute("SAVEPOINT onestep_batch").await?;
+        let st = tx.prepare_cached(&self.sql().complete_set).await?;
+        let rows = tx
+            .query(
+                &st,
+                &[
+                    &ids, &tokens, &cur, &st_new, &res, &err, &avail, &fin, &aids, &ast, &now,
+                ],
+            )
+            .await?;
+        let attempts_written = match rows.first() {
+            Some(r) => count(r, EXECUTION_COLUMN_COUNT)?,
+            None => 0,
+        };
+        if rows.len() != fast.len() || attempts_written != fast.len() as i64 {
+            tx.batch_execute("ROLLBACK TO SAVEPOINT onestep_batch")
+                .await?;
+            rest.extend(fast.into_iter().map(|(i, _, _)| i));
+            return Ok(rest);
+        }
+        tx.batch_execute("RELEASE SAVEPOINT onestep_batch").await?;
+        let mut by_id = HashMap::with_capacity(rows.len());
+        for r in &rows {
+            let e = decode_execution(r)?;
+            by_id.insert(e.id, e);
+        }
+        for (i, _, _) in fast {
+            out[i] = Some(
+                by_id
+                    .remove(&items[i].0.execution_id)
+                    .ok_or(ExecutionError::StaleLease(StaleReason::ExecutionMissing)),
+            );
+        }
+        Ok(rest)
+    }
+
+    pub(crate) async fn complete_many_impl(
+        &self,
+        items: &[(LeaseRef, Completion)],
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("ack", || self.complete_many_once(items)).await
+    }
+
+    async fn release_in<C: GenericClient>(
+        &self,
+        tx: &C,
+        lease: &LeaseRef,
+        now: DateTime<Utc>,
+    ) -> OpResult<Execution> {
+        let st = tx.prepare_cached(&self.sql().by_id_lock).await?;
+        if tx.query_opt(&st, &[&lease.execution_id]).await?.is_none() {
+            return Err(stale(StaleReason::ExecutionMissing));
+        }
+        let st = tx.prepare_cached(&self.sql().release).await?;
+        let row = tx
+            .query_opt(
+                &st,
+                &[
+                    &now,
+                    &lease.execution_id,
+                    &lease.lease_token,
+                    &lease.attempt_id,
+                ],
+            )
+            .await?
+            .ok_or_else(|| stale(StaleReason::LeaseInvalid))?;
+        if count(&row, EXECUTION_COLUMN_COUNT)? != 1 {
+            return Err(stale(StaleReason::AttemptInvalid));
+        }
+        Ok(decode_execution(&row)?)
+    }
+
+    async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let outcome = self.release_in(&tx, lease, now).await;
+        finish(tx, outcome).await
+    }
+
+    pub(crate) async fn release_impl(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
+        self.run("release", || self.release_once(lease)).await
+    }
+}

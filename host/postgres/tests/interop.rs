@@ -1,0 +1,155 @@
+//! Interop with the Python reference (onestep 1.15.0, onestep-sql 0.7.1) on PostgreSQL, both
+//! directions: the reference's client submits into tables our backend created and our worker
+//! operations complete them; our client submits into tables the reference created and the
+//! reference's worker operations complete them; the same key + content through both clients is
+//! one execution (equal digests), not a conflict.
+// Test code: a helper that cannot set up its fixture panics, like an assertion (clippy.toml
+// allows this inside #[test] functions; these helpers live outside them).
+#![allow(clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::reference;
+use onestep_core::execution::Completion;
+use onestep_core::ports::{ExecutionStore, LeaseStore};
+use onestep_core::request::SubmitRequest;
+use onestep_postgres::{PgBackend, PgOptions};
+use onestep_testkit::builders::{claim, prepare};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+fn canon(v: &Value) -> String {
+    onestep_core::canonical::to_canonical_string(v)
+}
+
+fn id_of(v: &Value) -> Uuid {
+    v["id"].as_str().and_then(|s| s.parse().ok()).expect("id")
+}
+
+fn request(key: &str, payload: &Value, metadata: &Value) -> SubmitRequest {
+    SubmitRequest {
+        task_name: "t".into(),
+        payload: payload.clone(),
+        idempotency_key: Some(key.into()),
+        metadata: Some(metadata.clone()),
+        ..SubmitRequest::default()
+    }
+}
+
+/// Tables created by us: the reference client submits, our worker claims and completes, the
+/// reference reads the result; both clients replay each other's keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_client_our_tables_our_worker() {
+    let db = common::scratch().await;
+    let backend = PgBackend::open(PgOptions::new(db.dsn()))
+        .await
+        .expect("open");
+    assert_eq!(backend.schema_report().created.len(), 2);
+    let ns = "interop";
+    // No exponent-form float here: the reference writes `1e16` as JSON text into `jsonb`, which
+    // keeps the value but not its float-ness (docs/postgres.md#json-numbers).
+    let payload = json!({"b": [1, 2.5, true, null, 0.001], "a": "é😀\n", "$onestep": 1});
+    let metadata = json!({"tenant": "t1"});
+    let (p, m) = (payload.to_string(), metadata.to_string());
+    let py = reference::run(db.dsn(), ns, false, &["submit", "t", "k-py", &p, &m]).await;
+    let py_id = id_of(&py);
+    let ours = backend.get(ns, py_id).await.expect("get").expect("found");
+    assert_eq!(canon(&ours.payload), canon(&payload));
+    assert_eq!(
+        canon(&Value::Object(ours.metadata.clone())),
+        canon(&metadata)
+    );
+    // Same key + content through our client: the reference's execution (equal digests).
+    let replay = backend
+        .submit(prepare(ns, &request("k-py", &payload, &metadata)))
+        .await
+        .expect("replay");
+    assert_eq!(replay.id, py_id);
+    // Our worker operations complete it.
+    let leases = backend
+        .claim(&claim(ns, "t", 10, 30.0, "ours"))
+        .await
+        .expect("claim");
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].execution.id, py_id);
+    let hb = backend
+        .heartbeat(&leases[0].lease_ref(), 30.0)
+        .await
+        .expect("heartbeat");
+    assert!(!hb.cancel_requested);
+    backend
+        .complete(
+            &leases[0].lease_ref(),
+            &Completion::succeeded(json!({"by": "onestep", "n": 1.5})),
+        )
+        .await
+        .expect("complete");
+    let seen = reference::run(db.dsn(), ns, false, &["get", &py_id.to_string()]).await;
+    assert_eq!(seen["status"], json!("succeeded"));
+    assert_eq!(seen["result"], json!({"by": "onestep", "n": 1.5}));
+    assert_eq!(seen["attempts"], json!(1));
+    // The reference replays what we submitted.
+    let mine = backend
+        .submit(prepare(ns, &request("k-rs", &payload, &metadata)))
+        .await
+        .expect("submit");
+    let py_replay = reference::run(db.dsn(), ns, false, &["submit", "t", "k-rs", &p, &m]).await;
+    assert_eq!(
+        id_of(&py_replay),
+        mine.id,
+        "reference replay of our submission"
+    );
+    backend.close().await.expect("close");
+    db.drop_database().await.expect("drop");
+}
+
+/// Tables created by the reference: our client submits, the reference's worker operations
+/// claim, heartbeat and complete; we read the results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_client_reference_tables_reference_worker() {
+    let db = common::scratch().await;
+    let ns = "interop";
+    reference::create_tables(db.dsn()).await;
+    let mut o = PgOptions::new(db.dsn());
+    o.auto_create = false;
+    let backend = PgBackend::open(o).await.expect("open on reference tables");
+    assert!(
+        !backend.schema_report().features.expiry_index,
+        "reference tables have no expiry index"
+    );
+    let payload = json!({"n": 3, "x": [1e-5, "ü"]});
+    let metadata = json!({"k": "v"});
+    let mine = backend
+        .submit(prepare(ns, &request("k-rs", &payload, &metadata)))
+        .await
+        .expect("submit");
+    assert_eq!(mine.id.get_version_num(), 7);
+    let seen = reference::run(db.dsn(), ns, false, &["get", &mine.id.to_string()]).await;
+    assert_eq!(canon(&seen["payload"]), canon(&payload));
+    assert_eq!(
+        (seen["status"].clone(), seen["version"].clone()),
+        (json!("queued"), json!(0))
+    );
+    let (p, m) = (payload.to_string(), metadata.to_string());
+    let py_replay = reference::run(db.dsn(), ns, false, &["submit", "t", "k-rs", &p, &m]).await;
+    assert_eq!(id_of(&py_replay), mine.id);
+    let drained = reference::run(db.dsn(), ns, false, &["drain", "t", "10"]).await;
+    let drained = drained.as_array().expect("list");
+    assert_eq!(drained.len(), 1, "{drained:?}");
+    assert_eq!(id_of(&drained[0]), mine.id);
+    let done = backend.get(ns, mine.id).await.expect("get").expect("found");
+    assert_eq!(done.status.as_str(), "succeeded");
+    assert_eq!(
+        done.result.as_ref().map(canon),
+        Some(canon(&json!({"by": "reference", "echo": payload})))
+    );
+    assert!(
+        backend
+            .claim(&claim(ns, "t", 10, 30.0, "ours"))
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    backend.close().await.expect("close");
+    db.drop_database().await.expect("drop");
+}

@@ -1,0 +1,79 @@
+"""Reference-side half of host/postgres/tests (interop and the conformance suite on tables the
+reference created): drives the Python reference (onestep 1.15.0 + onestep-sql 0.7.1) on
+PostgreSQL and prints executions as JSON.
+
+  ref_pg.py DSN NAMESPACE AUTO_CREATE create
+    (readiness only: with AUTO_CREATE=1 the reference creates its tables; prints null)
+  ref_pg.py DSN NAMESPACE AUTO_CREATE submit TASK KEY PAYLOAD_JSON METADATA_JSON
+  ref_pg.py DSN NAMESPACE AUTO_CREATE get ID
+  ref_pg.py DSN NAMESPACE AUTO_CREATE drain TASK LIMIT
+    (what the reference worker does with storage: claim up to LIMIT, heartbeat each lease,
+    complete each as succeeded with {"by": "reference", "echo": payload}; prints the
+    completed executions as a JSON list)
+"""
+import asyncio
+import json
+import sys
+import uuid
+
+from onestep.execution import ExecutionClient, ExecutionCompletion, ExecutionStatus
+from onestep_sql.postgres import PostgresExecutionBackend
+
+
+def dump(e):
+    if e is None:
+        return None
+    return {
+        "id": str(e.id),
+        "namespace": e.namespace,
+        "task_name": e.task_name,
+        "status": getattr(e.status, "value", e.status),
+        "payload": e.payload,
+        "metadata": dict(e.metadata),
+        "result": e.result,
+        "attempts": e.attempts,
+        "version": e.version,
+        "created_at": e.created_at.isoformat(),
+    }
+
+
+async def main(argv):
+    dsn, namespace, auto_create, cmd, *rest = argv
+    backend = PostgresExecutionBackend(dsn=dsn, auto_create=auto_create == "1")
+    async with ExecutionClient(backend, namespace=namespace) as client:
+        if cmd == "create":
+            e = await client.get(str(uuid.uuid4()))
+            assert e is None
+        elif cmd == "submit":
+            task, key, payload, metadata = rest
+            e = await client.submit(
+                task, json.loads(payload), idempotency_key=key, metadata=json.loads(metadata)
+            )
+        elif cmd == "get":
+            e = await client.get(rest[0])
+        elif cmd == "drain":
+            task, limit = rest
+            leases = await backend.claim(namespace, [task], int(limit), 30.0, "ref-worker")
+            done = []
+            for lease in leases:
+                x = lease.execution
+                await backend.heartbeat(x.id, lease.attempt_id, lease.lease_token, 30.0)
+                done.append(
+                    await backend.complete(
+                        x.id,
+                        lease.attempt_id,
+                        lease.lease_token,
+                        ExecutionCompletion(
+                            status=ExecutionStatus.SUCCEEDED,
+                            result={"by": "reference", "echo": x.payload},
+                        ),
+                    )
+                )
+            print(json.dumps([dump(d) for d in done]))
+            return
+        else:
+            raise SystemExit(f"unknown command {cmd}")
+    print(json.dumps(dump(e)))
+
+
+asyncio.run(main(sys.argv[1:]))

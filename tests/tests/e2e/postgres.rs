@@ -1,0 +1,202 @@
+//! PostgreSQL end to end (docs/postgres.md): `onestep migrate --dsn postgresql://…` creates the
+//! tables, `onestep submit` (client command on the DSN) queues executions, a real `onestep run`
+//! worker on a `postgres` connector + `postgres_execution_source` runs the real `echo` and
+//! `countdown` components, `onestep wait` / `onestep get` read the results, `onestep cancel`
+//! stops a running guest, and a `postgres` connector given to a `mysql_execution_source` is a
+//! load error with its location.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use onestep_e2e::{WorkerProcess, guest, run_cli, wait_for};
+use serde_json::{Value, json};
+
+fn pg_server() -> String {
+    std::env::var("ONESTEP_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/".into())
+}
+
+fn worker_yaml(echo: &str, countdown: &str) -> String {
+    format!(
+        r#"apiVersion: onestep/v1alpha1
+kind: App
+app: {{name: pg-e2e, shutdown_timeout_s: 1.0, logging: {{level: INFO, format: text}}}}
+resources:
+  db:
+    type: postgres
+    dsn: "${{ONESTEP_DSN}}"
+    engine_options: {{max_connections: 8}}
+  echo_jobs: &jobs
+    type: postgres_execution_source
+    connector: db
+    namespace: e2e
+    task_names: [echo]
+    batch_size: 8
+    poll_interval_s: 0.1
+    lease_duration_s: 2.0
+    heartbeat_interval_s: 0.5
+    worker_id: pg-worker
+    auto_create: false
+  countdown_jobs:
+    <<: *jobs
+    task_names: [countdown]
+tasks:
+  - name: echo
+    source: echo_jobs
+    handler: {{component: "{echo}"}}
+  - name: countdown
+    source: countdown_jobs
+    handler: {{component: "{countdown}"}}
+"#
+    )
+}
+
+fn cli_json(args: &[&str], dsn: &str) -> Result<Value> {
+    let (code, out, err) = run_cli(args, &[("ONESTEP_DSN", dsn), ("ONESTEP_NAMESPACE", "e2e")])?;
+    ensure!(code == 0, "onestep {args:?} exited {code}: {err}");
+    serde_json::from_str(&out).with_context(|| format!("onestep {args:?} printed {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_and_client_commands_on_postgres() -> Result<()> {
+    let db = onestep_postgres::ScratchDatabase::create(&pg_server(), "onestep_e2e_")
+        .await
+        .context("create the test database (is PostgreSQL up? scripts/test-db.sh up postgres)")?;
+    let dsn = db.dsn().to_owned();
+    let outcome = async {
+        let (code, out, err) = run_cli(&["migrate", "--dsn", &dsn], &[])?;
+        ensure!(code == 0, "migrate exited {code}: {err}");
+        ensure!(
+            out.contains("created onestep_executions, onestep_execution_attempts"),
+            "{out}"
+        );
+        let (code, out, _) = run_cli(&["migrate", "--dsn", &dsn], &[])?;
+        ensure!(code == 0 && out.contains("already exist"), "{out}");
+
+        let dir = tempfile::tempdir()?;
+        let echo = guest("echo")?;
+        let countdown = guest("countdown")?;
+        let config = dir.path().join("worker.yaml");
+        std::fs::write(
+            &config,
+            worker_yaml(
+                &echo.display().to_string(),
+                &countdown.display().to_string(),
+            ),
+        )?;
+        let (code, out, err) = run_cli(
+            &["check", "--strict", config.to_str().context("path")?],
+            &[("ONESTEP_DSN", &dsn)],
+        )?;
+        ensure!(code == 0, "check exited {code}: {out}{err}");
+
+        let payload = json!({"hello": "postgres", "n": [1, 2.5, 1e16]});
+        let submitted = cli_json(
+            &[
+                "submit",
+                "echo",
+                "--payload",
+                &payload.to_string(),
+                "--key",
+                "k1",
+                "--json",
+            ],
+            &dsn,
+        )?;
+        ensure!(submitted["status"] == json!("queued"), "{submitted}");
+        let id = submitted["id"].as_str().context("id")?.to_owned();
+        let again = cli_json(
+            &[
+                "submit",
+                "echo",
+                "--payload",
+                &payload.to_string(),
+                "--key",
+                "k1",
+                "--json",
+            ],
+            &dsn,
+        )?;
+        ensure!(
+            again["id"] == json!(id),
+            "same key + payload is one execution: {again}"
+        );
+        let long = cli_json(
+            &[
+                "submit",
+                "countdown",
+                "--payload",
+                r#"{"steps": 600, "step_ms": 100}"#,
+                "--json",
+            ],
+            &dsn,
+        )?;
+        let long_id = long["id"].as_str().context("id")?.to_owned();
+
+        let worker = WorkerProcess::spawn(&config, &[("ONESTEP_DSN", &dsn)], dir.path())?;
+        let done = cli_json(&["wait", &id, "--timeout", "60", "--json"], &dsn)
+            .with_context(|| worker.log())?;
+        ensure!(
+            done["status"] == json!("succeeded"),
+            "{done}\n{}",
+            worker.log()
+        );
+        ensure!(
+            onestep_core::canonical::to_canonical_string(&done["result"])
+                == onestep_core::canonical::to_canonical_string(&payload),
+            "result {}",
+            done["result"]
+        );
+        ensure!(done["attempts"] == json!(1), "{done}");
+
+        // The countdown guest is running; a cancel stops it.
+        wait_for("countdown running", Duration::from_secs(30), || async {
+            let x = cli_json(&["get", &long_id, "--json"], &dsn)?;
+            Ok((x["status"] == json!("running")).then_some(()))
+        })
+        .await?;
+        let (code, _, err) = run_cli(
+            &["cancel", &long_id, "--dsn", &dsn, "--namespace", "e2e"],
+            &[],
+        )?;
+        ensure!(code == 0, "cancel exited {code}: {err}");
+        let cancelled = cli_json(&["wait", &long_id, "--timeout", "30", "--json"], &dsn)?;
+        ensure!(cancelled["status"] == json!("cancelled"), "{cancelled}");
+
+        let listed = cli_json(&["list", "--json"], &dsn)?;
+        ensure!(listed.to_string().contains(&id), "{listed}");
+        drop(worker);
+
+        // A postgres connector given to a mysql source is refused at load, with its place.
+        let wrong = worker_yaml(
+            &echo.display().to_string(),
+            &countdown.display().to_string(),
+        )
+        .replacen(
+            "type: postgres_execution_source",
+            "type: mysql_execution_source",
+            1,
+        );
+        let wrong_path = dir.path().join("wrong.yaml");
+        std::fs::write(&wrong_path, wrong)?;
+        let (code, out, err) = run_cli(
+            &["check", wrong_path.to_str().context("path")?],
+            &[("ONESTEP_DSN", &dsn)],
+        )?;
+        let text = format!("{out}{err}");
+        ensure!(code == 2, "check exited {code}: {text}");
+        ensure!(
+            text.contains(
+                "resources.echo_jobs: resource 'db' must be a MySQLConnector (it is a \
+                 PostgresConnector, which a mysql_execution_source cannot use) (line 10, column 14)"
+            ),
+            "{text}"
+        );
+        Ok(())
+    }
+    .await;
+    db.drop_database().await.context("drop the test database")?;
+    outcome
+}
