@@ -26,8 +26,11 @@
 //!   injected header that never reaches the log, a cancel during a slow request.
 //! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
+//! * [`params`]: `handler.params` in the context of 0.2.0 guests (Rust, Python, JavaScript)
+//!   through `task run` and a worker; the JavaScript guests' errors, progress and cancel.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
 //!   and `onestep replay` (a recorded execution run locally, nothing written).
+//! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -49,8 +52,10 @@ mod isolation_pool;
 mod isolation_results;
 mod lease;
 mod metrics;
+mod params;
 mod procfs;
 mod runtime;
 mod smoke;
 mod task_run;
 mod upgrade;
+mod watch;

@@ -8,3 +8,4 @@ pub mod migrate;
 pub mod run;
 pub mod serve;
 pub mod task_run;
+pub mod watch;

@@ -48,6 +48,9 @@ pub struct WasmTaskRunner {
     sandbox: SandboxSettings,
     /// Told of each attempt's trap, fuel, memory and guest log losses (docs/observability.md).
     metrics: Option<Arc<Metrics>>,
+    /// The task's `handler.params` as JSON text, handed to `0.2.0` components in their context
+    /// (docs/configuration.md#tasks).
+    params_json: String,
 }
 
 impl WasmTaskRunner {
@@ -63,7 +66,14 @@ impl WasmTaskRunner {
             handler,
             sandbox,
             metrics: None,
+            params_json: "{}".to_owned(),
         }
+    }
+
+    /// Hands `params` (the task's `handler.params`) to every attempt.
+    pub fn with_params(mut self, params: &serde_json::Map<String, serde_json::Value>) -> Self {
+        self.params_json = serde_json::Value::Object(params.clone()).to_string();
+        self
     }
 
     /// Records every attempt's wasm figures in `metrics`.
@@ -84,6 +94,7 @@ impl TaskRunner for WasmTaskRunner {
             namespace: invocation.namespace.clone(),
             worker_id: invocation.worker_id.clone(),
             metadata_json: serde_json::Value::Object(invocation.metadata.clone()).to_string(),
+            params_json: self.params_json.clone(),
         };
         let payload = invocation.payload.to_string();
         let handle = CancelHandle::new();
