@@ -50,6 +50,9 @@ enum Command {
     Task(commands::task_run::TaskCommand),
     /// Run a recorded execution again locally with the current component; writes nothing.
     Replay(commands::task_run::ReplayArgs),
+    /// Create a project (`new handler NAME --lang rust|python|js`).
+    #[command(subcommand)]
+    New(commands::new::NewCommand),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
                 commands::task_run::task_run(a).await
             }
             Command::Replay(a) => commands::task_run::replay(a).await,
+            Command::New(commands::new::NewCommand::Handler(a)) => commands::new::new_handler(a),
         }
     });
     ExitCode::from(code)

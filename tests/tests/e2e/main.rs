@@ -30,6 +30,8 @@
 //!   through `task run` and a worker; the JavaScript guests' errors, progress and cancel.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
 //!   and `onestep replay` (a recorded execution run locally, nothing written).
+//! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
+//!   outside the repository and passes `check --strict` and `task run`; bad input.
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
@@ -55,6 +57,7 @@ mod metrics;
 mod params;
 mod procfs;
 mod runtime;
+mod scaffold;
 mod smoke;
 mod task_run;
 mod upgrade;

@@ -5,6 +5,7 @@ pub mod check;
 pub mod client;
 pub mod common;
 pub mod migrate;
+pub mod new;
 pub mod run;
 pub mod serve;
 pub mod task_run;
