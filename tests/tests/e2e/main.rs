@@ -30,6 +30,7 @@
 //!   through `task run` and a worker; the JavaScript guests' errors, progress and cancel.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
 //!   and `onestep replay` (a recorded execution run locally, nothing written).
+//! * [`render`]: `onestep render` of a config, as text and as a Mermaid flowchart.
 //! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
 //!   outside the repository and passes `check --strict` and `task run`; bad input.
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
@@ -56,6 +57,7 @@ mod lease;
 mod metrics;
 mod params;
 mod procfs;
+mod render;
 mod runtime;
 mod scaffold;
 mod smoke;
