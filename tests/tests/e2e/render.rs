@@ -56,7 +56,7 @@ tasks:
             "        sandbox: memory 32 MiB; fuel 1000000; files: /docs (ro, {}); env: LANG; network: none",
             docs.display()
         ),
-        "        sandbox: memory 64 MiB; fuel unlimited; files: none; env: none; network: https://api.example.com".to_owned(),
+        "        sandbox: memory 64 MiB; fuel unlimited; files: none; env: none; network: https://api.example.com:443".to_owned(),
     ] {
         ensure!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
     }
@@ -79,7 +79,7 @@ tasks:
         );
     }
     ensure!(
-        mermaid.contains("w1_b[[\"echo.wasm<br/>memory 64 MiB<br/>fuel unlimited<br/>files: none<br/>env: none<br/>network: https://api.example.com\"]]"),
+        mermaid.contains("w1_b[[\"echo.wasm<br/>memory 64 MiB<br/>fuel unlimited<br/>files: none<br/>env: none<br/>network: https://api.example.com:443\"]]"),
         "{mermaid}"
     );
     ensure!(!mermaid.contains("s3cret"), "{mermaid}");
