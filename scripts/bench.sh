@@ -2,7 +2,9 @@
 # Runs the three benchmarks (figures, not timed tests) on a release build, bounded in count and
 # time, against the local test databases:
 #   1. wasm runtime: echo (new store + instantiate + call) with pooling on/off at 1 and 4 tasks,
-#      and compile vs cached load of `summarize` (host/wasm/src/bin/wasm-bench.rs);
+#      and compile vs cached load of `summarize` and the JavaScript `js-echo`
+#      (host/wasm/src/bin/wasm-bench.rs); then the time of a cached `onestep check` of every
+#      shipped config (components loaded from the compile cache);
 #   2. worker throughput: `onestep bench` submits N no-op executions with submit_many and drains
 #      them with one worker, on MariaDB and then on PostgreSQL (completed/s, queued→started
 #      p50/p99, CPU ms per execution);
@@ -24,6 +26,15 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 
 echo "== wasm runtime"
 "$TARGET/wasm-bench" "${BENCH_WASM_CALLS:-5000}"
+
+echo "== cached onestep check (shipped configs; the first run fills the compile cache)"
+for config in $(find config -name '*.yaml' | sort); do
+    "$TARGET/onestep" check "$config" >/dev/null 2>&1 || true
+    start=$(date +%s%N)
+    "$TARGET/onestep" check "$config" >/dev/null 2>&1 || echo "  (check of $config reported problems)"
+    end=$(date +%s%N)
+    printf '  %-40s %6d ms\n' "$config" "$(( (end - start) / 1000000 ))"
+done
 
 echo "== worker throughput (onestep bench, MariaDB)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_MARIADB_URL"

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # Builds every example onestep handler into guest-examples/out/<name>.wasm.
 #
-#   scripts/build-guests.sh            # Rust guests + the Python guest
-#   SKIP_PYTHON=1 scripts/build-guests.sh   # Rust guests only
+#   scripts/build-guests.sh            # Rust guests + the Python and JavaScript guests
+#   SKIP_PYTHON=1 scripts/build-guests.sh   # without the Python guest
+#   SKIP_JS=1 scripts/build-guests.sh       # without the JavaScript guests
 #
 # Idempotent: cargo only rebuilds what changed, outputs are only replaced when
-# their bytes change, and the Python guest is rebuilt only when its sources or
-# the WIT are newer than its output. Installs what it needs on a fresh machine:
-# the wasm32-wasip2 rust target (rustup) and componentize-py (pip, into
-# guest-examples/.venv).
+# their bytes change, and the Python and JavaScript guests are rebuilt only when
+# their sources or the WIT are newer than their output. Installs what it needs on
+# a fresh machine: the wasm32-wasip2 rust target (rustup), componentize-py (pip,
+# into guest-examples/.venv) and componentize-js (npm, the version pinned in
+# guest-examples/package.json, into guest-examples/node_modules; nothing global).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GUESTS="$ROOT/guest-examples"
 OUT="$GUESTS/out"
-RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import fetch)
+RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import fetch inspect future-world)
 COMPONENTIZE_PY_VERSION="0.25.1"
+# JavaScript guests: <dir>:<source file> under guest-examples/, built to out/<dir>.wasm.
+JS_GUESTS=(js-echo:echo.js js-countdown:countdown.js)
 
 mkdir -p "$OUT"
 # Serialise concurrent runs (e.g. several test processes building at once).
@@ -65,10 +69,40 @@ if [[ "${SKIP_PYTHON:-0}" != "1" ]]; then
             "$VENV/bin/pip" install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"
         fi
         echo "build-guests: componentize-py -> $PY_OUT" >&2
-        (cd "$PY_SRC" && "$VENV/bin/componentize-py" -d "$ROOT/wit" -w handler \
+        # World `compute` of 0.2.0: the context carries the task's params, and no wasi:http
+        # import (componentize-py imports every interface of its world).
+        (cd "$PY_SRC" && "$VENV/bin/componentize-py" -d "$ROOT/wit/v0.2" -w compute \
             componentize app -o "$PY_OUT.tmp")
         mv "$PY_OUT.tmp" "$PY_OUT"
     fi
+fi
+
+# Whether $1 is missing or older than any file under the other arguments.
+stale() {
+    local out="$1"
+    shift
+    [[ ! -f "$out" ]] && return 0
+    [[ -n "$(find "$@" -newer "$out" -type f -not -path '*/__pycache__/*' -print -quit)" ]]
+}
+
+if [[ "${SKIP_JS:-0}" != "1" ]]; then
+    CJS="$GUESTS/node_modules/.bin/componentize-js"
+    for entry in "${JS_GUESTS[@]}"; do
+        dir="${entry%%:*}"
+        src="${entry#*:}"
+        js_out="$OUT/$dir.wasm"
+        stale "$js_out" "$GUESTS/$dir" "$ROOT/wit" "$GUESTS/package.json" || continue
+        if [[ ! -x "$CJS" ]]; then
+            echo "build-guests: npm install (componentize-js as pinned in guest-examples/package.json)" >&2
+            (cd "$GUESTS" && npm install --no-audit --no-fund --loglevel=error)
+        fi
+        echo "build-guests: componentize-js -> $js_out" >&2
+        # World `compute` of 0.2.0 (no wasi:http); `-d http -d fetch-event` keeps the
+        # JavaScript runtime's own HTTP support out of the component.
+        (cd "$GUESTS/$dir" && "$CJS" "$src" -w "$ROOT/wit/v0.2" -n compute \
+            -d http -d fetch-event -o "$js_out.tmp")
+        mv "$js_out.tmp" "$js_out"
+    done
 fi
 
 echo "build-guests: built:" >&2

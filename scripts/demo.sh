@@ -27,7 +27,7 @@ fi
 echo "database ready (DSN from ONESTEP_DSN, not printed)" >&2
 
 log "guest components and the onestep binary"
-SKIP_PYTHON=1 scripts/build-guests.sh >&2
+SKIP_PYTHON=1 SKIP_JS=1 scripts/build-guests.sh >&2
 cargo build -p onestep-cli >&2
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onestep"
 CONFIG="$ROOT/config/quickstart.yaml"

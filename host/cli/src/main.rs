@@ -56,6 +56,11 @@ enum Command {
     Task(commands::task_run::TaskCommand),
     /// Run a recorded execution again locally with the current component; writes nothing.
     Replay(commands::task_run::ReplayArgs),
+    /// Print the worker topology of a YAML app file (connectors, sources, tasks, components).
+    Render(commands::render::RenderArgs),
+    /// Create a project (`new handler NAME --lang rust|python|js`).
+    #[command(subcommand)]
+    New(commands::new::NewCommand),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +95,8 @@ fn main() -> ExitCode {
                 commands::task_run::task_run(a).await
             }
             Command::Replay(a) => commands::task_run::replay(a).await,
+            Command::Render(a) => commands::render::run(a),
+            Command::New(commands::new::NewCommand::Handler(a)) => commands::new::new_handler(a),
         }
     });
     ExitCode::from(code)

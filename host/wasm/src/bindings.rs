@@ -4,10 +4,12 @@
 //! Two published versions are served side by side (`wit/README.md`):
 //! `onestep:handler@0.1.0` (`wit/handler.wit`, the module root) and
 //! `onestep:handler@0.2.0` (`wit/v0.2/handler.wit`, [`v2`]), which adds the
-//! `wasi:http/outgoing-handler` import. Both export the same `handle`
-//! function (the same record types, structurally), so one `HandlerPre`
-//! serves components of either version; the linker provides both versions of
-//! the `host` and `types` interfaces.
+//! task's `handler.params` to the context record and the
+//! `wasi:http/outgoing-handler` import (world `handler`; world `compute` is
+//! the same without it). The two `handle` exports differ only in that record,
+//! so a component is prepared with [`v2::HandlerPre`] when its export has the
+//! `0.2.0` context and with [`HandlerPre`] otherwise (`runtime::Pre`); the
+//! linker provides both versions of the `host` and `types` interfaces.
 
 #![allow(missing_docs, clippy::all)]
 
@@ -35,4 +37,5 @@ pub(crate) mod v2 {
     });
 
     pub(crate) use onestep::handler::host::Level;
+    pub(crate) use onestep::handler::types::Context as WitContext;
 }

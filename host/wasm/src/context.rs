@@ -21,6 +21,10 @@ pub struct InvocationContext {
     pub worker_id: String,
     /// Execution metadata, a JSON object as text (`{}` when empty).
     pub metadata_json: String,
+    /// The task's `handler.params`, a JSON object as text (`{}` when
+    /// empty). Only components of world `0.2.0` receive it (WIT
+    /// `context.params`); `0.1.0` components have no such field.
+    pub params_json: String,
     /// Where the guest's log lines, output lines and progress are also recorded for the
     /// attempt's persisted diagnostics (docs/observability.md#attempt-diagnostics). Not sent to
     /// the guest.
@@ -38,6 +42,7 @@ impl Default for InvocationContext {
             namespace: String::new(),
             worker_id: String::new(),
             metadata_json: "{}".to_string(),
+            params_json: "{}".to_string(),
             journal: None,
         }
     }

@@ -28,13 +28,35 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The bytes are not a valid WebAssembly component (e.g. a core module).
+    /// The file is not a WebAssembly component at all: not WebAssembly, or a
+    /// core module.
+    #[error("component {name} is not a WebAssembly component: {message}")]
+    NotAComponent {
+        /// File name or label of the component.
+        name: String,
+        /// What the file is instead, and how a handler is built.
+        message: String,
+    },
+    /// The bytes look like a component but do not compile.
     #[error("invalid component {name}: {message}")]
     Compile {
         /// File name or label of the component.
         name: String,
         /// Compiler message.
         message: String,
+    },
+    /// The component is built against a version of `onestep:handler` the
+    /// host does not serve (`wit/README.md`).
+    #[error(
+        "component {name} is built against {found}, which this host does not serve (it serves {served}): rebuild it against one of those"
+    )]
+    WorldVersion {
+        /// File name or label of the component.
+        name: String,
+        /// The unserved version(s) its imports name.
+        found: String,
+        /// The versions this host serves.
+        served: String,
     },
     /// The component imports something the host does not provide.
     #[error("component {name} cannot be linked: {message}")]
@@ -74,4 +96,24 @@ pub enum Error {
         /// Each need over its limit, with the `sandbox:` key that raises it.
         message: String,
     },
+}
+
+impl Error {
+    /// A short name of what went wrong, for reports (`onestep check --json`):
+    /// `engine`, `cache`, `unreadable`, `not-a-component`, `invalid-component`,
+    /// `world-version`, `missing-import`, `sandbox`, `wrong-world`, `over-limits`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Engine(_) => "engine",
+            Error::Cache { .. } => "cache",
+            Error::Io { .. } => "unreadable",
+            Error::NotAComponent { .. } => "not-a-component",
+            Error::Compile { .. } => "invalid-component",
+            Error::WorldVersion { .. } => "world-version",
+            Error::Link { .. } => "missing-import",
+            Error::Sandbox { .. } => "sandbox",
+            Error::NotAHandler { .. } => "wrong-world",
+            Error::OverLimits { .. } => "over-limits",
+        }
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use crate::bindings::{WitContext, onestep::handler::types::HandlerError};
+use crate::bindings::{self, onestep::handler::types::HandlerError};
 use crate::cancel::CancelHandle;
 use crate::capture::{Capture, StreamKind};
 use crate::context::{InvocationContext, LogIds};
@@ -18,6 +18,7 @@ use crate::runtime::Handler;
 use crate::sandbox::build_wasi;
 use crate::settings::SandboxSettings;
 use crate::state::{Limits, State};
+use crate::world::Pre;
 
 /// An [`Outcome`] plus what the host observed while producing it.
 #[derive(Debug, Clone)]
@@ -141,31 +142,44 @@ impl Handler {
             };
         let fuel_start = self.fuel_budget(sandbox);
 
-        let wit_ctx = WitContext {
-            execution_id: ctx.execution_id,
-            attempt_id: ctx.attempt_id,
-            attempt: ctx.attempt,
-            task_name: ctx.task_name,
-            namespace: ctx.namespace,
-            worker_id: ctx.worker_id,
-            metadata: ctx.metadata_json,
-        };
-
         let payload = payload_json.to_string();
         let race = {
             let pre = &self.pre;
             let store_ref = &mut store;
             let work = async move {
-                let handler = match pre.instantiate_async(&mut *store_ref).await {
-                    Ok(h) => h,
-                    Err(e) => return Stage::InstantiateFailed(e),
-                };
-                match handler
-                    .call_handle(&mut *store_ref, &wit_ctx, &payload)
-                    .await
-                {
-                    Ok(r) => Stage::Returned(r),
-                    Err(e) => Stage::CallFailed(e),
+                match pre {
+                    Pre::V1(pre) => {
+                        let handler = match pre.instantiate_async(&mut *store_ref).await {
+                            Ok(h) => h,
+                            Err(e) => return Stage::InstantiateFailed(e),
+                        };
+                        let wit_ctx = v1_context(ctx);
+                        match handler
+                            .call_handle(&mut *store_ref, &wit_ctx, &payload)
+                            .await
+                        {
+                            Ok(r) => Stage::Returned(r),
+                            Err(e) => Stage::CallFailed(e),
+                        }
+                    }
+                    Pre::V2(pre) => {
+                        let handler = match pre.instantiate_async(&mut *store_ref).await {
+                            Ok(h) => h,
+                            Err(e) => return Stage::InstantiateFailed(e),
+                        };
+                        let wit_ctx = v2_context(ctx);
+                        match handler
+                            .call_handle(&mut *store_ref, &wit_ctx, &payload)
+                            .await
+                        {
+                            Ok(r) => Stage::Returned(r.map_err(|e| HandlerError {
+                                retryable: e.retryable,
+                                message: e.message,
+                                retry_after_ms: e.retry_after_ms,
+                            })),
+                            Err(e) => Stage::CallFailed(e),
+                        }
+                    }
                 }
             };
             let sleep = async {
@@ -314,6 +328,33 @@ impl Handler {
             }
         });
         Ok(store)
+    }
+}
+
+/// The `0.1.0` context: everything but the task's params.
+fn v1_context(ctx: InvocationContext) -> bindings::WitContext {
+    bindings::WitContext {
+        execution_id: ctx.execution_id,
+        attempt_id: ctx.attempt_id,
+        attempt: ctx.attempt,
+        task_name: ctx.task_name,
+        namespace: ctx.namespace,
+        worker_id: ctx.worker_id,
+        metadata: ctx.metadata_json,
+    }
+}
+
+/// The `0.2.0` context, with the task's params.
+fn v2_context(ctx: InvocationContext) -> bindings::v2::WitContext {
+    bindings::v2::WitContext {
+        execution_id: ctx.execution_id,
+        attempt_id: ctx.attempt_id,
+        attempt: ctx.attempt,
+        task_name: ctx.task_name,
+        namespace: ctx.namespace,
+        worker_id: ctx.worker_id,
+        metadata: ctx.metadata_json,
+        params: ctx.params_json,
     }
 }
 

@@ -8,9 +8,12 @@
 //!   with fallback to on-demand) and the epoch ticker thread.
 //! - Loading components implementing `onestep:handler/handler@0.1.0`
 //!   (`wit/handler.wit` at the repository root) or `@0.2.0`
-//!   (`wit/v0.2/handler.wit`, adds outbound HTTP): compiled once, cached on
-//!   disk keyed by the component's SHA-256 and the engine settings, linked
-//!   into an `InstancePre` ([`Runtime::load`] → [`Handler`]).
+//!   (`wit/v0.2/handler.wit`: the task's params in the context, outbound HTTP
+//!   in world `handler`, none in world `compute`): refused with a specific
+//!   error when they are not components, of another world or of an unserved
+//!   version, compiled once, cached on disk keyed by the component's SHA-256
+//!   and the engine settings, linked into an `InstancePre`
+//!   ([`Runtime::load`] → [`Handler`], [`Handler::world_version`]).
 //! - Invoking them ([`Handler::invoke`]) in a per-task sandbox described by
 //!   [`SandboxSettings`], returning a typed [`Outcome`].
 //!
@@ -85,6 +88,7 @@ mod runtime;
 mod sandbox;
 mod settings;
 mod state;
+mod world;
 
 pub use cancel::CancelHandle;
 pub use context::InvocationContext;

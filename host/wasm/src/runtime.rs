@@ -12,13 +12,14 @@ use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Cache, Engine};
 
-use crate::bindings::{self, HandlerPre};
+use crate::bindings;
 use crate::engine::{self, Ticker};
 use crate::error::Error;
 use crate::log_budget::LogRate;
 use crate::needs::Needs;
 use crate::settings::{RuntimeSettings, SandboxSettings};
 use crate::state::State;
+use crate::world::{self, Pre};
 
 /// Counters of the component cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -87,7 +88,8 @@ impl std::fmt::Debug for Runtime {
 #[derive(Clone)]
 pub struct Handler {
     pub(crate) runtime: Arc<RuntimeInner>,
-    pub(crate) pre: HandlerPre<State>,
+    /// The prepared `handle` export (of `0.1.0` or `0.2.0`).
+    pub(crate) pre: Pre,
     pub(crate) digest: [u8; 32],
     pub(crate) name: Arc<str>,
     pub(crate) needs: Needs,
@@ -144,6 +146,14 @@ impl Handler {
                 message,
             })?;
         self.check_network(sandbox)
+    }
+
+    /// The version of the handler world the component implements
+    /// (`onestep:handler@0.1.0` or `onestep:handler@0.2.0`): what its
+    /// `handle` export's context is. Only `0.2.0` components receive the
+    /// task's `params`.
+    pub fn world_version(&self) -> &'static str {
+        self.pre.version()
     }
 
     /// Whether the component imports `wasi:http` (world `0.2.0` with
@@ -276,8 +286,10 @@ impl Runtime {
     /// Same as [`load`](Self::load) for bytes in memory; `name` labels errors
     /// and logs.
     pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Handler, Error> {
+        world::check_binary(name, bytes)?;
         let digest: [u8; 32] = Sha256::digest(bytes).into();
         let component = self.component(name, digest, bytes)?;
+        world::check_shape(name, &component)?;
         let needs = Needs::of_component(bytes);
         let http_import = crate::http::http_import(&component);
         let instance_pre =
@@ -288,10 +300,7 @@ impl Runtime {
                     name: name.to_string(),
                     message: format!("{e:#}"),
                 })?;
-        let pre = HandlerPre::new(instance_pre).map_err(|e| Error::NotAHandler {
-            name: name.to_string(),
-            message: format!("{e:#}"),
-        })?;
+        let pre = Pre::new(name, &component, instance_pre)?;
         Ok(Handler {
             runtime: self.inner.clone(),
             pre,

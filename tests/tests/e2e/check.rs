@@ -388,3 +388,116 @@ fn missing_file_and_non_mapping_exit_2() -> Result<()> {
     );
     Ok(())
 }
+
+/// `check` loads every component as the worker would and names what is wrong with it
+/// (docs/cli.md#component-checks): with `--strict` an error (exit 2), without a problem line on
+/// stderr and `problem=<kind>` in the summary (exit 0). A loadable component is listed with its
+/// world version.
+#[test]
+fn component_checks_name_the_problem() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"garbage")?;
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0")?;
+    let cases: Vec<(PathBuf, &str, String)> = vec![
+        (
+            garbage,
+            "not-a-component",
+            "component garbage.wasm is not a WebAssembly component: it is not a WebAssembly \
+             file (7 bytes, no `\\0asm` header)"
+                .into(),
+        ),
+        (
+            core,
+            "not-a-component",
+            "component core.wasm is not a WebAssembly component: it is a core WebAssembly \
+             module, not a component: build the handler for the wasm32-wasip2 target (cargo \
+             build --target wasm32-wasip2), or wrap the module with `wasm-tools component new`"
+                .into(),
+        ),
+        (
+            guest("not-a-handler")?,
+            "wrong-world",
+            "component not-a-handler.wasm does not implement onestep:handler/handler (0.1.0 or \
+             0.2.0): it exports wasi:cli/run@0.2.0, not the function `handle`"
+                .into(),
+        ),
+        (
+            guest("future-world")?,
+            "world-version",
+            "component future-world.wasm is built against onestep:handler@0.9.0, which this \
+             host does not serve (it serves onestep:handler@0.1.0, onestep:handler@0.2.0): \
+             rebuild it against one of those"
+                .into(),
+        ),
+        (
+            guest("bad-import")?,
+            "missing-import",
+            "component bad-import.wasm cannot be linked: component imports instance \
+             `onestep:bad-import/missing`, but a matching implementation was not found in the \
+             linker: instance export `ping` has the wrong type: function implementation is \
+             missing"
+                .into(),
+        ),
+        (
+            guest("fetch")?,
+            "sandbox",
+            "component fetch.wasm cannot run in its sandbox: it imports \
+             wasi:http/outgoing-handler@0.2.12 (outbound HTTP) but the task's sandbox grants no \
+             network: list the origins it may reach under sandbox.network.allow"
+                .into(),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (i, (component, kind, reason)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("component-{i}.yaml"));
+        std::fs::write(&path, base(component))?;
+        let target = path.display().to_string();
+        let message = format!("task 'echo': cannot load {}: {reason}", component.display());
+        let (code, _, stderr) = run_cli(&["check", "--strict", &target], &[])?;
+        let want = format!("onestep: failed to load {target}: {message}\n");
+        if code != 2 || stderr != want {
+            failures.push(format!(
+                "{kind} (strict): exit {code}, stderr {stderr:?}; expected 2, {want:?}"
+            ));
+        }
+        let (code, stdout, stderr) = run_cli(&["check", &target], &[])?;
+        let want = format!("onestep: problem in {target}: {message}\n");
+        let line = format!(
+            "- echo: {} problem={kind} (see stderr)\n",
+            component.display()
+        );
+        if code != 0 || stderr != want || !stdout.contains(&line) {
+            failures.push(format!(
+                "{kind} (plain): exit {code}, stderr {stderr:?}, stdout {stdout:?}; expected 0, \
+                 {want:?}, a line {line:?}"
+            ));
+        }
+    }
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Loadable components: listed with their world version and network import.
+    for (name, world) in [
+        ("echo", "onestep:handler@0.1.0"),
+        ("inspect", "onestep:handler@0.2.0"),
+    ] {
+        let component = guest(name)?;
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, base(&component))?;
+        let target = path.display().to_string();
+        let (code, stdout, stderr) = run_cli(&["check", "--strict", &target], &[])?;
+        let line = format!(
+            "- echo: {} world={world} network=none sha256=",
+            component.display()
+        );
+        ensure!(
+            code == 0 && stdout.contains(&line),
+            "{name}: exit {code}, stdout {stdout}, stderr {stderr}"
+        );
+        let (code, stdout, _) = run_cli(&["check", "--json", &target], &[])?;
+        let v: serde_json::Value = serde_json::from_str(&stdout)?;
+        ensure!(code == 0 && v["components"][0]["world"] == world, "{v}");
+    }
+    Ok(())
+}

@@ -26,6 +26,8 @@
 //!   injected header that never reaches the log, a cancel during a slow request.
 //! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
+//! * [`params`]: `handler.params` in the context of 0.2.0 guests (Rust, Python, JavaScript)
+//!   through `task run` and a worker; the JavaScript guests' errors, progress and cancel.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
 //!   and `onestep replay` (a recorded execution run locally, nothing written).
 //! * [`diagnostics`]: per-attempt messages, log lines, progress and component digests through
@@ -34,6 +36,10 @@
 //!   swapped in); no execution lost, attempts record the digest of the build they ran.
 //! * [`postgres`]: `onestep migrate`, the client commands and a real worker with real components
 //!   on PostgreSQL; a connector of the wrong kind is a load error.
+//! * [`render`]: `onestep render` of a config, as text and as a Mermaid flowchart.
+//! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
+//!   outside the repository and passes `check --strict` and `task run`; bad input.
+//! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -56,10 +62,14 @@ mod isolation_pool;
 mod isolation_results;
 mod lease;
 mod metrics;
+mod params;
 mod postgres;
 mod procfs;
 mod reload;
+mod render;
 mod runtime;
+mod scaffold;
 mod smoke;
 mod task_run;
 mod upgrade;
+mod watch;

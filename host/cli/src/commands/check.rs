@@ -1,10 +1,12 @@
 //! `onestep check [--strict] [--connect] [--json] FILE` (docs/cli.md#onestep-check): loads the
 //! file as `onestep run` does, then loads every task's component as a worker does at start
 //! (compile through the compile cache, link against the host's imports for the task's sandbox),
-//! so a component the worker would refuse is reported here first, with the same message.
+//! so a component the worker would refuse is reported here first, with the same message: an
+//! error with `--strict`, a problem line without (docs/cli.md#component-checks). Each loaded
+//! component is listed with its world version, its outbound-HTTP import and how it was loaded.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use onestep_mysql::MySqlBackend;
 
@@ -37,8 +39,9 @@ pub struct CheckArgs {
     pub env: EnvArgs,
 }
 
-/// Exit codes: 0 loaded (and every probe connected); 1 a probe failed; 2 load/validation error
-/// (including a component that cannot be loaded).
+/// Exit codes: 0 loaded (and every probe connected; without `--strict`, also when a component has
+/// problems, printed on stderr); 1 a probe failed; 2 load/validation error (with `--strict`,
+/// including a component that cannot be loaded).
 pub async fn run(args: CheckArgs) -> u8 {
     let cfg = match load(&args.target, args.strict, &args.env) {
         Ok(c) => c,
@@ -47,16 +50,36 @@ pub async fn run(args: CheckArgs) -> u8 {
     for w in &cfg.warnings {
         eprintln!("onestep: warning: {w}");
     }
-    let errors = component_errors(&cfg);
-    if !errors.is_empty() {
-        let target = args.target.display();
-        for e in &errors {
-            eprintln!("onestep: failed to load {target}: {e}");
+    let components = component_reports(&cfg);
+    let problems: Vec<&str> = components
+        .iter()
+        .filter_map(|c| c.problem.as_ref().map(|(_, m)| m.as_str()))
+        .collect();
+    let target = args.target.display();
+    if args.strict && !problems.is_empty() {
+        for p in &problems {
+            eprintln!("onestep: failed to load {target}: {p}");
         }
         return 2;
     }
+    for p in &problems {
+        eprintln!("onestep: problem in {target}: {p}");
+    }
     if args.json {
-        match serde_json::to_string_pretty(&cfg.json_summary()) {
+        let mut summary = match serde_json::to_value(cfg.json_summary()) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("onestep: cannot render the summary: {e}");
+                return 2;
+            }
+        };
+        if let Some(map) = summary.as_object_mut() {
+            map.insert(
+                "components".to_owned(),
+                components.iter().map(ComponentReport::json).collect(),
+            );
+        }
+        match serde_json::to_string_pretty(&summary) {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 eprintln!("onestep: cannot render the summary: {e}");
@@ -65,6 +88,7 @@ pub async fn run(args: CheckArgs) -> u8 {
         }
     } else {
         print!("{}", cfg.summary());
+        print_components(&components);
     }
     if !args.connect {
         return 0;
@@ -108,20 +132,130 @@ pub async fn run(args: CheckArgs) -> u8 {
     if ok { 0 } else { 1 }
 }
 
-/// Loads every task's component into one runtime built as `onestep run` builds it; returns one
-/// message per task whose component cannot be loaded (the message `onestep run` fails with).
-fn component_errors(cfg: &AppConfig) -> Vec<String> {
+/// What loading one task's component found.
+struct ComponentReport {
+    task: String,
+    path: PathBuf,
+    /// Loaded: world version, the `wasi:http` import if any, SHA-256, how it was loaded.
+    loaded: Option<Loaded>,
+    /// Not loadable: (kind, the message `onestep run` fails with).
+    problem: Option<(&'static str, String)>,
+    elapsed: Duration,
+}
+
+struct Loaded {
+    world: &'static str,
+    http: bool,
+    digest: String,
+    /// `compiled`, `disk cache` or `memory cache`.
+    how: &'static str,
+}
+
+impl ComponentReport {
+    fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "task": self.task,
+            "component": self.path,
+            "load_ms": self.elapsed.as_secs_f64() * 1000.0,
+        });
+        if let Some(l) = &self.loaded {
+            v["world"] = l.world.into();
+            v["imports_http"] = l.http.into();
+            v["sha256"] = l.digest.clone().into();
+            v["loaded_from"] = l.how.into();
+        }
+        if let Some((kind, message)) = &self.problem {
+            v["problem"] = serde_json::json!({"kind": kind, "message": message});
+        }
+        v
+    }
+}
+
+fn print_components(components: &[ComponentReport]) {
+    println!("Components:");
+    for c in components {
+        let ms = c.elapsed.as_secs_f64() * 1000.0;
+        match (&c.loaded, &c.problem) {
+            (Some(l), _) => println!(
+                "- {}: {} world={} network={} sha256={} ({}, {ms:.1} ms)",
+                c.task,
+                c.path.display(),
+                l.world,
+                if l.http { "wasi:http" } else { "none" },
+                &l.digest[..l.digest.len().min(12)],
+                l.how,
+            ),
+            (None, Some((kind, _))) => println!(
+                "- {}: {} problem={kind} (see stderr)",
+                c.task,
+                c.path.display()
+            ),
+            (None, None) => {}
+        }
+    }
+    let total: Duration = components.iter().map(|c| c.elapsed).sum();
+    let loaded = components.iter().filter(|c| c.loaded.is_some()).count();
+    println!(
+        "Components: {loaded} of {} loaded in {:.1} ms",
+        components.len(),
+        total.as_secs_f64() * 1000.0
+    );
+}
+
+/// Loads every task's component into one runtime built as `onestep run` builds it, as the
+/// worker does at start; one report per task (a runtime that cannot start is one problem).
+fn component_reports(cfg: &AppConfig) -> Vec<ComponentReport> {
     let runtime = match build_runtime(cfg) {
         Ok(r) => r,
-        Err(e) => return vec![format!("{e:#}")],
+        Err(e) => {
+            return vec![ComponentReport {
+                task: "*".to_owned(),
+                path: PathBuf::new(),
+                loaded: None,
+                problem: Some(("engine", format!("{e:#}"))),
+                elapsed: Duration::ZERO,
+            }];
+        }
     };
     cfg.tasks
         .iter()
-        .filter_map(|task| {
+        .map(|task| {
             let sandbox = sandbox_settings(&task.sandbox, &cfg.env);
-            load_task_handler(&runtime, task, &sandbox)
-                .err()
-                .map(|e| format!("{e:#}"))
+            let before = runtime.cache_stats();
+            let started = Instant::now();
+            let result = load_task_handler(&runtime, task, &sandbox);
+            let elapsed = started.elapsed();
+            let after = runtime.cache_stats();
+            let (loaded, problem) = match result {
+                Ok(h) => (
+                    Some(Loaded {
+                        world: h.world_version(),
+                        http: h.imports_http(),
+                        digest: h.digest_hex(),
+                        how: if after.compiles > before.compiles {
+                            "compiled"
+                        } else if after.disk_hits > before.disk_hits {
+                            "disk cache"
+                        } else {
+                            "memory cache"
+                        },
+                    }),
+                    None,
+                ),
+                Err(e) => {
+                    let kind = e
+                        .downcast_ref::<onestep_wasm::Error>()
+                        .map_or("load", onestep_wasm::Error::kind);
+                    (None, Some((kind, format!("{e:#}"))))
+                }
+            };
+            ComponentReport {
+                task: task.name.clone(),
+                path: task.handler.component.clone(),
+                loaded,
+                problem,
+                elapsed,
+            }
         })
         .collect()
 }

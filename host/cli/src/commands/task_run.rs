@@ -2,7 +2,7 @@
 //! of a task's component in exactly the sandbox its YAML declares, on this machine, with no
 //! worker and (for `task run`) no database; nothing is written anywhere (docs/cli.md#onestep-task-run).
 //! The guest's log lines, output lines and progress go to stderr as they happen; the outcome to
-//! stdout.
+//! stdout. `task run --watch` runs again whenever the component file changes ([`super::watch`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -78,6 +78,9 @@ pub struct TaskRunArgs {
     /// Attempt number the handler sees (1-based).
     #[arg(long, default_value_t = 1)]
     pub attempt: u32,
+    /// After the run, run again each time the component file changes, until interrupted.
+    #[arg(long)]
+    pub watch: bool,
     #[command(flatten)]
     pub local: LocalRunArgs,
 }
@@ -159,6 +162,7 @@ async fn run_attempt(cfg: &AppConfig, a: Attempt<'_>, local: &LocalRunArgs) -> R
         namespace: source.namespace.clone(),
         worker_id: "onestep-task-run".to_owned(),
         metadata_json: Value::Object(metadata).to_string(),
+        params_json: Value::Object(a.task.handler.params.clone()).to_string(),
         ..Default::default()
     };
     let cancel = CancelHandle::new();
@@ -293,16 +297,38 @@ pub async fn task_run(args: TaskRunArgs) -> u8 {
         Ok(Some(_)) => return usage("--metadata must be a JSON object"),
         Err(e) => return usage(e),
     };
-    let attempt = Attempt {
+    let attempt = || Attempt {
         task,
         execution_id: Uuid::new_v4(),
         attempt: args.attempt,
-        payload,
-        metadata,
+        payload: payload.clone(),
+        metadata: metadata.clone(),
     };
-    match run_attempt(&cfg, attempt, &args.local).await {
+    let once = |code: Result<Ran, u8>| match code {
         Ok(ran) => print_report(&task.name, &ran, args.local.json),
         Err(code) => code,
+    };
+    let mut code = once(run_attempt(&cfg, attempt(), &args.local).await);
+    if !args.watch {
+        return code;
+    }
+    let component = &task.handler.component;
+    let mut watch = match super::watch::FileWatch::new(component) {
+        Ok(w) => w,
+        Err(e) => return usage(e),
+    };
+    eprintln!("onestep: watching {} (Ctrl-C stops)", component.display());
+    loop {
+        tokio::select! {
+            changed = watch.changed() => {
+                if changed.is_none() {
+                    return usage(format!("the watch on {} stopped", component.display()));
+                }
+                eprintln!("onestep: {} changed: running again", component.display());
+                code = once(run_attempt(&cfg, attempt(), &args.local).await);
+            }
+            _ = tokio::signal::ctrl_c() => return code,
+        }
     }
 }
 

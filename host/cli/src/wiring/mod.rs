@@ -233,7 +233,8 @@ pub fn task_bindings(
         // A component that needs more than its sandbox allows could never run: refused here,
         // before it is compiled (and by `onestep check`, which loads the same way).
         let handler = load_task_handler(runtime, task, &sandbox)?;
-        let mut runner = WasmTaskRunner::new(handler, sandbox, source.limits.max_result_bytes);
+        let mut runner = WasmTaskRunner::new(handler, sandbox, source.limits.max_result_bytes)
+            .with_params(&task.handler.params);
         if let Some(m) = metrics {
             runner = runner.with_metrics(Arc::clone(m));
         }

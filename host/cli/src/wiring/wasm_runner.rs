@@ -58,6 +58,9 @@ pub struct WasmTaskRunner {
     sandbox: SandboxSettings,
     /// Told of each attempt's trap, fuel, memory and guest log losses (docs/observability.md).
     metrics: Option<Arc<Metrics>>,
+    /// The task's `handler.params` as JSON text, handed to `0.2.0` components in their context
+    /// (docs/configuration.md#tasks).
+    params_json: String,
 }
 
 impl WasmTaskRunner {
@@ -76,6 +79,7 @@ impl WasmTaskRunner {
             })),
             sandbox,
             metrics: None,
+            params_json: "{}".to_owned(),
         }
     }
 
@@ -106,6 +110,12 @@ impl WasmTaskRunner {
         old
     }
 
+    /// Hands `params` (the task's `handler.params`) to every attempt.
+    pub fn with_params(mut self, params: &serde_json::Map<String, serde_json::Value>) -> Self {
+        self.params_json = serde_json::Value::Object(params.clone()).to_string();
+        self
+    }
+
     /// Records every attempt's wasm figures in `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
@@ -124,6 +134,7 @@ impl TaskRunner for WasmTaskRunner {
             namespace: invocation.namespace.clone(),
             worker_id: invocation.worker_id.clone(),
             metadata_json: serde_json::Value::Object(invocation.metadata.clone()).to_string(),
+            params_json: self.params_json.clone(),
             journal: invocation.journal.clone(),
         };
         let payload = invocation.payload.to_string();

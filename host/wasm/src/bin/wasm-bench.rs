@@ -7,7 +7,8 @@
 //!
 //! Prints p50/p99 (µs) and calls/s of `echo` (new store + instantiate +
 //! call) with pooling on and off at 1 and 4 concurrent tasks, then compile vs
-//! cached-load time of `summarize` (and of `python-echo` when built).
+//! cached-load time of `summarize` (and of `python-echo` and the JavaScript
+//! `js-echo` when built).
 //! Guests are read from `$ONESTEP_GUESTS` or `guest-examples/out`.
 
 use onestep_wasm::{
@@ -153,6 +154,7 @@ fn main() -> BoxResult<()> {
     })?;
     bench_load("summarize", &cache)?;
     bench_load("python-echo", &cache)?;
+    bench_load("js-echo", &cache)?;
     let _ = std::fs::remove_dir_all(&cache);
     Ok(())
 }

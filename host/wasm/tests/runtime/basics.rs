@@ -184,10 +184,17 @@ async fn not_a_component_is_a_load_error() {
     let err = rt
         .load_bytes("garbage", b"definitely not wasm")
         .expect_err("must fail");
-    assert!(matches!(err, Error::Compile { .. }), "{err}");
+    assert!(matches!(err, Error::NotAComponent { .. }), "{err}");
+    assert_eq!(err.kind(), "not-a-component");
     // An empty core module: valid wasm, but not a component.
     let err = rt
         .load_bytes("core-module", b"\0asm\x01\0\0\0")
+        .expect_err("must fail");
+    assert!(matches!(err, Error::NotAComponent { .. }), "{err}");
+    assert!(err.to_string().contains("core WebAssembly module"), "{err}");
+    // A component preamble with nothing valid after it.
+    let err = rt
+        .load_bytes("broken", b"\0asm\x0d\0\x01\0\xff\xff")
         .expect_err("must fail");
     assert!(matches!(err, Error::Compile { .. }), "{err}");
     let err = rt.load("/nonexistent/x.wasm").expect_err("must fail");
@@ -244,5 +251,65 @@ async fn a_component_of_another_world_is_not_a_handler() {
         .load(guest_path("not-a-handler"))
         .expect_err("a WASI command is not a handler");
     assert!(matches!(err, Error::NotAHandler { .. }), "{err}");
+    assert!(
+        err.to_string().contains("not the function `handle`"),
+        "{err}"
+    );
     eprintln!("{err}");
+}
+
+#[tokio::test]
+async fn a_component_of_an_unserved_world_version_is_named() {
+    let _g = shared();
+    ensure_rust_guests();
+    let err = runtime()
+        .load(guest_path("future-world"))
+        .expect_err("0.9.0 is not served");
+    assert!(matches!(err, Error::WorldVersion { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "component future-world.wasm is built against onestep:handler@0.9.0, which this host \
+         does not serve (it serves onestep:handler@0.1.0, onestep:handler@0.2.0): rebuild it \
+         against one of those"
+    );
+}
+
+/// World 0.2.0 components get the task's params in their context; 0.1.0 components (no such
+/// field) run unchanged.
+#[tokio::test]
+async fn params_reach_0_2_components_only() {
+    let _g = shared();
+    let inspect = load("inspect");
+    let echo = load("echo");
+    assert_eq!(inspect.world_version(), "onestep:handler@0.2.0");
+    assert_eq!(echo.world_version(), "onestep:handler@0.1.0");
+    let ctx = onestep_wasm::InvocationContext {
+        params_json: r#"{"k":[1,2],"s":"v"}"#.into(),
+        ..ctx(1)
+    };
+    let outcome = inspect
+        .invoke(
+            &SandboxSettings::default(),
+            ctx.clone(),
+            r#"{"p":1}"#,
+            CancelHandle::new(),
+            None,
+        )
+        .await;
+    let Outcome::Succeeded(out) = outcome else {
+        panic!("{outcome:?}")
+    };
+    let out = json(&out);
+    assert_eq!(out["params"], serde_json::json!({"k": [1, 2], "s": "v"}));
+    assert_eq!(out["payload"], serde_json::json!({"p": 1}));
+    let outcome = echo
+        .invoke(
+            &SandboxSettings::default(),
+            ctx,
+            "[3]",
+            CancelHandle::new(),
+            None,
+        )
+        .await;
+    assert_eq!(outcome, Outcome::Succeeded("[3]".into()));
 }

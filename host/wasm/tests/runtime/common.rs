@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub const RUST_GUESTS: [&str; 7] = [
+pub const RUST_GUESTS: [&str; 9] = [
     "echo",
     "fetch",
     "summarize",
@@ -14,6 +14,8 @@ pub const RUST_GUESTS: [&str; 7] = [
     "flaky",
     "misbehave",
     "not-a-handler",
+    "inspect",
+    "future-world",
 ];
 
 pub fn repo_root() -> PathBuf {
@@ -33,6 +35,7 @@ fn run_build_script(skip_python: bool) {
     let status = Command::new("bash")
         .arg(&script)
         .env("SKIP_PYTHON", if skip_python { "1" } else { "0" })
+        .env("SKIP_JS", "1")
         .status()
         .expect("run scripts/build-guests.sh");
     assert!(status.success(), "scripts/build-guests.sh failed: {status}");
@@ -86,6 +89,7 @@ pub fn ctx(attempt: u32) -> InvocationContext {
         namespace: "tests".into(),
         worker_id: "worker-test".into(),
         metadata_json: "{}".into(),
+        params_json: "{}".into(),
         ..Default::default()
     }
 }

@@ -20,11 +20,17 @@ async fn python_guest_runs() {
         rt.cache_stats()
     );
 
+    // World 0.2.0 (`compute`): the task's params arrive in the context.
+    assert_eq!(handler.world_version(), "onestep:handler@0.2.0");
+    assert!(!handler.imports_http());
     let sandbox = SandboxSettings::default();
     let outcome = handler
         .invoke(
             &sandbox,
-            ctx(2),
+            onestep_wasm::InvocationContext {
+                params_json: r#"{"model":"small"}"#.into(),
+                ..ctx(2)
+            },
             r#"{"greeting": "hi"}"#,
             CancelHandle::new(),
             None,
@@ -38,6 +44,7 @@ async fn python_guest_runs() {
     assert_eq!(out["attempt"], 2);
     assert_eq!(out["task"], "test-task");
     assert_eq!(out["language"], "python");
+    assert_eq!(out["params"], serde_json::json!({"model": "small"}));
 
     let outcome = handler
         .invoke(

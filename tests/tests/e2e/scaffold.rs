@@ -1,0 +1,238 @@
+//! `onestep new handler NAME --lang rust|python|js` (docs/cli.md#onestep-new-handler): each
+//! language's project, written into a temporary directory outside this repository, builds with
+//! nothing but its own files and the language's pinned tool, passes `onestep check --strict` and
+//! `onestep task run` on its sample payload. Build tools: cargo with a target directory shared
+//! by the runs (`target/scaffold`), the componentize-py of `scripts/build-guests.sh`'s venv, and
+//! componentize-js installed by `npm install` into the project's own `node_modules`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+use onestep_e2e::{guest, repo_root, run_cli};
+use serde_json::{Value, json};
+
+/// Runs `program args…` in `dir`; fails with its output when it does not succeed.
+fn run_in(dir: &Path, program: &str, args: &[&str], envs: &[(&str, &Path)]) -> Result<()> {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_os_str())))
+        // The test's own cargo settings belong to the host build.
+        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .with_context(|| format!("cannot run {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{program} {args:?} in {}: {}\n{}\n{}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// `onestep new handler NAME --lang LANG --dir <tmp>/NAME`: the project directory.
+fn scaffold(tmp: &Path, name: &str, lang: &str) -> Result<PathBuf> {
+    let dir = tmp.join(name);
+    let dir_arg = dir.display().to_string();
+    let (code, stdout, stderr) = run_cli(
+        &["new", "handler", name, "--lang", lang, "--dir", &dir_arg],
+        &[],
+    )?;
+    ensure!(code == 0, "new handler exited {code}: {stdout} {stderr}");
+    ensure!(
+        stdout.starts_with(&format!("created {dir_arg} (")),
+        "{stdout}"
+    );
+    for file in [
+        "README.md",
+        "handler.yaml",
+        "payload.json",
+        "wit/handler.wit",
+        "wit/deps/http.wit",
+    ] {
+        ensure!(dir.join(file).is_file(), "{lang}: no {file}");
+    }
+    ensure!(
+        !dir.starts_with(repo_root()),
+        "the project must be outside the repository"
+    );
+    Ok(dir)
+}
+
+/// The project passes `check --strict` and `task run` on its sample payload (and a bad payload
+/// is its fatal handler error).
+fn runs(dir: &Path, name: &str) -> Result<()> {
+    let yaml = dir.join("handler.yaml").display().to_string();
+    let (code, stdout, stderr) = run_cli(&["check", "--strict", &yaml], &[])?;
+    ensure!(code == 0, "check --strict: {code} {stdout} {stderr}");
+    ensure!(
+        stdout.contains("world=onestep:handler@0.2.0 network=none"),
+        "{stdout}"
+    );
+    let payload = format!("@{}", dir.join("payload.json").display());
+    let (code, stdout, stderr) = run_cli(
+        &["task", "run", &yaml, name, "--payload", &payload, "--json"],
+        &[],
+    )?;
+    ensure!(code == 0, "task run: {code} {stdout} {stderr}");
+    let r: Value = serde_json::from_str(stdout.trim())?;
+    ensure!(
+        r["result"] == json!({"message": "Hello, world!", "attempt": 1}),
+        "{r}"
+    );
+    let (code, stdout, _) = run_cli(
+        &["task", "run", &yaml, name, "--payload", "{}", "--json"],
+        &[],
+    )?;
+    let r: Value = serde_json::from_str(stdout.trim())?;
+    ensure!(
+        code == 3
+            && r["error"]["retryable"] == false
+            && r["error"]["message"] == "the payload needs a string `name`",
+        "{code} {r}"
+    );
+    Ok(())
+}
+
+#[test]
+fn rust_scaffold_builds_outside_the_repository_and_runs() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = scaffold(tmp.path(), "greet-rs", "rust")?;
+    // One target directory for every run of this test (dependencies compile once).
+    let target = repo_root().join("target").join("scaffold");
+    run_in(
+        &dir,
+        "cargo",
+        &["build", "--target", "wasm32-wasip2", "--release"],
+        &[("CARGO_TARGET_DIR", &target)],
+    )?;
+    let built = target.join("wasm32-wasip2/release/greet_rs.wasm");
+    let expected = dir.join("target/wasm32-wasip2/release/greet_rs.wasm");
+    std::fs::create_dir_all(expected.parent().context("no parent")?)?;
+    std::fs::copy(&built, &expected)
+        .with_context(|| format!("cargo built no {}", built.display()))?;
+    runs(&dir, "greet-rs")
+}
+
+#[test]
+fn python_scaffold_builds_outside_the_repository_and_runs() -> Result<()> {
+    // The venv scripts/build-guests.sh installs componentize-py into (built with python-echo).
+    guest("python-echo")?;
+    let tool = repo_root().join("guest-examples/.venv/bin/componentize-py");
+    let tmp = tempfile::tempdir()?;
+    let dir = scaffold(tmp.path(), "greet-py", "python")?;
+    let pinned = std::fs::read_to_string(dir.join("requirements.txt"))?;
+    ensure!(pinned.contains("componentize-py==0.25.1"), "{pinned}");
+    run_in(
+        &dir,
+        &tool.display().to_string(),
+        &[
+            "-d",
+            "wit",
+            "-w",
+            "compute",
+            "componentize",
+            "app",
+            "-o",
+            "greet-py.wasm",
+        ],
+        &[],
+    )?;
+    runs(&dir, "greet-py")
+}
+
+#[test]
+fn js_scaffold_builds_outside_the_repository_and_runs() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = scaffold(tmp.path(), "greet-js", "js")?;
+    // componentize-js as pinned in the project's package.json, into its own node_modules.
+    run_in(
+        &dir,
+        "npm",
+        &["install", "--no-audit", "--no-fund", "--loglevel=error"],
+        &[],
+    )?;
+    ensure!(
+        dir.join("node_modules/.bin/componentize-js").exists(),
+        "npm installed no componentize-js"
+    );
+    run_in(&dir, "npm", &["run", "build", "--silent"], &[])?;
+    runs(&dir, "greet-js")
+}
+
+#[test]
+fn new_handler_refuses_bad_input() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("taken");
+    std::fs::create_dir(&dir)?;
+    std::fs::write(dir.join("mine.txt"), "keep")?;
+    let dir_arg = dir.display().to_string();
+    let (code, _, stderr) = run_cli(
+        &["new", "handler", "h", "--lang", "rust", "--dir", &dir_arg],
+        &[],
+    )?;
+    ensure!(code == 2, "exit {code}");
+    ensure!(
+        stderr
+            == format!(
+                "onestep: {dir_arg} already exists: choose another --dir, or pass --force to \
+                 write the project's files into it (files of the same names are replaced, \
+                 others kept)\n"
+            ),
+        "{stderr}"
+    );
+    ensure!(
+        !dir.join("Cargo.toml").exists(),
+        "wrote into an existing directory"
+    );
+    let (code, _, stderr) = run_cli(
+        &[
+            "new", "handler", "h", "--lang", "rust", "--dir", &dir_arg, "--force",
+        ],
+        &[],
+    )?;
+    ensure!(code == 0, "--force: exit {code} {stderr}");
+    ensure!(dir.join("Cargo.toml").is_file() && dir.join("mine.txt").is_file());
+
+    let other = tmp.path().join("x").display().to_string();
+    let (code, _, stderr) = run_cli(
+        &[
+            "new", "handler", "Bad_Name", "--lang", "js", "--dir", &other,
+        ],
+        &[],
+    )?;
+    ensure!(
+        code == 2 && stderr.starts_with("onestep: invalid handler name 'Bad_Name': "),
+        "{code} {stderr}"
+    );
+    let (code, _, stderr) = run_cli(
+        &["new", "handler", "ok", "--lang", "cobol", "--dir", &other],
+        &[],
+    )?;
+    ensure!(code == 2 && stderr.contains("cobol"), "{code} {stderr}");
+    let missing_parent = tmp.path().join("no/such/dir").display().to_string();
+    let (code, _, stderr) = run_cli(
+        &[
+            "new",
+            "handler",
+            "ok",
+            "--lang",
+            "js",
+            "--dir",
+            &missing_parent,
+        ],
+        &[],
+    )?;
+    ensure!(
+        code == 2 && stderr.contains("does not exist"),
+        "{code} {stderr}"
+    );
+    ensure!(!tmp.path().join("x").exists());
+    Ok(())
+}
