@@ -12,8 +12,8 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ErrorBody, code};
-use crate::extract::{ExecutionId, IdempotencyKey, JsonBody, Tenant};
-use crate::openapi::{BodyErrors, NotFoundErrors, V1Errors};
+use crate::extract::{Canceller, ExecutionId, IdempotencyKey, JsonBody, Submitter, Tenant};
+use crate::openapi::{BodyErrors, ForbiddenErrors, NotFoundErrors, V1Errors};
 use crate::state::ApiState;
 use crate::view::{ExecutionView, HealthView, PageView, ResultView};
 
@@ -96,12 +96,13 @@ pub fn parse_expires_at(text: &str) -> Result<DateTime<FixedOffset>, ApiError> {
         (status = 409, description = "Key already used with a different submission", body = ErrorBody),
         (status = 422, description = "Validation, encoding or task not allowed", body = ErrorBody),
         BodyErrors,
+        ForbiddenErrors,
         V1Errors,
     ),
     security(("bearer" = []))
 )]
 pub async fn submit_execution(
-    Tenant(client): Tenant,
+    Submitter(client): Submitter,
     State(state): State<ApiState>,
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(body): JsonBody<SubmitBody>,
@@ -165,18 +166,7 @@ pub async fn list_executions(
                 .ok_or_else(|| ApiError::invalid("limit must be between 1 and 200"))?
         }
     };
-    // A cursor must point at an execution of the caller's namespace: a cursor taken from another
-    // tenant (or forged) is refused like a malformed one.
-    if let Some(text) = params.cursor.as_deref().filter(|c| !c.is_empty()) {
-        let cursor = Cursor::decode(text)?;
-        let own = client
-            .get(cursor.id)
-            .await?
-            .is_some_and(|e| e.created_at == cursor.created_at);
-        if !own {
-            return Err(ExecutionError::invalid("invalid execution cursor").into());
-        }
-    }
+    check_own_cursor(&client, params.cursor.as_deref()).await?;
     let page = client
         .list(&ListQuery {
             task_name: params.task_name,
@@ -189,6 +179,25 @@ pub async fn list_executions(
         items: page.items.iter().map(ExecutionView::from).collect(),
         next_cursor: page.next_cursor,
     }))
+}
+
+/// Refuses a cursor that does not point at an execution of the caller's namespace: a cursor
+/// taken from another tenant (or forged) is refused like a malformed one.
+pub async fn check_own_cursor(
+    client: &onestep_core::ExecutionClient,
+    cursor: Option<&str>,
+) -> Result<(), ApiError> {
+    if let Some(text) = cursor.filter(|c| !c.is_empty()) {
+        let cursor = Cursor::decode(text)?;
+        let own = client
+            .get(cursor.id)
+            .await?
+            .is_some_and(|e| e.created_at == cursor.created_at);
+        if !own {
+            return Err(ExecutionError::invalid("invalid execution cursor").into());
+        }
+    }
+    Ok(())
 }
 
 /// Read one execution.
@@ -222,12 +231,13 @@ pub async fn get_execution(
         (status = 422, description = "Malformed id or reason too long", body = ErrorBody),
         NotFoundErrors,
         BodyErrors,
+        ForbiddenErrors,
         V1Errors,
     ),
     security(("bearer" = []))
 )]
 pub async fn cancel_execution(
-    Tenant(client): Tenant,
+    Canceller(client): Canceller,
     ExecutionId(id): ExecutionId,
     JsonBody(body): JsonBody<CancelBody>,
 ) -> Result<Json<ExecutionView>, ApiError> {

@@ -18,6 +18,13 @@ use crate::time::seconds_to_duration;
 /// The reserved metadata key that workers inject into the handler context (docs/semantics.md#reserved-metadata-key).
 pub const RESERVED_METADATA_KEY: &str = "onestep.execution";
 
+/// The reserved metadata key linking a retry to the execution it retries
+/// (docs/semantics.md#retrying-an-execution): set only by [`crate::rerun`], refused in submissions.
+pub const RETRY_OF_METADATA_KEY: &str = "onestep.retry_of";
+
+/// Every reserved top-level metadata key (docs/semantics.md#reserved-metadata-key).
+pub const RESERVED_METADATA_KEYS: [&str; 2] = [RESERVED_METADATA_KEY, RETRY_OF_METADATA_KEY];
+
 /// What a caller submits (docs/semantics.md#submit-and-idempotency). `expires_at` carries its offset, so a naive datetime
 /// cannot be expressed; the caller's offset is kept for the digest (docs/semantics.md#submission-digest) and the instant is
 /// stored as UTC.
@@ -83,6 +90,17 @@ pub fn prepare_submission(
     req: &SubmitRequest,
     limits: &Limits,
 ) -> Result<PreparedSubmission, ExecutionError> {
+    prepare_with_link(namespace, req, limits, None)
+}
+
+/// [`prepare_submission`] that also writes the reserved retry link `onestep.retry_of = <id>`
+/// into the metadata (after the reserved-key check, so only the domain can set it).
+pub(crate) fn prepare_with_link(
+    namespace: &str,
+    req: &SubmitRequest,
+    limits: &Limits,
+    retry_of: Option<Uuid>,
+) -> Result<PreparedSubmission, ExecutionError> {
     // 1. text rules, metadata shape, delay, expires_at (aware by type).
     let task_name = required_text("task_name", &req.task_name, MAX_NAME_CHARS)?;
     let idempotency_key = optional_text(
@@ -90,7 +108,7 @@ pub fn prepare_submission(
         req.idempotency_key.as_deref(),
         MAX_NAME_CHARS,
     )?;
-    let metadata: Map<String, Value> = match &req.metadata {
+    let mut metadata: Map<String, Value> = match &req.metadata {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         _ => return Err(ExecutionError::invalid("metadata must be a mapping")),
@@ -99,11 +117,20 @@ pub fn prepare_submission(
         None => Duration::zero(),
         Some(d) => seconds_to_duration("delay_s", d)?,
     };
-    // 2. reserved key.
-    if metadata.contains_key(RESERVED_METADATA_KEY) {
+    // 2. reserved keys.
+    if let Some(key) = RESERVED_METADATA_KEYS
+        .iter()
+        .find(|k| metadata.contains_key(**k))
+    {
         return Err(ExecutionError::invalid(format!(
-            "metadata key '{RESERVED_METADATA_KEY}' is reserved"
+            "metadata key '{key}' is reserved"
         )));
+    }
+    if let Some(original) = retry_of {
+        metadata.insert(
+            RETRY_OF_METADATA_KEY.to_owned(),
+            Value::String(original.to_string()),
+        );
     }
     // 3. encode payload, then metadata.
     let payload = encode_value(&req.payload, ValueField::Payload)?;

@@ -8,7 +8,9 @@
 mod bad_input;
 mod concurrency;
 mod endpoints;
+mod operate;
 mod results;
 mod schema;
 mod support;
 mod tenants;
+mod ui;

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use onestep_api::{ApiSettings, ApiState, Tenancy, TokenTable};
+use onestep_api::{ApiSettings, ApiState, Role, Tenancy, TokenTable};
 use onestep_config::{ApiAuth, AppConfig, LoadOptions, LogFormat};
 use onestep_core::names::TableNames;
 use onestep_mysql::{MySqlBackend, MySqlOptions};
@@ -123,11 +123,14 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
                 .load_tokens(&config.env)
                 .map_err(|e| usage(e.to_string()))?
                 .unwrap_or_default();
-            let table = TokenTable::from_pairs(
-                tokens
-                    .iter()
-                    .map(|t| (t.token.expose(), t.namespace.as_str())),
-            )
+            let table = TokenTable::from_entries(tokens.iter().map(|t| {
+                let role = t
+                    .role
+                    .as_deref()
+                    .and_then(Role::parse)
+                    .unwrap_or(Role::Default);
+                (t.token.expose(), t.namespace.as_str(), role)
+            }))
             .map_err(|e| usage(format!("api tokens: {e}")))?;
             if table.short_tokens() > 0 {
                 tracing::warn!(
@@ -178,7 +181,8 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
         Arc::new(backend.clone()),
         settings,
     )
-    .map_err(|e| usage(format!("api: {e}")))?;
+    .map_err(|e| usage(format!("api: {e}")))?
+    .with_insights(Arc::new(backend.clone()));
     Ok((backend, state, listen.unwrap_or(api.listen)))
 }
 
