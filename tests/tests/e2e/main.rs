@@ -28,6 +28,9 @@
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
 //!   and `onestep replay` (a recorded execution run locally, nothing written).
+//! * [`ui_browser`]: the dashboard in a real headless Chromium over WebDriver: log in, list,
+//!   filter, detail, cancel, retry, bulk cancel, a read token without actions, page loads on
+//!   100k rows.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -53,4 +56,5 @@ mod procfs;
 mod runtime;
 mod smoke;
 mod task_run;
+mod ui_browser;
 mod upgrade;

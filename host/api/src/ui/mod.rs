@@ -15,10 +15,10 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use chrono::Utc;
+use minijinja::context;
 use onestep_core::ExecutionStatus;
 use onestep_core::request::ListQuery;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::error::ApiError;
 use crate::extract::{Caller, ExecutionId};
@@ -85,15 +85,15 @@ async fn app_css() -> Response {
 async fn list_shell() -> Response {
     html(render::render(
         "shell.html",
-        json!({"title": "executions", "page": "list", "id": "", "statuses": render::status_names()}),
+        context! {title => "executions", page => "list", id => "", statuses => render::status_names()},
     ))
 }
 
 async fn detail_shell(ExecutionId(id): ExecutionId) -> Response {
     html(render::render(
         "shell.html",
-        json!({"title": format!("execution {id}"), "page": "detail", "id": id.to_string(),
-               "statuses": render::status_names()}),
+        context! {title => format!("execution {id}"), page => "detail", id => id.to_string(),
+        statuses => render::status_names()},
     ))
 }
 
@@ -127,14 +127,14 @@ async fn overview_fragment(
     };
     Ok(html(render::render(
         "overview.html",
-        json!({
-            "namespace": namespace,
-            "statuses": render::status_names(),
-            "counts": serde_json::to_value(render::count_rows(&snapshot.counts)).unwrap_or_default(),
-            "hour": render::hour_context(&snapshot.recent),
-            "as_of": snapshot.as_of.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            "cache_s": OVERVIEW_CACHE.as_secs(),
-        }),
+        context! {
+            namespace => namespace,
+            statuses => render::status_names(),
+            counts => render::count_rows(&snapshot.counts),
+            hour => render::hour_context(&snapshot.recent),
+            as_of => snapshot.as_of.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            cache_s => OVERVIEW_CACHE.as_secs(),
+        },
     )))
 }
 
@@ -173,8 +173,7 @@ async fn list_fragment(
     let items: Vec<render::ListRow> = page.items.iter().map(render::ListRow::from).collect();
     Ok(html(render::render(
         "list.html",
-        json!({"items": serde_json::to_value(items).unwrap_or_default(), "live": live,
-               "next_cursor": page.next_cursor}),
+        context! {items => items, live => live, next_cursor => page.next_cursor},
     )))
 }
 

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use minijinja::Environment;
+use minijinja::{Environment, context};
 use onestep_core::ports::{RecentActivity, StatusCount};
 use onestep_core::{Execution, ExecutionStatus, rerun};
 use serde::Serialize;
@@ -62,7 +62,8 @@ impl From<&Execution> for ListRow {
     fn from(e: &Execution) -> Self {
         let id = e.id.to_string();
         ListRow {
-            short_id: id.chars().take(13).collect(),
+            // Time-ordered ids share their first digits: show both ends.
+            short_id: format!("{}…{}", &id[..8], &id[id.len() - 6..]),
             id,
             task_name: e.task_name.clone(),
             status: e.status.as_str(),
@@ -167,8 +168,10 @@ pub fn timeline(e: &Execution) -> Vec<Step> {
     steps
 }
 
-/// The detail page's context.
-pub fn detail_context(e: &Execution, can_cancel: bool, can_operate: bool) -> Value {
+/// The detail page's context. Built from typed values, never from `serde_json::Value` numbers
+/// (the workspace enables serde_json's `arbitrary_precision`, whose numbers do not serialize as
+/// numbers to other formats).
+pub fn detail_context(e: &Execution, can_cancel: bool, can_operate: bool) -> minijinja::Value {
     let mut values = vec![
         value_block("payload", &e.payload),
         value_block("metadata", &Value::Object(e.metadata.clone())),
@@ -179,23 +182,23 @@ pub fn detail_context(e: &Execution, can_cancel: bool, can_operate: bool) -> Val
             e.result.as_ref().unwrap_or(&Value::Null),
         ));
     }
-    serde_json::json!({
-        "e": {
-            "id": e.id.to_string(),
-            "namespace": e.namespace,
-            "task_name": e.task_name,
-            "status": e.status.as_str(),
-            "terminal": e.terminal(),
-            "attempts": e.attempts,
-            "version": e.version,
-            "error": error_text(e),
+    context! {
+        e => context! {
+            id => e.id.to_string(),
+            namespace => e.namespace,
+            task_name => e.task_name,
+            status => e.status.as_str(),
+            terminal => e.terminal(),
+            attempts => e.attempts,
+            version => e.version,
+            error => error_text(e),
         },
-        "can_cancel": can_cancel,
-        "can_retry": can_operate && rerun::is_retryable(e.status),
-        "retry_of": rerun::retry_of(e).map(|id| id.to_string()),
-        "timeline": serde_json::to_value(timeline(e)).unwrap_or(Value::Null),
-        "values": serde_json::to_value(values).unwrap_or(Value::Null),
-    })
+        can_cancel => can_cancel,
+        can_retry => can_operate && rerun::is_retryable(e.status),
+        retry_of => rerun::retry_of(e).map(|id| id.to_string()),
+        timeline => timeline(e),
+        values => values,
+    }
 }
 
 /// Text of a duration in microseconds.
@@ -254,7 +257,7 @@ pub fn count_rows(counts: &[StatusCount]) -> Vec<CountRow> {
 }
 
 /// The "last hour" cards.
-pub fn hour_context(a: &RecentActivity) -> Value {
+pub fn hour_context(a: &RecentActivity) -> minijinja::Value {
     let done = a.succeeded + a.failed;
     let rate = if done == 0 {
         "–".to_owned()
@@ -269,16 +272,16 @@ pub fn hour_context(a: &RecentActivity) -> Value {
     } else {
         "Last-hour figures are over the executions created in the last hour.".to_owned()
     };
-    serde_json::json!({
-        "finished": a.finished,
-        "per_minute": format!("{:.1}", a.finished as f64 / 60.0),
-        "succeeded": a.succeeded,
-        "failed": a.failed,
-        "failure_rate": rate,
-        "wait_p50": wait_text(quantile(&a.queue_waits_us, 0.5)),
-        "wait_p99": wait_text(quantile(&a.queue_waits_us, 0.99)),
-        "note": note,
-    })
+    context! {
+        finished => a.finished,
+        per_minute => format!("{:.1}", a.finished as f64 / 60.0),
+        succeeded => a.succeeded,
+        failed => a.failed,
+        failure_rate => rate,
+        wait_p50 => wait_text(quantile(&a.queue_waits_us, 0.5)),
+        wait_p99 => wait_text(quantile(&a.queue_waits_us, 0.99)),
+        note => note,
+    }
 }
 
 /// Every status name, in the order of the counts table and the status filter.
@@ -319,6 +322,33 @@ mod tests {
         )
         .unwrap();
         assert!(rows.contains("&lt;script&gt;") && !rows.contains("<script>"));
+        let hour = render(
+            "overview.html",
+            context! {
+                namespace => "ns",
+                statuses => status_names(),
+                counts => count_rows(&[StatusCount {
+                    task_name: "a".into(),
+                    status: ExecutionStatus::Queued,
+                    count: 7,
+                }]),
+                hour => hour_context(&RecentActivity {
+                    sampled: 4,
+                    finished: 3,
+                    succeeded: 2,
+                    failed: 1,
+                    ..RecentActivity::default()
+                }),
+                as_of => "now",
+                cache_s => 5,
+            },
+        )
+        .unwrap();
+        assert!(hour.contains("<td>7</td>"), "{hour}");
+        assert!(
+            hour.contains("33.3%") && hour.contains("<b id=\"ov-throughput\">3</b>"),
+            "{hour}"
+        );
         let counts = count_rows(&[
             StatusCount {
                 task_name: "a".into(),
