@@ -9,7 +9,9 @@ use crate::error::ExecutionError;
 use crate::execution::{Execution, ExecutionPage};
 use crate::limits::Limits;
 use crate::ports::ExecutionStore;
-use crate::request::{ListQuery, SubmitRequest, prepare_submission, validate_namespace};
+use crate::request::{
+    ListQuery, ListSearch, SubmitRequest, prepare_submission, validate_namespace,
+};
 use crate::rerun::{
     BulkCancelOutcome, BulkRequest, BulkRetryOutcome, bulk_item_key, prepare_retry,
 };
@@ -92,6 +94,17 @@ impl ExecutionClient {
         self.store.list(&self.namespace, &filter).await
     }
 
+    /// One page with the extra filters of `search` (docs/semantics.md#listing-and-cursors).
+    pub async fn search(
+        &self,
+        query: &ListQuery,
+        search: &ListSearch,
+    ) -> Result<ExecutionPage, ExecutionError> {
+        let mut filter = query.validate()?;
+        filter.search = search.validate()?;
+        self.store.list(&self.namespace, &filter).await
+    }
+
     /// Cancels (docs/semantics.md#cancellation); `None` when absent. `reason` is trimmed, at most 500 characters.
     pub async fn cancel(
         &self,
@@ -133,7 +146,9 @@ impl ExecutionClient {
         let mut cursor = request.query.cursor.clone();
         let mut handled = 0u32;
         loop {
-            let page = self.list(&request.page_query(cursor, handled)).await?;
+            let page = self
+                .search(&request.page_query(cursor, handled), &request.search)
+                .await?;
             for e in &page.items {
                 let after = self
                     .store
@@ -181,7 +196,9 @@ impl ExecutionClient {
         let mut cursor = request.query.cursor.clone();
         let mut handled = 0u32;
         loop {
-            let page = self.list(&request.page_query(cursor, handled)).await?;
+            let page = self
+                .search(&request.page_query(cursor, handled), &request.search)
+                .await?;
             for e in &page.items {
                 out.matched += 1;
                 if !crate::rerun::is_retryable(e.status) {

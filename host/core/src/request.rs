@@ -216,6 +216,90 @@ pub struct ListFilter {
     pub limit: u32,
     /// Position after which to continue.
     pub after: Option<Cursor>,
+    /// The dashboard's extra filters (docs/semantics.md#listing-and-cursors); empty by default.
+    pub search: ListSearch,
+}
+
+/// Extra list filters (docs/semantics.md#listing-and-cursors): created-at range, idempotency key, one metadata
+/// key with a string value, and a case-insensitive substring of the error's `exception_type`.
+/// Every given filter must hold. Validated by [`ListSearch::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListSearch {
+    /// Only executions created at or after this instant.
+    pub created_from: Option<DateTime<Utc>>,
+    /// Only executions created before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only the execution holding this idempotency key (exact).
+    pub idempotency_key: Option<String>,
+    /// Only executions whose top-level metadata key (first) is the string (second).
+    pub metadata: Option<(String, String)>,
+    /// Only executions whose error's `exception_type` contains this text (any case).
+    pub exception_type: Option<String>,
+}
+
+impl ListSearch {
+    /// Whether no filter is set.
+    pub fn is_empty(&self) -> bool {
+        *self == ListSearch::default()
+    }
+
+    /// Trims and checks: every text 1–255 characters (the metadata value may be empty), and
+    /// `created_from` before `created_before` (`created_from must be before created_before`).
+    pub fn validate(&self) -> Result<ListSearch, ExecutionError> {
+        if let (Some(a), Some(b)) = (self.created_from, self.created_before)
+            && a >= b
+        {
+            return Err(ExecutionError::invalid(
+                "created_from must be before created_before",
+            ));
+        }
+        let metadata = match &self.metadata {
+            None => None,
+            Some((k, v)) => {
+                let key = required_text("metadata key", k, MAX_NAME_CHARS)?;
+                if v.chars().count() > MAX_NAME_CHARS {
+                    return Err(ExecutionError::invalid(
+                        "metadata value must be at most 255 characters",
+                    ));
+                }
+                Some((key, v.clone()))
+            }
+        };
+        Ok(ListSearch {
+            created_from: self.created_from,
+            created_before: self.created_before,
+            idempotency_key: optional_text(
+                "idempotency_key",
+                self.idempotency_key.as_deref(),
+                MAX_NAME_CHARS,
+            )?,
+            metadata,
+            exception_type: optional_text(
+                "exception_type",
+                self.exception_type.as_deref(),
+                MAX_NAME_CHARS,
+            )?,
+        })
+    }
+
+    /// Whether `e` passes every filter (the reference semantics backends must match).
+    pub fn matches(&self, e: &crate::execution::Execution, idempotency_key: Option<&str>) -> bool {
+        self.created_from.is_none_or(|t| e.created_at >= t)
+            && self.created_before.is_none_or(|t| e.created_at < t)
+            && self
+                .idempotency_key
+                .as_deref()
+                .is_none_or(|k| idempotency_key == Some(k))
+            && self
+                .metadata
+                .as_ref()
+                .is_none_or(|(k, v)| e.metadata.get(k).and_then(Value::as_str) == Some(v.as_str()))
+            && self.exception_type.as_deref().is_none_or(|t| {
+                e.error
+                    .as_ref()
+                    .is_some_and(|o| o.exception_type.to_lowercase().contains(&t.to_lowercase()))
+            })
+    }
 }
 
 impl ListQuery {
@@ -238,6 +322,7 @@ impl ListQuery {
             status: self.status,
             limit: self.limit,
             after,
+            search: ListSearch::default(),
         })
     }
 }

@@ -16,7 +16,8 @@ use crate::error::ExecutionError;
 use crate::execution::Execution;
 use crate::limits::Limits;
 use crate::request::{
-    ListQuery, PreparedSubmission, RETRY_OF_METADATA_KEY, SubmitRequest, prepare_with_link,
+    ListQuery, ListSearch, PreparedSubmission, RETRY_OF_METADATA_KEY, SubmitRequest,
+    prepare_with_link,
 };
 use crate::status::ExecutionStatus;
 use crate::text::{MAX_NAME_CHARS, required_text};
@@ -90,6 +91,8 @@ pub struct BulkRequest {
     pub query: ListQuery,
     /// At most this many rows are handled by this call, 1..=[`MAX_BULK_ITEMS`].
     pub max_items: u32,
+    /// The extra list filters.
+    pub search: ListSearch,
 }
 
 impl BulkRequest {
@@ -226,6 +229,7 @@ mod tests {
         let bad = BulkRequest {
             query: ListQuery::default(),
             max_items: 0,
+            search: ListSearch::default(),
         };
         assert!(bad.validate().is_err());
     }
