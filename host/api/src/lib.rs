@@ -36,6 +36,7 @@ pub mod openapi;
 pub mod operate;
 pub mod poll;
 pub mod routes;
+pub mod search;
 pub mod state;
 pub mod text;
 pub mod ui;

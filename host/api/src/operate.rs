@@ -36,6 +36,21 @@ pub struct BulkBody {
     /// At most this many rows in this call, 1..=10000 (default 1000).
     #[serde(default)]
     pub max_items: Option<u32>,
+    /// Only executions created at or after this instant (RFC 3339 with an offset).
+    #[serde(default)]
+    pub created_from: Option<String>,
+    /// Only executions created before this instant (RFC 3339 with an offset).
+    #[serde(default)]
+    pub created_before: Option<String>,
+    /// Only the execution holding this idempotency key.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// `key=value`: only executions whose top-level metadata `key` is the string `value`.
+    #[serde(default)]
+    pub metadata: Option<String>,
+    /// Only executions whose error's `exception_type` contains this text (any case).
+    #[serde(default)]
+    pub exception_type: Option<String>,
     /// Cancel only: the reason stored on each row, at most 500 characters.
     #[serde(default)]
     pub reason: Option<String>,
@@ -102,6 +117,14 @@ fn bulk_request(body: &BulkBody) -> Result<BulkRequest, ApiError> {
             cursor: body.cursor.clone(),
         },
         max_items: body.max_items.unwrap_or(DEFAULT_BULK_ITEMS),
+        search: crate::search::SearchText {
+            created_from: body.created_from.as_deref(),
+            created_before: body.created_before.as_deref(),
+            idempotency_key: body.idempotency_key.as_deref(),
+            metadata: body.metadata.as_deref(),
+            exception_type: body.exception_type.as_deref(),
+        }
+        .parse()?,
     };
     request.validate()?;
     request.query.validate()?;

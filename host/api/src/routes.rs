@@ -59,6 +59,30 @@ pub struct ListParams {
     pub limit: Option<String>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// Only executions created at or after this instant (RFC 3339 with an offset).
+    pub created_from: Option<String>,
+    /// Only executions created before this instant (RFC 3339 with an offset).
+    pub created_before: Option<String>,
+    /// Only the execution holding this idempotency key.
+    pub idempotency_key: Option<String>,
+    /// `key=value`: only executions whose top-level metadata `key` is the string `value`.
+    pub metadata: Option<String>,
+    /// Only executions whose error's `exception_type` contains this text (any case).
+    pub exception_type: Option<String>,
+}
+
+impl ListParams {
+    /// The search filters of the query (docs/http-api.md#search-filters).
+    pub fn search(&self) -> Result<onestep_core::request::ListSearch, ApiError> {
+        crate::search::SearchText {
+            created_from: self.created_from.as_deref(),
+            created_before: self.created_before.as_deref(),
+            idempotency_key: self.idempotency_key.as_deref(),
+            metadata: self.metadata.as_deref(),
+            exception_type: self.exception_type.as_deref(),
+        }
+        .parse()
+    }
 }
 
 /// Parses `expires_at`: ISO 8601 with an offset; a naive datetime is rejected (docs/semantics.md#time).
@@ -166,14 +190,18 @@ pub async fn list_executions(
                 .ok_or_else(|| ApiError::invalid("limit must be between 1 and 200"))?
         }
     };
+    let search = params.search()?;
     check_own_cursor(&client, params.cursor.as_deref()).await?;
     let page = client
-        .list(&ListQuery {
-            task_name: params.task_name,
-            status,
-            limit,
-            cursor: params.cursor,
-        })
+        .search(
+            &ListQuery {
+                task_name: params.task_name,
+                status,
+                limit,
+                cursor: params.cursor,
+            },
+            &search,
+        )
         .await?;
     Ok(Json(PageView {
         items: page.items.iter().map(ExecutionView::from).collect(),

@@ -144,6 +144,11 @@ pub struct ListFragmentParams {
     task_name: Option<String>,
     status: Option<String>,
     cursor: Option<String>,
+    created_from: Option<String>,
+    created_before: Option<String>,
+    idempotency_key: Option<String>,
+    metadata: Option<String>,
+    exception_type: Option<String>,
 }
 
 async fn list_fragment(
@@ -159,15 +164,26 @@ async fn list_fragment(
         .map(str::parse::<ExecutionStatus>)
         .transpose()?;
     let task_name = params.task_name.filter(|t| !t.trim().is_empty());
+    let search = crate::search::SearchText {
+        created_from: params.created_from.as_deref(),
+        created_before: params.created_before.as_deref(),
+        idempotency_key: params.idempotency_key.as_deref(),
+        metadata: params.metadata.as_deref(),
+        exception_type: params.exception_type.as_deref(),
+    }
+    .parse()?;
     let cursor = params.cursor.filter(|c| !c.is_empty());
     check_own_cursor(&client, cursor.as_deref()).await?;
     let page = client
-        .list(&ListQuery {
-            task_name,
-            status,
-            limit: PAGE_ROWS,
-            cursor,
-        })
+        .search(
+            &ListQuery {
+                task_name,
+                status,
+                limit: PAGE_ROWS,
+                cursor,
+            },
+            &search,
+        )
         .await?;
     let live = page.items.iter().any(|e| !e.terminal());
     let items: Vec<render::ListRow> = page.items.iter().map(render::ListRow::from).collect();

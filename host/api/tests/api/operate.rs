@@ -396,3 +396,52 @@ async fn roles_refuse_with_403_and_write_nothing() {
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_filters_in_list_and_bulk() {
+    let app = TestApp::start(single_settings()).await;
+    for (key, team) in [("s1", "red"), ("s2", "blue"), ("s3", "red")] {
+        let body = json!({"task_name": "echo", "payload": key, "metadata": {"team": team}});
+        let (status, _) = app
+            .send(
+                req(Method::POST, "/v1/executions", None)
+                    .header("idempotency-key", key)
+                    .json(&body),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+    }
+    let list = |q: &str| req(Method::GET, &format!("/v1/executions?{q}"), None).empty();
+    let (status, page) = app.send(list("metadata=team%3Dred")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(2));
+    let (_, page) = app.send(list("idempotency_key=s2")).await;
+    assert_eq!(page["items"][0]["metadata"]["team"], "blue");
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1));
+    let (_, page) = app.send(list("created_from=2999-01-01T00:00:00Z")).await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(0));
+    for (q, message) in [
+        ("created_from=yesterday", "created_from must be an RFC 3339"),
+        ("metadata=team", "metadata must be key=value"),
+        (
+            "created_from=2026-01-02T00:00:00Z&created_before=2026-01-01T00:00:00Z",
+            "created_from must be before created_before",
+        ),
+    ] {
+        let (status, err) = app.send(list(q)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{q}");
+        assert!(
+            err["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message)),
+            "{q}: {err}"
+        );
+    }
+    // Bulk cancel takes the same filters.
+    let (status, out) = bulk(&app, "cancel", None, json!({"metadata": "team=red"})).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["matched"], 2);
+    assert_eq!(out["cancelled"], 2);
+    let (_, page) = app.send(list("status=queued")).await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1));
+}

@@ -118,10 +118,11 @@
 
   async function bulk(kind) {
     const f = filters();
-    const body = {};
-    if (f.task_name) body.task_name = f.task_name;
-    if (f.status) body.status = f.status;
-    const what = (f.status ? f.status + " " : "") + "executions" + (f.task_name ? " of " + f.task_name : "");
+    // The bulk body takes every list filter of the form (the same names).
+    const body = Object.assign({}, f);
+    const extra = Object.keys(f).filter(function (k) { return k !== "task_name" && k !== "status"; });
+    const what = (f.status ? f.status + " " : "") + "executions" + (f.task_name ? " of " + f.task_name : "") +
+      (extra.length ? " (filtered by " + extra.join(", ") + ")" : "");
     const ok = await confirmAction(
       (kind === "cancel" ? "Cancel" : "Retry") + " every " + what + " matching this filter?",
       kind === "cancel");
