@@ -335,6 +335,27 @@ async fn drive(
         "the filter is in the URL (shareable)"
     );
     shot(c, server, "list-failed").await?;
+    // A search filter: the error type, any case, without the status filter.
+    c.find(Locator::Css("#f-status"))
+        .await?
+        .select_by_value("")
+        .await?;
+    c.find(Locator::Css("#f-exc"))
+        .await?
+        .send_keys("handlererr")
+        .await?;
+    click(c, "#apply").await?;
+    let deadline = Instant::now() + LIMIT;
+    while !c
+        .current_url()
+        .await?
+        .as_str()
+        .contains("exception_type=handlererr")
+        || row_statuses(c).await? != ["failed"]
+    {
+        ensure!(Instant::now() < deadline, "error-type filter");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Detail of the failed execution: timeline with its error; retry and follow the link.
     click(c, &format!("a[href='/ui/executions/{failed}']")).await?;
