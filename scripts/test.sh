@@ -2,9 +2,10 @@
 # Runs every onestep test on a fresh machine of this kind (README command 2):
 #   1. brings up the test databases (MariaDB on 3306, a real Oracle MySQL on 3307, PostgreSQL
 #      on 5432),
-#   2. builds the example guest components (wasm32-wasip2; the Python one with componentize-py),
-#   3. prepares the reference Python implementation's venv for the interop test,
-#   4. runs `cargo test --workspace` (one shared target directory; the binary is built once).
+#   2. installs Debian's chromium + chromium-driver for the dashboard's browser tests (apt, once),
+#   3. builds the example guest components (wasm32-wasip2; the Python one with componentize-py),
+#   4. prepares the reference Python implementation's venv for the interop test,
+#   5. runs `cargo test --workspace` (one shared target directory; the binary is built once).
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p onestep-mysql`).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +18,11 @@ set +a
 echo "MariaDB: $ONESTEP_TEST_MARIADB_URL" >&2
 echo "MySQL:   $ONESTEP_TEST_MYSQL_URL" >&2
 echo "Postgres: $ONESTEP_TEST_POSTGRES_URL" >&2
+
+echo "== headless Chromium + chromedriver (dashboard browser tests)" >&2
+set -a
+eval "$(scripts/test-browser.sh)"
+set +a
 
 echo "== guest components" >&2
 scripts/build-guests.sh >&2

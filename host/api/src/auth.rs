@@ -1,7 +1,8 @@
 //! Tenants: bearer tokens mapped to namespaces, compared in constant time.
 //!
-//! Tokens come from a file (lines `token namespace`; blank lines and `#` comments ignored) or
-//! from an environment variable (`token=namespace,token=namespace`), never from the YAML itself.
+//! Tokens come from a file (lines `token namespace [role]`; blank lines and `#` comments ignored)
+//! or from an environment variable (`token=namespace[:role],…`), never from the YAML itself.
+//! A token's [`Role`] says what it may do (docs/http-api.md#roles).
 //! Only SHA-256 digests of the tokens are kept in memory. A presented token is hashed and compared
 //! against **every** known digest with [`subtle::ConstantTimeEq`], without an early exit, so the
 //! time taken does not depend on which token (if any) matched.
@@ -15,6 +16,61 @@ use onestep_core::request::validate_namespace;
 /// `onestep serve` can warn about guessable tokens.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
+/// What a token may do (docs/http-api.md#roles). Every role reads its namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Browse only: list, get, result.
+    Read,
+    /// Read plus submit.
+    Submit,
+    /// No role given: read, submit and cancel (what every token could do before roles existed).
+    Default,
+    /// Everything: read, submit, cancel, retry and the bulk operations.
+    Operate,
+}
+
+impl Role {
+    /// Parses `read`, `submit` or `operate`.
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "read" => Some(Role::Read),
+            "submit" => Some(Role::Submit),
+            "operate" => Some(Role::Operate),
+            _ => None,
+        }
+    }
+
+    /// The role's name as the API reports it (`read`, `submit`, `default`, `operate`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Submit => "submit",
+            Role::Default => "default",
+            Role::Operate => "operate",
+        }
+    }
+
+    /// May submit executions.
+    pub fn can_submit(self) -> bool {
+        !matches!(self, Role::Read)
+    }
+
+    /// May cancel one execution.
+    pub fn can_cancel(self) -> bool {
+        matches!(self, Role::Default | Role::Operate)
+    }
+
+    /// May retry and run the bulk operations.
+    pub fn can_operate(self) -> bool {
+        matches!(self, Role::Operate)
+    }
+}
+
+fn parse_role(entry: &str, text: &str) -> Result<Role, String> {
+    Role::parse(text)
+        .ok_or_else(|| format!("{entry}: unknown role {text:?} (expected read, submit or operate)"))
+}
+
 /// How requests are mapped to namespaces.
 #[derive(Debug, Clone)]
 pub enum Tenancy {
@@ -27,7 +83,7 @@ pub enum Tenancy {
 /// Digests of the known tokens and the namespace of each.
 #[derive(Clone, Default)]
 pub struct TokenTable {
-    entries: Vec<([u8; 32], usize)>,
+    entries: Vec<([u8; 32], usize, Role)>,
     namespaces: Vec<String>,
     short: usize,
 }
@@ -46,14 +102,21 @@ fn digest(token: &str) -> [u8; 32] {
 }
 
 impl TokenTable {
-    /// Builds a table from `(token, namespace)` pairs. Errors (never echoing a token): an empty
-    /// token or one containing whitespace, an invalid namespace, the same token twice, or no
-    /// token at all.
+    /// Builds a table from `(token, namespace)` pairs, every token with [`Role::Default`].
     pub fn from_pairs<'a>(
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Self, String> {
+        Self::from_entries(pairs.into_iter().map(|(t, ns)| (t, ns, Role::Default)))
+    }
+
+    /// Builds a table from `(token, namespace, role)` entries. Errors (never echoing a token):
+    /// an empty token or one containing whitespace, an invalid namespace, the same token twice,
+    /// or no token at all.
+    pub fn from_entries<'a>(
+        entries: impl IntoIterator<Item = (&'a str, &'a str, Role)>,
+    ) -> Result<Self, String> {
         let mut table = TokenTable::default();
-        for (n, (token, namespace)) in pairs.into_iter().enumerate() {
+        for (n, (token, namespace, role)) in entries.into_iter().enumerate() {
             let entry = n + 1;
             if token.is_empty() || token.chars().any(char::is_whitespace) {
                 return Err(format!(
@@ -66,7 +129,7 @@ impl TokenTable {
             let namespace =
                 validate_namespace(namespace).map_err(|e| format!("token #{entry}: {e}"))?;
             let d = digest(token);
-            if table.entries.iter().any(|(known, _)| *known == d) {
+            if table.entries.iter().any(|(known, _, _)| *known == d) {
                 return Err(format!("token #{entry} is listed twice"));
             }
             let idx = match table.namespaces.iter().position(|ns| *ns == namespace) {
@@ -76,7 +139,7 @@ impl TokenTable {
                     table.namespaces.len() - 1
                 }
             };
-            table.entries.push((d, idx));
+            table.entries.push((d, idx, role));
         }
         if table.entries.is_empty() {
             return Err("no tokens configured".into());
@@ -84,49 +147,59 @@ impl TokenTable {
         Ok(table)
     }
 
-    /// Parses a tokens file: one `token namespace` per line; blank lines and lines starting with
-    /// `#` are skipped. Errors name the line number, never the token.
+    /// Parses a tokens file: one `token namespace [role]` per line (role `read`, `submit` or
+    /// `operate`; none means [`Role::Default`]); blank lines and lines starting with `#` are
+    /// skipped. Errors name the line number, never the token.
     pub fn parse_file(text: &str) -> Result<Self, String> {
-        let mut pairs = Vec::new();
+        let mut entries = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
+            let entry = format!("tokens file line {}", i + 1);
             let mut parts = line.split_whitespace();
-            match (parts.next(), parts.next(), parts.next()) {
-                (Some(t), Some(ns), None) => pairs.push((t, ns)),
+            match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                (Some(t), Some(ns), None, None) => entries.push((t, ns, Role::Default)),
+                (Some(t), Some(ns), Some(role), None) => {
+                    entries.push((t, ns, parse_role(&entry, role)?));
+                }
                 _ => {
-                    return Err(format!(
-                        "tokens file line {}: expected `token namespace`",
-                        i + 1
-                    ));
+                    return Err(format!("{entry}: expected `token namespace [role]`"));
                 }
             }
         }
-        Self::from_pairs(pairs)
+        Self::from_entries(entries)
     }
 
-    /// Parses an environment value `token=namespace,token=namespace` (spaces around items are
-    /// ignored).
+    /// Parses an environment value `token=namespace[:role],token=namespace[:role]` (spaces
+    /// around items are ignored; a trailing `:read`, `:submit` or `:operate` is the role, any
+    /// other text after the last `:` belongs to the namespace).
     pub fn parse_env(text: &str) -> Result<Self, String> {
-        let mut pairs = Vec::new();
+        let mut entries = Vec::new();
         for (i, item) in text.split(',').enumerate() {
             let item = item.trim();
             if item.is_empty() {
                 continue;
             }
             match item.split_once('=') {
-                Some((t, ns)) => pairs.push((t.trim(), ns.trim())),
+                Some((t, rest)) => {
+                    let rest = rest.trim();
+                    let (ns, role) = rest
+                        .rsplit_once(':')
+                        .and_then(|(ns, r)| Role::parse(r.trim()).map(|role| (ns.trim(), role)))
+                        .unwrap_or((rest, Role::Default));
+                    entries.push((t.trim(), ns, role));
+                }
                 None => {
                     return Err(format!(
-                        "tokens item #{}: expected `token=namespace`",
+                        "tokens item #{}: expected `token=namespace[:role]`",
                         i + 1
                     ));
                 }
             }
         }
-        Self::from_pairs(pairs)
+        Self::from_entries(entries)
     }
 
     /// The distinct namespaces, in first-seen order.
@@ -151,15 +224,40 @@ impl TokenTable {
 
     /// The namespace index of `token`, comparing against every entry in constant time.
     pub fn lookup(&self, token: &str) -> Option<usize> {
+        self.lookup_with_role(token).map(|(i, _)| i)
+    }
+
+    /// The namespace index and role of `token`, comparing against every entry in constant time.
+    pub fn lookup_with_role(&self, token: &str) -> Option<(usize, Role)> {
         let presented = digest(token);
         let mut found = subtle::Choice::from(0u8);
         let mut index = 0u64;
-        for (known, idx) in &self.entries {
+        let mut role = 0u8;
+        for (known, idx, r) in &self.entries {
             let hit = known.ct_eq(&presented);
             index = u64::conditional_select(&index, &(*idx as u64), hit);
+            role = u8::conditional_select(&role, &role_code(*r), hit);
             found |= hit;
         }
-        bool::from(found).then_some(index as usize)
+        bool::from(found).then_some((index as usize, role_from_code(role)))
+    }
+}
+
+fn role_code(role: Role) -> u8 {
+    match role {
+        Role::Read => 0,
+        Role::Submit => 1,
+        Role::Default => 2,
+        Role::Operate => 3,
+    }
+}
+
+fn role_from_code(code: u8) -> Role {
+    match code {
+        0 => Role::Read,
+        1 => Role::Submit,
+        3 => Role::Operate,
+        _ => Role::Default,
     }
 }
 
@@ -205,6 +303,24 @@ mod tests {
         let err = TokenTable::from_pairs([("a b", "ns")]).unwrap_err();
         assert!(err.contains("whitespace"), "{err}");
         assert_eq!(TokenTable::parse_env("short=ns").unwrap().short_tokens(), 1);
+    }
+
+    #[test]
+    fn roles_in_both_forms() {
+        let f = TokenTable::parse_file(&format!("{A} ns read\n{B} ns\n")).unwrap();
+        assert_eq!(f.lookup_with_role(A), Some((0, Role::Read)));
+        assert_eq!(f.lookup_with_role(B), Some((0, Role::Default)));
+        let err = TokenTable::parse_file(&format!("{A} ns admin")).unwrap_err();
+        assert!(err.contains("line 1") && err.contains("admin"), "{err}");
+        assert!(!err.contains(A));
+        let e = TokenTable::parse_env(&format!("{A}=ns-a:operate,{B}=ns:b")).unwrap();
+        assert_eq!(e.lookup_with_role(A), Some((0, Role::Operate)));
+        // An unknown suffix is part of the namespace.
+        assert_eq!(e.namespaces()[e.lookup(B).unwrap()], "ns:b");
+        assert!(Role::Operate.can_operate() && Role::Operate.can_cancel());
+        assert!(Role::Default.can_cancel() && !Role::Default.can_operate());
+        assert!(Role::Submit.can_submit() && !Role::Submit.can_cancel());
+        assert!(!Role::Read.can_submit() && !Role::Read.can_cancel());
     }
 
     #[test]

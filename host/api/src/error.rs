@@ -19,6 +19,10 @@ use crate::view::ErrorObjectView;
 pub mod code {
     /// 401: no or unknown bearer token.
     pub const UNAUTHORIZED: &str = "unauthorized";
+    /// 403: the token's role does not allow the operation.
+    pub const FORBIDDEN: &str = "forbidden";
+    /// 409: `retry` of an execution that is not failed, cancelled or expired.
+    pub const NOT_RETRYABLE: &str = "not_retryable";
     /// 404: unknown route, or an execution absent from the caller's namespace.
     pub const NOT_FOUND: &str = "not_found";
     /// 405: the route exists with another method.
@@ -63,7 +67,7 @@ pub struct ErrorBody {
     /// The execution concerned, for `result` errors and conflicts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub execution_id: Option<Uuid>,
-    /// The execution's current status, for `not_ready`.
+    /// The execution's current status, for `not_ready` and `not_retryable`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<crate::view::StatusName>)]
     pub status: Option<ExecutionStatus>,
@@ -123,6 +127,11 @@ impl ApiError {
         )
     }
 
+    /// 403 `forbidden`.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, code::FORBIDDEN, message)
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -166,6 +175,11 @@ impl From<ExecutionError> for ApiError {
             }
             ExecutionError::Expired { id } => {
                 ApiError::new(S::GONE, code::EXPIRED, msg).with_execution(id)
+            }
+            ExecutionError::NotRetryable { id, status } => {
+                let mut e = ApiError::new(S::CONFLICT, code::NOT_RETRYABLE, msg).with_execution(id);
+                e.body.status = Some(status);
+                e
             }
             ExecutionError::Conflict { existing_id } => {
                 ApiError::new(S::CONFLICT, code::CONFLICT, msg).with_execution(existing_id)
@@ -265,6 +279,14 @@ mod tests {
             (ExecutionError::Failed { id, error: None }, 422, "failed"),
             (ExecutionError::Cancelled { id }, 409, "cancelled"),
             (ExecutionError::Expired { id }, 410, "expired"),
+            (
+                ExecutionError::NotRetryable {
+                    id,
+                    status: ExecutionStatus::Running,
+                },
+                409,
+                "not_retryable",
+            ),
             (
                 ExecutionError::Conflict { existing_id: id },
                 409,

@@ -11,6 +11,7 @@ use onestep_core::request::parse_execution_id;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
+use crate::auth::Role;
 use crate::error::{ApiError, code};
 use crate::state::ApiState;
 
@@ -27,6 +28,108 @@ impl FromRequestParts<ApiState> for Tenant {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         state.client_for(auth).cloned().map(Tenant)
+    }
+}
+
+/// What a route needs the caller's role to allow (docs/http-api.md#roles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// `POST /v1/executions`.
+    Submit,
+    /// `POST /v1/executions/{id}/cancel`.
+    Cancel,
+    /// Retry and the bulk operations.
+    Operate,
+}
+
+impl Permission {
+    fn allowed(self, role: Role) -> bool {
+        match self {
+            Permission::Submit => role.can_submit(),
+            Permission::Cancel => role.can_cancel(),
+            Permission::Operate => role.can_operate(),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Permission::Submit => "submit",
+            Permission::Cancel => "cancel",
+            Permission::Operate => "retry or run bulk operations",
+        }
+    }
+}
+
+fn authorize(
+    parts: &Parts,
+    state: &ApiState,
+    needed: Permission,
+) -> Result<ExecutionClient, ApiError> {
+    let auth = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let (client, role) = state.caller_for(auth)?;
+    if !needed.allowed(role) {
+        return Err(ApiError::forbidden(format!(
+            "a token with role '{}' may not {}",
+            role.as_str(),
+            needed.name()
+        )));
+    }
+    Ok(client.clone())
+}
+
+/// The caller's client when its role may submit (401 / 403 otherwise).
+#[derive(Debug, Clone)]
+pub struct Submitter(pub ExecutionClient);
+
+impl FromRequestParts<ApiState> for Submitter {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        authorize(parts, state, Permission::Submit).map(Submitter)
+    }
+}
+
+/// The caller's client when its role may cancel (401 / 403 otherwise).
+#[derive(Debug, Clone)]
+pub struct Canceller(pub ExecutionClient);
+
+impl FromRequestParts<ApiState> for Canceller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        authorize(parts, state, Permission::Cancel).map(Canceller)
+    }
+}
+
+/// The caller's client when its role is `operate` (401 / 403 otherwise).
+#[derive(Debug, Clone)]
+pub struct Operator(pub ExecutionClient);
+
+impl FromRequestParts<ApiState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        authorize(parts, state, Permission::Operate).map(Operator)
+    }
+}
+
+/// The caller's client and role, for routes that report what the caller may do.
+#[derive(Debug, Clone)]
+pub struct Caller(pub ExecutionClient, pub Role);
+
+impl FromRequestParts<ApiState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        let auth = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let (client, role) = state.caller_for(auth)?;
+        Ok(Caller(client.clone(), role))
     }
 }
 

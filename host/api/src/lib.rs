@@ -11,14 +11,19 @@
 //! | `GET /v1/executions/{id}` | 200 execution | 404, 422 |
 //! | `POST /v1/executions/{id}/cancel` | 200 execution | 404, 422 |
 //! | `GET /v1/executions/{id}/result` | 200 `{result}` | 404, 409 not ready / cancelled, 410 expired, 422 failed |
+//! | `POST /v1/executions/{id}/retry` (header `Idempotency-Key`) | 202 new execution | 403, 404, 409 not retryable / conflict, 422 |
+//! | `POST /v1/executions:cancel`, `POST /v1/executions:retry` | 200 counts ([`operate`]) | 403, 422 |
+//! | `GET /v1/whoami` | 200 namespace and role | |
 //! | `GET /healthz`, `GET /readyz` | 200 | 503 (readyz) |
 //! | `GET /openapi.json` | 200 OpenAPI 3.1 document | |
 //! | `GET /metrics` | 200 request counts and latency, OpenMetrics text ([`metrics`]) | |
+//! | `GET /ui`, `GET /ui/executions/{id}` | the operator dashboard ([`ui`], docs/ui.md) | |
 //!
 //! Every error is JSON `{"code", "message"}` ([`ErrorBody`]), including axum's own rejections.
 //! With tokens configured ([`Tenancy::Tokens`]) every `/v1` request needs
 //! `Authorization: Bearer <token>` (401 otherwise) and sees only its token's namespace; another
-//! tenant's execution is indistinguishable from a missing one (404).
+//! tenant's execution is indistinguishable from a missing one (404). A token's [`Role`] limits
+//! what it may change (403 `forbidden`).
 //!
 //! The crate also holds what the CLI prints ([`text`]) and the polling schedule of `wait`
 //! ([`poll`]), so that both are tested without building the CLI.
@@ -29,10 +34,13 @@ pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod openapi;
+pub mod operate;
 pub mod poll;
 pub mod routes;
+pub mod search;
 pub mod state;
 pub mod text;
+pub mod ui;
 pub mod view;
 
 use axum::Router;
@@ -42,7 +50,7 @@ use axum::routing::get;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use auth::{Tenancy, TokenTable};
+pub use auth::{Role, Tenancy, TokenTable};
 pub use error::{ApiError, ErrorBody};
 pub use onestep_core::ports::{ExecutionStore, Readiness};
 pub use state::{ApiSettings, ApiState, DEFAULT_MAX_BODY_BYTES};
@@ -58,6 +66,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics::serve_metrics))
         .with_state(std::sync::Arc::clone(&metrics));
     router
+        .merge(ui::routes())
         .route("/openapi.json", get(move || async move { axum::Json(doc) }))
         .fallback(fallback_not_found)
         .method_not_allowed_fallback(fallback_method)
@@ -83,6 +92,10 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::get_result))
         .routes(routes!(attempts::list_attempts))
         .routes(routes!(attempts::get_attempt_logs))
+        .routes(routes!(operate::retry_execution))
+        .routes(routes!(operate::bulk_cancel))
+        .routes(routes!(operate::bulk_retry))
+        .routes(routes!(operate::whoami))
         .routes(routes!(routes::healthz))
         .routes(routes!(routes::readyz))
 }

@@ -57,6 +57,14 @@ pub enum V1Errors {
     Unavailable(ErrorBody),
 }
 
+/// The error response of the routes a token's role may not allow (docs/http-api.md#roles).
+#[derive(IntoResponses)]
+pub enum ForbiddenErrors {
+    /// The token's role does not allow this operation
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+}
+
 /// The error response of the routes that name one execution.
 #[derive(IntoResponses)]
 pub enum NotFoundErrors {

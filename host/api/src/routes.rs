@@ -12,8 +12,8 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ErrorBody, code};
-use crate::extract::{ExecutionId, IdempotencyKey, JsonBody, Tenant};
-use crate::openapi::{BodyErrors, NotFoundErrors, V1Errors};
+use crate::extract::{Canceller, ExecutionId, IdempotencyKey, JsonBody, Submitter, Tenant};
+use crate::openapi::{BodyErrors, ForbiddenErrors, NotFoundErrors, V1Errors};
 use crate::state::ApiState;
 use crate::view::{ExecutionView, HealthView, PageView, ResultView};
 
@@ -59,6 +59,30 @@ pub struct ListParams {
     pub limit: Option<String>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// Only executions created at or after this instant (RFC 3339 with an offset).
+    pub created_from: Option<String>,
+    /// Only executions created before this instant (RFC 3339 with an offset).
+    pub created_before: Option<String>,
+    /// Only the execution holding this idempotency key.
+    pub idempotency_key: Option<String>,
+    /// `key=value`: only executions whose top-level metadata `key` is the string `value`.
+    pub metadata: Option<String>,
+    /// Only executions whose error's `exception_type` contains this text (any case).
+    pub exception_type: Option<String>,
+}
+
+impl ListParams {
+    /// The search filters of the query (docs/http-api.md#search-filters).
+    pub fn search(&self) -> Result<onestep_core::request::ListSearch, ApiError> {
+        crate::search::SearchText {
+            created_from: self.created_from.as_deref(),
+            created_before: self.created_before.as_deref(),
+            idempotency_key: self.idempotency_key.as_deref(),
+            metadata: self.metadata.as_deref(),
+            exception_type: self.exception_type.as_deref(),
+        }
+        .parse()
+    }
 }
 
 /// Parses `expires_at`: ISO 8601 with an offset; a naive datetime is rejected (docs/semantics.md#time).
@@ -96,12 +120,13 @@ pub fn parse_expires_at(text: &str) -> Result<DateTime<FixedOffset>, ApiError> {
         (status = 409, description = "Key already used with a different submission", body = ErrorBody),
         (status = 422, description = "Validation, encoding or task not allowed", body = ErrorBody),
         BodyErrors,
+        ForbiddenErrors,
         V1Errors,
     ),
     security(("bearer" = []))
 )]
 pub async fn submit_execution(
-    Tenant(client): Tenant,
+    Submitter(client): Submitter,
     State(state): State<ApiState>,
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(body): JsonBody<SubmitBody>,
@@ -181,9 +206,32 @@ pub async fn list_executions(
                 .ok_or_else(|| ApiError::invalid("limit must be between 1 and 200"))?
         }
     };
-    // A cursor must point at an execution of the caller's namespace: a cursor taken from another
-    // tenant (or forged) is refused like a malformed one.
-    if let Some(text) = params.cursor.as_deref().filter(|c| !c.is_empty()) {
+    let search = params.search()?;
+    check_own_cursor(&client, params.cursor.as_deref()).await?;
+    let page = client
+        .search(
+            &ListQuery {
+                task_name: params.task_name,
+                status,
+                limit,
+                cursor: params.cursor,
+            },
+            &search,
+        )
+        .await?;
+    Ok(Json(PageView {
+        items: page.items.iter().map(ExecutionView::from).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// Refuses a cursor that does not point at an execution of the caller's namespace: a cursor
+/// taken from another tenant (or forged) is refused like a malformed one.
+pub async fn check_own_cursor(
+    client: &onestep_core::ExecutionClient,
+    cursor: Option<&str>,
+) -> Result<(), ApiError> {
+    if let Some(text) = cursor.filter(|c| !c.is_empty()) {
         let cursor = Cursor::decode(text)?;
         let own = client
             .get(cursor.id)
@@ -193,18 +241,7 @@ pub async fn list_executions(
             return Err(ExecutionError::invalid("invalid execution cursor").into());
         }
     }
-    let page = client
-        .list(&ListQuery {
-            task_name: params.task_name,
-            status,
-            limit,
-            cursor: params.cursor,
-        })
-        .await?;
-    Ok(Json(PageView {
-        items: page.items.iter().map(ExecutionView::from).collect(),
-        next_cursor: page.next_cursor,
-    }))
+    Ok(())
 }
 
 /// Read one execution.
@@ -258,12 +295,13 @@ async fn latest_progress(
         (status = 422, description = "Malformed id or reason too long", body = ErrorBody),
         NotFoundErrors,
         BodyErrors,
+        ForbiddenErrors,
         V1Errors,
     ),
     security(("bearer" = []))
 )]
 pub async fn cancel_execution(
-    Tenant(client): Tenant,
+    Canceller(client): Canceller,
     ExecutionId(id): ExecutionId,
     JsonBody(body): JsonBody<CancelBody>,
 ) -> Result<Json<ExecutionView>, ApiError> {

@@ -1,13 +1,17 @@
 //! The router's shared state: the store, its readiness probe, the tenants, the task allow-list
 //! and the limits.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use onestep_core::ports::{ExecutionStore, Readiness};
+use chrono::{DateTime, Utc};
+use onestep_core::ports::{
+    ExecutionInsights, ExecutionStore, Readiness, RecentActivity, StatusCount,
+};
 use onestep_core::{ExecutionClient, ExecutionError, Limits};
 
-use crate::auth::{Tenancy, bearer_token};
+use crate::auth::{Role, Tenancy, bearer_token};
 use crate::error::ApiError;
 
 /// Default `max_body_bytes` (2 MiB).
@@ -44,8 +48,24 @@ pub struct ApiState {
     inner: Arc<Inner>,
 }
 
+/// The dashboard overview's figures for one namespace, kept a few seconds (docs/ui.md#overview-queries).
+#[derive(Debug, Clone)]
+pub struct OverviewSnapshot {
+    /// When the figures were read (for the cache).
+    pub taken: Instant,
+    /// The same instant as shown on the page.
+    pub as_of: DateTime<Utc>,
+    /// Counts by task and status.
+    pub counts: Vec<StatusCount>,
+    /// The last hour.
+    pub recent: RecentActivity,
+}
+
+#[derive(Clone)]
 struct Inner {
     readiness: Arc<dyn Readiness>,
+    insights: Option<Arc<dyn ExecutionInsights>>,
+    overview_cache: Arc<Mutex<HashMap<String, OverviewSnapshot>>>,
     tenancy: Tenancy,
     /// One client per namespace, indexed like `TokenTable::namespaces()` (or one for `Single`).
     clients: Vec<ExecutionClient>,
@@ -95,12 +115,44 @@ impl ApiState {
         Ok(ApiState {
             inner: Arc::new(Inner {
                 readiness,
+                insights: None,
+                overview_cache: Arc::default(),
                 tenancy: settings.tenancy,
                 clients,
                 allowed_tasks: settings.allowed_tasks,
                 max_body_bytes: settings.max_body_bytes,
             }),
         })
+    }
+
+    /// The same state with the dashboard's overview figures read from `insights`.
+    pub fn with_insights(self, insights: Arc<dyn ExecutionInsights>) -> Self {
+        let mut inner = (*self.inner).clone();
+        inner.insights = Some(insights);
+        ApiState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The overview figures' source, when configured.
+    pub fn insights(&self) -> Option<&dyn ExecutionInsights> {
+        self.inner.insights.as_deref()
+    }
+
+    /// The cached overview of `namespace` when younger than `max_age`.
+    pub fn cached_overview(&self, namespace: &str, max_age: Duration) -> Option<OverviewSnapshot> {
+        let cache = self.inner.overview_cache.lock().ok()?;
+        cache
+            .get(namespace)
+            .filter(|s| s.taken.elapsed() < max_age)
+            .cloned()
+    }
+
+    /// Keeps `snapshot` as the overview of `namespace`.
+    pub fn store_overview(&self, namespace: &str, snapshot: OverviewSnapshot) {
+        if let Ok(mut cache) = self.inner.overview_cache.lock() {
+            cache.insert(namespace.to_owned(), snapshot);
+        }
     }
 
     /// The tenancy mode.
@@ -129,14 +181,23 @@ impl ApiState {
     /// The client of the caller given its `Authorization` header value (401 when tokens are
     /// configured and the header is missing, malformed or unknown).
     pub fn client_for(&self, authorization: Option<&str>) -> Result<&ExecutionClient, ApiError> {
-        let index = match &self.inner.tenancy {
-            Tenancy::Single(_) => Some(0),
+        self.caller_for(authorization).map(|(c, _)| c)
+    }
+
+    /// The client and role of the caller (docs/http-api.md#roles). Without tokens
+    /// ([`Tenancy::Single`], local use) the caller may do everything ([`Role::Operate`]).
+    pub fn caller_for(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<(&ExecutionClient, Role), ApiError> {
+        let found = match &self.inner.tenancy {
+            Tenancy::Single(_) => Some((0, Role::Operate)),
             Tenancy::Tokens(table) => authorization
                 .and_then(bearer_token)
-                .and_then(|t| table.lookup(t)),
+                .and_then(|t| table.lookup_with_role(t)),
         };
-        index
-            .and_then(|i| self.inner.clients.get(i))
+        found
+            .and_then(|(i, role)| self.inner.clients.get(i).map(|c| (c, role)))
             .ok_or_else(ApiError::unauthorized)
     }
 }

@@ -39,6 +39,8 @@ enum Command {
     List(commands::client::ListArgs),
     /// Cancel an execution.
     Cancel(commands::client::CancelArgs),
+    /// Retry a failed, cancelled or expired execution (a new, linked execution).
+    Retry(commands::client::RetryArgs),
     /// Print the result of a succeeded execution (never waits).
     Result(commands::client::ResultArgs),
     /// Wait until an execution is terminal, polling with backoff.
@@ -85,6 +87,7 @@ fn main() -> ExitCode {
             Command::Get(a) => commands::client::get(a).await,
             Command::List(a) => commands::client::list(a).await,
             Command::Cancel(a) => commands::client::cancel(a).await,
+            Command::Retry(a) => commands::client::retry(a).await,
             Command::Result(a) => commands::client::result(a).await,
             Command::Wait(a) => commands::client::wait(a).await,
             Command::Attempts(a) => commands::client::attempts(a).await,

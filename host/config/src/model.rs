@@ -518,4 +518,6 @@ pub struct ApiToken {
     pub token: Secret,
     /// The namespace (trimmed, 1–255 characters).
     pub namespace: String,
+    /// The role (`read`, `submit` or `operate`), `None` when not given (docs/http-api.md#roles).
+    pub role: Option<String>,
 }

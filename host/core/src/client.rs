@@ -9,7 +9,12 @@ use crate::error::ExecutionError;
 use crate::execution::{Execution, ExecutionPage};
 use crate::limits::Limits;
 use crate::ports::ExecutionStore;
-use crate::request::{ListQuery, SubmitRequest, prepare_submission, validate_namespace};
+use crate::request::{
+    ListQuery, ListSearch, SubmitRequest, prepare_submission, validate_namespace,
+};
+use crate::rerun::{
+    BulkCancelOutcome, BulkRequest, BulkRetryOutcome, bulk_item_key, prepare_retry,
+};
 use crate::status::ExecutionStatus;
 use crate::text::cancel_reason;
 
@@ -130,6 +135,17 @@ impl ExecutionClient {
         self.store.list(&self.namespace, &filter).await
     }
 
+    /// One page with the extra filters of `search` (docs/semantics.md#listing-and-cursors).
+    pub async fn search(
+        &self,
+        query: &ListQuery,
+        search: &ListSearch,
+    ) -> Result<ExecutionPage, ExecutionError> {
+        let mut filter = query.validate()?;
+        filter.search = search.validate()?;
+        self.store.list(&self.namespace, &filter).await
+    }
+
     /// Cancels (docs/semantics.md#cancellation); `None` when absent. `reason` is trimmed, at most 500 characters.
     pub async fn cancel(
         &self,
@@ -138,6 +154,117 @@ impl ExecutionClient {
     ) -> Result<Option<Execution>, ExecutionError> {
         let reason = cancel_reason(reason)?;
         self.store.cancel(&self.namespace, id, reason).await
+    }
+
+    /// Retries a `failed`, `cancelled` or `expired` execution (docs/semantics.md#retrying-an-execution):
+    /// a new execution with the same task, payload and metadata plus `onestep.retry_of`, submitted
+    /// under `idempotency_key` (the same key on the same original returns the same new
+    /// execution; on another original it is a `Conflict`). `None` when the original is absent.
+    pub async fn retry(
+        &self,
+        id: Uuid,
+        idempotency_key: &str,
+    ) -> Result<Option<Execution>, ExecutionError> {
+        let Some(original) = self.get(id).await? else {
+            return Ok(None);
+        };
+        let prepared = prepare_retry(&original, idempotency_key, &self.limits)?;
+        self.store.submit(prepared).await.map(Some)
+    }
+
+    /// Cancels every execution matching `request`'s filter, newest first, in pages of
+    /// [`BULK_PAGE`](crate::rerun::BULK_PAGE), at most `max_items` of them
+    /// (docs/semantics.md#bulk-operations). Each row is its own cancel, so a failure part-way
+    /// leaves the rows before it cancelled and the error says so through the counts not returned.
+    pub async fn cancel_matching(
+        &self,
+        request: &BulkRequest,
+        reason: Option<&str>,
+    ) -> Result<BulkCancelOutcome, ExecutionError> {
+        request.validate()?;
+        let reason = cancel_reason(reason)?;
+        let mut out = BulkCancelOutcome::default();
+        let mut cursor = request.query.cursor.clone();
+        let mut handled = 0u32;
+        loop {
+            let page = self
+                .search(&request.page_query(cursor, handled), &request.search)
+                .await?;
+            for e in &page.items {
+                let after = self
+                    .store
+                    .cancel(&self.namespace, e.id, reason.clone())
+                    .await?;
+                out.matched += 1;
+                match after {
+                    Some(a) if a.status != e.status && a.status == ExecutionStatus::Cancelled => {
+                        out.cancelled += 1;
+                    }
+                    Some(a)
+                        if a.status != e.status && a.status == ExecutionStatus::CancelRequested =>
+                    {
+                        out.cancel_requested += 1;
+                    }
+                    _ => out.unchanged += 1,
+                }
+            }
+            handled += page.items.len() as u32;
+            cursor = page.next_cursor;
+            if cursor.is_none() || handled >= request.max_items {
+                break;
+            }
+        }
+        out.next_cursor = cursor;
+        Ok(out)
+    }
+
+    /// Retries every `failed`, `cancelled` or `expired` execution matching `request`'s filter
+    /// (others are counted as skipped), newest first, in bounded pages, at most `max_items` rows
+    /// (docs/semantics.md#bulk-operations). Each new execution's key derives from `idempotency_key`
+    /// and the original's id, so repeating the call creates nothing twice.
+    pub async fn retry_matching(
+        &self,
+        request: &BulkRequest,
+        idempotency_key: &str,
+    ) -> Result<BulkRetryOutcome, ExecutionError> {
+        request.validate()?;
+        crate::text::required_text(
+            "idempotency_key",
+            idempotency_key,
+            crate::text::MAX_NAME_CHARS,
+        )?;
+        let mut out = BulkRetryOutcome::default();
+        let mut cursor = request.query.cursor.clone();
+        let mut handled = 0u32;
+        loop {
+            let page = self
+                .search(&request.page_query(cursor, handled), &request.search)
+                .await?;
+            for e in &page.items {
+                out.matched += 1;
+                if !crate::rerun::is_retryable(e.status) {
+                    out.skipped += 1;
+                    continue;
+                }
+                let prepared =
+                    prepare_retry(e, &bulk_item_key(idempotency_key, e.id), &self.limits)?;
+                match self.store.submit(prepared).await {
+                    Ok(new) => {
+                        out.retried += 1;
+                        out.new_ids.push(new.id);
+                    }
+                    Err(ExecutionError::Conflict { .. }) => out.conflicts += 1,
+                    Err(other) => return Err(other),
+                }
+            }
+            handled += page.items.len() as u32;
+            cursor = page.next_cursor;
+            if cursor.is_none() || handled >= request.max_items {
+                break;
+            }
+        }
+        out.next_cursor = cursor;
+        Ok(out)
     }
 
     /// The result of a succeeded execution; never waits (docs/semantics.md#reading-a-result). Errors: `NotFound`,

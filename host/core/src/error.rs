@@ -142,6 +142,17 @@ pub enum ExecutionError {
         /// The id asked for.
         id: Uuid,
     },
+    /// `retry` of an execution that is not `failed`, `cancelled` or `expired`
+    /// (docs/semantics.md#retrying-an-execution).
+    #[error(
+        "execution {id} is {status}; only failed, cancelled or expired executions can be retried"
+    )]
+    NotRetryable {
+        /// The id asked for.
+        id: Uuid,
+        /// Its current status.
+        status: ExecutionStatus,
+    },
     /// Idempotency key reused with a different submission (docs/semantics.md#submission-digest).
     #[error("idempotency key was already used with a different submission")]
     Conflict {
@@ -179,6 +190,7 @@ impl ExecutionError {
             ExecutionError::Failed { .. } => "failed",
             ExecutionError::Cancelled { .. } => "cancelled",
             ExecutionError::Expired { .. } => "expired",
+            ExecutionError::NotRetryable { .. } => "not_retryable",
             ExecutionError::Conflict { .. } => "conflict",
             ExecutionError::Encoding(_) => "encoding_error",
             ExecutionError::StaleLease(_) => "stale_lease",

@@ -26,6 +26,7 @@ pub mod network;
 pub mod plan;
 pub mod ports;
 pub mod request;
+pub mod rerun;
 pub mod retry;
 pub mod runner;
 pub mod settings;

@@ -19,6 +19,7 @@ use crate::execution::{
     Completion, Execution, ExecutionLease, ExecutionPage, HeartbeatResult, LeaseRef,
 };
 use crate::request::{ClaimRequest, ListFilter, PreparedSubmission, validate_lease_duration};
+use crate::status::ExecutionStatus;
 
 /// Client-side storage operations (docs/semantics.md#client-operations). Inputs are already validated by
 /// [`ExecutionClient`](crate::client::ExecutionClient); namespaces are trimmed.
@@ -200,4 +201,51 @@ pub trait StoreStats: Send + Sync {
     /// They include other sessions' work; compare two readings. Empty when the server
     /// exposes none.
     async fn server_counters(&self) -> Result<BTreeMap<String, f64>, ExecutionError>;
+}
+
+/// How many executions of one task are in one status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCount {
+    /// Task name.
+    pub task_name: String,
+    /// Status.
+    pub status: ExecutionStatus,
+    /// Number of executions.
+    pub count: u64,
+}
+
+/// The executions created in a recent window, as the dashboard's overview summarises them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecentActivity {
+    /// Rows read (at most the `max_rows` asked for, newest first).
+    pub sampled: u64,
+    /// Whether more rows than `max_rows` were created in the window.
+    pub truncated: bool,
+    /// Of those, how many are `succeeded`.
+    pub succeeded: u64,
+    /// Of those, how many are `failed`.
+    pub failed: u64,
+    /// Of those, how many are terminal.
+    pub finished: u64,
+    /// Microseconds from `available_at` to `started_at` of each started one, ascending.
+    pub queue_waits_us: Vec<i64>,
+}
+
+/// Read-only aggregates for the operator dashboard (docs/ui.md#overview-queries). Each is one
+/// statement over an index whose first column is the namespace.
+#[async_trait]
+pub trait ExecutionInsights: Send + Sync {
+    /// Executions of `namespace` grouped by task and status (one grouped query).
+    async fn counts_by_task_status(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<StatusCount>, ExecutionError>;
+
+    /// The newest at most `max_rows` executions of `namespace` created at or after `since`.
+    async fn recent_activity(
+        &self,
+        namespace: &str,
+        since: DateTime<Utc>,
+        max_rows: u32,
+    ) -> Result<RecentActivity, ExecutionError>;
 }

@@ -18,6 +18,13 @@ use crate::time::seconds_to_duration;
 /// The reserved metadata key that workers inject into the handler context (docs/semantics.md#reserved-metadata-key).
 pub const RESERVED_METADATA_KEY: &str = "onestep.execution";
 
+/// The reserved metadata key linking a retry to the execution it retries
+/// (docs/semantics.md#retrying-an-execution): set only by [`crate::rerun`], refused in submissions.
+pub const RETRY_OF_METADATA_KEY: &str = "onestep.retry_of";
+
+/// Every reserved top-level metadata key (docs/semantics.md#reserved-metadata-key).
+pub const RESERVED_METADATA_KEYS: [&str; 2] = [RESERVED_METADATA_KEY, RETRY_OF_METADATA_KEY];
+
 /// What a caller submits (docs/semantics.md#submit-and-idempotency). `expires_at` carries its offset, so a naive datetime
 /// cannot be expressed; the caller's offset is kept for the digest (docs/semantics.md#submission-digest) and the instant is
 /// stored as UTC.
@@ -83,6 +90,17 @@ pub fn prepare_submission(
     req: &SubmitRequest,
     limits: &Limits,
 ) -> Result<PreparedSubmission, ExecutionError> {
+    prepare_with_link(namespace, req, limits, None)
+}
+
+/// [`prepare_submission`] that also writes the reserved retry link `onestep.retry_of = <id>`
+/// into the metadata (after the reserved-key check, so only the domain can set it).
+pub(crate) fn prepare_with_link(
+    namespace: &str,
+    req: &SubmitRequest,
+    limits: &Limits,
+    retry_of: Option<Uuid>,
+) -> Result<PreparedSubmission, ExecutionError> {
     // 1. text rules, metadata shape, delay, expires_at (aware by type).
     let task_name = required_text("task_name", &req.task_name, MAX_NAME_CHARS)?;
     let idempotency_key = optional_text(
@@ -90,7 +108,7 @@ pub fn prepare_submission(
         req.idempotency_key.as_deref(),
         MAX_NAME_CHARS,
     )?;
-    let metadata: Map<String, Value> = match &req.metadata {
+    let mut metadata: Map<String, Value> = match &req.metadata {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         _ => return Err(ExecutionError::invalid("metadata must be a mapping")),
@@ -99,11 +117,20 @@ pub fn prepare_submission(
         None => Duration::zero(),
         Some(d) => seconds_to_duration("delay_s", d)?,
     };
-    // 2. reserved key.
-    if metadata.contains_key(RESERVED_METADATA_KEY) {
+    // 2. reserved keys.
+    if let Some(key) = RESERVED_METADATA_KEYS
+        .iter()
+        .find(|k| metadata.contains_key(**k))
+    {
         return Err(ExecutionError::invalid(format!(
-            "metadata key '{RESERVED_METADATA_KEY}' is reserved"
+            "metadata key '{key}' is reserved"
         )));
+    }
+    if let Some(original) = retry_of {
+        metadata.insert(
+            RETRY_OF_METADATA_KEY.to_owned(),
+            Value::String(original.to_string()),
+        );
     }
     // 3. encode payload, then metadata.
     let payload = encode_value(&req.payload, ValueField::Payload)?;
@@ -189,6 +216,90 @@ pub struct ListFilter {
     pub limit: u32,
     /// Position after which to continue.
     pub after: Option<Cursor>,
+    /// The dashboard's extra filters (docs/semantics.md#listing-and-cursors); empty by default.
+    pub search: ListSearch,
+}
+
+/// Extra list filters (docs/semantics.md#listing-and-cursors): created-at range, idempotency key, one metadata
+/// key with a string value, and a case-insensitive substring of the error's `exception_type`.
+/// Every given filter must hold. Validated by [`ListSearch::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListSearch {
+    /// Only executions created at or after this instant.
+    pub created_from: Option<DateTime<Utc>>,
+    /// Only executions created before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only the execution holding this idempotency key (exact).
+    pub idempotency_key: Option<String>,
+    /// Only executions whose top-level metadata key (first) is the string (second).
+    pub metadata: Option<(String, String)>,
+    /// Only executions whose error's `exception_type` contains this text (any case).
+    pub exception_type: Option<String>,
+}
+
+impl ListSearch {
+    /// Whether no filter is set.
+    pub fn is_empty(&self) -> bool {
+        *self == ListSearch::default()
+    }
+
+    /// Trims and checks: every text 1–255 characters (the metadata value may be empty), and
+    /// `created_from` before `created_before` (`created_from must be before created_before`).
+    pub fn validate(&self) -> Result<ListSearch, ExecutionError> {
+        if let (Some(a), Some(b)) = (self.created_from, self.created_before)
+            && a >= b
+        {
+            return Err(ExecutionError::invalid(
+                "created_from must be before created_before",
+            ));
+        }
+        let metadata = match &self.metadata {
+            None => None,
+            Some((k, v)) => {
+                let key = required_text("metadata key", k, MAX_NAME_CHARS)?;
+                if v.chars().count() > MAX_NAME_CHARS {
+                    return Err(ExecutionError::invalid(
+                        "metadata value must be at most 255 characters",
+                    ));
+                }
+                Some((key, v.clone()))
+            }
+        };
+        Ok(ListSearch {
+            created_from: self.created_from,
+            created_before: self.created_before,
+            idempotency_key: optional_text(
+                "idempotency_key",
+                self.idempotency_key.as_deref(),
+                MAX_NAME_CHARS,
+            )?,
+            metadata,
+            exception_type: optional_text(
+                "exception_type",
+                self.exception_type.as_deref(),
+                MAX_NAME_CHARS,
+            )?,
+        })
+    }
+
+    /// Whether `e` passes every filter (the reference semantics backends must match).
+    pub fn matches(&self, e: &crate::execution::Execution, idempotency_key: Option<&str>) -> bool {
+        self.created_from.is_none_or(|t| e.created_at >= t)
+            && self.created_before.is_none_or(|t| e.created_at < t)
+            && self
+                .idempotency_key
+                .as_deref()
+                .is_none_or(|k| idempotency_key == Some(k))
+            && self
+                .metadata
+                .as_ref()
+                .is_none_or(|(k, v)| e.metadata.get(k).and_then(Value::as_str) == Some(v.as_str()))
+            && self.exception_type.as_deref().is_none_or(|t| {
+                e.error
+                    .as_ref()
+                    .is_some_and(|o| o.exception_type.to_lowercase().contains(&t.to_lowercase()))
+            })
+    }
 }
 
 impl ListQuery {
@@ -211,6 +322,7 @@ impl ListQuery {
             status: self.status,
             limit: self.limit,
             after,
+            search: ListSearch::default(),
         })
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value as DbValue};
-use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
 use uuid::Uuid;
 
@@ -44,6 +44,41 @@ fn submission_params(sub: &PreparedSubmission, now: chrono::DateTime<chrono::Utc
         bind_opt_time(sub.expires_at),
         0i64.into(),
     ]
+}
+
+/// The extra list filters (docs/semantics.md#listing-and-cursors): created-at range on the list index; the key,
+/// metadata and error filters are evaluated on the rows the index range yields.
+fn push_search(sql: &mut String, params: &mut Vec<DbValue>, search: &ListSearch) {
+    if let Some(t) = search.created_from {
+        sql.push_str(" AND created_at >= ?");
+        params.push(bind_time(t));
+    }
+    if let Some(t) = search.created_before {
+        sql.push_str(" AND created_at < ?");
+        params.push(bind_time(t));
+    }
+    if let Some(k) = &search.idempotency_key {
+        sql.push_str(" AND idempotency_key = ?");
+        params.push(k.as_str().into());
+    }
+    if let Some((key, value)) = &search.metadata {
+        // A JSON path with the key quoted: any key text is a literal member name.
+        let quoted = serde_json::Value::String(key.clone()).to_string();
+        sql.push_str(" AND JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?");
+        params.push(format!("$.{quoted}").into());
+        params.push(value.as_str().into());
+        sql.push_str(" AND JSON_TYPE(JSON_EXTRACT(metadata, ?)) = 'STRING'");
+        params.push(format!("$.{quoted}").into());
+    }
+    if let Some(t) = &search.exception_type {
+        let escaped = t
+            .to_lowercase()
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        sql.push_str(" AND LOWER(JSON_UNQUOTE(JSON_EXTRACT(error, '$.exception_type'))) LIKE ?");
+        params.push(format!("%{escaped}%").into());
+    }
 }
 
 /// How a submission relates to what the table holds.
@@ -358,6 +393,7 @@ impl MySqlBackend {
             sql.push_str(" AND status = ?");
             params.push(s.as_str().into());
         }
+        push_search(&mut sql, &mut params, &filter.search);
         if let Some(c) = &filter.after {
             sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
             params.push(bind_time(c.created_at));

@@ -36,6 +36,7 @@ pub mod errors;
 mod fenced_writes;
 mod heartbeat_batch;
 pub mod history;
+mod insights;
 mod maintenance;
 pub mod probes;
 pub mod retry;

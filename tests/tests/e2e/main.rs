@@ -40,6 +40,9 @@
 //! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
 //!   outside the repository and passes `check --strict` and `task run`; bad input.
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
+//! * [`ui_browser`]: the dashboard in a real headless Chromium over WebDriver: log in, list,
+//!   filter, detail, cancel, retry, bulk cancel, a read token without actions, page loads on
+//!   100k rows.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -71,5 +74,6 @@ mod runtime;
 mod scaffold;
 mod smoke;
 mod task_run;
+mod ui_browser;
 mod upgrade;
 mod watch;

@@ -39,6 +39,23 @@ pub fn admin_url() -> String {
     }
 }
 
+/// The servers the operator tests run on: MariaDB always, and Oracle MySQL
+/// (`ONESTEP_TEST_MYSQL_URL`) unless `ONESTEP_TEST_SKIP_MYSQL=1` (a missing URL fails the test).
+pub fn servers() -> Vec<(&'static str, String)> {
+    let mut out = vec![("mariadb", admin_url())];
+    if std::env::var("ONESTEP_TEST_SKIP_MYSQL").as_deref() != Ok("1") {
+        match std::env::var("ONESTEP_TEST_MYSQL_URL") {
+            Ok(v) if !v.trim().is_empty() => {
+                out.push(("mysql", v.trim().trim_end_matches('/').to_owned()));
+            }
+            _ => panic!(
+                "ONESTEP_TEST_MYSQL_URL is not set (set ONESTEP_TEST_SKIP_MYSQL=1 to skip MySQL)"
+            ),
+        }
+    }
+    out
+}
+
 /// A database created for one test and dropped when the value is dropped (also on panic).
 pub struct TestDb {
     pub name: String,
@@ -47,9 +64,14 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// Creates `onestep_t_<random>`.
+    /// Creates `onestep_t_<random>` on MariaDB.
     pub async fn create() -> TestDb {
-        let admin = admin_url();
+        Self::create_on(&admin_url()).await
+    }
+
+    /// Creates `onestep_t_<random>` on the server of `admin` (URL without a database).
+    pub async fn create_on(admin: &str) -> TestDb {
+        let admin = admin.to_owned();
         let name = format!("onestep_t_{}", &Uuid::new_v4().simple().to_string()[..16]);
         let pool = Pool::new(format!("{admin}/").as_str());
         let mut c = pool.get_conn().await.expect("admin connection to MariaDB");
@@ -129,7 +151,12 @@ pub struct TestApp {
 impl TestApp {
     /// Opens the backend (creating the tables) and builds the router with `settings`.
     pub async fn start(settings: ApiSettings) -> TestApp {
-        let db = TestDb::create().await;
+        Self::start_on(&admin_url(), settings).await
+    }
+
+    /// Like [`TestApp::start`] on the server of `admin`.
+    pub async fn start_on(admin: &str, settings: ApiSettings) -> TestApp {
+        let db = TestDb::create_on(admin).await;
         let mut opts = MySqlOptions::new(db.url.clone());
         opts.limits = settings.limits;
         opts.pool_max = 24;
@@ -139,7 +166,8 @@ impl TestApp {
             Arc::new(backend.clone()),
             settings,
         )
-        .expect("state");
+        .expect("state")
+        .with_insights(Arc::new(backend.clone()));
         let router = router(state);
         let doc = serde_json::to_value(onestep_api::openapi_document()).expect("openapi");
         let pool = Pool::new(db.url.as_str());
@@ -271,4 +299,25 @@ pub fn id_of(view: &Value) -> Uuid {
         .as_str()
         .and_then(|s| Uuid::parse_str(s).ok())
         .expect("id")
+}
+
+impl TestApp {
+    /// Sends a request and returns status, content type and body text (for the dashboard's HTML).
+    pub async fn send_text(&self, req: Request<Body>) -> (StatusCode, String, String) {
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req)
+            .await
+            .expect("infallible router");
+        let status = resp.status();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, ct, String::from_utf8_lossy(&bytes).into_owned())
+    }
 }

@@ -1,5 +1,5 @@
 //! Client commands on the same library as the HTTP API: `submit`, `get`, `list`, `cancel`,
-//! `result`, `wait`. They talk to the database directly (see [`conn`]); output is human-readable
+//! `retry`, `result`, `wait`. They talk to the database directly (see [`conn`]); output is human-readable
 //! by default and the API's JSON views with `--json` (see [`output`] for exit codes).
 
 mod conn;
@@ -84,6 +84,19 @@ pub struct CancelArgs {
     /// Reason (at most 500 characters; stored, never shown).
     #[arg(long)]
     pub reason: Option<String>,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// Arguments of `onestep retry`.
+#[derive(Debug, clap::Args)]
+pub struct RetryArgs {
+    /// Id of the failed, cancelled or expired execution.
+    pub id: String,
+    /// Idempotency key: the same key on the same execution returns the same retry (default: a
+    /// new key, so every call retries again).
+    #[arg(long)]
+    pub key: Option<String>,
     #[command(flatten)]
     pub conn: ConnArgs,
 }
@@ -232,6 +245,25 @@ pub async fn cancel(args: CancelArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let id = parse_id(&args.id)?;
         match c.client.cancel(id, args.reason.as_deref()).await? {
+            Some(e) => {
+                print_execution(&e, args.conn.json);
+                Ok(OK)
+            }
+            None => Err(ExecutionError::NotFound { id }.into()),
+        }
+    })
+    .await
+}
+
+/// `onestep retry`: prints the new execution (its metadata links the original).
+pub async fn retry(args: RetryArgs) -> u8 {
+    with_client(&args.conn, async |c| {
+        let id = parse_id(&args.id)?;
+        let key = args
+            .key
+            .clone()
+            .unwrap_or_else(|| format!("cli-retry:{}", Uuid::new_v4()));
+        match c.client.retry(id, &key).await? {
             Some(e) => {
                 print_execution(&e, args.conn.json);
                 Ok(OK)

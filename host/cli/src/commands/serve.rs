@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::wiring::store::{Store, StoreOptions};
-use onestep_api::{ApiSettings, ApiState, Tenancy, TokenTable};
+use onestep_api::{ApiSettings, ApiState, Role, Tenancy, TokenTable};
 use onestep_config::{ApiAuth, AppConfig, LoadOptions, LogFormat};
 use onestep_core::names::TableNames;
 
@@ -122,11 +122,14 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
                 .load_tokens(&config.env)
                 .map_err(|e| usage(e.to_string()))?
                 .unwrap_or_default();
-            let table = TokenTable::from_pairs(
-                tokens
-                    .iter()
-                    .map(|t| (t.token.expose(), t.namespace.as_str())),
-            )
+            let table = TokenTable::from_entries(tokens.iter().map(|t| {
+                let role = t
+                    .role
+                    .as_deref()
+                    .and_then(Role::parse)
+                    .unwrap_or(Role::Default);
+                (t.token.expose(), t.namespace.as_str(), role)
+            }))
             .map_err(|e| usage(format!("api tokens: {e}")))?;
             if table.short_tokens() > 0 {
                 tracing::warn!(
@@ -175,6 +178,11 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     }
     let state = ApiState::new(backend.executions(), backend.readiness(), settings)
         .map_err(|e| usage(format!("api: {e}")))?;
+    // The dashboard's overview figures, where the backend computes them.
+    let state = match backend.insights() {
+        Some(insights) => state.with_insights(insights),
+        None => state,
+    };
     Ok((backend, state, listen.unwrap_or(api.listen)))
 }
 

@@ -151,6 +151,14 @@ impl Store {
         }
     }
 
+    /// The dashboard's overview figures (docs/ui.md); `None` where the backend has none yet.
+    pub fn insights(&self) -> Option<Arc<dyn onestep_core::ports::ExecutionInsights>> {
+        match self {
+            Store::Mysql(b) => Some(Arc::new(b.clone())),
+            Store::Postgres(_) => None,
+        }
+    }
+
     /// `onestep purge` (docs/cli.md#purge); `None` where the backend has none yet.
     pub fn retention(&self) -> Option<&dyn onestep_core::ports::Retention> {
         match self {

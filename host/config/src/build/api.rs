@@ -41,8 +41,11 @@ pub const API_LIMIT_KEYS: [&str; 3] = [
 
 const PATH: &str = "api";
 
-/// A 1-based line/entry number and its `(token, namespace)` pair, `None` when malformed.
-type NumberedPair = (usize, Option<(String, String)>);
+/// A 1-based line/entry number and its `(token, namespace, role)`, `None` when malformed.
+type NumberedPair = (usize, Option<(String, String, Option<String>)>);
+
+/// The roles a token may name (docs/http-api.md#roles).
+pub const TOKEN_ROLES: [&str; 3] = ["read", "submit", "operate"];
 
 /// Builds the `api:` section.
 pub fn build_api(
@@ -183,11 +186,15 @@ impl ApiConfig {
     /// Reads the API tokens (for `onestep serve`; not done at load so that a worker sharing the
     /// YAML needs no API secrets). `Ok(None)` when auth is a fixed namespace.
     ///
-    /// * `tokens_file`: one `token namespace` pair per line (whitespace-separated); blank lines
-    ///   and lines starting with `#` are skipped. Errors: `api.tokens_file: file not found:
-    ///   <path>`, `api.tokens_file: line <n>: expected '<token> <namespace>'`.
-    /// * `tokens_env`: `token=namespace,token=namespace`. Errors: `api.tokens_env: environment
-    ///   variable '<X>' is not set`, `api.tokens_env: entry <n>: expected 'token=namespace'`.
+    /// * `tokens_file`: one `token namespace [role]` per line (whitespace-separated); blank
+    ///   lines and lines starting with `#` are skipped. Errors: `api.tokens_file: file not found:
+    ///   <path>`, `api.tokens_file: line <n>: expected '<token> <namespace> [role]'`.
+    /// * `tokens_env`: `token=namespace[:role],…` (a suffix after the last `:` that is not a
+    ///   role name belongs to the namespace). Errors: `api.tokens_env: environment variable
+    ///   '<X>' is not set`, `api.tokens_env: entry <n>: expected 'token=namespace[:role]'`.
+    ///
+    /// A role is `read`, `submit` or `operate` (docs/http-api.md#roles); another word is
+    /// `<what> <n>: unknown role '<r>' (expected read, submit or operate)`.
     ///
     /// Duplicate tokens and empty sets are errors; namespaces follow the 1–255 character rule.
     pub fn load_tokens(&self, env: &EnvLookup) -> Result<Option<Vec<ApiToken>>, ConfigError> {
@@ -219,8 +226,10 @@ impl ApiConfig {
                     .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
                     .map(|(i, l)| {
                         let mut parts = l.split_whitespace();
-                        let pair = match (parts.next(), parts.next(), parts.next()) {
-                            (Some(t), Some(n), None) => Some((t.to_owned(), n.to_owned())),
+                        let pair = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                            (Some(t), Some(n), r, None) => {
+                                Some((t.to_owned(), n.to_owned(), r.map(str::to_owned)))
+                            }
                             _ => None,
                         };
                         (i + 1, pair)
@@ -242,8 +251,17 @@ impl ApiConfig {
                     .map(|(i, e)| {
                         let pair = e
                             .split_once('=')
-                            .map(|(t, n)| (t.trim().to_owned(), n.trim().to_owned()))
-                            .filter(|(t, n)| !t.is_empty() && !n.is_empty());
+                            .map(|(t, rest)| {
+                                let rest = rest.trim();
+                                let (n, r) = match rest.rsplit_once(':') {
+                                    Some((n, r)) if TOKEN_ROLES.contains(&r.trim()) => {
+                                        (n.trim(), Some(r.trim().to_owned()))
+                                    }
+                                    _ => (rest, None),
+                                };
+                                (t.trim().to_owned(), n.to_owned(), r)
+                            })
+                            .filter(|(t, n, _)| !t.is_empty() && !n.is_empty());
                         (i + 1, pair)
                     })
                     .collect();
@@ -256,16 +274,24 @@ impl ApiConfig {
             "entry"
         };
         let shape = if path.ends_with("file") {
-            "'<token> <namespace>'"
+            "'<token> <namespace> [role]'"
         } else {
-            "'token=namespace'"
+            "'token=namespace[:role]'"
         };
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
         for (n, pair) in pairs {
-            let Some((token, namespace)) = pair else {
+            let Some((token, namespace, role)) = pair else {
                 return Err(err(path, format!("{what} {n}: expected {shape}")));
             };
+            if let Some(r) = role.as_deref()
+                && !TOKEN_ROLES.contains(&r)
+            {
+                return Err(err(
+                    path,
+                    format!("{what} {n}: unknown role '{r}' (expected read, submit or operate)"),
+                ));
+            }
             if namespace.chars().count() > MAX_NAME_CHARS {
                 return Err(err(
                     path,
@@ -278,6 +304,7 @@ impl ApiConfig {
             out.push(ApiToken {
                 token: Secret::new(token),
                 namespace,
+                role,
             });
         }
         if out.is_empty() {

@@ -363,7 +363,7 @@ fn api_tokens() {
     assert_eq!(tokens[1].namespace, "team-b");
     assert_eq!(
         format!("{:?}", tokens[0]),
-        "ApiToken { token: <redacted>, namespace: \"team-a\" }"
+        "ApiToken { token: <redacted>, namespace: \"team-a\", role: None }"
     );
 
     dir.write("tokens", "t1 team-a\nbroken\n");
@@ -371,8 +371,20 @@ fn api_tokens() {
     let api = cfg.api.as_ref().expect("api");
     assert_eq!(
         api.load_tokens(&cfg.env).expect_err("bad line").to_string(),
-        "api.tokens_file: line 2: expected '<token> <namespace>'"
+        "api.tokens_file: line 2: expected '<token> <namespace> [role]'"
     );
+    // Roles (docs/http-api.md#roles): a third word, checked.
+    dir.write("tokens", "t1 team-a read\nt2 team-a operate\nt3 team-b\n");
+    let tokens = api.load_tokens(&cfg.env).expect("roles").expect("some");
+    let roles: Vec<Option<&str>> = tokens.iter().map(|t| t.role.as_deref()).collect();
+    assert_eq!(roles, [Some("read"), Some("operate"), None]);
+    dir.write("tokens", "t1 team-a admin\n");
+    assert_eq!(
+        api.load_tokens(&cfg.env).expect_err("bad role").to_string(),
+        "api.tokens_file: line 1: unknown role 'admin' (expected read, submit or operate)"
+    );
+    dir.write("tokens", "t1 team-a read extra\n");
+    assert!(api.load_tokens(&cfg.env).is_err());
 
     let yaml = "app: {name: x}\nresources:\n  db: {type: mysql, dsn: x}\napi: {connector: db, tokens_env: API_TOKENS}\n";
     let target = dir.write("env.yaml", yaml);
@@ -391,6 +403,13 @@ fn api_tokens() {
             .collect::<Vec<_>>(),
         ["ns1", "ns2"]
     );
+    let env = EnvLookup::isolated([("API_TOKENS", "a=ns1:submit, b=ns:2")]);
+    let tokens = api.load_tokens(&env).expect("tokens").expect("some");
+    assert_eq!(tokens[0].namespace, "ns1");
+    assert_eq!(tokens[0].role.as_deref(), Some("submit"));
+    // A suffix that is not a role belongs to the namespace.
+    assert_eq!(tokens[1].namespace, "ns:2");
+    assert_eq!(tokens[1].role, None);
     let env = EnvLookup::isolated([("API_TOKENS", "a=ns1,a=ns2")]);
     assert_eq!(
         api.load_tokens(&env).expect_err("dup").to_string(),
@@ -399,7 +418,7 @@ fn api_tokens() {
     let env = EnvLookup::isolated([("API_TOKENS", "a")]);
     assert_eq!(
         api.load_tokens(&env).expect_err("shape").to_string(),
-        "api.tokens_env: entry 1: expected 'token=namespace'"
+        "api.tokens_env: entry 1: expected 'token=namespace[:role]'"
     );
 }
 

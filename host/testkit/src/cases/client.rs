@@ -1,11 +1,13 @@
 //! Client-side cases: submit (T1), idempotency, get, list paging, submit_many, value round trips.
 
 use chrono::{Duration, FixedOffset, TimeZone, Utc};
-use onestep_core::request::{ListQuery, SubmitRequest};
+use onestep_core::execution::Completion;
+use onestep_core::request::{ListQuery, ListSearch, SubmitRequest};
+use onestep_core::{ErrorObject, Execution};
 use onestep_core::{ExecutionError, ExecutionStatus};
 use serde_json::json;
 
-use super::{NS, TASK, case, get, submit};
+use super::{NS, TASK, case, claim_one, get, submit};
 use crate::builders::{self, keyed, prepare};
 use crate::suite::{Case, Fixture};
 
@@ -34,6 +36,7 @@ pub(crate) fn cases() -> Vec<Case> {
             Box::pin(list_paging_mixed_ids(fx))
         }),
         case("new_ids_are_time_ordered_v7", |fx| Box::pin(new_ids_v7(fx))),
+        case("list_search_filters", |fx| Box::pin(list_search(fx))),
         case("onestep_mapping_payload_round_trip", |fx| {
             Box::pin(mapping_round_trip(fx))
         }),
@@ -403,4 +406,149 @@ async fn mapping_round_trip(fx: Fixture) {
         onestep_core::canonical::to_canonical_string(&back.payload),
         onestep_core::canonical::to_canonical_string(&payload)
     );
+}
+
+/// The extra list filters (docs/semantics.md#listing-and-cursors): created-at range, key, metadata string value,
+/// exception-type substring (any case); every given filter must hold; paging still works.
+async fn list_search(fx: Fixture) {
+    let keyed_meta = |key: &str, meta: serde_json::Value| {
+        prepare(
+            NS,
+            &SubmitRequest {
+                task_name: TASK.into(),
+                payload: json!(key),
+                idempotency_key: Some(key.into()),
+                metadata: Some(meta),
+                ..SubmitRequest::default()
+            },
+        )
+    };
+    let a = fx
+        .store
+        .submit(keyed_meta("ka", json!({"team": "red", "n": 1})))
+        .await
+        .expect("a");
+    fx.clock.advance(10.0);
+    let b = fx
+        .store
+        .submit(keyed_meta("kb", json!({"team": "blue"})))
+        .await
+        .expect("b");
+    // b fails with a ValueError.
+    let lease = claim_one(&fx, 30.0).await;
+    assert_eq!(lease.execution.id, a.id, "oldest first");
+    fx.leases
+        .complete(&lease.lease_ref(), &Completion::succeeded(json!(1)))
+        .await
+        .expect("a succeeds");
+    let lease = claim_one(&fx, 30.0).await;
+    fx.leases
+        .complete(
+            &lease.lease_ref(),
+            &Completion::failed(ErrorObject::new("error", "builtins.ValueError", None)),
+        )
+        .await
+        .expect("b fails");
+    fx.clock.advance(10.0);
+    let c = fx
+        .store
+        .submit(keyed_meta("kc", json!({"team": 7})))
+        .await
+        .expect("c");
+    let ids = |search: ListSearch| {
+        let fx = &fx;
+        async move {
+            let mut filter = ListQuery::default().validate().expect("query");
+            filter.search = search.validate().expect("search");
+            let page = fx.store.list(NS, &filter).await.expect("list");
+            page.items
+                .iter()
+                .map(|e: &Execution| e.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids(ListSearch::default()).await, [c.id, b.id, a.id]);
+    let t_b = b.created_at;
+    assert_eq!(
+        ids(ListSearch {
+            created_from: Some(t_b),
+            ..ListSearch::default()
+        })
+        .await,
+        [c.id, b.id]
+    );
+    assert_eq!(
+        ids(ListSearch {
+            created_before: Some(t_b),
+            ..ListSearch::default()
+        })
+        .await,
+        [a.id]
+    );
+    assert_eq!(
+        ids(ListSearch {
+            idempotency_key: Some("kb".into()),
+            ..ListSearch::default()
+        })
+        .await,
+        [b.id]
+    );
+    assert_eq!(
+        ids(ListSearch {
+            metadata: Some(("team".into(), "red".into())),
+            ..ListSearch::default()
+        })
+        .await,
+        [a.id]
+    );
+    // A number is not the string "7"; a missing key matches nothing.
+    assert!(
+        ids(ListSearch {
+            metadata: Some(("team".into(), "7".into())),
+            ..ListSearch::default()
+        })
+        .await
+        .is_empty()
+    );
+    assert!(
+        ids(ListSearch {
+            metadata: Some(("nope".into(), "red".into())),
+            ..ListSearch::default()
+        })
+        .await
+        .is_empty()
+    );
+    assert_eq!(
+        ids(ListSearch {
+            exception_type: Some("valueerr".into()),
+            ..ListSearch::default()
+        })
+        .await,
+        [b.id]
+    );
+    // `%` and `_` are literal characters, not patterns.
+    assert!(
+        ids(ListSearch {
+            exception_type: Some("%".into()),
+            ..ListSearch::default()
+        })
+        .await
+        .is_empty()
+    );
+    // Every filter must hold.
+    assert!(
+        ids(ListSearch {
+            idempotency_key: Some("ka".into()),
+            exception_type: Some("Value".into()),
+            ..ListSearch::default()
+        })
+        .await
+        .is_empty()
+    );
+    let bad = ListSearch {
+        created_from: Some(t_b),
+        created_before: Some(t_b),
+        ..ListSearch::default()
+    };
+    assert!(bad.validate().is_err());
 }

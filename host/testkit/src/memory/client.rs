@@ -134,12 +134,19 @@ impl ExecutionStore for MemoryStore {
         filter: &ListFilter,
     ) -> Result<ExecutionPage, ExecutionError> {
         self.enter(Op::List).await?;
-        let mut items: Vec<Execution> = self
-            .state()
+        let state = self.state();
+        // Each row's idempotency key, for the search filter.
+        let keys: std::collections::HashMap<Uuid, &str> = state
+            .keys
+            .iter()
+            .map(|((_, _, key), id)| (*id, key.as_str()))
+            .collect();
+        let mut items: Vec<Execution> = state
             .rows
             .values()
             .map(|r| &r.execution)
             .filter(|e| e.namespace == namespace)
+            .filter(|e| filter.search.matches(e, keys.get(&e.id).copied()))
             .filter(|e| filter.task_name.as_ref().is_none_or(|t| *t == e.task_name))
             .filter(|e| filter.status.is_none_or(|s| s == e.status))
             .filter(|e| {
@@ -149,6 +156,8 @@ impl ExecutionStore for MemoryStore {
             })
             .cloned()
             .collect();
+        drop(keys);
+        drop(state);
         items.sort_by_key(|e| std::cmp::Reverse((e.created_at, e.id)));
         let limit = filter.limit as usize;
         self.record(Op::List, 1, true);

@@ -1,0 +1,266 @@
+// onestep dashboard (docs/ui.md). No library: fetches server-rendered fragments with the
+// token from sessionStorage in the Authorization header (never in a URL), and calls the JSON API
+// for actions. Every action asks for confirmation in a <dialog> and shows its outcome.
+"use strict";
+(function () {
+  const KEY = "onestep.token";
+  const app = document.getElementById("app");
+  const flash = document.getElementById("flash");
+  const login = document.getElementById("login");
+  let refreshTimer = null;
+  let me = null;
+
+  function headers(extra) {
+    const h = Object.assign({}, extra || {});
+    const t = sessionStorage.getItem(KEY);
+    if (t) h["Authorization"] = "Bearer " + t;
+    return h;
+  }
+
+  function say(text, kind) {
+    flash.textContent = text;
+    flash.className = "flash " + (kind || "info");
+    flash.hidden = false;
+  }
+
+  function showLogin(message) {
+    app.hidden = true;
+    login.hidden = false;
+    document.getElementById("login-error").textContent = message || "";
+    document.getElementById("token").focus();
+  }
+
+  async function fragment(path) {
+    const r = await fetch(path, { headers: headers() });
+    if (r.status === 401) {
+      sessionStorage.removeItem(KEY);
+      showLogin("That token is not valid here.");
+      throw new Error("unauthorized");
+    }
+    const text = await r.text();
+    if (!r.ok) {
+      let msg = text;
+      try { msg = JSON.parse(text).message; } catch (_) { /* not JSON */ }
+      throw new Error(msg);
+    }
+    return text;
+  }
+
+  async function call(method, path, body, extra) {
+    const r = await fetch(path, {
+      method: method,
+      headers: headers(Object.assign({ "Content-Type": "application/json" }, extra || {})),
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let data = null;
+    try { data = await r.json(); } catch (_) { data = null; }
+    if (!r.ok) {
+      throw new Error((data && data.message) || ("HTTP " + r.status));
+    }
+    return data;
+  }
+
+  function confirmAction(text, withReason) {
+    const d = document.getElementById("confirm");
+    document.getElementById("confirm-text").textContent = text;
+    const reason = document.getElementById("confirm-reason");
+    reason.value = "";
+    reason.parentElement.hidden = !withReason;
+    return new Promise(function (resolve) {
+      function done(ok) {
+        d.close();
+        document.getElementById("confirm-ok").onclick = null;
+        document.getElementById("confirm-cancel").onclick = null;
+        resolve(ok ? { reason: reason.value.trim() || undefined } : null);
+      }
+      document.getElementById("confirm-ok").onclick = function () { done(true); };
+      document.getElementById("confirm-cancel").onclick = function () { done(false); };
+      d.showModal();
+    });
+  }
+
+  function filters() {
+    const form = document.getElementById("filters");
+    const out = {};
+    if (!form) return out;
+    new FormData(form).forEach(function (v, k) {
+      const s = String(v).trim();
+      if (s) out[k] = s;
+    });
+    return out;
+  }
+
+  function query(obj) {
+    const p = new URLSearchParams();
+    Object.keys(obj).forEach(function (k) { p.set(k, obj[k]); });
+    return p.toString();
+  }
+
+  // ---------- list page
+  let cursor = null;
+  async function loadList() {
+    const f = filters();
+    history.replaceState(null, "", "/ui" + (Object.keys(f).length ? "?" + query(f) : ""));
+    const q = Object.assign({}, f);
+    if (cursor) q.cursor = cursor;
+    const html = await fragment("/ui/fragments/list?" + query(q));
+    document.getElementById("list").innerHTML = html;
+    const table = document.getElementById("rows");
+    clearTimeout(refreshTimer);
+    if (table && table.dataset.live === "true") {
+      refreshTimer = setTimeout(function () { loadList().catch(function () {}); }, 2000);
+    }
+  }
+
+  async function loadOverview() {
+    document.getElementById("overview").innerHTML = await fragment("/ui/fragments/overview");
+  }
+
+  async function bulk(kind) {
+    const f = filters();
+    // The bulk body takes every list filter of the form (the same names).
+    const body = Object.assign({}, f);
+    const extra = Object.keys(f).filter(function (k) { return k !== "task_name" && k !== "status"; });
+    const what = (f.status ? f.status + " " : "") + "executions" + (f.task_name ? " of " + f.task_name : "") +
+      (extra.length ? " (filtered by " + extra.join(", ") + ")" : "");
+    const ok = await confirmAction(
+      (kind === "cancel" ? "Cancel" : "Retry") + " every " + what + " matching this filter?",
+      kind === "cancel");
+    if (!ok) return;
+    if (kind === "cancel" && ok.reason) body.reason = ok.reason;
+    const key = "ui-bulk-" + Date.now() + "-" + Math.random().toString(36).slice(2);
+    const total = { matched: 0, changed: 0, other: 0 };
+    let next = null;
+    say((kind === "cancel" ? "Cancelling" : "Retrying") + "…", "info");
+    do {
+      const b = Object.assign({ max_items: 100 }, body);
+      if (next) b.cursor = next;
+      const r = kind === "cancel"
+        ? await call("POST", "/v1/executions:cancel", b)
+        : await call("POST", "/v1/executions:retry", b, { "Idempotency-Key": key });
+      total.matched += r.matched;
+      if (kind === "cancel") {
+        total.changed += r.cancelled + r.cancel_requested;
+        total.other += r.unchanged;
+      } else {
+        total.changed += r.retried;
+        total.other += r.skipped + r.conflicts;
+      }
+      next = r.next_cursor;
+      say((kind === "cancel" ? "Cancelling" : "Retrying") + ": " + total.matched + " handled so far…", "info");
+    } while (next);
+    const verb = kind === "cancel" ? "cancelled" : "retried";
+    say("Bulk " + kind + " done: " + total.matched + " matched, " + total.changed + " " + verb +
+      ", " + total.other + " unchanged.", "ok");
+    cursor = null;
+    await Promise.all([loadList(), loadOverview()]);
+  }
+
+  function listPage() {
+    const form = document.getElementById("filters");
+    const params = new URLSearchParams(location.search);
+    params.forEach(function (v, k) { if (form.elements[k]) form.elements[k].value = v; });
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      cursor = null;
+      loadList().catch(function (e) { say(e.message, "error"); });
+    });
+    document.getElementById("list").addEventListener("click", function (ev) {
+      const t = ev.target;
+      if (t.dataset.cursor) {
+        ev.preventDefault();
+        cursor = t.dataset.cursor;
+        loadList().catch(function (e) { say(e.message, "error"); });
+      }
+    });
+    const bc = document.getElementById("bulk-cancel");
+    const br = document.getElementById("bulk-retry");
+    bc.hidden = br.hidden = !me.can_operate;
+    bc.onclick = function () { bulk("cancel").catch(function (e) { say(e.message, "error"); }); };
+    br.onclick = function () { bulk("retry").catch(function (e) { say(e.message, "error"); }); };
+    return Promise.all([loadOverview(), loadList()]);
+  }
+
+  // ---------- detail page
+  async function loadDetail(id) {
+    const box = document.getElementById("detail");
+    box.innerHTML = await fragment("/ui/fragments/executions/" + encodeURIComponent(id));
+    const d = document.getElementById("execution");
+    clearTimeout(refreshTimer);
+    if (d && d.dataset.terminal !== "true") {
+      refreshTimer = setTimeout(function () { loadDetail(id).catch(function () {}); }, 1500);
+    }
+  }
+
+  function detailPage(id) {
+    const retryKey = "ui-retry-" + id + "-" + Math.random().toString(36).slice(2);
+    document.getElementById("detail").addEventListener("click", function (ev) {
+      const action = ev.target.dataset.action;
+      if (!action) return;
+      ev.preventDefault();
+      (async function () {
+        if (action === "cancel") {
+          const ok = await confirmAction("Cancel execution " + id + "?", true);
+          if (!ok) return;
+          const e = await call("POST", "/v1/executions/" + id + "/cancel", { reason: ok.reason });
+          say("Cancel requested: the execution is now " + e.status + ".", "ok");
+        } else if (action === "retry") {
+          const ok = await confirmAction("Retry execution " + id + " as a new execution?", false);
+          if (!ok) return;
+          const e = await call("POST", "/v1/executions/" + id + "/retry", undefined,
+            { "Idempotency-Key": retryKey });
+          flash.innerHTML = "";
+          flash.append("Retried as ");
+          const a = document.createElement("a");
+          a.href = "/ui/executions/" + e.id;
+          a.id = "retried-link";
+          a.textContent = e.id;
+          flash.append(a);
+          flash.className = "flash ok";
+          flash.hidden = false;
+        }
+        await loadDetail(id);
+      })().catch(function (e) { say(e.message, "error"); });
+    });
+    return loadDetail(id);
+  }
+
+  // ---------- start
+  async function start() {
+    let r;
+    try {
+      r = await fetch("/v1/whoami", { headers: headers() });
+    } catch (e) {
+      say("The server cannot be reached: " + e.message, "error");
+      return;
+    }
+    if (r.status === 401) {
+      sessionStorage.removeItem(KEY);
+      showLogin(sessionStorage.getItem("onestep.tried") ? "That token is not valid here." : "");
+      return;
+    }
+    me = await r.json();
+    login.hidden = true;
+    app.hidden = false;
+    document.getElementById("who").textContent = me.namespace + " · role " + me.role;
+    document.getElementById("logout").hidden = !sessionStorage.getItem(KEY);
+    const page = app.dataset.page;
+    const run = page === "detail" ? detailPage(app.dataset.id) : listPage();
+    run.catch(function (e) { say(e.message, "error"); });
+  }
+
+  document.getElementById("login-form").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    const t = document.getElementById("token").value.trim();
+    document.getElementById("token").value = "";
+    if (!t) return;
+    sessionStorage.setItem(KEY, t);
+    sessionStorage.setItem("onestep.tried", "1");
+    start();
+  });
+  document.getElementById("logout").addEventListener("click", function () {
+    sessionStorage.removeItem(KEY);
+    location.reload();
+  });
+  start();
+})();

@@ -1,0 +1,205 @@
+//! The operator dashboard at `/ui` (docs/ui.md): two page shells (the list with the overview,
+//! and one execution's detail), their stylesheet and script, all embedded in the binary, and
+//! the HTML fragments the script fetches with the caller's token in the `Authorization` header.
+//! Fragments go through the same tenancy, roles and client as `/v1`; actions use `/v1` itself.
+//!
+//! The shells need no token (they hold no data); every fragment does, exactly like `/v1`.
+
+pub mod render;
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use chrono::Utc;
+use minijinja::context;
+use onestep_core::ExecutionStatus;
+use onestep_core::request::ListQuery;
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use crate::extract::{Caller, ExecutionId};
+use crate::routes::check_own_cursor;
+use crate::state::{ApiState, OverviewSnapshot};
+
+/// How long the overview's figures are reused for one namespace.
+pub const OVERVIEW_CACHE: Duration = Duration::from_secs(5);
+/// Rows the "last hour" figures read at most.
+pub const RECENT_ROWS: u32 = 10_000;
+/// Rows per list page of the dashboard.
+pub const PAGE_ROWS: u32 = 50;
+
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// The `/ui` routes (merged into [`router`](crate::router)).
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/ui", get(list_shell))
+        .route("/ui/", get(list_shell))
+        .route("/ui/executions/{id}", get(detail_shell))
+        .route("/ui/assets/app.js", get(app_js))
+        .route("/ui/assets/app.css", get(app_css))
+        .route("/ui/fragments/overview", get(overview_fragment))
+        .route("/ui/fragments/list", get(list_fragment))
+        .route("/ui/fragments/executions/{id}", get(detail_fragment))
+}
+
+fn html(text: Result<String, String>) -> Response {
+    match text {
+        Ok(body) => {
+            let mut resp = Html(body).into_response();
+            resp.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            resp
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "dashboard template failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "template error").into_response()
+        }
+    }
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn app_js() -> Response {
+    asset("text/javascript; charset=utf-8", APP_JS)
+}
+
+async fn app_css() -> Response {
+    asset("text/css; charset=utf-8", APP_CSS)
+}
+
+async fn list_shell() -> Response {
+    html(render::render(
+        "shell.html",
+        context! {title => "executions", page => "list", id => "", statuses => render::status_names()},
+    ))
+}
+
+async fn detail_shell(ExecutionId(id): ExecutionId) -> Response {
+    html(render::render(
+        "shell.html",
+        context! {title => format!("execution {id}"), page => "detail", id => id.to_string(),
+        statuses => render::status_names()},
+    ))
+}
+
+async fn overview_fragment(
+    Caller(client, _role): Caller,
+    State(state): State<ApiState>,
+) -> Result<Response, ApiError> {
+    let Some(insights) = state.insights() else {
+        return Ok(html(Ok(
+            "<p class=\"muted\">This server has no overview figures.</p>".to_owned(),
+        )));
+    };
+    let namespace = client.namespace().to_owned();
+    let snapshot = match state.cached_overview(&namespace, OVERVIEW_CACHE) {
+        Some(s) => s,
+        None => {
+            let counts = insights.counts_by_task_status(&namespace).await?;
+            let since = Utc::now() - chrono::Duration::hours(1);
+            let recent = insights
+                .recent_activity(&namespace, since, RECENT_ROWS)
+                .await?;
+            let snapshot = OverviewSnapshot {
+                taken: Instant::now(),
+                as_of: Utc::now(),
+                counts,
+                recent,
+            };
+            state.store_overview(&namespace, snapshot.clone());
+            snapshot
+        }
+    };
+    Ok(html(render::render(
+        "overview.html",
+        context! {
+            namespace => namespace,
+            statuses => render::status_names(),
+            counts => render::count_rows(&snapshot.counts),
+            hour => render::hour_context(&snapshot.recent),
+            as_of => snapshot.as_of.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            cache_s => OVERVIEW_CACHE.as_secs(),
+        },
+    )))
+}
+
+/// Query of the list fragment (the list filter of `GET /v1/executions`).
+#[derive(Debug, Default, Deserialize)]
+pub struct ListFragmentParams {
+    task_name: Option<String>,
+    status: Option<String>,
+    cursor: Option<String>,
+    created_from: Option<String>,
+    created_before: Option<String>,
+    idempotency_key: Option<String>,
+    metadata: Option<String>,
+    exception_type: Option<String>,
+}
+
+async fn list_fragment(
+    Caller(client, _role): Caller,
+    query: Result<Query<ListFragmentParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) =
+        query.map_err(|_| ApiError::invalid("the query string could not be parsed"))?;
+    let status = params
+        .status
+        .as_deref()
+        .filter(|s| !s.trim().is_empty())
+        .map(str::parse::<ExecutionStatus>)
+        .transpose()?;
+    let task_name = params.task_name.filter(|t| !t.trim().is_empty());
+    let search = crate::search::SearchText {
+        created_from: params.created_from.as_deref(),
+        created_before: params.created_before.as_deref(),
+        idempotency_key: params.idempotency_key.as_deref(),
+        metadata: params.metadata.as_deref(),
+        exception_type: params.exception_type.as_deref(),
+    }
+    .parse()?;
+    let cursor = params.cursor.filter(|c| !c.is_empty());
+    check_own_cursor(&client, cursor.as_deref()).await?;
+    let page = client
+        .search(
+            &ListQuery {
+                task_name,
+                status,
+                limit: PAGE_ROWS,
+                cursor,
+            },
+            &search,
+        )
+        .await?;
+    let live = page.items.iter().any(|e| !e.terminal());
+    let items: Vec<render::ListRow> = page.items.iter().map(render::ListRow::from).collect();
+    Ok(html(render::render(
+        "list.html",
+        context! {items => items, live => live, next_cursor => page.next_cursor},
+    )))
+}
+
+async fn detail_fragment(
+    Caller(client, role): Caller,
+    ExecutionId(id): ExecutionId,
+) -> Result<Response, ApiError> {
+    let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
+    Ok(html(render::render(
+        "detail.html",
+        render::detail_context(&execution, role.can_cancel(), role.can_operate()),
+    )))
+}

@@ -1,0 +1,368 @@
+//! The dashboard's templates (embedded at compile time, rendered with minijinja, HTML-escaped)
+//! and the view models they read (docs/ui.md#pages).
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use minijinja::{Environment, context};
+use onestep_core::ports::{RecentActivity, StatusCount};
+use onestep_core::{Execution, ExecutionStatus, rerun};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Values longer than this (pretty-printed bytes) are shown collapsed, with their size.
+pub const COLLAPSE_BYTES: usize = 2048;
+
+static TEMPLATES: LazyLock<Result<Environment<'static>, minijinja::Error>> = LazyLock::new(|| {
+    let mut env = Environment::new();
+    env.add_template("shell.html", include_str!("templates/shell.html"))?;
+    env.add_template("overview.html", include_str!("templates/overview.html"))?;
+    env.add_template("list.html", include_str!("templates/list.html"))?;
+    env.add_template("detail.html", include_str!("templates/detail.html"))?;
+    Ok(env)
+});
+
+/// Renders template `name` with `ctx`; the error is for the log (the page shows a fixed text).
+pub fn render<S: Serialize>(name: &str, ctx: S) -> Result<String, String> {
+    let env = TEMPLATES.as_ref().map_err(|e| format!("templates: {e}"))?;
+    env.get_template(name)
+        .and_then(|t| t.render(ctx))
+        .map_err(|e| format!("template {name}: {e}"))
+}
+
+fn instant(t: Option<DateTime<Utc>>) -> String {
+    t.map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+fn error_text(e: &Execution) -> String {
+    e.error
+        .as_ref()
+        .map(|o| match &o.stage {
+            Some(stage) => format!("{} ({}, {stage})", o.exception_type, o.kind),
+            None => format!("{} ({})", o.exception_type, o.kind),
+        })
+        .unwrap_or_default()
+}
+
+/// One row of the list.
+#[derive(Debug, Serialize)]
+pub struct ListRow {
+    id: String,
+    short_id: String,
+    task_name: String,
+    status: &'static str,
+    attempts: u32,
+    created_at: String,
+    finished_at: String,
+    error: String,
+}
+
+impl From<&Execution> for ListRow {
+    fn from(e: &Execution) -> Self {
+        let id = e.id.to_string();
+        ListRow {
+            // Time-ordered ids share their first digits: show both ends.
+            short_id: format!("{}…{}", &id[..8], &id[id.len() - 6..]),
+            id,
+            task_name: e.task_name.clone(),
+            status: e.status.as_str(),
+            attempts: e.attempts,
+            created_at: instant(Some(e.created_at)),
+            finished_at: instant(e.finished_at),
+            error: error_text(e),
+        }
+    }
+}
+
+/// One JSON value of the detail page.
+#[derive(Debug, Serialize)]
+pub struct ValueBlock {
+    name: &'static str,
+    size: String,
+    collapsed: bool,
+    text: String,
+}
+
+/// Human size of `n` bytes.
+pub fn size_text(n: usize) -> String {
+    if n < 1024 {
+        format!("{n} B")
+    } else if n < 1024 * 1024 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", n as f64 / (1024.0 * 1024.0))
+    }
+}
+
+/// Pretty JSON of `value`, collapsed when longer than [`COLLAPSE_BYTES`].
+pub fn value_block(name: &'static str, value: &Value) -> ValueBlock {
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    ValueBlock {
+        name,
+        size: size_text(text.len()),
+        collapsed: text.len() > COLLAPSE_BYTES,
+        text,
+    }
+}
+
+/// One step of the attempts timeline.
+#[derive(Debug, Serialize)]
+pub struct Step {
+    at: String,
+    what: String,
+    detail: String,
+}
+
+/// The timeline of what the execution row records (docs/ui.md#detail).
+pub fn timeline(e: &Execution) -> Vec<Step> {
+    let mut steps = vec![Step {
+        at: instant(Some(e.created_at)),
+        what: "submitted".into(),
+        detail: String::new(),
+    }];
+    if e.available_at > e.created_at {
+        steps.push(Step {
+            at: instant(Some(e.available_at)),
+            what: "available".into(),
+            detail: String::new(),
+        });
+    }
+    if let Some(t) = e.started_at {
+        steps.push(Step {
+            at: instant(Some(t)),
+            what: "first attempt started".into(),
+            detail: format!(
+                "queue wait {}",
+                wait_text((t - e.available_at).num_microseconds())
+            ),
+        });
+    }
+    if e.attempts > 1 {
+        steps.push(Step {
+            at: String::new(),
+            what: format!("{} attempts", e.attempts),
+            detail: String::new(),
+        });
+    }
+    if let Some(t) = e.cancel_requested_at {
+        steps.push(Step {
+            at: instant(Some(t)),
+            what: "cancel requested".into(),
+            detail: String::new(),
+        });
+    }
+    if let Some(t) = e.finished_at {
+        steps.push(Step {
+            at: instant(Some(t)),
+            what: e.status.as_str().into(),
+            detail: error_text(e),
+        });
+    } else {
+        steps.push(Step {
+            at: String::new(),
+            what: format!("now {}", e.status.as_str()),
+            detail: String::new(),
+        });
+    }
+    steps
+}
+
+/// The detail page's context. Built from typed values, never from `serde_json::Value` numbers
+/// (the workspace enables serde_json's `arbitrary_precision`, whose numbers do not serialize as
+/// numbers to other formats).
+pub fn detail_context(e: &Execution, can_cancel: bool, can_operate: bool) -> minijinja::Value {
+    let mut values = vec![
+        value_block("payload", &e.payload),
+        value_block("metadata", &Value::Object(e.metadata.clone())),
+    ];
+    if e.status == ExecutionStatus::Succeeded {
+        values.push(value_block(
+            "result",
+            e.result.as_ref().unwrap_or(&Value::Null),
+        ));
+    }
+    context! {
+        e => context! {
+            id => e.id.to_string(),
+            namespace => e.namespace,
+            task_name => e.task_name,
+            status => e.status.as_str(),
+            terminal => e.terminal(),
+            attempts => e.attempts,
+            version => e.version,
+            error => error_text(e),
+        },
+        can_cancel => can_cancel,
+        can_retry => can_operate && rerun::is_retryable(e.status),
+        retry_of => rerun::retry_of(e).map(|id| id.to_string()),
+        timeline => timeline(e),
+        values => values,
+    }
+}
+
+/// Text of a duration in microseconds.
+pub fn wait_text(us: Option<i64>) -> String {
+    match us {
+        None => "–".into(),
+        Some(us) if us < 1_000 => format!("{us} µs"),
+        Some(us) if us < 1_000_000 => format!("{:.1} ms", us as f64 / 1e3),
+        Some(us) => format!("{:.2} s", us as f64 / 1e6),
+    }
+}
+
+/// The `q`-quantile (0..=1) of ascending `sorted` (nearest rank), `None` when empty.
+pub fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
+}
+
+/// One row of the counts table: a task and its count in each status of [`ExecutionStatus::ALL`].
+#[derive(Debug, Serialize)]
+pub struct CountRow {
+    task: String,
+    cells: Vec<u64>,
+    total: u64,
+}
+
+/// The counts table from the grouped rows.
+pub fn count_rows(counts: &[StatusCount]) -> Vec<CountRow> {
+    let mut rows: Vec<CountRow> = Vec::new();
+    for c in counts {
+        let idx = ExecutionStatus::ALL
+            .iter()
+            .position(|s| *s == c.status)
+            .unwrap_or(0);
+        let row = match rows.iter_mut().find(|r| r.task == c.task_name) {
+            Some(r) => r,
+            None => {
+                rows.push(CountRow {
+                    task: c.task_name.clone(),
+                    cells: vec![0; ExecutionStatus::ALL.len()],
+                    total: 0,
+                });
+                let last = rows.len() - 1;
+                &mut rows[last]
+            }
+        };
+        if let Some(cell) = row.cells.get_mut(idx) {
+            *cell += c.count;
+        }
+        row.total += c.count;
+    }
+    rows
+}
+
+/// The "last hour" cards.
+pub fn hour_context(a: &RecentActivity) -> minijinja::Value {
+    let done = a.succeeded + a.failed;
+    let rate = if done == 0 {
+        "–".to_owned()
+    } else {
+        format!("{:.1}%", 100.0 * a.failed as f64 / done as f64)
+    };
+    let note = if a.truncated {
+        format!(
+            "Last-hour figures are over the newest {} executions created in the hour.",
+            a.sampled
+        )
+    } else {
+        "Last-hour figures are over the executions created in the last hour.".to_owned()
+    };
+    context! {
+        finished => a.finished,
+        per_minute => format!("{:.1}", a.finished as f64 / 60.0),
+        succeeded => a.succeeded,
+        failed => a.failed,
+        failure_rate => rate,
+        wait_p50 => wait_text(quantile(&a.queue_waits_us, 0.5)),
+        wait_p99 => wait_text(quantile(&a.queue_waits_us, 0.99)),
+        note => note,
+    }
+}
+
+/// Every status name, in the order of the counts table and the status filter.
+pub fn status_names() -> Vec<&'static str> {
+    ExecutionStatus::ALL.iter().map(|s| s.as_str()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn quantiles_sizes_and_collapse() {
+        assert_eq!(quantile(&[], 0.5), None);
+        assert_eq!(quantile(&[1, 2, 3, 4], 0.5), Some(2));
+        assert_eq!(quantile(&[1, 2, 3, 4], 0.99), Some(4));
+        assert_eq!(size_text(10), "10 B");
+        assert_eq!(size_text(4096), "4.0 KiB");
+        let big = json!({"text": "x".repeat(5000)});
+        let b = value_block("payload", &big);
+        assert!(b.collapsed && b.size.ends_with("KiB"));
+        assert!(!value_block("payload", &json!({"a": 1})).collapsed);
+    }
+
+    #[test]
+    fn templates_render_and_escape() {
+        let html = render(
+            "shell.html",
+            json!({"title": "t", "page": "list", "id": "", "statuses": status_names()}),
+        )
+        .unwrap();
+        assert!(html.contains("<option value=\"cancel_requested\">"));
+        let rows = render(
+            "list.html",
+            json!({"items": [{"id": "1", "short_id": "1", "task_name": "<script>", "status": "queued"}],
+                   "live": true, "next_cursor": null}),
+        )
+        .unwrap();
+        assert!(rows.contains("&lt;script&gt;") && !rows.contains("<script>"));
+        let hour = render(
+            "overview.html",
+            context! {
+                namespace => "ns",
+                statuses => status_names(),
+                counts => count_rows(&[StatusCount {
+                    task_name: "a".into(),
+                    status: ExecutionStatus::Queued,
+                    count: 7,
+                }]),
+                hour => hour_context(&RecentActivity {
+                    sampled: 4,
+                    finished: 3,
+                    succeeded: 2,
+                    failed: 1,
+                    ..RecentActivity::default()
+                }),
+                as_of => "now",
+                cache_s => 5,
+            },
+        )
+        .unwrap();
+        assert!(hour.contains("<td>7</td>"), "{hour}");
+        assert!(
+            hour.contains("33.3%") && hour.contains("<b id=\"ov-throughput\">3</b>"),
+            "{hour}"
+        );
+        let counts = count_rows(&[
+            StatusCount {
+                task_name: "a".into(),
+                status: ExecutionStatus::Failed,
+                count: 2,
+            },
+            StatusCount {
+                task_name: "a".into(),
+                status: ExecutionStatus::Queued,
+                count: 3,
+            },
+        ]);
+        assert_eq!(counts.len(), 1);
+        assert_eq!(counts[0].total, 5);
+        assert_eq!(counts[0].cells[0], 3);
+    }
+}

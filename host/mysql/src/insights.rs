@@ -1,0 +1,94 @@
+//! [`ExecutionInsights`] for the operator dashboard (docs/ui.md#overview-queries): the grouped
+//! count by task and status, and the newest executions of the last hour, each one statement.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Value as DbValue};
+use onestep_core::ports::{ExecutionInsights, RecentActivity, StatusCount};
+use onestep_core::{ExecutionError, ExecutionStatus};
+
+use crate::backend::MySqlBackend;
+use crate::errors::OpError;
+use crate::rows::bind_time;
+
+#[async_trait]
+impl ExecutionInsights for MySqlBackend {
+    /// `SELECT task_name, status, COUNT(*) … WHERE namespace = ? GROUP BY task_name, status`:
+    /// reads the namespace's range of the `(namespace, task_name, …)` index plus each row's
+    /// status (docs/ui.md#overview-queries has its cost).
+    async fn counts_by_task_status(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<StatusCount>, ExecutionError> {
+        let sql = format!(
+            "SELECT task_name, status, COUNT(*) FROM `{}` WHERE namespace = ? \
+             GROUP BY task_name, status ORDER BY task_name, status",
+            self.t()
+        );
+        let rows: Vec<(String, String, i64)> = async {
+            let mut conn = self.conn().await?;
+            let rows = conn
+                .exec(sql, Params::Positional(vec![DbValue::from(namespace)]))
+                .await?;
+            Ok::<_, OpError>(rows)
+        }
+        .await
+        .map_err(|e| self.error(e, "stats"))?;
+        rows.into_iter()
+            .map(|(task_name, status, count)| {
+                let status = status.parse::<ExecutionStatus>().map_err(|_| {
+                    ExecutionError::Encoding(format!("unknown stored status {status:?}"))
+                })?;
+                Ok(StatusCount {
+                    task_name,
+                    status,
+                    count: u64::try_from(count).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// The newest `max_rows + 1` rows of `(namespace, created_at DESC, id DESC)` at or after
+    /// `since`: status and queue wait of each.
+    async fn recent_activity(
+        &self,
+        namespace: &str,
+        since: DateTime<Utc>,
+        max_rows: u32,
+    ) -> Result<RecentActivity, ExecutionError> {
+        let sql = format!(
+            "SELECT status, TIMESTAMPDIFF(MICROSECOND, available_at, started_at) FROM `{}` \
+             WHERE namespace = ? AND created_at >= ? ORDER BY created_at DESC, id DESC LIMIT {}",
+            self.t(),
+            u64::from(max_rows) + 1
+        );
+        let params = vec![DbValue::from(namespace), bind_time(since)];
+        let rows: Vec<(String, Option<i64>)> = async {
+            let mut conn = self.conn().await?;
+            let rows = conn.exec(sql, Params::Positional(params)).await?;
+            Ok::<_, OpError>(rows)
+        }
+        .await
+        .map_err(|e| self.error(e, "stats"))?;
+        let mut out = RecentActivity {
+            truncated: rows.len() > max_rows as usize,
+            ..RecentActivity::default()
+        };
+        for (status, wait) in rows.into_iter().take(max_rows as usize) {
+            out.sampled += 1;
+            let status = status.parse::<ExecutionStatus>().ok();
+            match status {
+                Some(ExecutionStatus::Succeeded) => out.succeeded += 1,
+                Some(ExecutionStatus::Failed) => out.failed += 1,
+                _ => {}
+            }
+            if status.is_some_and(ExecutionStatus::is_terminal) {
+                out.finished += 1;
+            }
+            out.queue_waits_us.extend(wait.filter(|w| *w >= 0));
+        }
+        out.queue_waits_us.sort_unstable();
+        Ok(out)
+    }
+}

@@ -1,0 +1,453 @@
+//! The dashboard (docs/ui.md) in a real headless Chromium driven over WebDriver (fantoccini +
+//! Debian's chromium-driver, installed by scripts/test-browser.sh): `onestep serve` with
+//! role-bound tokens and `onestep run` as real processes on one database holding 100k finished
+//! executions. Logs in, sees the seeded executions, filters by status, opens a detail page with
+//! its timeline, cancels a running execution until it is `cancelled`, retries a failed one and
+//! follows the link, bulk-cancels 500 queued executions and sees the count, and checks that a
+//! `read` token sees no action button. Screenshots go to `target/ui-screenshots/`; page load
+//! times on the 100k-row table are printed (not asserted).
+//!
+//! Needs `ONESTEP_TEST_CHROMEDRIVER` (the chromedriver path; scripts/test.sh sets it) — a missing
+//! one fails the test.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use chrono::Utc;
+use fantoccini::{Client, ClientBuilder, Locator};
+use onestep_core::ExecutionStatus as S;
+use onestep_core::request::SubmitRequest;
+use onestep_e2e::{Env, Schedule, e2e_config, on_each_server, onestep_bin, repo_root, wait_for};
+use onestep_mysql::history::{HistoryIds, HistorySeed};
+use onestep_mysql::{MySqlBackend, MySqlOptions};
+use serde_json::json;
+use uuid::Uuid;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const OPERATOR: &str = "operator-token-0123456789abcdef";
+const READER: &str = "reader-token-0123456789abcdef";
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn wait_port(what: &str, port: u16, log: &Path) -> Result<()> {
+    wait_for(what, LIMIT, || async {
+        Ok(std::net::TcpStream::connect(("127.0.0.1", port))
+            .is_ok()
+            .then_some(()))
+    })
+    .await
+    .with_context(|| std::fs::read_to_string(log).unwrap_or_default())
+}
+
+fn spawn_serve(dsn: &str, port: u16, log: &Path) -> Result<Proc> {
+    let out = std::fs::File::create(log)?;
+    let child = Command::new(onestep_bin()?)
+        .arg("serve")
+        .arg(e2e_config("ui.yaml"))
+        .env("ONESTEP_DSN", dsn)
+        .env("ONESTEP_API_LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "ONESTEP_UI_TOKENS",
+            format!("{OPERATOR}=e2e:operate,{READER}=e2e:read"),
+        )
+        .stdout(Stdio::from(out.try_clone()?))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .context("cannot start onestep serve")?;
+    Ok(Proc(child))
+}
+
+fn spawn_driver(port: u16, log: &Path) -> Result<Proc> {
+    let driver = std::env::var("ONESTEP_TEST_CHROMEDRIVER").context(
+        "ONESTEP_TEST_CHROMEDRIVER is not set: run scripts/test-browser.sh (scripts/test.sh does) \
+         and export what it prints",
+    )?;
+    let out = std::fs::File::create(log)?;
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::from(out.try_clone()?))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .context("cannot start chromedriver")?;
+    Ok(Proc(child))
+}
+
+async fn browser(driver_port: u16) -> Result<Client> {
+    let mut caps = serde_json::Map::new();
+    let mut chrome = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+        "--disable-dev-shm-usage", "--window-size=1400,1000", "--no-first-run"]});
+    if let Ok(bin) = std::env::var("ONESTEP_TEST_CHROMIUM") {
+        chrome["binary"] = json!(bin);
+    }
+    caps.insert("goog:chromeOptions".into(), chrome);
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{driver_port}"))
+        .await
+        .context("cannot open a WebDriver session")
+}
+
+fn shots_dir() -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+        .join("ui-screenshots");
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+async fn shot(c: &Client, server: &str, name: &str) -> Result<()> {
+    let png = c.screenshot().await?;
+    std::fs::write(shots_dir().join(format!("{server}-{name}.png")), png)?;
+    Ok(())
+}
+
+/// Waits until the element `css` exists and its text satisfies `pred`; returns the text.
+async fn wait_text(c: &Client, css: &str, pred: impl Fn(&str) -> bool) -> Result<String> {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Ok(e) = c.find(Locator::Css(css)).await
+            && let Ok(t) = e.text().await
+            && pred(&t)
+        {
+            return Ok(t);
+        }
+        if Instant::now() > deadline {
+            let page = c.source().await.unwrap_or_default();
+            bail!("waited {LIMIT:?} for {css}; page:\n{page}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Clicks `css`, again when the page replaced the element in between (live refresh).
+async fn click(c: &Client, css: &str) -> Result<()> {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let outcome = match c.wait().for_element(Locator::Css(css)).await {
+            Ok(e) => e.click().await.map_err(anyhow::Error::from),
+            Err(e) => Err(e.into()),
+        };
+        match outcome {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("click {css}: {e}; again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.context(format!("click {css}"))),
+        }
+    }
+}
+
+/// The `data-status` of every listed row, read in one script (no stale elements).
+async fn row_statuses(c: &Client) -> Result<Vec<String>> {
+    let v = c
+        .execute(
+            "return Array.from(document.querySelectorAll('#rows tr.row')).map(r => r.dataset.status);",
+            vec![],
+        )
+        .await?;
+    Ok(serde_json::from_value(v)?)
+}
+
+async fn count(c: &Client, css: &str) -> Result<usize> {
+    Ok(c.find_all(Locator::Css(css)).await?.len())
+}
+
+async fn login(c: &Client, base: &str, token: &str) -> Result<()> {
+    c.goto(&format!("{base}/ui")).await?;
+    c.wait()
+        .for_element(Locator::Css("#token"))
+        .await?
+        .send_keys(token)
+        .await?;
+    c.find(Locator::Css("#login-submit")).await?.click().await?;
+    c.wait().for_element(Locator::Css("#rows")).await?;
+    Ok(())
+}
+
+async fn confirm(c: &Client, reason: Option<&str>) -> Result<()> {
+    c.wait()
+        .for_element(Locator::Css("dialog[open] #confirm-ok"))
+        .await?;
+    if let Some(r) = reason {
+        c.find(Locator::Css("#confirm-reason"))
+            .await?
+            .send_keys(r)
+            .await?;
+    }
+    c.find(Locator::Css("#confirm-ok")).await?.click().await?;
+    Ok(())
+}
+
+/// Loads `url` and waits for `css`; returns the milliseconds from navigation to that element.
+async fn timed_load(c: &Client, url: &str, css: &str) -> Result<f64> {
+    let start = Instant::now();
+    c.goto(url).await?;
+    c.wait().for_element(Locator::Css(css)).await?;
+    Ok(start.elapsed().as_secs_f64() * 1e3)
+}
+
+async fn seed(env: &Env) -> Result<()> {
+    // 100k finished executions, written server-side.
+    let backend = MySqlBackend::open(MySqlOptions::new(env.db.dsn.clone())).await?;
+    backend
+        .seed_history(&HistorySeed {
+            namespace: "e2e".into(),
+            task_name: "history".into(),
+            count: 100_000,
+            ids: HistoryIds::V7,
+            before: Utc::now() - chrono::Duration::minutes(5),
+        })
+        .await?;
+    backend.close().await?;
+    // 500 queued executions of a task no worker runs.
+    let requests: Vec<SubmitRequest> = (0..500)
+        .map(|i| SubmitRequest {
+            task_name: "bulkjob".into(),
+            payload: json!({"i": i}),
+            idempotency_key: Some(format!("bulk-{i}")),
+            ..SubmitRequest::default()
+        })
+        .collect();
+    for r in env.client.submit_many(&requests).await? {
+        r?;
+    }
+    Ok(())
+}
+
+async fn case(env: Arc<Env>) -> Result<()> {
+    let server = env.server();
+    seed(&env).await?;
+    let _worker = env.spawn_worker("ui-worker")?;
+    let echo = env.submit("echo", json!({"greeting": "hello"})).await?;
+    let failed = env.submit("misbehave", json!({"mode": "fatal"})).await?;
+    let long = env
+        .submit("countdown", json!({"steps": 600, "step_ms": 100}))
+        .await?;
+    env.wait_status(echo.id, &[S::Succeeded], LIMIT).await?;
+    env.wait_status(long.id, &[S::Running], LIMIT).await?;
+    let deadline = Instant::now() + LIMIT;
+    while env.get(failed.id).await?.status != S::Failed {
+        ensure!(Instant::now() < deadline, "misbehave did not fail");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let logs = tempfile::tempdir()?;
+    let port = free_port()?;
+    let _serve = spawn_serve(&env.db.dsn, port, &logs.path().join("serve.log"))?;
+    wait_port("onestep serve", port, &logs.path().join("serve.log")).await?;
+    let driver_port = free_port()?;
+    let _driver = spawn_driver(driver_port, &logs.path().join("driver.log"))?;
+    wait_port("chromedriver", driver_port, &logs.path().join("driver.log")).await?;
+    let base = format!("http://127.0.0.1:{port}");
+    let c = browser(driver_port).await?;
+    let outcome = drive(&c, server, &base, echo.id, failed.id, long.id).await;
+    if outcome.is_err() {
+        let _ = shot(&c, server, "failure").await;
+        eprintln!(
+            "serve log:\n{}",
+            std::fs::read_to_string(logs.path().join("serve.log")).unwrap_or_default()
+        );
+    }
+    c.close().await?;
+    outcome?;
+    env.wait_status(long.id, &[S::Cancelled], LIMIT).await?;
+    Ok(())
+}
+
+async fn drive(
+    c: &Client,
+    server: &str,
+    base: &str,
+    echo: Uuid,
+    failed: Uuid,
+    long: Uuid,
+) -> Result<()> {
+    // Without a token: the login prompt, no data.
+    c.goto(&format!("{base}/ui")).await?;
+    c.wait().for_element(Locator::Css("#token")).await?;
+    shot(c, server, "login").await?;
+    ensure!(count(c, "#rows").await? == 0, "no rows before logging in");
+    // A wrong token is refused; the operator's is kept in session storage only.
+    c.find(Locator::Css("#token"))
+        .await?
+        .send_keys("not-a-valid-token-at-all")
+        .await?;
+    c.find(Locator::Css("#login-submit")).await?.click().await?;
+    wait_text(c, "#login-error", |t| t.contains("not valid")).await?;
+    login(c, base, OPERATOR).await?;
+    ensure!(
+        !c.current_url().await?.as_str().contains(OPERATOR),
+        "the token is never in a URL"
+    );
+    wait_text(c, "#who", |t| t.contains("operate")).await?;
+    wait_text(c, "#counts", |t| {
+        t.contains("history") && t.contains("100000")
+    })
+    .await?;
+    shot(c, server, "overview-list").await?;
+    // The seeded executions, newest first.
+    let page = c.source().await?;
+    ensure!(page.contains(&long.to_string()), "running execution listed");
+    ensure!(row_statuses(c).await?.len() == 50, "one page of 50");
+
+    // Filter by status.
+    c.find(Locator::Css("#f-status"))
+        .await?
+        .select_by_value("failed")
+        .await?;
+    click(c, "#apply").await?;
+    // The list is replaced when the filtered page arrives: wait for rows of that status only.
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let statuses = row_statuses(c).await?;
+        if statuses == ["failed"] {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "only the failed one: {statuses:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(
+        c.current_url().await?.as_str().contains("status=failed"),
+        "the filter is in the URL (shareable)"
+    );
+    shot(c, server, "list-failed").await?;
+    // A search filter: the error type, any case, without the status filter.
+    c.find(Locator::Css("#f-status"))
+        .await?
+        .select_by_value("")
+        .await?;
+    c.find(Locator::Css("#f-exc"))
+        .await?
+        .send_keys("handlererr")
+        .await?;
+    click(c, "#apply").await?;
+    let deadline = Instant::now() + LIMIT;
+    while !c
+        .current_url()
+        .await?
+        .as_str()
+        .contains("exception_type=handlererr")
+        || row_statuses(c).await? != ["failed"]
+    {
+        ensure!(Instant::now() < deadline, "error-type filter");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Detail of the failed execution: timeline with its error; retry and follow the link.
+    click(c, &format!("a[href='/ui/executions/{failed}']")).await?;
+    wait_text(c, "#timeline", |t| t.contains("failed")).await?;
+    wait_text(c, "#status", |t| t == "failed").await?;
+    shot(c, server, "detail-failed").await?;
+    click(c, "#retry").await?;
+    confirm(c, None).await?;
+    let link = c.wait().for_element(Locator::Css("#retried-link")).await?;
+    let new_id = link.text().await?;
+    ensure!(new_id != failed.to_string(), "a new execution");
+    link.click().await?;
+    wait_text(c, "#retry-of", |t| t == failed.to_string()).await?;
+    shot(c, server, "detail-retry").await?;
+
+    // Cancel the running execution and watch it become cancelled.
+    c.goto(&format!("{base}/ui/executions/{long}")).await?;
+    wait_text(c, "#status", |t| t == "running").await?;
+    shot(c, server, "detail-running").await?;
+    click(c, "#cancel").await?;
+    confirm(c, Some("from the browser test")).await?;
+    wait_text(c, "#flash", |t| t.contains("Cancel requested")).await?;
+    wait_text(c, "#status", |t| t == "cancelled").await?;
+    ensure!(
+        count(c, "#cancel").await? == 0,
+        "no cancel button once cancelled"
+    );
+    shot(c, server, "detail-cancelled").await?;
+
+    // Bulk-cancel the 500 queued bulkjob executions.
+    c.goto(&format!("{base}/ui?task_name=bulkjob&status=queued"))
+        .await?;
+    c.wait().for_element(Locator::Css("#rows")).await?;
+    click(c, "#bulk-cancel").await?;
+    confirm(c, Some("bulk test")).await?;
+    let done = wait_text(c, "#flash", |t| t.contains("done")).await?;
+    ensure!(
+        done.contains("500 matched") && done.contains("500 cancelled"),
+        "{done}"
+    );
+    wait_text(c, "#list", |t| t.contains("No executions match")).await?;
+    shot(c, server, "bulk-cancelled").await?;
+
+    // Page loads on the 100k-row table (printed, not asserted).
+    let list_ms = timed_load(c, &format!("{base}/ui"), "#rows").await?;
+    let overview_ms = {
+        tokio::time::sleep(Duration::from_secs(6)).await; // past the overview cache
+        timed_load(c, &format!("{base}/ui"), "#counts").await?
+    };
+    let filtered_ms = timed_load(c, &format!("{base}/ui?status=succeeded"), "#rows").await?;
+    let detail_ms = timed_load(c, &format!("{base}/ui/executions/{echo}"), "#timeline").await?;
+    eprintln!(
+        "[{server}] page load with 100k rows: list {list_ms:.0} ms, overview (uncached) \
+         {overview_ms:.0} ms, list status=succeeded {filtered_ms:.0} ms, detail {detail_ms:.0} ms"
+    );
+
+    // A read token sees no action button.
+    c.find(Locator::Css("#logout")).await?.click().await?;
+    login(c, base, READER).await?;
+    wait_text(c, "#who", |t| t.contains("read")).await?;
+    ensure!(
+        !c.find(Locator::Css("#bulk-cancel"))
+            .await?
+            .is_displayed()
+            .await?,
+        "read: no bulk cancel"
+    );
+    ensure!(
+        !c.find(Locator::Css("#bulk-retry"))
+            .await?
+            .is_displayed()
+            .await?,
+        "read: no bulk retry"
+    );
+    shot(c, server, "read-list").await?;
+    c.goto(&format!("{base}/ui/executions/{failed}")).await?;
+    wait_text(c, "#status", |t| t == "failed").await?;
+    ensure!(
+        count(c, "[data-action]").await? == 0,
+        "read: no action on the detail page"
+    );
+    shot(c, server, "read-detail").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_in_a_real_browser() -> Result<()> {
+    on_each_server(
+        "dashboard in chromium",
+        &e2e_config("worker.yaml"),
+        Schedule::Exclusive,
+        case,
+    )
+    .await
+}
