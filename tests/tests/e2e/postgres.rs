@@ -143,11 +143,11 @@ async fn worker_and_client_commands_on_postgres() -> Result<()> {
             "{done}\n{}",
             worker.log()
         );
+        let result = cli_json(&["result", &id, "--json"], &dsn)?;
         ensure!(
-            onestep_core::canonical::to_canonical_string(&done["result"])
+            onestep_core::canonical::to_canonical_string(&result["result"])
                 == onestep_core::canonical::to_canonical_string(&payload),
-            "result {}",
-            done["result"]
+            "result {result}"
         );
         ensure!(done["attempts"] == json!(1), "{done}");
 
@@ -162,8 +162,12 @@ async fn worker_and_client_commands_on_postgres() -> Result<()> {
             &[],
         )?;
         ensure!(code == 0, "cancel exited {code}: {err}");
-        let cancelled = cli_json(&["wait", &long_id, "--timeout", "30", "--json"], &dsn)?;
-        ensure!(cancelled["status"] == json!("cancelled"), "{cancelled}");
+        // `onestep wait` exits 1 for a terminal state other than succeeded: poll `get` instead.
+        wait_for("countdown cancelled", Duration::from_secs(30), || async {
+            let x = cli_json(&["get", &long_id, "--json"], &dsn)?;
+            Ok((x["status"] == json!("cancelled")).then_some(()))
+        })
+        .await?;
 
         let listed = cli_json(&["list", "--json"], &dsn)?;
         ensure!(listed.to_string().contains(&id), "{listed}");
@@ -189,8 +193,8 @@ async fn worker_and_client_commands_on_postgres() -> Result<()> {
         ensure!(code == 2, "check exited {code}: {text}");
         ensure!(
             text.contains(
-                "resources.echo_jobs: resource 'db' must be a MySQLConnector (it is a \
-                 PostgresConnector, which a mysql_execution_source cannot use) (line 10, column 14)"
+                "resources.countdown_jobs: resource 'db' must be a MySQLConnector (it is a \
+                 PostgresConnector, which a mysql_execution_source cannot use) (line 21, column 9)"
             ),
             "{text}"
         );
