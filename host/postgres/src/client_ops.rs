@@ -328,6 +328,17 @@ impl PgBackend {
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
         let status = filter.status.map(|s| s.as_str().to_owned());
         let cursor = filter.after.as_ref().map(|c| (c.created_at, c.id));
+        let search = &filter.search;
+        // LIKE pattern of the exception-type search: any case, the text's own `%`, `_` and `\`
+        // taken literally (backslash is PostgreSQL's default LIKE escape).
+        let exception_like = search.exception_type.as_ref().map(|t| {
+            let escaped = t
+                .to_lowercase()
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            format!("%{escaped}%")
+        });
         let rows = self
             .run("list", || async {
                 let mut sql = format!(
@@ -342,6 +353,36 @@ impl PgBackend {
                 if let Some(s) = &status {
                     params.push(s);
                     sql.push_str(&format!(" AND status = ${}", params.len()));
+                }
+                // The extra list filters (docs/semantics.md#listing-and-cursors): the created-at
+                // range on the list index, the rest on the rows that range yields.
+                if let Some(t) = &search.created_from {
+                    params.push(t);
+                    sql.push_str(&format!(" AND created_at >= ${}", params.len()));
+                }
+                if let Some(t) = &search.created_before {
+                    params.push(t);
+                    sql.push_str(&format!(" AND created_at < ${}", params.len()));
+                }
+                if let Some(k) = &search.idempotency_key {
+                    params.push(k);
+                    sql.push_str(&format!(" AND idempotency_key = ${}", params.len()));
+                }
+                if let Some((key, value)) = &search.metadata {
+                    params.push(key);
+                    let k = params.len();
+                    params.push(value);
+                    sql.push_str(&format!(
+                        " AND jsonb_typeof(metadata -> ${k}) = 'string' AND metadata ->> ${k} = ${}",
+                        k + 1
+                    ));
+                }
+                if let Some(pattern) = &exception_like {
+                    params.push(pattern);
+                    sql.push_str(&format!(
+                        " AND lower(error ->> 'exception_type') LIKE ${}",
+                        params.len()
+                    ));
                 }
                 if let Some((created_at, id)) = &cursor {
                     params.push(created_at);
