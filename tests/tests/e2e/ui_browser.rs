@@ -393,9 +393,11 @@ async fn drive(
     );
     click(c, "#logs-1 summary").await?;
     let log = wait_text(c, "#log-lines-1", |t| t.contains("stderr")).await?;
+    // (The guest's `print!` has no newline and its line-buffered stdout is never flushed: no
+    // stdout line. `log` and the unbuffered stderr arrive.)
     ensure!(
         log.contains("info quota exceeded for bucket reports")
-            && log.contains("stdout quota exceeded for bucket reports"),
+            && log.contains("stderr quota exceeded for bucket reports"),
         "the attempt's log lines: {log}"
     );
     shot(c, server, "detail-failed").await?;
