@@ -102,10 +102,17 @@ fn the_answer_comes_from_the_completion_and_the_key_only_reaches_the_server() {
 async fn answer_case(guest: &str) {
     let server = chat_server::start(KEY).await;
     let sb = allowing(&server, true);
+    let started = std::time::Instant::now();
     let handler = load(guest, &sb);
+    let loaded = started.elapsed();
     let params = json!({"base_url": server.base_url(), "model": "gpt-test"});
     let payload = json!({"prompt": "what is two plus two", "system": "be brief", "max_tokens": 50});
+    let started = std::time::Instant::now();
     let (outcome, log) = logged(|| ask(&handler, &sb, context(params, json!({})), payload)).await;
+    eprintln!(
+        "{guest}: loaded in {loaded:?}, one completion (logged at TRACE) in {:?}",
+        started.elapsed()
+    );
     let out = answer(guest, &outcome);
     assert_eq!(
         out["answer"], "gpt-test heard: what is two plus two system=be brief max_tokens=50",
