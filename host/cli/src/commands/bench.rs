@@ -233,6 +233,12 @@ pub async fn run(args: BenchArgs) -> u8 {
         eprintln!("onestep bench: -n, --submit-chunk, --concurrency and --batch-size must be >= 1");
         return 2;
     }
+    if args.http_delay_ms.is_some() && !args.handler.starts_with("component:") {
+        eprintln!(
+            "onestep bench: --http-delay-ms needs --handler component:PATH (e.g. the fetch guest)"
+        );
+        return 2;
+    }
     if args.history > MAX_HISTORY_ROWS {
         eprintln!(
             "onestep bench: --history {} is over the limit of {MAX_HISTORY_ROWS} rows",
@@ -396,12 +402,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         .as_mysql()
         .is_none_or(|b| b.schema_report().features.claimable_column);
     let server_http = match args.http_delay_ms {
-        Some(ms) => {
-            if !args.handler.starts_with("component:") {
-                bail!("--http-delay-ms needs --handler component:PATH (e.g. the fetch guest)");
-            }
-            Some(http::SlowServer::start(Duration::from_millis(ms))?)
-        }
+        Some(ms) => Some(http::SlowServer::start(Duration::from_millis(ms))?),
         None => None,
     };
     let mut sandbox = SandboxSettings::default();
