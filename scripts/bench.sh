@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the three benchmarks (figures, not timed tests) on a release build, bounded in count and
+# Runs the benchmarks (figures, not timed tests) on a release build, bounded in count and
 # time, against the local test databases:
 #   1. wasm runtime: echo (new store + instantiate + call) with pooling on/off at 1 and 4 tasks,
 #      and compile vs cached load of `summarize` and the JavaScript `js-echo`
@@ -8,9 +8,12 @@
 #   2. worker throughput: `onestep bench` submits N no-op executions with submit_many and drains
 #      them with one worker, on MariaDB and then on PostgreSQL (completed/s, queued→started
 #      p50/p99, CPU ms per execution);
-#   3. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
-# Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_REQUESTS (2000),
-# BENCH_SECONDS (15, per API level).
+#   3. outbound HTTP: `onestep bench --http-delay-ms 1000` with the fetch guest, 1,000 executions
+#      in flight in one worker against a loopback server that answers after 1 s (completed/s,
+#      RSS per in-flight execution, heartbeat calls per tick);
+#   4. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
+# Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_HTTP_EXECUTIONS
+# (3000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -20,7 +23,7 @@ eval "$(scripts/test-db.sh up mariadb postgres)"
 set +a
 SKIP_PYTHON=1 scripts/build-guests.sh >&2
 
-echo "== release build (one build shared by the three benchmarks)" >&2
+echo "== release build (one build shared by the benchmarks)" >&2
 cargo build --release -p onestep-cli -p onestep-wasm --bins
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 
@@ -43,6 +46,12 @@ echo "== the same without attempt diagnostics (their cost: compare completed/s w
 
 echo "== worker throughput (onestep bench, PostgreSQL; same N and flags)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_POSTGRES_URL"
+
+echo "== outbound HTTP: 1,000 executions in flight in one worker, each waiting 1 s on a loopback server"
+# A small variant of docs/benchmarks.md#outbound-http-1000-in-flight (about 5 s of drain).
+"$TARGET/onestep" bench -n "${BENCH_HTTP_EXECUTIONS:-3000}" --concurrency 1000 --batch-size 500 \
+    --http-delay-ms 1000 --handler component:guest-examples/out/fetch.wasm \
+    --server-url "$ONESTEP_TEST_MARIADB_URL"
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \

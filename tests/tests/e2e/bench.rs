@@ -1,10 +1,11 @@
 //! `onestep bench --history N` (docs/benchmarks.md#history) on each server: the history is
 //! seeded, the measured figures count only the benchmark's own executions, and the JSON report
 //! carries buffer-pool and `Handler_read_*` figures per execution for submit and drain;
-//! `--reference-tables` measures tables made with the reference's DDL.
+//! `--reference-tables` measures tables made with the reference's DDL; `--http-delay-ms` holds
+//! every execution in flight at once on a loopback server and reports memory and heartbeats.
 
 use anyhow::{Context, Result, ensure};
-use onestep_e2e::{TestDb, run_cli, servers};
+use onestep_e2e::{TestDb, guest, run_cli, servers};
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,5 +96,73 @@ async fn bench_with_history_reports_io_per_phase() -> Result<()> {
         );
         db.drop_db().await?;
     }
+    Ok(())
+}
+
+/// `--http-delay-ms` (docs/benchmarks.md#outbound-http-1000-in-flight), small: 40 `fetch`
+/// executions at concurrency 40 wait 2 s each on the bench's loopback server, so all are in
+/// flight together and the 1 s heartbeat carries all of them in one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_http_mode_holds_every_execution_in_flight() -> Result<()> {
+    let fetch = guest("fetch")?;
+    let handler = format!("component:{}", fetch.display());
+    for (server, url) in servers()? {
+        let db = TestDb::create(server, &url).await?;
+        let (code, out, err) = run_cli(
+            &[
+                "bench",
+                "-n",
+                "40",
+                "--concurrency",
+                "40",
+                "--batch-size",
+                "40",
+                "--http-delay-ms",
+                "2000",
+                "--lease-s",
+                "3",
+                "--heartbeat-s",
+                "1",
+                "--handler",
+                &handler,
+                "--json",
+                "--dsn",
+                &db.dsn,
+            ],
+            &[],
+        )?;
+        ensure!(code == 0, "{server}: bench exited {code}: {err}");
+        let r: Value = serde_json::from_str(&out).with_context(|| format!("{server}: {out}"))?;
+        ensure!(
+            r["succeeded"] == 40 && r["http"]["answered"] == 40 && r["peak_in_flight"] == 40,
+            "{server}: every execution made its request, all at once: {r}"
+        );
+        ensure!(
+            r["started_to_finished_ms"]["p50"]
+                .as_f64()
+                .is_some_and(|v| v >= 2000.0),
+            "{server}: each execution waited for the server: {r}"
+        );
+        let calls = &r["store_calls"];
+        ensure!(
+            calls["heartbeat_calls"].as_u64().is_some_and(|n| n >= 1)
+                && calls["heartbeat_max_leases"] == 40
+                && calls["single_heartbeats"] == 0,
+            "{server}: one heartbeat call carries every lease: {r}"
+        );
+        let per = r["memory"]["per_in_flight_mib"].as_f64();
+        ensure!(
+            per.is_some_and(|v| v > 0.0 && v < 2.0),
+            "{server}: RSS per in-flight execution: {r}"
+        );
+        ensure!(r["wasm_pooling"].is_boolean(), "{server}: {r}");
+        db.drop_db().await?;
+    }
+    // The mode needs a component that makes the request (refused before any database is used).
+    let (code, _, err) = run_cli(&["bench", "-n", "1", "--http-delay-ms", "10"], &[])?;
+    ensure!(
+        code == 2 && err.contains("--http-delay-ms needs --handler component:PATH"),
+        "{code} {err}"
+    );
     Ok(())
 }

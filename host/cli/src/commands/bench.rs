@@ -2,7 +2,10 @@
 //! throughput, queue latency and CPU cost per execution. Figures, not a timed test:
 //! build with `--release` before reading them.
 
+mod counting;
 mod cpu;
+mod http;
+mod rss;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,7 +22,7 @@ use onestep_core::{ExecutionClient, Limits};
 use onestep_mysql::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
 use onestep_mysql::session::Flavor;
 use onestep_mysql::{DdlStyle, MySqlBackend, ScratchDatabase};
-use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
+use onestep_wasm::{NetworkSettings, PoolSize, Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings, Worker, WorkerSettings};
 use serde::Serialize;
 use serde_json::json;
@@ -91,6 +94,20 @@ pub struct BenchArgs {
     /// they cost (docs/observability.md#attempt-diagnostics).
     #[arg(long)]
     pub no_diagnostics: bool,
+    /// Outbound HTTP mode (docs/benchmarks.md#outbound-http-1000-in-flight): start a loopback
+    /// HTTP server answering `GET /slow` after this many milliseconds, allow the task's sandbox
+    /// that origin, and give every execution the payload `{"url": "<origin>/slow"}`. Needs a
+    /// `--handler component:PATH` that fetches its payload's `url` (the `fetch` guest).
+    #[arg(long)]
+    pub http_delay_ms: Option<u64>,
+    /// Lease length in seconds (default: the worker's default, 90 s; 6 s with
+    /// `--http-delay-ms`, so that heartbeats happen during the run).
+    #[arg(long)]
+    pub lease_s: Option<f64>,
+    /// Heartbeat period in seconds (default: the worker's default, 30 s; 2 s with
+    /// `--http-delay-ms`). At most a third of the lease.
+    #[arg(long)]
+    pub heartbeat_s: Option<f64>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -133,6 +150,44 @@ struct Report {
     /// `Innodb_buffer_pool_reads` and the sum of `Handler_read_*` per execution, per phase.
     submit_io: PhaseIo,
     drain_io: PhaseIo,
+    lease_s: f64,
+    heartbeat_s: f64,
+    /// The worker's storage calls during the drain.
+    store_calls: counting::CallCounts,
+    /// Heartbeat calls (ticks that reached the store) per second of drain.
+    heartbeat_calls_per_s: f64,
+    /// Leases per heartbeat call, on average.
+    heartbeat_leases_per_call: f64,
+    /// Highest number of executions in flight seen by the sampler (claimed, not yet finished).
+    peak_in_flight: u64,
+    /// This process's memory around the drain (`/proc/self/status`).
+    memory: Option<Memory>,
+    /// The loopback server of `--http-delay-ms`.
+    http: Option<HttpFigures>,
+    /// For a component handler: whether wasm instances came from the pooling allocator (else
+    /// on demand, after the pool's address space could not be reserved).
+    wasm_pooling: Option<bool>,
+}
+
+/// Resident memory of the bench process (worker, wasm runtime, HTTP client pool, loopback
+/// server) around the drain, in MiB.
+#[derive(Debug, Serialize)]
+struct Memory {
+    /// `VmRSS` just before the worker starts.
+    rss_before_mib: f64,
+    /// Highest `VmRSS` sampled (every 20 ms) during the drain.
+    rss_peak_mib: f64,
+    /// `VmHWM` at the end (the process's peak since it started).
+    hwm_mib: f64,
+    /// `(rss_peak - rss_before) / peak_in_flight`.
+    per_in_flight_mib: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct HttpFigures {
+    delay_ms: u64,
+    origin: String,
+    answered: u64,
 }
 
 /// Pages read from disk into the buffer pool and rows read by the handler, per execution.
@@ -176,6 +231,12 @@ const NOOP_DIGEST: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca4959
 pub async fn run(args: BenchArgs) -> u8 {
     if args.count == 0 || args.submit_chunk == 0 || args.concurrency == 0 || args.batch_size == 0 {
         eprintln!("onestep bench: -n, --submit-chunk, --concurrency and --batch-size must be >= 1");
+        return 2;
+    }
+    if args.http_delay_ms.is_some() && !args.handler.starts_with("component:") {
+        eprintln!(
+            "onestep bench: --http-delay-ms needs --handler component:PATH (e.g. the fetch guest)"
+        );
         return 2;
     }
     if args.history > MAX_HISTORY_ROWS {
@@ -275,29 +336,32 @@ async fn bench(args: &BenchArgs) -> Result<Report> {
     outcome
 }
 
-fn runner_for(handler: &str, concurrency: u32) -> Result<Arc<dyn TaskRunner>> {
+/// The runner of `--handler`, and for a component whether the wasm runtime got its pooling
+/// allocator (`None` for `noop`).
+fn runner_for(
+    handler: &str,
+    concurrency: u32,
+    sandbox: SandboxSettings,
+) -> Result<(Arc<dyn TaskRunner>, Option<bool>)> {
     if handler == "noop" {
-        return Ok(Arc::new(NoopRunner));
+        return Ok((Arc::new(NoopRunner), None));
     }
     let Some(path) = handler.strip_prefix("component:") else {
         bail!("--handler must be 'noop' or 'component:PATH', got '{handler}'");
     };
     let settings = RuntimeSettings {
         cache_dir: wasm_cache_dir(),
-        pool: PoolSize::for_tasks([(concurrency, &SandboxSettings::default())]),
+        pool: PoolSize::for_tasks([(concurrency, &sandbox)]),
         max_memory_bytes: (64u64 << 20).next_power_of_two(),
         fuel_metering: false,
         ..RuntimeSettings::default()
     };
     let runtime = Runtime::new(settings).context("cannot start the WebAssembly runtime")?;
     let loaded = runtime
-        .load(PathBuf::from(path))
+        .load_for(PathBuf::from(path), &sandbox)
         .with_context(|| format!("cannot load {path}"))?;
-    Ok(Arc::new(WasmTaskRunner::new(
-        loaded,
-        SandboxSettings::default(),
-        Limits::default().max_result_bytes,
-    )))
+    let runner = WasmTaskRunner::new(loaded, sandbox, Limits::default().max_result_bytes);
+    Ok((Arc::new(runner), Some(runtime.pooling_enabled())))
 }
 
 async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
@@ -337,7 +401,21 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
     let claimable_indexes = backend
         .as_mysql()
         .is_none_or(|b| b.schema_report().features.claimable_column);
-    let runner = runner_for(&args.handler, args.concurrency)?;
+    let server_http = match args.http_delay_ms {
+        Some(ms) => Some(http::SlowServer::start(Duration::from_millis(ms))?),
+        None => None,
+    };
+    let mut sandbox = SandboxSettings::default();
+    if let Some(srv) = &server_http {
+        sandbox.network = NetworkSettings::allowing([srv.origin().as_str()])
+            .map_err(|e| anyhow::anyhow!("loopback origin: {e}"))?;
+        // Each attempt makes one request; the timeout leaves room for the delay.
+        sandbox.network.max_concurrent_requests = 1;
+    }
+    let (runner, wasm_pooling) = runner_for(&args.handler, args.concurrency, sandbox)?;
+    let payload_url = server_http
+        .as_ref()
+        .map(|srv| format!("{}/slow", srv.origin()));
 
     // History phase (not measured beyond its wall time).
     let seed_started = Instant::now();
@@ -373,7 +451,10 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         let requests: Vec<SubmitRequest> = (next..end)
             .map(|i| SubmitRequest {
                 task_name: args.task_name.clone(),
-                payload: json!({ "i": i }),
+                payload: match &payload_url {
+                    Some(url) => json!({ "url": url, "i": i }),
+                    None => json!({ "i": i }),
+                },
                 ..SubmitRequest::default()
             })
             .collect();
@@ -390,9 +471,22 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
     settings.worker_id = "onestep-bench".into();
     settings.concurrency = args.concurrency;
     settings.batch_size = args.batch_size;
+    let http_mode = server_http.is_some();
+    if let Some(s) = args.lease_s.or(http_mode.then_some(6.0)) {
+        settings.lease_duration = secs(s, "--lease-s")?;
+    }
+    if let Some(s) = args.heartbeat_s.or(http_mode.then_some(2.0)) {
+        settings.heartbeat_interval = secs(s, "--heartbeat-s")?;
+        settings.cancel_poll_interval = settings
+            .cancel_poll_interval
+            .min(settings.heartbeat_interval);
+    }
+    let lease_s = settings.lease_duration.as_secs_f64();
+    let heartbeat_s = settings.heartbeat_interval.as_secs_f64();
+    let (store, calls) = counting::Counting::new(backend.leases());
     let binding = TaskBinding {
         settings,
-        store: backend.leases(),
+        store: Arc::new(store),
         runner,
     };
     let worker = Worker::new(
@@ -414,6 +508,24 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
     let status_before = backend.stats().server_counters().await.unwrap_or_default();
     let self_cpu0 = cpu::process_cpu_ms("self");
     let db_cpu0 = db_proc.as_ref().and_then(db_cpu);
+    let calls0 = calls.snapshot();
+    let rss_before = rss::rss_bytes();
+    let peak_in_flight = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampler = {
+        let (stats, peak) = (Arc::clone(&stats), Arc::clone(&peak_in_flight));
+        rss::RssSampler::start(Duration::from_millis(20), move || {
+            let done = stats.succeeded()
+                + stats.failed()
+                + stats.cancelled()
+                + stats.retried()
+                + stats.released()
+                + stats.lease_lost();
+            peak.fetch_max(
+                stats.claimed().saturating_sub(done),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        })
+    };
     let shutdown = CancellationToken::new();
     let drain_started = Instant::now();
     let handle = tokio::spawn(worker.run(shutdown.clone()));
@@ -425,6 +537,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             break;
         }
         if Instant::now() > deadline {
+            sampler.finish();
             shutdown.cancel();
             let _ = handle.await;
             bail!(
@@ -435,11 +548,36 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
+    let rss_peak = sampler.finish();
+    let calls1 = calls.snapshot();
     let self_cpu1 = cpu::process_cpu_ms("self");
     let db_cpu1 = db_proc.as_ref().and_then(db_cpu);
     let status_after = backend.stats().server_counters().await.unwrap_or_default();
     shutdown.cancel();
     handle.await.context("worker task panicked")??;
+    let http = server_http.map(|srv| {
+        let figures = HttpFigures {
+            delay_ms: args.http_delay_ms.unwrap_or(0),
+            origin: srv.origin(),
+            answered: srv.answered(),
+        };
+        srv.stop();
+        figures
+    });
+    let store_calls = calls1.minus(&calls0);
+    let peak_in_flight = peak_in_flight.load(std::sync::atomic::Ordering::Relaxed);
+    let memory = rss_before.map(|before| {
+        let mib = |b: u64| round3(b as f64 / f64::from(1u32 << 20));
+        let grown = rss_peak.saturating_sub(before);
+        Memory {
+            rss_before_mib: mib(before),
+            rss_peak_mib: mib(rss_peak),
+            hwm_mib: rss::hwm_bytes().map_or(0.0, mib),
+            per_in_flight_mib: round3(
+                grown as f64 / f64::from(1u32 << 20) / peak_in_flight.max(1) as f64,
+            ),
+        }
+    });
 
     let n = args.count as f64;
     let per_exec = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -494,7 +632,26 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         drain_io: PhaseIo::of(&statements),
         db_statements_per_execution: statements,
         db_submit_counters_per_execution: submit_counters,
+        lease_s,
+        heartbeat_s,
+        heartbeat_calls_per_s: round3(store_calls.heartbeat_calls as f64 / drain_s),
+        heartbeat_leases_per_call: round3(
+            store_calls.heartbeat_leases as f64 / store_calls.heartbeat_calls.max(1) as f64,
+        ),
+        store_calls,
+        peak_in_flight,
+        memory,
+        http,
+        wasm_pooling,
     })
+}
+
+/// A positive number of seconds as a `Duration`.
+fn secs(s: f64, flag: &str) -> Result<Duration> {
+    if !(s.is_finite() && s > 0.0) {
+        bail!("{flag} must be a positive number of seconds, got {s}");
+    }
+    Ok(Duration::from_secs_f64(s))
 }
 
 /// `(after - before) / n` of every counter that grew, rounded to 3 decimals.
@@ -641,6 +798,46 @@ fn print_text(r: &Report) {
         r.submit_io.handler_reads,
         r.drain_io.handler_reads
     );
+    if let Some(pooling) = r.wasm_pooling {
+        println!(
+            "  wasm instances: {}",
+            if pooling {
+                "pooling allocator"
+            } else {
+                "on demand (the pooling allocator was unavailable)"
+            }
+        );
+    }
+    if let Some(h) = &r.http {
+        println!(
+            "  outbound HTTP: {} answering after {} ms; {} requests answered",
+            h.origin, h.delay_ms, h.answered
+        );
+    }
+    println!(
+        "  in flight: peak {} (concurrency {}); lease {} s, heartbeat {} s",
+        r.peak_in_flight, r.concurrency, r.lease_s, r.heartbeat_s
+    );
+    let c = &r.store_calls;
+    println!(
+        "  heartbeats: {} heartbeat_many calls ({:.2} /s), {:.1} leases per call (max {}); \
+         {} claims ({} leases), {} completion batches, {} cancel polls, {} live writes",
+        c.heartbeat_calls,
+        r.heartbeat_calls_per_s,
+        r.heartbeat_leases_per_call,
+        c.heartbeat_max_leases,
+        c.claims,
+        c.claimed,
+        c.complete_batches,
+        c.cancel_polls,
+        c.live_writes
+    );
+    if let Some(m) = &r.memory {
+        println!(
+            "  memory: RSS before {:.1} MiB, peak {:.1} MiB (VmHWM {:.1} MiB); {:.3} MiB per in-flight execution",
+            m.rss_before_mib, m.rss_peak_mib, m.hwm_mib, m.per_in_flight_mib
+        );
+    }
     for (phase, counters) in [
         ("submit", &r.db_submit_counters_per_execution),
         ("drain", &r.db_statements_per_execution),
