@@ -1,6 +1,7 @@
-//! OpenTelemetry traces end to end (docs/observability.md#traces): an OTLP/HTTP receiver on
-//! loopback (axum, the OTLP protobuf messages decoded with prost), `onestep serve` and
-//! `onestep run` on MariaDB exporting to it through `OTEL_EXPORTER_OTLP_ENDPOINT`. A submit
+//! OpenTelemetry traces end to end (docs/observability.md#traces): an OTLP receiver on loopback
+//! (OTLP/HTTP: axum, the protobuf messages decoded with prost; OTLP/gRPC: the generated tonic
+//! service), `onestep serve` and `onestep run` on MariaDB exporting to it through
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_PROTOCOL`. A submit
 //! carrying a `traceparent` header, retried with another traceparent (still a replay), runs a
 //! flaky execution in two attempts. The batch delay is longer than the test, so every span
 //! arrives through the exporters' flush at SIGTERM. Asserted: the `submit` span is a child of the
@@ -22,6 +23,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use onestep_e2e::{Env, WorkerProcess, e2e_config, onestep_bin, servers, wait_for};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -60,13 +64,11 @@ fn attrs(list: &[KeyValue]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `POST /v1/traces`: an `ExportTraceServiceRequest` in protobuf.
-async fn receive(State(received): State<Received>, body: Bytes) -> Response {
-    let request = match ExportTraceServiceRequest::decode(body) {
-        Ok(r) => r,
-        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
-    };
-    if let Ok(mut all) = received.0.lock() {
+impl Received {
+    fn keep(&self, request: ExportTraceServiceRequest) {
+        let Ok(mut all) = self.0.lock() else {
+            return;
+        };
         for rs in request.resource_spans {
             let service = rs
                 .resource
@@ -80,6 +82,14 @@ async fn receive(State(received): State<Received>, body: Bytes) -> Response {
             }
         }
     }
+}
+
+/// `POST /v1/traces`: an `ExportTraceServiceRequest` in protobuf.
+async fn receive(State(received): State<Received>, body: Bytes) -> Response {
+    match ExportTraceServiceRequest::decode(body) {
+        Ok(r) => received.keep(r),
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/x-protobuf")],
@@ -88,8 +98,33 @@ async fn receive(State(received): State<Received>, body: Bytes) -> Response {
         .into_response()
 }
 
-/// The receiver on a free loopback port: (base URL, what it received).
-async fn start_receiver() -> Result<(String, Received)> {
+#[tonic::async_trait]
+impl TraceService for Received {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.keep(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// The OTLP/gRPC receiver on a free loopback port: (endpoint, what it received).
+async fn start_grpc_receiver() -> Result<(String, Received)> {
+    let received = Received::default();
+    let addr = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let service = TraceServiceServer::new(received.clone());
+    tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve(addr)
+            .await;
+    });
+    Ok((format!("http://{addr}"), received))
+}
+
+/// The OTLP/HTTP receiver on a free loopback port: (base URL, what it received).
+async fn start_http_receiver() -> Result<(String, Received)> {
     let received = Received::default();
     let app = axum::Router::new()
         .route("/v1/traces", axum::routing::post(receive))
@@ -200,19 +235,29 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn submit_and_every_attempt_in_one_trace() -> Result<()> {
+async fn submit_and_every_attempt_in_one_trace_over_http() -> Result<()> {
+    let (endpoint, received) = start_http_receiver().await?;
+    one_trace(&endpoint, "http/protobuf", &received).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_and_every_attempt_in_one_trace_over_grpc() -> Result<()> {
+    let (endpoint, received) = start_grpc_receiver().await?;
+    one_trace(&endpoint, "grpc", &received).await
+}
+
+async fn one_trace(endpoint: &str, protocol: &str, received: &Received) -> Result<()> {
     let (maria_label, maria_url) = servers()?
         .into_iter()
         .next()
         .context("no MariaDB server configured")?;
     let config = e2e_config("traces.yaml");
     let env = Env::new(maria_label, &maria_url, &config).await?;
-    let (endpoint, received) = start_receiver().await?;
     let logs = tempfile::tempdir()?;
     // A batch delay longer than the test: what arrives was exported by the flush at exit.
     let otel: Vec<(&str, &str)> = vec![
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
         ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
     ];
     let mut server = Server::spawn(&env.db.dsn, &otel, &logs.path().join("serve.log"))?;
