@@ -2,7 +2,8 @@
 //! instance that this test starts (`mariadb-install-db` into a temporary directory, then
 //! `mariadbd` on a free loopback port) answers 200; once the server is stopped, and its source
 //! has had no answer for longer than a lease, 503 `degraded`; after the server is started again
-//! on the same data directory and port, 200 again, and the worker runs a new execution.
+//! on the same data directory and port, 200 again, and the worker runs a new execution (as it
+//! ran one before the stop).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -174,6 +175,16 @@ async fn healthz_follows_a_stopped_and_restarted_database() -> Result<()> {
         dir.path(),
     )?;
     let outcome = async {
+        // Ready (sources open, components loaded) and working before the database goes away.
+        let ready = format!("http://{addr}/readyz");
+        wait_for("/readyz to answer 200", LIMIT, || async {
+            Ok((health(&ready)?.0 == 200).then_some(()))
+        })
+        .await?;
+        let e = env
+            .submit("flaky", json!({"succeed_on_attempt": 1}))
+            .await?;
+        env.wait_status(e.id, &[S::Succeeded], LIMIT).await?;
         let (code, body) = wait_for("/healthz to answer 200", LIMIT, || async {
             let (code, body) = health(&url)?;
             Ok((code == 200).then_some((code, body)))
