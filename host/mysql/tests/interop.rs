@@ -202,8 +202,8 @@ async fn upgraded_case(server: Server) {
     let report = MySqlBackend::upgrade(MySqlOptions::new(&ours_dsn))
         .await
         .expect("upgrade");
-    // The execution tables exist already; only the diagnostics and trace-context tables are new (the reference's
-    // two tables are altered additively, never replaced).
+    // The execution tables exist already; only the diagnostics and trace-context tables are new
+    // (the reference's two tables are altered additively, never replaced).
     assert_eq!(
         report.created,
         [
