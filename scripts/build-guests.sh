@@ -2,7 +2,7 @@
 # Builds every example onestep handler into guest-examples/out/<name>.wasm.
 #
 #   scripts/build-guests.sh            # Rust guests + the Python and JavaScript guests
-#   SKIP_PYTHON=1 scripts/build-guests.sh   # without the Python guest
+#   SKIP_PYTHON=1 scripts/build-guests.sh   # without the Python guests
 #   SKIP_JS=1 scripts/build-guests.sh       # without the JavaScript guests
 #
 # Idempotent: cargo only rebuilds what changed, outputs are only replaced when
@@ -16,8 +16,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GUESTS="$ROOT/guest-examples"
 OUT="$GUESTS/out"
-RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import fetch inspect future-world)
+RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import fetch agent inspect future-world)
 COMPONENTIZE_PY_VERSION="0.25.1"
+# Python guests: <dir>:<world of wit/v0.2>, built from <dir>/app.py to out/<dir>.wasm. World
+# `compute` for a handler without network (componentize-py imports every interface of its
+# world, and a wasi:http import needs sandbox.network.allow); `handler` imports wasi:http.
+PY_GUESTS=(python-echo:compute python-agent:handler)
 # JavaScript guests: <dir>:<source file> under guest-examples/, built to out/<dir>.wasm.
 JS_GUESTS=(js-echo:echo.js js-countdown:countdown.js)
 
@@ -52,31 +56,6 @@ for name in "${RUST_GUESTS[@]}"; do
     install_if_changed "$built" "$OUT/$name.wasm"
 done
 
-if [[ "${SKIP_PYTHON:-0}" != "1" ]]; then
-    PY_SRC="$GUESTS/python-echo"
-    PY_OUT="$OUT/python-echo.wasm"
-    stale=0
-    if [[ ! -f "$PY_OUT" ]]; then
-        stale=1
-    elif [[ -n "$(find "$PY_SRC" "$ROOT/wit" -newer "$PY_OUT" -type f -not -path '*/__pycache__/*' -print -quit)" ]]; then
-        stale=1
-    fi
-    if [[ $stale == 1 ]]; then
-        VENV="$GUESTS/.venv"
-        if [[ ! -x "$VENV/bin/componentize-py" ]]; then
-            echo "build-guests: installing componentize-py $COMPONENTIZE_PY_VERSION into $VENV" >&2
-            python3 -m venv "$VENV"
-            "$VENV/bin/pip" install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"
-        fi
-        echo "build-guests: componentize-py -> $PY_OUT" >&2
-        # World `compute` of 0.2.0: the context carries the task's params, and no wasi:http
-        # import (componentize-py imports every interface of its world).
-        (cd "$PY_SRC" && "$VENV/bin/componentize-py" -d "$ROOT/wit/v0.2" -w compute \
-            componentize app -o "$PY_OUT.tmp")
-        mv "$PY_OUT.tmp" "$PY_OUT"
-    fi
-fi
-
 # Whether $1 is missing or older than any file under the other arguments.
 stale() {
     local out="$1"
@@ -84,6 +63,25 @@ stale() {
     [[ ! -f "$out" ]] && return 0
     [[ -n "$(find "$@" -newer "$out" -type f -not -path '*/__pycache__/*' -print -quit)" ]]
 }
+
+if [[ "${SKIP_PYTHON:-0}" != "1" ]]; then
+    for entry in "${PY_GUESTS[@]}"; do
+        dir="${entry%%:*}"
+        world="${entry#*:}"
+        py_out="$OUT/$dir.wasm"
+        stale "$py_out" "$GUESTS/$dir" "$ROOT/wit" || continue
+        VENV="$GUESTS/.venv"
+        if [[ ! -x "$VENV/bin/componentize-py" ]]; then
+            echo "build-guests: installing componentize-py $COMPONENTIZE_PY_VERSION into $VENV" >&2
+            python3 -m venv "$VENV"
+            "$VENV/bin/pip" install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"
+        fi
+        echo "build-guests: componentize-py (world $world) -> $py_out" >&2
+        (cd "$GUESTS/$dir" && "$VENV/bin/componentize-py" -d "$ROOT/wit/v0.2" -w "$world" \
+            componentize app -o "$py_out.tmp")
+        mv "$py_out.tmp" "$py_out"
+    done
+fi
 
 if [[ "${SKIP_JS:-0}" != "1" ]]; then
     CJS="$GUESTS/node_modules/.bin/componentize-js"

@@ -413,13 +413,24 @@ impl Env {
 
     /// [`spawn_worker`](Self::spawn_worker) with extra `onestep run` arguments.
     pub fn spawn_worker_with(&self, worker_id: &str, args: &[&str]) -> Result<WorkerProcess> {
+        self.spawn_worker_env(worker_id, &[], args)
+    }
+
+    /// [`spawn_worker_with`](Self::spawn_worker_with) with extra environment variables (e.g.
+    /// a secret the config interpolates).
+    pub fn spawn_worker_env(
+        &self,
+        worker_id: &str,
+        envs: &[(&str, &str)],
+        args: &[&str],
+    ) -> Result<WorkerProcess> {
         let dsn = self.db.dsn.clone();
-        let worker = WorkerProcess::spawn_with_args(
-            &self.config,
-            &[("ONESTEP_DSN", &dsn), ("ONESTEP_WORKER_ID", worker_id)],
-            args,
-            self.logs.path(),
-        )?;
+        let mut all = vec![
+            ("ONESTEP_DSN", dsn.as_str()),
+            ("ONESTEP_WORKER_ID", worker_id),
+        ];
+        all.extend_from_slice(envs);
+        let worker = WorkerProcess::spawn_with_args(&self.config, &all, args, self.logs.path())?;
         if let Ok(mut logs) = self.worker_logs.lock() {
             logs.push(worker.log_path.clone());
         }

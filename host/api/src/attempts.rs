@@ -166,8 +166,8 @@ impl LogsView {
 
 /// The `{id}` and `{n}` of the logs route.
 pub struct AttemptPath {
-    id: Uuid,
-    attempt: u32,
+    pub(crate) id: Uuid,
+    pub(crate) attempt: u32,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for AttemptPath {

@@ -61,7 +61,10 @@ pub fn router(state: ApiState) -> Router {
     let (router, doc) = api_router().split_for_parts();
     let doc = openapi::finish(doc);
     let max_body = state.max_body_bytes();
-    let metrics = std::sync::Arc::new(metrics::ApiMetrics::default());
+    let metrics = std::sync::Arc::new(match state.insights_handle() {
+        Some(insights) => metrics::ApiMetrics::with_executions_gauge(insights, state.namespaces()),
+        None => metrics::ApiMetrics::default(),
+    });
     let metrics_route = Router::new()
         .route("/metrics", get(metrics::serve_metrics))
         .with_state(std::sync::Arc::clone(&metrics));

@@ -1,17 +1,20 @@
 //! The API's own metrics (docs/observability.md#api-metrics): every request counted and timed by
-//! method, matched route (the path template, never the concrete id) and status, served as
+//! method, matched route (the path template, never the concrete id) and status, and — where the
+//! backend has [`ExecutionInsights`] — the sampled `onestep_executions` gauge, served as
 //! OpenMetrics text at `GET /metrics` next to the API.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use onestep_core::ports::ExecutionInsights;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -51,6 +54,37 @@ struct SubmitLabels {
     outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExecutionLabels {
+    namespace: String,
+    task: String,
+    status: &'static str,
+}
+
+/// The `onestep_executions` gauge is re-read from the database at most this often, however
+/// often `/metrics` is scraped.
+pub const EXECUTIONS_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Where the `onestep_executions` gauge comes from: one grouped statement over the API's
+/// namespaces.
+struct ExecutionsSampler {
+    insights: Arc<dyn ExecutionInsights>,
+    namespaces: Vec<String>,
+    /// When the last sample was taken (successful or not); held while sampling, so concurrent
+    /// scrapes wait for one statement instead of running several.
+    last: tokio::sync::Mutex<Option<Instant>>,
+    executions: Family<ExecutionLabels, Gauge>,
+    sampled_at: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl std::fmt::Debug for ExecutionsSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutionsSampler")
+            .field("namespaces", &self.namespaces)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The request counters and latency histograms of one API process.
 #[derive(Debug)]
 pub struct ApiMetrics {
@@ -58,6 +92,7 @@ pub struct ApiMetrics {
     submits: Family<SubmitLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    sampler: Option<ExecutionsSampler>,
 }
 
 impl Default for ApiMetrics {
@@ -87,11 +122,75 @@ impl Default for ApiMetrics {
             submits,
             requests,
             duration,
+            sampler: None,
         }
     }
 }
 
 impl ApiMetrics {
+    /// The request metrics plus the `onestep_executions{namespace,task,status}` gauge of
+    /// `namespaces`, sampled from `insights` at most every [`EXECUTIONS_SAMPLE_INTERVAL`].
+    pub fn with_executions_gauge(
+        insights: Arc<dyn ExecutionInsights>,
+        namespaces: Vec<String>,
+    ) -> Self {
+        let mut m = ApiMetrics::default();
+        let executions = Family::<ExecutionLabels, Gauge>::default();
+        m.registry.register(
+            "onestep_executions",
+            "Executions by namespace, task and status, sampled from the database at most every 15 s",
+            executions.clone(),
+        );
+        let sampled_at = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        m.registry.register(
+            "onestep_executions_sampled_timestamp_seconds",
+            "Unix time of the last successful sample of onestep_executions",
+            sampled_at.clone(),
+        );
+        m.sampler = Some(ExecutionsSampler {
+            insights,
+            namespaces,
+            last: tokio::sync::Mutex::new(None),
+            executions,
+            sampled_at,
+        });
+        m
+    }
+
+    /// Re-reads the `onestep_executions` gauge when the last sample is older than
+    /// [`EXECUTIONS_SAMPLE_INTERVAL`]. A failed read keeps the previous values (and their
+    /// timestamp) and is retried after the interval, so a struggling database gets one
+    /// statement per interval at most.
+    pub async fn sample_executions(&self) {
+        let Some(s) = &self.sampler else { return };
+        let mut last = s.last.lock().await;
+        if last.is_some_and(|t| t.elapsed() < EXECUTIONS_SAMPLE_INTERVAL) {
+            return;
+        }
+        *last = Some(Instant::now());
+        match s.insights.counts_by_namespace(&s.namespaces).await {
+            Ok(rows) => {
+                s.executions.clear();
+                for (namespace, c) in rows {
+                    s.executions
+                        .get_or_create(&ExecutionLabels {
+                            namespace,
+                            task: c.task_name,
+                            status: c.status.as_str(),
+                        })
+                        .set(i64::try_from(c.count).unwrap_or(i64::MAX));
+                }
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                s.sampled_at.set(now);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sampling onestep_executions failed; keeping the last values");
+            }
+        }
+    }
+
     /// Records one request.
     fn record(&self, method: &str, route: &str, status: u16, seconds: f64) {
         self.requests
@@ -158,6 +257,7 @@ pub(crate) async fn track(
 
 /// `GET /metrics`.
 pub(crate) async fn serve_metrics(State(metrics): State<Arc<ApiMetrics>>) -> Response {
+    metrics.sample_executions().await;
     (
         [(
             header::CONTENT_TYPE,

@@ -134,6 +134,20 @@ impl ApiState {
         }
     }
 
+    /// The overview figures' source as a shared handle (for the metrics' gauge).
+    pub fn insights_handle(&self) -> Option<Arc<dyn ExecutionInsights>> {
+        self.inner.insights.clone()
+    }
+
+    /// The namespaces this API serves (one per client).
+    pub fn namespaces(&self) -> Vec<String> {
+        self.inner
+            .clients
+            .iter()
+            .map(|c| c.namespace().to_owned())
+            .collect()
+    }
+
     /// The overview figures' source, when configured.
     pub fn insights(&self) -> Option<&dyn ExecutionInsights> {
         self.inner.insights.as_deref()

@@ -241,6 +241,23 @@ pub trait ExecutionInsights: Send + Sync {
         namespace: &str,
     ) -> Result<Vec<StatusCount>, ExecutionError>;
 
+    /// Executions of each of `namespaces` grouped by namespace, task and status: the API's
+    /// sampled `onestep_executions` gauge (docs/observability.md#api-metrics). The default
+    /// asks [`counts_by_task_status`](Self::counts_by_task_status) once per namespace; a
+    /// backend overrides it with one grouped statement.
+    async fn counts_by_namespace(
+        &self,
+        namespaces: &[String],
+    ) -> Result<Vec<(String, StatusCount)>, ExecutionError> {
+        let mut out = Vec::new();
+        for ns in namespaces {
+            for c in self.counts_by_task_status(ns).await? {
+                out.push((ns.clone(), c));
+            }
+        }
+        Ok(out)
+    }
+
     /// The newest at most `max_rows` executions of `namespace` created at or after `since`.
     async fn recent_activity(
         &self,

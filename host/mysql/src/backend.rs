@@ -167,8 +167,14 @@ impl MySqlBackend {
             let server = gate_server_version(&version.unwrap_or_default()).map_err(|m| {
                 OpError::Domain(backend_error("open", ConnectorKind::Misconfigured, &m, &[]))
             })?;
-            let report =
-                ensure_schema(&mut conn, &tables, opts.auto_create, opts.ddl_style).await?;
+            let report = ensure_schema(
+                &mut conn,
+                &tables,
+                opts.auto_create,
+                opts.ddl_style,
+                crate::schema::IdColumn::for_server(&server),
+            )
+            .await?;
             Ok::<_, OpError>((server, report))
         }
         .await;

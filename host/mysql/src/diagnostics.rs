@@ -436,8 +436,21 @@ impl MySqlBackend {
                             )
                             .await?;
                         let last = rows.last().map(|(id, c)| (*c, id.clone()));
-                        let ids: Vec<DbValue> =
-                            rows.iter().map(|(id, _)| DbValue::from(id.as_str())).collect();
+                        // Bound as 32-hex like every other write: the text read back is
+                        // hyphenated from MariaDB's native `uuid` columns, and the diagnostics
+                        // table's `CHAR(32)` ids would not match that form.
+                        let ids: Vec<DbValue> = rows
+                            .iter()
+                            .map(|(id, _)| {
+                                parse_uuid(&DbValue::from(id.as_str()))
+                                    .map(bind_uuid)
+                                    .map_err(|e| {
+                                        OpError::Domain(ExecutionError::Encoding(format!(
+                                            "purge: undecodable execution id {id:?}: {e}"
+                                        )))
+                                    })
+                            })
+                            .collect::<Result<_, _>>()?;
                         let mut removed = PurgeReport::default();
                         if ids.is_empty() {
                             tx.rollback().await?;

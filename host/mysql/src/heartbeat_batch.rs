@@ -5,7 +5,8 @@
 //! id, running attempt), then one UPDATE of those executions and one of their attempts, each
 //! row still fenced by its own token, status and lease expiry in the WHERE clause. A lease the
 //! read did not find is reported stale on its own; the others are renewed. The per-row fence
-//! is `CONCAT(<key columns>) IN (…)`, which the server checks against a sorted list: the `OR`
+//! is `CONCAT(<key columns as 32 hex>) IN (…)` (hyphens removed, so MariaDB's native `uuid`
+//! columns compare like `CHAR(32)` ones), which the server checks against a sorted list: the `OR`
 //! of one conjunction per lease that `complete_many` uses costs O(n) per row, and at 1000
 //! leases made the attempts UPDATE take about 0.6 s on MariaDB 10.11 (about 10 ms this way).
 //!
@@ -48,6 +49,12 @@ fn decode(v: &DbValue, col: &str) -> OpResult<Uuid> {
 /// The fence value of one row: its key columns as bound ([`bind_uuid`]: 32 hex digits each),
 /// concatenated. Matching `CONCAT(<the same columns>) IN (…)` is the per-row fence of one
 /// lease, evaluated against a sorted constant list instead of an `OR` of n conjunctions.
+/// A UUID column as 32 hex digits whatever its type: MariaDB's native `uuid` columns read as
+/// hyphenated text (docs/schema.md#uuid-columns), `CHAR(32)` ones are hex already.
+fn hex(column: &str) -> String {
+    format!("REPLACE({column}, '-', '')")
+}
+
 fn fence(ids: &[Uuid]) -> DbValue {
     DbValue::from(
         ids.iter()
@@ -204,7 +211,12 @@ impl MySqlBackend {
         new_expiry: DateTime<Utc>,
     ) -> OpResult<bool> {
         let n = live.len();
-        let fences = format!("CONCAT(id, lease_token) IN ({})", placeholders(n));
+        let fences = format!(
+            "CONCAT({}, {}) IN ({})",
+            hex("id"),
+            hex("lease_token"),
+            placeholders(n)
+        );
         let sql = format!(
             "UPDATE `{t}` SET lease_expires_at = ?, updated_at = ? WHERE id IN ({ids}) \
              AND status IN ({sources}) AND lease_expires_at IS NOT NULL AND lease_expires_at > ? \
@@ -227,7 +239,10 @@ impl MySqlBackend {
             return Ok(false);
         }
         let fences = format!(
-            "CONCAT(id, execution_id, lease_token) IN ({})",
+            "CONCAT({}, {}, {}) IN ({})",
+            hex("id"),
+            hex("execution_id"),
+            hex("lease_token"),
             placeholders(n)
         );
         let sql = format!(

@@ -35,6 +35,12 @@ pub fn ix_expiry(names: &TableNames) -> String {
     names.derived("ix_", "expiry")
 }
 
+/// Index over (namespace, task name, status): the dashboard's counts by task × status and the
+/// API's sampled `onestep_executions` gauge read it alone (docs/schema.md#indexes).
+pub fn ix_status(names: &TableNames) -> String {
+    names.derived("ix_", "status")
+}
+
 /// Which optional schema additions the opened tables have (detected once at open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SchemaFeatures {
@@ -68,9 +74,40 @@ pub enum DdlStyle {
     Reference,
 }
 
+/// The column type of the UUID columns (`id`, `lease_token`, the attempts' `execution_id`), as
+/// the reference picks it (docs/schema.md#uuid-columns): MariaDB 10.7+ has a native `UUID` type,
+/// which the reference uses there and into which its client binds hyphenated text; MySQL has
+/// none, and `CHAR(32)` plain hex is used. We bind 32-hex text, which both accept, and read both
+/// forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdColumn {
+    /// `CHAR(32)`: MySQL, MariaDB before 10.7.
+    Char32,
+    /// `UUID`: MariaDB 10.7 and later.
+    NativeUuid,
+}
+
+impl IdColumn {
+    /// What the reference uses on `server`.
+    pub fn for_server(server: &crate::session::ServerInfo) -> Self {
+        match server.flavor {
+            crate::session::Flavor::MariaDb if server.version >= (10, 7, 0) => IdColumn::NativeUuid,
+            _ => IdColumn::Char32,
+        }
+    }
+
+    fn sql(self) -> &'static str {
+        match self {
+            IdColumn::Char32 => "CHAR(32)",
+            IdColumn::NativeUuid => "UUID",
+        }
+    }
+}
+
 /// `CREATE TABLE` + `CREATE INDEX` statements for the executions table.
-pub fn executions_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
+pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<String> {
     let t = &names.executions;
+    let uuid = id.sql();
     let bin = match style {
         DdlStyle::Onestep => " COLLATE utf8mb4_bin",
         DdlStyle::Reference => "",
@@ -83,7 +120,7 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
     };
     let mut out = vec![format!(
         "CREATE TABLE `{t}` (\n\
-  id CHAR(32) NOT NULL,\n\
+  id {uuid} NOT NULL,\n\
   namespace VARCHAR(255){bin} NOT NULL,\n\
   task_name VARCHAR(255){bin} NOT NULL,\n\
   status VARCHAR(32){bin} NOT NULL,\n\
@@ -95,7 +132,7 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
   submission_digest VARCHAR(64),\n\
   attempts INTEGER NOT NULL DEFAULT '0',\n\
   available_at DATETIME(6) NOT NULL,\n\
-  lease_token CHAR(32),\n\
+  lease_token {uuid},\n\
   lease_expires_at DATETIME(6),\n\
   worker_id VARCHAR(255){bin},\n\
   cancel_reason VARCHAR(500),\n\
@@ -139,13 +176,18 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
             "CREATE INDEX `{}` ON `{t}` (claimable, expires_at, id)",
             ix_expiry(names)
         ));
+        out.push(format!(
+            "CREATE INDEX `{}` ON `{t}` (namespace, task_name, status)",
+            ix_status(names)
+        ));
     }
     out
 }
 
 /// `CREATE TABLE` + `CREATE INDEX` statements for the attempts table.
-pub fn attempts_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
+pub fn attempts_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<String> {
     let (t, a) = (&names.executions, &names.attempts);
+    let uuid = id.sql();
     let bin = match style {
         DdlStyle::Onestep => " COLLATE utf8mb4_bin",
         DdlStyle::Reference => "",
@@ -153,10 +195,10 @@ pub fn attempts_ddl(names: &TableNames, style: DdlStyle) -> Vec<String> {
     vec![
         format!(
             "CREATE TABLE `{a}` (\n\
-  id CHAR(32) NOT NULL,\n\
-  execution_id CHAR(32) NOT NULL,\n\
+  id {uuid} NOT NULL,\n\
+  execution_id {uuid} NOT NULL,\n\
   attempt_no INTEGER NOT NULL,\n\
-  lease_token CHAR(32) NOT NULL,\n\
+  lease_token {uuid} NOT NULL,\n\
   worker_id VARCHAR(255){bin} NOT NULL,\n\
   status VARCHAR(32){bin} NOT NULL,\n\
   error JSON,\n\
@@ -287,6 +329,7 @@ pub(crate) async fn ensure_schema(
     names: &TableNames,
     auto_create: bool,
     style: DdlStyle,
+    id: IdColumn,
 ) -> OpResult<SchemaReport> {
     let db: Option<Option<String>> = conn.query_first("SELECT DATABASE()").await?;
     if db.flatten().is_none() {
@@ -300,7 +343,7 @@ pub(crate) async fn ensure_schema(
         let pair = names.pair_lock();
         let outcome = match get_lock(conn, &pair).await {
             Ok(()) => {
-                let r = create_missing(conn, names, style, &mut created).await;
+                let r = create_missing(conn, names, style, id, &mut created).await;
                 release_lock(conn, &pair).await;
                 r
             }
@@ -330,16 +373,17 @@ async fn create_missing(
     conn: &mut Conn,
     names: &TableNames,
     style: DdlStyle,
+    id: IdColumn,
     created: &mut Vec<String>,
 ) -> OpResult<()> {
     if !table_exists(conn, &names.executions).await? {
-        for stmt in executions_ddl(names, style) {
+        for stmt in executions_ddl(names, style, id) {
             conn.query_drop(stmt).await?;
         }
         created.push(names.executions.clone());
     }
     if !table_exists(conn, &names.attempts).await? {
-        for stmt in attempts_ddl(names, style) {
+        for stmt in attempts_ddl(names, style, id) {
             conn.query_drop(stmt).await?;
         }
         created.push(names.attempts.clone());

@@ -218,7 +218,8 @@ async fn upgraded_case(server: Server) {
         [
             "column claimable",
             "index ix_onestep_executions_claimable",
-            "index ix_onestep_executions_expiry"
+            "index ix_onestep_executions_expiry",
+            "index ix_onestep_executions_status"
         ]
     );
     assert_eq!(report.steps[0].form, "ALGORITHM=INSTANT", "{report:?}");
@@ -331,12 +332,10 @@ async fn interop_reference_created_tables_mariadb() {
     run_case(Server::MariaDb, true).await;
 }
 
-/// Known incompatibility, older than UUIDv7: on MariaDB the reference declares its UUID columns
-/// with the native `uuid` type and binds 36-character hyphenated text, which our `CHAR(32)`
-/// columns refuse ("Data too long for column 'id'"), so the reference client cannot submit into
-/// tables we created on MariaDB. Run with `--ignored` to see it.
+/// On MariaDB the reference declares its UUID columns with the native `uuid` type and binds
+/// 36-character hyphenated text; tables we create there use the same type (a `CHAR(32)` column
+/// refused those values: "Data too long for column 'id'"), so its client submits into them.
 #[tokio::test]
-#[ignore = "reference client on MariaDB binds 36-char uuids; our CHAR(32) DDL refuses them"]
 async fn interop_our_tables_mariadb() {
     run_case(Server::MariaDb, false).await;
 }

@@ -307,6 +307,36 @@ impl PgBackend {
         .await
     }
 
+    /// The attempts of one execution of `namespace`, oldest first, without diagnostics (not
+    /// stored on PostgreSQL yet: docs/postgres.md#not-on-postgresql-yet).
+    pub(crate) async fn attempts_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Vec<onestep_core::diagnostics::AttemptRecord>>, ExecutionError> {
+        if self.get_impl(namespace, id).await?.is_none() {
+            return Ok(None);
+        }
+        let sql = format!(
+            "SELECT id, attempt_no, status, worker_id, error, started_at, heartbeat_at, \
+             finished_at FROM {} WHERE execution_id = $1 ORDER BY attempt_no",
+            crate::schema::q(&self.tables().attempts)
+        );
+        let rows = self
+            .run("attempts", || async {
+                let conn = self.conn().await?;
+                Ok(conn.query(&sql, &[&id]).await?)
+            })
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push(crate::rows::decode_attempt(row).map_err(|reason| {
+                ExecutionError::Encoding(format!("cannot decode an attempt of {id}: {reason}"))
+            })?);
+        }
+        Ok(Some(out))
+    }
+
     pub(crate) async fn get_impl(
         &self,
         namespace: &str,

@@ -122,3 +122,21 @@ pub fn error_text(error: Option<&ErrorObject>) -> Result<Option<String>, Executi
         })
         .transpose()
 }
+
+/// Decodes `id, attempt_no, status, worker_id, error, started_at, heartbeat_at, finished_at` of
+/// the attempts table (no diagnostics: they are not stored on PostgreSQL yet).
+pub fn decode_attempt(row: &Row) -> Result<onestep_core::diagnostics::AttemptRecord, String> {
+    let attempt_no: i32 = get(row, 1, "attempt_no")?;
+    Ok(onestep_core::diagnostics::AttemptRecord {
+        id: get(row, 0, "id")?,
+        attempt_no: u32::try_from(attempt_no)
+            .map_err(|_| format!("attempt_no {attempt_no} is negative"))?,
+        status: get(row, 2, "status")?,
+        worker_id: get(row, 3, "worker_id")?,
+        error: error_value(get(row, 4, "error")?, "error")?,
+        started_at: get(row, 5, "started_at")?,
+        heartbeat_at: get(row, 6, "heartbeat_at")?,
+        finished_at: get(row, 7, "finished_at")?,
+        diagnostics: None,
+    })
+}

@@ -121,6 +121,11 @@ pub fn executions_ddl(names: &TableNames) -> Vec<String> {
              WHERE status IN ('queued', 'retrying') AND expires_at IS NOT NULL",
             q(&ix_expiry(names))
         ),
+        // The dashboard's counts and the API's gauge (docs/ui.md#overview-queries).
+        format!(
+            "CREATE INDEX {} ON {qt} (namespace, task_name, status)",
+            q(&derived(t, "ix_", "status"))
+        ),
     ]
 }
 

@@ -27,6 +27,14 @@ impl ExecutionStore for PgBackend {
         self.get_impl(namespace, id).await
     }
 
+    async fn attempts(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Vec<onestep_core::diagnostics::AttemptRecord>>, ExecutionError> {
+        self.attempts_impl(namespace, id).await
+    }
+
     async fn list(
         &self,
         namespace: &str,

@@ -18,3 +18,38 @@ mod postgres {
 mod reference_tables_postgres {
     onestep_testkit::conformance_tests!(Some(super::PgFactory::new(super::Tables::Reference)));
 }
+
+/// The overview/gauge insights and the attempts read (the shared testkit check), and the grouped
+/// count reads the `(namespace, task_name, status)` index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insights_and_attempts_postgres() {
+    let db = common::scratch().await;
+    let b = onestep_postgres::PgBackend::open(onestep_postgres::PgOptions::new(db.dsn()))
+        .await
+        .expect("open backend");
+    onestep_testkit::insights::counts_recent_and_attempts(&b, &b).await;
+    let conn = b.test_pool().get().await.expect("conn");
+    conn.batch_execute("SET enable_seqscan = off")
+        .await
+        .expect("set");
+    let plan = conn
+        .query(
+            "EXPLAIN SELECT namespace, task_name, status, COUNT(*) FROM onestep_executions \
+             WHERE namespace = ANY($1::text[]) GROUP BY namespace, task_name, status",
+            &[&vec!["ins-a".to_owned()]],
+        )
+        .await
+        .expect("explain");
+    let text: Vec<String> = plan.iter().filter_map(|r| r.try_get(0).ok()).collect();
+    assert!(
+        text.iter()
+            .any(|l| l.contains("ix_onestep_executions_status")),
+        "{text:?}"
+    );
+    conn.batch_execute("RESET enable_seqscan")
+        .await
+        .expect("reset");
+    drop(conn);
+    b.close().await.expect("close");
+    db.drop_database().await.expect("drop");
+}

@@ -31,6 +31,13 @@ fn shipped_configs_pass_strict_check() -> Result<()> {
     yaml_files(&repo_root().join("config"), &mut files)?;
     files.sort();
     ensure!(files.len() >= 7, "found only {files:?}");
+    let root = repo_root().join("config");
+    for shipped in ["quickstart.yaml", "worker.yaml", "agent.yaml"] {
+        ensure!(
+            files.contains(&root.join(shipped)),
+            "config/{shipped} is not among {files:?}"
+        );
+    }
     for file in &files {
         let path = file.display().to_string();
         for args in [vec!["check", &path], vec!["check", "--strict", &path]] {

@@ -24,6 +24,9 @@
 //! * [`http_fetch`]: the `fetch` guest (world `0.2.0`, outbound HTTP) against a loopback server
 //!   through a real worker: an allowed request, a denied origin decided by the handler, an
 //!   injected header that never reaches the log, a cancel during a slow request.
+//! * [`agent`]: the `agent` guest asks a loopback chat-completions server through a real
+//!   worker, the key injected by `sandbox.network.headers` from the worker's environment: the
+//!   answer, a metadata override of the model, a 500 retried then failed, no key in the log.
 //! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
 //! * [`health_db`]: `/healthz` 200, then 503 while a private MariaDB instance is stopped, then
@@ -57,6 +60,7 @@
 // allows this inside #[test] functions; these helpers live outside them).
 #![allow(clippy::expect_used, clippy::panic)]
 
+mod agent;
 mod api_flow;
 mod bench;
 mod check;

@@ -240,7 +240,14 @@ async fn case(env: Arc<Env>) -> Result<()> {
     seed(&env).await?;
     let _worker = env.spawn_worker("ui-worker")?;
     let echo = env.submit("echo", json!({"greeting": "hello"})).await?;
-    let failed = env.submit("misbehave", json!({"mode": "fatal"})).await?;
+    // Fails fatally after a log line, a progress report and stdout/stderr lines: the detail
+    // page shows them with the attempt.
+    let failed = env
+        .submit(
+            "misbehave",
+            json!({"mode": "log-injection", "message": "quota exceeded for bucket reports"}),
+        )
+        .await?;
     let long = env
         .submit("countdown", json!({"steps": 600, "step_ms": 100}))
         .await?;
@@ -361,6 +368,38 @@ async fn drive(
     click(c, &format!("a[href='/ui/executions/{failed}']")).await?;
     wait_text(c, "#timeline", |t| t.contains("failed")).await?;
     wait_text(c, "#status", |t| t == "failed").await?;
+    // Its attempt with the persisted diagnostics: worker, message, progress, digest, logs.
+    wait_text(c, "#attempt-1", |t| {
+        t.contains("ui-worker") && t.contains("failed")
+    })
+    .await?;
+    wait_text(c, "#message-1", |t| {
+        t == "quota exceeded for bucket reports"
+    })
+    .await?;
+    wait_text(c, "#progress-1", |t| {
+        t.starts_with("1/2 quota exceeded for bucket reports")
+    })
+    .await?;
+    let digest = c
+        .find(Locator::Css("#attempt-1 td[title^='sha256:']"))
+        .await?
+        .attr("title")
+        .await?
+        .unwrap_or_default();
+    ensure!(
+        digest.len() == "sha256:".len() + 64,
+        "the component digest is shown: {digest:?}"
+    );
+    click(c, "#logs-1 summary").await?;
+    let log = wait_text(c, "#log-lines-1", |t| t.contains("stderr")).await?;
+    // (The guest's `print!` has no newline and its line-buffered stdout is never flushed: no
+    // stdout line. `log` and the unbuffered stderr arrive.)
+    ensure!(
+        log.contains("info quota exceeded for bucket reports")
+            && log.contains("stderr quota exceeded for bucket reports"),
+        "the attempt's log lines: {log}"
+    );
     shot(c, server, "detail-failed").await?;
     click(c, "#retry").await?;
     confirm(c, None).await?;

@@ -60,6 +60,7 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
             "--dsn: added column claimable (ALGORITHM=INSTANT)",
             "--dsn: added index ix_onestep_executions_claimable (ALGORITHM=INPLACE, LOCK=NONE)",
             "--dsn: added index ix_onestep_executions_expiry (ALGORITHM=INPLACE, LOCK=NONE)",
+            "--dsn: added index ix_onestep_executions_status (ALGORITHM=INPLACE, LOCK=NONE)",
         ] {
             ensure!(out.contains(line), "{server}: {line} in {out}");
         }

@@ -46,6 +46,10 @@ pub fn routes() -> Router<ApiState> {
         .route("/ui/fragments/overview", get(overview_fragment))
         .route("/ui/fragments/list", get(list_fragment))
         .route("/ui/fragments/executions/{id}", get(detail_fragment))
+        .route(
+            "/ui/fragments/executions/{id}/attempts/{attempt}/logs",
+            get(logs_fragment),
+        )
 }
 
 fn html(text: Result<String, String>) -> Response {
@@ -198,8 +202,24 @@ async fn detail_fragment(
     ExecutionId(id): ExecutionId,
 ) -> Result<Response, ApiError> {
     let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
+    let attempts = client.attempts(id).await?.unwrap_or_default();
     Ok(html(render::render(
         "detail.html",
-        render::detail_context(&execution, role.can_cancel(), role.can_operate()),
+        render::detail_context(&execution, &attempts, role.can_cancel(), role.can_operate()),
+    )))
+}
+
+/// The stored log tail of one attempt, loaded when its `<details>` opens.
+async fn logs_fragment(
+    Caller(client, _role): Caller,
+    crate::attempts::AttemptPath { id, attempt }: crate::attempts::AttemptPath,
+) -> Result<Response, ApiError> {
+    let tail = client
+        .attempt_log(id, attempt)
+        .await?
+        .ok_or(ApiError::not_found(id))?;
+    Ok(html(render::render(
+        "logs.html",
+        render::logs_context(attempt, tail.as_ref()),
     )))
 }

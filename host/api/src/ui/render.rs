@@ -5,6 +5,7 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use minijinja::{Environment, context};
+use onestep_core::diagnostics::{AttemptRecord, LogTail};
 use onestep_core::ports::{RecentActivity, StatusCount};
 use onestep_core::{Execution, ExecutionStatus, rerun};
 use serde::Serialize;
@@ -19,6 +20,7 @@ static TEMPLATES: LazyLock<Result<Environment<'static>, minijinja::Error>> = Laz
     env.add_template("overview.html", include_str!("templates/overview.html"))?;
     env.add_template("list.html", include_str!("templates/list.html"))?;
     env.add_template("detail.html", include_str!("templates/detail.html"))?;
+    env.add_template("logs.html", include_str!("templates/logs.html"))?;
     Ok(env)
 });
 
@@ -72,6 +74,122 @@ impl From<&Execution> for ListRow {
             finished_at: instant(e.finished_at),
             error: error_text(e),
         }
+    }
+}
+
+/// One attempt of the detail page's attempts table, with its persisted diagnostics
+/// (docs/observability.md#attempt-diagnostics); the fields are empty where nothing was stored.
+#[derive(Debug, Serialize)]
+pub struct AttemptRow {
+    attempt: u32,
+    status: String,
+    worker_id: String,
+    started_at: String,
+    heartbeat_at: String,
+    finished_at: String,
+    duration: String,
+    error: String,
+    message: String,
+    progress: String,
+    trap_kind: String,
+    digest: String,
+    short_digest: String,
+    fuel: String,
+    peak_memory: String,
+    /// Log lines the attempt wrote (0: none stored, no log to open).
+    log_lines: u64,
+}
+
+impl From<&AttemptRecord> for AttemptRow {
+    fn from(a: &AttemptRecord) -> Self {
+        let d = a.diagnostics.as_ref();
+        let facts = d.map(|d| &d.facts);
+        let digest = facts
+            .and_then(|f| f.component_digest.clone())
+            .unwrap_or_default();
+        let progress = d
+            .and_then(|d| d.progress.as_ref())
+            .map(|p| {
+                let count = if p.total > 0 {
+                    format!("{}/{}", p.done, p.total)
+                } else {
+                    p.done.to_string()
+                };
+                let mut text = if p.note.is_empty() {
+                    count
+                } else {
+                    format!("{count} {}", p.note)
+                };
+                text.push_str(&format!(" (at {})", instant(Some(p.at))));
+                text
+            })
+            .unwrap_or_default();
+        AttemptRow {
+            attempt: a.attempt_no,
+            status: a.status.clone(),
+            worker_id: a.worker_id.clone(),
+            started_at: instant(Some(a.started_at)),
+            heartbeat_at: instant(Some(a.heartbeat_at)),
+            finished_at: instant(a.finished_at),
+            duration: a
+                .finished_at
+                .map(|f| wait_text((f - a.started_at).num_microseconds()))
+                .unwrap_or_default(),
+            error: a
+                .error
+                .as_ref()
+                .map(|o| format!("{} ({})", o.exception_type, o.kind))
+                .unwrap_or_default(),
+            message: d.and_then(|d| d.message.clone()).unwrap_or_default(),
+            progress,
+            trap_kind: facts.and_then(|f| f.trap_kind.clone()).unwrap_or_default(),
+            short_digest: digest.chars().take(12).collect(),
+            digest,
+            fuel: facts
+                .and_then(|f| f.fuel_consumed)
+                .map(|f| f.to_string())
+                .unwrap_or_default(),
+            peak_memory: facts
+                .and_then(|f| f.peak_memory_bytes)
+                .and_then(|b| usize::try_from(b).ok())
+                .map(size_text)
+                .unwrap_or_default(),
+            log_lines: d
+                .and_then(|d| d.log.as_ref())
+                .map(|l| l.total_lines)
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// One stored log line of the logs fragment.
+#[derive(Debug, Serialize)]
+pub struct LogRow {
+    seq: u64,
+    at: String,
+    level: String,
+    message: String,
+}
+
+/// The logs fragment's context: the kept lines, and how many were written but not kept.
+pub fn logs_context(attempt: u32, tail: Option<&LogTail>) -> minijinja::Value {
+    let lines: Vec<LogRow> = tail
+        .map(|t| {
+            t.lines
+                .iter()
+                .map(|l| LogRow {
+                    seq: l.seq,
+                    at: instant(Some(l.at)),
+                    level: l.level.clone(),
+                    message: l.message.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    context! {
+        attempt => attempt,
+        lines => lines,
+        dropped => tail.map(LogTail::dropped_lines).unwrap_or(0),
     }
 }
 
@@ -171,7 +289,12 @@ pub fn timeline(e: &Execution) -> Vec<Step> {
 /// The detail page's context. Built from typed values, never from `serde_json::Value` numbers
 /// (the workspace enables serde_json's `arbitrary_precision`, whose numbers do not serialize as
 /// numbers to other formats).
-pub fn detail_context(e: &Execution, can_cancel: bool, can_operate: bool) -> minijinja::Value {
+pub fn detail_context(
+    e: &Execution,
+    attempts: &[AttemptRecord],
+    can_cancel: bool,
+    can_operate: bool,
+) -> minijinja::Value {
     let mut values = vec![
         value_block("payload", &e.payload),
         value_block("metadata", &Value::Object(e.metadata.clone())),
@@ -197,6 +320,7 @@ pub fn detail_context(e: &Execution, can_cancel: bool, can_operate: bool) -> min
         can_retry => can_operate && rerun::is_retryable(e.status),
         retry_of => rerun::retry_of(e).map(|id| id.to_string()),
         timeline => timeline(e),
+        attempts => attempts.iter().map(AttemptRow::from).collect::<Vec<_>>(),
         values => values,
     }
 }

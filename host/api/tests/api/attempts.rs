@@ -153,6 +153,50 @@ async fn attempts_and_logs_of_an_execution() {
     assert_eq!(messages, ["one", "two", "three"]);
     assert_eq!(body["dropped_lines"], 0);
 
+    // The dashboard's detail shows the attempt with its diagnostics; its log loads on demand.
+    let (status, _, detail) = app
+        .send_text(req(Method::GET, &format!("/ui/fragments/executions/{id}"), None).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for needle in [
+        "id=\"attempt-1\"",
+        "w-api",
+        "HandlerError (error)",
+        "<span id=\"message-1\">no such column: amount</span>",
+        "2&#x2f;8 pages (at ", // minijinja escapes `/` too
+        &format!("title=\"sha256:{digest}\""),
+        "128.0 KiB",
+        "log: 3 lines",
+    ] {
+        assert!(detail.contains(needle), "{needle:?} in {detail}");
+    }
+    let (status, _, log) = app
+        .send_text(
+            req(
+                Method::GET,
+                &format!("/ui/fragments/executions/{id}/attempts/1/logs"),
+                None,
+            )
+            .empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        log.contains("warn two") && log.contains("stdout three") && !log.contains("not kept"),
+        "{log}"
+    );
+    let (status, _, _) = app
+        .send_text(
+            req(
+                Method::GET,
+                &format!("/ui/fragments/executions/{id}/attempts/0/logs"),
+                None,
+            )
+            .empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
     // Bad input, absent attempts, unknown executions.
     for (uri, status, needle) in [
         (

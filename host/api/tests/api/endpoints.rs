@@ -278,9 +278,38 @@ async fn metrics_count_requests_by_route_template_and_status() {
         r#"onestep_api_requests_total{method="GET",route="/v1/executions/{id}",status="404"} 1"#,
         r#"onestep_api_requests_total{method="GET",route="unmatched",status="404"} 1"#,
         r#"onestep_api_request_duration_seconds_count{method="GET",route="/v1/executions/{id}"} 3"#,
+        // The sampled gauge: the one execution, queued.
+        r#"onestep_executions{namespace="local",task="run_agent",status="queued"} 1"#,
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
+    assert!(
+        text.contains("onestep_executions_sampled_timestamp_seconds "),
+        "{text}"
+    );
+    // A second execution within the sample interval: the gauge is not re-read yet.
+    let (status, _) = app
+        .send(
+            req(Method::POST, "/v1/executions", None)
+                .header("Idempotency-Key", "m-2")
+                .json(&json!({"task_name": "run_agent", "payload": 3})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let resp = app
+        .router
+        .clone()
+        .oneshot(req(Method::GET, "/metrics", None).empty())
+        .await
+        .expect("infallible router");
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let again = String::from_utf8_lossy(&bytes);
+    assert!(
+        again.contains(
+            r#"onestep_executions{namespace="local",task="run_agent",status="queued"} 1"#
+        ),
+        "sampled at most every 15 s:\n{again}"
+    );
     assert!(
         !text.contains(&id.to_string()),
         "no execution id in labels:\n{text}"

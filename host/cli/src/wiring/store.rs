@@ -155,11 +155,11 @@ impl Store {
         }
     }
 
-    /// The dashboard's overview figures (docs/ui.md); `None` where the backend has none yet.
+    /// The dashboard's overview figures and the API's gauge (docs/ui.md).
     pub fn insights(&self) -> Option<Arc<dyn onestep_core::ports::ExecutionInsights>> {
         match self {
             Store::Mysql(b) => Some(Arc::new(b.clone())),
-            Store::Postgres(_) => None,
+            Store::Postgres(b) => Some(Arc::new(b.clone())),
         }
     }
 

@@ -6,9 +6,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub const RUST_GUESTS: [&str; 9] = [
+pub const RUST_GUESTS: [&str; 10] = [
     "echo",
     "fetch",
+    "agent",
     "summarize",
     "countdown",
     "flaky",
@@ -49,11 +50,14 @@ pub fn ensure_rust_guests() {
     }
 }
 
-/// Builds every guest (including the Python one) if the Python one is missing.
+/// The Python guests (componentize-py).
+pub const PYTHON_GUESTS: [&str; 2] = ["python-echo", "python-agent"];
+
+/// Builds every guest (including the Python ones) if a Python one is missing.
 pub fn ensure_python_guest() {
     ensure_rust_guests();
     let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    if !guest_path("python-echo").exists() {
+    if PYTHON_GUESTS.iter().any(|g| !guest_path(g).exists()) {
         run_build_script(false);
     }
 }

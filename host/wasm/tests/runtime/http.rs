@@ -33,7 +33,7 @@ fn test_resolver() -> Resolver {
     })
 }
 
-fn http_runtime() -> &'static Runtime {
+pub(crate) fn http_runtime() -> &'static Runtime {
     static RT: OnceLock<Runtime> = OnceLock::new();
     RT.get_or_init(|| {
         Runtime::with_resolver(
@@ -56,7 +56,7 @@ fn fetch() -> Handler {
         .expect("load fetch")
 }
 
-fn sandbox(allow: &[&str]) -> SandboxSettings {
+pub(crate) fn sandbox(allow: &[&str]) -> SandboxSettings {
     SandboxSettings {
         network: NetworkSettings::allowing(allow.iter().copied()).expect("allow entries"),
         ..SandboxSettings::default()
@@ -100,7 +100,7 @@ fn error_message(outcome: &Outcome) -> String {
 /// tasks hold, before the test-serialisation guard is released: a test that
 /// counts the process's file descriptors must not see them close late. The
 /// multi-threaded cases (the cancel latency, the keep-alive count) run alone.
-fn guarded(multi: bool, case: impl std::future::Future<Output = ()>) {
+pub(crate) fn guarded(multi: bool, case: impl std::future::Future<Output = ()>) {
     let _alone = multi.then(exclusive);
     let _beside_others = (!multi).then(shared);
     let rt = if multi {
@@ -551,7 +551,7 @@ async fn a_wasi_http_component_needs_network_allow_and_0_1_0_components_still_ru
 
 /// Runs `f` with every event of every crate down to TRACE recorded (this
 /// thread: the test runtime is single-threaded).
-async fn logged<F, Fut>(f: F) -> (Outcome, String)
+pub(crate) async fn logged<F, Fut>(f: F) -> (Outcome, String)
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Outcome>,

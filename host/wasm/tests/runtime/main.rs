@@ -11,9 +11,11 @@
 
 mod common;
 
+mod agent;
 mod basics;
 mod cache;
 mod cancel;
+mod chat_server;
 mod handles;
 mod http;
 mod http_server;

@@ -19,7 +19,7 @@ fn example_guests_fit_the_default_limits_and_match_wasmtime_counts() {
     ensure_python_guest();
     let _g = shared();
     let mut names: Vec<&str> = RUST_GUESTS.to_vec();
-    names.push("python-echo");
+    names.extend(PYTHON_GUESTS);
     for name in names {
         let bytes = std::fs::read(guest_path(name)).expect("read guest");
         let needs = Needs::of_component(&bytes);

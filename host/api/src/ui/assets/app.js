@@ -182,9 +182,23 @@
   }
 
   // ---------- detail page
+  // An attempt's stored log tail, fetched when its <details> opens (and again on each refresh
+  // while it stays open).
+  async function loadLogs(id, details) {
+    const body = details.querySelector(".log-body");
+    body.innerHTML = await fragment("/ui/fragments/executions/" + encodeURIComponent(id) +
+      "/attempts/" + encodeURIComponent(details.dataset.attempt) + "/logs");
+  }
+
   async function loadDetail(id) {
     const box = document.getElementById("detail");
+    const open = Array.from(box.querySelectorAll("details[id]"))
+      .filter(function (d) { return d.open; }).map(function (d) { return d.id; });
     box.innerHTML = await fragment("/ui/fragments/executions/" + encodeURIComponent(id));
+    open.forEach(function (name) {
+      const d = document.getElementById(name);
+      if (d) d.open = true;
+    });
     const d = document.getElementById("execution");
     clearTimeout(refreshTimer);
     if (d && d.dataset.terminal !== "true") {
@@ -194,6 +208,13 @@
 
   function detailPage(id) {
     const retryKey = "ui-retry-" + id + "-" + Math.random().toString(36).slice(2);
+    // "toggle" does not bubble: listen in the capture phase.
+    document.getElementById("detail").addEventListener("toggle", function (ev) {
+      const t = ev.target;
+      if (t.classList && t.classList.contains("logs") && t.open) {
+        loadLogs(id, t).catch(function (e) { say(e.message, "error"); });
+      }
+    }, true);
     document.getElementById("detail").addEventListener("click", function (ev) {
       const action = ev.target.dataset.action;
       if (!action) return;

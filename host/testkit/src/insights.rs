@@ -1,0 +1,142 @@
+//! One backend-agnostic check of [`ExecutionInsights`] (the dashboard's overview and the API's
+//! `onestep_executions` gauge) and of [`ExecutionStore::attempts`], run by each SQL backend's
+//! tests on a real server: exact grouped counts per namespace, task and status, the last-hour
+//! sample and its truncation, and the attempts of an execution in order.
+// Test support: a failed set-up step panics like an assertion.
+#![allow(clippy::expect_used, clippy::panic)]
+
+use chrono::{Duration, Utc};
+use onestep_core::ExecutionStatus as S;
+use onestep_core::execution::Completion;
+use onestep_core::ports::{ExecutionInsights, ExecutionStore, LeaseStore};
+use serde_json::json;
+
+use crate::builders::{claim, handler_error, prepared};
+
+/// Seeds two namespaces, then checks every insight. `store` must be empty of the namespaces
+/// `ins-a` and `ins-b`.
+pub async fn counts_recent_and_attempts<St>(store: &St, insights: &dyn ExecutionInsights)
+where
+    St: ExecutionStore + LeaseStore,
+{
+    for i in 0..3 {
+        store
+            .submit(prepared("ins-a", "x", json!({"i": i})))
+            .await
+            .expect("submit");
+    }
+    store
+        .submit(prepared("ins-a", "y", json!({})))
+        .await
+        .expect("submit");
+    store
+        .submit(prepared("ins-b", "x", json!({})))
+        .await
+        .expect("submit");
+    let leases = store
+        .claim(&claim("ins-a", "x", 2, 30.0, "w-ins"))
+        .await
+        .expect("claim");
+    assert_eq!(leases.len(), 2);
+    let ok_id = leases[0].execution.id;
+    store
+        .complete(&leases[0].lease_ref(), &Completion::succeeded(json!(1)))
+        .await
+        .expect("complete");
+    store
+        .complete(
+            &leases[1].lease_ref(),
+            &Completion::failed(handler_error("ValueError")),
+        )
+        .await
+        .expect("complete");
+
+    let got: Vec<(String, S, u64)> = insights
+        .counts_by_task_status("ins-a")
+        .await
+        .expect("counts")
+        .into_iter()
+        .map(|c| (c.task_name, c.status, c.count))
+        .collect();
+    let mut want = vec![
+        ("x".to_owned(), S::Queued, 1),
+        ("x".to_owned(), S::Succeeded, 1),
+        ("x".to_owned(), S::Failed, 1),
+        ("y".to_owned(), S::Queued, 1),
+    ];
+    let mut sorted = got.clone();
+    sorted.sort_by(|a, b| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())));
+    want.sort_by(|a, b| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())));
+    assert_eq!(sorted, want, "counts of ins-a");
+
+    let mut all: Vec<(String, String, S, u64)> = insights
+        .counts_by_namespace(&["ins-a".into(), "ins-b".into(), "ins-none".into()])
+        .await
+        .expect("counts by namespace")
+        .into_iter()
+        .map(|(ns, c)| (ns, c.task_name, c.status, c.count))
+        .collect();
+    all.sort_by(|a, b| (&a.0, &a.1, a.2.as_str()).cmp(&(&b.0, &b.1, b.2.as_str())));
+    assert_eq!(all.len(), 5, "{all:?}");
+    assert!(
+        all.contains(&("ins-b".into(), "x".into(), S::Queued, 1)),
+        "{all:?}"
+    );
+    assert_eq!(
+        all.iter()
+            .filter(|r| r.0 == "ins-a")
+            .map(|r| r.3)
+            .sum::<u64>(),
+        4
+    );
+    assert!(
+        insights
+            .counts_by_namespace(&[])
+            .await
+            .expect("no namespaces")
+            .is_empty()
+    );
+
+    let since = Utc::now() - Duration::hours(1);
+    let recent = insights
+        .recent_activity("ins-a", since, 100)
+        .await
+        .expect("recent");
+    assert_eq!(recent.sampled, 4, "{recent:?}");
+    assert!(!recent.truncated);
+    assert_eq!(
+        (recent.succeeded, recent.failed, recent.finished),
+        (1, 1, 2)
+    );
+    assert_eq!(recent.queue_waits_us.len(), 2, "the two started ones");
+    assert!(recent.queue_waits_us.iter().all(|w| *w >= 0));
+    let cut = insights
+        .recent_activity("ins-a", since, 2)
+        .await
+        .expect("recent, cut");
+    assert!(cut.truncated && cut.sampled == 2, "{cut:?}");
+    let future = insights
+        .recent_activity("ins-a", Utc::now() + Duration::hours(1), 100)
+        .await
+        .expect("recent, none");
+    assert_eq!(future.sampled, 0);
+
+    let attempts = store
+        .attempts("ins-a", ok_id)
+        .await
+        .expect("attempts")
+        .expect("the execution exists");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].attempt_no, 1);
+    assert_eq!(attempts[0].status, "succeeded");
+    assert_eq!(attempts[0].worker_id, "w-ins");
+    assert!(attempts[0].finished_at.is_some());
+    assert!(
+        store
+            .attempts("ins-b", ok_id)
+            .await
+            .expect("other namespace")
+            .is_none(),
+        "another namespace's execution is absent"
+    );
+}
