@@ -9,6 +9,7 @@ use onestep_core::request::{ListQuery, SubmitRequest};
 use onestep_core::{ExecutionError, ExecutionStatus};
 use serde::Deserialize;
 use serde_json::Value;
+use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ErrorBody, code};
@@ -129,6 +130,7 @@ pub async fn submit_execution(
     Submitter(client): Submitter,
     State(state): State<ApiState>,
     IdempotencyKey(key): IdempotencyKey,
+    headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<SubmitBody>,
 ) -> Result<
     (
@@ -158,7 +160,7 @@ pub async fn submit_execution(
         delay_s: body.delay_s,
         expires_at,
     };
-    let submitted = client.submit_outcome(&request).await?;
+    let submitted = submit_traced(&client, &request, &headers).await?;
     let outcome = if submitted.created {
         crate::metrics::SubmitOutcome::Created
     } else {
@@ -169,6 +171,50 @@ pub async fn submit_execution(
         axum::Extension(outcome),
         Json(ExecutionView::from(&submitted.execution)),
     ))
+}
+
+/// Submits under a `submit` span (docs/observability.md#traces): a child of the request's
+/// `traceparent` header when there is one, its own context stored with a new execution. While
+/// traces are off the span is disabled and nothing of this is done.
+async fn submit_traced(
+    client: &onestep_core::client::ExecutionClient,
+    request: &SubmitRequest,
+    headers: &axum::http::HeaderMap,
+) -> Result<onestep_core::client::Submitted, onestep_core::ExecutionError> {
+    let span = tracing::info_span!(
+        target: onestep_telemetry::TARGET,
+        "submit",
+        "otel.kind" = "producer",
+        "messaging.system" = onestep_telemetry::MESSAGING_SYSTEM,
+        "messaging.operation.type" = "send",
+        "messaging.operation.name" = "submit",
+        "messaging.destination.name" = %request.task_name,
+        "messaging.message.id" = tracing::field::Empty,
+        "onestep.namespace" = %client.namespace(),
+        "onestep.replayed" = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return client.submit_outcome(request).await;
+    }
+    if let Some(parent) = onestep_telemetry::context_from_headers(headers) {
+        onestep_telemetry::set_parent(&span, parent);
+    }
+    let traceparent = onestep_telemetry::traceparent_of(&span);
+    let submitted = client
+        .submit_traced(request, traceparent)
+        .instrument(span.clone())
+        .await;
+    match &submitted {
+        Ok(s) => {
+            span.record(
+                "messaging.message.id",
+                tracing::field::display(s.execution.id),
+            );
+            span.record("onestep.replayed", !s.created);
+        }
+        Err(e) => onestep_telemetry::set_error(&span, e.to_string()),
+    }
+    submitted
 }
 
 /// List executions of the caller's namespace, newest first.

@@ -1,4 +1,5 @@
-//! Logging set-up with `tracing-subscriber`: text or JSON lines on stderr.
+//! Logging set-up with `tracing-subscriber`: text or JSON lines on stderr, and the OpenTelemetry
+//! trace layer when traces are on (docs/observability.md#traces).
 //!
 //! Text a handler provides (its `log` messages, output lines, error messages) arrives here
 //! already escaped by `onestep-wasm` and as field values, so in either format it stays inside
@@ -6,7 +7,12 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use onestep_config::AppConfig;
+use onestep_telemetry::Tracing;
+use tracing_subscriber::filter::{FilterExt, filter_fn};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// Targets of dependencies whose DEBUG output is their own internals (wasmtime compiles with
 /// cranelift at start and logs tens of thousands of lines), kept at WARN whatever `level` says;
@@ -42,17 +48,62 @@ fn filter(level: &str) -> EnvFilter {
 }
 
 /// Installs the global subscriber at `level` (see [`filter`]); `RUST_LOG` overrides it when set.
+/// No traces.
 pub fn init(level: &str, json: bool) {
+    install(level, json, None);
+}
+
+/// [`init`], plus the OTLP trace exporter when the environment or `app.tracing` turns traces on
+/// (docs/observability.md#traces). The returned exporter must be shut down before exit (it
+/// exports what is buffered). Errors are configuration errors (a bad `OTEL_*` value or
+/// endpoint), to be reported with exit code 2.
+pub fn init_with_traces(
+    level: &str,
+    json: bool,
+    cfg: &AppConfig,
+) -> Result<Option<Tracing>, String> {
+    let settings = onestep_telemetry::resolve(cfg.tracing.as_ref(), &cfg.name, &|name| {
+        std::env::var(name).ok()
+    });
+    let tracing = match settings {
+        Ok(Some(s)) => match onestep_telemetry::start(&s) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                init(level, json);
+                return Err(e);
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            init(level, json);
+            return Err(e);
+        }
+    };
+    install(level, json, tracing.as_ref());
+    if tracing.is_some() {
+        tracing::info!("OpenTelemetry traces are exported over OTLP");
+    }
+    Ok(tracing)
+}
+
+/// The log layer (its filter leaves out the spans meant only for the trace exporter) and, with
+/// `tracing`, the exporter's layer.
+fn install(level: &str, json: bool, tracing: Option<&Tracing>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| filter(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = filter.and(filter_fn(|meta| meta.target() != onestep_telemetry::TARGET));
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    let _ = if json {
-        builder.json().try_init()
+    let fmt: Box<dyn Layer<Registry> + Send + Sync> = if json {
+        fmt.json().with_filter(logs).boxed()
     } else {
-        builder.try_init()
+        fmt.with_filter(logs).boxed()
     };
+    let traces = tracing.map(|t| t.layer());
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(traces)
+        .try_init();
 }
 
 #[cfg(test)]

@@ -29,8 +29,8 @@ pub use error::{ConfigError, MissingVar};
 pub use model::{
     ApiAuth, ApiConfig, ApiToken, AppConfig, DatabaseKind, EngineOptions, ExecutionSourceConfig,
     HandlerConfig, JsonMap, LogFormat, LogLevel, LoggingConfig, MysqlConnectorConfig,
-    NetworkConfig, OriginHeaders, OriginPattern, Preopen, PreopenMode, SandboxConfig, Secret,
-    TaskConfig,
+    NetworkConfig, OriginHeaders, OriginPattern, OtlpProtocol, Preopen, PreopenMode, SandboxConfig,
+    Secret, TaskConfig, TracingConfig,
 };
 
 use build::{BuildContext, BuildInputs};

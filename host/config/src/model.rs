@@ -94,6 +94,9 @@ pub struct AppConfig {
     /// `app.metrics_addr`: where `onestep run` serves `/metrics`, `/healthz` and `/readyz`
     /// (docs/observability.md); `--metrics-addr` wins.
     pub metrics_addr: Option<SocketAddr>,
+    /// `app.tracing`: OpenTelemetry trace export (docs/observability.md#traces); `None` when the
+    /// file does not set it (the `OTEL_EXPORTER_OTLP_*` variables can still turn it on).
+    pub tracing: Option<TracingConfig>,
     /// `app.sandbox`: the worker-wide default limits every task's `sandbox:` starts from
     /// (docs/configuration.md#worker-wide-sandbox-defaults); never capabilities.
     pub sandbox_defaults: SandboxConfig,
@@ -182,6 +185,46 @@ pub struct LoggingConfig {
     pub level: Option<LogLevel>,
     /// Configured format.
     pub format: Option<LogFormat>,
+}
+
+/// The OTLP transport of `app.tracing.protocol` (the values of `OTEL_EXPORTER_OTLP_PROTOCOL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum OtlpProtocol {
+    /// `http/protobuf` (default; port 4318, path `/v1/traces`).
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    /// `grpc` (port 4317).
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+impl OtlpProtocol {
+    /// Parses a protocol name as `OTEL_EXPORTER_OTLP_PROTOCOL` spells it (`http/protobuf`,
+    /// `grpc`; case-insensitive).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "http/protobuf" => Some(OtlpProtocol::HttpProtobuf),
+            "grpc" => Some(OtlpProtocol::Grpc),
+            _ => None,
+        }
+    }
+}
+
+/// `app.tracing` (docs/configuration.md#tracing): where and how spans are exported. Every field
+/// is optional; an `OTEL_*` variable set in the process environment wins over its field.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct TracingConfig {
+    /// The OTLP collector's base URL (`http://host:port`; for `http/protobuf` the exporter adds
+    /// `/v1/traces`); `None`: the protocol's default on localhost.
+    pub endpoint: Option<String>,
+    /// The transport.
+    pub protocol: OtlpProtocol,
+    /// `service.name` of the exported spans (default: `app.name`).
+    pub service_name: Option<String>,
+    /// Fraction of new traces recorded, 0..=1 (default 1; a span with a sampled parent always
+    /// follows its parent).
+    pub sample_ratio: Option<f64>,
 }
 
 /// Which database a connector (and the sources and API on it) talks to.

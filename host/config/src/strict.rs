@@ -8,7 +8,7 @@ use crate::build::retry::check_retry_fields;
 use crate::build::tasks::{
     HANDLER_KEYS, PREOPEN_KEYS, SANDBOX_KEYS, TASK_KEYS, check_handler_shape,
 };
-use crate::build::{LEGACY_APP_KEYS, parse_logging};
+use crate::build::{LEGACY_APP_KEYS, parse_logging, parse_tracing};
 use crate::error::ConfigError;
 use crate::fields::{check_allowed, index, integer, join, non_empty_str, scalar_text};
 use crate::node::{Node, Value};
@@ -33,7 +33,7 @@ pub const TOP_KEYS: [&str; 15] = [
 ];
 
 /// Allowed keys of `app:`.
-pub const APP_KEYS: [&str; 10] = [
+pub const APP_KEYS: [&str; 11] = [
     "name",
     "shutdown_timeout_s",
     "config",
@@ -44,6 +44,7 @@ pub const APP_KEYS: [&str; 10] = [
     "failure_capture",
     "sandbox",
     "metrics_addr",
+    "tracing",
 ];
 
 /// Runs every strict check on `root` (a mapping).
@@ -98,6 +99,9 @@ fn check_app(root: &Node) -> Result<(), ConfigError> {
     check_allowed(app, "app", &APP_KEYS)?;
     if let Some(l) = app.get("logging") {
         parse_logging(l)?;
+    }
+    if let Some(t) = app.get_set("tracing") {
+        parse_tracing(t)?;
     }
     if let Some(s) = app.get_set("sandbox")
         && s.is_map()

@@ -72,7 +72,19 @@ impl ExecutionClient {
         &self,
         request: &SubmitRequest,
     ) -> Result<Submitted, ExecutionError> {
-        let prepared = prepare_submission(&self.namespace, request, &self.limits)?;
+        self.submit_traced(request, None).await
+    }
+
+    /// [`Self::submit_outcome`] carrying the submit's W3C `traceparent`
+    /// (docs/observability.md#traces): stored with a newly created execution, outside its
+    /// metadata and its idempotency digest.
+    pub async fn submit_traced(
+        &self,
+        request: &SubmitRequest,
+        trace_parent: Option<String>,
+    ) -> Result<Submitted, ExecutionError> {
+        let mut prepared = prepare_submission(&self.namespace, request, &self.limits)?;
+        prepared.trace_parent = trace_parent;
         let new_id = prepared.id;
         let execution = self.store.submit(prepared).await?;
         Ok(Submitted {

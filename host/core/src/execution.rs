@@ -109,6 +109,9 @@ pub struct ExecutionLease {
     pub lease_token: Uuid,
     /// When the lease runs out unless a heartbeat extends it.
     pub lease_expires_at: DateTime<Utc>,
+    /// The W3C `traceparent` stored with the submit, read only when traces are on
+    /// (docs/observability.md#traces); the attempt's span continues that trace.
+    pub trace_parent: Option<String>,
 }
 
 impl ExecutionLease {

@@ -169,6 +169,12 @@ impl TableNames {
         self.derived_attempts("", "diagnostics")
     }
 
+    /// The trace-context table next to the pair (docs/schema.md#trace-context):
+    /// `<T>_traces` (hash-truncated to 64).
+    pub fn traces(&self) -> String {
+        self.derived("", "traces")
+    }
+
     /// Diagnostics lookup index by execution: `ix_<A>_diagnostics_execution`.
     pub fn ix_diagnostics_execution(&self) -> String {
         self.derived_attempts("ix_", "diagnostics_execution")

@@ -66,6 +66,10 @@ pub struct PreparedSubmission {
     pub delay: Duration,
     /// `expires_at` converted to UTC.
     pub expires_at: Option<DateTime<Utc>>,
+    /// The W3C `traceparent` of the submit, when traces are on (docs/observability.md#traces).
+    /// Not part of [`Self::digest`]: a retried submit with another traceparent is a replay. A
+    /// store keeps it only when this submission creates the execution, and never in metadata.
+    pub trace_parent: Option<String>,
 }
 
 impl PreparedSubmission {
@@ -166,6 +170,7 @@ pub(crate) fn prepare_with_link(
         metadata,
         delay,
         expires_at: req.expires_at.map(|t| t.with_timezone(&Utc)),
+        trace_parent: None,
     })
 }
 

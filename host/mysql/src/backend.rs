@@ -43,6 +43,10 @@ pub struct MySqlOptions {
     /// Persist attempt diagnostics when their table exists (default `true`; `false` behaves as
     /// if the table were absent, without the start-up warning — `onestep bench --no-diagnostics`).
     pub diagnostics: bool,
+    /// Store each new submission's traceparent and read it back with the claim, when the
+    /// trace-context table exists (default `false`: the CLI sets it when traces are on,
+    /// docs/observability.md#traces).
+    pub traces: bool,
 }
 
 impl std::fmt::Debug for MySqlOptions {
@@ -58,6 +62,7 @@ impl std::fmt::Debug for MySqlOptions {
             .field("pool_max", &self.pool_max)
             .field("ddl_style", &self.ddl_style)
             .field("diagnostics", &self.diagnostics)
+            .field("traces", &self.traces)
             .finish()
     }
 }
@@ -77,6 +82,7 @@ impl MySqlOptions {
             pool_max: 10,
             ddl_style: DdlStyle::Onestep,
             diagnostics: true,
+            traces: false,
         }
     }
 }
@@ -110,6 +116,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) server: ServerInfo,
     pub(crate) features: SchemaFeatures,
+    /// Traceparents are written and read (`MySqlOptions::traces` and the table exists).
+    pub(crate) traces: bool,
     pub(crate) secrets: Vec<String>,
     pub(crate) retry: RetryPolicy,
     pub(crate) faults: Faults,
@@ -198,8 +206,18 @@ impl MySqlBackend {
                  are not changed)"
             );
         }
+        let traces = opts.traces && report.features.traces_table;
+        if opts.traces && !report.features.traces_table {
+            // docs/observability.md#traces
+            tracing::warn!(
+                table = %tables.traces(),
+                "the trace-context table is absent: submits' traceparents are not stored and \
+                 attempts start traces of their own; `onestep migrate` creates it"
+            );
+        }
         Ok(MySqlBackend {
             inner: Arc::new(Inner {
+                traces,
                 pool,
                 names: tables,
                 limits: opts.limits,
@@ -300,6 +318,20 @@ impl MySqlBackend {
             .features
             .diagnostics_table
             .then(|| self.inner.names.diagnostics())
+    }
+
+    /// The trace-context table, when traceparents are written and read.
+    pub(crate) fn tr(&self) -> Option<String> {
+        self.inner.traces.then(|| self.inner.names.traces())
+    }
+
+    /// The trace-context table when it exists (purge deletes its rows whether or not traces
+    /// are on).
+    pub(crate) fn tr_existing(&self) -> Option<String> {
+        self.inner
+            .features
+            .traces_table
+            .then(|| self.inner.names.traces())
     }
 
     /// A pooled connection for one of this crate's operations. It goes back to the pool without

@@ -3,6 +3,8 @@
 //! token via `CASE`), one multi-row INSERT of attempts — all in one transaction. The leases are
 //! built from the locked rows plus the UPDATE's known changes, so there is no read-back.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
@@ -40,6 +42,7 @@ fn claimed(p: Picked, now: DateTime<Utc>, lease_expires_at: DateTime<Utc>) -> Ex
         attempt_no: p.attempt_no,
         lease_token: p.token,
         lease_expires_at,
+        trace_parent: None,
     }
 }
 
@@ -115,10 +118,39 @@ impl MySqlBackend {
         }
         self.write_claims(&mut tx, &picked, &req.worker_id, now, lease_expires_at)
             .await?;
+        let mut trace_parents = self.trace_parents(&mut tx, &picked).await?;
         commit(self, tx).await?;
         Ok(picked
             .into_iter()
-            .map(|p| claimed(p, now, lease_expires_at))
+            .map(|p| {
+                let trace_parent = trace_parents.remove(&p.id);
+                ExecutionLease {
+                    trace_parent,
+                    ..claimed(p, now, lease_expires_at)
+                }
+            })
+            .collect())
+    }
+
+    /// The stored traceparents of the claimed executions (docs/observability.md#traces): one
+    /// primary-key lookup per claim batch, and none while traces are off.
+    async fn trace_parents(
+        &self,
+        tx: &mut Transaction<'_>,
+        picked: &[Picked],
+    ) -> OpResult<HashMap<Uuid, String>> {
+        let Some(table) = self.tr() else {
+            return Ok(HashMap::new());
+        };
+        let sql = format!(
+            "SELECT execution_id, traceparent FROM `{table}` WHERE execution_id IN ({})",
+            placeholders(picked.len())
+        );
+        let params: Vec<DbValue> = picked.iter().map(|p| bind_uuid(p.id)).collect();
+        let rows: Vec<(String, String)> = tx.exec(sql, Params::Positional(params)).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, tp)| Uuid::try_parse(&id).ok().map(|id| (id, tp)))
             .collect())
     }
 

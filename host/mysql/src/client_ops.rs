@@ -198,6 +198,17 @@ impl MySqlBackend {
             .select_by_id(&mut tx, sub.id, Some(&sub.namespace), false)
             .await?
             .ok_or_else(|| ExecutionError::Encoding("inserted execution not found".into()))?;
+        // Only a newly created execution gets the submit's trace context
+        // (docs/observability.md#traces); a replay keeps the first one.
+        if let (Some(table), Some(traceparent)) = (self.tr(), sub.trace_parent.as_deref()) {
+            tx.exec_drop(
+                format!(
+                    "INSERT INTO `{table}` (execution_id, traceparent, created_at) VALUES (?, ?, ?)"
+                ),
+                (bind_uuid(sub.id), traceparent, bind_time(now)),
+            )
+            .await?;
+        }
         commit(self, tx).await?;
         Ok(inserted)
     }

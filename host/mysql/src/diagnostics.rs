@@ -491,6 +491,13 @@ impl MySqlBackend {
                             .await?;
                             removed.diagnostics = tx.affected_rows();
                         }
+                        if let Some(tr) = self.tr_existing() {
+                            tx.exec_drop(
+                                format!("DELETE FROM `{tr}` WHERE execution_id IN ({list})"),
+                                Params::Positional(ids.clone()),
+                            )
+                            .await?;
+                        }
                         tx.exec_drop(
                             format!(
                                 "DELETE FROM `{}` WHERE execution_id IN ({list})",

@@ -50,6 +50,9 @@ pub struct SchemaFeatures {
     /// The attempt-diagnostics table exists (docs/schema.md#attempt-diagnostics); without it the
     /// worker persists no diagnostics.
     pub diagnostics_table: bool,
+    /// The trace-context table exists (docs/schema.md#trace-context); without it no submit's
+    /// traceparent is stored and attempts start traces of their own.
+    pub traces_table: bool,
 }
 
 /// What readiness did.
@@ -251,6 +254,22 @@ pub fn diagnostics_ddl(names: &TableNames) -> Vec<String> {
     ]
 }
 
+/// `CREATE TABLE` for the trace-context table (docs/schema.md#trace-context): the W3C
+/// `traceparent` of the submit that created an execution, one row per execution, written only
+/// while traces are on. No foreign key (it fits next to tables of either DDL); `onestep purge`
+/// deletes its rows with their execution.
+pub fn traces_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  execution_id CHAR(32) NOT NULL,\n\
+  traceparent VARCHAR(255) NOT NULL,\n\
+  created_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (execution_id)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        names.traces()
+    )]
+}
+
 async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
     let n: Option<i64> = conn
         .exec_first(
@@ -266,6 +285,7 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
     Ok(SchemaFeatures {
         claimable_column: crate::upgrade::is_upgraded(conn, names).await?,
         diagnostics_table: table_exists(conn, &names.diagnostics()).await?,
+        traces_table: table_exists(conn, &names.traces()).await?,
     })
 }
 
@@ -374,6 +394,13 @@ async fn create_missing(
             conn.query_drop(stmt).await?;
         }
         created.push(d);
+    }
+    let tr = names.traces();
+    if !table_exists(conn, &tr).await? {
+        for stmt in traces_ddl(names) {
+            conn.query_drop(stmt).await?;
+        }
+        created.push(tr);
     }
     Ok(())
 }

@@ -117,8 +117,8 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 3,
-            "each table (executions, attempts, diagnostics) created exactly once"
+            created, 4,
+            "each table (executions, attempts, diagnostics, traces) created exactly once"
         );
         assert!(
             backends

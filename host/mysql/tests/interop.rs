@@ -202,11 +202,14 @@ async fn upgraded_case(server: Server) {
     let report = MySqlBackend::upgrade(MySqlOptions::new(&ours_dsn))
         .await
         .expect("upgrade");
-    // The execution tables exist already; only the diagnostics table is new (the reference's
-    // two tables are altered additively, never replaced).
+    // The execution tables exist already; only the diagnostics and trace-context tables are new
+    // (the reference's two tables are altered additively, never replaced).
     assert_eq!(
         report.created,
-        ["onestep_execution_attempts_diagnostics"],
+        [
+            "onestep_execution_attempts_diagnostics",
+            "onestep_executions_traces"
+        ],
         "{report:?}"
     );
     let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();

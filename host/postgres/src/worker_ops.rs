@@ -105,6 +105,8 @@ impl PgBackend {
                 attempt_no,
                 lease_token: Uuid::new_v4(),
                 lease_expires_at,
+                // Not stored on PostgreSQL yet (docs/postgres.md).
+                trace_parent: None,
             });
         }
         let ids: Vec<Uuid> = leases.iter().map(|l| l.execution.id).collect();

@@ -71,6 +71,7 @@ pub(crate) async fn deliver(
     lease: ExecutionLease,
     hard_cancel: CancellationToken,
     _permit: OwnedSemaphorePermit,
+    claim: Option<onestep_telemetry::SpanContext>,
 ) {
     let span = tracing::info_span!(
         "delivery",
@@ -79,10 +80,63 @@ pub(crate) async fn deliver(
         attempt_id = %lease.attempt_id,
         attempt_no = lease.attempt_no,
     );
-    run_delivery(ctx, lease, hard_cancel).instrument(span).await;
+    let process = process_span(&ctx, &lease, claim);
+    run_delivery(ctx, lease, hard_cancel, process.clone())
+        .instrument(process)
+        .instrument(span)
+        .await;
 }
 
-async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: CancellationToken) {
+/// The attempt's `process <task>` span (docs/observability.md#traces): a child of the submit's
+/// stored trace context, linked to it and to the claim that leased it. Disabled (and nothing
+/// here is evaluated) while traces are off.
+fn process_span(
+    ctx: &TaskCtx,
+    lease: &ExecutionLease,
+    claim: Option<onestep_telemetry::SpanContext>,
+) -> tracing::Span {
+    let task = ctx.settings.task_name.as_str();
+    let span = tracing::info_span!(
+        target: onestep_telemetry::TARGET,
+        parent: None,
+        "process",
+        "otel.name" = %format!("process {task}"),
+        "otel.kind" = "consumer",
+        "messaging.system" = onestep_telemetry::MESSAGING_SYSTEM,
+        "messaging.operation.type" = "process",
+        "messaging.destination.name" = task,
+        "messaging.message.id" = %lease.execution.id,
+        "messaging.consumer.group.name" = %ctx.settings.worker_id,
+        "onestep.namespace" = %lease.execution.namespace,
+        "onestep.attempt.id" = %lease.attempt_id,
+        "onestep.attempt.number" = lease.attempt_no,
+        "onestep.status" = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    if let Some(parent) = lease
+        .trace_parent
+        .as_deref()
+        .and_then(onestep_telemetry::context_from_traceparent)
+    {
+        use onestep_telemetry::TraceContextExt as _;
+        let submit = parent.span().span_context().clone();
+        onestep_telemetry::set_parent(&span, parent);
+        onestep_telemetry::add_link(&span, submit);
+    }
+    if let Some(claim) = claim {
+        onestep_telemetry::add_link(&span, claim);
+    }
+    span
+}
+
+async fn run_delivery(
+    ctx: Arc<TaskCtx>,
+    lease: ExecutionLease,
+    hard_cancel: CancellationToken,
+    process: tracing::Span,
+) {
     let started = tokio::time::Instant::now();
     let task = ctx.settings.task_name.as_str();
     let queue_wait = (ctx.clock.now() - lease.execution.available_at)
@@ -109,7 +163,15 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
     tracing::debug!("handler started");
     let mut invocation = invocation_for(&ctx.settings, &lease);
     invocation.journal = Some(journal.clone());
-    let run = ctx.runner.run(invocation, handler_cancel.clone());
+    let invoke = tracing::info_span!(
+        target: onestep_telemetry::TARGET,
+        "invoke",
+        "onestep.outcome" = tracing::field::Empty,
+    );
+    let run = ctx
+        .runner
+        .run(invocation, handler_cancel.clone())
+        .instrument(invoke.clone());
     tokio::pin!(run);
     let mut shutdown_stop = false;
     let mut outcome = tokio::select! {
@@ -120,6 +182,11 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
             run.await
         }
     };
+
+    if !invoke.is_disabled() {
+        record_outcome(&invoke, &outcome);
+    }
+    drop(invoke);
 
     // Stop heartbeating and polling before the completion is written (docs/semantics.md#delivery
     // step 4).
@@ -135,6 +202,8 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
             lease_lost: true,
         };
         ctx.observer.attempt_finished(task, &end);
+        process.record("onestep.status", "lease_lost");
+        onestep_telemetry::set_error(&process, "lease lost");
         return;
     }
     // A cancel request seen by the heartbeat or by the cancel poll: the same completion.
@@ -173,7 +242,36 @@ async fn run_delivery(ctx: Arc<TaskCtx>, lease: ExecutionLease, hard_cancel: Can
         )
         .with_diagnostics(diagnostics)
     };
-    let written = write_completion(&ctx, lease_ref, completion).await;
+    let complete = tracing::info_span!(
+        target: onestep_telemetry::TARGET,
+        "complete",
+        "onestep.completion" = completion.status.as_str(),
+    );
+    let written = write_completion(&ctx, lease_ref, completion)
+        .instrument(complete)
+        .await;
+    if !process.is_disabled() {
+        match written.status {
+            Some(status) => {
+                process.record("onestep.status", status.as_str());
+                if let Some(e) = &written.error {
+                    onestep_telemetry::set_error(
+                        &process,
+                        format!("{}: {}", e.kind, e.exception_type),
+                    );
+                }
+            }
+            None => {
+                let what = if written.lease_lost {
+                    "lease_lost"
+                } else {
+                    "not_written"
+                };
+                process.record("onestep.status", what);
+                onestep_telemetry::set_error(&process, what);
+            }
+        }
+    }
     let failure = match written.status {
         Some(ExecutionStatus::Failed | ExecutionStatus::Retrying) => written
             .error
@@ -198,6 +296,23 @@ struct Written {
     error: Option<ErrorObject>,
     /// The store refused the write: the lease is no longer ours.
     lease_lost: bool,
+}
+
+/// The handler's outcome on the `invoke` span; a failure sets the span's error status.
+fn record_outcome(span: &tracing::Span, outcome: &RunOutcome) {
+    let name = match outcome {
+        RunOutcome::Succeeded(_) => "succeeded",
+        RunOutcome::Cancelled => "cancelled",
+        RunOutcome::ResultTooLarge { .. } => "result_too_large",
+        RunOutcome::Failed(f) => {
+            onestep_telemetry::set_error(
+                span,
+                format!("{}: {}", f.kind.as_str(), f.exception_type),
+            );
+            "failed"
+        }
+    };
+    span.record("onestep.outcome", name);
 }
 
 fn log_outcome(outcome: &RunOutcome) {

@@ -44,7 +44,20 @@ pub(crate) async fn fetch_loop(
             worker_id: s.worker_id.clone(),
         };
         let claim_started = tokio::time::Instant::now();
+        let wall_started = onestep_telemetry::enabled().then(std::time::SystemTime::now);
         let claimed = ctx.store.claim(&request).await;
+        // docs/observability.md#traces: a `claim` span for a claim that returned leases or failed.
+        let claim_span = wall_started.and_then(|started| {
+            let error = claimed.as_ref().err().map(ToString::to_string);
+            onestep_telemetry::record_claim(&onestep_telemetry::ClaimRecord {
+                started,
+                ended: std::time::SystemTime::now(),
+                task: &s.task_name,
+                namespace: &s.namespace,
+                leases: claimed.as_ref().map_or(0, Vec::len),
+                error: error.as_deref(),
+            })
+        });
         match &claimed {
             Ok(leases) => ctx
                 .observer
@@ -79,6 +92,7 @@ pub(crate) async fn fetch_loop(
                         lease,
                         hard_cancel.clone(),
                         permit,
+                        claim_span.clone(),
                     ));
                 }
             }

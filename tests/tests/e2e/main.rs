@@ -29,6 +29,11 @@
 //!   answer, a metadata override of the model, a 500 retried then failed, no key in the log.
 //! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
+//! * [`health_db`]: `/healthz` 200, then 503 while a private MariaDB instance is stopped, then
+//!   200 again once it is back on the same data directory and port.
+//! * [`traces`]: OpenTelemetry traces to an OTLP/HTTP receiver on loopback: the submit span
+//!   (child of the request's traceparent) and every attempt's `process <task>` span in one
+//!   trace, linked, with `invoke` and `complete` children; replays and answers stay clean.
 //! * [`params`]: `handler.params` in the context of 0.2.0 guests (Rust, Python, JavaScript)
 //!   through `task run` and a worker; the JavaScript guests' errors, progress and cancel.
 //! * [`task_run`]: `onestep task run` (one attempt, no database: outcomes, exit codes, bad input)
@@ -61,6 +66,7 @@ mod bench;
 mod check;
 mod check_vs_run;
 mod diagnostics;
+mod health_db;
 mod http_fetch;
 mod isolation_cancel;
 mod isolation_fd;
@@ -78,6 +84,7 @@ mod runtime;
 mod scaffold;
 mod smoke;
 mod task_run;
+mod traces;
 mod ui_browser;
 mod upgrade;
 mod watch;

@@ -73,7 +73,27 @@ pub async fn run(args: RunArgs) -> u8 {
         Some(LogFormatArg::Text) => false,
         None => cfg.logging.format == Some(LogFormat::Json),
     };
-    logging::init(&level, json);
+    let tracing = match logging::init_with_traces(&level, json, &cfg) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("onestep: {e}");
+            return 2;
+        }
+    };
+    let code = run_loaded(&args, cfg, reload_interval).await;
+    // Export the spans still buffered (the last attempts' and the drain's).
+    if let Some(t) = tracing {
+        t.shutdown().await;
+    }
+    code
+}
+
+/// Runs the loaded worker (see [`run`]).
+async fn run_loaded(
+    args: &RunArgs,
+    cfg: onestep_config::AppConfig,
+    reload_interval: std::time::Duration,
+) -> u8 {
     raise_open_files_limit();
     for w in &cfg.warnings {
         tracing::warn!("{w}");

@@ -53,11 +53,30 @@ pub async fn run(args: ServeArgs) -> u8 {
         .clone()
         .or_else(|| config.logging.level.map(|l| l.as_str().to_owned()))
         .unwrap_or_else(|| "INFO".into());
-    logging::init(&level, config.logging.format == Some(LogFormat::Json));
+    let tracing = match logging::init_with_traces(
+        &level,
+        config.logging.format == Some(LogFormat::Json),
+        &config,
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("onestep serve: {e}");
+            return 2;
+        }
+    };
+    let code = serve(&config, args.listen).await;
+    if let Some(t) = tracing {
+        t.shutdown().await;
+    }
+    code
+}
+
+/// Serves the loaded `config` until a signal (see [`run`]).
+async fn serve(config: &AppConfig, listen: Option<SocketAddr>) -> u8 {
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
-    let (backend, state, listen) = match prepare(&config, args.listen).await {
+    let (backend, state, listen) = match prepare(config, listen).await {
         Ok(v) => v,
         Err((code, msg)) => {
             tracing::error!("{msg}");
@@ -152,6 +171,7 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
         .map_err(|e| usage(format!("api: {e}")))?;
     opts.auto_create = api.auto_create;
     opts.limits = api.limits;
+    opts.traces = onestep_telemetry::enabled();
     if let Some(max) = connector.engine_options.max_connections {
         opts.pool_max = max as usize;
     }

@@ -45,6 +45,7 @@ pub fn store_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result<
     opts.auto_create = source.auto_create;
     opts.limits = source.limits;
     opts.reclaim_batch_size = source.reclaim_batch_size;
+    opts.traces = onestep_telemetry::enabled();
     let wanted: u32 = cfg
         .tasks
         .iter()

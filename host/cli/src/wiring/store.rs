@@ -31,6 +31,8 @@ pub struct StoreOptions {
     pub pool_min: usize,
     /// Pool bound.
     pub pool_max: usize,
+    /// Store and read submits' traceparents (MySQL only; docs/observability.md#traces).
+    pub traces: bool,
 }
 
 /// The database kind a DSN names by its scheme (`postgres://`, `postgresql[+driver]://` →
@@ -58,6 +60,7 @@ impl StoreOptions {
             reclaim_batch_size: 100,
             pool_min: 0,
             pool_max: 10,
+            traces: false,
         }
     }
 
@@ -70,6 +73,7 @@ impl StoreOptions {
         o.reclaim_batch_size = self.reclaim_batch_size;
         o.pool_min = self.pool_min;
         o.pool_max = self.pool_max;
+        o.traces = self.traces;
         o
     }
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::env::EnvLookup;
 use crate::error::ConfigError;
 use crate::fields::{BadSeconds, check_allowed, join, json_map, number, positive_seconds};
-use crate::model::{AppConfig, LogFormat, LogLevel, LoggingConfig};
+use crate::model::{AppConfig, LogFormat, LogLevel, LoggingConfig, OtlpProtocol, TracingConfig};
 use crate::node::{Node, Value};
 use resources::ResourceKind;
 
@@ -134,6 +134,10 @@ pub fn build(
         None => LoggingConfig::default(),
         Some(l) => parse_logging(l)?,
     };
+    let tracing = match app.and_then(|a| a.get_set("tracing")) {
+        None => None,
+        Some(t) => Some(parse_tracing(t)?),
+    };
     for key in ["reporter", "hooks"] {
         if let Some(n) = root.get_set(key)
             && !matches!(&n.value, Value::Map(m) if m.is_empty())
@@ -175,6 +179,7 @@ pub fn build(
         config,
         logging,
         metrics_addr,
+        tracing,
         sandbox_defaults,
         connectors,
         sources,
@@ -222,5 +227,85 @@ pub fn parse_logging(node: &Node) -> Result<LoggingConfig, ConfigError> {
     Ok(LoggingConfig {
         level: Some(level),
         format,
+    })
+}
+
+/// Parses `app.tracing` (unknown keys are errors in both modes): `endpoint` an `http://` or
+/// `https://` URL with a host, `protocol` `http/protobuf` or `grpc`, `service_name` a non-empty
+/// string, `sample_ratio` a number in 0..=1.
+pub fn parse_tracing(node: &Node) -> Result<TracingConfig, ConfigError> {
+    if !node.is_map() {
+        return Err(ConfigError::bare(node, "app.tracing must be a mapping"));
+    }
+    check_allowed(
+        node,
+        "app.tracing",
+        &["endpoint", "protocol", "service_name", "sample_ratio"],
+    )?;
+    let endpoint = match node.get_set("endpoint") {
+        None => None,
+        Some(n) => {
+            let text = n.as_str().map(str::trim).unwrap_or_default();
+            let host = text
+                .strip_prefix("http://")
+                .or_else(|| text.strip_prefix("https://"))
+                .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+            match host {
+                Some(h) if !h.is_empty() && !h.contains(char::is_whitespace) => {
+                    Some(text.trim_end_matches('/').to_owned())
+                }
+                _ => {
+                    return Err(ConfigError::bare(
+                        n,
+                        format!(
+                            "app.tracing.endpoint must be an http:// or https:// URL with a host, got '{}'",
+                            crate::fields::scalar_text(n)
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    let protocol = match node.get_set("protocol") {
+        None => OtlpProtocol::default(),
+        Some(n) => n.as_str().and_then(OtlpProtocol::parse).ok_or_else(|| {
+            ConfigError::bare(
+                n,
+                format!(
+                    "unsupported tracing protocol '{}'; expected 'http/protobuf' or 'grpc'",
+                    crate::fields::scalar_text(n)
+                ),
+            )
+        })?,
+    };
+    let service_name = match node.get_set("service_name") {
+        None => None,
+        Some(n) => match n.as_str().map(str::trim) {
+            Some(s) if !s.is_empty() => Some(s.to_owned()),
+            _ => {
+                return Err(ConfigError::bare(
+                    n,
+                    "app.tracing.service_name must be a non-empty string",
+                ));
+            }
+        },
+    };
+    let sample_ratio = match node.get_set("sample_ratio") {
+        None => None,
+        Some(n) => match number(n) {
+            Some(r) if (0.0..=1.0).contains(&r) => Some(r),
+            _ => {
+                return Err(ConfigError::bare(
+                    n,
+                    "app.tracing.sample_ratio must be a number from 0 to 1",
+                ));
+            }
+        },
+    };
+    Ok(TracingConfig {
+        endpoint,
+        protocol,
+        service_name,
+        sample_ratio,
     })
 }

@@ -571,3 +571,63 @@ fn legacy_form_and_logging() {
         "unsupported fields for app.logging: colour (line 1, column 47)"
     );
 }
+
+#[test]
+fn app_tracing() {
+    use onestep_config::{OtlpProtocol, TracingConfig};
+    let cfg = load_text("app: {name: x}\n", false).expect("no tracing");
+    assert_eq!(cfg.tracing, None);
+    let cfg = load_text("app: {name: x, tracing: {}}\n", true).expect("defaults");
+    assert_eq!(cfg.tracing, Some(TracingConfig::default()));
+    let cfg = load_text(
+        "app:\n  name: x\n  tracing:\n    endpoint: http://collector:4317/\n    protocol: GRPC\n    service_name: shop\n    sample_ratio: 0.5\n",
+        true,
+    )
+    .expect("every key");
+    assert_eq!(
+        cfg.tracing,
+        Some(TracingConfig {
+            endpoint: Some("http://collector:4317".into()),
+            protocol: OtlpProtocol::Grpc,
+            service_name: Some("shop".into()),
+            sample_ratio: Some(0.5),
+        })
+    );
+    check(
+        &[
+            (
+                "app:\n  name: x\n  tracing: on\n".into(),
+                "app.tracing must be a mapping (line 3, column 12)",
+            ),
+            (
+                "app:\n  name: x\n  tracing: {endpoint: http://c:4318, headers: {}}\n".into(),
+                "unsupported fields for app.tracing: headers (line 3, column 47)",
+            ),
+            (
+                "app:\n  name: x\n  tracing: {endpoint: 'collector:4318'}\n".into(),
+                "app.tracing.endpoint must be an http:// or https:// URL with a host, got 'collector:4318' (line 3, column 23)",
+            ),
+            (
+                "app:\n  name: x\n  tracing: {endpoint: 'http://'}\n".into(),
+                "app.tracing.endpoint must be an http:// or https:// URL with a host, got 'http://' (line 3, column 23)",
+            ),
+            (
+                "app:\n  name: x\n  tracing: {protocol: http/json}\n".into(),
+                "unsupported tracing protocol 'http/json'; expected 'http/protobuf' or 'grpc' (line 3, column 23)",
+            ),
+            (
+                "app:\n  name: x\n  tracing: {service_name: ' '}\n".into(),
+                "app.tracing.service_name must be a non-empty string (line 3, column 27)",
+            ),
+            (
+                "app:\n  name: x\n  tracing: {sample_ratio: 1.5}\n".into(),
+                "app.tracing.sample_ratio must be a number from 0 to 1 (line 3, column 27)",
+            ),
+            (
+                "app:\n  name: x\n  tracing: {sample_ratio: half}\n".into(),
+                "app.tracing.sample_ratio must be a number from 0 to 1 (line 3, column 27)",
+            ),
+        ],
+        true,
+    );
+}

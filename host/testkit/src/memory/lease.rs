@@ -160,6 +160,7 @@ fn claim_in(
             attempt_no,
             lease_token: token,
             lease_expires_at,
+            trace_parent: None,
         });
     }
     leases
