@@ -36,7 +36,7 @@ pub fn ix_expiry(names: &TableNames) -> String {
 }
 
 /// Index over (namespace, task name, status): the dashboard's counts by task × status and the
-/// API's sampled `onestep_executions` gauge read it alone (docs/schema.md#indexes).
+/// API's sampled `onestep_executions` gauge read it alone (docs/schema.md#what-we-create).
 pub fn ix_status(names: &TableNames) -> String {
     names.derived("ix_", "status")
 }
