@@ -214,6 +214,20 @@ pub struct StatusCount {
     pub count: u64,
 }
 
+impl StatusCount {
+    /// A grouped row as a backend reads it: `status` must be a stored status name.
+    pub fn from_row(task_name: String, status: &str, count: i64) -> Result<Self, ExecutionError> {
+        let status = status
+            .parse::<ExecutionStatus>()
+            .map_err(|_| ExecutionError::Encoding(format!("unknown stored status {status:?}")))?;
+        Ok(StatusCount {
+            task_name,
+            status,
+            count: u64::try_from(count).unwrap_or(0),
+        })
+    }
+}
+
 /// The executions created in a recent window, as the dashboard's overview summarises them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecentActivity {
@@ -229,6 +243,34 @@ pub struct RecentActivity {
     pub finished: u64,
     /// Microseconds from `available_at` to `started_at` of each started one, ascending.
     pub queue_waits_us: Vec<i64>,
+}
+
+impl RecentActivity {
+    /// Sums the newest-first rows `(status, queue wait in µs)` a backend read with `LIMIT
+    /// max_rows + 1`: the extra row only says that the window held more. Unknown statuses count
+    /// as sampled, neither succeeded nor failed; negative waits are left out.
+    pub fn from_rows(rows: impl IntoIterator<Item = (String, Option<i64>)>, max_rows: u32) -> Self {
+        let mut out = RecentActivity::default();
+        for (i, (status, wait)) in rows.into_iter().enumerate() {
+            if i >= max_rows as usize {
+                out.truncated = true;
+                break;
+            }
+            out.sampled += 1;
+            let status = status.parse::<ExecutionStatus>().ok();
+            match status {
+                Some(ExecutionStatus::Succeeded) => out.succeeded += 1,
+                Some(ExecutionStatus::Failed) => out.failed += 1,
+                _ => {}
+            }
+            if status.is_some_and(ExecutionStatus::is_terminal) {
+                out.finished += 1;
+            }
+            out.queue_waits_us.extend(wait.filter(|w| *w >= 0));
+        }
+        out.queue_waits_us.sort_unstable();
+        out
+    }
 }
 
 /// Read-only aggregates for the operator dashboard (docs/ui.md#overview-queries). Each is one

@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value as DbValue};
+use onestep_core::ExecutionError;
 use onestep_core::ports::{ExecutionInsights, RecentActivity, StatusCount};
-use onestep_core::{ExecutionError, ExecutionStatus};
 
 use crate::backend::MySqlBackend;
 use crate::errors::OpError;
@@ -36,7 +36,7 @@ impl ExecutionInsights for MySqlBackend {
         .await
         .map_err(|e| self.error(e, "stats"))?;
         rows.into_iter()
-            .map(|(task_name, status, count)| status_count(task_name, &status, count))
+            .map(|(task_name, status, count)| StatusCount::from_row(task_name, &status, count))
             .collect()
     }
 
@@ -69,7 +69,7 @@ impl ExecutionInsights for MySqlBackend {
         .map_err(|e| self.error(e, "stats"))?;
         rows.into_iter()
             .map(|(namespace, task_name, status, count)| {
-                Ok((namespace, status_count(task_name, &status, count)?))
+                Ok((namespace, StatusCount::from_row(task_name, &status, count)?))
             })
             .collect()
     }
@@ -96,39 +96,6 @@ impl ExecutionInsights for MySqlBackend {
         }
         .await
         .map_err(|e| self.error(e, "stats"))?;
-        let mut out = RecentActivity {
-            truncated: rows.len() > max_rows as usize,
-            ..RecentActivity::default()
-        };
-        for (status, wait) in rows.into_iter().take(max_rows as usize) {
-            out.sampled += 1;
-            let status = status.parse::<ExecutionStatus>().ok();
-            match status {
-                Some(ExecutionStatus::Succeeded) => out.succeeded += 1,
-                Some(ExecutionStatus::Failed) => out.failed += 1,
-                _ => {}
-            }
-            if status.is_some_and(ExecutionStatus::is_terminal) {
-                out.finished += 1;
-            }
-            out.queue_waits_us.extend(wait.filter(|w| *w >= 0));
-        }
-        out.queue_waits_us.sort_unstable();
-        Ok(out)
+        Ok(RecentActivity::from_rows(rows, max_rows))
     }
-}
-
-fn status_count(
-    task_name: String,
-    status: &str,
-    count: i64,
-) -> Result<StatusCount, ExecutionError> {
-    let status = status
-        .parse::<ExecutionStatus>()
-        .map_err(|_| ExecutionError::Encoding(format!("unknown stored status {status:?}")))?;
-    Ok(StatusCount {
-        task_name,
-        status,
-        count: u64::try_from(count).unwrap_or(0),
-    })
 }

@@ -5,26 +5,11 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use onestep_core::ExecutionError;
 use onestep_core::ports::{ExecutionInsights, RecentActivity, StatusCount};
-use onestep_core::{ExecutionError, ExecutionStatus};
 
 use crate::backend::PgBackend;
 use crate::schema::q;
-
-fn status_count(
-    task_name: String,
-    status: &str,
-    count: i64,
-) -> Result<StatusCount, ExecutionError> {
-    let status = status
-        .parse::<ExecutionStatus>()
-        .map_err(|_| ExecutionError::Encoding(format!("unknown stored status {status:?}")))?;
-    Ok(StatusCount {
-        task_name,
-        status,
-        count: u64::try_from(count).unwrap_or(0),
-    })
-}
 
 #[async_trait]
 impl ExecutionInsights for PgBackend {
@@ -48,7 +33,7 @@ impl ExecutionInsights for PgBackend {
                 let task: String = r.try_get(0).map_err(enc)?;
                 let status: String = r.try_get(1).map_err(enc)?;
                 let count: i64 = r.try_get(2).map_err(enc)?;
-                status_count(task, &status, count)
+                StatusCount::from_row(task, &status, count)
             })
             .collect()
     }
@@ -78,7 +63,7 @@ impl ExecutionInsights for PgBackend {
                 let task: String = r.try_get(1).map_err(enc)?;
                 let status: String = r.try_get(2).map_err(enc)?;
                 let count: i64 = r.try_get(3).map_err(enc)?;
-                Ok((ns, status_count(task, &status, count)?))
+                Ok((ns, StatusCount::from_row(task, &status, count)?))
             })
             .collect()
     }
@@ -102,27 +87,13 @@ impl ExecutionInsights for PgBackend {
                 Ok(conn.query(&sql, &[&namespace, &since, &limit]).await?)
             })
             .await?;
-        let mut out = RecentActivity {
-            truncated: rows.len() > max_rows as usize,
-            ..RecentActivity::default()
-        };
-        for r in rows.iter().take(max_rows as usize) {
+        let mut sample = Vec::with_capacity(rows.len());
+        for r in &rows {
             let status: String = r.try_get(0).map_err(enc)?;
             let wait: Option<i64> = r.try_get(1).map_err(enc)?;
-            out.sampled += 1;
-            let status = status.parse::<ExecutionStatus>().ok();
-            match status {
-                Some(ExecutionStatus::Succeeded) => out.succeeded += 1,
-                Some(ExecutionStatus::Failed) => out.failed += 1,
-                _ => {}
-            }
-            if status.is_some_and(ExecutionStatus::is_terminal) {
-                out.finished += 1;
-            }
-            out.queue_waits_us.extend(wait.filter(|w| *w >= 0));
+            sample.push((status, wait));
         }
-        out.queue_waits_us.sort_unstable();
-        Ok(out)
+        Ok(RecentActivity::from_rows(sample, max_rows))
     }
 }
 

@@ -459,8 +459,9 @@ async fn timeout_and_lease_loss_case(env: Arc<Env>, port: u16, probes: Probes) -
     let row = env
         .db
         .query_strings(&format!(
-            "SELECT CONCAT(status, '|', lease_token, '|', COALESCE(result, 'NULL')) \
-             FROM onestep_executions WHERE id = '{id}'"
+            // REPLACE: MariaDB's native uuid column reads back hyphenated.
+            "SELECT CONCAT(status, '|', REPLACE(lease_token, '-', ''), '|', \
+             COALESCE(result, 'NULL')) FROM onestep_executions WHERE id = '{id}'"
         ))
         .await?;
     ensure!(
