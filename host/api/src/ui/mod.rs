@@ -114,11 +114,12 @@ async fn overview_fragment(
     let snapshot = match state.cached_overview(&namespace, OVERVIEW_CACHE) {
         Some(s) => s,
         None => {
-            let counts = insights.counts_by_task_status(&namespace).await?;
+            // The two statements are independent: run them side by side on two connections.
             let since = Utc::now() - chrono::Duration::hours(1);
-            let recent = insights
-                .recent_activity(&namespace, since, RECENT_ROWS)
-                .await?;
+            let (counts, recent) = tokio::try_join!(
+                insights.counts_by_task_status(&namespace),
+                insights.recent_activity(&namespace, since, RECENT_ROWS),
+            )?;
             let snapshot = OverviewSnapshot {
                 taken: Instant::now(),
                 as_of: Utc::now(),
