@@ -103,8 +103,7 @@ pub fn servers_of(which: Servers) -> Result<Vec<(&'static str, String)>> {
         )?;
         out.push(("mysql", mysql));
     }
-    if which == Servers::All && std::env::var("ONESTEP_TEST_SKIP_POSTGRES").as_deref() != Ok("1")
-    {
+    if which == Servers::All && std::env::var("ONESTEP_TEST_SKIP_POSTGRES").as_deref() != Ok("1") {
         let pg = std::env::var("ONESTEP_TEST_POSTGRES_URL").context(
             "ONESTEP_TEST_POSTGRES_URL is not set: run the tests through scripts/test.sh, or set ONESTEP_TEST_SKIP_POSTGRES=1",
         )?;
@@ -323,7 +322,8 @@ impl TestDb {
         let id = id.simple();
         // Both servers parse the unhyphenated text into their uuid column (PostgreSQL casts the
         // untyped literal; MariaDB's native uuid and MySQL's CHAR(32) take it as is).
-        let sql = format!("UPDATE onestep_executions SET lease_token = '{thief}' WHERE id = '{id}'");
+        let sql =
+            format!("UPDATE onestep_executions SET lease_token = '{thief}' WHERE id = '{id}'");
         self.query_strings(&sql).await?;
         Ok(())
     }

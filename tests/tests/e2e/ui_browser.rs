@@ -21,7 +21,9 @@ use chrono::Utc;
 use fantoccini::{Client, ClientBuilder, Locator};
 use onestep_core::ExecutionStatus as S;
 use onestep_core::request::SubmitRequest;
-use onestep_e2e::{Env, Schedule, Servers, e2e_config, on_servers, onestep_bin, repo_root, wait_for};
+use onestep_e2e::{
+    Env, Schedule, Servers, e2e_config, on_servers, onestep_bin, repo_root, wait_for,
+};
 use onestep_mysql::history::{HistoryIds, HistorySeed};
 use onestep_mysql::{MySqlBackend, MySqlOptions};
 use serde_json::json;
