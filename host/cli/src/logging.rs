@@ -16,8 +16,11 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// Targets of dependencies whose DEBUG output is their own internals (wasmtime compiles with
 /// cranelift at start and logs tens of thousands of lines), kept at WARN whatever `level` says;
-/// `RUST_LOG` can still ask for them (docs/cli.md#logging).
-const QUIET_TARGETS: [&str; 7] = [
+/// `RUST_LOG` can still ask for them (docs/cli.md#logging). `tokio_postgres` logs every
+/// statement with its parameters at DEBUG (payloads, results, error texts, values the sandbox
+/// injects), so it is quiet for the same reason the guests' text is escaped
+/// (docs/security.md#logs).
+const QUIET_TARGETS: [&str; 8] = [
     "wasmtime",
     "cranelift",
     "regalloc2",
@@ -25,6 +28,7 @@ const QUIET_TARGETS: [&str; 7] = [
     "hyper",
     "h2",
     "rustls",
+    "tokio_postgres",
 ];
 
 /// The filter for `level` (a tracing level name; the Python names `WARNING`/`CRITICAL` are
@@ -111,7 +115,7 @@ mod tests {
     use super::*;
     use tracing::Level;
 
-    fn enabled_under(level: &str) -> [bool; 5] {
+    fn enabled_under(level: &str) -> [bool; 6] {
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(filter(level))
             .finish();
@@ -122,15 +126,29 @@ mod tests {
                 tracing::enabled!(target: "wasmtime_internal_cranelift::compiler", Level::DEBUG),
                 tracing::enabled!(target: "cranelift_codegen::context", Level::INFO),
                 tracing::enabled!(target: "wasmtime::runtime", Level::WARN),
+                tracing::enabled!(target: "tokio_postgres::query", Level::DEBUG),
             ]
         })
     }
 
     #[test]
     fn debug_shows_onestep_and_guests_but_not_the_compilers_internals() {
-        assert_eq!(enabled_under("DEBUG"), [true, true, false, false, true]);
-        assert_eq!(enabled_under("INFO"), [false, false, false, false, true]);
-        assert_eq!(enabled_under("ERROR"), [false, false, false, false, false]);
-        assert_eq!(enabled_under("WARNING"), [false, false, false, false, true]);
+        // The last: PostgreSQL statements with their parameters never reach a DEBUG log.
+        assert_eq!(
+            enabled_under("DEBUG"),
+            [true, true, false, false, true, false]
+        );
+        assert_eq!(
+            enabled_under("INFO"),
+            [false, false, false, false, true, false]
+        );
+        assert_eq!(
+            enabled_under("ERROR"),
+            [false, false, false, false, false, false]
+        );
+        assert_eq!(
+            enabled_under("WARNING"),
+            [false, false, false, false, true, false]
+        );
     }
 }

@@ -89,10 +89,10 @@ app:
   logging: {{level: DEBUG, format: text}}
 resources:
   db:
-    type: mysql
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}"
     dsn: "${{ONESTEP_DSN}}"
   agent_jobs:
-    type: mysql_execution_source
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
     connector: db
     namespace: e2e
     task_names: [agent]

@@ -24,14 +24,14 @@ struct Server {
 }
 
 impl Server {
-    fn spawn(dsn: &str, log: &Path) -> Result<Server> {
+    fn spawn(envs: &[(&str, &str)], log: &Path) -> Result<Server> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let listen = format!("127.0.0.1:{port}");
         let out = std::fs::File::create(log)?;
         let child = Command::new(onestep_bin()?)
             .arg("serve")
             .arg(e2e_config("api.yaml"))
-            .env("ONESTEP_DSN", dsn)
+            .envs(envs.iter().copied())
             .env("ONESTEP_API_LISTEN", &listen)
             .stdout(Stdio::from(out.try_clone()?))
             .stderr(Stdio::from(out))
@@ -116,7 +116,7 @@ async fn curl_flow_against_serve_and_run() -> Result<()> {
         |env| async move {
             let _worker = env.spawn_worker("api-worker")?;
             let logs = tempfile::tempdir()?;
-            let mut server = Server::spawn(&env.db.dsn, &logs.path().join("serve.log"))?;
+            let mut server = Server::spawn(&env.onestep_env(), &logs.path().join("serve.log"))?;
             let base = server.base.clone();
             let serve_log = logs.path().join("serve.log");
             wait_for("the API to answer /healthz", LIMIT, || async {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use onestep_core::ExecutionStatus as S;
-use onestep_e2e::{Env, NAMESPACE, Schedule, e2e_config, guest, on_each_server, run_cli};
+use onestep_e2e::{Env, NAMESPACE, Schedule, Servers, e2e_config, guest, on_servers, run_cli};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -193,7 +193,9 @@ async fn retried_attempts_and_purge(env: std::sync::Arc<Env>) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn attempts_logs_progress_and_purge() -> Result<()> {
-    on_each_server(
+    // MySQL family only: PostgreSQL lacks attempt diagnostics and `onestep purge` today.
+    on_servers(
+        Servers::MysqlFamily,
         "attempts_logs_progress_and_purge",
         &e2e_config("worker.yaml"),
         Schedule::Concurrent,

@@ -74,10 +74,10 @@ app:
   logging: {{level: DEBUG, format: text}}
 resources:
   db:
-    type: mysql
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}"
     dsn: "${{ONESTEP_DSN}}"
   fetch_jobs:
-    type: mysql_execution_source
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
     connector: db
     namespace: e2e
     task_names: [fetch]
@@ -331,10 +331,10 @@ app:
   logging: {{level: INFO, format: text}}
 resources:
   db:
-    type: mysql
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}"
     dsn: "${{ONESTEP_DSN}}"
   jobs: &jobs
-    type: mysql_execution_source
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
     connector: db
     namespace: e2e
     task_names: [fetch]
@@ -429,14 +429,9 @@ async fn timeout_and_lease_loss_case(env: Arc<Env>, port: u16, probes: Probes) -
     );
 
     wait_arrived(&probes, &l_tag).await?;
-    let id = lost.id.simple().to_string();
     let thief = uuid::Uuid::new_v4().simple().to_string();
     let stolen_at = Instant::now();
-    env.db
-        .query_strings(&format!(
-            "UPDATE onestep_executions SET lease_token = '{thief}' WHERE id = '{id}'"
-        ))
-        .await?;
+    env.db.steal_lease(lost.id, &thief).await?;
     let before = env.db.attempts(lost.id).await?;
     // The next heartbeat (every 2 s) finds the lease gone: the guest is stopped and its
     // request dropped.
@@ -456,14 +451,7 @@ async fn timeout_and_lease_loss_case(env: Arc<Env>, port: u16, probes: Probes) -
     // Nothing is written by the old lease: the row keeps the thief's token, no result, and the
     // attempt is neither finished nor heartbeated again.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let row = env
-        .db
-        .query_strings(&format!(
-            // REPLACE: MariaDB's native uuid column reads back hyphenated.
-            "SELECT CONCAT(status, '|', REPLACE(lease_token, '-', ''), '|', \
-             COALESCE(result, 'NULL')) FROM onestep_executions WHERE id = '{id}'"
-        ))
-        .await?;
+    let row = env.db.lease_row(lost.id).await?;
     ensure!(
         row == [Some(format!("running|{thief}|NULL"))],
         "the old lease wrote to the row: {row:?}"

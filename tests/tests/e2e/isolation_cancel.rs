@@ -45,16 +45,16 @@ app:
   logging: {{level: INFO, format: text}}
 resources:
   db:
-    type: mysql
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}"
     dsn: "${{ONESTEP_DSN}}"
   spin_jobs:
-    type: mysql_execution_source
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
     connector: db
     namespace: e2e
     task_names: [spin]
     worker_id: "${{ONESTEP_WORKER_ID:-w1}}"
   echo_jobs:
-    type: mysql_execution_source
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
     connector: db
     namespace: e2e
     task_names: [echo]

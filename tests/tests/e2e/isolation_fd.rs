@@ -41,7 +41,7 @@ impl LimitedWorker {
             .arg(onestep_bin()?)
             .arg("run")
             .arg(config)
-            .env("ONESTEP_DSN", &env.db.dsn)
+            .envs(env.onestep_env())
             .env("ONESTEP_WORKER_ID", "fd-worker")
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))

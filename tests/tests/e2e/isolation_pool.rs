@@ -43,10 +43,10 @@ app:
   logging: {{level: INFO, format: text}}
 resources:
   db:
-    type: mysql
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}"
     dsn: "${{ONESTEP_DSN}}"
   hog_jobs: &jobs
-    type: mysql_execution_source
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
     connector: db
     namespace: e2e
     task_names: [hog]

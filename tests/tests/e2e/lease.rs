@@ -11,7 +11,8 @@ use anyhow::{Result, ensure};
 use onestep_core::ExecutionStatus as S;
 use onestep_core::request::SubmitRequest;
 use onestep_e2e::{
-    Schedule, WorkerProcess, e2e_config, on_each_server, run_cli, secs_between, servers, statuses,
+    BACKEND_VAR, Backend, Schedule, WorkerProcess, e2e_config, on_each_server, run_cli,
+    secs_between, servers, statuses,
 };
 use serde_json::json;
 
@@ -198,7 +199,11 @@ async fn worker_that_cannot_start_exits_1_and_bad_file_exits_2() -> Result<()> {
         // A database that does not exist: opening the source fails (docs/cli.md#onestep-run: exit 1).
         let dsn = format!("{}/onestep_e2e_absent_database", url.trim_end_matches('/'));
         let log_dir = tempfile::tempdir()?;
-        let mut worker = WorkerProcess::spawn(&config, &[("ONESTEP_DSN", &dsn)], log_dir.path())?;
+        let envs = [
+            ("ONESTEP_DSN", dsn.as_str()),
+            (BACKEND_VAR, Backend::of(server).kind()),
+        ];
+        let mut worker = WorkerProcess::spawn(&config, &envs, log_dir.path())?;
         let code = worker.wait_exit(Duration::from_secs(30))?;
         let log = worker.log();
         ensure!(code == Some(1), "[{server}] exit {code:?}: {log}");

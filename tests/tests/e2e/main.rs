@@ -54,8 +54,10 @@
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
-//! Every worker case runs against MariaDB and MySQL (`onestep_e2e::on_each_server`), each in a
-//! database of its own, with `config/e2e/worker.yaml` (2 s leases, 0.5 s heartbeats).
+//! Every worker case runs against MariaDB, MySQL and PostgreSQL (`onestep_e2e::on_each_server`),
+//! each in a database of its own, with `config/e2e/worker.yaml` (2 s leases, 0.5 s heartbeats);
+//! the few that need a feature PostgreSQL lacks run on the MySQL family only
+//! (docs/test-databases.md#postgresql-in-the-e2e-suite).
 // Test code: a helper that cannot set up its fixture panics, like an assertion (clippy.toml
 // allows this inside #[test] functions; these helpers live outside them).
 #![allow(clippy::expect_used, clippy::panic)]

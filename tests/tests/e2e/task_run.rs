@@ -159,8 +159,7 @@ async fn replay_runs_a_recorded_execution_locally_and_writes_nothing() -> Result
     on_each_server("replay", &config, Schedule::Concurrent, |env| async move {
         let config = e2e_config("worker.yaml");
         let config = config.to_string_lossy().into_owned();
-        let dsn = env.db.dsn.clone();
-        let envs = [("ONESTEP_DSN", dsn.as_str())];
+        let envs = env.onestep_env();
         let e = env.submit("misbehave", json!({"mode": "fatal"})).await?;
         let id = e.id.to_string();
         let (code, stdout, stderr) = onestep(

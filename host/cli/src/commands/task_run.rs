@@ -5,21 +5,20 @@
 //! stdout. `task run --watch` runs again whenever the component file changes ([`super::watch`]).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use onestep_config::{AppConfig, TaskConfig};
 use onestep_core::request::{RESERVED_METADATA_KEY, parse_execution_id};
 use onestep_core::{Execution, ExecutionClient};
-use onestep_mysql::MySqlBackend;
 use onestep_wasm::{CancelHandle, InvocationContext, Outcome, Report, SandboxSettings, TrapKind};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::common::{EnvArgs, load, read_json_arg};
 use crate::logging;
+use crate::wiring::store::Store;
 use crate::wiring::wasm_runner::load_task_handler;
-use crate::wiring::{build_runtime, sandbox_settings, source_options};
+use crate::wiring::{build_runtime, sandbox_settings, store_options};
 
 /// Exit codes of `task run` and `replay` (docs/cli.md#onestep-task-run).
 pub mod exit {
@@ -332,7 +331,8 @@ pub async fn task_run(args: TaskRunArgs) -> u8 {
     }
 }
 
-/// Reads execution `id` through `task`'s source.
+/// Reads execution `id` through `task`'s source, on its connector's backend (MySQL or
+/// PostgreSQL, docs/postgres.md).
 async fn fetch_execution(
     cfg: &AppConfig,
     task: &TaskConfig,
@@ -342,16 +342,17 @@ async fn fetch_execution(
         .sources
         .get(&task.source)
         .ok_or_else(|| format!("unknown resource '{}'", task.source))?;
-    let mut opts = source_options(cfg, source).map_err(|e| format!("{e:#}"))?;
+    let mut opts = store_options(cfg, source).map_err(|e| format!("{e:#}"))?;
     opts.auto_create = false;
     opts.pool_max = 2;
-    let backend = MySqlBackend::open(opts)
+    let store = Store::open(&opts)
         .await
         .map_err(|e| format!("cannot open the source '{}': {e}", source.name))?;
-    let client = ExecutionClient::new(Arc::new(backend.clone()), &source.namespace, source.limits)
-        .map_err(|e| e.to_string())?;
-    let found = client.get(id).await.map_err(|e| e.to_string());
-    let _ = backend.close().await;
+    let found = match ExecutionClient::new(store.executions(), &source.namespace, source.limits) {
+        Ok(client) => client.get(id).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let _ = store.close().await;
     found
 }
 

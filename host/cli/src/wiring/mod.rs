@@ -18,7 +18,6 @@ use anyhow::{Context, Result};
 use onestep_config::{AppConfig, EnvLookup, ExecutionSourceConfig, SandboxConfig, TaskConfig};
 use onestep_core::names::TableNames;
 use onestep_core::settings::DEFAULT_MEMORY_LIMIT_BYTES;
-use onestep_mysql::MySqlOptions;
 use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
 use onestep_worker::{TaskBinding, TaskSettings};
 
@@ -27,11 +26,6 @@ use wasm_runner::{WasmTaskRunner, load_task_handler};
 
 /// Key of a distinct backend: connector, executions table, attempts table.
 pub type BackendKey = (String, String, String);
-
-/// MySQL backend options for `source` (see [`store_options`]).
-pub fn source_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result<MySqlOptions> {
-    Ok(store_options(cfg, source)?.mysql())
-}
 
 /// Store options for `source` (its connector's kind, DSN and pool size, its tables and limits).
 pub fn store_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result<StoreOptions> {
