@@ -9,7 +9,7 @@
 //! carrying that millisecond or random UUIDv4, as [`HistoryIds`] asks, computed from SHA-256 of a
 //! per-seed salt so execution and attempt statements agree on them.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::Duration;
 use mysql_async::prelude::Queryable;
 use onestep_core::ExecutionError;
 
