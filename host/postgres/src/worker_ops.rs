@@ -1,18 +1,18 @@
 //! Worker operations (docs/semantics.md#worker-operations, docs/postgres.md#statements): claim
 //! (bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read in claim-index order, then one
-//! statement that writes the leases and inserts the attempts), the set-based heartbeat, the
-//! cancel poll, complete, complete_many and release. Every write is fenced by the lease token,
+//! statement that writes the leases and inserts the attempts), the cancel poll (the set-based
+//! heartbeat is in `heartbeat.rs`), complete, complete_many and release. Every write is fenced by the lease token,
 //! the status and the lease's validity; a fence that matches no row is
 //! [`ExecutionError::StaleLease`], and a refused write is rolled back at once (the whole
 //! transaction, or the item's savepoint in `complete_many`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
-use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::plan::CompletionPlan;
-use onestep_core::request::{ClaimRequest, validate_lease_duration};
+use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -26,7 +26,7 @@ use crate::rows::{EXECUTION_COLUMN_COUNT, decode_execution, error_text};
 type Locked = (Execution, Option<Uuid>, Option<DateTime<Utc>>);
 
 /// Most leases bound in one heartbeat or cancel-poll statement.
-const MAX_LEASES_PER_STATEMENT: usize = 1000;
+pub(crate) const MAX_LEASES_PER_STATEMENT: usize = 1000;
 
 fn stale(reason: StaleReason) -> OpError {
     OpError::Domain(ExecutionError::StaleLease(reason))
@@ -36,7 +36,7 @@ fn statuses(list: &[ExecutionStatus]) -> Vec<String> {
     list.iter().map(|s| s.as_str().to_owned()).collect()
 }
 
-fn count(row: &tokio_postgres::Row, idx: usize) -> OpResult<i64> {
+pub(crate) fn count(row: &tokio_postgres::Row, idx: usize) -> OpResult<i64> {
     row.try_get::<_, i64>(idx)
         .map_err(|e| OpError::Domain(ExecutionError::Undecodable(format!("row count: {e}"))))
 }
@@ -60,7 +60,7 @@ async fn rollback(tx: Transaction<'_>) {
 }
 
 /// Commits `outcome` when it is a success, otherwise rolls back at once.
-async fn finish<T>(tx: Transaction<'_>, outcome: OpResult<T>) -> OpResult<T> {
+pub(crate) async fn finish<T>(tx: Transaction<'_>, outcome: OpResult<T>) -> OpResult<T> {
     match outcome {
         Ok(out) => {
             commit(tx).await?;
@@ -166,109 +166,6 @@ impl PgBackend {
     ) -> Result<Vec<ExecutionLease>, ExecutionError> {
         let req = req.validate()?;
         self.run("fetch", || self.claim_once(&req)).await
-    }
-
-    async fn heartbeat_many_once(
-        &self,
-        leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
-        let now = self.now();
-        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let outcome = self.heartbeat_in(&tx, leases, now, new_expiry).await;
-        finish(tx, outcome).await
-    }
-
-    async fn heartbeat_in(
-        &self,
-        tx: &Transaction<'_>,
-        leases: &[LeaseRef],
-        now: DateTime<Utc>,
-        new_expiry: DateTime<Utc>,
-    ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
-        let st = tx.prepare_cached(&self.sql().heartbeat_many).await?;
-        let mut renewed: HashMap<LeaseRef, bool> = HashMap::with_capacity(leases.len());
-        let distinct: Vec<LeaseRef> = {
-            let mut seen = HashSet::with_capacity(leases.len());
-            leases
-                .iter()
-                .filter(|l| seen.insert(**l))
-                .copied()
-                .collect()
-        };
-        for chunk in distinct.chunks(MAX_LEASES_PER_STATEMENT) {
-            let ids: Vec<Uuid> = chunk.iter().map(|l| l.execution_id).collect();
-            let tokens: Vec<Uuid> = chunk.iter().map(|l| l.lease_token).collect();
-            let aids: Vec<Uuid> = chunk.iter().map(|l| l.attempt_id).collect();
-            let rows = tx
-                .query(&st, &[&ids, &tokens, &aids, &now, &new_expiry])
-                .await?;
-            for row in &rows {
-                let decode = |idx: usize| {
-                    row.try_get::<_, Uuid>(idx).map_err(|e| {
-                        OpError::Domain(ExecutionError::Undecodable(format!(
-                            "cannot decode heartbeat row: {e}"
-                        )))
-                    })
-                };
-                let lease = LeaseRef {
-                    execution_id: decode(0)?,
-                    lease_token: decode(1)?,
-                    attempt_id: decode(2)?,
-                };
-                let status: String = row.try_get(3)?;
-                let (ue, ua) = (count(row, 4)?, count(row, 5)?);
-                if ue != rows.len() as i64 || ua != rows.len() as i64 {
-                    // The rows are locked, so this cannot happen; refuse the batch if it does.
-                    return Err(ExecutionError::Encoding(format!(
-                        "heartbeat renewed {ue} executions and {ua} attempts for {} leases",
-                        rows.len()
-                    ))
-                    .into());
-                }
-                renewed.insert(lease, status == ExecutionStatus::CancelRequested.as_str());
-            }
-        }
-        Ok(leases
-            .iter()
-            .map(|l| match renewed.get(l) {
-                Some(&cancel_requested) => Ok(HeartbeatResult {
-                    lease_expires_at: new_expiry,
-                    cancel_requested,
-                }),
-                None => Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)),
-            })
-            .collect())
-    }
-
-    pub(crate) async fn heartbeat_many_impl(
-        &self,
-        leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
-        validate_lease_duration(lease_duration_s)?;
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run("heartbeat", || {
-            self.heartbeat_many_once(leases, lease_duration_s)
-        })
-        .await
-    }
-
-    pub(crate) async fn heartbeat_impl(
-        &self,
-        lease: &LeaseRef,
-        lease_duration_s: f64,
-    ) -> Result<HeartbeatResult, ExecutionError> {
-        let mut out = self
-            .heartbeat_many_impl(std::slice::from_ref(lease), lease_duration_s)
-            .await?;
-        out.pop()
-            .unwrap_or(Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)))
     }
 
     async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
