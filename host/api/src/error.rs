@@ -55,6 +55,8 @@ pub mod code {
     pub const BACKEND_UNAVAILABLE: &str = "backend_unavailable";
     /// 500: anything else that is the server's fault.
     pub const INTERNAL_ERROR: &str = "internal_error";
+    /// 500: a stored row the backend cannot decode (docs/semantics.md#undecodable-rows).
+    pub const UNDECODABLE_ROW: &str = "undecodable_row";
 }
 
 /// The JSON body of every error response.
@@ -156,6 +158,12 @@ impl From<ExecutionError> for ApiError {
             ExecutionError::InvalidArgument(_) => ApiError::invalid(msg),
             ExecutionError::Encoding(_) => {
                 ApiError::new(S::UNPROCESSABLE_ENTITY, code::ENCODING_ERROR, msg)
+            }
+            // The store's fault, not the request's (docs/semantics.md#undecodable-rows): the
+            // message names the row and the column, never a secret.
+            ExecutionError::Undecodable(_) => {
+                tracing::error!(message = %msg, "a stored row cannot be decoded");
+                ApiError::new(S::INTERNAL_SERVER_ERROR, code::UNDECODABLE_ROW, msg)
             }
             ExecutionError::NotFound { id } => ApiError::not_found(id),
             ExecutionError::NotReady { id, status } => {
@@ -267,6 +275,11 @@ mod tests {
         let cases: Vec<(ExecutionError, u16, &str)> = vec![
             (ExecutionError::invalid("x"), 422, "invalid_argument"),
             (ExecutionError::Encoding("x".into()), 422, "encoding_error"),
+            (
+                ExecutionError::Undecodable("cannot decode execution x: payload".into()),
+                500,
+                "undecodable_row",
+            ),
             (ExecutionError::NotFound { id }, 404, "not_found"),
             (
                 ExecutionError::NotReady {

@@ -159,9 +159,14 @@ pub enum ExecutionError {
         /// The id of the execution that already holds the key.
         existing_id: Uuid,
     },
-    /// Unencodable value, size limit exceeded, or an undecodable stored row (docs/semantics.md#value-encoding).
+    /// Unencodable value or size limit exceeded: the caller's input (docs/semantics.md#value-encoding).
     #[error("{0}")]
     Encoding(String),
+    /// A stored row the backend cannot decode (bad JSON, unknown status, bad id): the store's
+    /// fault, not the caller's; batches report it for that row alone
+    /// (docs/semantics.md#undecodable-rows).
+    #[error("{0}")]
+    Undecodable(String),
     /// The worker's lease/attempt is no longer authoritative (docs/semantics.md#lease-fencing).
     #[error("{0}")]
     StaleLease(StaleReason),
@@ -193,6 +198,7 @@ impl ExecutionError {
             ExecutionError::NotRetryable { .. } => "not_retryable",
             ExecutionError::Conflict { .. } => "conflict",
             ExecutionError::Encoding(_) => "encoding_error",
+            ExecutionError::Undecodable(_) => "undecodable_row",
             ExecutionError::StaleLease(_) => "stale_lease",
             ExecutionError::Backend(_) => "backend_error",
         }

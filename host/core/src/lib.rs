@@ -20,6 +20,7 @@ pub mod digest;
 pub mod error;
 pub mod error_object;
 pub mod execution;
+pub mod history;
 pub mod limits;
 pub mod names;
 pub mod network;

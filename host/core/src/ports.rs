@@ -217,9 +217,9 @@ pub struct StatusCount {
 impl StatusCount {
     /// A grouped row as a backend reads it: `status` must be a stored status name.
     pub fn from_row(task_name: String, status: &str, count: i64) -> Result<Self, ExecutionError> {
-        let status = status
-            .parse::<ExecutionStatus>()
-            .map_err(|_| ExecutionError::Encoding(format!("unknown stored status {status:?}")))?;
+        let status = status.parse::<ExecutionStatus>().map_err(|_| {
+            ExecutionError::Undecodable(format!("unknown stored status {status:?}"))
+        })?;
         Ok(StatusCount {
             task_name,
             status,

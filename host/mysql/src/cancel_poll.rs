@@ -42,7 +42,7 @@ impl MySqlBackend {
             for (id, token) in rows {
                 let decode = |v: &DbValue, col: &str| {
                     parse_uuid(v).map_err(|e| {
-                        OpError::Domain(ExecutionError::Encoding(format!(
+                        OpError::Domain(ExecutionError::Undecodable(format!(
                             "cannot decode execution {col}: {e}"
                         )))
                     })

@@ -13,7 +13,7 @@ use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus};
 use uuid::Uuid;
 
-use crate::backend::{MySqlBackend, begin, commit};
+use crate::backend::{MySqlBackend, begin};
 use crate::errors::OpResult;
 use crate::rows::{EXECUTION_COLUMNS_E, bind_time, bind_uuid, decode_execution, placeholders};
 use crate::schema::ix_claimable;
@@ -92,7 +92,19 @@ impl MySqlBackend {
         let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
-        self.maintain(&mut tx, now).await?;
+        // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
+        let outcome = self.claim_in(&mut tx, req, now, lease_expires_at).await;
+        self.finish(tx, outcome).await
+    }
+
+    async fn claim_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        req: &ClaimRequest,
+        now: DateTime<Utc>,
+        lease_expires_at: DateTime<Utc>,
+    ) -> OpResult<Vec<ExecutionLease>> {
+        self.maintain(tx, now).await?;
 
         let mut params: Vec<DbValue> = vec![req.namespace.as_str().into()];
         params.extend(req.task_names.iter().map(|t| DbValue::from(t.as_str())));
@@ -102,7 +114,15 @@ impl MySqlBackend {
         let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
         let mut picked = Vec::with_capacity(rows.len());
         for r in rows {
-            let execution = decode_execution(r)?;
+            // docs/semantics.md#undecodable-rows: an undecodable row is left as it is (not
+            // claimed, its lock gone at COMMIT); the rest of the batch is claimed.
+            let execution = match decode_execution(r) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::error!(error = %e, "claim skipped an undecodable row");
+                    continue;
+                }
+            };
             picked.push(Picked {
                 id: execution.id,
                 attempt_no: execution.attempts.saturating_add(1),
@@ -113,13 +133,11 @@ impl MySqlBackend {
             });
         }
         if picked.is_empty() {
-            commit(self, tx).await?;
             return Ok(Vec::new());
         }
-        self.write_claims(&mut tx, &picked, &req.worker_id, now, lease_expires_at)
+        self.write_claims(tx, &picked, &req.worker_id, now, lease_expires_at)
             .await?;
-        let mut trace_parents = self.trace_parents(&mut tx, &picked).await?;
-        commit(self, tx).await?;
+        let mut trace_parents = self.trace_parents(tx, &picked).await?;
         Ok(picked
             .into_iter()
             .map(|p| {

@@ -14,7 +14,7 @@ use onestep_core::status::attempt_status_for;
 use onestep_core::{Execution, ExecutionError, StaleReason};
 use uuid::Uuid;
 
-use crate::backend::{MySqlBackend, begin, commit};
+use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
 use crate::fenced_writes::{Plan, finished_at_param, result_param, status_list};
 use crate::rows::{
@@ -33,6 +33,18 @@ impl MySqlBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
+        // Any failure rolls back at once, so no row lock outlives the call
+        // (docs/lease-protocol.md#refused-writes).
+        let outcome = self.complete_many_in(&mut tx, items, now).await;
+        self.finish(tx, outcome).await
+    }
+
+    async fn complete_many_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        items: &[(LeaseRef, Completion)],
+        now: DateTime<Utc>,
+    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
         let mut out: Vec<Option<Result<Execution, ExecutionError>>> =
             (0..items.len()).map(|_| None).collect();
         let mut pending = Vec::with_capacity(items.len());
@@ -46,15 +58,14 @@ impl MySqlBackend {
         ids.sort_unstable();
         ids.dedup();
         let stragglers = if pending.len() >= 2 && ids.len() == pending.len() {
-            self.complete_set(&mut tx, items, pending, now, &mut out)
-                .await?
+            self.complete_set(tx, items, pending, now, &mut out).await?
         } else {
             pending
         };
         for i in stragglers {
             let (lease, completion) = &items[i];
             tx.query_drop("SAVEPOINT onestep_item").await?;
-            match self.complete_in_tx(&mut tx, lease, completion, now).await {
+            match self.complete_in_tx(tx, lease, completion, now).await {
                 Ok(x) => {
                     tx.query_drop("RELEASE SAVEPOINT onestep_item").await?;
                     out[i] = Some(Ok(x));
@@ -72,8 +83,7 @@ impl MySqlBackend {
             .filter(|(_, o)| matches!(o, Some(Ok(_))))
             .filter_map(|((lease, c), _)| c.diagnostics.as_deref().map(|d| (lease, d)))
             .collect();
-        self.write_final_diagnostics(&mut tx, &written, now).await?;
-        commit(self, tx).await?;
+        self.write_final_diagnostics(tx, &written, now).await?;
         Ok(out
             .into_iter()
             .map(|o| {
@@ -113,15 +123,23 @@ impl MySqlBackend {
         let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
         let mut locked: HashMap<Uuid, Locked> = HashMap::with_capacity(rows.len());
         for mut r in rows {
+            // An undecodable row is left out: its item takes the per-item path, which reports
+            // the decoding error for that item alone (docs/semantics.md#undecodable-rows).
             let token = match r.take::<DbValue, _>(EXECUTION_COLUMN_COUNT) {
                 None | Some(DbValue::NULL) => None,
-                Some(v) => Some(parse_uuid(&v).map_err(ExecutionError::Encoding)?),
+                Some(v) => match parse_uuid(&v) {
+                    Ok(t) => Some(t),
+                    Err(_) => continue,
+                },
             };
             let expiry = r
-                .take::<Option<NaiveDateTime>, _>(EXECUTION_COLUMN_COUNT + 1)
+                .take_opt::<Option<NaiveDateTime>, _>(EXECUTION_COLUMN_COUNT + 1)
+                .and_then(Result::ok)
                 .flatten()
                 .map(|t| t.and_utc());
-            let e = decode_execution(r)?;
+            let Ok(e) = decode_execution(r) else {
+                continue;
+            };
             locked.insert(e.id, (e, token, expiry));
         }
         let mut fast: Vec<(usize, Plan)> = Vec::with_capacity(pending.len());

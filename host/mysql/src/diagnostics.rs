@@ -49,7 +49,7 @@ fn tail_json(log: Option<&LogTail>) -> Result<(u64, DbValue), OpError> {
         None => Ok((0, DbValue::NULL)),
         Some(t) => {
             let text = serde_json::to_string(&t.lines).map_err(|e| {
-                OpError::Domain(ExecutionError::Encoding(format!(
+                OpError::Domain(ExecutionError::Undecodable(format!(
                     "cannot encode a log tail: {e}"
                 )))
             })?;
@@ -269,12 +269,12 @@ impl MySqlBackend {
         let (rows, diags) = r;
         let mut by_attempt: HashMap<Uuid, AttemptDiagnostics> = HashMap::new();
         for row in diags {
-            let (attempt, d) = decode_diag(row).map_err(ExecutionError::Encoding)?;
+            let (attempt, d) = decode_diag(row).map_err(ExecutionError::Undecodable)?;
             by_attempt.insert(attempt, d);
         }
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
-            let mut rec = decode_attempt(row).map_err(ExecutionError::Encoding)?;
+            let mut rec = decode_attempt(row).map_err(ExecutionError::Undecodable)?;
             rec.diagnostics = by_attempt.remove(&rec.id);
             out.push(rec);
         }
@@ -310,7 +310,7 @@ impl MySqlBackend {
                     return Ok(Some(None));
                 };
                 let attempt_id = attempt.as_ref(0).map(parse_uuid).transpose().map_err(|e| {
-                    OpError::Domain(ExecutionError::Encoding(format!("attempt id: {e}")))
+                    OpError::Domain(ExecutionError::Undecodable(format!("attempt id: {e}")))
                 })?;
                 let Some(attempt_id) = attempt_id else {
                     return Ok(Some(None));
@@ -329,7 +329,7 @@ impl MySqlBackend {
             Some(None) | Some(Some((_, None))) => Some(None),
             Some(Some((total_lines, Some(text)))) => {
                 let lines: Vec<LogLine> = serde_json::from_str(&text).map_err(|e| {
-                    ExecutionError::Encoding(format!("cannot decode the log tail: {e}"))
+                    ExecutionError::Undecodable(format!("cannot decode the log tail: {e}"))
                 })?;
                 Some(Some(LogTail { total_lines, lines }))
             }
@@ -445,7 +445,7 @@ impl MySqlBackend {
                                 parse_uuid(&DbValue::from(id.as_str()))
                                     .map(bind_uuid)
                                     .map_err(|e| {
-                                        OpError::Domain(ExecutionError::Encoding(format!(
+                                        OpError::Domain(ExecutionError::Undecodable(format!(
                                             "purge: undecodable execution id {id:?}: {e}"
                                         )))
                                     })

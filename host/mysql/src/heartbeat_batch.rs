@@ -40,7 +40,7 @@ type Answers = HashMap<LeaseRef, Result<HeartbeatResult, ExecutionError>>;
 
 fn decode(v: &DbValue, col: &str) -> OpResult<Uuid> {
     parse_uuid(v).map_err(|e| {
-        OpError::Domain(ExecutionError::Encoding(format!(
+        OpError::Domain(ExecutionError::Undecodable(format!(
             "cannot decode heartbeat {col}: {e}"
         )))
     })

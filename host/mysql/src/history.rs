@@ -9,9 +9,11 @@
 //! carrying that millisecond or random UUIDv4, as [`HistoryIds`] asks, computed from SHA-256 of a
 //! per-seed salt so execution and attempt statements agree on them.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::Duration;
 use mysql_async::prelude::Queryable;
 use onestep_core::ExecutionError;
+
+pub use onestep_core::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
 
 use crate::backend::MySqlBackend;
 use crate::errors::OpError;
@@ -19,33 +21,6 @@ use crate::errors::OpError;
 /// Rows written per `INSERT … SELECT` statement (10^5: five digits tables cross-joined).
 pub const HISTORY_CHUNK: u64 = 100_000;
 const CHUNK_DIGITS: u32 = 5;
-
-/// Most rows one seed may write (docs/benchmarks.md#history).
-pub const MAX_HISTORY_ROWS: u64 = 100_000_000;
-
-/// Which UUID version the seeded rows' ids have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HistoryIds {
-    /// Time-ordered, like rows written since ids became UUIDv7 (docs/semantics.md#time-ordered-ids).
-    V7,
-    /// Random, like rows written before.
-    V4,
-}
-
-/// What [`MySqlBackend::seed_history`] writes.
-#[derive(Debug, Clone)]
-pub struct HistorySeed {
-    /// Namespace of the rows.
-    pub namespace: String,
-    /// Task name of the rows.
-    pub task_name: String,
-    /// Number of executions (each with one attempt), at most [`MAX_HISTORY_ROWS`].
-    pub count: u64,
-    /// Id version.
-    pub ids: HistoryIds,
-    /// The newest row is created one millisecond before this instant (and finishes at it).
-    pub before: DateTime<Utc>,
-}
 
 /// 32 hex digits of a UUID of version `ids` from the SHA-256 hex `h` (MySQL 9 has no `MD5()`) and, for v7, the Unix
 /// millisecond expression `ms`.

@@ -97,7 +97,8 @@ pub fn error_column(v: DbValue, col: &str) -> Result<Option<ErrorObject>, String
 }
 
 /// Decodes a row selected with [`EXECUTION_COLUMNS`]. Failures are
-/// `cannot decode execution <id>: <reason>` ([`ExecutionError::Encoding`]).
+/// `cannot decode execution <id>: <reason>` ([`ExecutionError::Undecodable`],
+/// docs/semantics.md#undecodable-rows).
 pub fn decode_execution(row: Row) -> Result<Execution, ExecutionError> {
     let mut values: Vec<DbValue> = row
         .unwrap_raw()
@@ -105,19 +106,20 @@ pub fn decode_execution(row: Row) -> Result<Execution, ExecutionError> {
         .map(|v| v.unwrap_or(DbValue::NULL))
         .collect();
     if values.len() < EXECUTION_COLUMN_COUNT {
-        return Err(ExecutionError::Encoding(format!(
+        return Err(ExecutionError::Undecodable(format!(
             "cannot decode execution: expected {EXECUTION_COLUMN_COUNT} columns, got {}",
             values.len()
         )));
     }
     let raw_id = values[0].clone();
-    let label = match &raw_id {
-        DbValue::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
-        other => format!("{other:?}"),
+    let label = match (parse_uuid(&raw_id), &raw_id) {
+        (Ok(id), _) => id.to_string(),
+        (Err(_), DbValue::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+        (Err(_), other) => format!("{other:?}"),
     };
     values.truncate(EXECUTION_COLUMN_COUNT);
     decode_values(values).map_err(|reason| {
-        ExecutionError::Encoding(format!("cannot decode execution {label}: {reason}"))
+        ExecutionError::Undecodable(format!("cannot decode execution {label}: {reason}"))
     })
 }
 
@@ -132,17 +134,17 @@ fn decode_values(values: Vec<DbValue>) -> Result<Execution, String> {
         .parse()
         .map_err(|_| format!("unknown status '{status_text}'"))?;
     let payload = json_column(next(), "payload")?.unwrap_or(Value::Null);
-    let payload = decode_value(&payload)?;
+    let payload = decode_value(&payload).map_err(|e| format!("payload: {e}"))?;
     let metadata = match json_column(next(), "metadata")? {
         None => serde_json::Map::new(),
-        Some(m) => match decode_value(&m)? {
+        Some(m) => match decode_value(&m).map_err(|e| format!("metadata: {e}"))? {
             Value::Object(m) => m,
             _ => return Err("metadata is not an object".into()),
         },
     };
     let result = match json_column(next(), "result")? {
         None | Some(Value::Null) => None,
-        Some(v) => Some(decode_value(&v)?),
+        Some(v) => Some(decode_value(&v).map_err(|e| format!("result: {e}"))?),
     };
     let error = error_column(next(), "error")?;
     let attempts: i64 = from_value_opt(next()).map_err(|e| format!("attempts: {e}"))?;

@@ -94,7 +94,7 @@ impl PgBackend {
         };
         let digest: Option<String> = row
             .try_get(EXECUTION_COLUMN_COUNT)
-            .map_err(|e| ExecutionError::Encoding(format!("submission_digest: {e}")))?;
+            .map_err(|e| ExecutionError::Undecodable(format!("submission_digest: {e}")))?;
         let existing = decode_execution(&row)?;
         if digest.as_deref() == Some(sub.digest.as_str()) {
             Ok(Lookup::Replay(existing))
@@ -331,7 +331,7 @@ impl PgBackend {
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             out.push(crate::rows::decode_attempt(row).map_err(|reason| {
-                ExecutionError::Encoding(format!("cannot decode an attempt of {id}: {reason}"))
+                ExecutionError::Undecodable(format!("cannot decode an attempt of {id}: {reason}"))
             })?);
         }
         Ok(Some(out))

@@ -188,6 +188,7 @@ mod tests {
             ("25006", ConnectorKind::Transient),
             ("53100", ConnectorKind::Transient),
             ("57P01", ConnectorKind::Disconnected),
+            ("57P02", ConnectorKind::Disconnected),
             ("57P03", ConnectorKind::Disconnected),
             ("08006", ConnectorKind::Disconnected),
             ("53300", ConnectorKind::Throttled),

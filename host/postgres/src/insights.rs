@@ -98,5 +98,5 @@ impl ExecutionInsights for PgBackend {
 }
 
 fn enc(e: tokio_postgres::Error) -> ExecutionError {
-    ExecutionError::Encoding(format!("an overview row could not be decoded: {e}"))
+    ExecutionError::Undecodable(format!("an overview row could not be decoded: {e}"))
 }

@@ -28,6 +28,8 @@ pub mod backend;
 mod client_ops;
 pub mod dsn;
 pub mod errors;
+mod heartbeat;
+pub mod history;
 mod insights;
 pub mod json_text;
 pub mod probes;

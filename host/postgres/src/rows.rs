@@ -44,14 +44,15 @@ pub fn error_value(v: Option<Value>, col: &str) -> Result<Option<ErrorObject>, S
 }
 
 /// Decodes a row selected with [`EXECUTION_COLUMNS`] (at index 0). Failures are
-/// `cannot decode execution <id>: <reason>` ([`ExecutionError::Encoding`]).
+/// `cannot decode execution <id>: <reason>` ([`ExecutionError::Undecodable`],
+/// docs/semantics.md#undecodable-rows).
 pub fn decode_execution(row: &Row) -> Result<Execution, ExecutionError> {
     let label = row
         .try_get::<_, Uuid>(0)
         .map(|u| u.to_string())
         .unwrap_or_else(|_| "?".into());
     decode_values(row).map_err(|reason| {
-        ExecutionError::Encoding(format!("cannot decode execution {label}: {reason}"))
+        ExecutionError::Undecodable(format!("cannot decode execution {label}: {reason}"))
     })
 }
 
@@ -70,17 +71,18 @@ fn decode_values(row: &Row) -> Result<Execution, String> {
         .parse()
         .map_err(|_| format!("unknown status '{status_text}'"))?;
     let payload: Option<Value> = get(row, 4, "payload")?;
-    let payload = decode_value(&payload.unwrap_or(Value::Null))?;
+    let payload =
+        decode_value(&payload.unwrap_or(Value::Null)).map_err(|e| format!("payload: {e}"))?;
     let metadata = match get::<Option<Value>>(row, 5, "metadata")? {
         None => serde_json::Map::new(),
-        Some(m) => match decode_value(&m)? {
+        Some(m) => match decode_value(&m).map_err(|e| format!("metadata: {e}"))? {
             Value::Object(m) => m,
             _ => return Err("metadata is not an object".into()),
         },
     };
     let result = match get::<Option<Value>>(row, 6, "result")? {
         None | Some(Value::Null) => None,
-        Some(v) => Some(decode_value(&v)?),
+        Some(v) => Some(decode_value(&v).map_err(|e| format!("result: {e}"))?),
     };
     let error = error_value(get(row, 7, "error")?, "error")?;
     let attempts: i32 = get(row, 8, "attempts")?;

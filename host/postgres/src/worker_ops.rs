@@ -1,18 +1,18 @@
 //! Worker operations (docs/semantics.md#worker-operations, docs/postgres.md#statements): claim
 //! (bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read in claim-index order, then one
-//! statement that writes the leases and inserts the attempts), the set-based heartbeat, the
-//! cancel poll, complete, complete_many and release. Every write is fenced by the lease token,
+//! statement that writes the leases and inserts the attempts), the cancel poll (the set-based
+//! heartbeat is in `heartbeat.rs`), complete, complete_many and release. Every write is fenced by the lease token,
 //! the status and the lease's validity; a fence that matches no row is
 //! [`ExecutionError::StaleLease`], and a refused write is rolled back at once (the whole
 //! transaction, or the item's savepoint in `complete_many`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
-use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::plan::CompletionPlan;
-use onestep_core::request::{ClaimRequest, validate_lease_duration};
+use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -26,7 +26,7 @@ use crate::rows::{EXECUTION_COLUMN_COUNT, decode_execution, error_text};
 type Locked = (Execution, Option<Uuid>, Option<DateTime<Utc>>);
 
 /// Most leases bound in one heartbeat or cancel-poll statement.
-const MAX_LEASES_PER_STATEMENT: usize = 1000;
+pub(crate) const MAX_LEASES_PER_STATEMENT: usize = 1000;
 
 fn stale(reason: StaleReason) -> OpError {
     OpError::Domain(ExecutionError::StaleLease(reason))
@@ -36,9 +36,9 @@ fn statuses(list: &[ExecutionStatus]) -> Vec<String> {
     list.iter().map(|s| s.as_str().to_owned()).collect()
 }
 
-fn count(row: &tokio_postgres::Row, idx: usize) -> OpResult<i64> {
+pub(crate) fn count(row: &tokio_postgres::Row, idx: usize) -> OpResult<i64> {
     row.try_get::<_, i64>(idx)
-        .map_err(|e| OpError::Domain(ExecutionError::Encoding(format!("row count: {e}"))))
+        .map_err(|e| OpError::Domain(ExecutionError::Undecodable(format!("row count: {e}"))))
 }
 
 /// The result text of a completion (`NULL` when absent).
@@ -60,7 +60,7 @@ async fn rollback(tx: Transaction<'_>) {
 }
 
 /// Commits `outcome` when it is a success, otherwise rolls back at once.
-async fn finish<T>(tx: Transaction<'_>, outcome: OpResult<T>) -> OpResult<T> {
+pub(crate) async fn finish<T>(tx: Transaction<'_>, outcome: OpResult<T>) -> OpResult<T> {
     match outcome {
         Ok(out) => {
             commit(tx).await?;
@@ -79,6 +79,18 @@ impl PgBackend {
         let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
+        // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
+        let outcome = self.claim_in(&tx, req, now, lease_expires_at).await;
+        finish(tx, outcome).await
+    }
+
+    async fn claim_in(
+        &self,
+        tx: &Transaction<'_>,
+        req: &ClaimRequest,
+        now: DateTime<Utc>,
+        lease_expires_at: DateTime<Utc>,
+    ) -> OpResult<Vec<ExecutionLease>> {
         let st = tx.prepare_cached(&self.sql().maintain).await?;
         tx.query_one(&st, &[&now]).await?;
         let st = tx.prepare_cached(&self.sql().claim_select).await?;
@@ -86,13 +98,17 @@ impl PgBackend {
         let rows = tx
             .query(&st, &[&req.namespace, &req.task_names, &now, &limit])
             .await?;
-        if rows.is_empty() {
-            commit(tx).await?;
-            return Ok(Vec::new());
-        }
         let mut leases = Vec::with_capacity(rows.len());
         for row in &rows {
-            let mut execution = decode_execution(row)?;
+            // docs/semantics.md#undecodable-rows: an undecodable row is left as it is (not
+            // claimed, its lock gone at COMMIT); the rest of the batch is claimed.
+            let mut execution = match decode_execution(row) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::error!(error = %e, "claim skipped an undecodable row");
+                    continue;
+                }
+            };
             let attempt_no = execution.attempts.saturating_add(1);
             execution.status = ExecutionStatus::Running;
             execution.attempts = attempt_no;
@@ -108,6 +124,9 @@ impl PgBackend {
                 // Not stored on PostgreSQL yet (docs/postgres.md).
                 trace_parent: None,
             });
+        }
+        if leases.is_empty() {
+            return Ok(Vec::new());
         }
         let ids: Vec<Uuid> = leases.iter().map(|l| l.execution.id).collect();
         let tokens: Vec<Uuid> = leases.iter().map(|l| l.lease_token).collect();
@@ -132,14 +151,12 @@ impl PgBackend {
             )
             .await?;
         if inserted != leases.len() as u64 {
-            rollback(tx).await;
             return Err(ExecutionError::Encoding(format!(
                 "claim wrote {inserted} of {} locked rows",
                 leases.len()
             ))
             .into());
         }
-        commit(tx).await?;
         Ok(leases)
     }
 
@@ -149,99 +166,6 @@ impl PgBackend {
     ) -> Result<Vec<ExecutionLease>, ExecutionError> {
         let req = req.validate()?;
         self.run("fetch", || self.claim_once(&req)).await
-    }
-
-    async fn heartbeat_many_once(
-        &self,
-        leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
-        let now = self.now();
-        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        let st = tx.prepare_cached(&self.sql().heartbeat_many).await?;
-        let mut renewed: HashMap<LeaseRef, bool> = HashMap::with_capacity(leases.len());
-        let distinct: Vec<LeaseRef> = {
-            let mut seen = HashSet::with_capacity(leases.len());
-            leases
-                .iter()
-                .filter(|l| seen.insert(**l))
-                .copied()
-                .collect()
-        };
-        for chunk in distinct.chunks(MAX_LEASES_PER_STATEMENT) {
-            let ids: Vec<Uuid> = chunk.iter().map(|l| l.execution_id).collect();
-            let tokens: Vec<Uuid> = chunk.iter().map(|l| l.lease_token).collect();
-            let aids: Vec<Uuid> = chunk.iter().map(|l| l.attempt_id).collect();
-            let rows = tx
-                .query(&st, &[&ids, &tokens, &aids, &now, &new_expiry])
-                .await?;
-            for row in &rows {
-                let decode = |idx: usize| {
-                    row.try_get::<_, Uuid>(idx).map_err(|e| {
-                        OpError::Domain(ExecutionError::Encoding(format!(
-                            "cannot decode heartbeat row: {e}"
-                        )))
-                    })
-                };
-                let lease = LeaseRef {
-                    execution_id: decode(0)?,
-                    lease_token: decode(1)?,
-                    attempt_id: decode(2)?,
-                };
-                let status: String = row.try_get(3)?;
-                let (ue, ua) = (count(row, 4)?, count(row, 5)?);
-                if ue != rows.len() as i64 || ua != rows.len() as i64 {
-                    // The rows are locked, so this cannot happen; refuse the batch if it does.
-                    rollback(tx).await;
-                    return Err(ExecutionError::Encoding(format!(
-                        "heartbeat renewed {ue} executions and {ua} attempts for {} leases",
-                        rows.len()
-                    ))
-                    .into());
-                }
-                renewed.insert(lease, status == ExecutionStatus::CancelRequested.as_str());
-            }
-        }
-        commit(tx).await?;
-        Ok(leases
-            .iter()
-            .map(|l| match renewed.get(l) {
-                Some(&cancel_requested) => Ok(HeartbeatResult {
-                    lease_expires_at: new_expiry,
-                    cancel_requested,
-                }),
-                None => Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)),
-            })
-            .collect())
-    }
-
-    pub(crate) async fn heartbeat_many_impl(
-        &self,
-        leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
-        validate_lease_duration(lease_duration_s)?;
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run("heartbeat", || {
-            self.heartbeat_many_once(leases, lease_duration_s)
-        })
-        .await
-    }
-
-    pub(crate) async fn heartbeat_impl(
-        &self,
-        lease: &LeaseRef,
-        lease_duration_s: f64,
-    ) -> Result<HeartbeatResult, ExecutionError> {
-        let mut out = self
-            .heartbeat_many_impl(std::slice::from_ref(lease), lease_duration_s)
-            .await?;
-        out.pop()
-            .unwrap_or(Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)))
     }
 
     async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
@@ -367,6 +291,17 @@ impl PgBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
+        // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
+        let outcome = self.complete_many_in(&tx, items, now).await;
+        finish(tx, outcome).await
+    }
+
+    async fn complete_many_in(
+        &self,
+        tx: &Transaction<'_>,
+        items: &[(LeaseRef, Completion)],
+        now: DateTime<Utc>,
+    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
         let mut out: Vec<Option<Result<Execution, ExecutionError>>> =
             (0..items.len()).map(|_| None).collect();
         let mut pending = Vec::with_capacity(items.len());
@@ -380,7 +315,7 @@ impl PgBackend {
         ids.sort_unstable();
         ids.dedup();
         let stragglers = if pending.len() >= 2 && ids.len() == pending.len() {
-            self.complete_set(&tx, items, pending, ids, now, &mut out)
+            self.complete_set(tx, items, pending, ids, now, &mut out)
                 .await?
         } else {
             pending
@@ -388,7 +323,7 @@ impl PgBackend {
         for i in stragglers {
             let (lease, completion) = &items[i];
             tx.batch_execute("SAVEPOINT onestep_item").await?;
-            match self.complete_in_tx(&tx, lease, completion, now).await {
+            match self.complete_in_tx(tx, lease, completion, now).await {
                 Ok(x) => {
                     tx.batch_execute("RELEASE SAVEPOINT onestep_item").await?;
                     out[i] = Some(Ok(x));
@@ -398,13 +333,9 @@ impl PgBackend {
                         .await?;
                     out[i] = Some(Err(e));
                 }
-                Err(e) => {
-                    rollback(tx).await;
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             }
         }
-        commit(tx).await?;
         Ok(out
             .into_iter()
             .map(|o| {
@@ -434,10 +365,16 @@ impl PgBackend {
         let rows = tx.query(&st, &[&ids]).await?;
         let mut locked: HashMap<Uuid, Locked> = HashMap::with_capacity(rows.len());
         for row in &rows {
-            let token: Option<Uuid> = row.try_get(EXECUTION_COLUMN_COUNT)?;
-            let expiry: Option<DateTime<Utc>> = row.try_get(EXECUTION_COLUMN_COUNT + 1)?;
-            let e = decode_execution(row)?;
-            locked.insert(e.id, (e, token, expiry));
+            // An undecodable row is left out: its item takes the per-item path, which reports
+            // the decoding error for that item alone (docs/semantics.md#undecodable-rows).
+            let decoded = (
+                row.try_get::<_, Option<Uuid>>(EXECUTION_COLUMN_COUNT),
+                row.try_get::<_, Option<DateTime<Utc>>>(EXECUTION_COLUMN_COUNT + 1),
+                decode_execution(row),
+            );
+            if let (Ok(token), Ok(expiry), Ok(e)) = decoded {
+                locked.insert(e.id, (e, token, expiry));
+            }
         }
         let mut fast: Vec<(usize, CompletionPlan, ExecutionStatus)> = Vec::new();
         let mut rest = Vec::new();

@@ -167,3 +167,64 @@ async fn bench_http_mode_holds_every_execution_in_flight() -> Result<()> {
     );
     Ok(())
 }
+
+/// `--history` on PostgreSQL (docs/benchmarks.md#history): the history is seeded server-side,
+/// only the measured executions count, and the I/O figures are `pg_stat_database`'s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_with_history_on_postgres() -> Result<()> {
+    let server = std::env::var("ONESTEP_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/".into());
+    let db = onestep_postgres::ScratchDatabase::create(&server, "onestep_e2e_")
+        .await
+        .context("create the test database (is PostgreSQL up?)")?;
+    let dsn = db.dsn().to_owned();
+    let outcome = async {
+        let (code, out, err) = run_cli(
+            &[
+                "bench",
+                "-n",
+                "200",
+                "--history",
+                "3000",
+                "--history-ids",
+                "v7",
+                "--concurrency",
+                "16",
+                "--batch-size",
+                "16",
+                "--json",
+                "--dsn",
+                &dsn,
+            ],
+            &[],
+        )?;
+        ensure!(code == 0, "bench exited {code}: {err}");
+        let r: Value = serde_json::from_str(&out).with_context(|| out.clone())?;
+        ensure!(r["history"] == 3000 && r["history_ids"] == "v7", "{r}");
+        ensure!(
+            r["succeeded"] == 200 && r["not_succeeded"] == 0,
+            "only the measured executions are counted: {r}"
+        );
+        // pg_stat_database lags by up to a second (docs/benchmarks.md#history), so a
+        // 30 ms submit phase may read zeros; the drain phase is long enough.
+        let io = &r["drain_io"];
+        ensure!(
+            io["buffer_pool_read_requests"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0)
+                && io["handler_reads"].as_f64().is_some_and(|v| v > 0.0),
+            "drain_io: {r}"
+        );
+        let (code, _, err) = run_cli(&["bench", "--history", "100000001", "--dsn", &dsn], &[])?;
+        ensure!(
+            code == 2 && err.contains("over the limit of 100000000"),
+            "{code} {err}"
+        );
+        Ok(())
+    }
+    .await;
+    let _ = db.drop_database().await;
+    outcome
+}

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
 use chrono::Utc;
+use onestep_core::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
 use onestep_core::ports::ExecutionTiming;
 use onestep_core::request::SubmitRequest;
 use onestep_core::runner::{Invocation, RunOutcome, TaskRunner};
 use onestep_core::{ExecutionClient, Limits};
-use onestep_mysql::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
 use onestep_mysql::session::Flavor;
 use onestep_mysql::{DdlStyle, MySqlBackend, ScratchDatabase};
 use onestep_wasm::{NetworkSettings, PoolSize, Runtime, RuntimeSettings, SandboxSettings};
@@ -190,10 +190,13 @@ struct HttpFigures {
     answered: u64,
 }
 
-/// Pages read from disk into the buffer pool and rows read by the handler, per execution.
+/// Pages read from disk into the buffer pool, page reads asked of it and rows read by the
+/// handler, per execution. On PostgreSQL (docs/benchmarks.md#history): `blks_read`,
+/// `blks_read + blks_hit` and `tup_returned + tup_fetched` of `pg_stat_database`.
 #[derive(Debug, Serialize, Default)]
 struct PhaseIo {
     buffer_pool_reads: f64,
+    buffer_pool_read_requests: f64,
     handler_reads: f64,
 }
 
@@ -385,10 +388,10 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             )
         }
         DatabaseKind::Postgres => {
-            if args.reference_tables || args.history > 0 {
+            if args.reference_tables {
                 bail!(
-                    "--reference-tables and --history are MySQL/MariaDB only (on PostgreSQL our \
-                     tables are the reference's plus one index, docs/postgres.md#schema)"
+                    "--reference-tables is MySQL/MariaDB only (on PostgreSQL our tables are the \
+                     reference's plus one index, docs/postgres.md#schema)"
                 );
             }
             Store::open(&store_opts)
@@ -419,9 +422,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
 
     // History phase (not measured beyond its wall time).
     let seed_started = Instant::now();
-    if args.history > 0
-        && let Some(mysql) = backend.as_mysql()
-    {
+    if args.history > 0 {
         let seed = HistorySeed {
             namespace: args.namespace.clone(),
             task_name: args.task_name.clone(),
@@ -433,10 +434,11 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             },
             before: Utc::now(),
         };
-        mysql
-            .seed_history(&seed)
-            .await
-            .context("cannot seed the history")?;
+        let seeded = match &backend {
+            Store::Mysql(b) => b.seed_history(&seed).await,
+            Store::Postgres(b) => b.seed_history(&seed).await,
+        };
+        seeded.context("cannot seed the history")?;
     }
     let history_seed_s = seed_started.elapsed().as_secs_f64();
     let measured_since = Utc::now();
@@ -676,18 +678,26 @@ fn round3(v: f64) -> f64 {
 
 impl PhaseIo {
     fn of(per_exec: &BTreeMap<String, f64>) -> Self {
+        let get = |k: &str| per_exec.get(k).copied().unwrap_or(0.0);
+        let handler = per_exec
+            .iter()
+            .filter(|(k, _)| k.starts_with("handler_read_"))
+            .fold(0.0, |sum, (_, v)| sum + v);
+        if per_exec
+            .keys()
+            .any(|k| k.starts_with("blks_") || k.starts_with("tup_"))
+        {
+            // PostgreSQL's pg_stat_database equivalents.
+            return PhaseIo {
+                buffer_pool_reads: get("blks_read"),
+                buffer_pool_read_requests: round3(get("blks_read") + get("blks_hit")),
+                handler_reads: round3(get("tup_returned") + get("tup_fetched")),
+            };
+        }
         PhaseIo {
-            buffer_pool_reads: per_exec
-                .get("innodb_buffer_pool_reads")
-                .copied()
-                .unwrap_or(0.0),
-            handler_reads: round3(
-                per_exec
-                    .iter()
-                    .filter(|(k, _)| k.starts_with("handler_read_"))
-                    .map(|(_, v)| v)
-                    .sum(),
-            ),
+            buffer_pool_reads: get("innodb_buffer_pool_reads"),
+            buffer_pool_read_requests: get("innodb_buffer_pool_read_requests"),
+            handler_reads: round3(handler),
         }
     }
 }
@@ -791,10 +801,25 @@ fn print_text(r: &Report) {
             .map(|p| format!(" [{p}]"))
             .unwrap_or_default()
     );
+    let (reads, requests, rows) = if r.server.starts_with("PostgreSQL") {
+        (
+            "blks_read",
+            "blks_read+blks_hit",
+            "tup_returned+tup_fetched",
+        )
+    } else {
+        (
+            "buffer-pool reads",
+            "buffer-pool read requests",
+            "Handler_read_* rows",
+        )
+    };
     println!(
-        "  per execution: buffer-pool reads submit {} / drain {}; Handler_read_* rows submit {} / drain {}",
+        "  per execution: {reads} submit {} / drain {}; {requests} submit {} / drain {}; {rows} submit {} / drain {}",
         r.submit_io.buffer_pool_reads,
         r.drain_io.buffer_pool_reads,
+        r.submit_io.buffer_pool_read_requests,
+        r.drain_io.buffer_pool_read_requests,
         r.submit_io.handler_reads,
         r.drain_io.handler_reads
     );
