@@ -18,6 +18,9 @@ use crate::errors::OpResult;
 use crate::rows::{EXECUTION_COLUMNS_E, bind_time, bind_uuid, decode_execution, placeholders};
 use crate::schema::ix_claimable;
 
+/// How far a claim moves on an undecodable row's `available_at` (docs/semantics.md#undecodable-rows).
+pub const UNDECODABLE_DEFER_S: f64 = 900.0;
+
 /// One locked candidate.
 struct Picked {
     id: Uuid,
@@ -113,13 +116,18 @@ impl MySqlBackend {
         let sql = self.claim_select_sql(req.task_names.len(), req.limit);
         let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
         let mut picked = Vec::with_capacity(rows.len());
+        let mut deferred: Vec<DbValue> = Vec::new();
         for r in rows {
-            // docs/semantics.md#undecodable-rows: an undecodable row is left as it is (not
-            // claimed, its lock gone at COMMIT); the rest of the batch is claimed.
+            // docs/semantics.md#undecodable-rows: an undecodable row is not claimed; it is
+            // deferred (its `available_at` moved on) so that it cannot hold a place at the head
+            // of the queue; the rest of the batch is claimed.
+            let raw_id = r.as_ref(0).cloned();
             let execution = match decode_execution(r) {
                 Ok(e) => e,
                 Err(e) => {
-                    tracing::error!(error = %e, "claim skipped an undecodable row");
+                    tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
+                        "claim skipped an undecodable row and deferred it");
+                    deferred.extend(raw_id);
                     continue;
                 }
             };
@@ -131,6 +139,9 @@ impl MySqlBackend {
                 attempt_id: Uuid::now_v7(),
                 token: Uuid::new_v4(),
             });
+        }
+        if !deferred.is_empty() {
+            self.defer_undecodable(tx, deferred, now).await?;
         }
         if picked.is_empty() {
             return Ok(Vec::new());
@@ -148,6 +159,27 @@ impl MySqlBackend {
                 }
             })
             .collect())
+    }
+
+    /// Moves the undecodable rows a claim read (locked, by their stored id) to
+    /// `now + UNDECODABLE_DEFER_S`, nothing else changed (docs/semantics.md#undecodable-rows).
+    async fn defer_undecodable(
+        &self,
+        tx: &mut Transaction<'_>,
+        ids: Vec<DbValue>,
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        let until = add_seconds(now, "undecodable defer", UNDECODABLE_DEFER_S)?;
+        let sql = format!(
+            "UPDATE `{}` SET available_at = ? WHERE id IN ({})",
+            self.t(),
+            placeholders(ids.len())
+        );
+        let mut params = Vec::with_capacity(ids.len() + 1);
+        params.push(bind_time(until));
+        params.extend(ids);
+        tx.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(())
     }
 
     /// The stored traceparents of the claimed executions (docs/observability.md#traces): one
