@@ -26,6 +26,7 @@
 
 pub mod backend;
 mod client_ops;
+mod diagnostics;
 pub mod dsn;
 pub mod errors;
 mod insights;

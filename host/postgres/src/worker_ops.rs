@@ -105,7 +105,6 @@ impl PgBackend {
                 attempt_no,
                 lease_token: Uuid::new_v4(),
                 lease_expires_at,
-                // Not stored on PostgreSQL yet (docs/postgres.md).
                 trace_parent: None,
             });
         }
@@ -138,6 +137,10 @@ impl PgBackend {
                 leases.len()
             ))
             .into());
+        }
+        let mut trace_parents = self.trace_parents(&tx, &ids).await?;
+        for l in &mut leases {
+            l.trace_parent = trace_parents.remove(&l.execution.id);
         }
         commit(tx).await?;
         Ok(leases)
@@ -347,6 +350,15 @@ impl PgBackend {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let outcome = self.complete_in_tx(&tx, lease, completion, now).await;
+        // The final diagnostics ride in the completion's transaction
+        // (docs/observability.md#attempt-diagnostics), only for a completion that wrote.
+        let outcome = match (outcome, completion.diagnostics.as_deref()) {
+            (Ok(x), Some(d)) => self
+                .write_final_diagnostics(&tx, &[(lease, d)], now)
+                .await
+                .map(|()| x),
+            (o, _) => o,
+        };
         finish(tx, outcome).await
     }
 
@@ -403,6 +415,18 @@ impl PgBackend {
                     return Err(e);
                 }
             }
+        }
+        // The final diagnostics of the completions that wrote, in the same transaction
+        // (docs/observability.md#attempt-diagnostics).
+        let written: Vec<(&LeaseRef, &onestep_core::diagnostics::AttemptDiagnostics)> = items
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| matches!(o, Some(Ok(_))))
+            .filter_map(|((lease, c), _)| c.diagnostics.as_deref().map(|d| (lease, d)))
+            .collect();
+        if let Err(e) = self.write_final_diagnostics(&tx, &written, now).await {
+            rollback(tx).await;
+            return Err(e);
         }
         commit(tx).await?;
         Ok(out
