@@ -1,11 +1,7 @@
-//! Attempt diagnostics on PostgreSQL (docs/postgres.md#diagnostics-and-traces,
-//! docs/observability.md#attempt-diagnostics), the same checks as the MySQL backend's: the
-//! final write rides in the completion's transaction (single and batched), the heartbeat's live
-//! write shows progress and log lines of a running attempt and never replaces a final row, the
-//! reads are scoped to the namespace, a refused (stale) completion stores nothing, tables
-//! without the diagnostics table keep working without it, and `purge` removes finished
-//! executions with their attempts and diagnostics in bounded batches (a dry run counts and
-//! removes nothing).
+//! Attempt diagnostics and purge on PostgreSQL (docs/postgres.md#diagnostics-and-traces,
+//! docs/observability.md#attempt-diagnostics): the shared testkit cases the MySQL backend runs
+//! too (`onestep_testkit::diagnostics`: round trip, and a store without the diagnostics table),
+//! plus purge without that table and a final write the server refuses.
 #![allow(clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -13,11 +9,9 @@ mod common;
 use std::sync::Arc;
 
 use chrono::Duration;
-use onestep_core::diagnostics::{
-    AttemptDiagnostics, AttemptProgress, LiveDiagnostics, LogLine, LogTail, PurgeRequest, RunFacts,
-};
+use onestep_core::diagnostics::PurgeRequest;
 use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
-use onestep_core::{Completion, ExecutionLease, ExecutionStatus, LeaseRef, time::Clock};
+use onestep_core::{Completion, ExecutionLease, ExecutionStatus, time::Clock};
 use onestep_postgres::{PgBackend, PgOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::builders::{claim, prepared};
@@ -43,233 +37,13 @@ async fn seed(b: &PgBackend, n: usize) -> Vec<ExecutionLease> {
         .expect("claim")
 }
 
-fn line(seq: u64, clock: &ManualClock, message: &str) -> LogLine {
-    LogLine {
-        seq,
-        at: clock.now(),
-        level: "info".into(),
-        message: message.into(),
-    }
-}
-
-fn diagnostics(clock: &ManualClock, message: &str) -> AttemptDiagnostics {
-    AttemptDiagnostics {
-        message: Some(message.into()),
-        progress: Some(AttemptProgress {
-            done: 3,
-            total: 10,
-            note: "third".into(),
-            at: clock.now(),
-        }),
-        log: Some(LogTail {
-            total_lines: 5,
-            lines: vec![line(4, clock, "four"), line(5, clock, "five\nwith newline")],
-        }),
-        facts: RunFacts {
-            trap_kind: None,
-            component_digest: Some("ab".repeat(32)),
-            fuel_consumed: Some(1234),
-            peak_memory_bytes: Some(1 << 20),
-        },
-    }
-}
-
-fn handler_error() -> onestep_core::ErrorObject {
-    onestep_core::ErrorObject::new("error", "HandlerError", Some("handler"))
-}
-
 #[tokio::test]
 async fn diagnostics_round_trip() {
     let db = common::scratch().await;
     let clock = Arc::new(ManualClock::default());
     let b = backend(db.dsn(), clock.clone()).await;
     assert!(b.schema_report().features.diagnostics_table);
-    let leases = seed(&b, 3).await;
-    let refs: Vec<LeaseRef> = leases.iter().map(ExecutionLease::lease_ref).collect();
-
-    // Live write of a running attempt: progress and lines, visible through attempts/logs.
-    let live = LiveDiagnostics {
-        progress: Some(AttemptProgress {
-            done: 1,
-            total: 10,
-            note: "first".into(),
-            at: clock.now(),
-        }),
-        log: Some(LogTail {
-            total_lines: 1,
-            lines: vec![line(1, &clock, "one")],
-        }),
-    };
-    assert!(
-        b.record_live(&[(refs[0], live.clone())])
-            .await
-            .expect("live")
-    );
-    let a = b
-        .attempts(NS, refs[0].execution_id)
-        .await
-        .expect("attempts")
-        .expect("execution");
-    assert_eq!(a.len(), 1);
-    assert_eq!(a[0].status, "running");
-    let d = a[0].diagnostics.as_ref().expect("live diagnostics");
-    assert_eq!(d.progress.as_ref().map(|p| p.done), Some(1));
-    assert_eq!(d.message, None);
-    let tail = b
-        .attempt_log(NS, refs[0].execution_id, 1)
-        .await
-        .expect("log")
-        .expect("attempt")
-        .expect("tail");
-    assert_eq!(tail.lines, live.log.as_ref().expect("tail").lines);
-
-    // Final writes: one single completion, two batched.
-    let done = b
-        .complete(
-            &refs[0],
-            &Completion::failed(handler_error()).with_diagnostics(diagnostics(&clock, "boom 0")),
-        )
-        .await
-        .expect("complete");
-    assert_eq!(done.status, ExecutionStatus::Failed);
-    let out = b
-        .complete_many(&[
-            (
-                refs[1],
-                Completion::succeeded(json!(1)).with_diagnostics(diagnostics(&clock, "m1")),
-            ),
-            (
-                refs[2],
-                Completion::retrying(handler_error(), 0.0)
-                    .with_diagnostics(diagnostics(&clock, "m2")),
-            ),
-        ])
-        .await
-        .expect("complete_many");
-    assert!(out.iter().all(Result::is_ok), "{out:?}");
-
-    // A late live write does not replace the final row.
-    b.record_live(&[(refs[0], live)]).await.expect("late live");
-    for (r, message) in refs.iter().zip(["boom 0", "m1", "m2"]) {
-        let a = b
-            .attempts(NS, r.execution_id)
-            .await
-            .expect("attempts")
-            .expect("execution");
-        let d = a[0].diagnostics.as_ref().expect("final diagnostics");
-        assert_eq!(d.message.as_deref(), Some(message));
-        assert_eq!(
-            d.progress.as_ref().map(|p| (p.done, p.total)),
-            Some((3, 10))
-        );
-        assert_eq!(
-            d.facts.component_digest.as_deref(),
-            Some("ab".repeat(32).as_str())
-        );
-        assert_eq!(d.facts.fuel_consumed, Some(1234));
-        assert_eq!(d.log.as_ref().map(|t| t.total_lines), Some(5));
-        let tail = b
-            .attempt_log(NS, r.execution_id, 1)
-            .await
-            .expect("log")
-            .expect("attempt")
-            .expect("tail");
-        assert_eq!(tail.total_lines, 5);
-        assert_eq!(tail.dropped_lines(), 3);
-        assert_eq!(tail.lines[1].message, "five\nwith newline");
-    }
-
-    // Namespace scoping and absent attempts.
-    assert_eq!(
-        b.attempts("other", refs[0].execution_id)
-            .await
-            .expect("other"),
-        None
-    );
-    assert_eq!(
-        b.attempt_log("other", refs[0].execution_id, 1)
-            .await
-            .expect("other"),
-        None
-    );
-    assert_eq!(
-        b.attempt_log(NS, refs[0].execution_id, 2)
-            .await
-            .expect("n=2"),
-        None
-    );
-
-    // A refused completion (stale token) stores nothing.
-    let more = seed(&b, 1).await;
-    let mut stale = more[0].lease_ref();
-    stale.lease_token = uuid::Uuid::new_v4();
-    let refused = b
-        .complete(
-            &stale,
-            &Completion::succeeded(json!(0)).with_diagnostics(diagnostics(&clock, "stale")),
-        )
-        .await;
-    assert!(refused.is_err());
-    let a = b
-        .attempts(NS, stale.execution_id)
-        .await
-        .expect("attempts")
-        .expect("execution");
-    let last = a.last().expect("the claimed attempt");
-    assert_eq!(last.attempt_no, more[0].attempt_no);
-    assert_eq!(last.diagnostics, None, "nothing stored for a refused write");
-
-    // Purge: only finished executions older than the cutoff; dry run first.
-    clock.advance(2.0 * 86_400.0);
-    let request = PurgeRequest {
-        namespace: Some(NS.into()),
-        finished_before: clock.now() - Duration::days(1),
-        statuses: vec![],
-        batch_size: 1,
-        dry_run: true,
-    };
-    let dry = b.purge(&request).await.expect("dry run");
-    // Two finished (failed, succeeded); the retrying and the running one stay.
-    assert_eq!((dry.executions, dry.attempts, dry.diagnostics), (2, 2, 2));
-    let wet = b
-        .purge(&PurgeRequest {
-            dry_run: false,
-            ..request.clone()
-        })
-        .await
-        .expect("purge");
-    assert_eq!((wet.executions, wet.attempts, wet.diagnostics), (2, 2, 2));
-    assert_eq!(wet.batches, 2, "batch size 1");
-    assert_eq!(b.get(NS, refs[0].execution_id).await.expect("get"), None);
-    assert!(
-        b.get(NS, refs[2].execution_id)
-            .await
-            .expect("get")
-            .is_some()
-    );
-    let again = b
-        .purge(&PurgeRequest {
-            dry_run: false,
-            ..request
-        })
-        .await
-        .expect("again");
-    assert_eq!(again.executions, 0);
-    let bad = b
-        .purge(&PurgeRequest {
-            namespace: None,
-            finished_before: clock.now(),
-            statuses: vec![ExecutionStatus::Running],
-            batch_size: 10,
-            dry_run: true,
-        })
-        .await;
-    assert!(
-        bad.as_ref()
-            .is_err_and(|e| e.to_string().contains("'running' is not a terminal status")),
-        "{bad:?}"
-    );
-
+    onestep_testkit::diagnostics::round_trip(&b, &clock).await;
     b.close().await.expect("close");
     db.drop_database().await.expect("drop");
 }
@@ -296,31 +70,7 @@ async fn without_the_diagnostics_table() {
     o.auto_create = false;
     let b = PgBackend::open(o).await.expect("open without the table");
     assert!(!b.schema_report().features.diagnostics_table);
-    let leases = seed(&b, 1).await;
-    let r = leases[0].lease_ref();
-    let live = LiveDiagnostics {
-        progress: None,
-        log: None,
-    };
-    assert!(!b.record_live(&[(r, live)]).await.expect("live"));
-    b.complete(
-        &r,
-        &Completion::succeeded(json!(1)).with_diagnostics(diagnostics(&clock, "m")),
-    )
-    .await
-    .expect("complete");
-    let a = b
-        .attempts(NS, r.execution_id)
-        .await
-        .expect("attempts")
-        .expect("execution");
-    assert_eq!(a.len(), 1);
-    assert_eq!(a[0].status, "succeeded");
-    assert_eq!(a[0].diagnostics, None);
-    assert_eq!(
-        b.attempt_log(NS, r.execution_id, 1).await.expect("log"),
-        Some(None)
-    );
+    onestep_testkit::diagnostics::without_the_table(&b, &clock).await;
     // Purge still works without the table (no diagnostics rows to count).
     let report = b
         .purge(&PurgeRequest {
@@ -354,7 +104,7 @@ async fn a_refused_final_write_costs_the_completion_nothing() {
     let b = backend(db.dsn(), clock.clone()).await;
     let leases = seed(&b, 1).await;
     let r = leases[0].lease_ref();
-    let mut d = diagnostics(&clock, "m");
+    let mut d = onestep_testkit::diagnostics::diagnostics(&clock, "m");
     d.facts.trap_kind = Some("x".repeat(300));
     let done = b
         .complete(&r, &Completion::succeeded(json!(1)).with_diagnostics(d))
