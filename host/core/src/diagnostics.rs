@@ -70,6 +70,21 @@ pub struct LogTail {
 }
 
 impl LogTail {
+    /// The stored form of the kept lines: a JSON array of [`LogLine`]
+    /// (docs/observability.md#attempt-diagnostics), the same on every backend.
+    pub fn lines_json(&self) -> Result<String, crate::ExecutionError> {
+        serde_json::to_string(&self.lines)
+            .map_err(|e| crate::ExecutionError::Encoding(format!("cannot encode a log tail: {e}")))
+    }
+
+    /// The tail read back from its stored form ([`Self::lines_json`]).
+    pub fn from_stored(total_lines: u64, lines_json: &str) -> Result<Self, crate::ExecutionError> {
+        let lines: Vec<LogLine> = serde_json::from_str(lines_json).map_err(|e| {
+            crate::ExecutionError::Encoding(format!("cannot decode the log tail: {e}"))
+        })?;
+        Ok(LogTail { total_lines, lines })
+    }
+
     /// Lines written but no longer kept.
     pub fn dropped_lines(&self) -> u64 {
         self.total_lines
@@ -307,6 +322,48 @@ pub struct PurgeRequest {
     pub batch_size: u32,
     /// Count only; delete nothing.
     pub dry_run: bool,
+}
+
+/// Largest purge batch (executions per transaction).
+pub const MAX_PURGE_BATCH: u32 = 10_000;
+
+impl PurgeRequest {
+    /// Checks the batch size and returns the statuses to remove (every terminal status when the
+    /// request names none); a non-terminal status is refused (docs/cli.md#purge). Shared by the
+    /// backends so that they refuse and select alike.
+    pub fn checked_statuses(&self) -> Result<Vec<crate::ExecutionStatus>, crate::ExecutionError> {
+        if self.batch_size == 0 || self.batch_size > MAX_PURGE_BATCH {
+            return Err(crate::ExecutionError::invalid(format!(
+                "batch size must be between 1 and {MAX_PURGE_BATCH}"
+            )));
+        }
+        let statuses: Vec<crate::ExecutionStatus> = if self.statuses.is_empty() {
+            crate::ExecutionStatus::ALL
+                .iter()
+                .copied()
+                .filter(|s| s.is_terminal())
+                .collect()
+        } else {
+            self.statuses.clone()
+        };
+        if let Some(s) = statuses.iter().find(|s| !s.is_terminal()) {
+            return Err(crate::ExecutionError::invalid(format!(
+                "purge removes finished executions only; '{s}' is not a terminal status \
+                 (allowed: succeeded, failed, cancelled, expired)"
+            )));
+        }
+        Ok(statuses)
+    }
+}
+
+impl PurgeReport {
+    /// Adds one batch's counts (and counts the batch).
+    pub fn add_batch(&mut self, batch: &PurgeReport) {
+        self.executions += batch.executions;
+        self.attempts += batch.attempts;
+        self.diagnostics += batch.diagnostics;
+        self.batches += 1;
+    }
 }
 
 /// What `purge` removed (or would remove, on a dry run).

@@ -207,3 +207,8 @@ impl ExecutionError {
 
 /// Result alias used across the domain.
 pub type Result<T, E = ExecutionError> = std::result::Result<T, E>;
+
+/// How far a claim moves on the `available_at` of a queued row it cannot decode, so that the row
+/// does not hold a place at the head of the queue on every claim
+/// (docs/semantics.md#undecodable-rows).
+pub const UNDECODABLE_DEFER_S: f64 = 900.0;

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::request::ClaimRequest;
+use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus};
 use uuid::Uuid;
@@ -17,9 +18,6 @@ use crate::backend::{MySqlBackend, begin};
 use crate::errors::OpResult;
 use crate::rows::{EXECUTION_COLUMNS_E, bind_time, bind_uuid, decode_execution, placeholders};
 use crate::schema::ix_claimable;
-
-/// How far a claim moves on an undecodable row's `available_at` (docs/semantics.md#undecodable-rows).
-pub const UNDECODABLE_DEFER_S: f64 = 900.0;
 
 /// One locked candidate.
 struct Picked {

@@ -31,8 +31,6 @@ const COLUMNS: &str = "attempt_id, execution_id, is_final, message, progress_don
 const COLUMN_COUNT: usize = 15;
 /// Bytes of bound values per INSERT statement (MariaDB's default `max_allowed_packet` is 16 MiB).
 const STATEMENT_BYTES: usize = 4 * 1024 * 1024;
-/// Largest purge batch.
-pub const MAX_PURGE_BATCH: u32 = 10_000;
 
 /// One row to write.
 struct DiagRow<'a> {
@@ -340,26 +338,7 @@ impl MySqlBackend {
         &self,
         request: &PurgeRequest,
     ) -> Result<PurgeReport, ExecutionError> {
-        if request.batch_size == 0 || request.batch_size > MAX_PURGE_BATCH {
-            return Err(ExecutionError::invalid(format!(
-                "batch size must be between 1 and {MAX_PURGE_BATCH}"
-            )));
-        }
-        let statuses: Vec<ExecutionStatus> = if request.statuses.is_empty() {
-            ExecutionStatus::ALL
-                .iter()
-                .copied()
-                .filter(|s| s.is_terminal())
-                .collect()
-        } else {
-            request.statuses.clone()
-        };
-        if let Some(s) = statuses.iter().find(|s| !s.is_terminal()) {
-            return Err(ExecutionError::invalid(format!(
-                "purge removes finished executions only; '{s}' is not a terminal status \
-                 (allowed: succeeded, failed, cancelled, expired)"
-            )));
-        }
+        let statuses = request.checked_statuses()?;
         let namespaces = match &request.namespace {
             Some(ns) => vec![ns.clone()],
             None => {
@@ -522,10 +501,7 @@ impl MySqlBackend {
             if last.is_none() {
                 return Ok(());
             }
-            report.executions += removed.executions;
-            report.attempts += removed.attempts;
-            report.diagnostics += removed.diagnostics;
-            report.batches += 1;
+            report.add_batch(&removed);
             after = last;
         }
     }

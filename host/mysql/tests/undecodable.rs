@@ -155,7 +155,7 @@ async fn one_row_alone(server: Server) {
         lockable(&pool, l.execution.id).await;
     }
 
-    // Claim: the undecodable row is left alone, the others are claimed.
+    // Claim: the undecodable row is not claimed (but deferred), the others are claimed.
     let mut fresh = Vec::new();
     for i in 0..3 {
         fresh.push(
@@ -177,6 +177,21 @@ async fn one_row_alone(server: Server) {
     assert_eq!(ids, want);
     assert_eq!(status(&pool, fresh[0]).await, "queued");
     lockable(&pool, fresh[0]).await;
+    // Deferred, so that it does not take a place at the head of the queue in every claim.
+    let mut c = pool.get_conn().await.expect("conn");
+    let deferred: i64 = c
+        .exec_first(
+            "SELECT TIMESTAMPDIFF(SECOND, created_at, available_at) FROM onestep_executions WHERE id = ?",
+            (bind_uuid(fresh[0]),),
+        )
+        .await
+        .expect("available_at")
+        .expect("row");
+    drop(c);
+    assert!(
+        (899..=901).contains(&deferred),
+        "available_at moved on by {deferred} s, not UNDECODABLE_DEFER_S"
+    );
 
     drop(b);
     drop_db(&admin, &db).await;

@@ -39,6 +39,13 @@ pub struct PgOptions {
     pub clock: Arc<dyn Clock>,
     /// Maximum connections of the pool (default 10).
     pub pool_max: usize,
+    /// Persist attempt diagnostics when their table exists (default `true`; `false` behaves as
+    /// if the table were absent, without the start-up warning — `onestep bench --no-diagnostics`).
+    pub diagnostics: bool,
+    /// Store each new submission's traceparent and read it back with the claim, when the
+    /// trace-context table exists (default `false`: the CLI sets it when traces are on,
+    /// docs/observability.md#traces).
+    pub traces: bool,
 }
 
 impl std::fmt::Debug for PgOptions {
@@ -50,6 +57,8 @@ impl std::fmt::Debug for PgOptions {
             .field("limits", &self.limits)
             .field("reclaim_batch_size", &self.reclaim_batch_size)
             .field("pool_max", &self.pool_max)
+            .field("diagnostics", &self.diagnostics)
+            .field("traces", &self.traces)
             .finish_non_exhaustive()
     }
 }
@@ -66,6 +75,8 @@ impl PgOptions {
             reclaim_batch_size: 100,
             clock: Arc::new(SystemClock),
             pool_max: 10,
+            diagnostics: true,
+            traces: false,
         }
     }
 }
@@ -100,6 +111,8 @@ pub(crate) struct Inner {
     pub(crate) secrets: Vec<String>,
     pub(crate) report: SchemaReport,
     pub(crate) sql: crate::sql::Statements,
+    /// Traceparents are written and read (`PgOptions::traces` and the table exists).
+    pub(crate) traces: bool,
 }
 
 /// The PostgreSQL backend: implements the storage ports of `onestep_core::ports`. Cheap to
@@ -228,13 +241,32 @@ impl PgBackend {
             Ok::<_, OpError>((server, report))
         }
         .await;
-        let (server, report) = match ready {
+        let (server, mut report) = match ready {
             Ok(v) => v,
             Err(e) => {
                 pool.close();
                 return Err(into_execution_error(e, "open", &secrets));
             }
         };
+        if !opts.diagnostics {
+            report.features.diagnostics_table = false;
+        } else if !report.features.diagnostics_table {
+            // docs/observability.md#attempt-diagnostics
+            tracing::warn!(
+                table = %crate::schema::diagnostics_table(&tables),
+                "the attempt-diagnostics table is absent: attempts' messages, progress and log \
+                 lines are not kept; `onestep migrate` creates it"
+            );
+        }
+        let traces = opts.traces && report.features.traces_table;
+        if opts.traces && !report.features.traces_table {
+            // docs/observability.md#traces
+            tracing::warn!(
+                table = %crate::schema::traces_table(&tables),
+                "the trace-context table is absent: submits' traceparents are not stored and \
+                 attempts start traces of their own; `onestep migrate` creates it"
+            );
+        }
         let sql = crate::sql::Statements::new(&tables, opts.reclaim_batch_size);
         Ok(PgBackend {
             inner: Arc::new(Inner {
@@ -247,6 +279,7 @@ impl PgBackend {
                 secrets,
                 report,
                 sql,
+                traces,
             }),
         })
     }
@@ -321,6 +354,32 @@ impl PgBackend {
     /// "Now" for one transaction (docs/semantics.md#time), truncated to microseconds.
     pub(crate) fn now(&self) -> DateTime<Utc> {
         truncate_micros(self.inner.clock.now())
+    }
+
+    /// The attempt-diagnostics table (quoted), when it exists and diagnostics are kept.
+    pub(crate) fn d(&self) -> Option<String> {
+        self.inner
+            .report
+            .features
+            .diagnostics_table
+            .then(|| crate::schema::q(&crate::schema::diagnostics_table(&self.inner.names)))
+    }
+
+    /// The trace-context table (quoted), when traceparents are written and read.
+    pub(crate) fn tr(&self) -> Option<String> {
+        self.inner
+            .traces
+            .then(|| crate::schema::q(&crate::schema::traces_table(&self.inner.names)))
+    }
+
+    /// The trace-context table (quoted) when it exists (purge deletes its rows whether or not
+    /// traces are on).
+    pub(crate) fn tr_existing(&self) -> Option<String> {
+        self.inner
+            .report
+            .features
+            .traces_table
+            .then(|| crate::schema::q(&crate::schema::traces_table(&self.inner.names)))
     }
 
     pub(crate) fn sql(&self) -> &crate::sql::Statements {

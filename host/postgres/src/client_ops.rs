@@ -128,7 +128,13 @@ impl PgBackend {
             )
             .await?;
         let out = match row {
-            Some(row) => as_submitted(decode_execution(&row)?, sub)?,
+            Some(row) => {
+                // Only a newly created execution gets the submit's trace context
+                // (docs/observability.md#traces); a replay keeps the first one.
+                self.store_trace_parent(&tx, sub.id, sub.trace_parent.as_deref(), now)
+                    .await?;
+                as_submitted(decode_execution(&row)?, sub)?
+            }
             // The id or the key is taken (the holder has committed: ON CONFLICT waits for it).
             None => match self.lookup(&tx, sub).await? {
                 Lookup::Inserted(x) | Lookup::Replay(x) => x,
@@ -305,36 +311,6 @@ impl PgBackend {
             },
         )
         .await
-    }
-
-    /// The attempts of one execution of `namespace`, oldest first, without diagnostics (not
-    /// stored on PostgreSQL yet: docs/postgres.md#not-on-postgresql-yet).
-    pub(crate) async fn attempts_impl(
-        &self,
-        namespace: &str,
-        id: Uuid,
-    ) -> Result<Option<Vec<onestep_core::diagnostics::AttemptRecord>>, ExecutionError> {
-        if self.get_impl(namespace, id).await?.is_none() {
-            return Ok(None);
-        }
-        let sql = format!(
-            "SELECT id, attempt_no, status, worker_id, error, started_at, heartbeat_at, \
-             finished_at FROM {} WHERE execution_id = $1 ORDER BY attempt_no",
-            crate::schema::q(&self.tables().attempts)
-        );
-        let rows = self
-            .run("attempts", || async {
-                let conn = self.conn().await?;
-                Ok(conn.query(&sql, &[&id]).await?)
-            })
-            .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            out.push(crate::rows::decode_attempt(row).map_err(|reason| {
-                ExecutionError::Undecodable(format!("cannot decode an attempt of {id}: {reason}"))
-            })?);
-        }
-        Ok(Some(out))
     }
 
     pub(crate) async fn get_impl(

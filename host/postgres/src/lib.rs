@@ -6,9 +6,11 @@
 //! ([`schema`]), DSN handling, TLS modes and secret redaction ([`dsn`]), error classification
 //! by SQLSTATE ([`errors`]), the client operations (submit, submit_many, get, list, cancel) and
 //! the worker operations (claim with bounded maintenance, heartbeat one lease or a set, the
-//! cancel poll, complete, complete_many, release), the readiness probe and the benchmark
-//! figures ([`probes`]). One type, [`PgBackend`], implements
+//! cancel poll, complete, complete_many, release), attempt diagnostics, the submit's trace
+//! context and purge (docs/postgres.md#diagnostics-and-traces), the readiness probe and the
+//! benchmark figures ([`probes`]). One type, [`PgBackend`], implements
 //! [`onestep_core::ports::ExecutionStore`], [`onestep_core::ports::LeaseStore`],
+//! [`onestep_core::ports::Retention`],
 //! [`onestep_core::ports::Readiness`] and [`onestep_core::ports::StoreStats`].
 //!
 //! Invariants:
@@ -26,6 +28,7 @@
 
 pub mod backend;
 mod client_ops;
+mod diagnostics;
 pub mod dsn;
 pub mod errors;
 mod heartbeat;

@@ -25,7 +25,7 @@ pub const EXECUTION_COLUMNS_E: &str = "e.id, e.namespace, e.task_name, e.status,
 /// Number of columns in [`EXECUTION_COLUMNS`].
 pub const EXECUTION_COLUMN_COUNT: usize = 16;
 
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     idx: usize,
     col: &str,
@@ -126,7 +126,7 @@ pub fn error_text(error: Option<&ErrorObject>) -> Result<Option<String>, Executi
 }
 
 /// Decodes `id, attempt_no, status, worker_id, error, started_at, heartbeat_at, finished_at` of
-/// the attempts table (no diagnostics: they are not stored on PostgreSQL yet).
+/// the attempts table (diagnostics are joined in by the caller).
 pub fn decode_attempt(row: &Row) -> Result<onestep_core::diagnostics::AttemptRecord, String> {
     let attempt_no: i32 = get(row, 1, "attempt_no")?;
     Ok(onestep_core::diagnostics::AttemptRecord {

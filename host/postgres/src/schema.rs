@@ -21,6 +21,12 @@ pub const PG_NAME_LIMIT: usize = 63;
 pub struct SchemaFeatures {
     /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
     pub expiry_index: bool,
+    /// The attempt-diagnostics table `<A>_diagnostics` exists (docs/postgres.md#diagnostics-and-traces);
+    /// without it the worker persists no diagnostics.
+    pub diagnostics_table: bool,
+    /// The trace-context table `<T>_traces` exists (docs/postgres.md#diagnostics-and-traces);
+    /// without it no submit's traceparent is stored.
+    pub traces_table: bool,
 }
 
 /// What readiness did.
@@ -46,6 +52,16 @@ fn derived(table: &str, prefix: &str, suffix: &str) -> String {
 /// Index and constraint names, derived from the table names with PostgreSQL's limit.
 pub fn ix_expiry(names: &TableNames) -> String {
     derived(&names.executions, "ix_", "expiry")
+}
+
+/// The attempt-diagnostics table: `<A>_diagnostics`, hash-truncated to 63.
+pub fn diagnostics_table(names: &TableNames) -> String {
+    derived(&names.attempts, "", "diagnostics")
+}
+
+/// The trace-context table: `<T>_traces`, hash-truncated to 63.
+pub fn traces_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "traces")
 }
 
 /// `"name"`: a validated identifier, quoted.
@@ -162,6 +178,57 @@ pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
     ]
 }
 
+/// `CREATE TABLE` + `CREATE INDEX` for the attempt-diagnostics table
+/// (docs/postgres.md#diagnostics-and-traces): one row per attempt that wrote diagnostics. No
+/// foreign key, so it fits next to the reference's tables; `purge` deletes its rows with their
+/// execution.
+pub fn diagnostics_ddl(names: &TableNames) -> Vec<String> {
+    let d = diagnostics_table(names);
+    vec![
+        format!(
+            "CREATE TABLE {qd} (\n\
+  attempt_id UUID NOT NULL,\n\
+  execution_id UUID NOT NULL,\n\
+  is_final BOOLEAN DEFAULT false NOT NULL,\n\
+  message TEXT,\n\
+  progress_done BIGINT,\n\
+  progress_total BIGINT,\n\
+  progress_note TEXT,\n\
+  progress_at TIMESTAMP WITH TIME ZONE,\n\
+  log_lines BIGINT DEFAULT '0' NOT NULL,\n\
+  log_tail TEXT,\n\
+  trap_kind VARCHAR(255),\n\
+  component_digest VARCHAR(255),\n\
+  fuel_consumed BIGINT,\n\
+  peak_memory_bytes BIGINT,\n\
+  updated_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (attempt_id)\n\
+)",
+            qd = q(&d)
+        ),
+        format!(
+            "CREATE INDEX {} ON {} (execution_id)",
+            q(&derived(&names.attempts, "ix_", "diagnostics_execution")),
+            q(&d)
+        ),
+    ]
+}
+
+/// `CREATE TABLE` for the trace-context table (docs/postgres.md#diagnostics-and-traces): the
+/// W3C `traceparent` of the submit that created an execution, one row per execution, written
+/// only while traces are on. No foreign key; `purge` deletes its rows with their execution.
+pub fn traces_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE {} (\n\
+  execution_id UUID NOT NULL,\n\
+  traceparent VARCHAR(255) NOT NULL,\n\
+  created_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (execution_id)\n\
+)",
+        q(&traces_table(names))
+    )]
+}
+
 fn misconfigured(message: String) -> OpError {
     OpError::Domain(backend_error(
         "open",
@@ -219,6 +286,18 @@ pub(crate) async fn ensure_schema(
             }
             created.push(names.attempts.clone());
         }
+        // Our additions, next to tables of either creator (docs/postgres.md#diagnostics-and-traces).
+        for (table, ddl) in [
+            (diagnostics_table(names), diagnostics_ddl(names)),
+            (traces_table(names), traces_ddl(names)),
+        ] {
+            if !table_exists(&tx, &table).await? {
+                for stmt in ddl {
+                    tx.batch_execute(&stmt).await?;
+                }
+                created.push(table);
+            }
+        }
         tx.commit().await?;
     } else {
         let mut missing = Vec::new();
@@ -236,6 +315,8 @@ pub(crate) async fn ensure_schema(
     }
     let features = SchemaFeatures {
         expiry_index: index_exists(&*client, &ix_expiry(names)).await?,
+        diagnostics_table: table_exists(&*client, &diagnostics_table(names)).await?,
+        traces_table: table_exists(&*client, &traces_table(names)).await?,
     };
     Ok(SchemaReport { created, features })
 }
@@ -252,6 +333,16 @@ mod tests {
         assert_eq!(ix.len(), 63);
         assert!(ix.starts_with("ix_eeee"));
         assert!(validate_names(&names).is_ok());
+        let long_a = TableNames::new("e", "a".repeat(63)).unwrap();
+        assert_eq!(diagnostics_table(&long_a).len(), 63);
+        assert_eq!(
+            diagnostics_table(&TableNames::default()),
+            "onestep_execution_attempts_diagnostics"
+        );
+        assert_eq!(
+            traces_table(&TableNames::default()),
+            "onestep_executions_traces"
+        );
         let too_long = TableNames::new("e".repeat(64), "a").unwrap();
         let e = validate_names(&too_long).unwrap_err().to_string();
         assert!(

@@ -1,9 +1,12 @@
-//! The port implementations: [`ExecutionStore`] and [`LeaseStore`] for [`PgBackend`],
+//! The port implementations: [`ExecutionStore`], [`Retention`] and [`LeaseStore`] for [`PgBackend`],
 //! delegating to the operation modules.
 
 use async_trait::async_trait;
+use onestep_core::diagnostics::{
+    AttemptRecord, LiveDiagnostics, LogTail, PurgeReport, PurgeRequest,
+};
 use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
-use onestep_core::ports::{ExecutionStore, LeaseStore};
+use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
 use onestep_core::request::{ClaimRequest, ListFilter, PreparedSubmission};
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionPage};
 use uuid::Uuid;
@@ -31,8 +34,17 @@ impl ExecutionStore for PgBackend {
         &self,
         namespace: &str,
         id: Uuid,
-    ) -> Result<Option<Vec<onestep_core::diagnostics::AttemptRecord>>, ExecutionError> {
+    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
         self.attempts_impl(namespace, id).await
+    }
+
+    async fn attempt_log(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
+        self.attempt_log_impl(namespace, id, attempt_no).await
     }
 
     async fn list(
@@ -50,6 +62,13 @@ impl ExecutionStore for PgBackend {
         reason: Option<String>,
     ) -> Result<Option<Execution>, ExecutionError> {
         self.cancel_impl(namespace, id, reason).await
+    }
+}
+
+#[async_trait]
+impl Retention for PgBackend {
+    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReport, ExecutionError> {
+        self.purge_impl(request).await
     }
 }
 
@@ -96,5 +115,12 @@ impl LeaseStore for PgBackend {
 
     async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
         self.release_impl(lease).await
+    }
+
+    async fn record_live(
+        &self,
+        items: &[(LeaseRef, LiveDiagnostics)],
+    ) -> Result<bool, ExecutionError> {
+        self.record_live_impl(items).await
     }
 }

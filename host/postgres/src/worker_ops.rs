@@ -14,6 +14,7 @@ use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
+use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
 use uuid::Uuid;
@@ -99,13 +100,17 @@ impl PgBackend {
             .query(&st, &[&req.namespace, &req.task_names, &now, &limit])
             .await?;
         let mut leases = Vec::with_capacity(rows.len());
+        let mut deferred: Vec<Uuid> = Vec::new();
         for row in &rows {
-            // docs/semantics.md#undecodable-rows: an undecodable row is left as it is (not
-            // claimed, its lock gone at COMMIT); the rest of the batch is claimed.
+            // docs/semantics.md#undecodable-rows: an undecodable row is not claimed; it is
+            // deferred (its `available_at` moved on) so that it cannot hold a place at the head
+            // of the queue; the rest of the batch is claimed.
             let mut execution = match decode_execution(row) {
                 Ok(e) => e,
                 Err(e) => {
-                    tracing::error!(error = %e, "claim skipped an undecodable row");
+                    tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
+                        "claim skipped an undecodable row and deferred it");
+                    deferred.extend(row.try_get::<_, Uuid>("id").ok());
                     continue;
                 }
             };
@@ -121,9 +126,16 @@ impl PgBackend {
                 attempt_no,
                 lease_token: Uuid::new_v4(),
                 lease_expires_at,
-                // Not stored on PostgreSQL yet (docs/postgres.md).
                 trace_parent: None,
             });
+        }
+        if !deferred.is_empty() {
+            let until = add_seconds(now, "undecodable defer", UNDECODABLE_DEFER_S)?;
+            let sql = format!(
+                "UPDATE {} SET available_at = $1 WHERE id = ANY($2)",
+                crate::schema::q(&self.tables().executions)
+            );
+            tx.execute(&sql, &[&until, &deferred]).await?;
         }
         if leases.is_empty() {
             return Ok(Vec::new());
@@ -156,6 +168,10 @@ impl PgBackend {
                 leases.len()
             ))
             .into());
+        }
+        let mut trace_parents = self.trace_parents(tx, &ids).await?;
+        for l in &mut leases {
+            l.trace_parent = trace_parents.remove(&l.execution.id);
         }
         Ok(leases)
     }
@@ -271,6 +287,15 @@ impl PgBackend {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let outcome = self.complete_in_tx(&tx, lease, completion, now).await;
+        // The final diagnostics ride in the completion's transaction
+        // (docs/observability.md#attempt-diagnostics), only for a completion that wrote.
+        let outcome = match (outcome, completion.diagnostics.as_deref()) {
+            (Ok(x), Some(d)) => self
+                .write_final_diagnostics(&tx, &[(lease, d)], now)
+                .await
+                .map(|()| x),
+            (o, _) => o,
+        };
         finish(tx, outcome).await
     }
 
@@ -336,6 +361,15 @@ impl PgBackend {
                 Err(e) => return Err(e),
             }
         }
+        // The final diagnostics of the completions that wrote, in the same transaction
+        // (docs/observability.md#attempt-diagnostics); a failure rolls the call back (finish).
+        let written: Vec<(&LeaseRef, &onestep_core::diagnostics::AttemptDiagnostics)> = items
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| matches!(o, Some(Ok(_))))
+            .filter_map(|((lease, c), _)| c.diagnostics.as_deref().map(|d| (lease, d)))
+            .collect();
+        self.write_final_diagnostics(tx, &written, now).await?;
         Ok(out
             .into_iter()
             .map(|o| {

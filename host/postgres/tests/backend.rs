@@ -146,7 +146,7 @@ async fn one_undecodable_row_alone() {
         lockable(&pool, l.execution.id).await;
     }
 
-    // Claim: the undecodable row is left alone, the others are claimed.
+    // Claim: the undecodable row is not claimed (but deferred), the others are claimed.
     let mut fresh = Vec::new();
     for i in 0..3 {
         fresh.push(
@@ -168,6 +168,23 @@ async fn one_undecodable_row_alone() {
     assert_eq!(ids, want);
     assert_eq!(status(&pool, fresh[0]).await, "queued");
     lockable(&pool, fresh[0]).await;
+    // Deferred, so that it does not take a place at the head of the queue in every claim.
+    let deferred: i64 = pool
+        .get()
+        .await
+        .expect("conn")
+        .query_one(
+            "SELECT EXTRACT(EPOCH FROM available_at - created_at)::bigint FROM onestep_executions \
+             WHERE id = $1",
+            &[&fresh[0]],
+        )
+        .await
+        .expect("available_at")
+        .get(0);
+    assert!(
+        (899..=901).contains(&deferred),
+        "available_at moved on by {deferred} s, not UNDECODABLE_DEFER_S"
+    );
 
     let _ = b.close().await;
     db.drop_database().await.expect("drop database");

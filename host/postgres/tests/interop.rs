@@ -44,7 +44,16 @@ async fn reference_client_our_tables_our_worker() {
     let backend = PgBackend::open(PgOptions::new(db.dsn()))
         .await
         .expect("open");
-    assert_eq!(backend.schema_report().created.len(), 2);
+    // The pair, then our additions (docs/postgres.md#diagnostics-and-traces).
+    assert_eq!(
+        backend.schema_report().created,
+        [
+            "onestep_executions",
+            "onestep_execution_attempts",
+            "onestep_execution_attempts_diagnostics",
+            "onestep_executions_traces"
+        ]
+    );
     let ns = "interop";
     // No exponent-form float here: the reference writes `1e16` as JSON text into `jsonb`, which
     // keeps the value but not its float-ness (docs/postgres.md#json-numbers).

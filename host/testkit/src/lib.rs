@@ -25,6 +25,7 @@ pub mod builders;
 #[allow(clippy::expect_used, clippy::panic)]
 mod cases;
 pub mod clock;
+pub mod diagnostics;
 pub mod insights;
 pub mod memory;
 pub mod runner;

@@ -394,9 +394,13 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
                      reference's plus one index, docs/postgres.md#schema)"
                 );
             }
-            Store::open(&store_opts)
-                .await
-                .context("cannot open the backend")?
+            let mut opts = store_opts.postgres();
+            opts.diagnostics = !args.no_diagnostics;
+            Store::Postgres(
+                onestep_postgres::PgBackend::open(opts)
+                    .await
+                    .context("cannot open the backend")?,
+            )
         }
     };
     let server = backend.server_version();

@@ -31,7 +31,7 @@ pub struct StoreOptions {
     pub pool_min: usize,
     /// Pool bound.
     pub pool_max: usize,
-    /// Store and read submits' traceparents (MySQL only; docs/observability.md#traces).
+    /// Store and read submits' traceparents (docs/observability.md#traces).
     pub traces: bool,
 }
 
@@ -85,6 +85,7 @@ impl StoreOptions {
         o.limits = self.limits;
         o.reclaim_batch_size = self.reclaim_batch_size;
         o.pool_max = self.pool_max;
+        o.traces = self.traces;
         o
     }
 }
@@ -163,11 +164,11 @@ impl Store {
         }
     }
 
-    /// `onestep purge` (docs/cli.md#purge); `None` where the backend has none yet.
+    /// `onestep purge` (docs/cli.md#purge); `None` where the backend has none.
     pub fn retention(&self) -> Option<&dyn onestep_core::ports::Retention> {
         match self {
             Store::Mysql(b) => Some(b),
-            Store::Postgres(_) => None,
+            Store::Postgres(b) => Some(b),
         }
     }
 

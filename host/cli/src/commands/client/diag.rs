@@ -236,7 +236,7 @@ pub async fn purge(args: PurgeArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let request = purge_request(&args, c.client.namespace())?;
         let retention = c.backend().retention().ok_or_else(|| {
-            Failure::usage("onestep purge is not available on PostgreSQL yet (MySQL/MariaDB only)")
+            Failure::usage("onestep purge is not available for this backend")
         })?;
         let report: PurgeReport = retention.purge(&request).await?;
         let verb = if request.dry_run { "would remove" } else { "removed" };

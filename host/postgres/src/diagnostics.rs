@@ -1,0 +1,577 @@
+//! Attempt diagnostics and purge on PostgreSQL (docs/postgres.md#diagnostics-and-traces,
+//! docs/observability.md#attempt-diagnostics): the final write inside a completion's
+//! transaction, the heartbeat's live write of running attempts, the reads behind
+//! `GET /v1/executions/{id}/attempts` and `.../logs`, and `purge`.
+//!
+//! The table has one row per attempt that wrote diagnostics. Both writes are one array-bound
+//! `INSERT … SELECT FROM unnest(…) ON CONFLICT (attempt_id) DO UPDATE` per chunk; the live
+//! write's update carries `WHERE NOT is_final`, so it never replaces a final row, and the final
+//! write replaces whatever is there.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Transaction};
+use onestep_core::diagnostics::{
+    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogTail, PurgeReport,
+    PurgeRequest, RunFacts,
+};
+use onestep_core::execution::LeaseRef;
+use onestep_core::{ConnectorKind, ExecutionError};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::backend::{PgBackend, commit};
+use crate::errors::{OpError, OpResult, classify};
+use crate::rows::get;
+use crate::schema::q;
+
+/// Rows per write statement (each log tail is capped at 64 KiB, so one statement stays in the
+/// low megabytes).
+const WRITE_CHUNK: usize = 200;
+
+/// One row to write.
+struct DiagRow<'a> {
+    lease: &'a LeaseRef,
+    is_final: bool,
+    message: Option<&'a str>,
+    progress: Option<&'a AttemptProgress>,
+    log: Option<&'a LogTail>,
+    facts: Option<&'a RunFacts>,
+}
+
+/// `BIGINT` holds what a `u64` counter reaches in practice; larger values are stored as the
+/// largest `BIGINT` (docs/postgres.md#diagnostics-and-traces).
+fn i64_of(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn u64_of(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// The upsert of `table` (quoted); `live` keeps final rows.
+fn upsert_sql(table: &str, live: bool) -> String {
+    let keep_final = if live { " WHERE NOT cur.is_final" } else { "" };
+    format!(
+        "INSERT INTO {table} AS cur (attempt_id, execution_id, is_final, message, progress_done, \
+         progress_total, progress_note, progress_at, log_lines, log_tail, trap_kind, \
+         component_digest, fuel_consumed, peak_memory_bytes, updated_at) \
+         SELECT a, e, f, m, pd, pt, pn, pa, ll, lt, tk, cd, fc, pm, $15 FROM unnest(\
+         $1::uuid[], $2::uuid[], $3::bool[], $4::text[], $5::int8[], $6::int8[], $7::text[], \
+         $8::timestamptz[], $9::int8[], $10::text[], $11::text[], $12::text[], $13::int8[], \
+         $14::int8[]) AS r(a, e, f, m, pd, pt, pn, pa, ll, lt, tk, cd, fc, pm) \
+         ON CONFLICT (attempt_id) DO UPDATE SET execution_id = EXCLUDED.execution_id, \
+         is_final = EXCLUDED.is_final, message = EXCLUDED.message, \
+         progress_done = EXCLUDED.progress_done, progress_total = EXCLUDED.progress_total, \
+         progress_note = EXCLUDED.progress_note, progress_at = EXCLUDED.progress_at, \
+         log_lines = EXCLUDED.log_lines, log_tail = EXCLUDED.log_tail, \
+         trap_kind = EXCLUDED.trap_kind, component_digest = EXCLUDED.component_digest, \
+         fuel_consumed = EXCLUDED.fuel_consumed, peak_memory_bytes = EXCLUDED.peak_memory_bytes, \
+         updated_at = EXCLUDED.updated_at{keep_final}"
+    )
+}
+
+/// Writes `rows` (one per attempt: a later row for the same attempt wins, as one statement may
+/// not update a row twice).
+async fn write_rows<C: GenericClient>(
+    c: &C,
+    table: &str,
+    rows: &[DiagRow<'_>],
+    now: DateTime<Utc>,
+    live: bool,
+) -> OpResult<()> {
+    let mut last: HashMap<Uuid, usize> = HashMap::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        last.insert(r.lease.attempt_id, i);
+    }
+    let distinct: Vec<&DiagRow<'_>> = rows
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| last.get(&r.lease.attempt_id) == Some(i))
+        .map(|(_, r)| r)
+        .collect();
+    let st = c.prepare_cached(&upsert_sql(table, live)).await?;
+    for chunk in distinct.chunks(WRITE_CHUNK) {
+        let aids: Vec<Uuid> = chunk.iter().map(|r| r.lease.attempt_id).collect();
+        let eids: Vec<Uuid> = chunk.iter().map(|r| r.lease.execution_id).collect();
+        let fin: Vec<bool> = chunk.iter().map(|r| r.is_final).collect();
+        let msg: Vec<Option<&str>> = chunk.iter().map(|r| r.message).collect();
+        let done: Vec<Option<i64>> = chunk
+            .iter()
+            .map(|r| r.progress.map(|p| i64_of(p.done)))
+            .collect();
+        let total: Vec<Option<i64>> = chunk
+            .iter()
+            .map(|r| r.progress.map(|p| i64_of(p.total)))
+            .collect();
+        let note: Vec<Option<&str>> = chunk
+            .iter()
+            .map(|r| r.progress.map(|p| p.note.as_str()))
+            .collect();
+        let at: Vec<Option<DateTime<Utc>>> =
+            chunk.iter().map(|r| r.progress.map(|p| p.at)).collect();
+        let lines: Vec<i64> = chunk
+            .iter()
+            .map(|r| r.log.map_or(0, |t| i64_of(t.total_lines)))
+            .collect();
+        let tails: Vec<Option<String>> = chunk
+            .iter()
+            .map(|r| r.log.map(LogTail::lines_json).transpose())
+            .collect::<Result<_, _>>()?;
+        let trap: Vec<Option<&str>> = chunk
+            .iter()
+            .map(|r| r.facts.and_then(|f| f.trap_kind.as_deref()))
+            .collect();
+        let digest: Vec<Option<&str>> = chunk
+            .iter()
+            .map(|r| r.facts.and_then(|f| f.component_digest.as_deref()))
+            .collect();
+        let fuel: Vec<Option<i64>> = chunk
+            .iter()
+            .map(|r| r.facts.and_then(|f| f.fuel_consumed).map(i64_of))
+            .collect();
+        let mem: Vec<Option<i64>> = chunk
+            .iter()
+            .map(|r| r.facts.and_then(|f| f.peak_memory_bytes).map(i64_of))
+            .collect();
+        c.execute(
+            &st,
+            &[
+                &aids, &eids, &fin, &msg, &done, &total, &note, &at, &lines, &tails, &trap,
+                &digest, &fuel, &mem, &now,
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+impl PgBackend {
+    /// The final diagnostics of the attempts completed in `tx` (each `(lease, diagnostics)`),
+    /// under a savepoint: a failure to write them is logged and costs the completion nothing.
+    pub(crate) async fn write_final_diagnostics(
+        &self,
+        tx: &Transaction<'_>,
+        items: &[(&LeaseRef, &AttemptDiagnostics)],
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        let Some(table) = self.d() else {
+            return Ok(());
+        };
+        if items.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<DiagRow<'_>> = items
+            .iter()
+            .map(|(lease, d)| DiagRow {
+                lease,
+                is_final: true,
+                message: d.message.as_deref(),
+                progress: d.progress.as_ref(),
+                log: d.log.as_ref(),
+                facts: Some(&d.facts),
+            })
+            .collect();
+        tx.batch_execute("SAVEPOINT onestep_diagnostics").await?;
+        match write_rows(tx, &table, &rows, now, false).await {
+            Ok(()) => {
+                tx.batch_execute("RELEASE SAVEPOINT onestep_diagnostics")
+                    .await?;
+            }
+            Err(OpError::Domain(e)) => {
+                tx.batch_execute("ROLLBACK TO SAVEPOINT onestep_diagnostics")
+                    .await?;
+                tracing::warn!(error = %e, "attempt diagnostics not written");
+            }
+            Err(OpError::Db(e)) if classify(&e) == ConnectorKind::Permanent => {
+                tx.batch_execute("ROLLBACK TO SAVEPOINT onestep_diagnostics")
+                    .await?;
+                tracing::warn!(error = %e, "attempt diagnostics not written");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn record_live_impl(
+        &self,
+        items: &[(LeaseRef, LiveDiagnostics)],
+    ) -> Result<bool, ExecutionError> {
+        let Some(table) = self.d() else {
+            return Ok(false);
+        };
+        if items.is_empty() {
+            return Ok(true);
+        }
+        let rows: Vec<DiagRow<'_>> = items
+            .iter()
+            .map(|(lease, live)| DiagRow {
+                lease,
+                is_final: false,
+                message: None,
+                progress: live.progress.as_ref(),
+                log: live.log.as_ref(),
+                facts: None,
+            })
+            .collect();
+        self.run("diagnostics", || async {
+            let now = self.now();
+            let conn = self.conn().await?;
+            write_rows(&conn, &table, &rows, now, true).await
+        })
+        .await?;
+        Ok(true)
+    }
+
+    /// The attempts of one execution of `namespace`, oldest first, each with its diagnostics
+    /// (without the log lines: [`Self::attempt_log_impl`]).
+    pub(crate) async fn attempts_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
+        if self.get_impl(namespace, id).await?.is_none() {
+            return Ok(None);
+        }
+        let sql = format!(
+            "SELECT id, attempt_no, status, worker_id, error, started_at, heartbeat_at, \
+             finished_at FROM {} WHERE execution_id = $1 ORDER BY attempt_no",
+            q(&self.tables().attempts)
+        );
+        let diag_sql = self.d().map(|d| {
+            format!(
+                "SELECT attempt_id, message, progress_done, progress_total, progress_note, \
+                 progress_at, log_lines, trap_kind, component_digest, fuel_consumed, \
+                 peak_memory_bytes FROM {d} WHERE execution_id = $1"
+            )
+        });
+        let (rows, diags) = self
+            .run("attempts", || async {
+                let conn = self.conn().await?;
+                let rows = conn.query(&sql, &[&id]).await?;
+                let diags = match &diag_sql {
+                    Some(s) => conn.query(s, &[&id]).await?,
+                    None => Vec::new(),
+                };
+                Ok((rows, diags))
+            })
+            .await?;
+        let mut by_attempt: HashMap<Uuid, AttemptDiagnostics> = HashMap::new();
+        for row in &diags {
+            let (attempt, d) = decode_diag(row).map_err(|reason| {
+                ExecutionError::Encoding(format!("cannot decode diagnostics of {id}: {reason}"))
+            })?;
+            by_attempt.insert(attempt, d);
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut rec = crate::rows::decode_attempt(row).map_err(|reason| {
+                ExecutionError::Encoding(format!("cannot decode an attempt of {id}: {reason}"))
+            })?;
+            rec.diagnostics = by_attempt.remove(&rec.id);
+            out.push(rec);
+        }
+        Ok(Some(out))
+    }
+
+    pub(crate) async fn attempt_log_impl(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
+        if self.get_impl(namespace, id).await?.is_none() {
+            return Ok(None);
+        }
+        let Ok(no) = i32::try_from(attempt_no) else {
+            return Ok(None);
+        };
+        let attempt_sql = format!(
+            "SELECT id FROM {} WHERE execution_id = $1 AND attempt_no = $2",
+            q(&self.tables().attempts)
+        );
+        let tail_sql = self
+            .d()
+            .map(|d| format!("SELECT log_lines, log_tail FROM {d} WHERE attempt_id = $1"));
+        let found: Option<Option<(i64, Option<String>)>> = self
+            .run("attempt_log", || async {
+                let conn = self.conn().await?;
+                let Some(attempt) = conn.query_opt(&attempt_sql, &[&id, &no]).await? else {
+                    return Ok(None);
+                };
+                let Some(tail_sql) = &tail_sql else {
+                    return Ok(Some(None));
+                };
+                let attempt_id: Uuid = attempt.try_get(0)?;
+                let tail = conn.query_opt(tail_sql, &[&attempt_id]).await?;
+                let tail = tail
+                    .map(|r| Ok::<_, OpError>((r.try_get(0)?, r.try_get(1)?)))
+                    .transpose()?;
+                Ok(Some(tail))
+            })
+            .await?;
+        Ok(match found {
+            None => None,
+            Some(None) | Some(Some((_, None))) => Some(None),
+            Some(Some((total_lines, Some(text)))) => {
+                Some(Some(LogTail::from_stored(u64_of(total_lines), &text)?))
+            }
+        })
+    }
+
+    pub(crate) async fn purge_impl(
+        &self,
+        request: &PurgeRequest,
+    ) -> Result<PurgeReport, ExecutionError> {
+        let statuses: Vec<String> = request
+            .checked_statuses()?
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect();
+        let namespaces = match &request.namespace {
+            Some(ns) => vec![ns.clone()],
+            None => {
+                let sql = format!("SELECT DISTINCT namespace FROM {}", self.sql().t);
+                let rows = self
+                    .run("purge", || async {
+                        let conn = self.conn().await?;
+                        Ok(conn.query(&sql, &[]).await?)
+                    })
+                    .await?;
+                rows.iter()
+                    .map(|r| r.try_get::<_, String>(0))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| ExecutionError::Encoding(format!("namespace: {e}")))?
+            }
+        };
+        let mut report = PurgeReport::default();
+        for ns in namespaces {
+            self.purge_namespace(&ns, &statuses, request, &mut report)
+                .await?;
+        }
+        Ok(report)
+    }
+
+    /// Walks `namespace`'s executions created before the cutoff (a finished one was created
+    /// before it finished) through the list index, in keyset order, one bounded batch per
+    /// transaction.
+    async fn purge_namespace(
+        &self,
+        namespace: &str,
+        statuses: &[String],
+        request: &PurgeRequest,
+        report: &mut PurgeReport,
+    ) -> Result<(), ExecutionError> {
+        let cutoff = request.finished_before;
+        let limit = i64::from(request.batch_size);
+        let lock = if request.dry_run {
+            ""
+        } else {
+            " FOR UPDATE SKIP LOCKED"
+        };
+        let select = |keyset: &str| {
+            format!(
+                "SELECT id, created_at FROM {} WHERE namespace = $1 AND created_at < $2{keyset} \
+                 AND status = ANY($3) AND finished_at < $2 ORDER BY created_at, id LIMIT $4{lock}",
+                self.sql().t
+            )
+        };
+        let first = select("");
+        let next = select(" AND (created_at > $5 OR (created_at = $5 AND id > $6))");
+        let a = q(&self.tables().attempts);
+        let mut after: Option<(DateTime<Utc>, Uuid)> = None;
+        loop {
+            let step = self
+                .run("purge", || async {
+                    let mut conn = self.conn().await?;
+                    let tx = conn.transaction().await?;
+                    let rows = match &after {
+                        Some((c, id)) => {
+                            tx.query(&next, &[&namespace, &cutoff, &statuses, &limit, c, id])
+                                .await?
+                        }
+                        None => {
+                            tx.query(&first, &[&namespace, &cutoff, &statuses, &limit])
+                                .await?
+                        }
+                    };
+                    let mut ids = Vec::with_capacity(rows.len());
+                    let mut last = None;
+                    for r in &rows {
+                        let id: Uuid = r.try_get(0)?;
+                        let created: DateTime<Utc> = r.try_get(1)?;
+                        ids.push(id);
+                        last = Some((created, id));
+                    }
+                    let mut removed = PurgeReport::default();
+                    if ids.is_empty() {
+                        tx.rollback().await?;
+                        return Ok((last, removed));
+                    }
+                    if request.dry_run {
+                        removed.executions = ids.len() as u64;
+                        let n: i64 = tx
+                            .query_one(
+                                &format!("SELECT count(*) FROM {a} WHERE execution_id = ANY($1)"),
+                                &[&ids],
+                            )
+                            .await?
+                            .try_get(0)?;
+                        removed.attempts = u64_of(n);
+                        if let Some(d) = self.d() {
+                            let n: i64 = tx
+                                .query_one(
+                                    &format!(
+                                        "SELECT count(*) FROM {d} WHERE execution_id = ANY($1)"
+                                    ),
+                                    &[&ids],
+                                )
+                                .await?
+                                .try_get(0)?;
+                            removed.diagnostics = u64_of(n);
+                        }
+                        tx.rollback().await?;
+                        return Ok((last, removed));
+                    }
+                    if let Some(d) = self.d() {
+                        removed.diagnostics = tx
+                            .execute(
+                                &format!("DELETE FROM {d} WHERE execution_id = ANY($1)"),
+                                &[&ids],
+                            )
+                            .await?;
+                    }
+                    if let Some(tr) = self.tr_existing() {
+                        tx.execute(
+                            &format!("DELETE FROM {tr} WHERE execution_id = ANY($1)"),
+                            &[&ids],
+                        )
+                        .await?;
+                    }
+                    removed.attempts = tx
+                        .execute(
+                            &format!("DELETE FROM {a} WHERE execution_id = ANY($1)"),
+                            &[&ids],
+                        )
+                        .await?;
+                    removed.executions = tx
+                        .execute(
+                            &format!("DELETE FROM {} WHERE id = ANY($1)", self.sql().t),
+                            &[&ids],
+                        )
+                        .await?;
+                    commit(tx).await?;
+                    Ok((last, removed))
+                })
+                .await?;
+            let (last, removed) = step;
+            if last.is_none() {
+                return Ok(());
+            }
+            report.add_batch(&removed);
+            after = last;
+        }
+    }
+
+    /// The stored traceparents of `ids` (docs/observability.md#traces): one primary-key lookup
+    /// per claim batch, and none while traces are off.
+    pub(crate) async fn trace_parents<C: GenericClient>(
+        &self,
+        c: &C,
+        ids: &[Uuid],
+    ) -> OpResult<HashMap<Uuid, String>> {
+        let Some(table) = self.tr() else {
+            return Ok(HashMap::new());
+        };
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT execution_id, traceparent FROM {table} WHERE execution_id = ANY($1)"
+                ),
+                &[&ids],
+            )
+            .await?;
+        let mut out = HashMap::with_capacity(rows.len());
+        for r in &rows {
+            out.insert(r.try_get::<_, Uuid>(0)?, r.try_get::<_, String>(1)?);
+        }
+        Ok(out)
+    }
+
+    /// Stores the submit's traceparent of a newly created execution, in the submit's
+    /// transaction (docs/observability.md#traces); nothing while traces are off.
+    pub(crate) async fn store_trace_parent<C: GenericClient>(
+        &self,
+        c: &C,
+        id: Uuid,
+        traceparent: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        if let (Some(table), Some(tp)) = (self.tr(), traceparent) {
+            c.execute(
+                &format!(
+                    "INSERT INTO {table} (execution_id, traceparent, created_at) \
+                     VALUES ($1, $2, $3)"
+                ),
+                &[&id, &tp, &now],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+fn decode_diag(row: &Row) -> Result<(Uuid, AttemptDiagnostics), String> {
+    let attempt: Uuid = get(row, 0, "attempt_id")?;
+    let done: Option<i64> = get(row, 2, "progress_done")?;
+    let total: Option<i64> = get(row, 3, "progress_total")?;
+    let note: Option<String> = get(row, 4, "progress_note")?;
+    let at: Option<DateTime<Utc>> = get(row, 5, "progress_at")?;
+    let lines: i64 = get(row, 6, "log_lines")?;
+    let progress = match (done, at) {
+        (Some(done), Some(at)) => Some(AttemptProgress {
+            done: u64_of(done),
+            total: total.map_or(0, u64_of),
+            note: note.unwrap_or_default(),
+            at,
+        }),
+        _ => None,
+    };
+    Ok((
+        attempt,
+        AttemptDiagnostics {
+            message: get(row, 1, "message")?,
+            progress,
+            // The lines themselves come from the logs route; the count says whether there are any.
+            log: (lines > 0).then(|| LogTail {
+                total_lines: u64_of(lines),
+                lines: Vec::new(),
+            }),
+            facts: RunFacts {
+                trap_kind: get(row, 7, "trap_kind")?,
+                component_digest: get(row, 8, "component_digest")?,
+                fuel_consumed: get::<Option<i64>>(row, 9, "fuel_consumed")?.map(u64_of),
+                peak_memory_bytes: get::<Option<i64>>(row, 10, "peak_memory_bytes")?.map(u64_of),
+            },
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_clamp_to_bigint() {
+        assert_eq!(i64_of(u64::MAX), i64::MAX);
+        assert_eq!(i64_of(7), 7);
+        assert_eq!(u64_of(-1), 0);
+    }
+
+    #[test]
+    fn live_upsert_keeps_final_rows() {
+        assert!(upsert_sql("\"d\"", true).ends_with("WHERE NOT cur.is_final"));
+        assert!(!upsert_sql("\"d\"", false).contains("WHERE NOT"));
+    }
+}
