@@ -66,6 +66,8 @@ struct Inner {
     readiness: Arc<dyn Readiness>,
     insights: Option<Arc<dyn ExecutionInsights>>,
     overview_cache: Arc<Mutex<HashMap<String, OverviewSnapshot>>>,
+    /// Namespaces whose overview is being re-read in the background (one read at a time each).
+    overview_refreshing: Arc<Mutex<std::collections::HashSet<String>>>,
     tenancy: Tenancy,
     /// One client per namespace, indexed like `TokenTable::namespaces()` (or one for `Single`).
     clients: Vec<ExecutionClient>,
@@ -117,6 +119,7 @@ impl ApiState {
                 readiness,
                 insights: None,
                 overview_cache: Arc::default(),
+                overview_refreshing: Arc::default(),
                 tenancy: settings.tenancy,
                 clients,
                 allowed_tasks: settings.allowed_tasks,
@@ -160,6 +163,22 @@ impl ApiState {
             .get(namespace)
             .filter(|s| s.taken.elapsed() < max_age)
             .cloned()
+    }
+
+    /// Marks `namespace`'s overview as being re-read; false when a re-read is already running.
+    pub fn begin_overview_refresh(&self, namespace: &str) -> bool {
+        self.inner
+            .overview_refreshing
+            .lock()
+            .map(|mut set| set.insert(namespace.to_owned()))
+            .unwrap_or(false)
+    }
+
+    /// Ends the re-read [`begin_overview_refresh`](Self::begin_overview_refresh) started.
+    pub fn end_overview_refresh(&self, namespace: &str) {
+        if let Ok(mut set) = self.inner.overview_refreshing.lock() {
+            set.remove(namespace);
+        }
     }
 
     /// Keeps `snapshot` as the overview of `namespace`.

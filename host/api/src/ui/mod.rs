@@ -27,6 +27,9 @@ use crate::state::{ApiState, OverviewSnapshot};
 
 /// How long the overview's figures are reused for one namespace.
 pub const OVERVIEW_CACHE: Duration = Duration::from_secs(5);
+/// Up to this age, older figures are still shown while they are re-read in the background
+/// (docs/ui.md#overview); older ones are re-read before the page is answered.
+pub const OVERVIEW_STALE_MAX: Duration = Duration::from_secs(60);
 /// Rows the "last hour" figures read at most.
 pub const RECENT_ROWS: u32 = 10_000;
 /// Rows per list page of the dashboard.
@@ -111,24 +114,24 @@ async fn overview_fragment(
         )));
     };
     let namespace = client.namespace().to_owned();
-    let snapshot = match state.cached_overview(&namespace, OVERVIEW_CACHE) {
-        Some(s) => s,
-        None => {
-            // The two statements are independent: run them side by side on two connections.
-            let since = Utc::now() - chrono::Duration::hours(1);
-            let (counts, recent) = tokio::try_join!(
-                insights.counts_by_task_status(&namespace),
-                insights.recent_activity(&namespace, since, RECENT_ROWS),
-            )?;
-            let snapshot = OverviewSnapshot {
-                taken: Instant::now(),
-                as_of: Utc::now(),
-                counts,
-                recent,
-            };
-            state.store_overview(&namespace, snapshot.clone());
-            snapshot
+    let snapshot = match state.cached_overview(&namespace, OVERVIEW_STALE_MAX) {
+        Some(s) if s.taken.elapsed() < OVERVIEW_CACHE => s,
+        Some(stale) => {
+            // Stale but recent: answer with it and re-read in the background, once at a time.
+            if state.begin_overview_refresh(&namespace)
+                && let Some(insights) = state.insights_handle()
+            {
+                let (state, namespace) = (state.clone(), namespace.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = read_overview(&state, insights.as_ref(), &namespace).await {
+                        tracing::warn!(%namespace, error = %e, "overview refresh failed");
+                    }
+                    state.end_overview_refresh(&namespace);
+                });
+            }
+            stale
         }
+        None => read_overview(&state, insights, &namespace).await?,
     };
     Ok(html(render::render(
         "overview.html",
@@ -141,6 +144,28 @@ async fn overview_fragment(
             cache_s => OVERVIEW_CACHE.as_secs(),
         },
     )))
+}
+
+/// Reads the overview figures of `namespace` and keeps them in the cache.
+async fn read_overview(
+    state: &ApiState,
+    insights: &dyn onestep_core::ports::ExecutionInsights,
+    namespace: &str,
+) -> Result<OverviewSnapshot, onestep_core::ExecutionError> {
+    // The two statements are independent: run them side by side on two connections.
+    let since = Utc::now() - chrono::Duration::hours(1);
+    let (counts, recent) = tokio::try_join!(
+        insights.counts_by_task_status(namespace),
+        insights.recent_activity(namespace, since, RECENT_ROWS),
+    )?;
+    let snapshot = OverviewSnapshot {
+        taken: Instant::now(),
+        as_of: Utc::now(),
+        counts,
+        recent,
+    };
+    state.store_overview(namespace, snapshot.clone());
+    Ok(snapshot)
 }
 
 /// Query of the list fragment (the list filter of `GET /v1/executions`).

@@ -91,3 +91,42 @@ async fn shells_fragments_and_roles() {
         "{as_read}"
     );
 }
+
+/// docs/ui.md#overview: figures younger than 5 s are reused as they are; older (up to 60 s)
+/// are answered at once while one background read replaces them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overview_is_cached_then_refreshed_in_the_background() {
+    let app = TestApp::start(settings()).await;
+    app.submit(Some(OPERATE), "k1", "echo", json!({})).await;
+    let overview = || async {
+        let (status, _, body) = app
+            .send_text(req(Method::GET, "/ui/fragments/overview", Some(READ)).empty())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    };
+    assert!(overview().await.contains("<th>echo</th>"));
+    app.submit(Some(OPERATE), "k2", "run_agent", json!({}))
+        .await;
+    // Fresh: the cached figures, without the new task.
+    assert!(!overview().await.contains("<th>run_agent</th>"));
+    tokio::time::sleep(std::time::Duration::from_millis(5_200)).await;
+    // Stale: still the old figures in this answer (the re-read runs after it) ...
+    let stale = overview().await;
+    assert!(
+        stale.contains("<th>echo</th>") && !stale.contains("<th>run_agent</th>"),
+        "{stale}"
+    );
+    // ... and the next answers show the re-read figures.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        if overview().await.contains("<th>run_agent</th>") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background re-read never replaced the stale figures"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
