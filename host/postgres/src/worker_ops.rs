@@ -10,11 +10,11 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
+use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
-use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
 use uuid::Uuid;

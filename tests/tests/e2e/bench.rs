@@ -10,7 +10,8 @@ use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_with_history_reports_io_per_phase() -> Result<()> {
-    // MySQL family only: PostgreSQL lacks `bench --history` (and `--reference-tables`) today.
+    // MySQL family only: it also measures `--reference-tables` (MySQL-only); `--history` on
+    // PostgreSQL is `bench_with_history_on_postgres` below.
     for (server, url) in servers_of(Servers::MysqlFamily)? {
         let db = TestDb::create(server, &url).await?;
         let (code, out, err) = run_cli(

@@ -193,9 +193,8 @@ async fn retried_attempts_and_purge(env: std::sync::Arc<Env>) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn attempts_logs_progress_and_purge() -> Result<()> {
-    // MySQL family only: PostgreSQL lacks attempt diagnostics and `onestep purge` today.
     on_servers(
-        Servers::MysqlFamily,
+        Servers::All,
         "attempts_logs_progress_and_purge",
         &e2e_config("worker.yaml"),
         Schedule::Concurrent,

@@ -130,8 +130,7 @@ async fn redeploy_case(env: &Env, component: &Path) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_component_is_redeployed_under_load_without_losing_work() -> Result<()> {
-    // MySQL family only: PostgreSQL lacks attempt diagnostics (the component digest) today.
-    for (server, url) in servers_of(Servers::MysqlFamily)? {
+    for (server, url) in servers_of(Servers::All)? {
         let dir = tempfile::tempdir()?;
         let component = dir.path().join("hot.wasm");
         std::fs::copy(guest("echo")?, &component)?;
@@ -143,9 +142,9 @@ async fn a_component_is_redeployed_under_load_without_losing_work() -> Result<()
 kind: App
 app: {{name: e2e-reload, shutdown_timeout_s: 2.0, logging: {{level: INFO, format: text}}}}
 resources:
-  db: {{type: mysql, dsn: "${{ONESTEP_DSN}}"}}
+  db: {{type: "${{ONESTEP_E2E_BACKEND:-mysql}}", dsn: "${{ONESTEP_DSN}}"}}
   jobs:
-    type: mysql_execution_source
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
     connector: db
     namespace: e2e
     task_names: [hot]

@@ -22,10 +22,11 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use onestep_core::ExecutionStatus as S;
 use onestep_core::request::SubmitRequest;
 use onestep_e2e::{
-    Env, Schedule, Servers, e2e_config, on_servers, onestep_bin, repo_root, wait_for,
+    Backend, Env, Schedule, Servers, e2e_config, on_servers, onestep_bin, repo_root, wait_for,
 };
 use onestep_mysql::history::{HistoryIds, HistorySeed};
 use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_postgres::{PgBackend, PgOptions};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -59,12 +60,12 @@ async fn wait_port(what: &str, port: u16, log: &Path) -> Result<()> {
     .with_context(|| std::fs::read_to_string(log).unwrap_or_default())
 }
 
-fn spawn_serve(dsn: &str, port: u16, log: &Path) -> Result<Proc> {
+fn spawn_serve(env: &Env, port: u16, log: &Path) -> Result<Proc> {
     let out = std::fs::File::create(log)?;
     let child = Command::new(onestep_bin()?)
         .arg("serve")
         .arg(e2e_config("ui.yaml"))
-        .env("ONESTEP_DSN", dsn)
+        .envs(env.onestep_env())
         .env("ONESTEP_API_LISTEN", format!("127.0.0.1:{port}"))
         .env(
             "ONESTEP_UI_TOKENS",
@@ -264,17 +265,25 @@ async fn timed_load(c: &Client, url: &str, css: &str, mark: &str) -> Result<Load
 
 async fn seed(env: &Env) -> Result<()> {
     // 100k finished executions, written server-side.
-    let backend = MySqlBackend::open(MySqlOptions::new(env.db.dsn.clone())).await?;
-    backend
-        .seed_history(&HistorySeed {
-            namespace: "e2e".into(),
-            task_name: "history".into(),
-            count: 100_000,
-            ids: HistoryIds::V7,
-            before: Utc::now() - chrono::Duration::minutes(5),
-        })
-        .await?;
-    backend.close().await?;
+    let history = HistorySeed {
+        namespace: "e2e".into(),
+        task_name: "history".into(),
+        count: 100_000,
+        ids: HistoryIds::V7,
+        before: Utc::now() - chrono::Duration::minutes(5),
+    };
+    match env.backend() {
+        Backend::Mysql => {
+            let backend = MySqlBackend::open(MySqlOptions::new(env.db.dsn.clone())).await?;
+            backend.seed_history(&history).await?;
+            backend.close().await?;
+        }
+        Backend::Postgres => {
+            let backend = PgBackend::open(PgOptions::new(env.db.dsn.clone())).await?;
+            backend.seed_history(&history).await?;
+            backend.close().await?;
+        }
+    }
     // 500 queued executions of a task no worker runs.
     let requests: Vec<SubmitRequest> = (0..500)
         .map(|i| SubmitRequest {
@@ -316,7 +325,7 @@ async fn case(env: Arc<Env>) -> Result<()> {
 
     let logs = tempfile::tempdir()?;
     let port = free_port()?;
-    let _serve = spawn_serve(&env.db.dsn, port, &logs.path().join("serve.log"))?;
+    let _serve = spawn_serve(&env, port, &logs.path().join("serve.log"))?;
     wait_port("onestep serve", port, &logs.path().join("serve.log")).await?;
     let driver_port = free_port()?;
     let _driver = spawn_driver(driver_port, &logs.path().join("driver.log"))?;
@@ -556,10 +565,8 @@ async fn drive(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_a_real_browser() -> Result<()> {
-    // MySQL family only: the 100k-row history is seeded with `bench --history`'s seeder,
-    // which PostgreSQL lacks today.
     on_servers(
-        Servers::MysqlFamily,
+        Servers::All,
         "dashboard in chromium",
         &e2e_config("worker.yaml"),
         Schedule::Exclusive,
