@@ -598,9 +598,7 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             .execution_timings(&args.namespace, Some(measured_since))
             .await?,
     );
-    let diagnostics_on = backend
-        .as_mysql()
-        .is_some_and(|b| b.schema_report().features.diagnostics_table);
+    let diagnostics_on = backend.diagnostics_persisted();
     if let Err(e) = backend.close().await {
         eprintln!("onestep bench: closing the backend failed: {e}");
     }

@@ -172,6 +172,15 @@ impl Store {
         }
     }
 
+    /// Whether attempt diagnostics are persisted: their table exists and they are not turned
+    /// off (docs/observability.md#attempt-diagnostics).
+    pub fn diagnostics_persisted(&self) -> bool {
+        match self {
+            Store::Mysql(b) => b.schema_report().features.diagnostics_table,
+            Store::Postgres(b) => b.schema_report().features.diagnostics_table,
+        }
+    }
+
     /// The MySQL backend, when this is one (for the MySQL-only tooling: `--upgrade`, history).
     pub fn as_mysql(&self) -> Option<&MySqlBackend> {
         match self {
