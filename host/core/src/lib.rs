@@ -21,6 +21,7 @@ pub mod error;
 pub mod error_object;
 pub mod execution;
 pub mod history;
+pub mod ids;
 pub mod limits;
 pub mod names;
 pub mod network;

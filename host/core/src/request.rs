@@ -161,7 +161,7 @@ pub(crate) fn prepare_with_link(
     );
     Ok(PreparedSubmission {
         // Time-ordered (docs/semantics.md#time-ordered-ids).
-        id: Uuid::now_v7(),
+        id: crate::ids::new_row_id(),
         namespace: namespace.to_owned(),
         task_name,
         idempotency_key,

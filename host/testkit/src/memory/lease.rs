@@ -132,7 +132,7 @@ fn claim_in(
             continue;
         };
         let token = Uuid::new_v4();
-        let attempt_id = Uuid::now_v7(); // docs/semantics.md#time-ordered-ids
+        let attempt_id = onestep_core::ids::new_row_id(); // docs/semantics.md#time-ordered-ids
         let e = &mut row.execution;
         e.status = ExecutionStatus::Running;
         e.attempts = e.attempts.saturating_add(1);
