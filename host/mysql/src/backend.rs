@@ -187,13 +187,14 @@ impl MySqlBackend {
         };
         if !report.features.claimable_column {
             // docs/schema.md#upgrading-reference-tables
+            let command = crate::upgrade::upgrade_command(&parsed.opts, &tables);
             tracing::warn!(
                 table = %tables.executions,
                 "execution tables without the claimable column and indexes (created by the \
                  reference?): claims and expiry walk the finished history; upgrade them online \
-                 with: {}",
-                crate::upgrade::upgrade_command(&parsed.opts, &tables)
+                 with: {command}"
             );
+            report.upgrade_command = Some(command);
         }
         if !opts.diagnostics {
             report.features.diagnostics_table = false;

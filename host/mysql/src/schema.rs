@@ -62,6 +62,10 @@ pub struct SchemaReport {
     pub created: Vec<String>,
     /// Detected schema features.
     pub features: SchemaFeatures,
+    /// Without the `claimable` column (reference-created tables): the exact `onestep migrate
+    /// --upgrade` command that adds it (docs/schema.md#upgrading-reference-tables), which the
+    /// worker's warning and `onestep check --connect` print.
+    pub upgrade_command: Option<String>,
 }
 
 /// Which DDL to emit.
@@ -366,7 +370,11 @@ pub(crate) async fn ensure_schema(
         }
     }
     let features = detect_features(conn, names).await?;
-    Ok(SchemaReport { created, features })
+    Ok(SchemaReport {
+        created,
+        features,
+        upgrade_command: None,
+    })
 }
 
 async fn create_missing(

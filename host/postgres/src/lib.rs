@@ -41,8 +41,10 @@ pub mod schema;
 pub mod scratch;
 mod sql;
 mod store_impl;
+pub mod upgrade;
 mod worker_ops;
 
 pub use backend::{PgBackend, PgOptions, ServerInfo, SessionState};
 pub use schema::{SchemaFeatures, SchemaReport};
 pub use scratch::ScratchDatabase;
+pub use upgrade::{UpgradeReport, UpgradeStep};

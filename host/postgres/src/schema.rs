@@ -21,6 +21,9 @@ pub const PG_NAME_LIMIT: usize = 63;
 pub struct SchemaFeatures {
     /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
     pub expiry_index: bool,
+    /// The executions table has the `ix_<T>_status` index (created by this crate, or added by
+    /// `onestep migrate --upgrade`); without it the grouped counts read the namespace's rows.
+    pub status_index: bool,
     /// The attempt-diagnostics table `<A>_diagnostics` exists (docs/postgres.md#diagnostics-and-traces);
     /// without it the worker persists no diagnostics.
     pub diagnostics_table: bool,
@@ -36,6 +39,10 @@ pub struct SchemaReport {
     pub created: Vec<String>,
     /// Detected schema features.
     pub features: SchemaFeatures,
+    /// Without our indexes (reference-created tables): the exact `onestep migrate --upgrade`
+    /// command that adds them (docs/postgres.md#upgrading-reference-tables), which the open
+    /// warning and `onestep check --connect` print.
+    pub upgrade_command: Option<String>,
 }
 
 /// Validates both table names against PostgreSQL's 63-character limit (TableNames already
@@ -52,6 +59,11 @@ fn derived(table: &str, prefix: &str, suffix: &str) -> String {
 /// Index and constraint names, derived from the table names with PostgreSQL's limit.
 pub fn ix_expiry(names: &TableNames) -> String {
     derived(&names.executions, "ix_", "expiry")
+}
+
+/// `ix_<T>_status`, hash-truncated to 63.
+pub fn ix_status(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "status")
 }
 
 /// The attempt-diagnostics table: `<A>_diagnostics`, hash-truncated to 63.
@@ -132,17 +144,40 @@ pub fn executions_ddl(names: &TableNames) -> Vec<String> {
             "CREATE INDEX {} ON {qt} (namespace, created_at DESC, id DESC)",
             q(&derived(t, "ix_", "list"))
         ),
-        format!(
-            "CREATE INDEX {} ON {qt} (expires_at, id) \
-             WHERE status IN ('queued', 'retrying') AND expires_at IS NOT NULL",
-            q(&ix_expiry(names))
-        ),
-        // The dashboard's counts and the API's gauge (docs/ui.md#overview-queries).
-        format!(
-            "CREATE INDEX {} ON {qt} (namespace, task_name, status)",
-            q(&derived(t, "ix_", "status"))
-        ),
+        expiry_index_sql(names, false),
+        status_index_sql(names, false),
     ]
+}
+
+fn create_index(concurrently: bool) -> &'static str {
+    if concurrently {
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS"
+    } else {
+        "CREATE INDEX"
+    }
+}
+
+/// Our first addition: the range of the expiry maintenance (T5). `concurrently` for
+/// `onestep migrate --upgrade` on existing tables.
+pub fn expiry_index_sql(names: &TableNames, concurrently: bool) -> String {
+    format!(
+        "{} {} ON {} (expires_at, id) \
+         WHERE status IN ('queued', 'retrying') AND expires_at IS NOT NULL",
+        create_index(concurrently),
+        q(&ix_expiry(names)),
+        q(&names.executions)
+    )
+}
+
+/// Our second addition: the dashboard's grouped counts and the API's gauge
+/// (docs/ui.md#overview-queries).
+pub fn status_index_sql(names: &TableNames, concurrently: bool) -> String {
+    format!(
+        "{} {} ON {} (namespace, task_name, status)",
+        create_index(concurrently),
+        q(&ix_status(names)),
+        q(&names.executions)
+    )
 }
 
 /// `CREATE TABLE` + `CREATE INDEX` statements for the attempts table.
@@ -315,10 +350,15 @@ pub(crate) async fn ensure_schema(
     }
     let features = SchemaFeatures {
         expiry_index: index_exists(&*client, &ix_expiry(names)).await?,
+        status_index: index_exists(&*client, &ix_status(names)).await?,
         diagnostics_table: table_exists(&*client, &diagnostics_table(names)).await?,
         traces_table: table_exists(&*client, &traces_table(names)).await?,
     };
-    Ok(SchemaReport { created, features })
+    Ok(SchemaReport {
+        created,
+        features,
+        upgrade_command: None,
+    })
 }
 
 #[cfg(test)]

@@ -1,20 +1,47 @@
-//! Reference-created tables through the real binary (docs/schema.md#upgrading-reference-tables),
-//! on each server: `onestep run` on them logs exactly one warning naming the exact upgrade
-//! command; `onestep migrate --upgrade --dsn …` adds the column and both indexes online (a second
-//! run reports the tables up to date); the worker started afterwards logs no warning.
+//! Reference-created tables through the real binary (docs/schema.md#upgrading-reference-tables,
+//! docs/postgres.md#upgrading-reference-tables), on each server: `onestep run` on them logs
+//! exactly one warning naming the exact upgrade command and `onestep check --connect` reports
+//! `schema=needs-upgrade` with the same command; `onestep migrate --upgrade --dsn …` adds the
+//! column and indexes online (a second run reports the tables up to date); afterwards the worker
+//! logs no warning and `check --connect` reports `schema=ok`.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail, ensure};
-use onestep_e2e::{Servers, TestDb, WorkerProcess, e2e_config, run_cli, servers_of};
+use onestep_e2e::{
+    BACKEND_VAR, Backend, Servers, TestDb, WorkerProcess, e2e_config, run_cli, servers_of,
+};
 use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions};
 
-const WARNING: &str = "upgrade them online with: onestep migrate --upgrade --dsn";
+/// The MySQL warning's and the PostgreSQL warning's lead-in to the command.
+const WARNINGS: [&str; 2] = [
+    "upgrade them online with: onestep migrate --upgrade --dsn",
+    "add them online with: onestep migrate --upgrade --dsn",
+];
+
+fn warnings(log: &str) -> usize {
+    WARNINGS.iter().map(|w| log.matches(w).count()).sum()
+}
+
+/// `onestep check --connect` on the worker's file: (exit code, stdout).
+fn check_connect(db: &TestDb) -> Result<(i32, String)> {
+    let config = e2e_config("worker.yaml");
+    let path = config.to_string_lossy();
+    let (code, out, err) = run_cli(
+        &["check", "--connect", &path],
+        &[("ONESTEP_DSN", &db.dsn), (BACKEND_VAR, db.backend().kind())],
+    )?;
+    Ok((code, format!("{out}{err}")))
+}
 
 fn started_worker(db: &TestDb, logs: &std::path::Path) -> Result<WorkerProcess> {
     let mut worker = WorkerProcess::spawn(
         &e2e_config("worker.yaml"),
-        &[("ONESTEP_DSN", &db.dsn), ("ONESTEP_WORKER_ID", "upgrade")],
+        &[
+            ("ONESTEP_DSN", &db.dsn),
+            ("ONESTEP_WORKER_ID", "upgrade"),
+            (BACKEND_VAR, db.backend().kind()),
+        ],
         logs,
     )?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -31,39 +58,62 @@ fn started_worker(db: &TestDb, logs: &std::path::Path) -> Result<WorkerProcess> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
-    // MySQL family only: the reference-DDL upgrade is a MySQL schema matter (PostgreSQL's
-    // tables are the reference's plus one index, docs/postgres.md#schema).
-    for (server, url) in servers_of(Servers::MysqlFamily)? {
+    for (server, url) in servers_of(Servers::All)? {
         let db = TestDb::create(server, &url).await?;
         let logs = tempfile::tempdir()?;
-        let mut o = MySqlOptions::new(db.dsn.clone());
-        o.ddl_style = DdlStyle::Reference;
-        MySqlBackend::migrate(o).await?;
-
-        let log = started_worker(&db, logs.path())?.log();
-        ensure!(
-            log.matches(WARNING).count() == 1,
-            "{server}: one warning: {log}"
-        );
         let port = url
             .rsplit(':')
             .next()
             .unwrap_or_default()
             .trim_end_matches('/');
-        let command = format!(
-            "onestep migrate --upgrade --dsn 'mysql://root@127.0.0.1:{port}/{}' --table onestep_executions --attempts-table onestep_execution_attempts",
-            db.name
-        );
+        let (command, added) = if db.backend() == Backend::Postgres {
+            // The reference's PostgreSQL tables are ours without our two indexes
+            // (docs/postgres.md#schema).
+            run_cli(&["migrate", "--dsn", &db.dsn], &[])?;
+            db.query_strings(
+                "DROP INDEX ix_onestep_executions_expiry; DROP INDEX ix_onestep_executions_status",
+            )
+            .await?;
+            (
+                format!(
+                    "onestep migrate --upgrade --dsn 'postgresql://postgres@127.0.0.1:{port}/{}' --table onestep_executions --attempts-table onestep_execution_attempts",
+                    db.name
+                ),
+                vec![
+                    "--dsn: added index ix_onestep_executions_expiry (CONCURRENTLY)",
+                    "--dsn: added index ix_onestep_executions_status (CONCURRENTLY)",
+                ],
+            )
+        } else {
+            let mut o = MySqlOptions::new(db.dsn.clone());
+            o.ddl_style = DdlStyle::Reference;
+            MySqlBackend::migrate(o).await?;
+            (
+                format!(
+                    "onestep migrate --upgrade --dsn 'mysql://root@127.0.0.1:{port}/{}' --table onestep_executions --attempts-table onestep_execution_attempts",
+                    db.name
+                ),
+                vec![
+                    "--dsn: added column claimable (ALGORITHM=INSTANT)",
+                    "--dsn: added index ix_onestep_executions_claimable (ALGORITHM=INPLACE, LOCK=NONE)",
+                    "--dsn: added index ix_onestep_executions_expiry (ALGORITHM=INPLACE, LOCK=NONE)",
+                    "--dsn: added index ix_onestep_executions_status (ALGORITHM=INPLACE, LOCK=NONE)",
+                ],
+            )
+        };
+
+        let log = started_worker(&db, logs.path())?.log();
+        ensure!(warnings(&log) == 1, "{server}: one warning: {log}");
         ensure!(log.contains(&command), "{server}: {command} in {log}");
+        let (code, out) = check_connect(&db)?;
+        ensure!(
+            code == 0 && out.contains("schema=needs-upgrade") && out.contains(&command),
+            "{server}: check --connect before the upgrade ({code}): {out}"
+        );
 
         let (code, out, err) = run_cli(&["migrate", "--upgrade", "--dsn", &db.dsn], &[])?;
         ensure!(code == 0, "{server}: {code} {err}");
-        for line in [
-            "--dsn: added column claimable (ALGORITHM=INSTANT)",
-            "--dsn: added index ix_onestep_executions_claimable (ALGORITHM=INPLACE, LOCK=NONE)",
-            "--dsn: added index ix_onestep_executions_expiry (ALGORITHM=INPLACE, LOCK=NONE)",
-            "--dsn: added index ix_onestep_executions_status (ALGORITHM=INPLACE, LOCK=NONE)",
-        ] {
+        for line in added {
             ensure!(out.contains(line), "{server}: {line} in {out}");
         }
         let (code, out, _) = run_cli(&["migrate", "--upgrade", "--dsn", &db.dsn], &[])?;
@@ -74,8 +124,13 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
 
         let log = started_worker(&db, logs.path())?.log();
         ensure!(
-            !log.contains(WARNING),
+            warnings(&log) == 0,
             "{server}: no warning after the upgrade: {log}"
+        );
+        let (code, out) = check_connect(&db)?;
+        ensure!(
+            code == 0 && out.contains("schema=ok") && !out.contains("needs-upgrade"),
+            "{server}: check --connect after the upgrade ({code}): {out}"
         );
         db.drop_db().await?;
     }

@@ -274,6 +274,7 @@ async fn probe(opts: StoreOptions) -> Result<String, onestep_core::ExecutionErro
             tables.attempts,
             backend.schema_report().created.join(",")
         );
+        let line = with_upgrade_hint(line, backend.schema_report().upgrade_command.as_deref());
         backend.close().await?;
         return Ok(line);
     }
@@ -288,6 +289,20 @@ async fn probe(opts: StoreOptions) -> Result<String, onestep_core::ExecutionErro
         tables.attempts,
         backend.schema_report().created.join(",")
     );
+    let line = with_upgrade_hint(line, backend.schema_report().upgrade_command.as_deref());
     backend.close().await?;
     Ok(line)
+}
+
+/// Tables the reference created and `onestep migrate --upgrade` has not upgraded yet work, at a
+/// cost that grows with their history (docs/schema.md#upgrading-reference-tables); the line says
+/// so with the command that fixes it. Not a failure: the connection is fine.
+fn with_upgrade_hint(line: String, command: Option<&str>) -> String {
+    match command {
+        Some(cmd) => format!(
+            "{line} schema=needs-upgrade (reference tables: claims or maintenance read the \
+             finished history; run: {cmd})"
+        ),
+        None => format!("{line} schema=ok"),
+    }
 }

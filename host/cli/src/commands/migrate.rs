@@ -98,17 +98,15 @@ pub async fn run(args: MigrateArgs) -> u8 {
         let tables = format!("{}, {}", opts.tables.executions, opts.tables.attempts);
         if args.upgrade && opts.kind == DatabaseKind::Mysql {
             match MySqlBackend::upgrade(opts.mysql()).await {
-                Ok(report) => {
-                    if !report.created.is_empty() {
-                        println!("{label}: created {}", report.created.join(", "));
-                    }
-                    if report.steps.is_empty() {
-                        println!("{label}: tables {tables} are up to date");
-                    }
-                    for step in report.steps {
-                        println!("{label}: added {} ({})", step.added, step.form);
-                    }
-                }
+                Ok(report) => print_upgrade(
+                    &label,
+                    &tables,
+                    &report.created,
+                    report
+                        .steps
+                        .iter()
+                        .map(|s| (s.added.as_str(), s.form.as_str())),
+                ),
                 Err(e) => {
                     eprintln!("onestep: {label}: {e}");
                     code = 1;
@@ -116,9 +114,24 @@ pub async fn run(args: MigrateArgs) -> u8 {
             }
             continue;
         }
-        if args.upgrade {
-            // docs/postgres.md#schema: the reference's partial indexes already exclude history.
-            println!("{label}: PostgreSQL tables need no upgrade");
+        if args.upgrade && opts.kind == DatabaseKind::Postgres {
+            // docs/postgres.md#upgrading-reference-tables
+            match onestep_postgres::PgBackend::upgrade(opts.postgres()).await {
+                Ok(report) => print_upgrade(
+                    &label,
+                    &tables,
+                    &report.created,
+                    report
+                        .steps
+                        .iter()
+                        .map(|s| (s.added.as_str(), s.form.as_str())),
+                ),
+                Err(e) => {
+                    eprintln!("onestep: {label}: {e}");
+                    code = 1;
+                }
+            }
+            continue;
         }
         match Store::migrate(&opts).await {
             Ok(created) if created.is_empty() => {
@@ -132,4 +145,24 @@ pub async fn run(args: MigrateArgs) -> u8 {
         }
     }
     code
+}
+
+/// The lines of `migrate --upgrade`: what was created, then each step (or "up to date").
+fn print_upgrade<'a>(
+    label: &str,
+    tables: &str,
+    created: &[String],
+    steps: impl Iterator<Item = (&'a str, &'a str)>,
+) {
+    if !created.is_empty() {
+        println!("{label}: created {}", created.join(", "));
+    }
+    let mut any = false;
+    for (added, form) in steps {
+        any = true;
+        println!("{label}: added {added} ({form})");
+    }
+    if !any {
+        println!("{label}: tables {tables} are up to date");
+    }
 }

@@ -1,0 +1,210 @@
+//! Upgrading reference-created tables on PostgreSQL (docs/postgres.md#upgrading-reference-tables):
+//! the reference's partial claim and lease indexes already leave finished history out of the
+//! claim, so only our two additions are missing there — `ix_<T>_expiry`, the range of the
+//! expiry maintenance, and `ix_<T>_status`, the dashboard's grouped counts. Each is built with
+//! `CREATE INDEX CONCURRENTLY` (reads and writes go on during the build; outside any
+//! transaction, as PostgreSQL requires). A concurrent build that was interrupted leaves an
+//! invalid index behind; the upgrade drops it (`DROP INDEX CONCURRENTLY`) and builds it again.
+
+use onestep_core::ExecutionError;
+use onestep_core::names::TableNames;
+use tokio_postgres::GenericClient;
+
+use crate::backend::{PgBackend, PgOptions};
+use crate::dsn::ParsedDsn;
+use crate::errors::{OpResult, into_execution_error};
+use crate::schema::{expiry_index_sql, ix_expiry, ix_status, pair_lock_key, q, status_index_sql};
+
+/// One DDL step an upgrade performed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradeStep {
+    /// What was added (`index ix_…`).
+    pub added: String,
+    /// How: `CONCURRENTLY`, or `CONCURRENTLY, after dropping an invalid index`.
+    pub form: String,
+}
+
+/// What [`PgBackend::upgrade`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UpgradeReport {
+    /// Tables created first because they were missing (as `onestep migrate` does).
+    pub created: Vec<String>,
+    /// The steps taken, in order; empty when nothing was missing.
+    pub steps: Vec<UpgradeStep>,
+}
+
+/// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
+fn index_defs(names: &TableNames) -> [(String, String); 2] {
+    [
+        (ix_expiry(names), expiry_index_sql(names, true)),
+        (ix_status(names), status_index_sql(names, true)),
+    ]
+}
+
+/// The statements an operator can run by hand instead (docs/postgres.md#upgrading-reference-tables).
+pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
+    index_defs(names).into_iter().map(|(_, sql)| sql).collect()
+}
+
+/// `Some(valid)` when the index exists in the current schema.
+async fn index_state<C: GenericClient>(c: &C, index: &str) -> OpResult<Option<bool>> {
+    let row = c
+        .query_opt(
+            "SELECT i.indisvalid FROM pg_catalog.pg_index i \
+             JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = current_schema() AND c.relname = $1",
+            &[&index],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => Some(r.try_get::<_, bool>(0)?),
+        None => None,
+    })
+}
+
+async fn upgrade_on(
+    client: &tokio_postgres::Client,
+    names: &TableNames,
+) -> OpResult<Vec<UpgradeStep>> {
+    let mut steps = Vec::new();
+    for (index, sql) in index_defs(names) {
+        let form = match index_state(client, &index).await? {
+            Some(true) => continue,
+            Some(false) => {
+                client
+                    .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {}", q(&index)))
+                    .await?;
+                "CONCURRENTLY, after dropping an invalid index"
+            }
+            None => "CONCURRENTLY",
+        };
+        client.batch_execute(&sql).await?;
+        steps.push(UpgradeStep {
+            added: format!("index {index}"),
+            form: form.to_owned(),
+        });
+    }
+    Ok(steps)
+}
+
+/// The command that upgrades `names` on the server `parsed` points at, for the warning at open
+/// and `onestep check --connect`: the DSN rebuilt from its parts, a password (if any) shown as
+/// the placeholder `PASSWORD`.
+pub(crate) fn upgrade_command(parsed: &ParsedDsn, names: &TableNames) -> String {
+    let config = &parsed.config;
+    let user = config.get_user().unwrap_or("postgres");
+    let auth = if config.get_password().is_some_and(|p| !p.is_empty()) {
+        format!("{user}:PASSWORD")
+    } else {
+        user.to_owned()
+    };
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "onestep migrate --upgrade --dsn 'postgresql://{auth}@{host}:{port}/{}' --table {} --attempts-table {}",
+        parsed.database, names.executions, names.attempts
+    )
+}
+
+impl PgBackend {
+    /// `onestep migrate --upgrade`: creates the table pair if missing, then builds the indexes
+    /// the executions table lacks (module docs) while holding the pair's advisory lock (the key
+    /// table creation takes, so two upgrades, or an upgrade and a creator, do not interleave).
+    /// Idempotent: on tables this crate created it changes nothing and reports no step.
+    pub async fn upgrade(mut opts: PgOptions) -> Result<UpgradeReport, ExecutionError> {
+        opts.auto_create = true;
+        opts.pool_max = 1;
+        let backend = PgBackend::open(opts).await?;
+        let names = backend.tables().clone();
+        let key = pair_lock_key(&names);
+        let run = async {
+            let conn = backend.inner.pool.get().await?;
+            let client: &tokio_postgres::Client = &conn;
+            client
+                .execute("SELECT pg_advisory_lock($1)", &[&key])
+                .await?;
+            let outcome = upgrade_on(client, &names).await;
+            // A failed unlock is harmless: the session lock ends with the connection, which
+            // close() drops.
+            let _ = client
+                .execute("SELECT pg_advisory_unlock($1)", &[&key])
+                .await;
+            outcome
+        }
+        .await;
+        let created = backend.schema_report().created.clone();
+        let steps = match run {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = backend.close().await;
+                return Err(into_execution_error(e, "upgrade", &backend.inner.secrets));
+            }
+        };
+        backend.close().await?;
+        Ok(UpgradeReport { created, steps })
+    }
+}
+
+/// For benchmarks and tests (`onestep bench --reference-tables`): creates the table pair if
+/// missing, as the reference creates it — our DDL without the two indexes this module adds.
+/// Tables that already existed are left as they are. Returns the tables created.
+pub async fn create_reference_shaped(mut opts: PgOptions) -> Result<Vec<String>, ExecutionError> {
+    opts.auto_create = true;
+    opts.pool_max = 1;
+    let backend = PgBackend::open(opts).await?;
+    let names = backend.tables().clone();
+    let created = backend.schema_report().created.clone();
+    let run = async {
+        if created.contains(&names.executions) {
+            let conn = backend.inner.pool.get().await?;
+            for (index, _) in index_defs(&names) {
+                conn.batch_execute(&format!("DROP INDEX IF EXISTS {}", q(&index)))
+                    .await?;
+            }
+        }
+        Ok::<_, crate::errors::OpError>(())
+    }
+    .await;
+    if let Err(e) = run {
+        let _ = backend.close().await;
+        return Err(into_execution_error(e, "migrate", &backend.inner.secrets));
+    }
+    backend.close().await?;
+    Ok(created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_hides_the_password() {
+        let parsed =
+            crate::dsn::parse_dsn("postgresql://app:s3cret@db.example:6432/jobs").expect("dsn");
+        let cmd = upgrade_command(&parsed, &TableNames::default());
+        assert_eq!(
+            cmd,
+            "onestep migrate --upgrade --dsn 'postgresql://app:PASSWORD@db.example:6432/jobs' \
+             --table onestep_executions --attempts-table onestep_execution_attempts"
+        );
+        assert!(!cmd.contains("s3cret"));
+    }
+
+    #[test]
+    fn the_statements_are_concurrent_and_guarded() {
+        let sql = upgrade_sql(&TableNames::default());
+        assert_eq!(sql.len(), 2);
+        for s in &sql {
+            assert!(
+                s.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS "),
+                "{s}"
+            );
+        }
+        assert!(sql[0].contains("(expires_at, id)"));
+        assert!(sql[1].contains("(namespace, task_name, status)"));
+    }
+}
