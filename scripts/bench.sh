@@ -8,12 +8,13 @@
 #   2. worker throughput: `onestep bench` submits N no-op executions with submit_many and drains
 #      them with one worker, on MariaDB and then on PostgreSQL (completed/s, queued→started
 #      p50/p99, CPU ms per execution);
+#      then the same with BENCH_HISTORY (200000) finished rows in the table;
 #   3. outbound HTTP: `onestep bench --http-delay-ms 1000` with the fetch guest, 1,000 executions
 #      in flight in one worker against a loopback server that answers after 1 s (completed/s,
 #      RSS per in-flight execution, heartbeat calls per tick);
 #   4. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
 # Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_HTTP_EXECUTIONS
-# (3000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level).
+# (3000), BENCH_HISTORY (200000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -46,6 +47,15 @@ echo "== the same without attempt diagnostics (their cost: compare completed/s w
 
 echo "== worker throughput (onestep bench, PostgreSQL; same N and flags)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_POSTGRES_URL"
+
+# The small-history variant of docs/benchmarks.md#history-at-scale (scripts/bench-history.sh
+# runs 1M and 10M): the same runs with BENCH_HISTORY finished rows already in the table; compare
+# completed/s and the buffer-pool reads per execution with the empty-table runs above.
+echo "== with ${BENCH_HISTORY:-200000} finished executions in the table (MariaDB, then PostgreSQL)"
+"$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --history "${BENCH_HISTORY:-200000}" \
+    --server-url "$ONESTEP_TEST_MARIADB_URL"
+"$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --history "${BENCH_HISTORY:-200000}" \
+    --server-url "$ONESTEP_TEST_POSTGRES_URL"
 
 echo "== outbound HTTP: 1,000 executions in flight in one worker, each waiting 1 s on a loopback server"
 # A small variant of docs/benchmarks.md#outbound-http-1000-in-flight (about 5 s of drain).

@@ -28,4 +28,7 @@ pub struct HistorySeed {
     pub ids: HistoryIds,
     /// The newest row is created one millisecond before this instant (and finishes at it).
     pub before: DateTime<Utc>,
+    /// Give every row an idempotency key (32 random hex digits, as callers' keys are random)
+    /// and a submission digest, so the idempotency index holds the history too.
+    pub idempotency_keys: bool,
 }

@@ -201,6 +201,25 @@ pub trait StoreStats: Send + Sync {
     /// They include other sessions' work; compare two readings. Empty when the server
     /// exposes none.
     async fn server_counters(&self) -> Result<BTreeMap<String, f64>, ExecutionError>;
+
+    /// Rows and on-disk bytes (data and indexes) of each table the backend writes: executions,
+    /// attempts and, where it exists, the diagnostics table. Exact row counts, so this reads
+    /// every row: for benchmarks between phases, never on a hot path. Empty by default.
+    async fn table_footprint(&self) -> Result<Vec<TableFootprint>, ExecutionError> {
+        Ok(Vec::new())
+    }
+}
+
+/// The size of one table, as [`StoreStats::table_footprint`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableFootprint {
+    /// Table name.
+    pub table: String,
+    /// Rows (`COUNT(*)`).
+    pub rows: u64,
+    /// Data and index bytes as the server accounts them (pages allocated, so space freed by
+    /// deletes shows up only once the server gives it back or reuses it).
+    pub bytes: u64,
 }
 
 /// How many executions of one task are in one status.

@@ -86,12 +86,21 @@ impl MySqlBackend {
         let created = format!("TIMESTAMPADD(MICROSECOND, s.n * 1000, '{t0}')");
         let finished = format!("TIMESTAMPADD(MICROSECOND, s.n * 1000 + 1000, '{t0}')");
         let seq = sequence_sql();
+        let (key, digest) = if seed.idempotency_keys {
+            (
+                format!("SUBSTR(SHA2(CONCAT('{salt}k', s.n), 256), 1, 32)"),
+                format!("SHA2(CONCAT('{salt}d', s.n), 256)"),
+            )
+        } else {
+            ("NULL".to_owned(), "NULL".to_owned())
+        };
         let exec_sql = format!(
             "INSERT INTO `{t}` (id, namespace, task_name, status, payload, metadata, result, \
-             attempts, available_at, created_at, updated_at, started_at, finished_at, version) \
+             attempts, available_at, created_at, updated_at, started_at, finished_at, version, \
+             idempotency_key, submission_digest) \
              SELECT {exec_id}, ?, ?, 'succeeded', JSON_OBJECT('i', s.n), JSON_OBJECT(), \
-             JSON_OBJECT('i', s.n), 1, {created}, {created}, {finished}, {created}, {finished}, 2 \
-             FROM {seq}",
+             JSON_OBJECT('i', s.n), 1, {created}, {created}, {finished}, {created}, {finished}, 2, \
+             {key}, {digest} FROM {seq}",
             t = self.t()
         );
         let attempt_sql = format!(

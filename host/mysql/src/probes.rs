@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value as DbValue};
-use onestep_core::ports::{ExecutionTiming, Readiness, StoreStats};
+use onestep_core::ports::{ExecutionTiming, Readiness, StoreStats, TableFootprint};
 use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::backend::MySqlBackend;
@@ -119,5 +119,45 @@ impl StoreStats for MySqlBackend {
             .into_iter()
             .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_ascii_lowercase(), v)))
             .collect())
+    }
+
+    /// `COUNT(*)` and `DATA_LENGTH + INDEX_LENGTH` of `information_schema.TABLES` after
+    /// `ANALYZE TABLE` (MySQL caches those figures unless `information_schema_stats_expiry` is 0,
+    /// which this session sets; MariaDB has no such cache).
+    async fn table_footprint(&self) -> Result<Vec<TableFootprint>, ExecutionError> {
+        let mut tables = vec![self.t().to_owned(), self.a().to_owned()];
+        tables.extend(self.d());
+        let flavor = self.server().flavor;
+        let out = async {
+            let mut conn = self.conn().await?;
+            if flavor == crate::session::Flavor::MySql {
+                conn.query_drop("SET SESSION information_schema_stats_expiry = 0")
+                    .await?;
+            }
+            let mut out = Vec::new();
+            for table in &tables {
+                let _: Vec<mysql_async::Row> =
+                    conn.query(format!("ANALYZE TABLE `{table}`")).await?;
+                let rows: Option<u64> = conn
+                    .query_first(format!("SELECT COUNT(*) FROM `{table}`"))
+                    .await?;
+                let bytes: Option<Option<u64>> = conn
+                    .exec_first(
+                        "SELECT DATA_LENGTH + INDEX_LENGTH FROM information_schema.TABLES \
+                         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+                        (table.as_str(),),
+                    )
+                    .await?;
+                out.push(TableFootprint {
+                    table: table.clone(),
+                    rows: rows.unwrap_or(0),
+                    bytes: bytes.flatten().unwrap_or(0),
+                });
+            }
+            Ok::<_, OpError>(out)
+        }
+        .await
+        .map_err(|e| self.error(e, "stats"))?;
+        Ok(out)
     }
 }

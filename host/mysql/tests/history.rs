@@ -46,6 +46,8 @@ async fn seeded(server: Server, style: DdlStyle, ids: HistoryIds, count: u64) {
         count,
         ids,
         before,
+        // Both shapes are covered: keys with the v4 seeds, none with the v7 ones.
+        idempotency_keys: ids == HistoryIds::V4,
     };
     assert_eq!(b.seed_history(&seed).await.expect("seed"), count);
 
@@ -67,6 +69,17 @@ async fn seeded(server: Server, style: DdlStyle, ids: HistoryIds, count: u64) {
         Some((count, count, count, count)),
         "every row finished, one attempt each"
     );
+    // Idempotency keys: distinct 32-hex keys with digests on every row, or none at all.
+    let keys: Option<(u64, u64)> = c
+        .query_first(format!(
+            "SELECT COUNT(DISTINCT idempotency_key), \
+             COALESCE(SUM(LENGTH(idempotency_key) = 32 AND LENGTH(submission_digest) = 64), 0) \
+             FROM `{t}`"
+        ))
+        .await
+        .expect("keys");
+    let keyed = if seed.idempotency_keys { count } else { 0 };
+    assert_eq!(keys, Some((keyed, keyed)));
     drop(c);
 
     // Newest first, all before `before`, ids of the asked version; get reads a row.

@@ -58,17 +58,28 @@ impl PgBackend {
                FROM generate_series($4::bigint, $5::bigint) AS n), \
              e AS (\
                INSERT INTO {t} (id, namespace, task_name, status, payload, metadata, result, \
-                 attempts, available_at, created_at, updated_at, started_at, finished_at, version) \
+                 attempts, available_at, created_at, updated_at, started_at, finished_at, version, \
+                 idempotency_key, submission_digest) \
                SELECT {exec_id}, $1, $2, 'succeeded', jsonb_build_object('i', s.n), '{{}}'::jsonb, \
                  jsonb_build_object('i', s.n), 1, s.created, s.created, \
                  s.created + interval '1 millisecond', s.created, \
-                 s.created + interval '1 millisecond', 2 \
+                 s.created + interval '1 millisecond', 2, {key}, {digest} \
                FROM s ORDER BY s.n \
                RETURNING id, created_at, finished_at) \
              INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, \
                started_at, heartbeat_at, finished_at) \
              SELECT {attempt_id}, e.id, 1, gen_random_uuid(), 'onestep-bench-history', \
                'succeeded', e.created_at, e.created_at, e.finished_at FROM e",
+            key = if seed.idempotency_keys {
+                "md5(s.r || 'k')"
+            } else {
+                "NULL"
+            },
+            digest = if seed.idempotency_keys {
+                "encode(sha256(convert_to(s.r || 'd', 'UTF8')), 'hex')"
+            } else {
+                "NULL"
+            },
             attempt_id = match seed.ids {
                 HistoryIds::V7 => uuid_expr(
                     HistoryIds::V7,

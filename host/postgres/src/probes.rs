@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use onestep_core::ports::{ExecutionTiming, Readiness, StoreStats};
+use onestep_core::ports::{ExecutionTiming, Readiness, StoreStats, TableFootprint};
 use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::types::ToSql;
 
@@ -144,6 +144,44 @@ impl StoreStats for PgBackend {
                 }
             }
         }
+        Ok(out)
+    }
+
+    /// `count(*)` and `pg_total_relation_size` (heap, indexes and TOAST) of each table. Space
+    /// of deleted rows is reused after (auto)vacuum; the file does not shrink.
+    async fn table_footprint(&self) -> Result<Vec<TableFootprint>, ExecutionError> {
+        let names = self.tables();
+        let mut tables = vec![
+            (names.executions.clone(), q(&names.executions)),
+            (names.attempts.clone(), q(&names.attempts)),
+        ];
+        if let Some(d) = self.d() {
+            tables.push((crate::schema::diagnostics_table(names), d));
+        }
+        let out = async {
+            let conn = self.conn().await?;
+            let mut out = Vec::new();
+            for (table, quoted) in &tables {
+                let row = conn
+                    .query_one(
+                        &format!(
+                            "SELECT count(*), pg_total_relation_size($1::text::regclass) FROM {quoted}"
+                        ),
+                        &[quoted],
+                    )
+                    .await?;
+                let rows: i64 = row.try_get(0)?;
+                let bytes: i64 = row.try_get(1)?;
+                out.push(TableFootprint {
+                    table: table.clone(),
+                    rows: u64::try_from(rows).unwrap_or(0),
+                    bytes: u64::try_from(bytes).unwrap_or(0),
+                });
+            }
+            Ok::<_, OpError>(out)
+        }
+        .await
+        .map_err(|e| self.error(e, "stats"))?;
         Ok(out)
     }
 }

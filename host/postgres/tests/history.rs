@@ -37,6 +37,8 @@ async fn seeded(ids: HistoryIds, count: u64) {
         count,
         ids,
         before,
+        // Both shapes are covered: keys with the v4 seeds, none with the v7 ones.
+        idempotency_keys: ids == HistoryIds::V4,
     };
     assert_eq!(b.seed_history(&seed).await.expect("seed"), count);
 
@@ -70,6 +72,23 @@ async fn seeded(ids: HistoryIds, count: u64) {
         got,
         vec![n; 5],
         "every row finished, of the asked id version, one attempt each"
+    );
+    // Idempotency keys: distinct 32-hex keys with digests on every row, or none at all.
+    let keys = c
+        .query_one(
+            &format!(
+                "SELECT count(DISTINCT idempotency_key), \
+                 count(*) FILTER (WHERE length(idempotency_key) = 32 \
+                   AND length(submission_digest) = 64) FROM \"{t}\""
+            ),
+            &[],
+        )
+        .await
+        .expect("keys");
+    let keyed = if seed.idempotency_keys { n } else { 0 };
+    assert_eq!(
+        (keys.get::<_, i64>(0), keys.get::<_, i64>(1)),
+        (keyed, keyed)
     );
     if ids == HistoryIds::V7 {
         // Id order is creation order, and each id carries its row's millisecond.

@@ -1,6 +1,8 @@
 //! End-to-end tests (one binary): the real `onestep` binary, real components, real databases.
 //!
 //! * [`bench`]: `onestep bench --history` seeds finished history and reports I/O per phase.
+//! * [`bench_rounds`]: `onestep bench --rounds` with a purge after each round, v4 ids,
+//!   idempotency keys, and reference tables before and after `migrate --upgrade` in one run.
 //! * [`check`]: `onestep check [--strict]` on the shipped configs and on bad files (exit codes
 //!   and exact messages, one case per rule group of docs/configuration.md#strict-validation).
 //! * [`check_vs_run`]: every file `onestep run` rejects at load time, `check --strict` rejects
@@ -65,6 +67,7 @@
 mod agent;
 mod api_flow;
 mod bench;
+mod bench_rounds;
 mod check;
 mod check_vs_run;
 mod diagnostics;

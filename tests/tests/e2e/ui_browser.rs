@@ -271,6 +271,7 @@ async fn seed(env: &Env) -> Result<()> {
         count: 100_000,
         ids: HistoryIds::V7,
         before: Utc::now() - chrono::Duration::minutes(5),
+        idempotency_keys: false,
     };
     match env.backend() {
         Backend::Mysql => {

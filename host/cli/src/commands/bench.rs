@@ -5,6 +5,7 @@
 mod counting;
 mod cpu;
 mod http;
+mod retention;
 mod rss;
 
 use std::collections::BTreeMap;
@@ -86,8 +87,35 @@ pub struct BenchArgs {
     /// as written before).
     #[arg(long, default_value = "v7", value_parser = ["v7", "v4"])]
     pub history_ids: String,
-    /// Create missing tables with the reference's DDL (no `claimable` column and indexes), to
-    /// measure reference-created tables before and after `onestep migrate --upgrade`.
+    /// Id version of the executions and attempts the run itself writes: `v7` (time-ordered, as
+    /// `onestep run` and `serve` write them) or `v4` (random), to compare the two layouts.
+    #[arg(long, default_value = "v7", value_parser = ["v7", "v4"])]
+    pub ids: String,
+    /// Give every submission (and every seeded history row) a random idempotency key, as
+    /// callers that retry do, so the idempotency index is written and read
+    /// (docs/benchmarks.md#the-idempotency-index).
+    #[arg(long)]
+    pub idempotency_keys: bool,
+    /// Submit and drain `-n` executions this many times on the same tables (the history is
+    /// seeded once, before the first round); one report per round.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
+    /// After each round, purge the namespace's executions that finished longer ago than this
+    /// (`30s`, `5min`), in batches of `--purge-batch`, and report what it removed and took
+    /// (docs/benchmarks.md#steady-state-with-purge).
+    #[arg(long, value_name = "DURATION")]
+    pub purge_older_than: Option<String>,
+    /// After this round, run `onestep migrate --upgrade` on the tables (with
+    /// `--reference-tables`: the same run measures reference-created tables before and after
+    /// the upgrade, docs/benchmarks.md#reference-created-tables).
+    #[arg(long, value_name = "ROUND")]
+    pub upgrade_after_round: Option<u32>,
+    /// Executions removed per purge transaction.
+    #[arg(long, default_value_t = 1000)]
+    pub purge_batch: u32,
+    /// Create missing tables with the reference's DDL (MySQL/MariaDB: no `claimable` column and
+    /// indexes; PostgreSQL: no expiry and status indexes), to measure reference-created tables
+    /// before and after `onestep migrate --upgrade`.
     #[arg(long)]
     pub reference_tables: bool,
     /// Do not persist attempt diagnostics (as when their table is absent), to measure what
@@ -132,6 +160,18 @@ struct Report {
     history: u64,
     history_ids: String,
     history_seed_s: f64,
+    /// Id version of the rows this run wrote.
+    ids: String,
+    /// Whether submissions and history carried idempotency keys.
+    idempotency_keys: bool,
+    /// 1-based round (`--rounds`).
+    round: u32,
+    /// The purge after this round (`--purge-older-than`).
+    purge: Option<retention::PurgeFigures>,
+    /// Rows and bytes of each table at the end of the round (after the purge).
+    footprint: Vec<retention::Footprint>,
+    /// The `migrate --upgrade` run before this round (`--upgrade-after-round`).
+    upgrade_before: Option<retention::UpgradeFigures>,
     submit_s: f64,
     submit_per_s: f64,
     drain_s: f64,
@@ -242,6 +282,29 @@ pub async fn run(args: BenchArgs) -> u8 {
         );
         return 2;
     }
+    if args
+        .upgrade_after_round
+        .is_some_and(|k| k == 0 || k >= args.rounds)
+    {
+        eprintln!("onestep bench: --upgrade-after-round must be between 1 and --rounds - 1");
+        return 2;
+    }
+    if args.rounds == 0 {
+        eprintln!("onestep bench: --rounds must be >= 1");
+        return 2;
+    }
+    let purge_older_than = match args
+        .purge_older_than
+        .as_deref()
+        .map(retention::parse_older_than)
+    {
+        Some(Err(e)) => {
+            eprintln!("onestep bench: {e}");
+            return 2;
+        }
+        Some(Ok(d)) => Some(d),
+        None => None,
+    };
     if args.history > MAX_HISTORY_ROWS {
         eprintln!(
             "onestep bench: --history {} is over the limit of {MAX_HISTORY_ROWS} rows",
@@ -249,10 +312,19 @@ pub async fn run(args: BenchArgs) -> u8 {
         );
         return 2;
     }
-    match bench(&args).await {
-        Ok(report) => {
+    onestep_core::ids::set_new_id_version(if args.ids == "v4" {
+        onestep_core::ids::IdVersion::V4
+    } else {
+        onestep_core::ids::IdVersion::V7
+    });
+    match bench(&args, purge_older_than).await {
+        Ok(reports) => {
             if args.json {
-                match serde_json::to_string_pretty(&report) {
+                let text = match reports.as_slice() {
+                    [one] => serde_json::to_string_pretty(one),
+                    many => serde_json::to_string_pretty(many),
+                };
+                match text {
                     Ok(s) => println!("{s}"),
                     Err(e) => {
                         eprintln!("onestep bench: {e}");
@@ -260,7 +332,12 @@ pub async fn run(args: BenchArgs) -> u8 {
                     }
                 }
             } else {
-                print_text(&report);
+                for report in &reports {
+                    print_text(report);
+                }
+                if reports.len() > 1 {
+                    retention::print_rounds(&reports);
+                }
             }
             0
         }
@@ -316,7 +393,7 @@ impl Scratch {
     }
 }
 
-async fn bench(args: &BenchArgs) -> Result<Report> {
+async fn bench(args: &BenchArgs, purge_older_than: Option<Duration>) -> Result<Vec<Report>> {
     let (scratch, dsn) = match &args.dsn {
         Some(d) => (None, d.clone()),
         None => {
@@ -325,7 +402,32 @@ async fn bench(args: &BenchArgs) -> Result<Report> {
             (Some(db), dsn)
         }
     };
-    let outcome = bench_on(args, &dsn).await;
+    let mut reports = Vec::new();
+    let mut outcome = Ok(());
+    let mut upgraded = None;
+    for round in 1..=args.rounds {
+        match bench_on(args, &dsn, round, purge_older_than).await {
+            Ok(mut r) => {
+                if let Some(u) = upgraded.take() {
+                    r.upgrade_before = Some(u);
+                }
+                reports.push(r);
+                if args.upgrade_after_round == Some(round) {
+                    match retention::upgrade(&dsn).await {
+                        Ok(u) => upgraded = Some(u),
+                        Err(e) => {
+                            outcome = Err(e.context(format!("upgrade after round {round}")));
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                outcome = Err(e.context(format!("round {round}")));
+                break;
+            }
+        }
+    }
     if let Some(db) = scratch {
         if args.keep {
             eprintln!("onestep bench: kept database {}", db.name());
@@ -336,7 +438,7 @@ async fn bench(args: &BenchArgs) -> Result<Report> {
             }
         }
     }
-    outcome
+    outcome.map(|()| reports)
 }
 
 /// The runner of `--handler`, and for a component whether the wasm runtime got its pooling
@@ -367,7 +469,13 @@ fn runner_for(
     Ok((Arc::new(runner), Some(runtime.pooling_enabled())))
 }
 
-async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
+async fn bench_on(
+    args: &BenchArgs,
+    dsn: &str,
+    round: u32,
+    purge_older_than: Option<Duration>,
+) -> Result<Report> {
+    let history = if round == 1 { args.history } else { 0 };
     let pool_max = args
         .pool_max
         .unwrap_or(args.concurrency as usize + 4)
@@ -388,13 +496,12 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             )
         }
         DatabaseKind::Postgres => {
-            if args.reference_tables {
-                bail!(
-                    "--reference-tables is MySQL/MariaDB only (on PostgreSQL our tables are the \
-                     reference's plus one index, docs/postgres.md#schema)"
-                );
-            }
             let mut opts = store_opts.postgres();
+            if args.reference_tables && round == 1 {
+                onestep_postgres::upgrade::create_reference_shaped(opts.clone())
+                    .await
+                    .context("cannot create reference-shaped tables")?;
+            }
             opts.diagnostics = !args.no_diagnostics;
             Store::Postgres(
                 onestep_postgres::PgBackend::open(opts)
@@ -404,10 +511,12 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         }
     };
     let server = backend.server_version();
-    // docs/postgres.md#schema: PostgreSQL's partial indexes already hold only live rows.
-    let claimable_indexes = backend
-        .as_mysql()
-        .is_none_or(|b| b.schema_report().features.claimable_column);
+    // docs/postgres.md#schema: PostgreSQL's partial indexes already hold only live rows; there
+    // this says whether our expiry and status indexes are present.
+    let claimable_indexes = match &backend {
+        Store::Mysql(b) => b.schema_report().features.claimable_column,
+        Store::Postgres(b) => b.schema_report().upgrade_command.is_none(),
+    };
     let server_http = match args.http_delay_ms {
         Some(ms) => Some(http::SlowServer::start(Duration::from_millis(ms))?),
         None => None,
@@ -426,17 +535,18 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
 
     // History phase (not measured beyond its wall time).
     let seed_started = Instant::now();
-    if args.history > 0 {
+    if history > 0 {
         let seed = HistorySeed {
             namespace: args.namespace.clone(),
             task_name: args.task_name.clone(),
-            count: args.history,
+            count: history,
             ids: if args.history_ids == "v4" {
                 HistoryIds::V4
             } else {
                 HistoryIds::V7
             },
             before: Utc::now(),
+            idempotency_keys: args.idempotency_keys,
         };
         let seeded = match &backend {
             Store::Mysql(b) => b.seed_history(&seed).await,
@@ -461,6 +571,9 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
                     Some(url) => json!({ "url": url, "i": i }),
                     None => json!({ "i": i }),
                 },
+                idempotency_key: args
+                    .idempotency_keys
+                    .then(|| uuid::Uuid::new_v4().simple().to_string()),
                 ..SubmitRequest::default()
             })
             .collect();
@@ -598,6 +711,13 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
             .execution_timings(&args.namespace, Some(measured_since))
             .await?,
     );
+    let purge = match purge_older_than {
+        Some(older_than) => {
+            Some(retention::purge(&backend, &args.namespace, older_than, args.purge_batch).await?)
+        }
+        None => None,
+    };
+    let footprint = retention::footprint(&backend).await?;
     let diagnostics_on = backend.diagnostics_persisted();
     if let Err(e) = backend.close().await {
         eprintln!("onestep bench: closing the backend failed: {e}");
@@ -618,9 +738,15 @@ async fn bench_on(args: &BenchArgs, dsn: &str) -> Result<Report> {
         submit_chunk: args.submit_chunk,
         pool_max,
         claimable_indexes,
-        history: args.history,
+        history,
         history_ids: args.history_ids.clone(),
         history_seed_s,
+        ids: args.ids.clone(),
+        idempotency_keys: args.idempotency_keys,
+        round,
+        purge,
+        footprint,
+        upgrade_before: None,
         submit_s,
         submit_per_s: n / submit_s,
         drain_s,
@@ -772,6 +898,14 @@ fn print_text(r: &Report) {
         "  attempt diagnostics: {}",
         if r.diagnostics { "persisted" } else { "off" }
     );
+    if r.round > 1 || r.purge.is_some() {
+        println!("  round {} (ids of new rows: {})", r.round, r.ids);
+    } else if r.ids != "v7" {
+        println!("  ids of new rows: {}", r.ids);
+    }
+    if r.idempotency_keys {
+        println!("  idempotency keys: on every submission and history row (random)");
+    }
     if r.history > 0 {
         println!(
             "  history:   {} finished executions ({} ids) seeded in {:.2} s",
@@ -863,6 +997,18 @@ fn print_text(r: &Report) {
         println!(
             "  memory: RSS before {:.1} MiB, peak {:.1} MiB (VmHWM {:.1} MiB); {:.3} MiB per in-flight execution",
             m.rss_before_mib, m.rss_peak_mib, m.hwm_mib, m.per_in_flight_mib
+        );
+    }
+    retention::print_report_lines(r.purge.as_ref(), &r.footprint);
+    if let Some(u) = &r.upgrade_before {
+        println!(
+            "  before this round: migrate --upgrade in {:.2} s: {}",
+            u.seconds,
+            if u.steps.is_empty() {
+                "nothing to add".to_owned()
+            } else {
+                u.steps.join(", ")
+            }
         );
     }
     for (phase, counters) in [
