@@ -2,7 +2,8 @@
 //! directions: the reference's client submits into tables our backend created and our worker
 //! operations complete them; our client submits into tables the reference created and the
 //! reference's worker operations complete them; the same key + content through both clients is
-//! one execution (equal digests), not a conflict.
+//! one execution (equal digests), not a conflict; reference tables upgraded by `migrate --upgrade`
+//! keep working for the reference.
 // Test code: a helper that cannot set up its fixture panics, like an assertion (clippy.toml
 // allows this inside #[test] functions; these helpers live outside them).
 #![allow(clippy::expect_used, clippy::panic)]
@@ -160,5 +161,89 @@ async fn our_client_reference_tables_reference_worker() {
             .is_empty()
     );
     backend.close().await.expect("close");
+    db.drop_database().await.expect("drop");
+}
+
+/// Reference-created tables upgraded by `PgBackend::upgrade` (`onestep migrate --upgrade`,
+/// docs/postgres.md#upgrading-reference-tables): the upgrade adds our two indexes once (a second
+/// run does nothing), our backend then sees them, and the reference's client and worker keep
+/// working beside ours on the same rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgraded_reference_tables_reference_worker() {
+    let db = common::scratch().await;
+    let ns = "interop";
+    reference::create_tables(db.dsn()).await;
+    let before = reference::run(
+        db.dsn(),
+        ns,
+        false,
+        &["submit", "t", "py-before", "{\"n\":1}", "{}"],
+    )
+    .await;
+    let mut o = PgOptions::new(db.dsn());
+    o.auto_create = false;
+    let b = PgBackend::open(o).await.expect("open on reference tables");
+    assert!(b.schema_report().upgrade_command.is_some());
+    b.close().await.expect("close");
+
+    let report = PgBackend::upgrade(PgOptions::new(db.dsn()))
+        .await
+        .expect("upgrade");
+    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+    assert_eq!(
+        added,
+        [
+            "index ix_onestep_executions_expiry",
+            "index ix_onestep_executions_status"
+        ],
+        "{report:?}"
+    );
+    assert!(
+        report.steps.iter().all(|s| s.form == "CONCURRENTLY"),
+        "{report:?}"
+    );
+    let again = PgBackend::upgrade(PgOptions::new(db.dsn()))
+        .await
+        .expect("second upgrade");
+    assert!(again.steps.is_empty(), "idempotent: {again:?}");
+
+    let mut o = PgOptions::new(db.dsn());
+    o.auto_create = false;
+    let b = PgBackend::open(o).await.expect("open upgraded");
+    let features = b.schema_report().features;
+    assert!(
+        features.expiry_index && features.status_index,
+        "{features:?}"
+    );
+    assert!(b.schema_report().upgrade_command.is_none());
+    // We claim and complete the reference's pre-upgrade row; the reference worker drains ours.
+    let leases = b
+        .claim(&claim(ns, "t", 1, 30.0, "ours"))
+        .await
+        .expect("claim");
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].execution.id, id_of(&before));
+    b.complete(
+        &leases[0].lease_ref(),
+        &Completion::succeeded(json!("by us")),
+    )
+    .await
+    .expect("complete");
+    let mine = b
+        .submit(prepare(
+            ns,
+            &request("k-after", &json!({"n": 2}), &json!({})),
+        ))
+        .await
+        .expect("submit");
+    let drained = reference::run(db.dsn(), ns, false, &["drain", "t", "10"]).await;
+    let drained = drained.as_array().expect("list");
+    assert_eq!(drained.len(), 1, "{drained:?}");
+    assert_eq!(id_of(&drained[0]), mine.id);
+    let seen = reference::run(db.dsn(), ns, false, &["get", &id_of(&before).to_string()]).await;
+    assert_eq!(seen["status"], json!("succeeded"));
+    let done = b.get(ns, mine.id).await.expect("get").expect("found");
+    assert_eq!(done.status.as_str(), "succeeded");
+    b.close().await.expect("close");
     db.drop_database().await.expect("drop");
 }
