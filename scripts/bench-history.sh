@@ -126,7 +126,8 @@ for server in $SERVERS; do
         for size in $SIZES; do
             [[ "$size" -le "$KEYS_MAX" ]] || continue
             bench "history $size, no keys" "$server-nokeys-$size" --server-url "$url" --history "$size"
-            bench "history $size, keys" "$server-keys-$size" --server-url "$url" --history "$size" --idempotency-keys
+            bench "history $size, random keys" "$server-keys-$size" --server-url "$url" --history "$size" --idempotency-keys random
+            bench "history $size, ordered keys for the run" "$server-okeys-$size" --server-url "$url" --history "$size" --idempotency-keys ordered
         done
     fi
     if has purge; then

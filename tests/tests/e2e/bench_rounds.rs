@@ -131,6 +131,44 @@ async fn bench_rounds_purge_v4_ids_and_keys() -> Result<()> {
             attempts > 0 && odd == 0,
             "{server}: {odd} of {attempts} attempts without a v4 id"
         );
+        // `--idempotency-keys ordered`: the run's keys are UUIDv7 hex (version digit 13 is 7);
+        // its rows are the only ones with v7 ids (the default `--ids`).
+        let (code, out, err) = run_cli(
+            &[
+                "bench",
+                "-n",
+                "100",
+                "--idempotency-keys",
+                "ordered",
+                "--json",
+                "--dsn",
+                &db.dsn,
+            ],
+            &[],
+        )?;
+        ensure!(code == 0, "{server}: ordered keys: {code} {err}");
+        let r: Value = serde_json::from_str(&out).with_context(|| format!("{server}: {out}"))?;
+        ensure!(
+            r["idempotency_key_order"] == "ordered" && r["succeeded"] == 100,
+            "{server}: {r}"
+        );
+        let new_rows = count(
+            &db,
+            &format!("FROM onestep_executions WHERE {version} = '7'"),
+        )
+        .await?;
+        let ordered = count(
+            &db,
+            &format!(
+                "FROM onestep_executions WHERE {version} = '7' \
+                 AND LENGTH(idempotency_key) = 32 AND SUBSTR(idempotency_key, 13, 1) = '7'"
+            ),
+        )
+        .await?;
+        ensure!(
+            new_rows == 100 && ordered == 100,
+            "{server}: {ordered} of {new_rows} new rows with time-ordered keys"
+        );
         db.drop_db().await?;
     }
     // Bad input is refused before a database is touched.
@@ -143,6 +181,10 @@ async fn bench_rounds_purge_v4_ids_and_keys() -> Result<()> {
         (
             &["--purge-older-than", "0s"][..],
             "--purge-older-than must be longer than 0",
+        ),
+        (
+            &["--idempotency-keys", "sometimes"][..],
+            "invalid value 'sometimes'",
         ),
         (
             &["--rounds", "2", "--upgrade-after-round", "2"][..],

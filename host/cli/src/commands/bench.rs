@@ -91,11 +91,14 @@ pub struct BenchArgs {
     /// `onestep run` and `serve` write them) or `v4` (random), to compare the two layouts.
     #[arg(long, default_value = "v7", value_parser = ["v7", "v4"])]
     pub ids: String,
-    /// Give every submission (and every seeded history row) a random idempotency key, as
-    /// callers that retry do, so the idempotency index is written and read
-    /// (docs/benchmarks.md#the-idempotency-index).
-    #[arg(long)]
-    pub idempotency_keys: bool,
+    /// Give every submission (and every seeded history row) an idempotency key, as callers
+    /// that retry do, so the idempotency index is written and read
+    /// (docs/benchmarks.md#the-idempotency-index): `random` (the default when the flag has no
+    /// value: 32 random hex digits) or `ordered` (the run's keys are time-ordered, as keys
+    /// derived from a UUIDv7 or a timestamp are; the history's stay random).
+    #[arg(long, value_name = "ORDER", num_args = 0..=1, default_missing_value = "random",
+          value_parser = ["random", "ordered"])]
+    pub idempotency_keys: Option<String>,
     /// Submit and drain `-n` executions this many times on the same tables (the history is
     /// seeded once, before the first round); one report per round.
     #[arg(long, default_value_t = 1)]
@@ -164,6 +167,8 @@ struct Report {
     ids: String,
     /// Whether submissions and history carried idempotency keys.
     idempotency_keys: bool,
+    /// `random` or `ordered` (the run's keys) when they did.
+    idempotency_key_order: Option<String>,
     /// 1-based round (`--rounds`).
     round: u32,
     /// The purge after this round (`--purge-older-than`).
@@ -546,7 +551,7 @@ async fn bench_on(
                 HistoryIds::V7
             },
             before: Utc::now(),
-            idempotency_keys: args.idempotency_keys,
+            idempotency_keys: args.idempotency_keys.is_some(),
         };
         let seeded = match &backend {
             Store::Mysql(b) => b.seed_history(&seed).await,
@@ -571,9 +576,14 @@ async fn bench_on(
                     Some(url) => json!({ "url": url, "i": i }),
                     None => json!({ "i": i }),
                 },
-                idempotency_key: args
-                    .idempotency_keys
-                    .then(|| uuid::Uuid::new_v4().simple().to_string()),
+                idempotency_key: args.idempotency_keys.as_deref().map(|order| {
+                    if order == "ordered" {
+                        // A UUIDv7's hex: ascending with time (docs/benchmarks.md#the-idempotency-index).
+                        uuid::Uuid::now_v7().simple().to_string()
+                    } else {
+                        uuid::Uuid::new_v4().simple().to_string()
+                    }
+                }),
                 ..SubmitRequest::default()
             })
             .collect();
@@ -742,7 +752,8 @@ async fn bench_on(
         history_ids: args.history_ids.clone(),
         history_seed_s,
         ids: args.ids.clone(),
-        idempotency_keys: args.idempotency_keys,
+        idempotency_keys: args.idempotency_keys.is_some(),
+        idempotency_key_order: args.idempotency_keys.clone(),
         round,
         purge,
         footprint,
@@ -903,8 +914,10 @@ fn print_text(r: &Report) {
     } else if r.ids != "v7" {
         println!("  ids of new rows: {}", r.ids);
     }
-    if r.idempotency_keys {
-        println!("  idempotency keys: on every submission and history row (random)");
+    if let Some(order) = &r.idempotency_key_order {
+        println!(
+            "  idempotency keys: on every submission ({order}) and every history row (random)"
+        );
     }
     if r.history > 0 {
         println!(
