@@ -2,13 +2,15 @@
 //!
 //! * [`bench`]: `onestep bench --history` seeds finished history and reports I/O per phase.
 //! * [`bench_rounds`]: `onestep bench --rounds` with a purge after each round, v4 ids,
-//!   idempotency keys, and reference tables before and after `migrate --upgrade` in one run.
+//!   random and ordered idempotency keys, and reference tables before and after
+//!   `migrate --upgrade` in one run.
 //! * [`check`]: `onestep check [--strict]` on the shipped configs and on bad files (exit codes
 //!   and exact messages, one case per rule group of docs/configuration.md#strict-validation).
 //! * [`check_vs_run`]: every file `onestep run` rejects at load time, `check --strict` rejects
 //!   too (and `check` with the same message).
-//! * [`upgrade`]: reference-created tables: one warning from `onestep run`, then
-//!   `onestep migrate --upgrade` adds the column and indexes online.
+//! * [`upgrade`]: reference-created tables: one warning from `onestep run` and
+//!   `schema=needs-upgrade` from `check --connect`, then `onestep migrate --upgrade` adds the
+//!   column and indexes online (MySQL family) or builds our indexes concurrently (PostgreSQL).
 //! * [`smoke`]: the deployment smoke checks (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
