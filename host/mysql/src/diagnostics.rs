@@ -361,8 +361,12 @@ impl MySqlBackend {
     }
 
     /// Walks `namespace`'s executions created before the cutoff (a finished one was created
-    /// before it finished) through the list index, in keyset order, one bounded batch per
-    /// transaction.
+    /// before it finished) through the list index, newest first from the cutoff down, in keyset
+    /// order, one bounded batch per transaction. Newest first is the list index's own order
+    /// (`namespace, created_at DESC, id DESC`): both servers read it as a forward range that
+    /// stops at the LIMIT, whereas MySQL 9 reads an oldest-first walk as a backward scan of the
+    /// whole index, namespaces sorting after this one first (docs/schema.md#evidence). An
+    /// interrupted purge leaves the oldest rows; the next run removes them.
     async fn purge_namespace(
         &self,
         namespace: &str,
@@ -390,7 +394,7 @@ impl MySqlBackend {
                                     DbValue::from(*c),
                                     DbValue::from(id.as_str()),
                                 ]);
-                                " AND (created_at > ? OR (created_at = ? AND id > ?))"
+                                " AND (created_at < ? OR (created_at = ? AND id < ?))"
                             }
                             None => "",
                         };
@@ -408,7 +412,7 @@ impl MySqlBackend {
                                     "SELECT id, created_at FROM `{}` \
                                      WHERE namespace = ? AND created_at < ?{keyset} \
                                      AND status IN ({status_sql}) AND finished_at < ? \
-                                     ORDER BY created_at, id LIMIT ?{lock}",
+                                     ORDER BY created_at DESC, id DESC LIMIT ?{lock}",
                                     self.t()
                                 ),
                                 Params::Positional(params),
