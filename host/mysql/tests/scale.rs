@@ -1,7 +1,41 @@
-//! Costs that must not grow with history: with 100,000 finished executions (and their attempts)
-//! in the table pair, every maintenance read and the claim read is served by an index range that
-//! excludes the finished rows. Checked with EXPLAIN (no full scan, an index is used) and with the
-//! session `Handler_read_*` counters of the statement (bounded rows examined).
+//! Costs that must not grow with history (docs/schema.md#evidence).
+//!
+//! `history_does_not_cost_*`: with 100,000 finished executions (and their attempts) in the table
+//! pair, every maintenance read and the claim read is served by an index range that excludes the
+//! finished rows. Checked with EXPLAIN (no full scan, an index is used) and with the session
+//! `Handler_read_*` counters of the statement (bounded rows examined).
+//!
+//! `every_statement_*` (issue 15): every statement the backend actually sends.
+//!
+//! * History: `ONESTEP_SCALE_ROWS` finished executions (default 100,000, what `cargo test` runs)
+//!   seeded by the backend's own seeder (`MySqlBackend::seed_history`, the knob of `onestep
+//!   bench --history`, with idempotency keys) in the namespace and task the live work uses, a
+//!   tenth as many in a second namespace that sorts after it, and one diagnostics row and one
+//!   traceparent per seeded attempt/execution (written here: the seeder writes the pair only);
+//!   then `ANALYZE TABLE`. Table names are unique to the run.
+//! * Capture: a scripted sequence of real calls through the ports (submit with and without key,
+//!   replay, conflict, `submit_many`, claims running each maintenance step, heartbeats, cancel
+//!   poll, completions, a retry, release, cancels, get, list pages with and without filters,
+//!   attempts, logs, live and final diagnostics, purge) runs with the server's general log on
+//!   (`log_output = 'TABLE'`, turned off again before anything is asserted). The statements
+//!   naming the run's tables are read back and grouped by shape (literals, lists, `CASE` arms
+//!   and repeated `OR` groups collapsed).
+//! * Check: each SELECT/UPDATE/DELETE is EXPLAINed and re-run in a rolled-back transaction
+//!   between `FLUSH STATUS` and `SHOW SESSION STATUS LIKE 'Handler_read%'`. It fails on a full
+//!   table scan (`type = ALL`) or full index scan of our tables, a table read without an index,
+//!   an estimate above the bound that is then sorted, or a measured read above the bound
+//!   `4 × result + 100` rows (the result: the statement's `LIMIT`, its longest `IN` list or the
+//!   rows it returned or changed; 100 covers the test's own ~30 live rows). Reads that walk the
+//!   list index in its order past rows they reject (a filter the index does not hold, or MySQL's
+//!   whole-index plan for the purge) are reported as **walk** and fail only with
+//!   `ONESTEP_SCALE_STRICT=1`.
+//!
+//! It prints one Markdown table per server (`ONESTEP_SCALE_SHAPES=1` adds each shape,
+//! `ONESTEP_SCALE_KEEP=1` keeps the database). At 10M rows (not part of CI):
+//!
+//! ```text
+//! ONESTEP_SCALE_ROWS=10000000 cargo test -p onestep-mysql --test scale every_statement -- --nocapture --test-threads 1
+//! ```
 // Test code: a helper that cannot set up its fixture panics, like an assertion (clippy.toml
 // allows this inside #[test] functions; these helpers live outside them).
 #![allow(clippy::expect_used, clippy::panic)]
@@ -10,15 +44,20 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Server, admin_pool, create_db, drop_db, open, server_version};
+use chrono::{DateTime, Utc};
+use common::{Server, admin_pool, create_db, db_url, drop_db, open, server_version};
 use mysql_async::Row;
 use mysql_async::prelude::Queryable;
-use onestep_core::Limits;
+use onestep_core::cursor::Cursor;
+use onestep_core::diagnostics::{LiveDiagnostics, PurgeRequest};
 use onestep_core::names::TableNames;
-use onestep_core::ports::{ExecutionStore, LeaseStore};
-use onestep_mysql::DdlStyle;
+use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
+use onestep_core::request::{ClaimRequest, ListFilter, ListSearch, SubmitRequest};
+use onestep_core::{Completion, ExecutionError, ExecutionLease, ExecutionStatus, LeaseRef, Limits};
+use onestep_mysql::history::{HistoryIds, HistorySeed};
+use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions};
 use onestep_testkit::ManualClock;
-use onestep_testkit::builders::{claim, prepared};
+use onestep_testkit::builders::{claim, keyed, prepare, prepared};
 use serde_json::json;
 
 const DIGITS: &str = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
@@ -178,4 +217,1411 @@ async fn history_does_not_cost_mariadb() {
 #[tokio::test]
 async fn history_does_not_cost_mysql() {
     history_does_not_cost(Server::MySql).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every statement the backend sends, over a seeded history (issue 15).
+// ---------------------------------------------------------------------------------------------
+
+/// Namespace and task of the seeded history; the live work of the script shares them, so every
+/// index range the live statements read has the history beside it.
+const NS: &str = "scale";
+const TASK: &str = "scale.task";
+/// A second task with a few live rows and no history (the sparse task filter).
+const OTHER: &str = "scale.other";
+/// A second namespace with a tenth of the history and no live work, sorting after [`NS`]: a
+/// read of [`NS`] that is not a range on its namespace prefix walks these rows too.
+const OTHER_NS: &str = "zz.other";
+const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+/// Rows a statement may read beyond [`PER_RESULT`] per result row: this test's own live rows
+/// (about 30), which a range over live rows may visit whatever its result, and a margin. It does
+/// not depend on the history: a read that touches the history reads thousands (100k) or millions
+/// (10M) of rows.
+const SLACK: u64 = 100;
+/// Index reads per result row a bounded statement may do: the row, the sub-query's `eq_ref`
+/// lookup of the latest attempt, the entry that ends the range, the joined attempt.
+const PER_RESULT: u64 = 4;
+
+/// Executions (each with one attempt) seeded before the script: `ONESTEP_SCALE_ROWS`, default
+/// 100,000 (cheap enough for every `cargo test`).
+fn scale_rows() -> u64 {
+    match std::env::var("ONESTEP_SCALE_ROWS") {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .replace('_', "")
+            .parse()
+            .expect("ONESTEP_SCALE_ROWS is a row count"),
+        _ => 100_000,
+    }
+}
+
+/// `ONESTEP_SCALE_STRICT=1`: the reported namespace walks fail the test too.
+fn strict() -> bool {
+    std::env::var("ONESTEP_SCALE_STRICT").is_ok_and(|v| v == "1")
+}
+
+/// The table names of one run, to tell its statements apart in the server-wide general log and
+/// to print them as `<T>`, `<A>`.
+#[derive(Clone)]
+struct Names {
+    prefix: String,
+    t: String,
+    a: String,
+}
+
+impl Names {
+    fn new() -> Self {
+        let prefix = format!("scl{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        Names {
+            t: format!("{prefix}_exec"),
+            a: format!("{prefix}_att"),
+            prefix,
+        }
+    }
+
+    /// `s` with this run's names replaced by `<T>` (executions) and `<A>` (attempts).
+    fn short(&self, s: &str) -> String {
+        s.replace(&self.a, "<A>").replace(&self.t, "<T>")
+    }
+
+    fn list_index(&self) -> String {
+        TableNames::new(self.t.clone(), self.a.clone())
+            .expect("names")
+            .ix_list()
+    }
+}
+
+/// Marks the start of a script step in the general log (a statement that names no table but
+/// carries the run's prefix), so each captured statement is attributed to the call that sent it.
+async fn mark(c: &mut mysql_async::Conn, names: &Names, step: &str) {
+    c.query_drop(format!(
+        "SELECT '{}:step', '{}'",
+        names.prefix,
+        step.replace('\'', "''")
+    ))
+    .await
+    .expect("marker");
+}
+
+/// One list call and, when there is a next page, the call for it.
+async fn two_pages(
+    b: &MySqlBackend,
+    m: &mut mysql_async::Conn,
+    names: &Names,
+    label: &str,
+    filter: ListFilter,
+) {
+    let call = if label.is_empty() {
+        "list".to_owned()
+    } else {
+        format!("list {label}")
+    };
+    mark(m, names, &format!("{call}: first page")).await;
+    let first = b.list(NS, &filter).await.expect("list");
+    assert!(!first.items.is_empty(), "{label}: empty first page");
+    if let Some(c) = first.next_cursor {
+        mark(m, names, &format!("{call}: next page")).await;
+        let after = Some(Cursor::decode(&c).expect("cursor"));
+        b.list(NS, &ListFilter { after, ..filter })
+            .await
+            .expect("next page");
+    }
+}
+
+fn filter(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> ListFilter {
+    ListFilter {
+        task_name: task.map(str::to_owned),
+        status,
+        limit,
+        after: None,
+        search: ListSearch::default(),
+    }
+}
+
+/// The scripted sequence of real backend calls whose statements are captured: every client,
+/// worker, maintenance, diagnostics and purge path, each at least once.
+async fn script(
+    b: MySqlBackend,
+    clock: Arc<ManualClock>,
+    mut m: mysql_async::Conn,
+    names: Names,
+    history_first: DateTime<Utc>,
+) {
+    let err = || onestep_testkit::builders::handler_error("HandlerError");
+    let diag = |msg: &str| onestep_testkit::diagnostics::diagnostics(&clock, msg);
+    let t0 = clock.now_value();
+    clock.advance(1.0);
+    let mut task_ids = Vec::new();
+    mark(&mut m, &names, "submit").await;
+    for i in 0..8 {
+        let e = b.submit(prepared(NS, TASK, json!({ "i": i }))).await;
+        task_ids.push(e.expect("submit").id);
+    }
+    mark(&mut m, &names, "submit with traceparent").await;
+    let mut traced = prepared(NS, TASK, json!({ "traced": true }));
+    traced.trace_parent = Some(TRACEPARENT.into());
+    task_ids.push(b.submit(traced).await.expect("traced").id);
+    mark(&mut m, &names, "submit with metadata").await;
+    let tagged = prepare(
+        NS,
+        &SubmitRequest {
+            task_name: TASK.into(),
+            payload: json!({ "m": 1 }),
+            metadata: Some(json!({ "tenant": "acme" })),
+            ..SubmitRequest::default()
+        },
+    );
+    task_ids.push(b.submit(tagged).await.expect("tagged").id);
+    mark(&mut m, &names, "submit (other task)").await;
+    for i in 0..3 {
+        let e = b.submit(prepared(NS, OTHER, json!({ "o": i }))).await;
+        e.expect("other");
+    }
+    mark(&mut m, &names, "submit with key").await;
+    let key1 = || keyed(NS, TASK, "scale-key-1", json!({ "k": 1 }));
+    let first = b.submit(key1()).await.expect("keyed");
+    task_ids.push(first.id);
+    mark(&mut m, &names, "submit with key: replay").await;
+    assert_eq!(b.submit(key1()).await.expect("replay").id, first.id);
+    mark(&mut m, &names, "submit with key: conflict").await;
+    let conflict = b
+        .submit(keyed(NS, TASK, "scale-key-1", json!({ "k": 2 })))
+        .await;
+    assert!(
+        matches!(conflict, Err(ExecutionError::Conflict { .. })),
+        "{conflict:?}"
+    );
+    mark(&mut m, &names, "submit_many (two new, one replay)").await;
+    let many = b
+        .submit_many(vec![
+            keyed(NS, TASK, "scale-key-2", json!({ "k": 2 })),
+            keyed(NS, TASK, "scale-key-3", json!({ "k": 3 })),
+            key1(),
+        ])
+        .await
+        .expect("submit_many");
+    for e in many {
+        task_ids.push(e.expect("item").id);
+    }
+    mark(&mut m, &names, "submit expiring").await;
+    let expiring = prepare(
+        NS,
+        &SubmitRequest {
+            task_name: TASK.into(),
+            payload: json!({ "x": 1 }),
+            expires_at: Some((clock.now_value() + chrono::Duration::seconds(5)).fixed_offset()),
+            ..SubmitRequest::default()
+        },
+    );
+    let expiring = b.submit(expiring).await.expect("expiring").id;
+
+    // Claim: the maintenance expires the overdue submission (T5), then 10 leases.
+    clock.advance(10.0);
+    mark(&mut m, &names, "claim (maintenance: expire)").await;
+    let leases = b
+        .claim(&claim(NS, TASK, 10, 30.0, "w1"))
+        .await
+        .expect("claim");
+    assert_eq!(leases.len(), 10);
+    mark(&mut m, &names, "get").await;
+    let e = b.get(NS, expiring).await.expect("get").expect("expiring");
+    assert_eq!(e.status, ExecutionStatus::Expired);
+    let r: Vec<LeaseRef> = leases.iter().map(ExecutionLease::lease_ref).collect();
+    mark(&mut m, &names, "heartbeat").await;
+    b.heartbeat(&r[0], 30.0).await.expect("heartbeat");
+    mark(&mut m, &names, "heartbeat_many").await;
+    let beats = b.heartbeat_many(&r[0..5], 30.0).await.expect("many");
+    assert!(beats.iter().all(Result::is_ok), "{beats:?}");
+    mark(&mut m, &names, "cancel poll").await;
+    assert!(b.cancel_requested(&r).await.expect("poll").is_empty());
+    mark(&mut m, &names, "record_live (diagnostics)").await;
+    let live = LiveDiagnostics {
+        progress: diag("live").progress,
+        log: diag("live").log,
+    };
+    assert!(b.record_live(&[(r[0], live)]).await.expect("live"));
+    mark(&mut m, &names, "complete: success").await;
+    let done = Completion::succeeded(json!({ "ok": true })).with_diagnostics(diag("done"));
+    b.complete(&r[0], &done).await.expect("success");
+    mark(&mut m, &names, "complete: retry").await;
+    let retry = Completion::retrying(err(), 0.0).with_diagnostics(diag("retry"));
+    b.complete(&r[1], &retry).await.expect("retry");
+    mark(&mut m, &names, "complete: failed").await;
+    let failed = Completion::failed(err()).with_diagnostics(diag("failed"));
+    b.complete(&r[2], &failed).await.expect("failed");
+    mark(&mut m, &names, "complete_many").await;
+    let out = b
+        .complete_many(&[
+            (
+                r[3],
+                Completion::succeeded(json!(3)).with_diagnostics(diag("3")),
+            ),
+            (r[4], Completion::failed(err()).with_diagnostics(diag("4"))),
+            (r[5], Completion::retrying(err(), 0.0)),
+        ])
+        .await
+        .expect("complete_many");
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+    mark(&mut m, &names, "release").await;
+    b.release(&r[6]).await.expect("release");
+    mark(&mut m, &names, "cancel: running").await;
+    let c = b.cancel(NS, r[7].execution_id, Some("scale".into())).await;
+    let c = c.expect("cancel").expect("row");
+    assert_eq!(c.status, ExecutionStatus::CancelRequested);
+    mark(&mut m, &names, "cancel poll").await;
+    let polled = b.cancel_requested(&r[7..]).await.expect("poll");
+    assert_eq!(polled, vec![r[7].execution_id]);
+    mark(&mut m, &names, "heartbeat").await;
+    assert!(b.heartbeat(&r[7], 30.0).await.expect("hb").cancel_requested);
+    let claimed: Vec<uuid::Uuid> = r.iter().map(|l| l.execution_id).collect();
+    let queued = *task_ids
+        .iter()
+        .find(|id| !claimed.contains(id))
+        .expect("an unclaimed submission");
+    mark(&mut m, &names, "cancel: queued").await;
+    let c = b
+        .cancel(NS, queued, None)
+        .await
+        .expect("cancel")
+        .expect("row");
+    assert_eq!(c.status, ExecutionStatus::Cancelled);
+    mark(&mut m, &names, "cancel: finished").await;
+    b.cancel(NS, r[0].execution_id, None).await.expect("cancel");
+    mark(&mut m, &names, "cancel: absent").await;
+    let absent = uuid::Uuid::new_v4();
+    assert!(b.cancel(NS, absent, None).await.expect("cancel").is_none());
+
+    // Leases of r[7] (cancel requested), r[8] and r[9] run out: dead cancel (T6), reclaim (T7),
+    // and the claim takes the retrying (r[1], r[5], and the reclaimed, lease-lost r[8], r[9])
+    // and queued (r[6] released, the two unclaimed submissions left) rows.
+    clock.advance(60.0);
+    mark(&mut m, &names, "claim (maintenance: dead cancel, reclaim)").await;
+    let second = b
+        .claim(&claim(NS, TASK, 10, 30.0, "w2"))
+        .await
+        .expect("claim");
+    assert_eq!(second.len(), 7, "four retrying, three queued rows");
+    mark(&mut m, &names, "get").await;
+    let e = b
+        .get(NS, r[7].execution_id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert_eq!(e.status, ExecutionStatus::Cancelled);
+    mark(&mut m, &names, "complete_many").await;
+    let items: Vec<(LeaseRef, Completion)> = second
+        .iter()
+        .map(|l| (l.lease_ref(), Completion::succeeded(json!(1))))
+        .collect();
+    let out = b.complete_many(&items).await.expect("complete_many");
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+    mark(&mut m, &names, "claim (two task names)").await;
+    let both = ClaimRequest {
+        namespace: NS.into(),
+        task_names: vec![TASK.into(), OTHER.into()],
+        limit: 5,
+        lease_duration_s: 30.0,
+        worker_id: "w3".into(),
+    };
+    assert_eq!(b.claim(&both).await.expect("claim").len(), 3);
+    mark(&mut m, &names, "claim (nothing to do)").await;
+    let none = b.claim(&claim(NS, TASK, 10, 30.0, "w3")).await;
+    assert!(none.expect("claim").is_empty());
+
+    // Client reads.
+    mark(&mut m, &names, "get").await;
+    assert!(b.get(NS, r[0].execution_id).await.expect("get").is_some());
+    mark(&mut m, &names, "get: absent").await;
+    assert!(b.get(NS, absent).await.expect("get").is_none());
+    mark(&mut m, &names, "get: other namespace").await;
+    assert!(
+        b.get("elsewhere", r[0].execution_id)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    two_pages(&b, &mut m, &names, "", filter(None, None, 5)).await;
+    two_pages(&b, &mut m, &names, "task", filter(Some(TASK), None, 5)).await;
+    let sparse_task = filter(Some(OTHER), None, 2);
+    two_pages(&b, &mut m, &names, "task (no history)", sparse_task).await;
+    let running = filter(None, Some(ExecutionStatus::Running), 2);
+    two_pages(&b, &mut m, &names, "status=running", running).await;
+    let succeeded = filter(None, Some(ExecutionStatus::Succeeded), 5);
+    two_pages(&b, &mut m, &names, "status=succeeded", succeeded).await;
+    let task_failed = filter(Some(TASK), Some(ExecutionStatus::Failed), 1);
+    two_pages(&b, &mut m, &names, "task+status=failed", task_failed).await;
+    let task_ok = filter(Some(TASK), Some(ExecutionStatus::Succeeded), 5);
+    two_pages(&b, &mut m, &names, "task+status=succeeded", task_ok).await;
+    let searches = [
+        (
+            "created range",
+            ListSearch {
+                created_from: Some(t0),
+                created_before: Some(clock.now_value()),
+                ..ListSearch::default()
+            },
+        ),
+        (
+            "idempotency key",
+            ListSearch {
+                idempotency_key: Some("scale-key-1".into()),
+                ..ListSearch::default()
+            },
+        ),
+        (
+            "metadata",
+            ListSearch {
+                metadata: Some(("tenant".into(), "acme".into())),
+                ..ListSearch::default()
+            },
+        ),
+        (
+            "exception type",
+            ListSearch {
+                exception_type: Some("handler".into()),
+                ..ListSearch::default()
+            },
+        ),
+    ];
+    for (label, search) in searches {
+        let f = ListFilter {
+            search,
+            ..filter(None, None, 1)
+        };
+        two_pages(&b, &mut m, &names, label, f).await;
+    }
+    mark(&mut m, &names, "attempts (diagnostics)").await;
+    let attempts = b.attempts(NS, r[1].execution_id).await.expect("attempts");
+    assert_eq!(attempts.expect("execution").len(), 2);
+    mark(&mut m, &names, "attempt log (diagnostics)").await;
+    let tail = b.attempt_log(NS, r[0].execution_id, 1).await.expect("log");
+    assert!(tail.expect("attempt").is_some());
+    mark(&mut m, &names, "attempt log: absent attempt").await;
+    let tail = b.attempt_log(NS, r[0].execution_id, 9).await.expect("log");
+    assert!(tail.is_none());
+
+    // Purge: the oldest end of the history (rows 0..=248 finished before the cutoff), dry run
+    // then for real, in batches of 100; then across namespaces; then by status, the whole
+    // namespace before the cutoff.
+    let oldest = PurgeRequest {
+        namespace: Some(NS.into()),
+        finished_before: history_first + chrono::Duration::milliseconds(250),
+        statuses: vec![],
+        batch_size: 100,
+        dry_run: true,
+    };
+    mark(&mut m, &names, "purge: dry run").await;
+    assert_eq!(b.purge(&oldest).await.expect("dry run").executions, 249);
+    mark(&mut m, &names, "purge").await;
+    let wet = PurgeRequest {
+        dry_run: false,
+        ..oldest.clone()
+    };
+    let report = b.purge(&wet).await.expect("purge");
+    assert_eq!((report.executions, report.attempts), (249, 249));
+    mark(&mut m, &names, "purge: every namespace").await;
+    let every = PurgeRequest {
+        namespace: None,
+        finished_before: history_first + chrono::Duration::milliseconds(500),
+        ..wet.clone()
+    };
+    assert_eq!(b.purge(&every).await.expect("purge").executions, 250);
+    mark(&mut m, &names, "purge: by status").await;
+    let by_status = PurgeRequest {
+        statuses: vec![
+            ExecutionStatus::Failed,
+            ExecutionStatus::Cancelled,
+            ExecutionStatus::Expired,
+        ],
+        finished_before: clock.now_value() + chrono::Duration::seconds(1),
+        ..wet
+    };
+    let report = b.purge(&by_status).await.expect("purge");
+    // r[2], r[4] failed; r[7], the queued one cancelled; the expiring one expired.
+    assert_eq!(report.executions, 5, "{report:?}");
+}
+
+/// A statement as the general log recorded it, and the script step that sent it.
+struct Logged {
+    step: String,
+    sql: String,
+}
+
+/// Runs [`script`] with the general log on, then reads back this run's statements. The log is
+/// turned off again before anything is asserted, also when the script fails (its panic is
+/// re-raised afterwards). A server-wide lock keeps two runs of this test on one server from
+/// switching the log under each other.
+async fn capture(
+    b: &MySqlBackend,
+    clock: &Arc<ManualClock>,
+    admin: &mysql_async::Pool,
+    names: &Names,
+    history_first: DateTime<Utc>,
+) -> Vec<Logged> {
+    let mut c = admin.get_conn().await.expect("admin conn");
+    let locked: Option<i64> = c
+        .query_first("SELECT GET_LOCK('onestep_scale_general_log', 3600)")
+        .await
+        .expect("lock");
+    assert_eq!(locked, Some(1), "general log lock");
+    let output: Option<String> = c
+        .query_first("SELECT @@GLOBAL.log_output")
+        .await
+        .expect("log_output");
+    let start: Option<String> = c
+        .query_first("SELECT CAST(NOW(6) AS CHAR)")
+        .await
+        .expect("now");
+    let start = start.expect("now");
+    c.query_drop("SET GLOBAL log_output = 'TABLE'")
+        .await
+        .expect("log_output");
+    c.query_drop("SET GLOBAL general_log = ON")
+        .await
+        .expect("general_log");
+    let marker = admin.get_conn().await.expect("marker conn");
+    let run = tokio::spawn(script(
+        b.clone(),
+        clock.clone(),
+        marker,
+        names.clone(),
+        history_first,
+    ))
+    .await;
+    let off = c.query_drop("SET GLOBAL general_log = OFF").await;
+    let restore = c
+        .query_drop(format!(
+            "SET GLOBAL log_output = '{}'",
+            output.unwrap_or_else(|| "FILE".into())
+        ))
+        .await;
+    if let Err(e) = run {
+        let _ = c
+            .query_drop("SELECT RELEASE_LOCK('onestep_scale_general_log')")
+            .await;
+        match e.try_into_panic() {
+            Ok(p) => std::panic::resume_unwind(p),
+            Err(e) => panic!("script: {e}"),
+        }
+    }
+    off.expect("general_log off");
+    restore.expect("log_output");
+    let rows: Vec<(String, String)> = c
+        .query(format!(
+            "SELECT command_type, CONVERT(argument USING utf8mb4) FROM mysql.general_log \
+             WHERE event_time >= '{start}' AND command_type IN ('Query', 'Execute') \
+             AND argument LIKE '%{}%'",
+            names.prefix
+        ))
+        .await
+        .expect("general log");
+    // Only this test writes the log table (the log is off otherwise): keep it from growing.
+    c.query_drop("TRUNCATE TABLE mysql.general_log")
+        .await
+        .expect("truncate");
+    c.query_drop("SELECT RELEASE_LOCK('onestep_scale_general_log')")
+        .await
+        .expect("unlock");
+    let marker = format!("'{}:step', '", names.prefix);
+    let mut step = String::from("(before the script)");
+    let mut out = Vec::new();
+    for (_, sql) in rows {
+        if let Some(i) = sql.find(&marker) {
+            let rest = &sql[i + marker.len()..];
+            step = rest.trim_end().trim_end_matches('\'').replace("''", "'");
+            continue;
+        }
+        out.push(Logged {
+            step: step.clone(),
+            sql,
+        });
+    }
+    out
+}
+
+/// The shape of a statement: literals replaced by `?`, lists of placeholders, rows of a
+/// multi-row `VALUES`, `CASE` arms and repeated `OR` groups collapsed to one, whitespace
+/// collapsed. Statements of one shape differ only in their values.
+fn normalize(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    let mut prev = ' ';
+    while let Some(ch) = chars.next() {
+        match ch {
+            '\'' => {
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '\'' if chars.peek() == Some(&'\'') => {
+                            chars.next();
+                        }
+                        '\'' => break,
+                        _ => {}
+                    }
+                }
+                out.push('?');
+                prev = '?';
+            }
+            '`' => {
+                out.push(ch);
+                for c in chars.by_ref() {
+                    out.push(c);
+                    if c == '`' {
+                        break;
+                    }
+                }
+                prev = '`';
+            }
+            c if c.is_ascii_digit() && !(prev.is_ascii_alphanumeric() || prev == '_') => {
+                while chars
+                    .peek()
+                    .is_some_and(|c| c.is_ascii_digit() || *c == '.' || *c == '-' || *c == ':')
+                {
+                    chars.next();
+                }
+                out.push('?');
+                prev = '?';
+            }
+            c if c.is_whitespace() => {
+                if prev != ' ' {
+                    out.push(' ');
+                }
+                prev = ' ';
+            }
+            c => {
+                out.push(c);
+                prev = c;
+            }
+        }
+    }
+    let mut s = out
+        .trim()
+        .replace(" ,", ",")
+        .replace(", ", ",")
+        .replace("IS NOT NULL", "IS_NOT_NULL")
+        .replace("IS NULL", "IS_NULL")
+        .replace("NULL", "?")
+        .replace("IS_NOT_NULL", "IS NOT NULL")
+        .replace("IS_NULL", "IS NULL");
+    for (from, to) in [
+        ("?,?", "?"),
+        ("(?),(?)", "(?)"),
+        ("WHEN ? THEN ? WHEN ? THEN ?", "WHEN ? THEN ?"),
+        ("_binary?", "?"),
+    ] {
+        while s.contains(from) {
+            s = s.replace(from, to);
+        }
+    }
+    collapse_or(s)
+}
+
+/// `(x) OR (x)` → `(x)` for identical balanced groups (the per-row fences of batched writes).
+fn collapse_or(mut s: String) -> String {
+    'again: loop {
+        let bytes = s.as_bytes();
+        let mut from = 0;
+        while let Some(i) = s[from..].find(") OR (").map(|i| i + from) {
+            // The group ending at i and the one starting at i + 5.
+            let mut depth = 0i32;
+            let mut start = None;
+            for j in (0..=i).rev() {
+                match bytes[j] {
+                    b')' => depth += 1,
+                    b'(' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            start = Some(j);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let next = i + 5;
+            let mut depth = 0i32;
+            let mut end = None;
+            for (j, b) in bytes.iter().enumerate().skip(next) {
+                match b {
+                    b'(' => depth += 1,
+                    b')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = Some(j);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let (Some(a), Some(e)) = (start, end)
+                && s[a..=i] == s[next..=e]
+            {
+                s.replace_range(i + 1..=e, "");
+                continue 'again;
+            }
+            from = i + 1;
+        }
+        return s;
+    }
+}
+
+/// A short label of a statement shape: verb, selected or set columns, table(s), the columns its
+/// predicates compare (outside `EXISTS` sub-queries), the ordering, `LIMIT` and locking.
+fn label(shape: &str, sql: &str, names: &Names) -> String {
+    let s = names.short(shape);
+    let tokens: Vec<String> = s
+        .replace('(', " ( ")
+        .replace(')', " ) ")
+        .replace(',', " , ")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let up: Vec<String> = tokens.iter().map(|t| t.to_uppercase()).collect();
+    let bare = |t: &str| -> String {
+        t.rsplit('.')
+            .next()
+            .unwrap_or(t)
+            .trim_matches('`')
+            .to_owned()
+    };
+    let is_ident = |t: &str| {
+        let b = bare(t);
+        b.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && b.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && !["AND", "OR", "NOT", "NULL", "THEN", "END", "ELSE"]
+                .contains(&b.to_uppercase().as_str())
+    };
+    let first = up.first().cloned().unwrap_or_default();
+    let union = s.starts_with("(SELECT");
+    let mut tables = Vec::new();
+    let mut cols: Vec<String> = Vec::new();
+    let mut set_cols: Vec<String> = Vec::new();
+    let mut select_items = 1;
+    let mut select_list: Vec<String> = Vec::new();
+    // Sections at depth 0: "select" (the select list), "set", "where" (predicates), "values".
+    let mut section = if first == "SELECT" { "select" } else { "" };
+    let mut skip_depth: Option<i32> = None;
+    let mut depth = 0i32;
+    for i in 0..tokens.len() {
+        let t = tokens[i].as_str();
+        let u = up[i].as_str();
+        match t {
+            "(" => depth += 1,
+            ")" => {
+                depth -= 1;
+                if skip_depth.is_some_and(|d| depth < d) {
+                    skip_depth = None;
+                }
+            }
+            _ => {}
+        }
+        if skip_depth.is_some() {
+            continue;
+        }
+        if u == "EXISTS" {
+            skip_depth = Some(depth + 1);
+            continue;
+        }
+        if ["FROM", "UPDATE", "INTO", "JOIN"].contains(&u)
+            && let Some(next) = tokens.get(i + 1)
+            && next.starts_with('`')
+        {
+            let name = next.trim_matches('`').to_owned();
+            if !tables.contains(&name) {
+                tables.push(name);
+            }
+        }
+        if depth == 0 {
+            match u {
+                "FROM" if section == "select" => section = "",
+                "SET" => section = "set",
+                "WHERE" | "ON" => section = "where",
+                "VALUES" | "DUPLICATE" | "ORDER" => section = "",
+                _ => {}
+            }
+        }
+        match section {
+            "select" if depth == 0 && i > 0 => {
+                if t == "," {
+                    select_items += 1;
+                } else if t == "(" || t == ")" || u == "DISTINCT" {
+                } else if tokens.get(i + 1).is_some_and(|n| n == "(") {
+                    select_list.push(format!("{t}(…)"));
+                } else if select_items <= 2 {
+                    select_list.push(bare(t));
+                }
+            }
+            "set" if depth == 0 && t == "=" && i > 0 && is_ident(&tokens[i - 1]) => {
+                set_cols.push(bare(&tokens[i - 1]));
+            }
+            _ => {}
+        }
+        let in_predicates = section == "where" || (union && section != "select");
+        let op = ["=", "<", ">", "<=", ">=", "<>", "!=", "IN", "IS", "LIKE"].contains(&u);
+        if in_predicates && op && i > 0 && is_ident(&tokens[i - 1]) {
+            let b = bare(&tokens[i - 1]);
+            if !cols.contains(&b) {
+                cols.push(b);
+            }
+        }
+    }
+    for (needle, col) in [
+        ("JSON_EXTRACT(metadata", "metadata→json"),
+        ("JSON_EXTRACT(error", "error→json"),
+        ("CONCAT(REPLACE(", "CONCAT(keys)"),
+    ] {
+        if s.contains(needle) {
+            cols.push(col.to_owned());
+        }
+    }
+    if s.contains("EXISTS") {
+        cols.push("EXISTS(<A>)".to_owned());
+    }
+    let tables = tables.join(" ⋈ ");
+    let mut out = if union {
+        format!(
+            "SELECT ∪{} FROM {tables}",
+            s.matches("UNION ALL").count() + 1
+        )
+    } else {
+        match first.as_str() {
+            "SELECT" => {
+                let what = if select_items <= 2 {
+                    select_list.join(", ")
+                } else {
+                    format!("[{select_items} columns]")
+                };
+                let distinct = if up.get(1).is_some_and(|u| u == "DISTINCT") {
+                    "DISTINCT "
+                } else {
+                    ""
+                };
+                format!("SELECT {distinct}{what} FROM {tables}")
+            }
+            "UPDATE" => {
+                let n = set_cols.len();
+                set_cols.truncate(3);
+                let more = if n > 3 { ", …" } else { "" };
+                format!("UPDATE {tables} SET {}{more}", set_cols.join(", "))
+            }
+            "DELETE" => format!("DELETE FROM {tables}"),
+            _ if s.starts_with("INSERT IGNORE") => format!("INSERT IGNORE INTO {tables}"),
+            _ => format!("INSERT INTO {tables}"),
+        }
+    };
+    if !cols.is_empty() {
+        out.push_str(&format!(" WHERE {}", cols.join(", ")));
+    }
+    if let Some(i) = s.find("ORDER BY ") {
+        let rest = &s[i + 9..];
+        let end = [" LIMIT", " FOR ", ")"]
+            .iter()
+            .filter_map(|m| rest.find(m))
+            .min()
+            .unwrap_or(rest.len());
+        let order = rest[..end].replace("e.", "");
+        out.push_str(&format!(" ORDER BY {order}"));
+    }
+    if let Some(n) = limit_of(sql) {
+        out.push_str(&format!(" LIMIT {n}"));
+    }
+    if s.contains("SKIP LOCKED") {
+        out.push_str(" FOR UPDATE SKIP LOCKED");
+    } else if s.contains("FOR UPDATE") {
+        out.push_str(" FOR UPDATE");
+    }
+    if s.contains(" VALUES ") {
+        out.push_str(" VALUES");
+    }
+    if s.contains("ON DUPLICATE KEY") {
+        out.push_str(" ON DUPLICATE KEY UPDATE");
+    }
+    out
+}
+
+/// The largest `LIMIT n` of a statement.
+fn limit_of(sql: &str) -> Option<u64> {
+    sql.match_indices("LIMIT ")
+        .filter_map(|(i, _)| {
+            let digits: String = sql[i + 6..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse::<u64>().ok()
+        })
+        .max()
+}
+
+/// Items of the longest `IN (…)` list (outside string literals).
+fn largest_in_list(sql: &str) -> u64 {
+    let mut best = 0;
+    for (i, _) in sql.match_indices(" IN (") {
+        let mut depth = 0;
+        let mut items = 1;
+        let mut quoted = false;
+        for c in sql[i + 4..].chars() {
+            match c {
+                '\'' => quoted = !quoted,
+                _ if quoted => {}
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                ',' if depth == 1 => items += 1,
+                _ => {}
+            }
+        }
+        best = best.max(items);
+    }
+    best
+}
+
+/// One row of an EXPLAIN.
+#[derive(Debug, Clone)]
+struct PlanRow {
+    table: Option<String>,
+    access: Option<String>,
+    key: Option<String>,
+    rows: Option<u64>,
+    extra: String,
+}
+
+impl PlanRow {
+    /// A row that reads one of our tables (not a derived table, union result or sub-query
+    /// materialisation, whose names start with `<`).
+    fn base(&self) -> bool {
+        self.table.as_deref().is_some_and(|t| !t.starts_with('<'))
+    }
+}
+
+/// What one captured statement costs.
+struct Measured {
+    sql: String,
+    plan: Vec<PlanRow>,
+    handler_reads: u64,
+    returned: u64,
+    error: Option<String>,
+}
+
+async fn explain(
+    c: &mut mysql_async::Conn,
+    flavor: onestep_mysql::Flavor,
+    sql: &str,
+) -> Vec<PlanRow> {
+    let explain = match flavor {
+        onestep_mysql::Flavor::MySql => "EXPLAIN FORMAT=TRADITIONAL",
+        onestep_mysql::Flavor::MariaDb => "EXPLAIN",
+    };
+    let rows: Vec<Row> = c
+        .query(format!("{explain} {sql}"))
+        .await
+        .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e}"));
+    rows.into_iter()
+        .map(|r| PlanRow {
+            table: r.get::<Option<String>, _>("table").flatten(),
+            access: r.get::<Option<String>, _>("type").flatten(),
+            key: r.get::<Option<String>, _>("key").flatten(),
+            rows: r
+                .get::<Option<String>, _>("rows")
+                .flatten()
+                .and_then(|v| v.parse().ok()),
+            extra: r
+                .get::<Option<String>, _>("Extra")
+                .flatten()
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+async fn handler_sum(c: &mut mysql_async::Conn) -> u64 {
+    let counters: Vec<(String, String)> = c
+        .query("SHOW SESSION STATUS LIKE 'Handler_read%'")
+        .await
+        .expect("status");
+    counters
+        .iter()
+        .map(|(_, v)| v.parse::<u64>().unwrap_or(0))
+        .sum()
+}
+
+/// EXPLAIN, then the statement itself inside a transaction that is rolled back, between
+/// `FLUSH STATUS` and the session's `Handler_read_*` counters (less what reading them costs).
+async fn measure(
+    c: &mut mysql_async::Conn,
+    flavor: onestep_mysql::Flavor,
+    sql: &str,
+    baseline: u64,
+) -> Measured {
+    let plan = explain(c, flavor, sql).await;
+    c.query_drop("FLUSH STATUS").await.expect("flush status");
+    c.query_drop("START TRANSACTION").await.expect("begin");
+    let run: Result<Vec<Row>, _> = c.query(sql).await;
+    let affected = c.affected_rows();
+    let reads = handler_sum(c).await;
+    c.query_drop("ROLLBACK").await.expect("rollback");
+    let (returned, error) = match run {
+        Ok(rows) => ((rows.len() as u64).max(affected), None),
+        Err(e) => (0, Some(e.to_string())),
+    };
+    Measured {
+        sql: sql.to_owned(),
+        plan,
+        handler_reads: reads.saturating_sub(baseline),
+        returned,
+        error,
+    }
+}
+
+/// The verdict on one measured statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Bounded by its result.
+    Ok,
+    /// Walks the namespace through the list index in order until the page is full: its cost is
+    /// the rows between two matches, not the page (a filter the index does not hold).
+    Walk,
+    /// Scans or reads more than its bound.
+    Fail,
+}
+
+struct Judged {
+    verdict: Verdict,
+    bound: u64,
+    why: Vec<String>,
+}
+
+fn judge(m: &Measured, list_index: &str) -> Judged {
+    let result = limit_of(&m.sql)
+        .unwrap_or(0)
+        .max(largest_in_list(&m.sql))
+        .max(m.returned)
+        .max(1);
+    let bound = PER_RESULT * result + SLACK;
+    let mut why = Vec::new();
+    if let Some(e) = &m.error {
+        why.push(format!("re-run failed: {e}"));
+    }
+    let base: Vec<&PlanRow> = m.plan.iter().filter(|r| r.base()).collect();
+    // The optimizer looked the const row up already and found none.
+    let nothing = m.plan.iter().any(|r| {
+        let x = r.extra.to_lowercase();
+        x.contains("impossible where") || x.contains("no matching row")
+    });
+    if base.is_empty() && !nothing {
+        why.push("EXPLAIN names none of the tables".into());
+    }
+    let sorted = m
+        .plan
+        .iter()
+        .any(|r| r.extra.contains("filesort") || r.extra.contains("temporary"));
+    // A full scan of the list index in its order, stopped by the LIMIT (MySQL's plan for the
+    // purge read): judged by what it reads, like a walk.
+    let ordered_index_scan = |r: &PlanRow| {
+        r.access.as_deref() == Some("index")
+            && r.key.as_deref() == Some(list_index)
+            && !sorted
+            && limit_of(&m.sql).is_some()
+    };
+    for r in &base {
+        match r.access.as_deref() {
+            Some("ALL") => why.push(format!("{:?}: full table scan", r.table)),
+            Some("index") if !ordered_index_scan(r) => {
+                why.push(format!("{:?}: full index scan", r.table));
+            }
+            _ => {}
+        }
+        if r.key.is_none() {
+            why.push(format!("{:?}: no index", r.table));
+        }
+    }
+    let estimate = base.iter().filter_map(|r| r.rows).max().unwrap_or(0);
+    if estimate > bound && sorted {
+        why.push(format!("estimates {estimate} rows, then sorts them"));
+    }
+    let walk = m.handler_reads > bound
+        && !sorted
+        && base.iter().any(|r| r.key.as_deref() == Some(list_index));
+    if m.handler_reads > bound && !walk {
+        why.push(format!(
+            "reads {} rows for a result of at most {result}",
+            m.handler_reads
+        ));
+    }
+    let verdict = if !why.is_empty() {
+        Verdict::Fail
+    } else if walk {
+        let how = if base.iter().any(|r| ordered_index_scan(r)) {
+            "the whole list index in its order (type=index, no range on the namespace)"
+        } else {
+            "the namespace's range of the list index"
+        };
+        why.push(format!(
+            "walks {} rows of {how} for a result of at most {result}",
+            m.handler_reads
+        ));
+        Verdict::Walk
+    } else {
+        Verdict::Ok
+    };
+    Judged {
+        verdict,
+        bound,
+        why,
+    }
+}
+
+/// Statements of one shape.
+struct Shape {
+    label: String,
+    steps: Vec<String>,
+    instances: Vec<String>,
+    /// The steps of `instances`.
+    seen: Vec<String>,
+}
+
+/// The diagnostics and trace-context tables with one row per seeded attempt and execution
+/// (`seed_history` writes the pair only): what they hold once every attempt has stored
+/// diagnostics and every submission a traceparent, so their reads are planned over a full
+/// table, not a near-empty one. Chunks of 100,000 rows in primary-key order.
+async fn seed_side_tables(c: &mut mysql_async::Conn, tables: &TableNames) {
+    let hex = |col: &str| format!("REPLACE(CAST({col} AS CHAR), '-', '')");
+    let side = [
+        (
+            tables.attempts.clone(),
+            format!(
+                "INSERT INTO `{}` (attempt_id, execution_id, is_final, message, progress_done, \
+                 progress_total, progress_note, progress_at, log_lines, log_tail, updated_at) \
+                 SELECT {}, {}, 1, 'seeded', 1, 1, '', finished_at, 1, \
+                 '[{{\"seq\":1,\"at\":\"2026-01-01T00:00:00Z\",\"level\":\"info\",\"message\":\"seeded\"}}]', \
+                 finished_at FROM `{}`",
+                tables.diagnostics(),
+                hex("id"),
+                hex("execution_id"),
+                tables.attempts
+            ),
+        ),
+        (
+            tables.executions.clone(),
+            format!(
+                "INSERT INTO `{}` (execution_id, traceparent, created_at) \
+                 SELECT {id}, CONCAT('00-', {id}, '-', SUBSTR({id}, 1, 16), '-01'), created_at \
+                 FROM `{}`",
+                tables.traces(),
+                tables.executions,
+                id = hex("id"),
+            ),
+        ),
+    ];
+    for (source, insert) in side {
+        let mut after: Option<String> = None;
+        loop {
+            let lower = after
+                .as_ref()
+                .map_or(String::new(), |a| format!(" WHERE id > '{a}'"));
+            let upper: Option<String> = c
+                .query_first(format!(
+                    "SELECT CAST(id AS CHAR) FROM `{source}`{lower} ORDER BY id LIMIT 1 OFFSET 99999"
+                ))
+                .await
+                .expect("chunk bound");
+            let range = match (&after, &upper) {
+                (None, None) => String::new(),
+                (None, Some(u)) => format!(" WHERE id <= '{u}'"),
+                (Some(a), None) => format!(" WHERE id > '{a}'"),
+                (Some(a), Some(u)) => format!(" WHERE id > '{a}' AND id <= '{u}'"),
+            };
+            c.query_drop(format!("{insert}{range}"))
+                .await
+                .expect("side table rows");
+            match upper {
+                Some(u) => after = Some(u),
+                None => break,
+            }
+        }
+    }
+}
+
+async fn every_statement(server: Server) {
+    let Some(url) = server.admin_url() else {
+        return;
+    };
+    let admin = admin_pool(&url);
+    let version = server_version(&admin).await;
+    let rows = scale_rows();
+    let db = create_db(&admin).await;
+    let clock = Arc::new(ManualClock::default());
+    let names = Names::new();
+    let mut o = MySqlOptions::new(db_url(&url, &db));
+    o.clock = clock.clone();
+    o.tables = TableNames::new(names.t.clone(), names.a.clone()).expect("names");
+    o.traces = true;
+    let b = MySqlBackend::open(o).await.expect("open backend");
+    let features = b.schema_report().features;
+    assert!(features.claimable_column && features.diagnostics_table && features.traces_table);
+    let before = clock.now_value();
+    let seeded = std::time::Instant::now();
+    let written = b
+        .seed_history(&HistorySeed {
+            namespace: NS.into(),
+            task_name: TASK.into(),
+            count: rows,
+            ids: HistoryIds::V7,
+            before,
+            idempotency_keys: true,
+        })
+        .await
+        .expect("seed");
+    assert_eq!(written, rows);
+    let other_rows = (rows / 10).max(1_000);
+    let written = b
+        .seed_history(&HistorySeed {
+            namespace: OTHER_NS.into(),
+            task_name: TASK.into(),
+            count: other_rows,
+            ids: HistoryIds::V7,
+            before,
+            idempotency_keys: true,
+        })
+        .await
+        .expect("seed");
+    assert_eq!(written, other_rows);
+    let seed_s = seeded.elapsed().as_secs_f64();
+    let mut c = b.test_pool().get_conn().await.expect("conn");
+    let tables = b.tables().clone();
+    seed_side_tables(&mut c, &tables).await;
+    let side_s = seeded.elapsed().as_secs_f64() - seed_s;
+    c.query_drop(format!(
+        "ANALYZE TABLE `{}`, `{}`, `{}`, `{}`",
+        tables.executions,
+        tables.attempts,
+        tables.diagnostics(),
+        tables.traces()
+    ))
+    .await
+    .expect("analyze");
+    let seed_total_s = seeded.elapsed().as_secs_f64();
+    eprintln!(
+        "[{}] {version}: seeded {rows} + {other_rows} executions + attempts in {seed_s:.1} s, \
+         their diagnostics and traceparents in {side_s:.1} s ({seed_total_s:.1} s with ANALYZE)",
+        server.label()
+    );
+    let history_first = before - chrono::Duration::milliseconds(rows as i64);
+    let scripted = std::time::Instant::now();
+    let logged = capture(&b, &clock, &admin, &names, history_first).await;
+    let script_s = scripted.elapsed().as_secs_f64();
+
+    // Shapes, in the order first seen.
+    let mut shapes: Vec<(String, Shape)> = Vec::new();
+    for l in &logged {
+        let mut shape = normalize(&l.sql);
+        // Writes that read nothing (`INSERT … VALUES`) are told apart by their label only.
+        let label = label(&shape, &l.sql, &names);
+        if shape.starts_with("INSERT") && !shape.contains(" SELECT ") {
+            shape.clone_from(&label);
+        }
+        let i = match shapes.iter().position(|(s, _)| *s == shape) {
+            Some(i) => i,
+            None => {
+                shapes.push((
+                    shape,
+                    Shape {
+                        label,
+                        steps: Vec::new(),
+                        instances: Vec::new(),
+                        seen: Vec::new(),
+                    },
+                ));
+                shapes.len() - 1
+            }
+        };
+        let s = &mut shapes[i].1;
+        if !s.steps.contains(&l.step) {
+            s.steps.push(l.step.clone());
+        }
+        // One instance per call that sent the shape (up to 8), and up to 3 in all otherwise.
+        let new_step = !s.seen.contains(&l.step);
+        if (new_step && s.instances.len() < 8 || s.instances.len() < 3)
+            && !s.instances.contains(&l.sql)
+        {
+            s.instances.push(l.sql.clone());
+            s.seen.push(l.step.clone());
+        }
+    }
+    assert!(
+        shapes.len() >= 30,
+        "only {} statement shapes captured from {} log rows: is the general log written?",
+        shapes.len(),
+        logged.len()
+    );
+    // The same label for two shapes gets a number.
+    for i in 1..shapes.len() {
+        let n = shapes[..i]
+            .iter()
+            .filter(|(_, s)| {
+                s.label == shapes[i].1.label
+                    || s.label.starts_with(&format!("{} #", shapes[i].1.label))
+            })
+            .count();
+        if n > 0 {
+            shapes[i].1.label = format!("{} #{}", shapes[i].1.label, n + 1);
+        }
+    }
+
+    // EXPLAIN and measure, in the test database, with the backend's session settings.
+    c.query_drop("SET time_zone = '+00:00'").await.expect("tz");
+    c.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .await
+        .expect("isolation");
+    c.query_drop("FLUSH STATUS").await.expect("flush");
+    let baseline = handler_sum(&mut c).await;
+    let flavor = b.server().flavor;
+    let list_index = names.list_index();
+    let mut table = String::new();
+    table.push_str(&format!(
+        "\n[{}] {version}: {rows} finished executions in `{NS}` + {other_rows} in `{OTHER_NS}`, \
+         with their attempts, diagnostics and traceparents (seeded in {seed_total_s:.0} s); \
+         script {script_s:.1} s, {} statements of {} shapes\n\n",
+        server.label(),
+        logged.len(),
+        shapes.len()
+    ));
+    table.push_str(
+        "| statement | sent by | access | key | rows (est.) | handler reads | verdict |\n",
+    );
+    table.push_str("|---|---|---|---|---|---|---|\n");
+    let mut failures = Vec::new();
+    let mut walks = Vec::new();
+    let mut details = String::new();
+    for (shape, s) in &shapes {
+        let steps = if s.steps.len() > 3 {
+            format!("{}; +{} more", s.steps[..3].join("; "), s.steps.len() - 3)
+        } else {
+            s.steps.join("; ")
+        };
+        let reads = ["SELECT", "(SELECT", "UPDATE", "DELETE"];
+        let insert_select = shape.starts_with("INSERT") && shape.contains(" SELECT ");
+        if !reads.iter().any(|v| shape.starts_with(v)) && !insert_select {
+            table.push_str(&format!(
+                "| `{}` | {steps} | — (no read: VALUES, unique checks by index) | | | | |\n",
+                s.label
+            ));
+            continue;
+        }
+        // The costliest of its instances.
+        let mut worst: Option<(Measured, Judged)> = None;
+        let mut each = Vec::new();
+        for (sql, step) in s.instances.iter().zip(&s.seen) {
+            let m = measure(&mut c, flavor, sql, baseline).await;
+            let j = judge(&m, &list_index);
+            let plan: Vec<String> = m
+                .plan
+                .iter()
+                .filter(|r| r.base())
+                .map(|r| {
+                    format!(
+                        "{} {}",
+                        r.access.as_deref().unwrap_or("-"),
+                        names.short(r.key.as_deref().unwrap_or("-"))
+                    )
+                })
+                .collect();
+            each.push(format!(
+                "    {step}: {} handler reads, {} rows, {}",
+                m.handler_reads,
+                m.returned,
+                plan.join(" / ")
+            ));
+            let worse = worst.as_ref().is_none_or(|(wm, wj)| {
+                (j.verdict as u8, m.handler_reads) > (wj.verdict as u8, wm.handler_reads)
+            });
+            if worse {
+                worst = Some((m, j));
+            }
+        }
+        let Some((m, j)) = worst else { continue };
+        let base: Vec<&PlanRow> = m.plan.iter().filter(|r| r.base()).collect();
+        let access = if base.is_empty() {
+            "const (no row)".to_owned()
+        } else {
+            base.iter()
+                .map(|r| r.access.clone().unwrap_or_else(|| "-".into()))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let keys = base
+            .iter()
+            .map(|r| names.short(r.key.as_deref().unwrap_or("-")))
+            .collect::<Vec<_>>()
+            .join(" / ");
+        let est = base
+            .iter()
+            .map(|r| r.rows.map_or("-".into(), |n| n.to_string()))
+            .collect::<Vec<_>>()
+            .join(" / ");
+        let verdict = match j.verdict {
+            Verdict::Ok => format!("ok (≤ {})", j.bound),
+            Verdict::Walk => format!("**walk** (> {})", j.bound),
+            Verdict::Fail => format!("**FAIL** (> {})", j.bound),
+        };
+        table.push_str(&format!(
+            "| `{}` | {steps} | {access} | {keys} | {est} | {} | {verdict} |\n",
+            s.label, m.handler_reads
+        ));
+        if j.verdict != Verdict::Ok {
+            details.push_str(&format!(
+                "\n{} — {}:\n  {}\n  plan: {:?}\n  by call:\n{}\n",
+                s.label,
+                j.why.join("; "),
+                names.short(&m.sql),
+                m.plan,
+                each.join("\n")
+            ));
+            let entry = format!("{}: {}", s.label, j.why.join("; "));
+            match j.verdict {
+                Verdict::Walk => walks.push(entry),
+                _ => failures.push(entry),
+            }
+        }
+    }
+    if std::env::var("ONESTEP_SCALE_SHAPES").is_ok_and(|v| v == "1") {
+        for (shape, s) in &shapes {
+            eprintln!("{}\n    {}", s.label, names.short(shape));
+        }
+    }
+    eprintln!("{table}{details}");
+    drop(c);
+    b.close().await.expect("close");
+    if std::env::var("ONESTEP_SCALE_KEEP").is_ok_and(|v| v == "1") {
+        eprintln!(
+            "ONESTEP_SCALE_KEEP=1: database `{db}` kept, tables {} {}",
+            names.t, names.a
+        );
+    } else {
+        drop_db(&admin, &db).await;
+    }
+    if strict() {
+        failures.append(&mut walks);
+    }
+    assert!(
+        failures.is_empty(),
+        "[{}] statements whose cost grows with the history:\n{}",
+        server.label(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_mariadb() {
+    every_statement(Server::MariaDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_mysql() {
+    every_statement(Server::MySql).await;
 }

@@ -1,0 +1,963 @@
+//! Costs that must not grow with history, on PostgreSQL (docs/postgres.md, issue 15): the twin
+//! of `host/mysql/tests/scale.rs` `every_statement_*`.
+//!
+//! * History: `ONESTEP_SCALE_ROWS` finished executions (default 100,000) seeded by the backend's
+//!   own seeder (`PgBackend::seed_history`, with idempotency keys) in the namespace and task the
+//!   live work uses, a tenth as many in a second namespace sorting after it, and one diagnostics
+//!   row and one traceparent per seeded attempt/execution (written here); then `ANALYZE`.
+//! * Capture: `auto_explain` (`ALTER DATABASE … SET session_preload_libraries = 'auto_explain'`,
+//!   `log_min_duration = 0`, `log_analyze = on`, JSON) logs the plan of every statement the
+//!   backend executes in the test database, with the actual rows of each node, to the server
+//!   log; the test reads the log from the server's stderr (found through `/proc/<backend
+//!   pid>/fd/2`, so the server must run on this machine; `ONESTEP_SCALE_PG_LOG` names the file
+//!   otherwise). `pg_stat_statements` needs `shared_preload_libraries` (a restart), so it is
+//!   not used. The database settings are reset afterwards, also when the script fails.
+//! * Check: for each statement shape (placeholders and lists collapsed), every executed plan:
+//!   no sequential scan of our tables, and the rows each scan node of our tables read (returned
+//!   plus removed by filter or recheck, × loops) at most `4 × result + 100`, the result being the
+//!   rows the statement returned or changed, or its `LIMIT`. Index scans of the list index that
+//!   walk past rows a filter rejects (no sort) are reported as **walk** and fail only with
+//!   `ONESTEP_SCALE_STRICT=1`.
+//!
+//! Not in the default run (it reads the server's log): run it by hand,
+//!
+//! ```text
+//! ONESTEP_SCALE_ROWS=10000000 cargo test -p onestep-postgres --test scale -- --ignored --nocapture
+//! ```
+// Test code: a helper that cannot set up its fixture panics, like an assertion.
+#![allow(clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use onestep_core::cursor::Cursor;
+use onestep_core::diagnostics::{LiveDiagnostics, PurgeRequest};
+use onestep_core::names::TableNames;
+use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
+use onestep_core::request::{ClaimRequest, ListFilter, ListSearch, SubmitRequest};
+use onestep_core::{Completion, ExecutionError, ExecutionLease, ExecutionStatus, LeaseRef};
+use onestep_postgres::history::{HistoryIds, HistorySeed};
+use onestep_postgres::schema::{diagnostics_table, q, traces_table};
+use onestep_postgres::{PgBackend, PgOptions};
+use onestep_testkit::ManualClock;
+use onestep_testkit::builders::{claim, keyed, prepare, prepared};
+use serde_json::{Value, json};
+
+const NS: &str = "scale";
+const TASK: &str = "scale.task";
+const OTHER: &str = "scale.other";
+const OTHER_NS: &str = "zz.other";
+const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+/// As in the MySQL test: the test's own live rows (about 30) and a margin.
+const SLACK: u64 = 100;
+/// Index reads per result row a bounded statement may do.
+const PER_RESULT: u64 = 4;
+
+fn scale_rows() -> u64 {
+    match std::env::var("ONESTEP_SCALE_ROWS") {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .replace('_', "")
+            .parse()
+            .expect("ONESTEP_SCALE_ROWS is a row count"),
+        _ => 100_000,
+    }
+}
+
+fn strict() -> bool {
+    std::env::var("ONESTEP_SCALE_STRICT").is_ok_and(|v| v == "1")
+}
+
+#[derive(Clone)]
+struct Names {
+    prefix: String,
+    t: String,
+    a: String,
+}
+
+impl Names {
+    fn new() -> Self {
+        let prefix = format!("scl{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        Names {
+            t: format!("{prefix}_exec"),
+            a: format!("{prefix}_att"),
+            prefix,
+        }
+    }
+
+    fn tables(&self) -> TableNames {
+        TableNames::new(self.t.clone(), self.a.clone()).expect("names")
+    }
+
+    fn short(&self, s: &str) -> String {
+        s.replace(&self.a, "<A>").replace(&self.t, "<T>")
+    }
+}
+
+/// A connection to the test database that marks the script's steps: `auto_explain` logs the
+/// marker like any statement.
+struct Marker {
+    client: deadpool_postgres::Object,
+    prefix: String,
+}
+
+impl Marker {
+    async fn step(&self, step: &str) {
+        self.client
+            .simple_query(&format!(
+                "SELECT '{}:step', '{}'",
+                self.prefix,
+                step.replace('\'', "''")
+            ))
+            .await
+            .expect("marker");
+    }
+}
+
+async fn two_pages(b: &PgBackend, m: &Marker, label: &str, filter: ListFilter) {
+    let call = if label.is_empty() {
+        "list".to_owned()
+    } else {
+        format!("list {label}")
+    };
+    m.step(&format!("{call}: first page")).await;
+    let first = b.list(NS, &filter).await.expect("list");
+    assert!(!first.items.is_empty(), "{label}: empty first page");
+    if let Some(c) = first.next_cursor {
+        m.step(&format!("{call}: next page")).await;
+        let after = Some(Cursor::decode(&c).expect("cursor"));
+        b.list(NS, &ListFilter { after, ..filter })
+            .await
+            .expect("next page");
+    }
+}
+
+fn filter(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> ListFilter {
+    ListFilter {
+        task_name: task.map(str::to_owned),
+        status,
+        limit,
+        after: None,
+        search: ListSearch::default(),
+    }
+}
+
+/// The same scripted sequence as the MySQL test's.
+async fn script(b: PgBackend, clock: Arc<ManualClock>, m: Marker, history_first: DateTime<Utc>) {
+    let err = || onestep_testkit::builders::handler_error("HandlerError");
+    let diag = |msg: &str| onestep_testkit::diagnostics::diagnostics(&clock, msg);
+    let t0 = clock.now_value();
+    clock.advance(1.0);
+    let mut task_ids = Vec::new();
+    m.step("submit").await;
+    for i in 0..8 {
+        let e = b.submit(prepared(NS, TASK, json!({ "i": i }))).await;
+        task_ids.push(e.expect("submit").id);
+    }
+    m.step("submit with traceparent").await;
+    let mut traced = prepared(NS, TASK, json!({ "traced": true }));
+    traced.trace_parent = Some(TRACEPARENT.into());
+    task_ids.push(b.submit(traced).await.expect("traced").id);
+    m.step("submit with metadata").await;
+    let tagged = prepare(
+        NS,
+        &SubmitRequest {
+            task_name: TASK.into(),
+            payload: json!({ "m": 1 }),
+            metadata: Some(json!({ "tenant": "acme" })),
+            ..SubmitRequest::default()
+        },
+    );
+    task_ids.push(b.submit(tagged).await.expect("tagged").id);
+    m.step("submit (other task)").await;
+    for i in 0..3 {
+        let e = b.submit(prepared(NS, OTHER, json!({ "o": i }))).await;
+        e.expect("other");
+    }
+    m.step("submit with key").await;
+    let key1 = || keyed(NS, TASK, "scale-key-1", json!({ "k": 1 }));
+    let first = b.submit(key1()).await.expect("keyed");
+    task_ids.push(first.id);
+    m.step("submit with key: replay").await;
+    assert_eq!(b.submit(key1()).await.expect("replay").id, first.id);
+    m.step("submit with key: conflict").await;
+    let conflict = b
+        .submit(keyed(NS, TASK, "scale-key-1", json!({ "k": 2 })))
+        .await;
+    assert!(
+        matches!(conflict, Err(ExecutionError::Conflict { .. })),
+        "{conflict:?}"
+    );
+    m.step("submit_many (two new, one replay)").await;
+    let many = b
+        .submit_many(vec![
+            keyed(NS, TASK, "scale-key-2", json!({ "k": 2 })),
+            keyed(NS, TASK, "scale-key-3", json!({ "k": 3 })),
+            key1(),
+        ])
+        .await
+        .expect("submit_many");
+    for e in many {
+        task_ids.push(e.expect("item").id);
+    }
+    m.step("submit expiring").await;
+    let expiring = prepare(
+        NS,
+        &SubmitRequest {
+            task_name: TASK.into(),
+            payload: json!({ "x": 1 }),
+            expires_at: Some((clock.now_value() + chrono::Duration::seconds(5)).fixed_offset()),
+            ..SubmitRequest::default()
+        },
+    );
+    let expiring = b.submit(expiring).await.expect("expiring").id;
+
+    clock.advance(10.0);
+    m.step("claim (maintenance: expire)").await;
+    let leases = b
+        .claim(&claim(NS, TASK, 10, 30.0, "w1"))
+        .await
+        .expect("claim");
+    assert_eq!(leases.len(), 10);
+    m.step("get").await;
+    let e = b.get(NS, expiring).await.expect("get").expect("expiring");
+    assert_eq!(e.status, ExecutionStatus::Expired);
+    let r: Vec<LeaseRef> = leases.iter().map(ExecutionLease::lease_ref).collect();
+    m.step("heartbeat").await;
+    b.heartbeat(&r[0], 30.0).await.expect("heartbeat");
+    m.step("heartbeat_many").await;
+    let beats = b.heartbeat_many(&r[0..5], 30.0).await.expect("many");
+    assert!(beats.iter().all(Result::is_ok), "{beats:?}");
+    m.step("cancel poll").await;
+    assert!(b.cancel_requested(&r).await.expect("poll").is_empty());
+    m.step("record_live (diagnostics)").await;
+    let live = LiveDiagnostics {
+        progress: diag("live").progress,
+        log: diag("live").log,
+    };
+    assert!(b.record_live(&[(r[0], live)]).await.expect("live"));
+    m.step("complete: success").await;
+    let done = Completion::succeeded(json!({ "ok": true })).with_diagnostics(diag("done"));
+    b.complete(&r[0], &done).await.expect("success");
+    m.step("complete: retry").await;
+    let retry = Completion::retrying(err(), 0.0).with_diagnostics(diag("retry"));
+    b.complete(&r[1], &retry).await.expect("retry");
+    m.step("complete: failed").await;
+    let failed = Completion::failed(err()).with_diagnostics(diag("failed"));
+    b.complete(&r[2], &failed).await.expect("failed");
+    m.step("complete_many").await;
+    let out = b
+        .complete_many(&[
+            (
+                r[3],
+                Completion::succeeded(json!(3)).with_diagnostics(diag("3")),
+            ),
+            (r[4], Completion::failed(err()).with_diagnostics(diag("4"))),
+            (r[5], Completion::retrying(err(), 0.0)),
+        ])
+        .await
+        .expect("complete_many");
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+    m.step("release").await;
+    b.release(&r[6]).await.expect("release");
+    m.step("cancel: running").await;
+    let c = b.cancel(NS, r[7].execution_id, Some("scale".into())).await;
+    let c = c.expect("cancel").expect("row");
+    assert_eq!(c.status, ExecutionStatus::CancelRequested);
+    m.step("cancel poll").await;
+    let polled = b.cancel_requested(&r[7..]).await.expect("poll");
+    assert_eq!(polled, vec![r[7].execution_id]);
+    m.step("heartbeat").await;
+    assert!(b.heartbeat(&r[7], 30.0).await.expect("hb").cancel_requested);
+    let claimed: Vec<uuid::Uuid> = r.iter().map(|l| l.execution_id).collect();
+    let queued = *task_ids
+        .iter()
+        .find(|id| !claimed.contains(id))
+        .expect("an unclaimed submission");
+    m.step("cancel: queued").await;
+    let c = b
+        .cancel(NS, queued, None)
+        .await
+        .expect("cancel")
+        .expect("row");
+    assert_eq!(c.status, ExecutionStatus::Cancelled);
+    m.step("cancel: finished").await;
+    b.cancel(NS, r[0].execution_id, None).await.expect("cancel");
+    m.step("cancel: absent").await;
+    let absent = uuid::Uuid::new_v4();
+    assert!(b.cancel(NS, absent, None).await.expect("cancel").is_none());
+
+    clock.advance(60.0);
+    m.step("claim (maintenance: dead cancel, reclaim)").await;
+    let second = b
+        .claim(&claim(NS, TASK, 10, 30.0, "w2"))
+        .await
+        .expect("claim");
+    assert_eq!(second.len(), 7, "four retrying, three queued rows");
+    m.step("get").await;
+    let e = b
+        .get(NS, r[7].execution_id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert_eq!(e.status, ExecutionStatus::Cancelled);
+    m.step("complete_many").await;
+    let items: Vec<(LeaseRef, Completion)> = second
+        .iter()
+        .map(|l| (l.lease_ref(), Completion::succeeded(json!(1))))
+        .collect();
+    let out = b.complete_many(&items).await.expect("complete_many");
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+    m.step("claim (two task names)").await;
+    let both = ClaimRequest {
+        namespace: NS.into(),
+        task_names: vec![TASK.into(), OTHER.into()],
+        limit: 5,
+        lease_duration_s: 30.0,
+        worker_id: "w3".into(),
+    };
+    assert_eq!(b.claim(&both).await.expect("claim").len(), 3);
+    m.step("claim (nothing to do)").await;
+    let none = b.claim(&claim(NS, TASK, 10, 30.0, "w3")).await;
+    assert!(none.expect("claim").is_empty());
+
+    m.step("get").await;
+    assert!(b.get(NS, r[0].execution_id).await.expect("get").is_some());
+    m.step("get: absent").await;
+    assert!(b.get(NS, absent).await.expect("get").is_none());
+    m.step("get: other namespace").await;
+    assert!(
+        b.get("elsewhere", r[0].execution_id)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    two_pages(&b, &m, "", filter(None, None, 5)).await;
+    two_pages(&b, &m, "task", filter(Some(TASK), None, 5)).await;
+    two_pages(&b, &m, "task (no history)", filter(Some(OTHER), None, 2)).await;
+    let running = filter(None, Some(ExecutionStatus::Running), 2);
+    two_pages(&b, &m, "status=running", running).await;
+    let succeeded = filter(None, Some(ExecutionStatus::Succeeded), 5);
+    two_pages(&b, &m, "status=succeeded", succeeded).await;
+    let task_failed = filter(Some(TASK), Some(ExecutionStatus::Failed), 1);
+    two_pages(&b, &m, "task+status=failed", task_failed).await;
+    let task_ok = filter(Some(TASK), Some(ExecutionStatus::Succeeded), 5);
+    two_pages(&b, &m, "task+status=succeeded", task_ok).await;
+    let searches = [
+        (
+            "created range",
+            ListSearch {
+                created_from: Some(t0),
+                created_before: Some(clock.now_value()),
+                ..ListSearch::default()
+            },
+        ),
+        (
+            "idempotency key",
+            ListSearch {
+                idempotency_key: Some("scale-key-1".into()),
+                ..ListSearch::default()
+            },
+        ),
+        (
+            "metadata",
+            ListSearch {
+                metadata: Some(("tenant".into(), "acme".into())),
+                ..ListSearch::default()
+            },
+        ),
+        (
+            "exception type",
+            ListSearch {
+                exception_type: Some("handler".into()),
+                ..ListSearch::default()
+            },
+        ),
+    ];
+    for (label, search) in searches {
+        let f = ListFilter {
+            search,
+            ..filter(None, None, 1)
+        };
+        two_pages(&b, &m, label, f).await;
+    }
+    m.step("attempts (diagnostics)").await;
+    let attempts = b.attempts(NS, r[1].execution_id).await.expect("attempts");
+    assert_eq!(attempts.expect("execution").len(), 2);
+    m.step("attempt log (diagnostics)").await;
+    let tail = b.attempt_log(NS, r[0].execution_id, 1).await.expect("log");
+    assert!(tail.expect("attempt").is_some());
+    m.step("attempt log: absent attempt").await;
+    let tail = b.attempt_log(NS, r[0].execution_id, 9).await.expect("log");
+    assert!(tail.is_none());
+
+    let oldest = PurgeRequest {
+        namespace: Some(NS.into()),
+        finished_before: history_first + chrono::Duration::milliseconds(250),
+        statuses: vec![],
+        batch_size: 100,
+        dry_run: true,
+    };
+    m.step("purge: dry run").await;
+    assert_eq!(b.purge(&oldest).await.expect("dry run").executions, 249);
+    m.step("purge").await;
+    let wet = PurgeRequest {
+        dry_run: false,
+        ..oldest.clone()
+    };
+    let report = b.purge(&wet).await.expect("purge");
+    assert_eq!((report.executions, report.attempts), (249, 249));
+    m.step("purge: every namespace").await;
+    let every = PurgeRequest {
+        namespace: None,
+        finished_before: history_first + chrono::Duration::milliseconds(500),
+        ..wet.clone()
+    };
+    assert_eq!(b.purge(&every).await.expect("purge").executions, 250);
+    m.step("purge: by status").await;
+    let by_status = PurgeRequest {
+        statuses: vec![
+            ExecutionStatus::Failed,
+            ExecutionStatus::Cancelled,
+            ExecutionStatus::Expired,
+        ],
+        finished_before: clock.now_value() + chrono::Duration::seconds(1),
+        ..wet
+    };
+    let report = b.purge(&by_status).await.expect("purge");
+    assert_eq!(report.executions, 5, "{report:?}");
+}
+
+/// The server's log file: `ONESTEP_SCALE_PG_LOG`, else the stderr of this session's server
+/// process (a local server logging to a file, as the Debian service does).
+async fn log_path(c: &tokio_postgres::Client) -> String {
+    if let Ok(p) = std::env::var("ONESTEP_SCALE_PG_LOG")
+        && !p.trim().is_empty()
+    {
+        return p;
+    }
+    let pid: i32 = c
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("pid")
+        .get(0);
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/2")).unwrap_or_else(|e| {
+        panic!(
+            "cannot find the server log through /proc/{pid}/fd/2 ({e}): run the test on the \
+             server's machine, or set ONESTEP_SCALE_PG_LOG to the file its stderr goes to"
+        )
+    });
+    let path = link.to_string_lossy().into_owned();
+    assert!(
+        path.starts_with('/') && std::fs::metadata(&path).is_ok_and(|m| m.is_file()),
+        "the server's stderr is {path:?}, not a readable file: set ONESTEP_SCALE_PG_LOG"
+    );
+    path
+}
+
+/// One logged plan and the step that ran it.
+struct Logged {
+    step: String,
+    text: String,
+    plan: Value,
+}
+
+/// Splits the log written after `offset` into `auto_explain` entries of database `db`.
+fn read_plans(path: &str, offset: u64, db: &str, prefix: &str) -> Vec<Logged> {
+    let bytes = std::fs::read(path).expect("server log");
+    let text = String::from_utf8_lossy(&bytes[usize::try_from(offset).unwrap_or(0)..]);
+    let header = format!("@{db} LOG:  duration: ");
+    let mut entries: Vec<String> = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if line.starts_with('\t') {
+            if let Some(c) = current.as_mut() {
+                c.push_str(line);
+                c.push('\n');
+            }
+            continue;
+        }
+        if let Some(c) = current.take() {
+            entries.push(c);
+        }
+        if line.contains(&header) && line.ends_with("plan:") {
+            current = Some(String::new());
+        }
+    }
+    entries.extend(current);
+    let marker = format!("'{prefix}:step', '");
+    let mut step = String::from("(before the script)");
+    let mut out = Vec::new();
+    for e in entries {
+        let Ok(v) = serde_json::from_str::<Value>(&e) else {
+            continue;
+        };
+        let q = v["Query Text"].as_str().unwrap_or_default().to_owned();
+        if let Some(i) = q.find(&marker) {
+            let rest = &q[i + marker.len()..];
+            step = rest.trim_end().trim_end_matches('\'').replace("''", "'");
+            continue;
+        }
+        if !q.contains(prefix) {
+            continue;
+        }
+        out.push(Logged {
+            step: step.clone(),
+            text: q,
+            plan: v["Plan"].clone(),
+        });
+    }
+    out
+}
+
+/// The shape of a statement: `$n` placeholders and literals as `?`, lists collapsed,
+/// whitespace collapsed.
+fn normalize(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    let mut prev = ' ';
+    while let Some(ch) = chars.next() {
+        match ch {
+            '\'' => {
+                while let Some(c) = chars.next() {
+                    if c == '\'' {
+                        if chars.peek() == Some(&'\'') {
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                }
+                out.push('?');
+                prev = '?';
+            }
+            '"' => {
+                out.push(ch);
+                for c in chars.by_ref() {
+                    out.push(c);
+                    if c == '"' {
+                        break;
+                    }
+                }
+                prev = '"';
+            }
+            '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
+                while chars.peek().is_some_and(char::is_ascii_digit) {
+                    chars.next();
+                }
+                out.push('?');
+                prev = '?';
+            }
+            c if c.is_ascii_digit() && !(prev.is_ascii_alphanumeric() || prev == '_') => {
+                while chars
+                    .peek()
+                    .is_some_and(|c| c.is_ascii_digit() || *c == '.')
+                {
+                    chars.next();
+                }
+                out.push('?');
+                prev = '?';
+            }
+            c if c.is_whitespace() => {
+                if prev != ' ' {
+                    out.push(' ');
+                }
+                prev = ' ';
+            }
+            c => {
+                out.push(c);
+                prev = c;
+            }
+        }
+    }
+    let mut s = out.trim().replace(" ,", ",").replace(", ", ",");
+    for (from, to) in [("?,?", "?"), ("(?),(?)", "(?)")] {
+        while s.contains(from) {
+            s = s.replace(from, to);
+        }
+    }
+    s
+}
+
+/// A short label: the first words up to the first table, the table(s), the WHERE text cut short.
+fn label(shape: &str, names: &Names) -> String {
+    let s = names.short(shape);
+    let s = s.replace('"', "");
+    let words: Vec<&str> = s.split(' ').collect();
+    let verb = if s.starts_with("WITH") {
+        "WITH"
+    } else {
+        words.first().copied().unwrap_or_default()
+    };
+    let mut tables: Vec<String> = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if ["FROM", "UPDATE", "INTO", "JOIN"].contains(w)
+            && let Some(n) = words.get(i + 1)
+            && (n.starts_with("<T>") || n.starts_with("<A>"))
+        {
+            let n = n.trim_end_matches(|c: char| !c.is_ascii_alphanumeric() && c != '>');
+            if !tables.iter().any(|t| t == n) {
+                tables.push(n.to_owned());
+            }
+        }
+    }
+    let mut cols: Vec<String> = Vec::new();
+    if let Some(i) = s.find(" WHERE ") {
+        let rest = &s[i + 7..];
+        let toks: Vec<&str> = rest
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+            .filter(|t| !t.is_empty())
+            .collect();
+        for w in toks.windows(2) {
+            let op = [
+                "=", "<", ">", "<=", ">=", "IN", "IS", "LIKE", "ILIKE", "->>",
+            ]
+            .contains(&w[1].to_uppercase().as_str());
+            let c = w[0].rsplit('.').next().unwrap_or(w[0]);
+            let ident = c.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && c.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && !["AND", "OR", "NOT", "NULL", "ANY"].contains(&c.to_uppercase().as_str());
+            if op && ident && !cols.iter().any(|x| x == c) {
+                cols.push(c.to_owned());
+            }
+        }
+    }
+    let mut out = format!("{verb} {}", tables.join(" ⋈ "));
+    if !cols.is_empty() {
+        out.push_str(&format!(" WHERE {}", cols.join(", ")));
+    }
+    if let Some(i) = s.rfind("ORDER BY ") {
+        let rest = &s[i + 9..];
+        let end = [" LIMIT", " FOR ", ")"]
+            .iter()
+            .filter_map(|m| rest.find(m))
+            .min()
+            .unwrap_or(rest.len());
+        out.push_str(&format!(" ORDER BY {}", &rest[..end]));
+    }
+    if s.contains(" LIMIT ") {
+        out.push_str(" LIMIT");
+    }
+    if s.contains("SKIP LOCKED") {
+        out.push_str(" FOR UPDATE SKIP LOCKED");
+    } else if s.contains("FOR UPDATE") {
+        out.push_str(" FOR UPDATE");
+    }
+    out
+}
+
+/// What one executed plan read from our tables.
+#[derive(Default)]
+struct Cost {
+    /// `Node Type` and index of each scan of our tables.
+    scans: Vec<(String, String, String)>,
+    /// Rows the scans of our tables produced or removed (× loops).
+    read: u64,
+    /// Rows the statement returned or changed (top node), or the largest LIMIT estimate.
+    result: u64,
+    sorted: bool,
+}
+
+fn num(v: &Value, key: &str) -> u64 {
+    v[key].as_f64().map_or(0, |x| x.max(0.0) as u64)
+}
+
+fn walk_plan(node: &Value, names: &Names, cost: &mut Cost) {
+    let kind = node["Node Type"].as_str().unwrap_or_default();
+    if kind == "Sort" || kind == "Incremental Sort" {
+        cost.sorted = true;
+    }
+    if kind == "Limit" {
+        cost.result = cost.result.max(num(node, "Plan Rows"));
+    }
+    let relation = node["Relation Name"].as_str().unwrap_or_default();
+    let index = node["Index Name"].as_str().unwrap_or_default();
+    let ours = relation.starts_with(&names.prefix) || index.contains(&names.prefix);
+    if ours && kind != "ModifyTable" && kind != "LockRows" {
+        let loops = num(node, "Actual Loops").max(1);
+        let rows = num(node, "Actual Rows")
+            + num(node, "Rows Removed by Filter")
+            + num(node, "Rows Removed by Index Recheck");
+        cost.read += rows * loops;
+        cost.scans.push((
+            kind.to_owned(),
+            names.short(if index.is_empty() { relation } else { index }),
+            format!("{}", num(node, "Plan Rows")),
+        ));
+    }
+    if let Some(children) = node["Plans"].as_array() {
+        for c in children {
+            walk_plan(c, names, cost);
+        }
+    }
+}
+
+fn cost_of(plan: &Value, names: &Names) -> Cost {
+    let mut cost = Cost::default();
+    walk_plan(plan, names, &mut cost);
+    let top = num(plan, "Actual Rows");
+    // A write returns nothing unless RETURNING: what it changed is its input's rows.
+    let input = plan["Plans"]
+        .as_array()
+        .and_then(|c| c.first())
+        .map_or(0, |c| num(c, "Actual Rows"));
+    cost.result = cost.result.max(top).max(input).max(1);
+    cost
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Verdict {
+    Ok,
+    Walk,
+    Fail,
+}
+
+fn judge(cost: &Cost, list_index: &str) -> (Verdict, u64, String) {
+    let bound = PER_RESULT * cost.result + SLACK;
+    let seq = cost.scans.iter().any(|(k, _, _)| k == "Seq Scan");
+    if seq {
+        return (Verdict::Fail, bound, "sequential scan".into());
+    }
+    if cost.read <= bound {
+        return (Verdict::Ok, bound, String::new());
+    }
+    let walk = !cost.sorted && cost.scans.iter().any(|(_, i, _)| i == list_index);
+    let why = format!(
+        "reads {} rows for a result of at most {}",
+        cost.read, cost.result
+    );
+    if walk {
+        (Verdict::Walk, bound, why)
+    } else {
+        (Verdict::Fail, bound, why)
+    }
+}
+
+/// Extra rows in the diagnostics and trace tables, one per seeded attempt/execution.
+async fn seed_side_tables(c: &tokio_postgres::Client, tables: &TableNames) {
+    c.batch_execute(&format!(
+        "INSERT INTO {d} (attempt_id, execution_id, is_final, message, progress_done, \
+         progress_total, progress_note, progress_at, log_lines, log_tail, updated_at) \
+         SELECT id, execution_id, true, 'seeded', 1, 1, '', finished_at, 1, \
+         '[{{\"seq\":1,\"at\":\"2026-01-01T00:00:00Z\",\"level\":\"info\",\"message\":\"seeded\"}}]', \
+         finished_at FROM {a}; \
+         INSERT INTO {tr} (execution_id, traceparent, created_at) \
+         SELECT id, '00-' || replace(id::text, '-', '') || '-' || \
+         substr(replace(id::text, '-', ''), 1, 16) || '-01', created_at FROM {t}; \
+         ANALYZE {t}; ANALYZE {a}; ANALYZE {d}; ANALYZE {tr};",
+        d = q(&diagnostics_table(tables)),
+        tr = q(&traces_table(tables)),
+        a = q(&tables.attempts),
+        t = q(&tables.executions),
+    ))
+    .await
+    .expect("side tables");
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let url = common::admin_url();
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(conn);
+    client
+}
+
+async fn open(dsn: &str, clock: &Arc<ManualClock>, names: &Names) -> PgBackend {
+    let mut o = PgOptions::new(dsn);
+    o.clock = clock.clone();
+    o.tables = names.tables();
+    o.traces = true;
+    o.pool_max = 8;
+    PgBackend::open(o).await.expect("open backend")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "reads the server's log (auto_explain): run by hand, see the module docs"]
+async fn every_statement_postgres() {
+    let rows = scale_rows();
+    let db = common::scratch().await;
+    let admin = admin().await;
+    let version: String = admin
+        .query_one("SELECT version()", &[])
+        .await
+        .expect("version")
+        .get(0);
+    let clock = Arc::new(ManualClock::default());
+    let names = Names::new();
+    let tables = names.tables();
+    let before = clock.now_value();
+    let seeded = std::time::Instant::now();
+    {
+        let b = open(db.dsn(), &clock, &names).await;
+        let f = b.schema_report().features;
+        assert!(
+            f.expiry_index && f.diagnostics_table && f.traces_table,
+            "{f:?}"
+        );
+        for (ns, count) in [(NS, rows), (OTHER_NS, (rows / 10).max(1_000))] {
+            let seed = HistorySeed {
+                namespace: ns.into(),
+                task_name: TASK.into(),
+                count,
+                ids: HistoryIds::V7,
+                before,
+                idempotency_keys: true,
+            };
+            assert_eq!(b.seed_history(&seed).await.expect("seed"), count);
+        }
+        let c = b.test_pool().get().await.expect("conn");
+        seed_side_tables(&c, &tables).await;
+        drop(c);
+        b.close().await.expect("close");
+    }
+    let seed_s = seeded.elapsed().as_secs_f64();
+    eprintln!("[postgres] {version}: seeded {rows} (+ a tenth) rows in {seed_s:.1} s");
+
+    // auto_explain for the sessions opened from now on in the test database.
+    let dbq = q(db.name());
+    for setting in [
+        "session_preload_libraries = 'auto_explain'",
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_analyze = on",
+        "auto_explain.log_timing = off",
+        "auto_explain.log_format = 'json'",
+    ] {
+        admin
+            .batch_execute(&format!("ALTER DATABASE {dbq} SET {setting}"))
+            .await
+            .expect("alter database");
+    }
+    let path = log_path(&admin).await;
+    let offset = std::fs::metadata(&path).expect("log").len();
+    let history_first = before - chrono::Duration::milliseconds(rows as i64);
+    let scripted = std::time::Instant::now();
+    let b = open(db.dsn(), &clock, &names).await;
+    let marker = Marker {
+        client: b.test_pool().get().await.expect("marker conn"),
+        prefix: names.prefix.clone(),
+    };
+    let run = tokio::spawn(script(b.clone(), clock.clone(), marker, history_first)).await;
+    let _ = b.close().await;
+    let reset = admin
+        .batch_execute(&format!("ALTER DATABASE {dbq} RESET ALL"))
+        .await;
+    if let Err(e) = run {
+        match e.try_into_panic() {
+            Ok(p) => std::panic::resume_unwind(p),
+            Err(e) => panic!("script: {e}"),
+        }
+    }
+    reset.expect("reset");
+    let script_s = scripted.elapsed().as_secs_f64();
+    let logged = read_plans(&path, offset, db.name(), &names.prefix);
+
+    let list_index = "ix_<T>_list".to_owned();
+    // (shape, label, steps, each run's step and cost)
+    type Runs = Vec<(String, Cost)>;
+    let mut shapes: Vec<(String, String, Vec<String>, Runs)> = Vec::new();
+    for l in logged {
+        let shape = normalize(&l.text);
+        let cost = cost_of(&l.plan, &names);
+        let i = match shapes.iter().position(|(s, ..)| *s == shape) {
+            Some(i) => i,
+            None => {
+                shapes.push((shape.clone(), label(&shape, &names), Vec::new(), Vec::new()));
+                shapes.len() - 1
+            }
+        };
+        let entry = &mut shapes[i];
+        if !entry.2.contains(&l.step) {
+            entry.2.push(l.step.clone());
+        }
+        entry.3.push((l.step, cost));
+    }
+    assert!(
+        shapes.len() >= 25,
+        "only {} statement shapes in the log: does auto_explain log to {path}?",
+        shapes.len()
+    );
+    let mut table = format!(
+        "\n[postgres] {version}: {rows} finished executions in `{NS}` + {} in `{OTHER_NS}`, with \
+         their attempts, diagnostics and traceparents (seeded in {seed_s:.0} s); script \
+         {script_s:.1} s, {} shapes\n\n\
+         | statement | sent by | scans (node, index, est. rows) | rows read | verdict |\n\
+         |---|---|---|---|---|\n",
+        (rows / 10).max(1_000),
+        shapes.len()
+    );
+    let mut failures = Vec::new();
+    let mut walks = Vec::new();
+    let mut details = String::new();
+    let mut seen_labels: Vec<String> = Vec::new();
+    for (shape, label, steps, runs) in &shapes {
+        let n = seen_labels.iter().filter(|l| *l == label).count();
+        seen_labels.push(label.clone());
+        let label = if n > 0 {
+            format!("{label} #{}", n + 1)
+        } else {
+            label.clone()
+        };
+        let mut worst: Option<(&String, &Cost, (Verdict, u64, String))> = None;
+        for (step, cost) in runs {
+            let j = judge(cost, &list_index);
+            if worst
+                .as_ref()
+                .is_none_or(|(_, wc, wj)| (j.0, cost.read) > (wj.0, wc.read))
+            {
+                worst = Some((step, cost, j));
+            }
+        }
+        let Some((step, cost, (verdict, bound, why))) = worst else {
+            continue;
+        };
+        let sent = if steps.len() > 3 {
+            format!("{}; +{} more", steps[..3].join("; "), steps.len() - 3)
+        } else {
+            steps.join("; ")
+        };
+        let scans = if cost.scans.is_empty() {
+            "— (no table read)".to_owned()
+        } else {
+            cost.scans
+                .iter()
+                .map(|(k, i, e)| format!("{k} {i} ({e})"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let v = match verdict {
+            Verdict::Ok => format!("ok (≤ {bound})"),
+            Verdict::Walk => format!("**walk** (> {bound})"),
+            Verdict::Fail => format!("**FAIL** (> {bound})"),
+        };
+        table.push_str(&format!(
+            "| `{label}` | {sent} | {scans} | {} | {v} |\n",
+            cost.read
+        ));
+        if verdict != Verdict::Ok {
+            let entry = format!("{label} ({step}): {why}");
+            details.push_str(&format!("\n{entry}\n  {}\n", names.short(shape)));
+            if verdict == Verdict::Walk {
+                walks.push(entry);
+            } else {
+                failures.push(entry);
+            }
+        }
+    }
+    eprintln!("{table}{details}");
+    if std::env::var("ONESTEP_SCALE_KEEP").is_ok_and(|v| v == "1") {
+        eprintln!("ONESTEP_SCALE_KEEP=1: database {} kept", db.name());
+    } else {
+        db.drop_database().await.expect("drop database");
+    }
+    if strict() {
+        failures.append(&mut walks);
+    }
+    assert!(
+        failures.is_empty(),
+        "[postgres] statements whose cost grows with the history:\n{}",
+        failures.join("\n")
+    );
+}
