@@ -195,6 +195,16 @@ impl MySqlBackend {
                  with: {command}"
             );
             report.upgrade_command = Some(command);
+        } else if !report.features.list_indexes {
+            // docs/schema.md#upgrading-reference-tables
+            let command = crate::upgrade::upgrade_command(&parsed.opts, &tables);
+            tracing::warn!(
+                table = %tables.executions,
+                "execution tables without onestep's filtered-list indexes (created by an older \
+                 onestep?): lists filtered by task or status and purges by status walk the \
+                 namespace's history; add them online with: {command}"
+            );
+            report.upgrade_command = Some(command);
         }
         if !opts.diagnostics {
             report.features.diagnostics_table = false;

@@ -81,6 +81,10 @@ fn push_search(sql: &mut String, params: &mut Vec<DbValue>, search: &ListSearch)
     }
 }
 
+/// Most task names a key search without a task names in its `IN` list (more, and it filters
+/// the namespace's rows instead).
+const MAX_LISTED_TASKS: usize = 500;
+
 /// How a submission relates to what the table holds.
 enum Lookup {
     /// The row with this submission's id exists (it was committed).
@@ -391,14 +395,46 @@ impl MySqlBackend {
         namespace: &str,
         filter: &ListFilter,
     ) -> Result<ExecutionPage, ExecutionError> {
+        // A filter on task, status or both reads the index that holds it in list order
+        // (docs/schema.md#what-we-create): forced, because both servers otherwise prefer the
+        // list index for its order and walk it past every row the filter rejects — the whole
+        // history when the matches are few and old. A key search looks its key up instead.
+        let hint = if !self.inner.features.list_indexes || filter.search.idempotency_key.is_some() {
+            None
+        } else {
+            match (&filter.task_name, filter.status) {
+                (Some(_), Some(_)) => Some(crate::schema::ix_status(&self.inner.names)),
+                (None, Some(_)) => Some(crate::schema::ix_status_list(&self.inner.names)),
+                (Some(_), None) => Some(crate::schema::ix_task_list(&self.inner.names)),
+                (None, None) => None,
+            }
+        };
+        let hint = hint.map_or(String::new(), |ix| format!(" FORCE INDEX (`{ix}`)"));
         let mut sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE namespace = ?",
+            "SELECT {EXECUTION_COLUMNS} FROM `{}`{hint} WHERE namespace = ?",
             self.t()
         );
         let mut params: Vec<DbValue> = vec![namespace.into()];
         if let Some(t) = &filter.task_name {
             sql.push_str(" AND task_name = ?");
             params.push(t.as_str().into());
+        } else if filter.search.idempotency_key.is_some() {
+            // The key is unique per (namespace, task name): name the namespace's task names so
+            // the read is one `uq_<T>_idempotency` lookup per task, not a walk of the
+            // namespace's history (docs/schema.md#evidence).
+            match self.task_names(namespace).await? {
+                Some(tasks) if tasks.is_empty() => {
+                    return Ok(ExecutionPage::from_overfetched(vec![], 0));
+                }
+                Some(tasks) => {
+                    sql.push_str(&format!(
+                        " AND task_name IN ({})",
+                        placeholders(tasks.len())
+                    ));
+                    params.extend(tasks.into_iter().map(DbValue::from));
+                }
+                None => {}
+            }
         }
         if let Some(s) = filter.status {
             sql.push_str(" AND status = ?");
@@ -429,6 +465,38 @@ impl MySqlBackend {
             .map(decode_execution)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ExecutionPage::from_overfetched(items, limit))
+    }
+
+    /// The namespace's distinct task names: one `ORDER BY task_name LIMIT 1` probe per task,
+    /// each a seek into an index led by `(namespace, task_name)` past the name found last (a
+    /// few index entries per task, not per execution). Separate statements, because neither
+    /// server seeks on an outer reference: `SELECT DISTINCT`, a correlated `MIN()` and a
+    /// recursive CTE all read the namespace's entries. `None` when there are more than
+    /// [`MAX_LISTED_TASKS`], where naming them would cost more than it saves.
+    async fn task_names(&self, namespace: &str) -> Result<Option<Vec<String>>, ExecutionError> {
+        let t = self.t();
+        let first =
+            format!("SELECT task_name FROM `{t}` WHERE namespace = ? ORDER BY task_name LIMIT 1");
+        let next = format!(
+            "SELECT task_name FROM `{t}` WHERE namespace = ? AND task_name > ? \
+             ORDER BY task_name LIMIT 1"
+        );
+        self.run("list", || async {
+            let mut conn = self.conn().await?;
+            let mut tasks: Vec<String> = Vec::new();
+            let mut found: Option<String> = conn.exec_first(first.as_str(), (namespace,)).await?;
+            while let Some(name) = found {
+                if tasks.len() == MAX_LISTED_TASKS {
+                    return Ok(None);
+                }
+                found = conn
+                    .exec_first(next.as_str(), (namespace, name.as_str()))
+                    .await?;
+                tasks.push(name);
+            }
+            Ok(Some(tasks))
+        })
+        .await
     }
 
     async fn cancel_once(

@@ -352,10 +352,28 @@ impl MySqlBackend {
                 .await?
             }
         };
+        // Named statuses are purged one at a time, each through its range of the status-list
+        // index (`namespace, status, created_at DESC, id DESC`), so that a status with few old
+        // rows costs what it removes; the default (every terminal status) walks the list index,
+        // where nearly every old row matches (docs/schema.md#evidence).
+        let groups: Vec<Vec<ExecutionStatus>> =
+            if request.statuses.is_empty() || !self.inner.features.list_indexes {
+                vec![statuses]
+            } else {
+                let mut one_each: Vec<Vec<ExecutionStatus>> = Vec::new();
+                for s in statuses {
+                    if !one_each.iter().any(|g| g[0] == s) {
+                        one_each.push(vec![s]);
+                    }
+                }
+                one_each
+            };
         let mut report = PurgeReport::default();
         for ns in namespaces {
-            self.purge_namespace(&ns, &statuses, request, &mut report)
-                .await?;
+            for group in &groups {
+                self.purge_namespace(&ns, group, request, &mut report)
+                    .await?;
+            }
         }
         Ok(report)
     }
@@ -376,6 +394,17 @@ impl MySqlBackend {
     ) -> Result<(), ExecutionError> {
         let cutoff = request.finished_before;
         let status_sql = placeholders(statuses.len());
+        // One named status: its range of the status-list index, forced (both servers prefer
+        // the list index for its order and walk it past every other status).
+        let hint = if statuses.len() == 1 && self.inner.features.list_indexes {
+            format!(
+                " FORCE INDEX (`{}`)",
+                crate::schema::ix_status_list(&self.inner.names)
+            )
+        } else {
+            String::new()
+        };
+        let hint = hint.as_str();
         let mut after: Option<(NaiveDateTime, String)> = None;
         loop {
             let step = self
@@ -409,7 +438,7 @@ impl MySqlBackend {
                         let rows: Vec<(String, NaiveDateTime)> = tx
                             .exec(
                                 format!(
-                                    "SELECT id, created_at FROM `{}` \
+                                    "SELECT id, created_at FROM `{}`{hint} \
                                      WHERE namespace = ? AND created_at < ?{keyset} \
                                      AND status IN ({status_sql}) AND finished_at < ? \
                                      ORDER BY created_at DESC, id DESC LIMIT ?{lock}",

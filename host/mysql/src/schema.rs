@@ -35,11 +35,34 @@ pub fn ix_expiry(names: &TableNames) -> String {
     names.derived("ix_", "expiry")
 }
 
-/// Index over (namespace, task name, status): the dashboard's counts by task × status and the
-/// API's sampled `onestep_executions` gauge read it alone (docs/schema.md#what-we-create).
+/// Index over (namespace, task name, status, created_at, id): the dashboard's counts by task ×
+/// status and the API's sampled `onestep_executions` gauge read its prefix alone, and a list
+/// filtered by task and status reads its range in list order (docs/schema.md#what-we-create).
 pub fn ix_status(names: &TableNames) -> String {
     names.derived("ix_", "status")
 }
+
+/// The columns of [`ix_status`].
+pub const IX_STATUS_COLUMNS: &str = "namespace, task_name, status, created_at DESC, id DESC";
+
+/// Index over (namespace, status, created_at, id): a list filtered by status alone and a purge
+/// that names its statuses read one range per status in list order
+/// (docs/schema.md#what-we-create).
+pub fn ix_status_list(names: &TableNames) -> String {
+    names.derived("ix_", "status_list")
+}
+
+/// The columns of [`ix_status_list`].
+pub const IX_STATUS_LIST_COLUMNS: &str = "namespace, status, created_at DESC, id DESC";
+
+/// Index over (namespace, task name, created_at, id): a list filtered by task alone reads one
+/// range in list order. Its entries never change after the insert (docs/schema.md#what-we-create).
+pub fn ix_task_list(names: &TableNames) -> String {
+    names.derived("ix_", "task_list")
+}
+
+/// The columns of [`ix_task_list`].
+pub const IX_TASK_LIST_COLUMNS: &str = "namespace, task_name, created_at DESC, id DESC";
 
 /// Which optional schema additions the opened tables have (detected once at open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,6 +70,11 @@ pub struct SchemaFeatures {
     /// The executions table has the `claimable` column and both its indexes (created by this
     /// crate, or reference tables after `onestep migrate --upgrade`).
     pub claimable_column: bool,
+    /// The executions table has the filtered-list indexes, [`ix_status`] at its full width,
+    /// [`ix_status_list`] and [`ix_task_list`]; without them lists filtered by task or status
+    /// and purges by status walk the namespace's history (tables of the reference or of an
+    /// older onestep, until `onestep migrate --upgrade`).
+    pub list_indexes: bool,
     /// The attempt-diagnostics table exists (docs/schema.md#attempt-diagnostics); without it the
     /// worker persists no diagnostics.
     pub diagnostics_table: bool,
@@ -181,8 +209,16 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
             ix_expiry(names)
         ));
         out.push(format!(
-            "CREATE INDEX `{}` ON `{t}` (namespace, task_name, status)",
+            "CREATE INDEX `{}` ON `{t}` ({IX_STATUS_COLUMNS})",
             ix_status(names)
+        ));
+        out.push(format!(
+            "CREATE INDEX `{}` ON `{t}` ({IX_STATUS_LIST_COLUMNS})",
+            ix_status_list(names)
+        ));
+        out.push(format!(
+            "CREATE INDEX `{}` ON `{t}` ({IX_TASK_LIST_COLUMNS})",
+            ix_task_list(names)
         ));
     }
     out
@@ -288,6 +324,7 @@ async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
 async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<SchemaFeatures> {
     Ok(SchemaFeatures {
         claimable_column: crate::upgrade::is_upgraded(conn, names).await?,
+        list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
         diagnostics_table: table_exists(conn, &names.diagnostics()).await?,
         traces_table: table_exists(conn, &names.traces()).await?,
     })

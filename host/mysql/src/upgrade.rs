@@ -1,8 +1,9 @@
 //! Upgrading reference-created tables (docs/schema.md#upgrading-reference-tables): add the
 //! `claimable` generated column and its two indexes to an executions table that lacks them, and
-//! the (namespace, task_name, status) index to any executions table without it (reference tables
-//! and tables an older onestep created), with additive DDL only, each statement in the most
-//! online form the server accepts.
+//! the three filtered-list indexes (status, status-list, task-list) to any executions table
+//! without them (reference tables and tables an older onestep created), with additive DDL only,
+//! each statement in the most online form the server accepts; the one exception widens an
+//! older onestep's own narrower status index in place.
 //!
 //! The column is added `VIRTUAL` (not `STORED` as in the tables we create): both servers add a
 //! virtual column in place of the metadata only (`ALGORITHM=INSTANT`), whereas a stored one
@@ -20,7 +21,10 @@ use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
 
 use crate::backend::{MySqlBackend, MySqlOptions};
 use crate::errors::{OpError, OpResult, into_execution_error};
-use crate::schema::{CLAIMABLE_COLUMN, get_lock, ix_claimable, ix_expiry, ix_status, release_lock};
+use crate::schema::{
+    CLAIMABLE_COLUMN, IX_STATUS_COLUMNS, IX_STATUS_LIST_COLUMNS, IX_TASK_LIST_COLUMNS, get_lock,
+    ix_claimable, ix_expiry, ix_status, ix_status_list, ix_task_list, release_lock,
+};
 
 /// Server errors meaning "this ALGORITHM/LOCK is not supported for the operation".
 const UNSUPPORTED_ALGORITHM: [u16; 2] = [1845, 1846];
@@ -51,11 +55,15 @@ fn column_def() -> String {
 }
 
 /// The indexes the upgrade adds: (name, `ADD INDEX …` clause). The claim paths need the first
-/// two ([`is_upgraded`]); the last, over (namespace, task_name, status), only makes the grouped
-/// counts of the dashboard and the API's gauge read one index (tables created before it was
-/// added work without it, more slowly there).
-fn index_defs(names: &TableNames) -> [(String, String); 3] {
+/// two ([`is_upgraded`]); the last three, over (namespace, task_name, status, created_at, id),
+/// (namespace, status, created_at, id) and (namespace, task_name, created_at, id), make the
+/// grouped counts of the dashboard and the API's gauge read one index and the lists filtered
+/// by task, status or both and the purge by status read ranges in list order (tables without
+/// them work, their cost grows with history there).
+fn index_defs(names: &TableNames) -> [(String, String); 5] {
     let status = ix_status(names);
+    let status_list = ix_status_list(names);
+    let task_list = ix_task_list(names);
     let claimable = ix_claimable(names);
     let expiry = ix_expiry(names);
     [
@@ -71,7 +79,15 @@ fn index_defs(names: &TableNames) -> [(String, String); 3] {
         ),
         (
             status.clone(),
-            format!("ADD INDEX `{status}` (namespace, task_name, status)"),
+            format!("ADD INDEX `{status}` ({IX_STATUS_COLUMNS})"),
+        ),
+        (
+            status_list.clone(),
+            format!("ADD INDEX `{status_list}` ({IX_STATUS_LIST_COLUMNS})"),
+        ),
+        (
+            task_list.clone(),
+            format!("ADD INDEX `{task_list}` ({IX_TASK_LIST_COLUMNS})"),
         ),
     ]
 }
@@ -139,6 +155,21 @@ async fn index_exists(conn: &mut Conn, table: &str, index: &str) -> OpResult<boo
     has(conn, Catalog::Index, table, index).await
 }
 
+/// How many columns `index` of `table` has (0 when it does not exist).
+async fn index_width(conn: &mut Conn, table: &str, index: &str) -> OpResult<i64> {
+    let n: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = ?",
+            (table, index),
+        )
+        .await?;
+    Ok(n.unwrap_or(0))
+}
+
+/// Columns of [`IX_STATUS_COLUMNS`].
+const IX_STATUS_WIDTH: i64 = 5;
+
 /// Whether the executions table has the column and both its indexes (ours, or upgraded); the
 /// status index is not needed for this.
 pub(crate) async fn is_upgraded(conn: &mut Conn, names: &TableNames) -> OpResult<bool> {
@@ -151,6 +182,17 @@ pub(crate) async fn is_upgraded(conn: &mut Conn, names: &TableNames) -> OpResult
         }
     }
     Ok(true)
+}
+
+/// Whether the executions table has the filtered-list indexes, the status index at its full
+/// width.
+pub(crate) async fn has_list_indexes(conn: &mut Conn, names: &TableNames) -> OpResult<bool> {
+    let t = &names.executions;
+    Ok(
+        index_width(conn, t, &ix_status(names)).await? >= IX_STATUS_WIDTH
+            && index_exists(conn, t, &ix_status_list(names)).await?
+            && index_exists(conn, t, &ix_task_list(names)).await?,
+    )
 }
 
 /// Runs `ALTER TABLE t <clause>, <form>` with the first form the server accepts.
@@ -203,6 +245,19 @@ async fn upgrade_on(conn: &mut Conn, names: &TableNames) -> OpResult<Vec<Upgrade
         .await?;
         steps.push(UpgradeStep {
             added: format!("column {CLAIMABLE_COLUMN}"),
+            form,
+        });
+    }
+    // Tables an older onestep created have the status index over (namespace, task_name, status)
+    // only: it is replaced by the wider one in one in-place ALTER (both halves commit together,
+    // and reads keep the old index until then). Only our own index is ever dropped.
+    let status = ix_status(names);
+    let width = index_width(conn, t, &status).await?;
+    if width > 0 && width < IX_STATUS_WIDTH {
+        let clause = format!("DROP INDEX `{status}`, ADD INDEX `{status}` ({IX_STATUS_COLUMNS})");
+        let form = alter_online(conn, t, &clause, &["ALGORITHM=INPLACE, LOCK=NONE", ""]).await?;
+        steps.push(UpgradeStep {
+            added: format!("index {status} (widened to {IX_STATUS_COLUMNS})"),
             form,
         });
     }
@@ -284,12 +339,14 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 4);
+        assert_eq!(sql.len(), 6);
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
         assert!(sql[1].contains("ADD INDEX `ix_onestep_executions_claimable`"));
         assert!(sql[2].contains("ADD INDEX `ix_onestep_executions_expiry`"));
         assert!(sql[3].contains("ADD INDEX `ix_onestep_executions_status`"));
+        assert!(sql[4].contains("ADD INDEX `ix_onestep_executions_status_list`"));
+        assert!(sql[5].contains("ADD INDEX `ix_onestep_executions_task_list`"));
         for s in &sql[1..] {
             assert!(s.ends_with("ALGORITHM=INPLACE, LOCK=NONE"), "{s}");
         }

@@ -345,3 +345,98 @@ async fn unreachable_server_is_disconnected(server: Server) {
 async fn unreachable_server_is_disconnected_mariadb() {
     unreachable_server_is_disconnected(Server::MariaDb).await;
 }
+
+/// Tables an older onestep created have the status index over (namespace, task_name, status)
+/// only and no `ix_<T>_status_list`: open reports the upgrade command, `migrate --upgrade`
+/// widens the one and adds the other in place (keeping every row), and a second upgrade does
+/// nothing.
+async fn upgrade_widens_status_index(server: Server) {
+    with_db(server, |url, db| async move {
+        let dsn = db_url(&url, &db);
+        let b = MySqlBackend::open(MySqlOptions::new(&dsn))
+            .await
+            .expect("open");
+        assert!(b.schema_report().features.list_indexes);
+        let sub = prepared("ns", "t", json!({"n": 1}));
+        let id = b.submit(sub).await.expect("submit").id;
+        let mut c = b.test_pool().get_conn().await.expect("conn");
+        c.query_drop(
+            "ALTER TABLE onestep_executions DROP INDEX ix_onestep_executions_status_list, \
+             DROP INDEX ix_onestep_executions_status, \
+             ADD INDEX ix_onestep_executions_status (namespace, task_name, status)",
+        )
+        .await
+        .expect("older onestep's index");
+        drop(c);
+        b.close().await.expect("close");
+
+        let mut o = MySqlOptions::new(&dsn);
+        o.auto_create = false;
+        let old = MySqlBackend::open(o.clone())
+            .await
+            .expect("open older tables");
+        let features = old.schema_report().features;
+        assert!(features.claimable_column && !features.list_indexes);
+        let command = old.schema_report().upgrade_command.clone();
+        assert!(
+            command
+                .as_deref()
+                .is_some_and(|c| c.starts_with("onestep migrate --upgrade --dsn ")),
+            "{command:?}"
+        );
+        old.close().await.expect("close");
+
+        let report = MySqlBackend::upgrade(MySqlOptions::new(&dsn))
+            .await
+            .expect("upgrade");
+        let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+        assert_eq!(
+            added,
+            [
+                "index ix_onestep_executions_status (widened to namespace, task_name, status, \
+                 created_at DESC, id DESC)",
+                "index ix_onestep_executions_status_list"
+            ],
+            "{report:?}"
+        );
+        for s in &report.steps {
+            assert_eq!(s.form, "ALGORITHM=INPLACE, LOCK=NONE", "{report:?}");
+        }
+        let again = MySqlBackend::upgrade(MySqlOptions::new(&dsn))
+            .await
+            .expect("second upgrade");
+        assert!(again.steps.is_empty(), "idempotent: {again:?}");
+
+        let b = MySqlBackend::open(o).await.expect("open upgraded");
+        assert!(b.schema_report().features.list_indexes);
+        assert_eq!(b.schema_report().upgrade_command, None);
+        let row = b.get("ns", id).await.expect("get").expect("kept");
+        assert_eq!(row.status, onestep_core::ExecutionStatus::Queued);
+        let mut c = b.test_pool().get_conn().await.expect("conn");
+        let columns: Vec<String> = c
+            .query(
+                "SELECT COLUMN_NAME FROM information_schema.STATISTICS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'onestep_executions' \
+                 AND INDEX_NAME = 'ix_onestep_executions_status' ORDER BY SEQ_IN_INDEX",
+            )
+            .await
+            .expect("columns");
+        assert_eq!(
+            columns,
+            ["namespace", "task_name", "status", "created_at", "id"]
+        );
+        drop(c);
+        b.close().await.expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn upgrade_widens_status_index_mariadb() {
+    upgrade_widens_status_index(Server::MariaDb).await;
+}
+
+#[tokio::test]
+async fn upgrade_widens_status_index_mysql() {
+    upgrade_widens_status_index(Server::MySql).await;
+}

@@ -83,7 +83,7 @@ async fn without_the_diagnostics_table_mysql() {
 }
 
 /// The overview/gauge insights and the attempts read on our tables (the shared testkit check),
-/// and the grouped count reads the `(namespace, task_name, status)` index alone.
+/// and the grouped count reads the `(namespace, task_name, status, …)` index alone.
 async fn insights_on(server: Server) {
     let Some(url) = server.admin_url() else {
         return;

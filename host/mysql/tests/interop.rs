@@ -219,7 +219,9 @@ async fn upgraded_case(server: Server) {
             "column claimable",
             "index ix_onestep_executions_claimable",
             "index ix_onestep_executions_expiry",
-            "index ix_onestep_executions_status"
+            "index ix_onestep_executions_status",
+            "index ix_onestep_executions_status_list",
+            "index ix_onestep_executions_task_list"
         ]
     );
     assert_eq!(report.steps[0].form, "ALGORITHM=INSTANT", "{report:?}");
@@ -235,6 +237,8 @@ async fn upgraded_case(server: Server) {
     o.auto_create = false;
     let b = MySqlBackend::open(o).await.expect("open upgraded");
     assert!(b.schema_report().features.claimable_column);
+    assert!(b.schema_report().features.list_indexes);
+    assert_eq!(b.schema_report().upgrade_command, None);
     // The row written before the upgrade is claimable through the new index.
     let before_id: Uuid = before["id"]
         .as_str()

@@ -232,6 +232,10 @@ const OTHER: &str = "scale.other";
 /// A second namespace with a tenth of the history and no live work, sorting after [`NS`]: a
 /// read of [`NS`] that is not a range on its namespace prefix walks these rows too.
 const OTHER_NS: &str = "zz.other";
+/// A task with a few old rows deep in the history and none since ([`rare_history`]).
+const RARE: &str = "scale.rare";
+/// Rows of the history [`rare_history`] rewrites (failed ones, then [`RARE`] ones).
+const RARE_ROWS: u64 = 3;
 const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 /// Rows a statement may read beyond [`PER_RESULT`] per result row: this test's own live rows
 /// (about 30), which a range over live rows may visit whatever its result, and a margin. It does
@@ -544,6 +548,10 @@ async fn script(
     two_pages(&b, &mut m, &names, "task", filter(Some(TASK), None, 5)).await;
     let sparse_task = filter(Some(OTHER), None, 2);
     two_pages(&b, &mut m, &names, "task (no history)", sparse_task).await;
+    let rare = filter(Some(RARE), None, 2);
+    two_pages(&b, &mut m, &names, "task (old rows only)", rare).await;
+    let failed = filter(None, Some(ExecutionStatus::Failed), 2);
+    two_pages(&b, &mut m, &names, "status=failed (old matches)", failed).await;
     let running = filter(None, Some(ExecutionStatus::Running), 2);
     two_pages(&b, &mut m, &names, "status=running", running).await;
     let succeeded = filter(None, Some(ExecutionStatus::Succeeded), 5);
@@ -637,8 +645,9 @@ async fn script(
         ..wet
     };
     let report = b.purge(&by_status).await.expect("purge");
-    // r[2], r[4] failed; r[7], the queued one cancelled; the expiring one expired.
-    assert_eq!(report.executions, 5, "{report:?}");
+    // r[2], r[4] failed; r[7], the queued one cancelled; the expiring one expired; the old
+    // failed history rows.
+    assert_eq!(report.executions, 5 + RARE_ROWS, "{report:?}");
 }
 
 /// A statement as the general log recorded it, and the script step that sent it.
@@ -1008,6 +1017,7 @@ fn label(shape: &str, sql: &str, names: &Names) -> String {
                 format!("UPDATE {tables} SET {}{more}", set_cols.join(", "))
             }
             "DELETE" => format!("DELETE FROM {tables}"),
+            "WITH" => format!("WITH RECURSIVE … SELECT FROM {tables}"),
             _ if s.starts_with("INSERT IGNORE") => format!("INSERT IGNORE INTO {tables}"),
             _ => format!("INSERT INTO {tables}"),
         }
@@ -1285,6 +1295,29 @@ struct Shape {
     seen: Vec<String>,
 }
 
+/// Matches that are few and old, the case where a filter the index does not hold walks the
+/// whole history: three history rows a thousand rows from the oldest end (purge's cutoffs in
+/// the script stay below them) become `failed`, three more two thousand rows in move to
+/// [`RARE`]. Nothing newer than them is failed except two live rows, and no live row has the
+/// rare task, so the second page of a status-filtered list, a task+status-filtered one and the
+/// first page of the rare task all have to reach them.
+async fn rare_history(c: &mut mysql_async::Conn, tables: &TableNames) {
+    let t = &tables.executions;
+    let failed = r#"{"kind":"error","exception_type":"OldError","stage":null}"#;
+    for (offset, set) in [
+        (1_000, format!("status = 'failed', error = '{failed}'")),
+        (2_000, format!("task_name = '{RARE}'")),
+    ] {
+        c.query_drop(format!(
+            "UPDATE `{t}` e JOIN (SELECT id FROM `{t}` WHERE namespace = '{NS}' \
+             ORDER BY created_at, id LIMIT {offset}, {RARE_ROWS}) x ON x.id = e.id SET {set}"
+        ))
+        .await
+        .expect("rare history rows");
+        assert_eq!(c.affected_rows(), RARE_ROWS);
+    }
+}
+
 /// The diagnostics and trace-context tables with one row per seeded attempt and execution
 /// (`seed_history` writes the pair only): what they hold once every attempt has stored
 /// diagnostics and every submission a traceparent, so their reads are planned over a full
@@ -1364,6 +1397,7 @@ async fn every_statement(server: Server) {
     let b = MySqlBackend::open(o).await.expect("open backend");
     let features = b.schema_report().features;
     assert!(features.claimable_column && features.diagnostics_table && features.traces_table);
+    assert!(features.list_indexes);
     let before = clock.now_value();
     let seeded = std::time::Instant::now();
     let written = b
@@ -1394,6 +1428,7 @@ async fn every_statement(server: Server) {
     let seed_s = seeded.elapsed().as_secs_f64();
     let mut c = b.test_pool().get_conn().await.expect("conn");
     let tables = b.tables().clone();
+    rare_history(&mut c, &tables).await;
     seed_side_tables(&mut c, &tables).await;
     let side_s = seeded.elapsed().as_secs_f64() - seed_s;
     c.query_drop(format!(
@@ -1504,7 +1539,7 @@ async fn every_statement(server: Server) {
         } else {
             s.steps.join("; ")
         };
-        let reads = ["SELECT", "(SELECT", "UPDATE", "DELETE"];
+        let reads = ["SELECT", "(SELECT", "UPDATE", "DELETE", "WITH"];
         let insert_select = shape.starts_with("INSERT") && shape.contains(" SELECT ");
         if !reads.iter().any(|v| shape.starts_with(v)) && !insert_select {
             table.push_str(&format!(

@@ -248,14 +248,15 @@ impl PgBackend {
                 return Err(into_execution_error(e, "open", &secrets));
             }
         };
-        if !(report.features.expiry_index && report.features.status_index) {
+        if !(report.features.expiry_index && report.features.list_indexes) {
             // docs/postgres.md#upgrading-reference-tables
             let command = crate::upgrade::upgrade_command(&parsed, &tables);
             tracing::warn!(
                 table = %tables.executions,
                 "execution tables without onestep's expiry and status indexes (created by the \
-                 reference?): expiry reads every live row and the dashboard's counts read the \
-                 namespace's history; add them online with: {command}"
+                 reference or an older onestep?): expiry reads every live row, and the \
+                 dashboard's counts and lists and purges by status read the namespace's \
+                 history; add them online with: {command}"
             );
             report.upgrade_command = Some(command);
         }

@@ -55,6 +55,10 @@ impl Lookup {
 /// Rounds of [`PgBackend::write_resolving_ambiguity`] before it gives up.
 const AMBIGUOUS_ROUNDS: usize = 3;
 
+/// Most task names a key search without a task names in its `= ANY` list (more, and it
+/// filters the namespace's rows instead).
+const MAX_LISTED_TASKS: usize = 500;
+
 /// Rows per INSERT statement of `submit_many`.
 const INSERT_CHUNK: usize = 1000;
 
@@ -345,6 +349,18 @@ impl PgBackend {
                 .replace('_', "\\_");
             format!("%{escaped}%")
         });
+        // The key is unique per (namespace, task name): without a task, name the namespace's
+        // task names so the read is one `uq_<T>_idempotency` lookup per task, not a walk of the
+        // namespace's history (docs/postgres.md#evidence).
+        let tasks = match (&filter.task_name, &search.idempotency_key) {
+            (None, Some(_)) => match self.keyed_task_names(namespace).await? {
+                Some(t) if t.is_empty() => {
+                    return Ok(ExecutionPage::from_overfetched(vec![], limit));
+                }
+                other => other,
+            },
+            _ => None,
+        };
         let rows = self
             .run("list", || async {
                 let mut sql = format!(
@@ -355,6 +371,9 @@ impl PgBackend {
                 if let Some(t) = &filter.task_name {
                     params.push(t);
                     sql.push_str(&format!(" AND task_name = ${}", params.len()));
+                } else if let Some(t) = &tasks {
+                    params.push(t);
+                    sql.push_str(&format!(" AND task_name = ANY(${})", params.len()));
                 }
                 if let Some(s) = &status {
                     params.push(s);
@@ -414,6 +433,40 @@ impl PgBackend {
             .map(decode_execution)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ExecutionPage::from_overfetched(items, limit))
+    }
+
+    /// The distinct task names of the namespace's rows that hold an idempotency key, read as a
+    /// loose index scan of `uq_<T>_idempotency` (one `min()` probe per task, a recursive CTE:
+    /// PostgreSQL has no skip scan); `None` when there are more than [`MAX_LISTED_TASKS`].
+    async fn keyed_task_names(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<Vec<String>>, ExecutionError> {
+        let t = &self.sql().t;
+        let sql = format!(
+            "WITH RECURSIVE tasks(name) AS (\
+               SELECT min(task_name) FROM {t} \
+                 WHERE namespace = $1 AND idempotency_key IS NOT NULL \
+               UNION ALL \
+               SELECT (SELECT min(task_name) FROM {t} WHERE namespace = $1 \
+                         AND idempotency_key IS NOT NULL AND task_name > tasks.name) \
+                 FROM tasks WHERE tasks.name IS NOT NULL) \
+             SELECT name FROM tasks WHERE name IS NOT NULL LIMIT {}",
+            MAX_LISTED_TASKS + 1
+        );
+        let rows = self
+            .run("list", || async {
+                let conn = self.conn().await?;
+                let st = conn.prepare_cached(&sql).await?;
+                Ok(conn.query(&st, &[&namespace]).await?)
+            })
+            .await?;
+        let tasks = rows
+            .iter()
+            .map(|r| r.try_get::<_, String>(0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ExecutionError::Encoding(format!("task name: {e}")))?;
+        Ok((tasks.len() <= MAX_LISTED_TASKS).then_some(tasks))
     }
 
     async fn cancel_once(

@@ -332,7 +332,18 @@ impl PgBackend {
         let namespaces = match &request.namespace {
             Some(ns) => vec![ns.clone()],
             None => {
-                let sql = format!("SELECT DISTINCT namespace FROM {}", self.sql().t);
+                // A loose index scan of the list index, one `min()` probe per namespace (a
+                // recursive CTE: PostgreSQL has no skip scan, and `SELECT DISTINCT` reads
+                // every row).
+                let t = &self.sql().t;
+                let sql = format!(
+                    "WITH RECURSIVE ns(name) AS (\
+                       SELECT min(namespace) FROM {t} \
+                       UNION ALL \
+                       SELECT (SELECT min(namespace) FROM {t} WHERE namespace > ns.name) \
+                         FROM ns WHERE ns.name IS NOT NULL) \
+                     SELECT name FROM ns WHERE name IS NOT NULL"
+                );
                 let rows = self
                     .run("purge", || async {
                         let conn = self.conn().await?;
@@ -345,10 +356,28 @@ impl PgBackend {
                     .map_err(|e| ExecutionError::Encoding(format!("namespace: {e}")))?
             }
         };
+        // Named statuses are purged one at a time, each through its range of
+        // `ix_<T>_status_list (namespace, status, created_at DESC, id DESC)`, so that a status
+        // with few old rows costs what it removes; the default (every terminal status) walks the
+        // list index, where nearly every old row matches (docs/postgres.md#evidence).
+        let groups: Vec<Vec<String>> =
+            if request.statuses.is_empty() || !self.schema_report().features.list_indexes {
+                vec![statuses]
+            } else {
+                let mut one_each: Vec<Vec<String>> = Vec::new();
+                for s in statuses {
+                    if !one_each.iter().any(|g| g[0] == s) {
+                        one_each.push(vec![s]);
+                    }
+                }
+                one_each
+            };
         let mut report = PurgeReport::default();
         for ns in namespaces {
-            self.purge_namespace(&ns, &statuses, request, &mut report)
-                .await?;
+            for group in &groups {
+                self.purge_namespace(&ns, group, request, &mut report)
+                    .await?;
+            }
         }
         Ok(report)
     }

@@ -1,6 +1,6 @@
 //! [`ExecutionInsights`] for the operator dashboard and the API's `onestep_executions` gauge
 //! (docs/ui.md#overview-queries), the same statements as on MySQL: grouped counts over the
-//! `(namespace, task_name, status)` index and the newest rows of the last hour over the list
+//! `(namespace, task_name, status, …)` index and the newest rows of the last hour over the list
 //! index.
 
 use async_trait::async_trait;

@@ -21,9 +21,11 @@ pub const PG_NAME_LIMIT: usize = 63;
 pub struct SchemaFeatures {
     /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
     pub expiry_index: bool,
-    /// The executions table has the `ix_<T>_status` index (created by this crate, or added by
-    /// `onestep migrate --upgrade`); without it the grouped counts read the namespace's rows.
-    pub status_index: bool,
+    /// The executions table has the filtered-list indexes: `ix_<T>_status` at its full width,
+    /// `ix_<T>_status_list` and `ix_<T>_task_list` (created by this crate, or added by `onestep
+    /// migrate --upgrade`); without them the grouped counts read the namespace's rows and lists
+    /// by task or status and purges by status walk its history.
+    pub list_indexes: bool,
     /// The attempt-diagnostics table `<A>_diagnostics` exists (docs/postgres.md#diagnostics-and-traces);
     /// without it the worker persists no diagnostics.
     pub diagnostics_table: bool,
@@ -64,6 +66,31 @@ pub fn ix_expiry(names: &TableNames) -> String {
 /// `ix_<T>_status`, hash-truncated to 63.
 pub fn ix_status(names: &TableNames) -> String {
     derived(&names.executions, "ix_", "status")
+}
+
+/// The columns of [`ix_status`]: the grouped counts read its prefix, a list filtered by task
+/// and status its range in list order.
+pub const IX_STATUS_COLUMNS: &str = "namespace, task_name, status, created_at DESC, id DESC";
+
+/// How many columns [`IX_STATUS_COLUMNS`] has (an older onestep's index had the first three).
+pub const IX_STATUS_WIDTH: i16 = 5;
+
+/// `ix_<T>_status_list`, hash-truncated to 63: a list filtered by status alone and a purge by
+/// named statuses read one range per status in list order.
+pub fn ix_status_list(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "status_list")
+}
+
+/// `ix_<T>_task_list`, hash-truncated to 63: a list filtered by task alone reads one range in
+/// list order; its entries never change after the insert.
+pub fn ix_task_list(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "task_list")
+}
+
+/// `ix_<T>_status_wide`: the name [`ix_status`] is rebuilt under before it replaces an
+/// older, narrower one (crate::upgrade).
+pub fn ix_status_wide(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "status_wide")
 }
 
 /// The attempt-diagnostics table: `<A>_diagnostics`, hash-truncated to 63.
@@ -146,6 +173,8 @@ pub fn executions_ddl(names: &TableNames) -> Vec<String> {
         ),
         expiry_index_sql(names, false),
         status_index_sql(names, false),
+        status_list_index_sql(names, false),
+        task_list_index_sql(names, false),
     ]
 }
 
@@ -170,12 +199,37 @@ pub fn expiry_index_sql(names: &TableNames, concurrently: bool) -> String {
 }
 
 /// Our second addition: the dashboard's grouped counts and the API's gauge
-/// (docs/ui.md#overview-queries).
+/// (docs/ui.md#overview-queries), and lists filtered by task and status.
 pub fn status_index_sql(names: &TableNames, concurrently: bool) -> String {
+    status_index_named(names, &ix_status(names), concurrently)
+}
+
+/// [`status_index_sql`] under another name (the rebuild of an older, narrower index).
+pub fn status_index_named(names: &TableNames, index: &str, concurrently: bool) -> String {
     format!(
-        "{} {} ON {} (namespace, task_name, status)",
+        "{} {} ON {} ({IX_STATUS_COLUMNS})",
         create_index(concurrently),
-        q(&ix_status(names)),
+        q(index),
+        q(&names.executions)
+    )
+}
+
+/// Our fourth addition: lists filtered by task alone.
+pub fn task_list_index_sql(names: &TableNames, concurrently: bool) -> String {
+    format!(
+        "{} {} ON {} (namespace, task_name, created_at DESC, id DESC)",
+        create_index(concurrently),
+        q(&ix_task_list(names)),
+        q(&names.executions)
+    )
+}
+
+/// Our third addition: lists filtered by status alone and purges by named statuses.
+pub fn status_list_index_sql(names: &TableNames, concurrently: bool) -> String {
+    format!(
+        "{} {} ON {} (namespace, status, created_at DESC, id DESC)",
+        create_index(concurrently),
+        q(&ix_status_list(names)),
         q(&names.executions)
     )
 }
@@ -295,6 +349,26 @@ async fn index_exists<C: tokio_postgres::GenericClient>(c: &C, index: &str) -> O
     Ok(row.try_get::<_, i64>(0)? > 0)
 }
 
+/// How many key columns `index` has in the current schema (0 when it does not exist).
+pub(crate) async fn index_width<C: tokio_postgres::GenericClient>(
+    c: &C,
+    index: &str,
+) -> OpResult<i16> {
+    let row = c
+        .query_opt(
+            "SELECT i.indnkeyatts FROM pg_catalog.pg_index i \
+             JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = current_schema() AND c.relname = $1",
+            &[&index],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => r.try_get::<_, i16>(0)?,
+        None => 0,
+    })
+}
+
 /// Readiness (docs/postgres.md#schema) on one session: with `auto_create`, one transaction
 /// that takes the pair's advisory transaction lock and creates each missing table (executions
 /// first) with its indexes; without it, fail with `missing execution tables: a, b`. Then detect
@@ -350,7 +424,9 @@ pub(crate) async fn ensure_schema(
     }
     let features = SchemaFeatures {
         expiry_index: index_exists(&*client, &ix_expiry(names)).await?,
-        status_index: index_exists(&*client, &ix_status(names)).await?,
+        list_indexes: index_width(&*client, &ix_status(names)).await? >= IX_STATUS_WIDTH
+            && index_exists(&*client, &ix_status_list(names)).await?
+            && index_exists(&*client, &ix_task_list(names)).await?,
         diagnostics_table: table_exists(&*client, &diagnostics_table(names)).await?,
         traces_table: table_exists(&*client, &traces_table(names)).await?,
     };

@@ -1,7 +1,9 @@
 //! Upgrading reference-created tables on PostgreSQL (docs/postgres.md#upgrading-reference-tables):
 //! the reference's partial claim and lease indexes already leave finished history out of the
-//! claim, so only our two additions are missing there — `ix_<T>_expiry`, the range of the
-//! expiry maintenance, and `ix_<T>_status`, the dashboard's grouped counts. Each is built with
+//! claim, so only our additions are missing there — `ix_<T>_expiry`, the range of the expiry
+//! maintenance, `ix_<T>_status`, the dashboard's grouped counts and the task+status list, and
+//! `ix_<T>_status_list` and `ix_<T>_task_list`, the status-only and task-only lists. Each is
+//! built with
 //! `CREATE INDEX CONCURRENTLY` (reads and writes go on during the build; outside any
 //! transaction, as PostgreSQL requires). A concurrent build that was interrupted leaves an
 //! invalid index behind; the upgrade drops it (`DROP INDEX CONCURRENTLY`) and builds it again.
@@ -13,7 +15,11 @@ use tokio_postgres::GenericClient;
 use crate::backend::{PgBackend, PgOptions};
 use crate::dsn::ParsedDsn;
 use crate::errors::{OpResult, into_execution_error};
-use crate::schema::{expiry_index_sql, ix_expiry, ix_status, pair_lock_key, q, status_index_sql};
+use crate::schema::{
+    IX_STATUS_WIDTH, expiry_index_sql, index_width, ix_expiry, ix_status, ix_status_list,
+    ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named, status_index_sql,
+    status_list_index_sql, task_list_index_sql,
+};
 
 /// One DDL step an upgrade performed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,11 +40,74 @@ pub struct UpgradeReport {
 }
 
 /// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
-fn index_defs(names: &TableNames) -> [(String, String); 2] {
+fn index_defs(names: &TableNames) -> [(String, String); 4] {
     [
         (ix_expiry(names), expiry_index_sql(names, true)),
         (ix_status(names), status_index_sql(names, true)),
+        (ix_status_list(names), status_list_index_sql(names, true)),
+        (ix_task_list(names), task_list_index_sql(names, true)),
     ]
+}
+
+/// Builds `index` with `sql` (`CREATE INDEX CONCURRENTLY IF NOT EXISTS …`) unless a valid one
+/// exists, first dropping an invalid one an interrupted build left; the form taken, or `None`
+/// when nothing was done.
+async fn build_concurrently(
+    client: &tokio_postgres::Client,
+    index: &str,
+    sql: &str,
+) -> OpResult<Option<&'static str>> {
+    let form = match index_state(client, index).await? {
+        Some(true) => return Ok(None),
+        Some(false) => {
+            client
+                .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {}", q(index)))
+                .await?;
+            "CONCURRENTLY, after dropping an invalid index"
+        }
+        None => "CONCURRENTLY",
+    };
+    client.batch_execute(sql).await?;
+    Ok(Some(form))
+}
+
+/// Tables an older onestep created have `ix_<T>_status` over (namespace, task_name, status)
+/// only. PostgreSQL cannot rebuild an index in place without blocking writes, so the wide one
+/// is built concurrently as `ix_<T>_status_wide`, the narrow one dropped concurrently, and the
+/// new one renamed (a catalog change under a lock that lets reads and writes go on). Each
+/// stage is detected on its own, so an interrupted widening resumes.
+async fn widen_status_index(
+    client: &tokio_postgres::Client,
+    names: &TableNames,
+) -> OpResult<Option<UpgradeStep>> {
+    let (status, wide) = (ix_status(names), ix_status_wide(names));
+    let width = index_width(client, &status).await?;
+    let wide_state = index_state(client, &wide).await?;
+    if width >= IX_STATUS_WIDTH || (width == 0 && wide_state.is_none()) {
+        return Ok(None);
+    }
+    if wide_state != Some(true) {
+        build_concurrently(client, &wide, &status_index_named(names, &wide, true)).await?;
+    }
+    if width > 0 {
+        client
+            .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {}", q(&status)))
+            .await?;
+    }
+    client
+        .batch_execute(&format!(
+            "ALTER INDEX {} RENAME TO {}",
+            q(&wide),
+            q(&status)
+        ))
+        .await?;
+    Ok(Some(UpgradeStep {
+        added: format!(
+            "index {status} (widened to {})",
+            crate::schema::IX_STATUS_COLUMNS
+        ),
+        form: "CONCURRENTLY, then renamed over the narrower index".to_owned(),
+    }))
 }
 
 /// The statements an operator can run by hand instead (docs/postgres.md#upgrading-reference-tables).
@@ -67,23 +136,17 @@ async fn upgrade_on(
     client: &tokio_postgres::Client,
     names: &TableNames,
 ) -> OpResult<Vec<UpgradeStep>> {
-    let mut steps = Vec::new();
+    let mut steps: Vec<UpgradeStep> = widen_status_index(client, names)
+        .await?
+        .into_iter()
+        .collect();
     for (index, sql) in index_defs(names) {
-        let form = match index_state(client, &index).await? {
-            Some(true) => continue,
-            Some(false) => {
-                client
-                    .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {}", q(&index)))
-                    .await?;
-                "CONCURRENTLY, after dropping an invalid index"
-            }
-            None => "CONCURRENTLY",
-        };
-        client.batch_execute(&sql).await?;
-        steps.push(UpgradeStep {
-            added: format!("index {index}"),
-            form: form.to_owned(),
-        });
+        if let Some(form) = build_concurrently(client, &index, &sql).await? {
+            steps.push(UpgradeStep {
+                added: format!("index {index}"),
+                form: form.to_owned(),
+            });
+        }
     }
     Ok(steps)
 }
@@ -197,7 +260,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 2);
+        assert_eq!(sql.len(), 4);
         for s in &sql {
             assert!(
                 s.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS "),
@@ -205,6 +268,9 @@ mod tests {
             );
         }
         assert!(sql[0].contains("(expires_at, id)"));
-        assert!(sql[1].contains("(namespace, task_name, status)"));
+        assert!(sql[1].contains("(namespace, task_name, status, created_at DESC, id DESC)"));
+        assert!(sql[2].contains("\"ix_onestep_executions_status_list\""));
+        assert!(sql[2].contains("(namespace, status, created_at DESC, id DESC)"));
+        assert!(sql[3].contains("(namespace, task_name, created_at DESC, id DESC)"));
     }
 }

@@ -234,3 +234,113 @@ async fn timeouts_and_admin_shutdown_are_retryable() {
     let _ = (driver.await, kdriver.await);
     db.drop_database().await.expect("drop database");
 }
+
+/// Tables an older onestep created have `ix_<T>_status` over (namespace, task_name, status)
+/// only and no `ix_<T>_status_list`: open reports the upgrade command; `migrate --upgrade`
+/// builds the wide index concurrently, drops the narrow one, renames the new one into its
+/// place and adds the status-list index; an upgrade interrupted between the drop and the
+/// rename resumes with the rename; a last upgrade does nothing.
+#[tokio::test]
+async fn upgrade_widens_status_index() {
+    let db = scratch().await;
+    let b = open(
+        db.dsn(),
+        Arc::new(ManualClock::default()),
+        Limits::default(),
+        true,
+    )
+    .await;
+    assert!(b.schema_report().features.list_indexes);
+    let id = b
+        .submit(prepared(NS, "t", json!({"n": 1})))
+        .await
+        .expect("submit")
+        .id;
+    let narrow = "DROP INDEX ix_onestep_executions_status_list; \
+                  DROP INDEX ix_onestep_executions_status; \
+                  CREATE INDEX ix_onestep_executions_status \
+                  ON onestep_executions (namespace, task_name, status)";
+    let c = b.test_pool().get().await.expect("conn");
+    c.batch_execute(narrow)
+        .await
+        .expect("older onestep's index");
+    drop(c);
+    b.close().await.expect("close");
+
+    let older = open(
+        db.dsn(),
+        Arc::new(ManualClock::default()),
+        Limits::default(),
+        false,
+    )
+    .await;
+    assert!(!older.schema_report().features.list_indexes);
+    assert!(older.schema_report().upgrade_command.is_some());
+    older.close().await.expect("close");
+
+    let widened = "index ix_onestep_executions_status (widened to namespace, task_name, \
+                   status, created_at DESC, id DESC)";
+    let report = onestep_postgres::PgBackend::upgrade(onestep_postgres::PgOptions::new(db.dsn()))
+        .await
+        .expect("upgrade");
+    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+    assert_eq!(
+        added,
+        [widened, "index ix_onestep_executions_status_list"],
+        "{report:?}"
+    );
+
+    // Interrupted after the drop: only the wide index under its temporary name is left.
+    let b = open(
+        db.dsn(),
+        Arc::new(ManualClock::default()),
+        Limits::default(),
+        false,
+    )
+    .await;
+    let c = b.test_pool().get().await.expect("conn");
+    c.batch_execute(
+        "ALTER INDEX ix_onestep_executions_status RENAME TO ix_onestep_executions_status_wide",
+    )
+    .await
+    .expect("half-done widening");
+    drop(c);
+    b.close().await.expect("close");
+    let report = onestep_postgres::PgBackend::upgrade(onestep_postgres::PgOptions::new(db.dsn()))
+        .await
+        .expect("resumed upgrade");
+    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+    assert_eq!(added, [widened], "{report:?}");
+    let again = onestep_postgres::PgBackend::upgrade(onestep_postgres::PgOptions::new(db.dsn()))
+        .await
+        .expect("last upgrade");
+    assert!(again.steps.is_empty(), "idempotent: {again:?}");
+
+    let b = open(
+        db.dsn(),
+        Arc::new(ManualClock::default()),
+        Limits::default(),
+        false,
+    )
+    .await;
+    assert!(b.schema_report().features.list_indexes);
+    assert!(b.schema_report().upgrade_command.is_none());
+    assert!(b.get(NS, id).await.expect("get").is_some(), "rows kept");
+    let c = b.test_pool().get().await.expect("conn");
+    let row = c
+        .query_one(
+            "SELECT pg_get_indexdef('ix_onestep_executions_status'::regclass), \
+             (SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_onestep_executions_status_wide')",
+            &[],
+        )
+        .await
+        .expect("indexdef");
+    let def: String = row.get(0);
+    assert!(
+        def.ends_with("(namespace, task_name, status, created_at DESC, id DESC)"),
+        "{def}"
+    );
+    assert_eq!(row.get::<_, i64>(1), 0);
+    drop(c);
+    b.close().await.expect("close");
+}

@@ -20,7 +20,7 @@ mod reference_tables_postgres {
 }
 
 /// The overview/gauge insights and the attempts read (the shared testkit check), and the grouped
-/// count reads the `(namespace, task_name, status)` index.
+/// count reads the `(namespace, task_name, status, …)` index.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insights_and_attempts_postgres() {
     let db = common::scratch().await;

@@ -194,7 +194,9 @@ async fn upgraded_reference_tables_reference_worker() {
         added,
         [
             "index ix_onestep_executions_expiry",
-            "index ix_onestep_executions_status"
+            "index ix_onestep_executions_status",
+            "index ix_onestep_executions_status_list",
+            "index ix_onestep_executions_task_list"
         ],
         "{report:?}"
     );
@@ -212,7 +214,7 @@ async fn upgraded_reference_tables_reference_worker() {
     let b = PgBackend::open(o).await.expect("open upgraded");
     let features = b.schema_report().features;
     assert!(
-        features.expiry_index && features.status_index,
+        features.expiry_index && features.list_indexes,
         "{features:?}"
     );
     assert!(b.schema_report().upgrade_command.is_none());

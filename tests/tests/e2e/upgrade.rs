@@ -67,11 +67,13 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
             .unwrap_or_default()
             .trim_end_matches('/');
         let (command, added) = if db.backend() == Backend::Postgres {
-            // The reference's PostgreSQL tables are ours without our two indexes
+            // The reference's PostgreSQL tables are ours without our four indexes
             // (docs/postgres.md#schema).
             run_cli(&["migrate", "--dsn", &db.dsn], &[])?;
             db.query_strings(
-                "DROP INDEX ix_onestep_executions_expiry; DROP INDEX ix_onestep_executions_status",
+                "DROP INDEX ix_onestep_executions_expiry; DROP INDEX ix_onestep_executions_status; \
+                 DROP INDEX ix_onestep_executions_status_list; \
+                 DROP INDEX ix_onestep_executions_task_list",
             )
             .await?;
             (
@@ -82,6 +84,8 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
                 vec![
                     "--dsn: added index ix_onestep_executions_expiry (CONCURRENTLY)",
                     "--dsn: added index ix_onestep_executions_status (CONCURRENTLY)",
+                    "--dsn: added index ix_onestep_executions_status_list (CONCURRENTLY)",
+                    "--dsn: added index ix_onestep_executions_task_list (CONCURRENTLY)",
                 ],
             )
         } else {
@@ -98,6 +102,8 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
                     "--dsn: added index ix_onestep_executions_claimable (ALGORITHM=INPLACE, LOCK=NONE)",
                     "--dsn: added index ix_onestep_executions_expiry (ALGORITHM=INPLACE, LOCK=NONE)",
                     "--dsn: added index ix_onestep_executions_status (ALGORITHM=INPLACE, LOCK=NONE)",
+                    "--dsn: added index ix_onestep_executions_status_list (ALGORITHM=INPLACE, LOCK=NONE)",
+                    "--dsn: added index ix_onestep_executions_task_list (ALGORITHM=INPLACE, LOCK=NONE)",
                 ],
             )
         };

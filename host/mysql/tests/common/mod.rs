@@ -248,8 +248,8 @@ impl FixtureFactory for MySqlFactory {
             let report = MySqlBackend::upgrade(MySqlOptions::new(db_url(&self.admin_url, &db)))
                 .await
                 .expect("upgrade");
-            // The claimable column, its two indexes and the status index.
-            assert_eq!(report.steps.len(), 4, "{report:?}");
+            // The claimable column, its two indexes and the three filtered-list indexes.
+            assert_eq!(report.steps.len(), 6, "{report:?}");
         }
         let backend = open(
             &self.admin_url,
@@ -264,6 +264,10 @@ impl FixtureFactory for MySqlFactory {
             assert!(
                 backend.schema_report().features.claimable_column,
                 "upgraded tables use the claimable query shapes"
+            );
+            assert!(
+                backend.schema_report().features.list_indexes,
+                "upgraded tables have both status indexes"
             );
         }
         let probe = Arc::new(SqlProbe {
