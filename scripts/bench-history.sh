@@ -11,7 +11,7 @@
 #   scripts/bench-history.sh                      # every server, every part
 #   SERVERS=mariadb SIZES="0 1000000" PARTS="ids" scripts/bench-history.sh
 #
-# On PostgreSQL the reference part measures tables without our two indexes (docs/postgres.md).
+# On PostgreSQL the reference part measures tables without our indexes (docs/postgres.md).
 # Knobs: SERVERS (mariadb mysql postgres), SIZES (0 1000000 10000000), N (20000 executions per
 # run), PARTS (ids reference keys purge), V4_MAX (largest history seeded with v4 ids, 1000000:
 # random ids seed slowly), REF_N (500: executions drained on un-upgraded reference tables, which

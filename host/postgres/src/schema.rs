@@ -349,14 +349,23 @@ async fn index_exists<C: tokio_postgres::GenericClient>(c: &C, index: &str) -> O
     Ok(row.try_get::<_, i64>(0)? > 0)
 }
 
-/// How many key columns `index` has in the current schema (0 when it does not exist).
-pub(crate) async fn index_width<C: tokio_postgres::GenericClient>(
+/// What the catalog says of one index of the current schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexInfo {
+    /// `pg_index.indisvalid`: false after an interrupted `CREATE INDEX CONCURRENTLY`.
+    pub valid: bool,
+    /// `pg_index.indnkeyatts`: its key columns.
+    pub key_columns: i16,
+}
+
+/// The catalog entry of `index` in the current schema, if it exists.
+pub(crate) async fn index_info<C: tokio_postgres::GenericClient>(
     c: &C,
     index: &str,
-) -> OpResult<i16> {
+) -> OpResult<Option<IndexInfo>> {
     let row = c
         .query_opt(
-            "SELECT i.indnkeyatts FROM pg_catalog.pg_index i \
+            "SELECT i.indisvalid, i.indnkeyatts FROM pg_catalog.pg_index i \
              JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = current_schema() AND c.relname = $1",
@@ -364,9 +373,20 @@ pub(crate) async fn index_width<C: tokio_postgres::GenericClient>(
         )
         .await?;
     Ok(match row {
-        Some(r) => r.try_get::<_, i16>(0)?,
-        None => 0,
+        Some(r) => Some(IndexInfo {
+            valid: r.try_get(0)?,
+            key_columns: r.try_get(1)?,
+        }),
+        None => None,
     })
+}
+
+/// How many key columns `index` has in the current schema (0 when it does not exist).
+pub(crate) async fn index_width<C: tokio_postgres::GenericClient>(
+    c: &C,
+    index: &str,
+) -> OpResult<i16> {
+    Ok(index_info(c, index).await?.map_or(0, |i| i.key_columns))
 }
 
 /// Readiness (docs/postgres.md#schema) on one session: with `auto_create`, one transaction

@@ -16,9 +16,9 @@ use crate::backend::{PgBackend, PgOptions};
 use crate::dsn::ParsedDsn;
 use crate::errors::{OpResult, into_execution_error};
 use crate::schema::{
-    IX_STATUS_WIDTH, expiry_index_sql, index_width, ix_expiry, ix_status, ix_status_list,
-    ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named, status_index_sql,
-    status_list_index_sql, task_list_index_sql,
+    IX_STATUS_WIDTH, expiry_index_sql, index_info, index_width, ix_expiry, ix_status,
+    ix_status_list, ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named,
+    status_index_sql, status_list_index_sql, task_list_index_sql,
 };
 
 /// One DDL step an upgrade performed.
@@ -117,19 +117,7 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
 
 /// `Some(valid)` when the index exists in the current schema.
 async fn index_state<C: GenericClient>(c: &C, index: &str) -> OpResult<Option<bool>> {
-    let row = c
-        .query_opt(
-            "SELECT i.indisvalid FROM pg_catalog.pg_index i \
-             JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
-             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = current_schema() AND c.relname = $1",
-            &[&index],
-        )
-        .await?;
-    Ok(match row {
-        Some(r) => Some(r.try_get::<_, bool>(0)?),
-        None => None,
-    })
+    Ok(index_info(c, index).await?.map(|i| i.valid))
 }
 
 async fn upgrade_on(

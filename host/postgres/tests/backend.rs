@@ -235,6 +235,33 @@ async fn timeouts_and_admin_shutdown_are_retryable() {
     db.drop_database().await.expect("drop database");
 }
 
+/// The backend on `dsn` with a fresh clock and default limits.
+async fn reopen(dsn: &str, auto_create: bool) -> onestep_postgres::PgBackend {
+    open(
+        dsn,
+        Arc::new(ManualClock::default()),
+        Limits::default(),
+        auto_create,
+    )
+    .await
+}
+
+/// `onestep migrate --upgrade` on `dsn`: what each step added.
+async fn upgrade_steps(dsn: &str) -> Vec<String> {
+    let report = onestep_postgres::PgBackend::upgrade(onestep_postgres::PgOptions::new(dsn))
+        .await
+        .expect("upgrade");
+    report.steps.into_iter().map(|s| s.added).collect()
+}
+
+/// Runs `sql` on a connection of the backend, then closes it.
+async fn alter(b: onestep_postgres::PgBackend, sql: &str) {
+    let c = b.test_pool().get().await.expect("conn");
+    c.batch_execute(sql).await.expect("alter");
+    drop(c);
+    b.close().await.expect("close");
+}
+
 /// Tables an older onestep created have `ix_<T>_status` over (namespace, task_name, status)
 /// only and no `ix_<T>_status_list`: open reports the upgrade command; `migrate --upgrade`
 /// builds the wide index concurrently, drops the narrow one, renames the new one into its
@@ -243,13 +270,7 @@ async fn timeouts_and_admin_shutdown_are_retryable() {
 #[tokio::test]
 async fn upgrade_widens_status_index() {
     let db = scratch().await;
-    let b = open(
-        db.dsn(),
-        Arc::new(ManualClock::default()),
-        Limits::default(),
-        true,
-    )
-    .await;
+    let b = reopen(db.dsn(), true).await;
     assert!(b.schema_report().features.list_indexes);
     let id = b
         .submit(prepared(NS, "t", json!({"n": 1})))
@@ -260,69 +281,31 @@ async fn upgrade_widens_status_index() {
                   DROP INDEX ix_onestep_executions_status; \
                   CREATE INDEX ix_onestep_executions_status \
                   ON onestep_executions (namespace, task_name, status)";
-    let c = b.test_pool().get().await.expect("conn");
-    c.batch_execute(narrow)
-        .await
-        .expect("older onestep's index");
-    drop(c);
-    b.close().await.expect("close");
+    alter(b, narrow).await;
 
-    let older = open(
-        db.dsn(),
-        Arc::new(ManualClock::default()),
-        Limits::default(),
-        false,
-    )
-    .await;
+    let older = reopen(db.dsn(), false).await;
     assert!(!older.schema_report().features.list_indexes);
     assert!(older.schema_report().upgrade_command.is_some());
     older.close().await.expect("close");
 
     let widened = "index ix_onestep_executions_status (widened to namespace, task_name, \
                    status, created_at DESC, id DESC)";
-    let report = onestep_postgres::PgBackend::upgrade(onestep_postgres::PgOptions::new(db.dsn()))
-        .await
-        .expect("upgrade");
-    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
     assert_eq!(
-        added,
-        [widened, "index ix_onestep_executions_status_list"],
-        "{report:?}"
+        upgrade_steps(db.dsn()).await,
+        [widened, "index ix_onestep_executions_status_list"]
     );
 
     // Interrupted after the drop: only the wide index under its temporary name is left.
-    let b = open(
-        db.dsn(),
-        Arc::new(ManualClock::default()),
-        Limits::default(),
-        false,
-    )
-    .await;
-    let c = b.test_pool().get().await.expect("conn");
-    c.batch_execute(
+    let b = reopen(db.dsn(), false).await;
+    alter(
+        b,
         "ALTER INDEX ix_onestep_executions_status RENAME TO ix_onestep_executions_status_wide",
     )
-    .await
-    .expect("half-done widening");
-    drop(c);
-    b.close().await.expect("close");
-    let report = onestep_postgres::PgBackend::upgrade(onestep_postgres::PgOptions::new(db.dsn()))
-        .await
-        .expect("resumed upgrade");
-    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
-    assert_eq!(added, [widened], "{report:?}");
-    let again = onestep_postgres::PgBackend::upgrade(onestep_postgres::PgOptions::new(db.dsn()))
-        .await
-        .expect("last upgrade");
-    assert!(again.steps.is_empty(), "idempotent: {again:?}");
-
-    let b = open(
-        db.dsn(),
-        Arc::new(ManualClock::default()),
-        Limits::default(),
-        false,
-    )
     .await;
+    assert_eq!(upgrade_steps(db.dsn()).await, [widened], "resumed");
+    assert!(upgrade_steps(db.dsn()).await.is_empty(), "idempotent");
+
+    let b = reopen(db.dsn(), false).await;
     assert!(b.schema_report().features.list_indexes);
     assert!(b.schema_report().upgrade_command.is_none());
     assert!(b.get(NS, id).await.expect("get").is_some(), "rows kept");
