@@ -356,6 +356,30 @@ impl PurgeRequest {
     }
 }
 
+impl PurgeRequest {
+    /// The passes a backend makes over a namespace, each a list of statuses: one pass per
+    /// distinct named status when the request names statuses and the backend has an index
+    /// over (namespace, status, created_at, id) (`per_status_index`), so that a status with
+    /// few old rows costs what it removes; otherwise one pass over [`Self::checked_statuses`]
+    /// (every terminal status by default, where nearly every old row matches).
+    pub fn status_passes(
+        &self,
+        per_status_index: bool,
+    ) -> Result<Vec<Vec<crate::ExecutionStatus>>, crate::ExecutionError> {
+        let statuses = self.checked_statuses()?;
+        if self.statuses.is_empty() || !per_status_index {
+            return Ok(vec![statuses]);
+        }
+        let mut passes: Vec<Vec<crate::ExecutionStatus>> = Vec::new();
+        for s in statuses {
+            if !passes.iter().any(|p| p.contains(&s)) {
+                passes.push(vec![s]);
+            }
+        }
+        Ok(passes)
+    }
+}
+
 impl PurgeReport {
     /// Adds one batch's counts (and counts the batch).
     pub fn add_batch(&mut self, batch: &PurgeReport) {
@@ -386,6 +410,36 @@ mod tests {
 
     fn journal() -> AttemptJournal {
         AttemptJournal::new(Arc::new(SystemClock))
+    }
+
+    #[test]
+    fn purge_passes_one_per_named_status_only_with_the_index() {
+        use crate::ExecutionStatus::{Cancelled, Expired, Failed, Running, Succeeded};
+        let req = |statuses: Vec<crate::ExecutionStatus>| PurgeRequest {
+            namespace: None,
+            finished_before: Utc::now(),
+            statuses,
+            batch_size: 100,
+            dry_run: false,
+        };
+        let named = req(vec![Failed, Cancelled, Failed]);
+        assert_eq!(
+            named.status_passes(true).expect("passes"),
+            [vec![Failed], vec![Cancelled]]
+        );
+        assert_eq!(
+            named.status_passes(false).expect("passes"),
+            [vec![Failed, Cancelled, Failed]]
+        );
+        assert_eq!(
+            req(vec![]).status_passes(true).expect("passes"),
+            [vec![Succeeded, Failed, Cancelled, Expired]]
+        );
+        let bad = req(vec![Running]).status_passes(true);
+        assert!(
+            matches!(bad, Err(crate::ExecutionError::InvalidArgument(_))),
+            "{bad:?}"
+        );
     }
 
     #[test]

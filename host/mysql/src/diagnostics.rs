@@ -338,7 +338,7 @@ impl MySqlBackend {
         &self,
         request: &PurgeRequest,
     ) -> Result<PurgeReport, ExecutionError> {
-        let statuses = request.checked_statuses()?;
+        let groups = request.status_passes(self.inner.features.list_indexes)?;
         let namespaces = match &request.namespace {
             Some(ns) => vec![ns.clone()],
             None => {
@@ -353,21 +353,8 @@ impl MySqlBackend {
             }
         };
         // Named statuses are purged one at a time, each through its range of the status-list
-        // index (`namespace, status, created_at DESC, id DESC`), so that a status with few old
-        // rows costs what it removes; the default (every terminal status) walks the list index,
-        // where nearly every old row matches (docs/schema.md#evidence).
-        let groups: Vec<Vec<ExecutionStatus>> =
-            if request.statuses.is_empty() || !self.inner.features.list_indexes {
-                vec![statuses]
-            } else {
-                let mut one_each: Vec<Vec<ExecutionStatus>> = Vec::new();
-                for s in statuses {
-                    if !one_each.iter().any(|g| g[0] == s) {
-                        one_each.push(vec![s]);
-                    }
-                }
-                one_each
-            };
+        // index (docs/schema.md#evidence); `groups` came first, so a bad request fails before
+        // any read.
         let mut report = PurgeReport::default();
         for ns in namespaces {
             for group in &groups {

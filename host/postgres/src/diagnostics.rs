@@ -324,10 +324,10 @@ impl PgBackend {
         &self,
         request: &PurgeRequest,
     ) -> Result<PurgeReport, ExecutionError> {
-        let statuses: Vec<String> = request
-            .checked_statuses()?
-            .iter()
-            .map(|s| s.as_str().to_owned())
+        let groups: Vec<Vec<String>> = request
+            .status_passes(self.schema_report().features.list_indexes)?
+            .into_iter()
+            .map(|pass| pass.iter().map(|s| s.as_str().to_owned()).collect())
             .collect();
         let namespaces = match &request.namespace {
             Some(ns) => vec![ns.clone()],
@@ -357,21 +357,8 @@ impl PgBackend {
             }
         };
         // Named statuses are purged one at a time, each through its range of
-        // `ix_<T>_status_list (namespace, status, created_at DESC, id DESC)`, so that a status
-        // with few old rows costs what it removes; the default (every terminal status) walks the
-        // list index, where nearly every old row matches (docs/postgres.md#evidence).
-        let groups: Vec<Vec<String>> =
-            if request.statuses.is_empty() || !self.schema_report().features.list_indexes {
-                vec![statuses]
-            } else {
-                let mut one_each: Vec<Vec<String>> = Vec::new();
-                for s in statuses {
-                    if !one_each.iter().any(|g| g[0] == s) {
-                        one_each.push(vec![s]);
-                    }
-                }
-                one_each
-            };
+        // `ix_<T>_status_list` (docs/postgres.md#evidence); `groups` came first, so a bad
+        // request fails before any read.
         let mut report = PurgeReport::default();
         for ns in namespaces {
             for group in &groups {
