@@ -128,18 +128,29 @@ impl IdColumn {
         }
     }
 
-    fn sql(self) -> &'static str {
-        match self {
-            IdColumn::Char32 => "CHAR(32)",
-            IdColumn::NativeUuid => "UUID",
+    /// The column type in `style`'s DDL. Our `CHAR(32)` ids are `ascii_bin`: hex digits need
+    /// one byte each and compare bytewise, where the table's default `utf8mb4` collation
+    /// (`utf8mb4_0900_ai_ci` on MySQL 9) made every key comparison of time-ordered ids, which
+    /// share their leading digits, cost more (docs/schema.md#uuid-columns). The reference's
+    /// DDL keeps the server default.
+    fn sql(self, style: DdlStyle) -> &'static str {
+        match (self, style) {
+            (IdColumn::Char32, DdlStyle::Onestep) => ASCII_ID,
+            (IdColumn::Char32, DdlStyle::Reference) => "CHAR(32)",
+            (IdColumn::NativeUuid, _) => "UUID",
         }
     }
 }
 
+/// The type of every 32-hex id column of the tables this crate creates (executions and
+/// attempts on servers without a native `UUID`, the diagnostics and trace-context tables
+/// everywhere).
+pub const ASCII_ID: &str = "CHAR(32) CHARACTER SET ascii COLLATE ascii_bin";
+
 /// `CREATE TABLE` + `CREATE INDEX` statements for the executions table.
 pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<String> {
     let t = &names.executions;
-    let uuid = id.sql();
+    let uuid = id.sql(style);
     let bin = match style {
         DdlStyle::Onestep => " COLLATE utf8mb4_bin",
         DdlStyle::Reference => "",
@@ -227,7 +238,7 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
 /// `CREATE TABLE` + `CREATE INDEX` statements for the attempts table.
 pub fn attempts_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<String> {
     let (t, a) = (&names.executions, &names.attempts);
-    let uuid = id.sql();
+    let uuid = id.sql(style);
     let bin = match style {
         DdlStyle::Onestep => " COLLATE utf8mb4_bin",
         DdlStyle::Reference => "",
@@ -269,8 +280,8 @@ pub fn diagnostics_ddl(names: &TableNames) -> Vec<String> {
     vec![
         format!(
             "CREATE TABLE `{d}` (\n\
-  attempt_id CHAR(32) NOT NULL,\n\
-  execution_id CHAR(32) NOT NULL,\n\
+  attempt_id {ASCII_ID} NOT NULL,\n\
+  execution_id {ASCII_ID} NOT NULL,\n\
   is_final TINYINT NOT NULL DEFAULT '0',\n\
   message TEXT,\n\
   progress_done BIGINT UNSIGNED,\n\
@@ -301,7 +312,7 @@ pub fn diagnostics_ddl(names: &TableNames) -> Vec<String> {
 pub fn traces_ddl(names: &TableNames) -> Vec<String> {
     vec![format!(
         "CREATE TABLE `{}` (\n\
-  execution_id CHAR(32) NOT NULL,\n\
+  execution_id {ASCII_ID} NOT NULL,\n\
   traceparent VARCHAR(255) NOT NULL,\n\
   created_at DATETIME(6) NOT NULL,\n\
   PRIMARY KEY (execution_id)\n\
