@@ -93,9 +93,12 @@ async fn retried_attempts_and_purge(env: std::sync::Arc<Env>) -> Result<()> {
         "{text}"
     );
 
-    // A running countdown shows its progress; after the cancel the attempt keeps it.
+    // A running countdown shows its progress; after the cancel the attempt keeps it. Steps of
+    // 5 ms, well inside the 50 ms cancel grace: the guest wakes, sees the cancel and returns
+    // its message before the grace ends even on a loaded machine (with 50 ms steps a CI run
+    // saw it stopped mid-sleep, message lost: a race of the test, not of storage).
     let c = env
-        .submit("countdown", json!({"steps": 600, "step_ms": 50}))
+        .submit("countdown", json!({"steps": 6000, "step_ms": 5}))
         .await?;
     let cid = c.id.to_string();
     let running = onestep_e2e::wait_for(
@@ -111,7 +114,7 @@ async fn retried_attempts_and_purge(env: std::sync::Arc<Env>) -> Result<()> {
     )
     .await?;
     ensure!(running["status"] == "running", "{running}");
-    ensure!(running["progress"]["total"] == 600, "{running}");
+    ensure!(running["progress"]["total"] == 6000, "{running}");
     ensure!(running["progress"]["note"] == "counting down", "{running}");
     env.client.cancel(c.id, Some("enough")).await?;
     env.wait_status(c.id, &[S::Cancelled], Duration::from_secs(20))
