@@ -268,6 +268,7 @@ pub async fn list_executions(
     Ok(Json(PageView {
         items: page.items.iter().map(ExecutionView::from).collect(),
         next_cursor: page.next_cursor,
+        partial: page.partial,
     }))
 }
 

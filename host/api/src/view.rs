@@ -122,6 +122,11 @@ pub struct PageView {
     pub items: Vec<ExecutionView>,
     /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
+    /// `true` when a metadata or exception-type search stopped at its window of rows examined
+    /// before filling the page (docs/semantics.md#search-window): fewer items than `limit`
+    /// (maybe none), and `next_cursor` searches older rows.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// The result of a succeeded execution.

@@ -198,6 +198,7 @@ impl ExecutionClient {
         let mut out = BulkCancelOutcome::default();
         let mut cursor = request.query.cursor.clone();
         let mut handled = 0u32;
+        let (mut pages, page_budget) = (0u32, request.page_budget());
         loop {
             let page = self
                 .search(&request.page_query(cursor, handled), &request.search)
@@ -221,8 +222,9 @@ impl ExecutionClient {
                 }
             }
             handled += page.items.len() as u32;
+            pages += 1;
             cursor = page.next_cursor;
-            if cursor.is_none() || handled >= request.max_items {
+            if cursor.is_none() || handled >= request.max_items || pages >= page_budget {
                 break;
             }
         }
@@ -248,6 +250,7 @@ impl ExecutionClient {
         let mut out = BulkRetryOutcome::default();
         let mut cursor = request.query.cursor.clone();
         let mut handled = 0u32;
+        let (mut pages, page_budget) = (0u32, request.page_budget());
         loop {
             let page = self
                 .search(&request.page_query(cursor, handled), &request.search)
@@ -270,8 +273,9 @@ impl ExecutionClient {
                 }
             }
             handled += page.items.len() as u32;
+            pages += 1;
             cursor = page.next_cursor;
-            if cursor.is_none() || handled >= request.max_items {
+            if cursor.is_none() || handled >= request.max_items || pages >= page_budget {
                 break;
             }
         }

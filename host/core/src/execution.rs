@@ -62,6 +62,12 @@ pub struct ExecutionPage {
     pub items: Vec<Execution>,
     /// Cursor of the next page, or `None` on the last page.
     pub next_cursor: Option<String>,
+    /// The page ended at its search window, not at `limit` matches
+    /// (docs/semantics.md#search-window): it may hold fewer than `limit` items, even none, and
+    /// `next_cursor` goes on from the last row examined. Always `false` without a metadata or
+    /// exception-type filter.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 impl ExecutionPage {
@@ -81,7 +87,34 @@ impl ExecutionPage {
         } else {
             None
         };
-        ExecutionPage { items, next_cursor }
+        ExecutionPage {
+            items,
+            next_cursor,
+            partial: false,
+        }
+    }
+
+    /// A page of a windowed search (docs/semantics.md#search-window): `matches` are the
+    /// window's matching rows newest first (up to `limit + 1`), and `boundary` is the window's
+    /// last (oldest) row when the window was full, so older rows may follow. With more than
+    /// `limit` matches it is an ordinary page; otherwise a full window continues from
+    /// `boundary` (`partial`) and a short one was the end of the history.
+    pub fn from_window(
+        matches: Vec<Execution>,
+        limit: usize,
+        boundary: Option<crate::cursor::Cursor>,
+    ) -> ExecutionPage {
+        if matches.len() > limit {
+            return ExecutionPage::from_overfetched(matches, limit);
+        }
+        match boundary {
+            Some(b) => ExecutionPage {
+                items: matches,
+                next_cursor: Some(b.encode()),
+                partial: true,
+            },
+            None => ExecutionPage::from_overfetched(matches, limit),
+        }
     }
 }
 

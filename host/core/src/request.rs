@@ -223,7 +223,23 @@ pub struct ListFilter {
     pub after: Option<Cursor>,
     /// The dashboard's extra filters (docs/semantics.md#listing-and-cursors); empty by default.
     pub search: ListSearch,
+    /// Most rows a page examines when `search` has a filter no index holds
+    /// ([`ListSearch::windowed`], docs/semantics.md#search-window); [`SEARCH_WINDOW_ROWS`] unless
+    /// a test narrows it (read as at least 1).
+    pub window: u32,
 }
+
+impl ListFilter {
+    /// The rows this page may examine when it is a windowed search
+    /// (docs/semantics.md#search-window), `None` for an ordinary page.
+    pub fn window_rows(&self) -> Option<u32> {
+        self.search.windowed().then_some(self.window.max(1))
+    }
+}
+
+/// Rows a windowed search page examines (docs/semantics.md#search-window): enough for a
+/// dashboard page of common values, small enough that a page costs the same at any history.
+pub const SEARCH_WINDOW_ROWS: u32 = 1000;
 
 /// Extra list filters (docs/semantics.md#listing-and-cursors): created-at range, idempotency key, one metadata
 /// key with a string value, and a case-insensitive substring of the error's `exception_type`.
@@ -246,6 +262,13 @@ impl ListSearch {
     /// Whether no filter is set.
     pub fn is_empty(&self) -> bool {
         *self == ListSearch::default()
+    }
+
+    /// Whether a page with these filters is read through a search window
+    /// (docs/semantics.md#search-window): a metadata or exception-type filter, which no index
+    /// holds, without an idempotency key (a key is looked up, at most one row per task).
+    pub fn windowed(&self) -> bool {
+        (self.metadata.is_some() || self.exception_type.is_some()) && self.idempotency_key.is_none()
     }
 
     /// Trims and checks: every text 1–255 characters (the metadata value may be empty), and
@@ -328,6 +351,7 @@ impl ListQuery {
             limit: self.limit,
             after,
             search: ListSearch::default(),
+            window: SEARCH_WINDOW_ROWS,
         })
     }
 }

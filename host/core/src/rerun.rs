@@ -24,6 +24,10 @@ use crate::text::{MAX_NAME_CHARS, required_text};
 
 /// Rows read and handled per page of a bulk operation.
 pub const BULK_PAGE: u32 = 100;
+/// Most pages one bulk call reads when its filter is a windowed search
+/// (docs/semantics.md#search-window), so one call examines at most this many windows of rows
+/// however rare the matches are; the call's `next_cursor` goes on.
+pub const BULK_SEARCH_PAGES: u32 = 20;
 /// Default of `max_items` for one bulk call.
 pub const DEFAULT_BULK_ITEMS: u32 = 1000;
 /// Largest `max_items` of one bulk call.
@@ -104,6 +108,16 @@ impl BulkRequest {
             )));
         }
         Ok(())
+    }
+
+    /// Most pages this call reads: [`BULK_SEARCH_PAGES`] for a windowed search
+    /// (docs/semantics.md#search-window), otherwise as many as `max_items` needs.
+    pub(crate) fn page_budget(&self) -> u32 {
+        if self.search.windowed() {
+            BULK_SEARCH_PAGES
+        } else {
+            u32::MAX
+        }
     }
 
     /// The query of the next page, given how many rows were handled so far.

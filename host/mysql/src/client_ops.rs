@@ -12,7 +12,8 @@ use uuid::Uuid;
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult, codes, server_code};
 use crate::rows::{
-    EXECUTION_COLUMNS, bind_opt_time, bind_time, bind_uuid, decode_execution, placeholders,
+    EXECUTION_COLUMNS, EXECUTION_COLUMNS_E, bind_opt_time, bind_time, bind_uuid, decode_execution,
+    placeholders, window_columns,
 };
 
 /// Columns written by a submission (T1), in bind order.
@@ -46,9 +47,9 @@ fn submission_params(sub: &PreparedSubmission, now: chrono::DateTime<chrono::Utc
     ]
 }
 
-/// The extra list filters (docs/semantics.md#listing-and-cursors): created-at range on the list index; the key,
-/// metadata and error filters are evaluated on the rows the index range yields.
-fn push_search(sql: &mut String, params: &mut Vec<DbValue>, search: &ListSearch) {
+/// The extra list filters an index serves (docs/semantics.md#listing-and-cursors): the
+/// created-at range (on the list index) and the idempotency key.
+fn push_indexed_search(sql: &mut String, params: &mut Vec<DbValue>, search: &ListSearch) {
     if let Some(t) = search.created_from {
         sql.push_str(" AND created_at >= ?");
         params.push(bind_time(t));
@@ -61,14 +62,21 @@ fn push_search(sql: &mut String, params: &mut Vec<DbValue>, search: &ListSearch)
         sql.push_str(" AND idempotency_key = ?");
         params.push(k.as_str().into());
     }
+}
+
+/// The extra list filters no index holds (metadata value, exception type), as one condition
+/// (`None` without them) and its parameters, evaluated on each row an index range yields.
+fn residual_search(search: &ListSearch) -> Option<(String, Vec<DbValue>)> {
+    let mut terms: Vec<&str> = Vec::new();
+    let mut params: Vec<DbValue> = Vec::new();
     if let Some((key, value)) = &search.metadata {
         // A JSON path with the key quoted: any key text is a literal member name.
-        let quoted = serde_json::Value::String(key.clone()).to_string();
-        sql.push_str(" AND JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?");
-        params.push(format!("$.{quoted}").into());
+        let path = format!("$.{}", serde_json::Value::String(key.clone()));
+        terms.push("JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?");
+        params.push(path.as_str().into());
         params.push(value.as_str().into());
-        sql.push_str(" AND JSON_TYPE(JSON_EXTRACT(metadata, ?)) = 'STRING'");
-        params.push(format!("$.{quoted}").into());
+        terms.push("JSON_TYPE(JSON_EXTRACT(metadata, ?)) = 'STRING'");
+        params.push(path.into());
     }
     if let Some(t) = &search.exception_type {
         let escaped = t
@@ -76,9 +84,10 @@ fn push_search(sql: &mut String, params: &mut Vec<DbValue>, search: &ListSearch)
             .replace('\\', "\\\\")
             .replace('%', "\\%")
             .replace('_', "\\_");
-        sql.push_str(" AND LOWER(JSON_UNQUOTE(JSON_EXTRACT(error, '$.exception_type'))) LIKE ?");
+        terms.push("LOWER(JSON_UNQUOTE(JSON_EXTRACT(error, '$.exception_type'))) LIKE ?");
         params.push(format!("%{escaped}%").into());
     }
+    (!terms.is_empty()).then(|| (terms.join(" AND "), params))
 }
 
 /// Most task names a key search without a task names in its `IN` list (more, and it filters
@@ -410,13 +419,11 @@ impl MySqlBackend {
             }
         };
         let hint = hint.map_or(String::new(), |ix| format!(" FORCE INDEX (`{ix}`)"));
-        let mut sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}`{hint} WHERE namespace = ?",
-            self.t()
-        );
+        // Everything an index range serves, in list order.
+        let mut range = String::from("namespace = ?");
         let mut params: Vec<DbValue> = vec![namespace.into()];
         if let Some(t) = &filter.task_name {
-            sql.push_str(" AND task_name = ?");
+            range.push_str(" AND task_name = ?");
             params.push(t.as_str().into());
         } else if filter.search.idempotency_key.is_some() {
             // The key is unique per (namespace, task name): name the namespace's task names so
@@ -427,7 +434,7 @@ impl MySqlBackend {
                     return Ok(ExecutionPage::from_overfetched(vec![], 0));
                 }
                 Some(tasks) => {
-                    sql.push_str(&format!(
+                    range.push_str(&format!(
                         " AND task_name IN ({})",
                         placeholders(tasks.len())
                     ));
@@ -437,17 +444,31 @@ impl MySqlBackend {
             }
         }
         if let Some(s) = filter.status {
-            sql.push_str(" AND status = ?");
+            range.push_str(" AND status = ?");
             params.push(s.as_str().into());
         }
-        push_search(&mut sql, &mut params, &filter.search);
+        push_indexed_search(&mut range, &mut params, &filter.search);
         if let Some(c) = &filter.after {
-            sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+            range.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
             params.push(bind_time(c.created_at));
             params.push(bind_time(c.created_at));
             params.push(bind_uuid(c.id));
         }
         let limit = filter.limit as usize;
+        let residual = residual_search(&filter.search);
+        if let (Some(window), Some((cond, cond_params))) = (filter.window_rows(), &residual) {
+            return self
+                .list_window(&hint, &range, params, cond, cond_params, window, limit)
+                .await;
+        }
+        let mut sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM `{}`{hint} WHERE {range}",
+            self.t()
+        );
+        if let Some((cond, cond_params)) = residual {
+            sql.push_str(&format!(" AND {cond}"));
+            params.extend(cond_params);
+        }
         sql.push_str(&format!(
             " ORDER BY created_at DESC, id DESC LIMIT {}",
             limit + 1
@@ -465,6 +486,62 @@ impl MySqlBackend {
             .map(decode_execution)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ExecutionPage::from_overfetched(items, limit))
+    }
+
+    /// A windowed search page (docs/semantics.md#search-window), one statement: the newest
+    /// `window` rows of the index range (ids and positions only, with the residual condition
+    /// evaluated on each), numbered; then the full rows of the first `limit + 1` matches and of
+    /// the window's last row, the position to go on from when the window was full.
+    #[allow(clippy::too_many_arguments)]
+    async fn list_window(
+        &self,
+        hint: &str,
+        range: &str,
+        mut params: Vec<DbValue>,
+        cond: &str,
+        cond_params: &[DbValue],
+        window: u32,
+        limit: usize,
+    ) -> Result<ExecutionPage, ExecutionError> {
+        let t = self.t();
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS_E}, x.w_match, x.w_rows, x.w_created, x.w_id FROM (\
+             SELECT w_id, w_created, w_match, \
+             ROW_NUMBER() OVER (ORDER BY w_created DESC, w_id DESC) AS w_no, \
+             COUNT(*) OVER () AS w_rows FROM (\
+             SELECT id AS w_id, created_at AS w_created, COALESCE({cond}, 0) AS w_match \
+             FROM `{t}`{hint} WHERE {range} ORDER BY created_at DESC, id DESC LIMIT {window}\
+             ) AS w) AS x JOIN `{t}` e ON e.id = x.w_id \
+             WHERE x.w_match = 1 OR x.w_no = x.w_rows \
+             ORDER BY x.w_created DESC, x.w_id DESC LIMIT {}",
+            limit + 1
+        );
+        // The residual condition's placeholders come first: it is in the innermost select list.
+        let mut all: Vec<DbValue> = cond_params.to_vec();
+        all.append(&mut params);
+        let rows: Vec<Row> = self
+            .run("list", || async {
+                let mut conn = self.conn().await?;
+                Ok(conn
+                    .exec(sql.as_str(), Params::Positional(all.clone()))
+                    .await?)
+            })
+            .await?;
+        let mut matches = Vec::new();
+        let mut boundary = None;
+        for row in rows {
+            let (matched, examined, position) = window_columns(&row)?;
+            if examined >= i64::from(window) {
+                boundary = Some(position);
+            }
+            if matched {
+                matches.push(decode_execution(row)?);
+            }
+        }
+        // A full window's rows all carry `w_rows = window`, so `boundary` ends as the last row
+        // returned: the window's last row whenever `limit` or fewer rows matched (it is
+        // returned after them); with more, the page is full and `from_window` ignores it.
+        Ok(ExecutionPage::from_window(matches, limit, boundary))
     }
 
     /// The namespace's distinct task names: one `ORDER BY task_name LIMIT 1` probe per task,

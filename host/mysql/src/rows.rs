@@ -46,6 +46,33 @@ pub fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
+/// The four columns a windowed search adds after [`EXECUTION_COLUMNS_E`]
+/// (docs/semantics.md#search-window): whether the row matched, how many rows the window
+/// examined, and the row's list position (`created_at`, `id`).
+pub fn window_columns(
+    row: &Row,
+) -> Result<(bool, i64, onestep_core::cursor::Cursor), ExecutionError> {
+    let col = |i: usize| {
+        row.as_ref(EXECUTION_COLUMN_COUNT + i)
+            .cloned()
+            .unwrap_or(DbValue::NULL)
+    };
+    let read = || -> Result<(bool, i64, onestep_core::cursor::Cursor), String> {
+        let matched: i64 = from_value_opt(col(0)).map_err(|e| format!("w_match: {e}"))?;
+        let examined: i64 = from_value_opt(col(1)).map_err(|e| format!("w_rows: {e}"))?;
+        let created_at = instant(col(2), "w_created")?;
+        let id = parse_uuid(&col(3))?;
+        Ok((
+            matched != 0,
+            examined,
+            onestep_core::cursor::Cursor { created_at, id },
+        ))
+    };
+    read().map_err(|reason| {
+        ExecutionError::Undecodable(format!("cannot decode a search window row: {reason}"))
+    })
+}
+
 /// Parses a UUID column value (plain hex, hyphenated, or 16 raw bytes).
 pub fn parse_uuid(v: &DbValue) -> Result<Uuid, String> {
     match v {

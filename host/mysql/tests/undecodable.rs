@@ -114,6 +114,7 @@ async fn one_row_alone(server: Server) {
         limit: 10,
         after: None,
         search: Default::default(),
+        window: onestep_core::request::SEARCH_WINDOW_ROWS,
     };
     undecodable(&b.list(NS, &filter).await.expect_err("list"), bad);
 

@@ -14,7 +14,10 @@ use uuid::Uuid;
 use crate::backend::{PgBackend, commit};
 use crate::errors::{OpError, OpResult, backend_error};
 use crate::json_text::to_text;
-use crate::rows::{EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, decode_execution};
+use crate::rows::{
+    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, EXECUTION_COLUMNS_E, decode_execution,
+    window_columns,
+};
 
 /// The execution just inserted, with the payload and metadata exactly as submitted (the
 /// stored `jsonb` holds the same values; its number texts may differ, see
@@ -335,7 +338,6 @@ impl PgBackend {
         filter: &ListFilter,
     ) -> Result<ExecutionPage, ExecutionError> {
         let limit = filter.limit as usize;
-        let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
         let status = filter.status.map(|s| s.as_str().to_owned());
         let cursor = filter.after.as_ref().map(|c| (c.created_at, c.id));
         let search = &filter.search;
@@ -361,78 +363,124 @@ impl PgBackend {
             },
             _ => None,
         };
+        let window = filter.window_rows();
         let rows = self
             .run("list", || async {
-                let mut sql = format!(
-                    "SELECT {EXECUTION_COLUMNS} FROM {} WHERE namespace = $1",
-                    self.sql().t
-                );
+                // Everything an index range serves, in list order.
+                let mut range = String::from("namespace = $1");
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&namespace];
                 if let Some(t) = &filter.task_name {
                     params.push(t);
-                    sql.push_str(&format!(" AND task_name = ${}", params.len()));
+                    range.push_str(&format!(" AND task_name = ${}", params.len()));
                 } else if let Some(t) = &tasks {
                     params.push(t);
-                    sql.push_str(&format!(" AND task_name = ANY(${})", params.len()));
+                    range.push_str(&format!(" AND task_name = ANY(${})", params.len()));
                 }
                 if let Some(s) = &status {
                     params.push(s);
-                    sql.push_str(&format!(" AND status = ${}", params.len()));
+                    range.push_str(&format!(" AND status = ${}", params.len()));
                 }
                 // The extra list filters (docs/semantics.md#listing-and-cursors): the created-at
-                // range on the list index, the rest on the rows that range yields.
+                // range on the list index, the key on its unique index, the rest (`residual`)
+                // on the rows those yield.
                 if let Some(t) = &search.created_from {
                     params.push(t);
-                    sql.push_str(&format!(" AND created_at >= ${}", params.len()));
+                    range.push_str(&format!(" AND created_at >= ${}", params.len()));
                 }
                 if let Some(t) = &search.created_before {
                     params.push(t);
-                    sql.push_str(&format!(" AND created_at < ${}", params.len()));
+                    range.push_str(&format!(" AND created_at < ${}", params.len()));
                 }
                 if let Some(k) = &search.idempotency_key {
                     params.push(k);
-                    sql.push_str(&format!(" AND idempotency_key = ${}", params.len()));
-                }
-                if let Some((key, value)) = &search.metadata {
-                    params.push(key);
-                    let k = params.len();
-                    params.push(value);
-                    sql.push_str(&format!(
-                        " AND jsonb_typeof(metadata -> ${k}) = 'string' AND metadata ->> ${k} = ${}",
-                        k + 1
-                    ));
-                }
-                if let Some(pattern) = &exception_like {
-                    params.push(pattern);
-                    sql.push_str(&format!(
-                        " AND lower(error ->> 'exception_type') LIKE ${}",
-                        params.len()
-                    ));
+                    range.push_str(&format!(" AND idempotency_key = ${}", params.len()));
                 }
                 if let Some((created_at, id)) = &cursor {
                     params.push(created_at);
                     let n = params.len();
                     params.push(id);
-                    sql.push_str(&format!(
+                    range.push_str(&format!(
                         " AND (created_at < ${n} OR (created_at = ${n} AND id < ${}))",
                         n + 1
                     ));
                 }
-                params.push(&fetch);
-                sql.push_str(&format!(
-                    " ORDER BY created_at DESC, id DESC LIMIT ${}",
-                    params.len()
-                ));
+                let mut residual: Vec<String> = Vec::new();
+                if let Some((key, value)) = &search.metadata {
+                    params.push(key);
+                    let k = params.len();
+                    params.push(value);
+                    residual.push(format!(
+                        "jsonb_typeof(metadata -> ${k}) = 'string' AND metadata ->> ${k} = ${}",
+                        k + 1
+                    ));
+                }
+                if let Some(pattern) = &exception_like {
+                    params.push(pattern);
+                    residual.push(format!(
+                        "lower(error ->> 'exception_type') LIKE ${}",
+                        params.len()
+                    ));
+                }
+                let t = &self.sql().t;
+                // Page sizes are inlined: with a parameter the planner would guess a tenth of
+                // the table for a generic plan's LIMIT.
+                let sql = match window {
+                    // A windowed search page (docs/semantics.md#search-window): the newest
+                    // `window` rows of the range (positions only, the residual condition
+                    // evaluated on each), numbered; then the full rows of the first `limit + 1`
+                    // matches and of the window's last row, to go on from when it was full.
+                    Some(window) => format!(
+                        "SELECT {EXECUTION_COLUMNS_E}, x.w_match, x.w_rows, x.w_created, x.w_id \
+                         FROM (SELECT w_id, w_created, w_match, \
+                         row_number() OVER (ORDER BY w_created DESC, w_id DESC) AS w_no, \
+                         count(*) OVER () AS w_rows FROM (\
+                         SELECT id AS w_id, created_at AS w_created, \
+                         coalesce({}, false) AS w_match FROM {t} WHERE {range} \
+                         ORDER BY created_at DESC, id DESC LIMIT {window}) w) x \
+                         JOIN {t} e ON e.id = x.w_id WHERE x.w_match OR x.w_no = x.w_rows \
+                         ORDER BY x.w_created DESC, x.w_id DESC LIMIT {}",
+                        residual.join(" AND "),
+                        limit + 1
+                    ),
+                    None => {
+                        let mut sql = format!("SELECT {EXECUTION_COLUMNS} FROM {t} WHERE {range}");
+                        for cond in &residual {
+                            sql.push_str(&format!(" AND {cond}"));
+                        }
+                        sql.push_str(&format!(
+                            " ORDER BY created_at DESC, id DESC LIMIT {}",
+                            limit + 1
+                        ));
+                        sql
+                    }
+                };
                 let conn = self.conn().await?;
                 let st = conn.prepare_cached(&sql).await?;
                 Ok(conn.query(&st, &params).await?)
             })
             .await?;
-        let items = rows
-            .iter()
-            .map(decode_execution)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(ExecutionPage::from_overfetched(items, limit))
+        let Some(window) = window else {
+            let items = rows
+                .iter()
+                .map(decode_execution)
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(ExecutionPage::from_overfetched(items, limit));
+        };
+        let mut matches = Vec::new();
+        let mut boundary = None;
+        for row in &rows {
+            let (matched, examined, position) = window_columns(row)?;
+            // A full window's rows all carry `w_rows = window`, so `boundary` ends as the last
+            // row returned: the window's last row whenever `limit` or fewer rows matched (it
+            // is returned after them); with more, the page is full and `from_window` ignores it.
+            if examined >= i64::from(window) {
+                boundary = Some(position);
+            }
+            if matched {
+                matches.push(decode_execution(row)?);
+            }
+        }
+        Ok(ExecutionPage::from_window(matches, limit, boundary))
     }
 
     /// The distinct task names of the namespace's rows that hold an idempotency key, read as a

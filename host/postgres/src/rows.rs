@@ -43,6 +43,28 @@ pub fn error_value(v: Option<Value>, col: &str) -> Result<Option<ErrorObject>, S
     }
 }
 
+/// The four columns a windowed search adds after [`EXECUTION_COLUMNS_E`]
+/// (docs/semantics.md#search-window): whether the row matched, how many rows the window
+/// examined, and the row's list position (`created_at`, `id`).
+pub fn window_columns(
+    row: &Row,
+) -> Result<(bool, i64, onestep_core::cursor::Cursor), ExecutionError> {
+    let read = || -> Result<(bool, i64, onestep_core::cursor::Cursor), String> {
+        let matched: bool = get(row, EXECUTION_COLUMN_COUNT, "w_match")?;
+        let examined: i64 = get(row, EXECUTION_COLUMN_COUNT + 1, "w_rows")?;
+        let created_at = get(row, EXECUTION_COLUMN_COUNT + 2, "w_created")?;
+        let id = get(row, EXECUTION_COLUMN_COUNT + 3, "w_id")?;
+        Ok((
+            matched,
+            examined,
+            onestep_core::cursor::Cursor { created_at, id },
+        ))
+    };
+    read().map_err(|reason| {
+        ExecutionError::Undecodable(format!("cannot decode a search window row: {reason}"))
+    })
+}
+
 /// Decodes a row selected with [`EXECUTION_COLUMNS`] (at index 0). Failures are
 /// `cannot decode execution <id>: <reason>` ([`ExecutionError::Undecodable`],
 /// docs/semantics.md#undecodable-rows).

@@ -105,6 +105,7 @@ async fn one_undecodable_row_alone() {
         limit: 10,
         after: None,
         search: Default::default(),
+        window: onestep_core::request::SEARCH_WINDOW_ROWS,
     };
     undecodable(&b.list(NS, &filter).await.expect_err("list"), bad);
 

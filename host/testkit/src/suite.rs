@@ -168,6 +168,7 @@ macro_rules! conformance_tests {
             list_paging_mixed_v4_v7_ids,
             new_ids_are_time_ordered_v7,
             list_search_filters,
+            list_search_window_bounds_a_page,
             onestep_mapping_payload_round_trip,
             t2_claim_queued_and_retrying,
             t3_t4_cancel_and_no_change_rows,

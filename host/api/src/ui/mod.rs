@@ -219,7 +219,13 @@ async fn list_fragment(
     let items: Vec<render::ListRow> = page.items.iter().map(render::ListRow::from).collect();
     Ok(html(render::render(
         "list.html",
-        context! {items => items, live => live, next_cursor => page.next_cursor},
+        context! {
+            items => items,
+            live => live,
+            next_cursor => page.next_cursor,
+            partial => page.partial,
+            window => onestep_core::request::SEARCH_WINDOW_ROWS,
+        },
     )))
 }
 

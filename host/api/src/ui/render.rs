@@ -446,6 +446,40 @@ mod tests {
         )
         .unwrap();
         assert!(rows.contains("&lt;script&gt;") && !rows.contains("<script>"));
+        assert!(!rows.contains("search-window") && !rows.contains("next-page"));
+        // A partial search page (docs/semantics.md#search-window) says how far it looked and
+        // goes on from there, with or without matches.
+        let partial = render(
+            "list.html",
+            // `context!`, as the handler passes it: a JSON number would reach the template as
+            // serde_json's arbitrary-precision map.
+            minijinja::context! {
+                items => json!([{"id": "1", "short_id": "1", "task_name": "t", "status": "failed"}]),
+                live => false, next_cursor => "CUR", partial => true, window => 1000u32,
+            },
+        )
+        .unwrap();
+        assert!(
+            partial.contains("stopped after examining 1000 executions"),
+            "{partial}"
+        );
+        assert!(partial.contains("data-cursor=\"CUR\""));
+        let none = render(
+            "list.html",
+            minijinja::context! {
+                items => json!([]), live => false, next_cursor => "CUR", partial => true,
+                window => 1000u32,
+            },
+        )
+        .unwrap();
+        assert!(none.contains("No matches among the 1000 executions examined"));
+        assert!(none.contains("Search older") && none.contains("data-cursor=\"CUR\""));
+        let end = render(
+            "list.html",
+            json!({"items": [], "live": false, "next_cursor": null, "partial": false}),
+        )
+        .unwrap();
+        assert!(end.contains("No executions match.") && !end.contains("next-page"));
         let hour = render(
             "overview.html",
             context! {

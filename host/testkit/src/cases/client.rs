@@ -37,6 +37,9 @@ pub(crate) fn cases() -> Vec<Case> {
         }),
         case("new_ids_are_time_ordered_v7", |fx| Box::pin(new_ids_v7(fx))),
         case("list_search_filters", |fx| Box::pin(list_search(fx))),
+        case("list_search_window_bounds_a_page", |fx| {
+            Box::pin(list_search_window(fx))
+        }),
         case("onestep_mapping_payload_round_trip", |fx| {
             Box::pin(mapping_round_trip(fx))
         }),
@@ -551,4 +554,114 @@ async fn list_search(fx: Fixture) {
         ..ListSearch::default()
     };
     assert!(bad.validate().is_err());
+}
+
+/// A metadata or exception-type search examines at most `window` rows per page
+/// (docs/semantics.md#search-window): a full window without enough matches is a short (maybe
+/// empty) `partial` page whose cursor goes on after the last row examined; a short window is
+/// the end; enough matches make an ordinary page; other filters ignore the window.
+async fn list_search_window(fx: Fixture) {
+    // e0 (oldest) .. e7; red: e1, e6; e0 failed with a KeyError.
+    let mut ids = Vec::new();
+    for n in 0..8 {
+        let team = if n == 1 || n == 6 { "red" } else { "blue" };
+        let e = fx
+            .store
+            .submit(prepare(
+                NS,
+                &SubmitRequest {
+                    task_name: TASK.into(),
+                    payload: json!(n),
+                    idempotency_key: Some(format!("w{n}")),
+                    metadata: Some(json!({ "team": team })),
+                    ..SubmitRequest::default()
+                },
+            ))
+            .await
+            .expect("submit");
+        ids.push(e.id);
+        if n == 0 {
+            let lease = claim_one(&fx, 30.0).await;
+            fx.leases
+                .complete(
+                    &lease.lease_ref(),
+                    &Completion::failed(ErrorObject::new("error", "builtins.KeyError", None)),
+                )
+                .await
+                .expect("fail");
+        }
+        fx.clock.advance(1.0);
+    }
+    let page = |search: ListSearch, limit: u32, window: u32, after: Option<String>| {
+        let fx = &fx;
+        async move {
+            let mut filter = ListQuery {
+                limit,
+                cursor: after,
+                ..ListQuery::default()
+            }
+            .validate()
+            .expect("query");
+            filter.search = search.validate().expect("search");
+            filter.window = window;
+            let page = fx.store.list(NS, &filter).await.expect("list");
+            let got: Vec<_> = page.items.iter().map(|e: &Execution| e.id).collect();
+            (got, page.next_cursor, page.partial)
+        }
+    };
+    let red = || ListSearch {
+        metadata: Some(("team".into(), "red".into())),
+        ..ListSearch::default()
+    };
+    // Window e7 e6 e5: e6, then go on after e5.
+    let (got, next, partial) = page(red(), 50, 3, None).await;
+    assert_eq!(got, [ids[6]]);
+    assert!(partial, "a full window is a partial page");
+    let next = next.expect("a full window has a cursor");
+    let at = onestep_core::cursor::Cursor::decode(&next).expect("cursor");
+    assert_eq!(
+        at.id, ids[5],
+        "the cursor is the last row examined, not the last match"
+    );
+    // Window e4 e3 e2: nothing matches, still a cursor.
+    let (got, next, partial) = page(red(), 50, 3, Some(next)).await;
+    assert!(got.is_empty());
+    assert!(partial);
+    let next = next.expect("an empty full window has a cursor");
+    // Window e1 e0 (short): e1 and the end.
+    let (got, next, partial) = page(red(), 50, 3, Some(next)).await;
+    assert_eq!(got, [ids[1]]);
+    assert_eq!((next, partial), (None, false), "a short window is the end");
+    // Enough matches inside the window: an ordinary page, whose cursor is its last item.
+    let (got, next, partial) = page(red(), 1, 8, None).await;
+    assert_eq!(got, [ids[6]]);
+    assert!(!partial);
+    let (got, next, partial) = page(red(), 1, 8, next).await;
+    assert_eq!((got, next, partial), (vec![ids[1]], None, false));
+    // Exactly `limit` matches in a full window: partial, from the window's end.
+    let (got, next, partial) = page(red(), 2, 8, None).await;
+    assert_eq!(got, [ids[6], ids[1]]);
+    assert!(partial);
+    let (got, next, partial) = page(red(), 2, 8, next).await;
+    assert_eq!((got, next, partial), (vec![], None, false));
+    // The exception type is windowed the same way (window e7..e4, then e3..e0).
+    let key_error = || ListSearch {
+        exception_type: Some("keyerror".into()),
+        ..ListSearch::default()
+    };
+    let (got, next, partial) = page(key_error(), 50, 4, None).await;
+    assert!(got.is_empty());
+    assert!(partial);
+    let (got, _, _) = page(key_error(), 50, 4, next).await;
+    assert_eq!(got, [ids[0]]);
+    // No window without a residual filter, or with a key (a lookup).
+    let (got, next, partial) = page(ListSearch::default(), 50, 3, None).await;
+    assert_eq!(got.len(), 8);
+    assert_eq!((next, partial), (None, false));
+    let keyed_red = ListSearch {
+        idempotency_key: Some("w1".into()),
+        ..red()
+    };
+    let (got, next, partial) = page(keyed_red, 50, 1, None).await;
+    assert_eq!((got, next, partial), (vec![ids[1]], None, false));
 }

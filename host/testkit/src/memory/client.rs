@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use onestep_core::ports::ExecutionStore;
-use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
 use serde_json::Value;
 use uuid::Uuid;
@@ -141,27 +141,64 @@ impl ExecutionStore for MemoryStore {
             .iter()
             .map(|((_, _, key), id)| (*id, key.as_str()))
             .collect();
-        let mut items: Vec<Execution> = state
+        // What the backends' indexes serve (namespace, task, status, created-at range, key,
+        // cursor) selects the candidates in list order; a windowed search then examines at
+        // most `window` of them for the rest (docs/semantics.md#search-window).
+        let index_part = ListSearch {
+            metadata: None,
+            exception_type: None,
+            ..filter.search.clone()
+        };
+        let mut candidates: Vec<(&Execution, Option<&str>)> = state
             .rows
             .values()
             .map(|r| &r.execution)
             .filter(|e| e.namespace == namespace)
-            .filter(|e| filter.search.matches(e, keys.get(&e.id).copied()))
-            .filter(|e| filter.task_name.as_ref().is_none_or(|t| *t == e.task_name))
-            .filter(|e| filter.status.is_none_or(|s| s == e.status))
-            .filter(|e| {
+            .map(|e| (e, keys.get(&e.id).copied()))
+            .filter(|(e, key)| index_part.matches(e, *key))
+            .filter(|(e, _)| filter.task_name.as_ref().is_none_or(|t| *t == e.task_name))
+            .filter(|(e, _)| filter.status.is_none_or(|s| s == e.status))
+            .filter(|(e, _)| {
                 filter.after.is_none_or(|c| {
                     e.created_at < c.created_at || (e.created_at == c.created_at && e.id < c.id)
                 })
             })
-            .cloned()
             .collect();
+        candidates.sort_by_key(|(e, _)| std::cmp::Reverse((e.created_at, e.id)));
+        let limit = filter.limit as usize;
+        let page = match filter.window_rows() {
+            None => ExecutionPage::from_overfetched(
+                candidates
+                    .iter()
+                    .filter(|(e, key)| filter.search.matches(e, *key))
+                    .map(|(e, _)| (*e).clone())
+                    .collect(),
+                limit,
+            ),
+            Some(window) => {
+                let window = window as usize;
+                let examined = &candidates[..candidates.len().min(window)];
+                let matches: Vec<Execution> = examined
+                    .iter()
+                    .filter(|(e, key)| filter.search.matches(e, *key))
+                    .take(limit + 1)
+                    .map(|(e, _)| (*e).clone())
+                    .collect();
+                let boundary = (examined.len() == window)
+                    .then(|| examined.last())
+                    .flatten()
+                    .map(|(e, _)| onestep_core::cursor::Cursor {
+                        created_at: e.created_at,
+                        id: e.id,
+                    });
+                ExecutionPage::from_window(matches, limit, boundary)
+            }
+        };
+        drop(candidates);
         drop(keys);
         drop(state);
-        items.sort_by_key(|e| std::cmp::Reverse((e.created_at, e.id)));
-        let limit = filter.limit as usize;
         self.record(Op::List, 1, true);
-        Ok(ExecutionPage::from_overfetched(items, limit))
+        Ok(page)
     }
 
     async fn cancel(

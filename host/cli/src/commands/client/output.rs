@@ -101,6 +101,8 @@ pub fn print_page(items: &[Execution], next_cursor: Option<String>, json: bool) 
         print_json(&PageView {
             items: views,
             next_cursor,
+            // `onestep list` has no metadata or exception-type filter, so no search window.
+            partial: false,
         });
     } else {
         print!("{}", text::execution_table(&views));
