@@ -454,9 +454,13 @@ impl PgBackend {
                         sql
                     }
                 };
+                // A statement of its own each time (not the connection's statement cache), so
+                // every page is planned for its own values: after five runs of a cached
+                // statement PostgreSQL may switch to its generic plan, which for a status list
+                // walks the list index past the whole history (the generic-plan mode of
+                // tests/scale.rs, docs/postgres.md#evidence). A page costs a parse more.
                 let conn = self.conn().await?;
-                let st = conn.prepare_cached(&sql).await?;
-                Ok(conn.query(&st, &params).await?)
+                Ok(conn.query(sql.as_str(), &params).await?)
             })
             .await?;
         let Some(window) = window else {
