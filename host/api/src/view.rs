@@ -123,8 +123,8 @@ pub struct PageView {
     /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
     /// `true` when a metadata or exception-type search stopped at its window of rows examined
-    /// before filling the page (docs/semantics.md#search-window): fewer items than `limit`
-    /// (maybe none), and `next_cursor` searches older rows.
+    /// (docs/semantics.md#search-window) with at most `limit` matches (maybe none), and
+    /// `next_cursor` searches older rows.
     #[serde(default)]
     pub partial: bool,
 }
