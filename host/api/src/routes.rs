@@ -4,7 +4,6 @@ use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, FixedOffset, NaiveDateTime};
-use onestep_core::cursor::Cursor;
 use onestep_core::request::{ListQuery, SubmitRequest};
 use onestep_core::{ExecutionError, ExecutionStatus};
 use serde::Deserialize;
@@ -272,21 +271,15 @@ pub async fn list_executions(
     }))
 }
 
-/// Refuses a cursor that does not point at an execution of the caller's namespace: a cursor
-/// taken from another tenant (or forged) is refused like a malformed one.
+/// Refuses a cursor that does not belong to the caller's namespace (a cursor taken from another
+/// tenant, or forged); one whose execution was purged since is still a position
+/// ([`ExecutionClient::check_cursor_owner`](onestep_core::ExecutionClient::check_cursor_owner)).
 pub async fn check_own_cursor(
     client: &onestep_core::ExecutionClient,
     cursor: Option<&str>,
 ) -> Result<(), ApiError> {
     if let Some(text) = cursor.filter(|c| !c.is_empty()) {
-        let cursor = Cursor::decode(text)?;
-        let own = client
-            .get(cursor.id)
-            .await?
-            .is_some_and(|e| e.created_at == cursor.created_at);
-        if !own {
-            return Err(ExecutionError::invalid("invalid execution cursor").into());
-        }
+        client.check_cursor_owner(text).await?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::cursor::{Cursor, invalid_cursor};
 use crate::error::ExecutionError;
 use crate::execution::{Execution, ExecutionPage};
 use crate::limits::Limits;
@@ -113,6 +114,22 @@ impl ExecutionClient {
     /// Reads one execution; `None` when absent or in another namespace (docs/semantics.md#client-operations).
     pub async fn get(&self, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
         self.store.get(&self.namespace, id).await
+    }
+
+    /// Checks that a list cursor may continue a list of this namespace
+    /// (docs/semantics.md#listing-and-cursors): its execution is this namespace's and has the
+    /// cursor's `created_at`, or no namespace holds that execution any more (purged since its
+    /// page was read: the position still orders rows). A cursor naming another namespace's
+    /// execution, or this namespace's with another time, is `invalid execution cursor`, like a
+    /// malformed one. [`list`](Self::list) itself takes any well-formed cursor; the HTTP API
+    /// checks first.
+    pub async fn check_cursor_owner(&self, text: &str) -> Result<(), ExecutionError> {
+        let cursor = Cursor::decode(text)?;
+        let ours = match self.get(cursor.id).await? {
+            Some(execution) => execution.created_at == cursor.created_at,
+            None => !self.store.exists_in_any_namespace(cursor.id).await?,
+        };
+        if ours { Ok(()) } else { Err(invalid_cursor()) }
     }
 
     /// The attempts of an execution of this namespace with their diagnostics (no log lines);

@@ -67,6 +67,11 @@ impl Cursor {
     }
 }
 
+/// The error for a cursor that is well-formed but may not be used (docs/semantics.md#listing-and-cursors).
+pub(crate) fn invalid_cursor() -> ExecutionError {
+    Failure::Invalid.into()
+}
+
 /// Decoder for cursor text: URL-safe alphabet, padding optional (the re-encoding check rejects
 /// padded input anyway).
 const DECODER: GeneralPurpose = GeneralPurpose::new(

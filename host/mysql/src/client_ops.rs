@@ -399,6 +399,19 @@ impl MySqlBackend {
         .await
     }
 
+    pub(crate) async fn exists_in_any_namespace_impl(
+        &self,
+        id: Uuid,
+    ) -> Result<bool, ExecutionError> {
+        self.run("get", || async {
+            let mut conn = self.conn().await?;
+            let sql = format!("SELECT 1 FROM `{}` WHERE id = ?", self.t());
+            let row: Option<Row> = conn.exec_first(sql, (bind_uuid(id),)).await?;
+            Ok(row.is_some())
+        })
+        .await
+    }
+
     pub(crate) async fn list_impl(
         &self,
         namespace: &str,

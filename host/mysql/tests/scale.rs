@@ -545,6 +545,8 @@ async fn script(
     assert!(b.get(NS, r[0].execution_id).await.expect("get").is_some());
     mark(&mut m, &names, "get: absent").await;
     assert!(b.get(NS, absent).await.expect("get").is_none());
+    mark(&mut m, &names, "cursor owner: purged execution").await;
+    assert!(!b.exists_in_any_namespace(absent).await.expect("exists"));
     mark(&mut m, &names, "get: other namespace").await;
     assert!(
         b.get("elsewhere", r[0].execution_id)

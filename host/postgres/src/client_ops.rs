@@ -332,6 +332,18 @@ impl PgBackend {
         .await
     }
 
+    pub(crate) async fn exists_in_any_namespace_impl(
+        &self,
+        id: Uuid,
+    ) -> Result<bool, ExecutionError> {
+        self.run("get", || async {
+            let conn = self.conn().await?;
+            let st = conn.prepare_cached(&self.sql().id_exists).await?;
+            Ok(conn.query_opt(&st, &[&id]).await?.is_some())
+        })
+        .await
+    }
+
     pub(crate) async fn list_impl(
         &self,
         namespace: &str,

@@ -30,6 +30,10 @@ impl ExecutionStore for PgBackend {
         self.get_impl(namespace, id).await
     }
 
+    async fn exists_in_any_namespace(&self, id: Uuid) -> Result<bool, ExecutionError> {
+        self.exists_in_any_namespace_impl(id).await
+    }
+
     async fn attempts(
         &self,
         namespace: &str,

@@ -335,6 +335,8 @@ async fn script(b: PgBackend, clock: Arc<ManualClock>, m: Marker, history_first:
     assert!(b.get(NS, r[0].execution_id).await.expect("get").is_some());
     m.step("get: absent").await;
     assert!(b.get(NS, absent).await.expect("get").is_none());
+    m.step("cursor owner: purged execution").await;
+    assert!(!b.exists_in_any_namespace(absent).await.expect("exists"));
     m.step("get: other namespace").await;
     assert!(
         b.get("elsewhere", r[0].execution_id)

@@ -10,11 +10,13 @@
 #![allow(clippy::expect_used, clippy::panic)]
 
 use chrono::Duration;
+use onestep_core::cursor::Cursor;
 use onestep_core::diagnostics::{
     AttemptDiagnostics, AttemptProgress, LiveDiagnostics, LogLine, LogTail, PurgeRequest, RunFacts,
 };
 use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
-use onestep_core::{Completion, ExecutionLease, ExecutionStatus, LeaseRef, time::Clock};
+use onestep_core::request::{ListFilter, ListSearch, SEARCH_WINDOW_ROWS};
+use onestep_core::{Completion, Execution, ExecutionLease, ExecutionStatus, LeaseRef, time::Clock};
 use serde_json::json;
 
 use crate::ManualClock;
@@ -41,6 +43,26 @@ fn line(seq: u64, clock: &ManualClock, message: &str) -> LogLine {
         level: "info".into(),
         message: message.into(),
     }
+}
+
+/// A filter for every row of `NS` (fewer than 200 here), after `after` when given.
+fn whole_list(after: Option<&Execution>) -> ListFilter {
+    ListFilter {
+        task_name: None,
+        status: None,
+        limit: 200,
+        after: after.map(|e| Cursor {
+            created_at: e.created_at,
+            id: e.id,
+        }),
+        search: ListSearch::default(),
+        window: SEARCH_WINDOW_ROWS,
+    }
+}
+
+async fn list_ids<B: ExecutionStore>(b: &B) -> Vec<uuid::Uuid> {
+    let page = b.list(NS, &whole_list(None)).await.expect("list");
+    page.items.iter().map(|e| e.id).collect()
 }
 
 /// Final diagnostics with every field set (message, progress 3/10, a two-line tail of five
@@ -211,6 +233,7 @@ where
     assert_eq!(last.attempt_no, more[0].attempt_no);
     assert_eq!(last.diagnostics, None, "nothing stored for a refused write");
 
+    let listed_before_purge = list_ids(b).await;
     // Purge: only finished executions older than the cutoff; dry run first.
     clock.advance(2.0 * 86_400.0);
     let request = PurgeRequest {
@@ -233,6 +256,26 @@ where
     assert_eq!((wet.executions, wet.attempts, wet.diagnostics), (2, 2, 2));
     assert_eq!(wet.batches, 2, "batch size 1");
     assert_eq!(b.get(NS, refs[0].execution_id).await.expect("get"), None);
+    // A list cursor at a purged execution is still a position (docs/semantics.md#listing-and-cursors):
+    // no namespace holds its id, and the list goes on with the rows created before it.
+    let purged = &leases[0].execution;
+    assert!(!b.exists_in_any_namespace(purged.id).await.expect("exists"));
+    let after_purged = b
+        .list(NS, &whole_list(Some(purged)))
+        .await
+        .expect("list after a purged execution");
+    // Exactly the rows that followed it in the list before the purge and are still there.
+    let now: Vec<_> = list_ids(b).await;
+    let followed: Vec<_> = listed_before_purge
+        .iter()
+        .skip_while(|id| **id != purged.id)
+        .skip(1)
+        .filter(|id| now.contains(id))
+        .copied()
+        .collect();
+    assert!(listed_before_purge.contains(&purged.id));
+    let got: Vec<_> = after_purged.items.iter().map(|e| e.id).collect();
+    assert_eq!(got, followed);
     assert!(
         b.get(NS, refs[2].execution_id)
             .await

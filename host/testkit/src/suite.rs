@@ -162,6 +162,7 @@ macro_rules! conformance_tests {
             submit_expires_at_offset_stored_as_utc,
             submit_delay_and_microseconds,
             get_other_namespace_is_absent,
+            list_cursor_owner,
             idempotent_replay_and_conflict,
             submit_many_new_replay_conflict,
             list_paging_identical_created_at,

@@ -101,3 +101,72 @@ async fn tokens_isolate_namespaces() {
     }
     assert_eq!(app.count_rows().await, 2);
 }
+
+/// A cursor whose execution was purged between two pages is still a position
+/// (docs/semantics.md#listing-and-cursors): the next page is served, not refused as foreign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cursor_at_a_purged_execution_still_pages() {
+    use onestep_core::diagnostics::PurgeRequest;
+    use onestep_core::ports::{LeaseStore, Retention};
+    use onestep_core::request::ClaimRequest;
+
+    let app = TestApp::start(tenant_settings()).await;
+    let old = app.submit(Some(TOKEN_A), "k-old", "echo", json!(1)).await;
+    let newer = app
+        .submit(Some(TOKEN_A), "k-new", "run_agent", json!(2))
+        .await;
+    let (status, first) = app
+        .send(req(Method::GET, "/v1/executions?limit=1", Some(TOKEN_A)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(first["items"][0]["id"], newer["id"]);
+    let cursor = first["next_cursor"].as_str().expect("cursor").to_owned();
+
+    // Finish the newer execution and purge it, as `onestep purge` would.
+    let leases = app
+        .backend
+        .claim(&ClaimRequest {
+            namespace: "tenant-a".into(),
+            task_names: vec!["run_agent".into()],
+            limit: 1,
+            lease_duration_s: 30.0,
+            worker_id: "w1".into(),
+        })
+        .await
+        .expect("claim");
+    assert_eq!(leases.len(), 1);
+    app.backend
+        .complete(
+            &leases[0].lease_ref(),
+            &onestep_core::Completion::succeeded(json!(0)),
+        )
+        .await
+        .expect("complete");
+    let purged = app
+        .backend
+        .purge(&PurgeRequest {
+            namespace: Some("tenant-a".into()),
+            finished_before: chrono::Utc::now() + chrono::Duration::days(1),
+            statuses: vec![],
+            batch_size: 100,
+            dry_run: false,
+        })
+        .await
+        .expect("purge");
+    assert_eq!(purged.executions, 1);
+
+    let next = format!("/v1/executions?limit=1&cursor={cursor}");
+    let (status, page) = app
+        .send(req(Method::GET, &next, Some(TOKEN_A)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["items"][0]["id"], old["id"]);
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1));
+    // The execution is gone from every namespace, so for tenant B the cursor is a position too:
+    // it orders B's own rows (none here) and shows nothing of A's.
+    let (status, theirs) = app
+        .send(req(Method::GET, &next, Some(TOKEN_B)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{theirs}");
+    assert_eq!(theirs["items"].as_array().map(Vec::len), Some(0));
+}

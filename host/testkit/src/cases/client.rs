@@ -1,9 +1,10 @@
 //! Client-side cases: submit (T1), idempotency, get, list paging, submit_many, value round trips.
 
 use chrono::{Duration, FixedOffset, TimeZone, Utc};
+use onestep_core::cursor::Cursor;
 use onestep_core::execution::Completion;
 use onestep_core::request::{ListQuery, ListSearch, SubmitRequest};
-use onestep_core::{ErrorObject, Execution};
+use onestep_core::{ErrorObject, Execution, ExecutionClient};
 use onestep_core::{ExecutionError, ExecutionStatus};
 use serde_json::json;
 
@@ -23,6 +24,7 @@ pub(crate) fn cases() -> Vec<Case> {
         case("get_other_namespace_is_absent", |fx| {
             Box::pin(other_namespace(fx))
         }),
+        case("list_cursor_owner", |fx| Box::pin(cursor_owner(fx))),
         case("idempotent_replay_and_conflict", |fx| {
             Box::pin(replay_conflict(fx))
         }),
@@ -144,6 +146,70 @@ async fn other_namespace(fx: Fixture) {
         fx.store.get(NS, uuid::Uuid::new_v4()).await.expect("get"),
         None
     );
+}
+
+/// Which cursors may continue a namespace's list (docs/semantics.md#listing-and-cursors): its
+/// own execution's, and a position whose execution no namespace holds (purged since); not
+/// another namespace's execution, nor its own at another time.
+async fn cursor_owner(fx: Fixture) {
+    let ours = submit(&fx, json!(1)).await;
+    let theirs = fx
+        .store
+        .submit(builders::prepared("other", TASK, json!(2)))
+        .await
+        .expect("submit other");
+    let store = &fx.store;
+    assert!(
+        store
+            .exists_in_any_namespace(ours.id)
+            .await
+            .expect("exists")
+    );
+    assert!(
+        store
+            .exists_in_any_namespace(theirs.id)
+            .await
+            .expect("exists")
+    );
+    let gone = uuid::Uuid::now_v7();
+    assert!(!store.exists_in_any_namespace(gone).await.expect("exists"));
+
+    let client = ExecutionClient::new(fx.store.clone(), NS, fx.limits).expect("client");
+    let cursor = |id, created_at| Cursor { created_at, id }.encode();
+    client
+        .check_cursor_owner(&cursor(ours.id, ours.created_at))
+        .await
+        .expect("own execution");
+    let gone_cursor = cursor(gone, ours.created_at + Duration::seconds(1));
+    client
+        .check_cursor_owner(&gone_cursor)
+        .await
+        .expect("a position whose execution is gone");
+    // That position still orders the list: everything created before it.
+    let page = client
+        .list(&ListQuery {
+            cursor: Some(gone_cursor),
+            ..ListQuery::default()
+        })
+        .await
+        .expect("list after the gone position");
+    let ids: Vec<_> = page.items.iter().map(|e| e.id).collect();
+    assert_eq!(ids, vec![ours.id]);
+    for (what, text) in [
+        ("another namespace's", cursor(theirs.id, theirs.created_at)),
+        (
+            "its own at another time",
+            cursor(ours.id, ours.created_at + Duration::microseconds(1)),
+        ),
+        ("malformed", "not-a-cursor".to_owned()),
+    ] {
+        match client.check_cursor_owner(&text).await {
+            Err(ExecutionError::InvalidArgument(m)) => {
+                assert_eq!(m, "invalid execution cursor", "{what}");
+            }
+            other => panic!("{what} cursor: expected invalid execution cursor, got {other:?}"),
+        }
+    }
 }
 
 async fn replay_conflict(fx: Fixture) {
