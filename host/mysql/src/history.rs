@@ -36,7 +36,12 @@ fn uuid_expr(ids: HistoryIds, h: &str, ms: &str) -> String {
 }
 
 /// `SELECT n FROM …`: the sequence `offset .. offset + HISTORY_CHUNK` below `count`, as the
-/// derived table `s(n)`; both servers accept it (no recursive CTE depth limit involved).
+/// derived table `s(n)`; both servers accept it (no recursive CTE depth limit involved). The
+/// cross join's order is the server's choice (MariaDB's nested loops give 0, 1, 2, …; MySQL 9's
+/// hash join gives 7101, 7102, …, 7109, 7290, …), so the inserts say `ORDER BY s.n`: rows go in
+/// in creation order, as a worker writes them, and the indexes come out as dense as a real
+/// history's (in hash-join order MySQL 9 left its pages part empty: 4.6 GB for 1M executions
+/// with their attempts, where MariaDB's seeded tables took 0.7 GB).
 fn sequence_sql() -> String {
     let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
                   UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
@@ -100,14 +105,14 @@ impl MySqlBackend {
              idempotency_key, submission_digest) \
              SELECT {exec_id}, ?, ?, 'succeeded', JSON_OBJECT('i', s.n), JSON_OBJECT(), \
              JSON_OBJECT('i', s.n), 1, {created}, {created}, {finished}, {created}, {finished}, 2, \
-             {key}, {digest} FROM {seq}",
+             {key}, {digest} FROM {seq} ORDER BY s.n",
             t = self.t()
         );
         let attempt_sql = format!(
             "INSERT INTO `{a}` (id, execution_id, attempt_no, lease_token, worker_id, status, \
              started_at, heartbeat_at, finished_at) \
              SELECT {attempt_id}, {exec_id}, 1, {token}, 'onestep-bench-history', 'succeeded', \
-             {created}, {created}, {finished} FROM {seq}",
+             {created}, {created}, {finished} FROM {seq} ORDER BY s.n",
             a = self.a()
         );
         let mut written = 0u64;
