@@ -4,7 +4,8 @@
 #      on 5432),
 #   2. installs Debian's chromium + chromium-driver for the dashboard's browser tests (apt, once),
 #   3. builds the example guest components (wasm32-wasip2; the Python one with componentize-py),
-#   4. prepares the reference Python implementation's venv for the interop test,
+#   4. prepares the reference Python implementation's venv for the interop test, and a venv with
+#      schemathesis for the API fuzzing test,
 #   5. runs `cargo test --workspace` (one shared target directory; the binary is built once).
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p onestep-mysql`).
 set -euo pipefail
@@ -33,6 +34,10 @@ if [ -x scripts/ref-venv.sh ]; then
     export ONESTEP_REF_VENV
     scripts/ref-venv.sh >&2
 fi
+
+echo "== schemathesis venv (API fuzzing test)" >&2
+ONESTEP_SCHEMATHESIS="$(scripts/schemathesis-venv.sh)"
+export ONESTEP_SCHEMATHESIS
 
 echo "== build: the onestep binary (shared by the end-to-end tests) and every test target" >&2
 # One build with the same feature set `cargo test --workspace` uses (dev-dependencies enable e.g.

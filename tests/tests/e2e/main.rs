@@ -51,6 +51,8 @@
 //! * [`render`]: `onestep render` of a config, as text and as a Mermaid flowchart.
 //! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
 //!   outside the repository and passes `check --strict` and `task run`; bad input.
+//! * [`schemathesis`]: schemathesis against `onestep serve`'s `/openapi.json` with generated
+//!   valid and invalid input, with a token and without: no 5xx, no panic, the server stays up.
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
 //! * [`ui_browser`]: the dashboard in a real headless Chromium over WebDriver: log in, list,
 //!   filter, detail, cancel, retry, bulk cancel, a read token without actions, page loads on
@@ -89,6 +91,7 @@ mod reload;
 mod render;
 mod runtime;
 mod scaffold;
+mod schemathesis;
 mod smoke;
 mod task_run;
 mod traces;
