@@ -203,14 +203,15 @@ impl ApiMetrics {
         insights: Arc<dyn ExecutionInsights>,
         namespaces: Vec<String>,
     ) -> Self {
-        let mut m = ApiMetrics::default();
-        m.sampler = Some(ExecutionsSampler {
-            insights,
-            namespaces,
-            last: tokio::sync::Mutex::new(None),
-        });
-        m.figures = Some(std::sync::Mutex::default());
-        m
+        ApiMetrics {
+            sampler: Some(ExecutionsSampler {
+                insights,
+                namespaces,
+                last: tokio::sync::Mutex::new(None),
+            }),
+            figures: Some(std::sync::Mutex::default()),
+            ..ApiMetrics::default()
+        }
     }
 
     /// Re-reads the `onestep_executions` gauge when the last sample is older than
