@@ -301,7 +301,10 @@ fn api_section() {
     let err = load_api("{connector: db, namespace: n, metrics: {public: 'yes'}}")
         .expect_err("not a boolean")
         .to_string();
-    assert!(err.contains("api.metrics: public must be a boolean"), "{err}");
+    assert!(
+        err.contains("api.metrics: public must be a boolean"),
+        "{err}"
+    );
     let err = load_api("{connector: db, namespace: n, metrics: {open: true}}")
         .expect_err("strict")
         .to_string();
