@@ -16,7 +16,7 @@
 //! | `GET /v1/whoami` | 200 namespace and role | |
 //! | `GET /healthz`, `GET /readyz` | 200 | 503 (readyz) |
 //! | `GET /openapi.json` | 200 OpenAPI 3.1 document | |
-//! | `GET /metrics` | 200 request counts and latency, OpenMetrics text ([`metrics`]) | |
+//! | `GET /metrics` | 200 request counts and latency; execution figures for an `operate` token or with `api.metrics.public` ([`metrics`]) | |
 //! | `GET /ui`, `GET /ui/executions/{id}` | the operator dashboard ([`ui`], docs/ui.md) | |
 //!
 //! Every error is JSON `{"code", "message"}` ([`ErrorBody`]), including axum's own rejections.
@@ -67,7 +67,10 @@ pub fn router(state: ApiState) -> Router {
     });
     let metrics_route = Router::new()
         .route("/metrics", get(metrics::serve_metrics))
-        .with_state(std::sync::Arc::clone(&metrics));
+        .with_state(metrics::MetricsRoute {
+            metrics: std::sync::Arc::clone(&metrics),
+            api: state.clone(),
+        });
     router
         .merge(ui::routes())
         .route("/openapi.json", get(move || async move { axum::Json(doc) }))

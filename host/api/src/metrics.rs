@@ -2,6 +2,11 @@
 //! method, matched route (the path template, never the concrete id) and status, and — where the
 //! backend has [`ExecutionInsights`] — the sampled `onestep_executions` gauge, served as
 //! OpenMetrics text at `GET /metrics` next to the API.
+//!
+//! Every label value goes through [`LabelText`], which escapes it as the exposition format
+//! requires (`prometheus-client` writes label values verbatim). The per-namespace figures are
+//! tenant data: they are shown only to an `operate` caller (its own namespace) or to anyone when
+//! `api.metrics.public` is set ([`FiguresScope`], docs/observability.md#api-metrics).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -11,7 +16,7 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use onestep_core::ports::ExecutionInsights;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -27,17 +32,61 @@ fn duration_histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
 
+/// A label value written escaped as the text exposition format requires: backslash, double
+/// quote and line feed become `\\`, `\"` and `\n` (prometheus/client_rust#151: the encoder of
+/// `prometheus-client` 0.24 writes `String` label values verbatim, so a task name holding
+/// `"` or a newline could close the label and forge samples). Use it for every label whose
+/// value is not a fixed word of this crate: task names, namespaces, anything a tenant chose.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct LabelText(pub String);
+
+impl LabelText {
+    /// The unescaped text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for LabelText {
+    fn from(s: &str) -> Self {
+        LabelText(s.to_owned())
+    }
+}
+
+impl From<String> for LabelText {
+    fn from(s: String) -> Self {
+        LabelText(s)
+    }
+}
+
+impl EncodeLabelValue for LabelText {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write as _;
+        let mut rest = self.0.as_str();
+        while let Some(i) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..i])?;
+            encoder.write_str(match rest.as_bytes()[i] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[i + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    method: String,
-    route: String,
+    method: LabelText,
+    route: LabelText,
     status: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
-    method: String,
-    route: String,
+    method: LabelText,
+    route: LabelText,
 }
 
 /// How a `POST /v1/executions` ended (label `outcome` of `onestep_api_submits_total`).
@@ -56,9 +105,28 @@ struct SubmitLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ExecutionLabels {
-    namespace: String,
-    task: String,
+    namespace: LabelText,
+    task: LabelText,
     status: &'static str,
+}
+
+/// Which per-namespace figures (`onestep_executions`) a `/metrics` answer holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FiguresScope {
+    /// None: only the request counts (a caller without an `operate` token).
+    None,
+    /// The figures of this namespace (an `operate` caller).
+    Namespace(String),
+    /// Every namespace (`api.metrics.public: true`).
+    All,
+}
+
+/// The last good sample of the `onestep_executions` gauge.
+#[derive(Debug, Default)]
+struct Sample {
+    rows: Vec<(String, onestep_core::ports::StatusCount)>,
+    /// Unix time of the sample; `None` before the first success.
+    at: Option<f64>,
 }
 
 /// The `onestep_executions` gauge is re-read from the database at most this often, however
@@ -73,8 +141,6 @@ struct ExecutionsSampler {
     /// When the last sample was taken (successful or not); held while sampling, so concurrent
     /// scrapes wait for one statement instead of running several.
     last: tokio::sync::Mutex<Option<Instant>>,
-    executions: Family<ExecutionLabels, Gauge>,
-    sampled_at: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for ExecutionsSampler {
@@ -93,6 +159,8 @@ pub struct ApiMetrics {
     requests: Family<RequestLabels, Counter>,
     duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
     sampler: Option<ExecutionsSampler>,
+    /// The last sample of the gauge; `None` without a sampler (no figures at all).
+    figures: Option<std::sync::Mutex<Sample>>,
 }
 
 impl Default for ApiMetrics {
@@ -123,6 +191,7 @@ impl Default for ApiMetrics {
             requests,
             duration,
             sampler: None,
+            figures: None,
         }
     }
 }
@@ -134,27 +203,15 @@ impl ApiMetrics {
         insights: Arc<dyn ExecutionInsights>,
         namespaces: Vec<String>,
     ) -> Self {
-        let mut m = ApiMetrics::default();
-        let executions = Family::<ExecutionLabels, Gauge>::default();
-        m.registry.register(
-            "onestep_executions",
-            "Executions by namespace, task and status, sampled from the database at most every 15 s",
-            executions.clone(),
-        );
-        let sampled_at = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        m.registry.register(
-            "onestep_executions_sampled_timestamp_seconds",
-            "Unix time of the last successful sample of onestep_executions",
-            sampled_at.clone(),
-        );
-        m.sampler = Some(ExecutionsSampler {
-            insights,
-            namespaces,
-            last: tokio::sync::Mutex::new(None),
-            executions,
-            sampled_at,
-        });
-        m
+        ApiMetrics {
+            sampler: Some(ExecutionsSampler {
+                insights,
+                namespaces,
+                last: tokio::sync::Mutex::new(None),
+            }),
+            figures: Some(std::sync::Mutex::default()),
+            ..ApiMetrics::default()
+        }
     }
 
     /// Re-reads the `onestep_executions` gauge when the last sample is older than
@@ -162,7 +219,9 @@ impl ApiMetrics {
     /// timestamp) and is retried after the interval, so a struggling database gets one
     /// statement per interval at most.
     pub async fn sample_executions(&self) {
-        let Some(s) = &self.sampler else { return };
+        let (Some(s), Some(figures)) = (&self.sampler, &self.figures) else {
+            return;
+        };
         let mut last = s.last.lock().await;
         if last.is_some_and(|t| t.elapsed() < EXECUTIONS_SAMPLE_INTERVAL) {
             return;
@@ -170,20 +229,14 @@ impl ApiMetrics {
         *last = Some(Instant::now());
         match s.insights.counts_by_namespace(&s.namespaces).await {
             Ok(rows) => {
-                s.executions.clear();
-                for (namespace, c) in rows {
-                    s.executions
-                        .get_or_create(&ExecutionLabels {
-                            namespace,
-                            task: c.task_name,
-                            status: c.status.as_str(),
-                        })
-                        .set(i64::try_from(c.count).unwrap_or(i64::MAX));
-                }
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
-                s.sampled_at.set(now);
+                let mut sample = figures.lock().unwrap_or_else(|e| e.into_inner());
+                *sample = Sample {
+                    rows,
+                    at: Some(now),
+                };
             }
             Err(e) => {
                 tracing::warn!(error = %e, "sampling onestep_executions failed; keeping the last values");
@@ -195,26 +248,71 @@ impl ApiMetrics {
     fn record(&self, method: &str, route: &str, status: u16, seconds: f64) {
         self.requests
             .get_or_create(&RequestLabels {
-                method: method.to_owned(),
-                route: route.to_owned(),
+                method: method.into(),
+                route: route.into(),
                 status: status.to_string(),
             })
             .inc();
         self.duration
             .get_or_create(&RouteLabels {
-                method: method.to_owned(),
-                route: route.to_owned(),
+                method: method.into(),
+                route: route.into(),
             })
             .observe(seconds);
     }
 
-    /// The OpenMetrics text.
-    pub fn render(&self) -> String {
+    /// The OpenMetrics text: the request metrics, plus the `onestep_executions` figures of
+    /// `scope` (none, one namespace or all) from the last sample.
+    pub fn render(&self, scope: &FiguresScope) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry);
+        if let (Some(sample), false) = (&self.figures, *scope == FiguresScope::None) {
+            let figures =
+                figures_registry(&sample.lock().unwrap_or_else(|e| e.into_inner()), scope);
+            let _ = encode_registry(&mut out, &figures);
+        }
+        let _ = encode_eof(&mut out);
         out
     }
+}
+
+/// A registry holding the `onestep_executions` rows of `sample` that `scope` may see.
+fn figures_registry(sample: &Sample, scope: &FiguresScope) -> Registry {
+    let mut registry = Registry::default();
+    let executions = Family::<ExecutionLabels, Gauge>::default();
+    registry.register(
+        "onestep_executions",
+        "Executions by namespace, task and status, sampled from the database at most every 15 s",
+        executions.clone(),
+    );
+    let sampled_at = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    registry.register(
+        "onestep_executions_sampled_timestamp_seconds",
+        "Unix time of the last successful sample of onestep_executions",
+        sampled_at.clone(),
+    );
+    for (namespace, c) in &sample.rows {
+        let visible = match scope {
+            FiguresScope::None => false,
+            FiguresScope::Namespace(ns) => ns == namespace,
+            FiguresScope::All => true,
+        };
+        if visible {
+            executions
+                .get_or_create(&ExecutionLabels {
+                    namespace: namespace.as_str().into(),
+                    task: c.task_name.as_str().into(),
+                    status: c.status.as_str(),
+                })
+                .set(i64::try_from(c.count).unwrap_or(i64::MAX));
+        }
+    }
+    if let Some(at) = sample.at {
+        sampled_at.set(at);
+    }
+    registry
 }
 
 /// Middleware: counts and times every request under its route template (`unmatched` for
@@ -255,15 +353,167 @@ pub(crate) async fn track(
     response
 }
 
+/// The state of `GET /metrics`: the metrics and the API state that says who the caller is.
+#[derive(Clone, Debug)]
+pub(crate) struct MetricsRoute {
+    pub(crate) metrics: Arc<ApiMetrics>,
+    pub(crate) api: crate::state::ApiState,
+}
+
+/// The figures `GET /metrics` shows this caller: all with `api.metrics.public`; those of its own
+/// namespace to an `operate` caller (in no-auth mode every caller is one); none otherwise — an
+/// unknown or missing token is not an error here, it just sees the request counts.
+fn figures_scope(
+    api: &crate::state::ApiState,
+    parts: &mut axum::http::request::Parts,
+) -> FiguresScope {
+    if api.metrics_public() {
+        return FiguresScope::All;
+    }
+    let auth = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match api.caller_for(auth) {
+        Ok((client, role)) if role.can_operate() => {
+            FiguresScope::Namespace(client.namespace().to_owned())
+        }
+        _ => FiguresScope::None,
+    }
+}
+
 /// `GET /metrics`.
-pub(crate) async fn serve_metrics(State(metrics): State<Arc<ApiMetrics>>) -> Response {
-    metrics.sample_executions().await;
+pub(crate) async fn serve_metrics(State(route): State<MetricsRoute>, request: Request) -> Response {
+    let (mut parts, _) = request.into_parts();
+    let scope = figures_scope(&route.api, &mut parts);
+    let metrics = &route.metrics;
+    if scope != FiguresScope::None {
+        metrics.sample_executions().await;
+    }
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        metrics.render(),
+        metrics.render(&scope),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onestep_core::ExecutionStatus;
+    use onestep_core::ports::StatusCount;
+    use openmetrics_parser::openmetrics::parse_openmetrics;
+
+    /// Task names a tenant could choose to break out of the label (docs/security.md#metrics).
+    pub(crate) const HOSTILE: [&str; 5] = [
+        "x\",namespace=\"team-b\",task=\"y\",status=\"queued\"} 999999\nonestep_executions{namespace=\"team-b",
+        "back\\slash\\",
+        "brace}{",
+        "new\nline",
+        "quote\"",
+    ];
+
+    fn with_rows(rows: Vec<(String, StatusCount)>) -> ApiMetrics {
+        ApiMetrics {
+            figures: Some(std::sync::Mutex::new(Sample {
+                rows,
+                at: Some(1.0),
+            })),
+            ..ApiMetrics::default()
+        }
+    }
+
+    #[test]
+    fn hostile_label_values_are_escaped_and_parse_back_exactly() {
+        let rows: Vec<(String, StatusCount)> = HOSTILE
+            .iter()
+            .map(|t| {
+                (
+                    "team-a".to_owned(),
+                    StatusCount {
+                        task_name: (*t).to_owned(),
+                        status: ExecutionStatus::Queued,
+                        count: 1,
+                    },
+                )
+            })
+            .collect();
+        let m = with_rows(rows);
+        m.record("GET", "/x\"y\\z\n", 200, 0.01);
+        let text = m.render(&FiguresScope::All);
+        let parsed = parse_openmetrics(&text).unwrap_or_else(|e| panic!("{e:?} in:\n{text}"));
+        let family = &parsed.families["onestep_executions"];
+        let mut seen: Vec<(String, String)> = family
+            .iter_samples()
+            .map(|s| {
+                let l = s.get_labelset().expect("labels");
+                (
+                    l.get_label_value("namespace")
+                        .unwrap_or_default()
+                        .to_owned(),
+                    l.get_label_value("task").unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        seen.sort();
+        let mut want: Vec<(String, String)> = HOSTILE
+            .iter()
+            .map(|t| ("team-a".to_owned(), (*t).to_owned()))
+            .collect();
+        want.sort();
+        assert_eq!(
+            seen, want,
+            "no forged sample, every name back exactly:\n{text}"
+        );
+        let requests = &parsed.families["onestep_api_requests"];
+        let route = requests
+            .iter_samples()
+            .map(|s| {
+                s.get_labelset()
+                    .expect("labels")
+                    .get_label_value("route")
+                    .map(str::to_owned)
+            })
+            .next()
+            .flatten();
+        assert_eq!(route.as_deref(), Some("/x\"y\\z\n"));
+    }
+
+    #[test]
+    fn figures_only_in_scope() {
+        let row = |ns: &str| {
+            (
+                ns.to_owned(),
+                StatusCount {
+                    task_name: "t".to_owned(),
+                    status: ExecutionStatus::Queued,
+                    count: 3,
+                },
+            )
+        };
+        let m = with_rows(vec![row("a"), row("b")]);
+        m.record("GET", "/v1/whoami", 200, 0.01);
+        let none = m.render(&FiguresScope::None);
+        assert!(
+            !none.contains("onestep_executions") && !none.contains("namespace="),
+            "{none}"
+        );
+        assert!(none.ends_with("# EOF\n"), "{none}");
+        let own = m.render(&FiguresScope::Namespace("a".into()));
+        assert!(
+            own.contains(r#"namespace="a""#) && !own.contains(r#"namespace="b""#),
+            "{own}"
+        );
+        let all = m.render(&FiguresScope::All);
+        assert!(
+            all.contains(r#"namespace="a""#) && all.contains(r#"namespace="b""#),
+            "{all}"
+        );
+        for text in [none, own, all] {
+            parse_openmetrics(&text).unwrap_or_else(|e| panic!("{e:?} in:\n{text}"));
+        }
+    }
 }

@@ -73,6 +73,8 @@ struct Inner {
     clients: Vec<ExecutionClient>,
     allowed_tasks: Option<BTreeSet<String>>,
     max_body_bytes: usize,
+    /// `api.metrics.public`: `/metrics` shows every namespace's figures without a token.
+    metrics_public: bool,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -124,6 +126,7 @@ impl ApiState {
                 clients,
                 allowed_tasks: settings.allowed_tasks,
                 max_body_bytes: settings.max_body_bytes,
+                metrics_public: false,
             }),
         })
     }
@@ -135,6 +138,21 @@ impl ApiState {
         ApiState {
             inner: Arc::new(inner),
         }
+    }
+
+    /// The same state with `/metrics` showing every namespace's figures to anyone
+    /// (`api.metrics.public`, docs/observability.md#api-metrics).
+    pub fn with_public_metrics(self, public: bool) -> Self {
+        let mut inner = (*self.inner).clone();
+        inner.metrics_public = public;
+        ApiState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Whether `/metrics` shows every namespace's figures without a token.
+    pub fn metrics_public(&self) -> bool {
+        self.inner.metrics_public
     }
 
     /// The overview figures' source as a shared handle (for the metrics' gauge).

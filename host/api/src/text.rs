@@ -1,8 +1,11 @@
 //! Human-readable output of the CLI client commands (`onestep get`, `list`, …). `--json` output
-//! is the same [`ExecutionView`] the HTTP API returns.
+//! is the same [`ExecutionView`] the HTTP API returns. Tenant text (task names, namespaces,
+//! metadata, error types) is shown with control, bidi and zero-width characters escaped
+//! ([`onestep_core::text::visible`], docs/security.md#invisible-characters), as on the dashboard.
 
 use std::fmt::Write as _;
 
+use onestep_core::text::visible;
 use serde_json::Value;
 
 use crate::attempts::{AttemptsView, LogsView, ProgressView};
@@ -16,7 +19,7 @@ pub fn execution_table(items: &[ExecutionView]) -> String {
         .map(|e| {
             [
                 e.id.to_string(),
-                e.task_name.clone(),
+                visible(&e.task_name).into_owned(),
                 e.status.clone(),
                 e.attempts.to_string(),
                 short_time(&e.created_at),
@@ -55,7 +58,7 @@ pub fn execution_table(items: &[ExecutionView]) -> String {
 pub fn execution_detail(e: &ExecutionView) -> String {
     let mut out = String::new();
     let mut kv = |k: &str, v: &str| {
-        let _ = writeln!(out, "{:<22}{v}", format!("{k}:"));
+        let _ = writeln!(out, "{:<22}{}", format!("{k}:"), visible(v));
     };
     kv("id", &e.id.to_string());
     kv("namespace", &e.namespace);
@@ -112,7 +115,7 @@ pub fn attempts_detail(view: &AttemptsView) -> String {
     for a in &view.items {
         let _ = writeln!(out, "attempt {} ({})", a.attempt, a.status);
         let mut kv = |k: &str, v: &str| {
-            let _ = writeln!(out, "  {:<20}{v}", format!("{k}:"));
+            let _ = writeln!(out, "  {:<20}{}", format!("{k}:"), visible(v));
         };
         kv("id", &a.id.to_string());
         kv("worker_id", &a.worker_id);
@@ -249,6 +252,18 @@ mod tests {
         assert!(d.contains("error:                error HandlerError at handler\n"));
         assert!(!d.contains("started_at"));
         assert_eq!(result_text(&Value::String("hi".into())), "hi");
+        let mut bidi = view("queued", None);
+        bidi.task_name = "invoice\u{202e}gpj.exe".into();
+        let d = execution_detail(&bidi);
+        assert!(
+            d.contains("task_name:            invoice\\u{202e}gpj.exe\n"),
+            "{d}"
+        );
+        let t = execution_table(&[bidi]);
+        assert!(
+            t.contains("invoice\\u{202e}gpj.exe") && !t.contains('\u{202e}'),
+            "{t}"
+        );
         assert_eq!(
             result_text(&serde_json::json!({"a": 1})),
             "{\n  \"a\": 1\n}"

@@ -3,8 +3,9 @@
 //! serves `GET /metrics` (OpenMetrics text from `prometheus-client`), `GET /healthz` and
 //! `GET /readyz` on `--metrics-addr` / `app.metrics_addr`.
 //!
-//! Labels never carry execution ids or tenant data: `app`, `task`, and small fixed sets
-//! (`status`, `failure_kind`, `exception_type`, `result`, `operation`, `class`, `kind`).
+//! Labels never carry execution ids or tenant data beyond the task: `app`, `task`, and small
+//! fixed sets (`status`, `failure_kind`, `exception_type`, `result`, `operation`, `class`,
+//! `kind`). Every label value is a [`LabelText`], written escaped (task names are free text).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,6 +18,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use onestep_api::metrics::LabelText;
 use onestep_core::{ExecutionError, ExecutionStatus};
 use onestep_wasm::{Report, TrapKind};
 use onestep_worker::{AttemptEnd, HeartbeatOutcome, WorkerObserver};
@@ -62,56 +64,56 @@ fn memory_histogram() -> Histogram {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TaskLabels {
-    app: String,
-    task: String,
+    app: LabelText,
+    task: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabels {
-    app: String,
-    task: String,
-    status: String,
+    app: LabelText,
+    task: LabelText,
+    status: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FailureLabels {
-    app: String,
-    task: String,
-    failure_kind: String,
-    exception_type: String,
+    app: LabelText,
+    task: LabelText,
+    failure_kind: LabelText,
+    exception_type: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
-    app: String,
-    task: String,
-    result: String,
+    app: LabelText,
+    task: LabelText,
+    result: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DbErrorLabels {
-    app: String,
-    operation: String,
-    class: String,
+    app: LabelText,
+    operation: LabelText,
+    class: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TrapLabels {
-    app: String,
-    task: String,
-    kind: String,
+    app: LabelText,
+    task: LabelText,
+    kind: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabels {
-    app: String,
-    task: String,
-    direction: String,
+    app: LabelText,
+    task: LabelText,
+    direction: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
-    version: String,
+    version: LabelText,
 }
 
 type Hist = Family<TaskLabels, Histogram, fn() -> Histogram>;
@@ -128,7 +130,7 @@ struct SourceHealth {
 /// Every metric family of a worker process, and its health state.
 #[derive(Debug)]
 pub struct Metrics {
-    app: String,
+    app: LabelText,
     registry: Registry,
     processed: Family<StatusLabels, Counter>,
     duration: Hist,
@@ -276,7 +278,7 @@ impl Metrics {
         );
         build_info
             .get_or_create(&VersionLabels {
-                version: env!("CARGO_PKG_VERSION").to_owned(),
+                version: env!("CARGO_PKG_VERSION").into(),
             })
             .set(1);
         let now = Instant::now();
@@ -291,7 +293,7 @@ impl Metrics {
             })
             .collect();
         Metrics {
-            app: app.to_owned(),
+            app: app.into(),
             registry,
             processed,
             duration,
@@ -321,7 +323,7 @@ impl Metrics {
     fn task(&self, task: &str) -> TaskLabels {
         TaskLabels {
             app: self.app.clone(),
-            task: task.to_owned(),
+            task: task.into(),
         }
     }
 
@@ -356,8 +358,8 @@ impl Metrics {
             self.wasm_traps
                 .get_or_create(&TrapLabels {
                     app: self.app.clone(),
-                    task: task.to_owned(),
-                    kind: kind.to_owned(),
+                    task: task.into(),
+                    kind: kind.into(),
                 })
                 .inc();
         }
@@ -378,8 +380,8 @@ impl Metrics {
                 self.http_requests
                     .get_or_create(&ResultLabels {
                         app: self.app.clone(),
-                        task: task.to_owned(),
-                        result: result.to_owned(),
+                        task: task.into(),
+                        result: result.into(),
                     })
                     .inc_by(n);
             }
@@ -389,8 +391,8 @@ impl Metrics {
                 self.http_bytes
                     .get_or_create(&DirectionLabels {
                         app: self.app.clone(),
-                        task: task.to_owned(),
-                        direction: direction.to_owned(),
+                        task: task.into(),
+                        direction: direction.into(),
                     })
                     .inc_by(n);
             }
@@ -435,7 +437,7 @@ impl Metrics {
         let healthy = all_alive && !stopping;
         let doc = json!({
             "status": if healthy { "ok" } else { "degraded" },
-            "app": self.app,
+            "app": self.app.as_str(),
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_s": round3(now.saturating_duration_since(self.started).as_secs_f64()),
             "stopping": stopping,
@@ -480,8 +482,8 @@ impl WorkerObserver for Metrics {
         }
         let status = |s: &str| StatusLabels {
             app: self.app.clone(),
-            task: task.to_owned(),
-            status: s.to_owned(),
+            task: task.into(),
+            status: s.into(),
         };
         match end.status {
             Some(ExecutionStatus::Succeeded) => {
@@ -502,9 +504,9 @@ impl WorkerObserver for Metrics {
             self.failures
                 .get_or_create(&FailureLabels {
                     app: self.app.clone(),
-                    task: task.to_owned(),
-                    failure_kind: kind.clone(),
-                    exception_type: exception_type.clone(),
+                    task: task.into(),
+                    failure_kind: kind.as_str().into(),
+                    exception_type: exception_type.as_str().into(),
                 })
                 .inc();
         }
@@ -517,8 +519,8 @@ impl WorkerObserver for Metrics {
         self.heartbeats
             .get_or_create(&ResultLabels {
                 app: self.app.clone(),
-                task: task.to_owned(),
-                result: outcome.as_str().to_owned(),
+                task: task.into(),
+                result: outcome.as_str().into(),
             })
             .inc();
     }
@@ -531,8 +533,8 @@ impl WorkerObserver for Metrics {
         self.db_errors
             .get_or_create(&DbErrorLabels {
                 app: self.app.clone(),
-                operation: operation.to_owned(),
-                class: class.to_owned(),
+                operation: operation.into(),
+                class: class.into(),
             })
             .inc();
     }
@@ -597,102 +599,5 @@ pub async fn serve(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use onestep_core::{BackendError, ConnectorKind};
-
-    fn metrics() -> Metrics {
-        Metrics::new(
-            "demo",
-            [("echo".to_owned(), Duration::from_secs(90))],
-            CancellationToken::new(),
-        )
-    }
-
-    fn end(status: Option<ExecutionStatus>, failure: Option<(&str, &str)>) -> AttemptEnd {
-        AttemptEnd {
-            status,
-            duration: Duration::from_millis(30),
-            failure: failure.map(|(k, e)| (k.to_owned(), e.to_owned())),
-            lease_lost: status.is_none(),
-        }
-    }
-
-    #[test]
-    fn observed_work_is_rendered_under_the_reference_names() {
-        let m = metrics();
-        m.claimed("echo", 4, Duration::from_millis(2));
-        for _ in 0..4 {
-            m.attempt_started("echo", Duration::from_millis(100));
-        }
-        m.attempt_finished("echo", &end(Some(ExecutionStatus::Succeeded), None));
-        m.attempt_finished(
-            "echo",
-            &end(
-                Some(ExecutionStatus::Retrying),
-                Some(("timeout", "TimeoutError")),
-            ),
-        );
-        m.attempt_finished(
-            "echo",
-            &end(
-                Some(ExecutionStatus::Failed),
-                Some(("error", "HandlerError")),
-            ),
-        );
-        m.heartbeat("echo", HeartbeatOutcome::Renewed);
-        m.store_error(
-            "echo",
-            &ExecutionError::Backend(BackendError {
-                backend: "mysql",
-                operation: "heartbeat",
-                kind: ConnectorKind::Disconnected,
-                message: "gone".into(),
-            }),
-        );
-        let text = m.render();
-        for line in [
-            r#"onestep_deliveries_fetched_total{app="demo",task="echo"} 4"#,
-            r#"onestep_tasks_processed_total{app="demo",task="echo",status="succeeded"} 1"#,
-            r#"onestep_tasks_processed_total{app="demo",task="echo",status="failed"} 1"#,
-            r#"onestep_tasks_retried_total{app="demo",task="echo"} 1"#,
-            r#"onestep_task_failures_total{app="demo",task="echo",failure_kind="timeout",exception_type="TimeoutError"} 1"#,
-            r#"onestep_inflight_tasks{app="demo",task="echo"} 1"#,
-            r#"onestep_task_duration_seconds_count{app="demo",task="echo"} 3"#,
-            r#"onestep_task_duration_seconds_bucket{le="0.05",app="demo",task="echo"} 3"#,
-            r#"onestep_queue_wait_seconds_count{app="demo",task="echo"} 4"#,
-            r#"onestep_heartbeats_total{app="demo",task="echo",result="renewed"} 1"#,
-            r#"onestep_db_errors_total{app="demo",operation="heartbeat",class="disconnected"} 1"#,
-            "# TYPE onestep_build_info gauge",
-            "# EOF",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in:\n{text}");
-        }
-    }
-
-    #[test]
-    fn health_degrades_while_draining_and_when_the_store_is_silent() {
-        let stopping = CancellationToken::new();
-        let m = Metrics::new(
-            "demo",
-            [("echo".to_owned(), Duration::from_millis(50))],
-            stopping.clone(),
-        );
-        let (ok, doc) = m.health();
-        assert!(ok, "{doc}");
-        assert_eq!(doc["status"], "ok");
-        assert_eq!(doc["tasks"][0]["task"], "echo");
-        assert_eq!(doc["tasks"][0]["source"]["alive"], true);
-        std::thread::sleep(Duration::from_millis(80));
-        let (ok, doc) = m.health();
-        assert!(!ok, "silent for longer than a lease: {doc}");
-        assert_eq!(doc["tasks"][0]["source"]["alive"], false);
-        m.claimed("echo", 0, Duration::ZERO);
-        assert!(m.health().0, "the store answered again");
-        stopping.cancel();
-        let (ok, doc) = m.health();
-        assert!(!ok);
-        assert_eq!(doc["stopping"], true);
-        assert_eq!(doc["status"], "degraded");
-    }
-}
+#[path = "metrics_tests.rs"]
+mod tests;

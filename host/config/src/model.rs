@@ -535,6 +535,9 @@ pub struct ApiConfig {
     /// Value size limits in bytes.
     #[serde(serialize_with = "crate::summary::serialize_limits")]
     pub limits: Limits,
+    /// `api.metrics.public`: `/metrics` shows every namespace's execution figures without a
+    /// token (default false: only to an `operate` token, its own namespace).
+    pub metrics_public: bool,
 }
 
 /// Default API listen address.

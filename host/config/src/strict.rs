@@ -2,7 +2,7 @@
 //! before the build, in the documented order; the first violation stops loading. Also covers this
 //! build's own sections (`handler`, `sandbox`, `api`).
 
-use crate::build::api::{API_KEYS, API_LIMIT_KEYS};
+use crate::build::api::{API_KEYS, API_LIMIT_KEYS, API_METRICS_KEYS};
 use crate::build::resources::{RESOURCE_SECTIONS, ResourceKind, collect, source_options};
 use crate::build::retry::check_retry_fields;
 use crate::build::tasks::{
@@ -336,6 +336,9 @@ fn check_api(root: &Node) -> Result<(), ConfigError> {
     check_allowed(api, "api", &API_KEYS)?;
     if let Some(l) = api.get_set("limits") {
         check_allowed(l, "api.limits", &API_LIMIT_KEYS)?;
+    }
+    if let Some(m) = api.get_set("metrics") {
+        check_allowed(m, "api.metrics", &API_METRICS_KEYS)?;
     }
     Ok(())
 }

@@ -52,6 +52,53 @@ pub fn truncate_utf8(text: &str, max_bytes: usize) -> &str {
     &text[..end]
 }
 
+/// Whether `c` must not reach a reader verbatim (docs/security.md#invisible-characters): every
+/// control character (C0 including `\n`, `\r`, `\t`, DEL, C1), the Unicode line and paragraph
+/// separators, the bidirectional-text controls (they reorder what a reader sees:
+/// `invoice\u{202e}gpj.exe` reads as `invoiceexe.jpg`) and the zero-width characters (they hide
+/// a difference between two names that look the same).
+pub fn needs_visible_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            // Line and paragraph separators: some viewers break lines there.
+            '\u{2028}' | '\u{2029}'
+            // Bidirectional controls.
+            | '\u{061c}' | '\u{200e}' | '\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+            // Zero-width space, non-joiner, joiner, word joiner, byte order mark.
+            | '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}'
+        )
+}
+
+/// `text` with every character of [`needs_visible_escape`] replaced by a visible escape: `\n`,
+/// `\r`, `\t`, otherwise `\u{hex}`. Text without such characters is returned unchanged
+/// (borrowed). Backslashes are left as they are: the result is for reading (a log line, the
+/// dashboard), not for decoding back. The one function for this: guest log lines and every
+/// tenant text the dashboard shows go through it.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    let Some(first) = text.find(needs_visible_escape) else {
+        return std::borrow::Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if needs_visible_escape(c) => {
+                use std::fmt::Write as _;
+                // Writing to a String cannot fail.
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +119,26 @@ mod tests {
         assert_eq!(cancel_reason(Some("   ")).ok(), Some(None));
         assert!(cancel_reason(Some(&"x".repeat(501))).is_err());
         assert!(cancel_reason(Some(&"x".repeat(500))).is_ok());
+    }
+
+    #[test]
+    fn visible_escapes_bidi_zero_width_and_controls() {
+        assert!(matches!(
+            visible("plain ünïcødé \\ ok"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(visible("invoice\u{202e}gpj.exe"), "invoice\\u{202e}gpj.exe");
+        assert_eq!(
+            visible("a\u{200b}b\u{feff}\u{2060}"),
+            "a\\u{200b}b\\u{feff}\\u{2060}"
+        );
+        assert_eq!(
+            visible("\u{61c}\u{200e}\u{200f}\u{2066}\u{2069}"),
+            "\\u{61c}\\u{200e}\\u{200f}\\u{2066}\\u{2069}"
+        );
+        assert_eq!(
+            visible("l1\nl2\r\t\u{1b}\u{85}\u{2028}"),
+            "l1\\nl2\\r\\t\\u{1b}\\u{85}\\u{2028}"
+        );
     }
 }

@@ -20,45 +20,17 @@ use crate::context::LogIds;
 /// Tracing target of every event that carries guest-provided text.
 pub(crate) const TARGET: &str = "onestep_wasm::guest";
 
-/// Whether `c` must not reach a log verbatim.
+/// Whether `c` must not reach a log verbatim ([`onestep_core::text::needs_visible_escape`]).
+#[cfg(test)]
 fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            // Line and paragraph separators: some viewers break lines there.
-            '\u{2028}' | '\u{2029}'
-            // Bidirectional controls: they reorder what a reader sees.
-            | '\u{061c}' | '\u{200e}' | '\u{200f}'
-            | '\u{202a}'..='\u{202e}'
-            | '\u{2066}'..='\u{2069}'
-        )
+    onestep_core::text::needs_visible_escape(c)
 }
 
-/// `text` with every character that could break a log line or drive a
-/// terminal replaced by a visible escape: `\n`, `\r`, `\t`, otherwise
-/// `\u{hex}`. Text without such characters is returned unchanged (borrowed).
-/// Backslashes are left as they are: the result is for reading, not for
-/// decoding back.
+/// `text` with every character that could break a log line, drive a terminal or reorder what a
+/// reader sees replaced by a visible escape ([`onestep_core::text::visible`], the one place of
+/// this rule, shared with the dashboard). Backslashes are left as they are.
 pub(crate) fn escape(text: &str) -> Cow<'_, str> {
-    let Some(first) = text.find(needs_escape) else {
-        return Cow::Borrowed(text);
-    };
-    let mut out = String::with_capacity(text.len() + 8);
-    out.push_str(&text[..first]);
-    for c in text[first..].chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if needs_escape(c) => {
-                use std::fmt::Write as _;
-                // Writing to a String cannot fail.
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
+    onestep_core::text::visible(text)
 }
 
 /// Whether an event of guest text at `level` would be written by the

@@ -50,6 +50,10 @@ pub fn routes() -> Router<ApiState> {
         .route("/ui/fragments/list", get(list_fragment))
         .route("/ui/fragments/executions/{id}", get(detail_fragment))
         .route(
+            "/ui/fragments/executions/{id}/values/{name}",
+            get(value_download),
+        )
+        .route(
             "/ui/fragments/executions/{id}/attempts/{attempt}/logs",
             get(logs_fragment),
         )
@@ -229,16 +233,66 @@ async fn list_fragment(
     )))
 }
 
+/// Query of the detail fragment: `values=false` (the auto-refresh) leaves the payload and
+/// metadata out.
+#[derive(Debug, Default, Deserialize)]
+pub struct DetailParams {
+    values: Option<bool>,
+}
+
 async fn detail_fragment(
     Caller(client, role): Caller,
     ExecutionId(id): ExecutionId,
+    query: Result<Query<DetailParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(params) = query.map_err(|_| ApiError::invalid("values must be true or false"))?;
     let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
     let attempts = client.attempts(id).await?.unwrap_or_default();
     Ok(html(render::render(
         "detail.html",
-        render::detail_context(&execution, &attempts, role.can_cancel(), role.can_operate()),
+        render::detail_context(
+            &execution,
+            &attempts,
+            role.can_cancel(),
+            role.can_operate(),
+            params.values.unwrap_or(true),
+        ),
     )))
+}
+
+/// One stored value of an execution (`payload`, `metadata`, `result`), whole, as a JSON
+/// attachment: what the detail page's preview cut (docs/ui.md#values). Same tenancy as the
+/// detail fragment; `result` only once the execution succeeded (404 before).
+async fn value_download(
+    Caller(client, _role): Caller,
+    axum::extract::Path((id, name)): axum::extract::Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let id =
+        uuid::Uuid::parse_str(&id).map_err(|_| ApiError::invalid("execution id must be a UUID"))?;
+    let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
+    let value = match name.as_str() {
+        "payload" => execution.payload,
+        "metadata" => serde_json::Value::Object(execution.metadata),
+        "result" if execution.status == ExecutionStatus::Succeeded => {
+            execution.result.unwrap_or(serde_json::Value::Null)
+        }
+        "result" => return Err(ApiError::not_found(id)),
+        _ => {
+            return Err(ApiError::invalid(
+                "value must be payload, metadata or result",
+            ));
+        }
+    };
+    let body = serde_json::to_vec(&value)
+        .map_err(|e| ApiError::invalid(format!("the stored {name} cannot be encoded: {e}")))?;
+    let disposition = format!("attachment; filename=\"{id}-{name}.json\"");
+    let mut resp = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    let headers = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(resp)
 }
 
 /// The stored log tail of one attempt, loaded when its `<details>` opens.

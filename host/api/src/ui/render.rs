@@ -1,5 +1,11 @@
 //! The dashboard's templates (embedded at compile time, rendered with minijinja, HTML-escaped)
 //! and the view models they read (docs/ui.md#pages).
+//!
+//! Every string a template prints goes through one formatter: control, bidirectional and
+//! zero-width characters become visible escapes ([`onestep_core::text::visible`]), then the text
+//! is HTML-escaped. JSON values are shown as a bounded preview ([`value_block`]): at most
+//! [`PREVIEW_BYTES`] of pretty JSON and [`PREVIEW_DEPTH`] levels, the whole value downloadable
+//! (docs/ui.md#values).
 
 use std::sync::LazyLock;
 
@@ -13,9 +19,30 @@ use serde_json::Value;
 
 /// Values longer than this (pretty-printed bytes) are shown collapsed, with their size.
 pub const COLLAPSE_BYTES: usize = 2048;
+/// At most this many bytes of pretty JSON of one value on the detail page; the rest is in the
+/// download (docs/ui.md#values).
+pub const PREVIEW_BYTES: usize = 64 * 1024;
+/// Arrays and objects nested deeper than this are shown as `"[… n items]"` / `"{… n keys}"`.
+pub const PREVIEW_DEPTH: usize = 16;
+
+/// The formatter of every `{{ … }}`: strings with invisible or reordering characters are shown
+/// escaped ([`onestep_core::text::visible`]), then everything is HTML-escaped as usual.
+fn visible_formatter(
+    out: &mut minijinja::Output<'_>,
+    state: &minijinja::State<'_, '_>,
+    value: &minijinja::Value,
+) -> Result<(), minijinja::Error> {
+    if let Some(text) = value.as_str()
+        && let std::borrow::Cow::Owned(shown) = onestep_core::text::visible(text)
+    {
+        return minijinja::escape_formatter(out, state, &minijinja::Value::from(shown));
+    }
+    minijinja::escape_formatter(out, state, value)
+}
 
 static TEMPLATES: LazyLock<Result<Environment<'static>, minijinja::Error>> = LazyLock::new(|| {
     let mut env = Environment::new();
+    env.set_formatter(visible_formatter);
     env.add_template("shell.html", include_str!("templates/shell.html"))?;
     env.add_template("overview.html", include_str!("templates/overview.html"))?;
     env.add_template("list.html", include_str!("templates/list.html"))?;
@@ -193,13 +220,19 @@ pub fn logs_context(attempt: u32, tail: Option<&LogTail>) -> minijinja::Value {
     }
 }
 
-/// One JSON value of the detail page.
+/// One JSON value of the detail page: a bounded preview, one string per line (each line goes
+/// through the template's formatter, so the newlines of the pretty JSON stay newlines).
 #[derive(Debug, Serialize)]
 pub struct ValueBlock {
     name: &'static str,
+    /// Size of the whole value as compact JSON.
     size: String,
     collapsed: bool,
-    text: String,
+    lines: Vec<String>,
+    /// The preview stops at [`PREVIEW_BYTES`].
+    cut: bool,
+    /// Containers deeper than [`PREVIEW_DEPTH`] are summarized.
+    deep: bool,
 }
 
 /// Human size of `n` bytes.
@@ -213,14 +246,121 @@ pub fn size_text(n: usize) -> String {
     }
 }
 
-/// Pretty JSON of `value`, collapsed when longer than [`COLLAPSE_BYTES`].
+/// A writer that keeps at most `cap` bytes and then fails, so serialization stops there.
+struct Capped {
+    buf: Vec<u8>,
+    cap: usize,
+    full: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let room = self.cap - self.buf.len();
+        if data.len() > room {
+            self.buf.extend_from_slice(&data[..room]);
+            self.full = true;
+            return Err(std::io::Error::other("preview full"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A writer that only counts bytes.
+struct Count(usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0 += data.len();
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `value` serialized with containers below `depth` levels summarized as a string.
+struct Clipped<'a> {
+    value: &'a Value,
+    depth: usize,
+    deep: &'a std::cell::Cell<bool>,
+}
+
+impl Serialize for Clipped<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        let inner = |value| Clipped {
+            value,
+            depth: self.depth + 1,
+            deep: self.deep,
+        };
+        match self.value {
+            Value::Array(items) if self.depth >= PREVIEW_DEPTH && !items.is_empty() => {
+                self.deep.set(true);
+                s.serialize_str(&format!("[… {} items]", items.len()))
+            }
+            Value::Object(map) if self.depth >= PREVIEW_DEPTH && !map.is_empty() => {
+                self.deep.set(true);
+                s.serialize_str(&format!("{{… {} keys}}", map.len()))
+            }
+            Value::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&inner(item))?;
+                }
+                seq.end()
+            }
+            Value::Object(map) => {
+                let mut m = s.serialize_map(Some(map.len()))?;
+                for (k, v) in map {
+                    m.serialize_entry(k, &inner(v))?;
+                }
+                m.end()
+            }
+            leaf => leaf.serialize(s),
+        }
+    }
+}
+
+/// A bounded preview of `value` as pretty JSON: at most [`PREVIEW_BYTES`] bytes and
+/// [`PREVIEW_DEPTH`] levels (docs/ui.md#values); the work done is bounded by the preview, not
+/// by the value (a 960 KB payload nested 100 deep used to print 121 MB of indentation).
 pub fn value_block(name: &'static str, value: &Value) -> ValueBlock {
-    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    let mut count = Count(0);
+    // Counting cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    let deep = std::cell::Cell::new(false);
+    let mut out = Capped {
+        buf: Vec::new(),
+        cap: PREVIEW_BYTES,
+        full: false,
+    };
+    let clipped = Clipped {
+        value,
+        depth: 0,
+        deep: &deep,
+    };
+    // The only error is the cap (`full`).
+    let _ = serde_json::to_writer_pretty(&mut out, &clipped);
+    let text = String::from_utf8_lossy(&out.buf);
+    let text = if out.full {
+        // Drop the partial last line.
+        text.rsplit_once('\n').map_or("", |(head, _)| head)
+    } else {
+        &text
+    };
     ValueBlock {
         name,
-        size: size_text(text.len()),
-        collapsed: text.len() > COLLAPSE_BYTES,
-        text,
+        size: size_text(count.0),
+        collapsed: out.buf.len() > COLLAPSE_BYTES,
+        lines: text.lines().map(str::to_owned).collect(),
+        cut: out.full,
+        deep: deep.get(),
     }
 }
 
@@ -289,16 +429,22 @@ pub fn timeline(e: &Execution) -> Vec<Step> {
 /// The detail page's context. Built from typed values, never from `serde_json::Value` numbers
 /// (the workspace enables serde_json's `arbitrary_precision`, whose numbers do not serialize as
 /// numbers to other formats).
+///
+/// `with_values: false` (the auto-refresh of a live execution, docs/ui.md#detail) leaves the
+/// payload and metadata out: they do not change, and the page keeps the ones it has.
 pub fn detail_context(
     e: &Execution,
     attempts: &[AttemptRecord],
     can_cancel: bool,
     can_operate: bool,
+    with_values: bool,
 ) -> minijinja::Value {
-    let mut values = vec![
-        value_block("payload", &e.payload),
-        value_block("metadata", &Value::Object(e.metadata.clone())),
-    ];
+    let with_values = with_values || e.terminal();
+    let mut values = Vec::new();
+    if with_values {
+        values.push(value_block("payload", &e.payload));
+        values.push(value_block("metadata", &Value::Object(e.metadata.clone())));
+    }
     if e.status == ExecutionStatus::Succeeded {
         values.push(value_block(
             "result",
@@ -322,6 +468,9 @@ pub fn detail_context(
         timeline => timeline(e),
         attempts => attempts.iter().map(AttemptRow::from).collect::<Vec<_>>(),
         values => values,
+        with_values => with_values,
+        preview_kib => PREVIEW_BYTES / 1024,
+        preview_depth => PREVIEW_DEPTH,
     }
 }
 
@@ -522,5 +671,117 @@ mod tests {
         assert_eq!(counts.len(), 1);
         assert_eq!(counts[0].total, 5);
         assert_eq!(counts[0].cells[0], 3);
+    }
+
+    /// The payload of issue 28 item 8: ~960 KB of zeros in an array nested 120 deep, which
+    /// pretty-printed whole was a 121 MB fragment.
+    fn nested_payload() -> Value {
+        let mut v = Value::Array(vec![json!(0); 480_000]);
+        for _ in 0..120 {
+            v = Value::Array(vec![v]);
+        }
+        v
+    }
+
+    #[test]
+    fn a_deep_payload_renders_a_bounded_preview_with_a_download_link() {
+        let payload = nested_payload();
+        let compact = serde_json::to_string(&payload).unwrap().len();
+        assert!((900_000..1_000_000).contains(&compact), "{compact}");
+        let started = std::time::Instant::now();
+        let block = value_block("payload", &payload);
+        assert!(block.deep && !block.cut);
+        let html = render(
+            "detail.html",
+            context! {
+                e => context! { id => "id-1", task_name => "t", status => "queued", terminal => false },
+                timeline => Vec::<Step>::new(),
+                attempts => Vec::<AttemptRow>::new(),
+                values => vec![block],
+                with_values => true,
+                preview_kib => PREVIEW_BYTES / 1024,
+                preview_depth => PREVIEW_DEPTH,
+            },
+        )
+        .unwrap();
+        println!(
+            "detail fragment of a {compact}-byte payload nested 121 deep: {} bytes in {:?}",
+            html.len(),
+            started.elapsed()
+        );
+        assert!(html.len() <= 256 * 1024, "{} bytes", html.len());
+        assert!(html.contains("id=\"truncated-payload\""), "{html}");
+        assert!(html.contains("data-download=\"payload\""));
+        assert!(html.contains("[… 1 items]"));
+        // A wide value is cut at the byte cap instead.
+        let wide = json!(
+            (0..100_000)
+                .map(|i| format!("item {i}"))
+                .collect::<Vec<_>>()
+        );
+        let b = value_block("result", &wide);
+        assert!(b.cut && !b.deep);
+        assert!(b.lines.iter().map(|l| l.len() + 1).sum::<usize>() <= PREVIEW_BYTES);
+        // A small value is whole.
+        let small = value_block("metadata", &json!({"a": [1, 2]}));
+        assert!(!small.cut && !small.deep && !small.collapsed);
+        assert_eq!(
+            small.lines.join("\n"),
+            "{\n  \"a\": [\n    1,\n    2\n  ]\n}"
+        );
+    }
+
+    #[test]
+    fn tenant_text_shows_bidi_and_invisible_characters_escaped() {
+        let rows = render(
+            "list.html",
+            json!({"items": [{"id": "1", "short_id": "1", "task_name": "invoice\u{202e}gpj.exe",
+                   "status": "failed", "error": "Bad\u{200b}Type\u{1b}[31m"}],
+                   "live": false, "next_cursor": null}),
+        )
+        .unwrap();
+        assert!(rows.contains("invoice\\u{202e}gpj.exe"), "{rows}");
+        assert!(rows.contains("Bad\\u{200b}Type\\u{1b}[31m"), "{rows}");
+        assert!(
+            !rows.contains('\u{202e}') && !rows.contains('\u{200b}') && !rows.contains('\u{1b}')
+        );
+        // Inside JSON values too, line by line (the newlines of the pretty JSON stay).
+        let block = value_block("metadata", &json!({"k\u{2066}": "v\u{202e}x"}));
+        let html = render(
+            "detail.html",
+            context! {
+                e => context! { id => "id-1", task_name => "t\u{200f}", status => "failed", terminal => true },
+                timeline => Vec::<Step>::new(),
+                attempts => Vec::<AttemptRow>::new(),
+                values => vec![block],
+                with_values => true,
+            },
+        )
+        .unwrap();
+        assert!(html.contains("t\\u{200f}"), "{html}");
+        assert!(
+            html.contains("&quot;k\\u{2066}&quot;: &quot;v\\u{202e}x&quot;\n"),
+            "{html}"
+        );
+        assert!(
+            !html.contains('\u{2066}') && !html.contains('\u{202e}') && !html.contains('\u{200f}')
+        );
+        let logs = render(
+            "logs.html",
+            logs_context(
+                1,
+                Some(&LogTail {
+                    total_lines: 1,
+                    lines: vec![onestep_core::diagnostics::LogLine {
+                        seq: 1,
+                        at: Utc::now(),
+                        level: "info".into(),
+                        message: "a\u{2028}b\u{202d}".into(),
+                    }],
+                }),
+            ),
+        )
+        .unwrap();
+        assert!(logs.contains("a\\u{2028}b\\u{202d}"), "{logs}");
     }
 }

@@ -197,7 +197,8 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
         tracing::warn!("api.allowed_tasks is empty: clients may submit any task name");
     }
     let state = ApiState::new(backend.executions(), backend.readiness(), settings)
-        .map_err(|e| usage(format!("api: {e}")))?;
+        .map_err(|e| usage(format!("api: {e}")))?
+        .with_public_metrics(api.metrics_public);
     // The dashboard's overview figures, where the backend computes them.
     let state = match backend.insights() {
         Some(insights) => state.with_insights(insights),

@@ -19,7 +19,7 @@ use crate::model::{
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
-pub const API_KEYS: [&str; 11] = [
+pub const API_KEYS: [&str; 12] = [
     "listen",
     "connector",
     "table",
@@ -31,7 +31,10 @@ pub const API_KEYS: [&str; 11] = [
     "allowed_tasks",
     "max_body_bytes",
     "limits",
+    "metrics",
 ];
+/// Keys accepted in `api.metrics`.
+pub const API_METRICS_KEYS: [&str; 1] = ["public"];
 /// Keys accepted in `api.limits`.
 pub const API_LIMIT_KEYS: [&str; 3] = [
     "max_payload_bytes",
@@ -120,6 +123,7 @@ pub fn build_api(
         Some(l) if l.is_map() => limits(l, &join(PATH, "limits"))?,
         Some(l) => return Err(ConfigError::at(l, PATH, "limits must be a mapping")),
     };
+    let metrics_public = metrics_public(node)?;
     Ok(ApiConfig {
         listen,
         connector,
@@ -130,7 +134,25 @@ pub fn build_api(
         allowed_tasks,
         max_body_bytes,
         limits,
+        metrics_public,
     })
+}
+
+/// `api.metrics.public` (default false): `/metrics` shows every namespace's execution figures
+/// without a token (docs/observability.md#api-metrics).
+fn metrics_public(node: &Node) -> Result<bool, ConfigError> {
+    let path = join(PATH, "metrics");
+    match node.get_set("metrics") {
+        None => Ok(false),
+        Some(m) if m.is_map() => match m.get_set("public") {
+            None => Ok(false),
+            Some(n) => match n.value {
+                crate::node::Value::Bool(b) => Ok(b),
+                _ => Err(ConfigError::at(n, &path, "public must be a boolean")),
+            },
+        },
+        Some(m) => Err(ConfigError::at(m, PATH, "metrics must be a mapping")),
+    }
 }
 
 fn build_auth(node: &Node, ctx: &BuildContext<'_>) -> Result<ApiAuth, ConfigError> {

@@ -295,6 +295,20 @@ fn api_section() {
     assert_eq!(a.allowed_tasks, vec!["a", "b"]);
     assert_eq!(a.limits.max_payload_bytes, 5);
     assert!(a.auto_create);
+    assert!(!a.metrics_public, "metrics.public defaults to false");
+    let cfg = load_api("{connector: db, namespace: n, metrics: {public: true}}").expect("public");
+    assert!(cfg.api.as_ref().expect("api").metrics_public);
+    let err = load_api("{connector: db, namespace: n, metrics: {public: 'yes'}}")
+        .expect_err("not a boolean")
+        .to_string();
+    assert!(
+        err.contains("api.metrics: public must be a boolean"),
+        "{err}"
+    );
+    let err = load_api("{connector: db, namespace: n, metrics: {open: true}}")
+        .expect_err("strict")
+        .to_string();
+    assert!(err.contains("api.metrics") && err.contains("open"), "{err}");
 
     let e = |body: &str| load_api(body).expect_err(body).to_string();
     assert_eq!(

@@ -202,11 +202,17 @@
       "/attempts/" + encodeURIComponent(details.dataset.attempt) + "/logs");
   }
 
-  async function loadDetail(id) {
+  // The auto-refresh of a live execution asks for the fragment without the payload and
+  // metadata (they do not change) and keeps the ones already shown (docs/ui.md#detail).
+  async function loadDetail(id, refresh) {
     const box = document.getElementById("detail");
     const open = Array.from(box.querySelectorAll("details[id]"))
       .filter(function (d) { return d.open; }).map(function (d) { return d.id; });
-    box.innerHTML = await fragment("/ui/fragments/executions/" + encodeURIComponent(id));
+    const kept = refresh ? document.getElementById("values") : null;
+    box.innerHTML = await fragment("/ui/fragments/executions/" + encodeURIComponent(id) +
+      (kept ? "?values=false" : ""));
+    const slot = document.getElementById("values");
+    if (kept && slot && slot.dataset.kept === "true") slot.replaceWith(kept);
     loaded("detail");
     open.forEach(function (name) {
       const d = document.getElementById(name);
@@ -215,8 +221,24 @@
     const d = document.getElementById("execution");
     clearTimeout(refreshTimer);
     if (d && d.dataset.terminal !== "true") {
-      refreshTimer = setTimeout(function () { loadDetail(id).catch(function () {}); }, 1500);
+      refreshTimer = setTimeout(function () { loadDetail(id, true).catch(function () {}); }, 1500);
     }
+  }
+
+  // The whole stored value as a JSON file: fetched with the token in the header (never in a
+  // URL), saved through an object URL (docs/ui.md#values).
+  async function download(id, name) {
+    const r = await fetch("/ui/fragments/executions/" + encodeURIComponent(id) + "/values/" +
+      encodeURIComponent(name), { headers: headers() });
+    if (!r.ok) throw new Error("download failed: HTTP " + r.status);
+    const url = URL.createObjectURL(await r.blob());
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = id + "-" + name + ".json";
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(function () { URL.revokeObjectURL(url); }, 10000);
   }
 
   // Listeners of the detail page, installed once.
@@ -230,6 +252,12 @@
       }
     }, true);
     document.getElementById("detail").addEventListener("click", function (ev) {
+      const value = ev.target.dataset.download;
+      if (value) {
+        ev.preventDefault();
+        download(id, value).catch(function (e) { say(e.message, "error"); });
+        return;
+      }
       const action = ev.target.dataset.action;
       if (!action) return;
       ev.preventDefault();
