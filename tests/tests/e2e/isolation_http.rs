@@ -5,9 +5,11 @@
 //! userinfo per request, `u0@127.0.0.1:PORT`, `u1@…`, and the port with a growing number of
 //! leading zeros, `127.0.0.1:0PORT`, `127.0.0.1:00PORT`, …) next to neighbour tasks in the same
 //! worker: an `echo` with a preopen (a host descriptor on every attempt) and a `fetch` of the
-//! same origin. Every neighbour execution succeeds while the attack runs; the userinfo requests
-//! are refused as an invalid URI; the zero-padded ones all succeed (one origin, one pooled
-//! connection); the worker's descriptors stay far below its limit. Peak descriptors and RSS are
+//! same origin. A third attacker holds 40 responses unread (each keeps a connection busy): 16
+//! succeed, the rest fail with `connection-limit-reached`. Every neighbour execution succeeds
+//! while the attack runs; the userinfo requests are refused as an invalid URI; the zero-padded
+//! ones all succeed (one origin, one pooled connection); the worker's descriptors stay far below
+//! its limit. Peak descriptors and RSS are
 //! printed (the figures in docs/security.md#network).
 
 use std::path::Path;
@@ -30,9 +32,18 @@ const NOFILE: usize = 256;
 const USERINFO_REQUESTS: usize = 1500;
 /// Distinct zero-padded spellings of the port per attacker execution.
 const SPELLINGS: usize = 300;
+/// Responses the `hold` attacker asks for and keeps unread.
+const HELD: usize = 40;
 
 async fn start_server() -> Result<u16> {
-    let app = Router::new().route("/ok", get(|| async { "ok" }));
+    // `/big`: 8 MiB, streamed; a guest that holds the response unread keeps its connection busy.
+    let big = || async {
+        let chunks = (0..128).map(|_| Ok::<_, std::io::Error>(vec![b'x'; 64 * 1024]));
+        axum::body::Body::from_stream(futures::stream::iter(chunks))
+    };
+    let app = Router::new()
+        .route("/ok", get(|| async { "ok" }))
+        .route("/big", get(big));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     tokio::spawn(async move {
@@ -145,6 +156,10 @@ async fn attack_case(env: Arc<Env>, port: u16) -> Result<()> {
             env.submit("attacker", json!({"urls": urls})).await?.id,
         ));
     }
+    // Many connections at once: 40 responses held unread, each on a connection of its own.
+    let held = vec![format!("{base}/big"); HELD];
+    let payload = json!({"urls": held, "hold": true});
+    attackers.push(("hold", env.submit("attacker", payload).await?.id));
 
     let started = Instant::now();
     let mut neighbours = Vec::new();
@@ -200,6 +215,9 @@ async fn attack_case(env: Arc<Env>, port: u16) -> Result<()> {
         let expected = if *kind == "userinfo" {
             // Refused as an invalid URI, never sent.
             out["ok"] == 0 && out["errors"]["HttpRequestUriInvalid"] == USERINFO_REQUESTS
+        } else if *kind == "hold" {
+            // At most max_concurrent_requests (16) in use, at most max_connections (16) open.
+            out["ok"] == 16 && out["errors"]["ConnectionLimitReached"] == HELD - 16
         } else {
             // Every spelling of the allowed origin succeeds.
             out["ok"] == SPELLINGS
