@@ -98,8 +98,9 @@ pub struct HttpTotals {
     pub requests: u64,
     /// Requests refused because their origin is not allowed.
     pub denied: u64,
-    /// Requests refused by a limit or as malformed (`max_concurrent_requests`, a declared
-    /// body over `max_request_bytes`, a scheme other than http/https, …).
+    /// Requests refused by a limit or as malformed (`max_concurrent_requests`,
+    /// `max_connections`, a declared body over `max_request_bytes`, a scheme other than
+    /// http/https, a URL with userinfo, …).
     pub refused: u64,
     /// Sent requests that failed before a response (DNS, a prohibited address, connect,
     /// TLS, timeout, …).
@@ -326,8 +327,15 @@ impl WasiHttpHooks for Hooks {
                 None => sending.await,
             }
             .map_err(|e| {
-                counters.failed.fetch_add(1, Ordering::Relaxed);
-                client_error(&e)
+                let code = client_error(&e);
+                if matches!(code, Error::ConnectionLimitReached) {
+                    // `max_connections`: a limit, like `max_concurrent_requests`; never sent.
+                    counters.requests.fetch_sub(1, Ordering::Relaxed);
+                    counters.refused.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    counters.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                code
             })?;
             let length = response
                 .headers()
