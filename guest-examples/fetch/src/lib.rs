@@ -13,6 +13,15 @@
 //! guest's own request (host-injected headers are never among them). A failed
 //! request (denied, timeout, too large...) is a handler error
 //! (`retryable: false`) whose message carries the `wasi:http` error code.
+//!
+//! Many requests in one attempt: `{"url": "http://u{i}@host:port/ok",
+//! "repeat": N}` sends N GET requests one after the other, `{i}` replaced by
+//! the request's index; `{"urls": [...]}` sends one GET to each. With
+//! `"hold": true` every response is kept, its body unread, until the last
+//! request is done (each holds its connection). Output: `{"ok": n,
+//! "errors": {"<error code>": count}, "results": [status or error code, ...
+//! (the first 64)]}`; a failed request is counted, never an error of the
+//! handler.
 
 wit_bindgen::generate!({
     path: "../../wit/v0.2",
@@ -44,8 +53,23 @@ fn describe(e: &wstd::http::Error) -> String {
 
 impl Guest for Fetch {
     fn handle(_ctx: Context, payload: String) -> Result<String, HandlerError> {
-        let v: serde_json::Value = serde_json::from_str(&payload)
-            .map_err(|e| fatal(format!("invalid payload: {e}")))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&payload).map_err(|e| fatal(format!("invalid payload: {e}")))?;
+        if v.get("repeat").is_some() || v.get("urls").is_some() {
+            let template = v.get("url").and_then(|u| u.as_str()).unwrap_or_default();
+            let repeat = v.get("repeat").and_then(|n| n.as_u64()).unwrap_or(0);
+            let urls: Vec<String> = match v.get("urls").and_then(|u| u.as_array()) {
+                Some(list) => list
+                    .iter()
+                    .filter_map(|u| u.as_str().map(str::to_string))
+                    .collect(),
+                None => (0..repeat)
+                    .map(|i| template.replace("{i}", &i.to_string()))
+                    .collect(),
+            };
+            let hold = v.get("hold").and_then(|h| h.as_bool()).unwrap_or(false);
+            return Ok(wstd::runtime::block_on(many(urls, hold)));
+        }
         let Some(url) = v.get("url").and_then(|u| u.as_str()) else {
             return Err(fatal("payload needs \"url\": a string".into()));
         };
@@ -60,12 +84,61 @@ impl Guest for Fetch {
                     .collect()
             })
             .unwrap_or_default();
-        let body = v
-            .get("body")
-            .and_then(|b| b.as_str())
-            .map(str::to_string);
+        let body = v.get("body").and_then(|b| b.as_str()).map(str::to_string);
         wstd::runtime::block_on(run(url.to_string(), method, headers, body, follow))
     }
+}
+
+/// The `repeat` / `urls` mode (see the module docs).
+async fn many(urls: Vec<String>, hold: bool) -> String {
+    let client = Client::new();
+    let mut ok = 0u64;
+    let mut errors = serde_json::Map::new();
+    let mut results = Vec::new();
+    let mut held = Vec::new();
+    for url in urls {
+        let outcome = match Request::get(url.as_str()).body(Body::empty()) {
+            Err(e) => Err(format!("invalid request: {e}")),
+            Ok(request) => match client.send(request).await {
+                Err(e) => Err(describe(&e)
+                    .trim_start_matches("request failed: ")
+                    .trim_start_matches("ErrorCode::")
+                    .to_string()),
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    if hold {
+                        held.push(response);
+                        Ok(status)
+                    } else {
+                        let mut body = response.into_body();
+                        match body.contents().await {
+                            Ok(_) => Ok(status),
+                            Err(e) => Err(describe(&e)
+                                .trim_start_matches("request failed: ")
+                                .trim_start_matches("ErrorCode::")
+                                .to_string()),
+                        }
+                    }
+                }
+            },
+        };
+        let shown = match outcome {
+            Ok(status) => {
+                ok += 1;
+                serde_json::json!(status)
+            }
+            Err(code) => {
+                let n = errors.get(&code).and_then(|n| n.as_u64()).unwrap_or(0);
+                errors.insert(code.clone(), (n + 1).into());
+                serde_json::json!(code)
+            }
+        };
+        if results.len() < 64 {
+            results.push(shown);
+        }
+    }
+    drop(held);
+    serde_json::json!({"ok": ok, "errors": errors, "results": results}).to_string()
 }
 
 async fn run(
@@ -75,8 +148,8 @@ async fn run(
     body: Option<String>,
     follow: u64,
 ) -> Result<String, HandlerError> {
-    let method = Method::from_bytes(method.as_bytes())
-        .map_err(|e| fatal(format!("invalid method: {e}")))?;
+    let method =
+        Method::from_bytes(method.as_bytes()).map_err(|e| fatal(format!("invalid method: {e}")))?;
     let client = Client::new();
     let mut hops = Vec::new();
     loop {
@@ -96,7 +169,10 @@ async fn run(
             .map(|k| k.as_str().to_string())
             .collect();
         log(Level::Info, &format!("fetching {url}"));
-        let response = client.send(request).await.map_err(|e| fatal(describe(&e)))?;
+        let response = client
+            .send(request)
+            .await
+            .map_err(|e| fatal(describe(&e)))?;
         let status = response.status().as_u16();
         let location = response
             .headers()

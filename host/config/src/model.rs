@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use onestep_core::Limits;
 pub use onestep_core::network::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT, OriginPattern,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT,
+    MAX_CONNECTIONS_LIMIT, OriginPattern,
 };
 use onestep_core::retry::RetryPolicy;
 pub use onestep_core::settings::{
@@ -447,6 +448,8 @@ pub struct NetworkConfig {
     pub request_timeout: Duration,
     /// Requests in flight per attempt.
     pub max_concurrent_requests: u32,
+    /// Connections open at once per attempt, in use or idle.
+    pub max_connections: u32,
 }
 
 impl Default for NetworkConfig {
@@ -459,6 +462,7 @@ impl Default for NetworkConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

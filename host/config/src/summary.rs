@@ -322,14 +322,15 @@ fn sandbox_text(s: &SandboxConfig) -> String {
             .collect();
         let _ = write!(
             text,
-            " network=[{}] headers=[{}] max_response={}B max_request={}B connect_timeout={}s request_timeout={}s max_concurrent_requests={}",
+            " network=[{}] headers=[{}] max_response={}B max_request={}B connect_timeout={}s request_timeout={}s max_concurrent_requests={} max_connections={}",
             allow.join(","),
             headers.join(","),
             n.max_response_bytes,
             n.max_request_bytes,
             n.connect_timeout.as_secs_f64(),
             n.request_timeout.as_secs_f64(),
-            n.max_concurrent_requests
+            n.max_concurrent_requests,
+            n.max_connections
         );
     }
     text

@@ -1,8 +1,9 @@
 //! The vocabulary of a task's outbound-HTTP capability (`sandbox.network`), shared by the
 //! configuration (which validates the YAML with file locations) and the handler runtime (which
 //! enforces it): an allow-list entry ([`OriginPattern`]: scheme, host or one-label wildcard,
-//! port), its parser with the exact messages `onestep check` prints, the match of a request's
-//! origin against it, and the defaults of the limits. See
+//! port), its parser with the exact messages `onestep check` prints, the check of a request's
+//! host ([`RequestHost`]: an IP literal or a canonical DNS name, never an IP with a trailing dot),
+//! the match of a request's origin against an entry, and the defaults of the limits. See
 //! [`docs/configuration.md`](../../../docs/configuration.md#sandbox-network) and
 //! [`docs/security.md`](../../../docs/security.md#network).
 //!
@@ -25,6 +26,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Requests one attempt may have in flight at once (`max_concurrent_requests`).
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS: u32 = 16;
+/// Outbound connections one attempt may hold open at once, in use or idle (`max_connections`).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16;
+/// Largest `max_connections` a task may set.
+pub const MAX_CONNECTIONS_LIMIT: u32 = 4096;
 
 /// `http` or `https`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -116,34 +121,100 @@ impl OriginPattern {
         Ok(OriginPattern { scheme, host, port })
     }
 
-    /// Whether a request to `scheme://host:port` matches this entry. `host` is compared case
-    /// insensitively, without a trailing dot; an IP literal matches an IP entry of the same
-    /// address.
-    pub fn matches(&self, scheme: HttpScheme, host: &str, port: u16) -> bool {
+    /// Whether a request to `scheme://host:port` matches this entry. An IP host matches only an
+    /// IP entry of the same address; a name matches only a name or wildcard entry (names are
+    /// compared in the canonical form of [`RequestHost::parse`]).
+    pub fn matches(&self, scheme: HttpScheme, host: &RequestHost, port: u16) -> bool {
         if scheme != self.scheme || port != self.port {
             return false;
         }
-        let host = normalise_name(host);
-        match &self.host {
-            HostPattern::Name(name) => *name == host,
-            HostPattern::Wildcard(suffix) => host
+        match (&self.host, host) {
+            (HostPattern::Name(name), RequestHost::Name(host)) => name == host,
+            (HostPattern::Wildcard(suffix), RequestHost::Name(host)) => host
                 .strip_suffix(suffix.as_str())
                 .and_then(|label| label.strip_suffix('.'))
                 .is_some_and(|label| !label.is_empty() && !label.contains('.')),
-            HostPattern::Ip(ip) => parse_ip(&host).is_some_and(|h| h == *ip),
+            (HostPattern::Ip(ip), RequestHost::Ip(host)) => ip == host,
+            _ => false,
         }
     }
 
     /// Whether this entry names `host` exactly (a name or IP literal, not a wildcard): only such
     /// an entry lets a request reach a loopback, private or otherwise special address.
-    pub fn names_exactly(&self, host: &str) -> bool {
-        let host = normalise_name(host);
-        match &self.host {
-            HostPattern::Name(name) => *name == host,
-            HostPattern::Wildcard(_) => false,
-            HostPattern::Ip(ip) => parse_ip(&host).is_some_and(|h| h == *ip),
+    pub fn names_exactly(&self, host: &RequestHost) -> bool {
+        match (&self.host, host) {
+            (HostPattern::Name(name), RequestHost::Name(host)) => name == host,
+            (HostPattern::Ip(ip), RequestHost::Ip(host)) => ip == host,
+            _ => false,
         }
     }
+}
+
+/// The host of an outgoing request, checked and in canonical form: what the allow-list is
+/// matched against, what the connection pool is keyed by and what is connected to. See
+/// [`docs/security.md`](../../../docs/security.md#network).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RequestHost {
+    /// An IP literal: dotted IPv4 (four decimal numbers, as written by the allow entries) or
+    /// `[IPv6]`.
+    Ip(IpAddr),
+    /// A DNS name: lower case, without the trailing dot of a fully qualified name.
+    Name(String),
+}
+
+impl RequestHost {
+    /// Checks the host of a request URL. `example.org.` is the name `example.org`; a host that
+    /// is not an IP literal and whose last label is a number (`127.0.0.1.`, `127.1`,
+    /// `2130706433`, `0x7f.1`) is refused: it is not a DNS name, and the system resolver would
+    /// read it as an address. The error says why (for the attempt's log).
+    pub fn parse(host: &str) -> Result<Self, String> {
+        if host.starts_with('[') {
+            return parse_ip(host)
+                .map(RequestHost::Ip)
+                .ok_or_else(|| format!("{host:?} is not an IPv6 address"));
+        }
+        if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
+            return Ok(RequestHost::Ip(IpAddr::V4(ip)));
+        }
+        let name = normalise_name(host);
+        if name.is_empty() || name.split('.').any(str::is_empty) {
+            return Err(format!("{host:?} is not a DNS name (an empty label)"));
+        }
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return Err(format!(
+                "{host:?} is not a DNS name (letters, digits, hyphens and underscores only)"
+            ));
+        }
+        if numeric_last_label(&name) {
+            return Err(format!(
+                "{host:?} is neither an IP literal (dotted IPv4 or [IPv6], no trailing dot) nor \
+                 a DNS name (its last label is a number)"
+            ));
+        }
+        Ok(RequestHost::Name(name))
+    }
+}
+
+impl fmt::Display for RequestHost {
+    /// The host as written in a URL authority: `[v6]` in brackets.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestHost::Ip(IpAddr::V4(ip)) => write!(f, "{ip}"),
+            RequestHost::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]"),
+            RequestHost::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+/// Whether the last label of `name` is a number the system resolver would read as (part of) an
+/// IPv4 address: decimal digits, or `0x` and hex digits.
+fn numeric_last_label(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    let digits = last.strip_prefix("0x").map_or((last, 10), |hex| (hex, 16));
+    !last.is_empty() && digits.0.chars().all(|c| c.is_digit(digits.1))
 }
 
 impl fmt::Display for OriginPattern {
@@ -216,6 +287,12 @@ fn parse_host(host: &str) -> Result<HostPattern, String> {
         return Ok(HostPattern::Ip(IpAddr::V4(ip)));
     }
     let name = normalise_name(host);
+    if numeric_last_label(&name) {
+        return Err(format!(
+            "{host} is neither an IP literal (dotted IPv4 or [IPv6], no trailing dot) nor a DNS \
+             name (its last label is a number)"
+        ));
+    }
     let (wildcard, rest) = match name.strip_prefix("*.") {
         Some(rest) => (true, rest),
         None => (false, name.as_str()),
@@ -293,21 +370,64 @@ mod tests {
         assert!(why("https://bad_name.org").contains("not a DNS label"));
     }
 
+    fn h(s: &str) -> RequestHost {
+        RequestHost::parse(s).expect(s)
+    }
+
     #[test]
     fn matching_is_by_scheme_host_and_port() {
         let e = p("https://api.example.com");
-        assert!(e.matches(HttpScheme::Https, "API.example.com.", 443));
-        assert!(!e.matches(HttpScheme::Http, "api.example.com", 443));
-        assert!(!e.matches(HttpScheme::Https, "api.example.com", 8443));
-        assert!(!e.matches(HttpScheme::Https, "x.api.example.com", 443));
+        assert!(e.matches(HttpScheme::Https, &h("API.example.com."), 443));
+        assert!(!e.matches(HttpScheme::Http, &h("api.example.com"), 443));
+        assert!(!e.matches(HttpScheme::Https, &h("api.example.com"), 8443));
+        assert!(!e.matches(HttpScheme::Https, &h("x.api.example.com"), 443));
         let w = p("https://*.example.org:8443");
-        assert!(w.matches(HttpScheme::Https, "a.example.org", 8443));
-        assert!(!w.matches(HttpScheme::Https, "a.b.example.org", 8443));
-        assert!(!w.matches(HttpScheme::Https, "example.org", 8443));
-        assert!(!w.matches(HttpScheme::Https, "aexample.org", 8443));
-        assert!(!w.names_exactly("a.example.org"));
+        assert!(w.matches(HttpScheme::Https, &h("a.example.org"), 8443));
+        assert!(w.matches(HttpScheme::Https, &h("A.Example.org."), 8443));
+        assert!(!w.matches(HttpScheme::Https, &h("a.b.example.org"), 8443));
+        assert!(!w.matches(HttpScheme::Https, &h("example.org"), 8443));
+        assert!(!w.matches(HttpScheme::Https, &h("aexample.org"), 8443));
+        assert!(!w.names_exactly(&h("a.example.org")));
         let ip = p("http://[::1]:8080");
-        assert!(ip.matches(HttpScheme::Http, "[::1]", 8080));
-        assert!(ip.names_exactly("[0:0::1]"));
+        assert!(ip.matches(HttpScheme::Http, &h("[::1]"), 8080));
+        assert!(ip.names_exactly(&h("[0:0::1]")));
+    }
+
+    #[test]
+    fn an_ip_with_a_trailing_dot_is_not_an_ip_literal_and_matches_nothing() {
+        let ip = p("http://127.0.0.1:8080");
+        assert!(ip.matches(HttpScheme::Http, &h("127.0.0.1"), 8080));
+        for host in [
+            "127.0.0.1.",
+            "127.1",
+            "2130706433",
+            "0x7f.1",
+            "0x7f000001",
+            "1.2.3.4..",
+            "127%2e0%2e0%2e1",
+        ] {
+            let why = RequestHost::parse(host).expect_err(host);
+            assert!(why.contains(&format!("{host:?} is n")), "{host}: {why}");
+        }
+        assert!(
+            RequestHost::parse("127.0.0.1.")
+                .expect_err("trailing dot")
+                .ends_with("neither an IP literal (dotted IPv4 or [IPv6], no trailing dot) nor a DNS name (its last label is a number)")
+        );
+        // A name that looks like an IP never matches an IP entry, an IP never a name entry.
+        let name = p("http://localhost:8080");
+        assert!(!name.matches(HttpScheme::Http, &h("127.0.0.1"), 8080));
+        assert!(!ip.matches(HttpScheme::Http, &h("localhost"), 8080));
+        // Names keep working with their fully qualified spelling, in canonical form.
+        assert_eq!(h("Example.ORG."), RequestHost::Name("example.org".into()));
+        assert_eq!(h("[0:0::1]").to_string(), "[::1]");
+        assert_eq!(h("1password.com").to_string(), "1password.com");
+        // Entries follow the same rule.
+        assert!(
+            OriginPattern::parse("http://127.1")
+                .expect_err("127.1")
+                .contains("last label is a number")
+        );
+        assert!(OriginPattern::parse("https://*.0.0.1").is_err());
     }
 }

@@ -20,6 +20,9 @@
 //!   neighbour task of instance-pool slots; a component over its task's limits is refused at load.
 //! * [`isolation_fd`]: a guest opening files without closing them gets its cap and an error
 //!   value, while a victim task in the same worker succeeds every time.
+//! * [`isolation_http`]: a guest looping requests to its allowed origin spelled many ways
+//!   (userinfo, zero-padded port) under a 256-descriptor limit: the worker's descriptors stay
+//!   bounded and neighbour tasks (a preopen, their own requests) keep succeeding.
 //! * [`isolation_logs`]: log floods through every channel, forged log lines and one-byte
 //!   writes next to a victim task: the worker's log stays within the per-attempt budgets and the
 //!   task's rate, no guest starts a line, victims succeed.
@@ -79,6 +82,7 @@ mod health_db;
 mod http_fetch;
 mod isolation_cancel;
 mod isolation_fd;
+mod isolation_http;
 mod isolation_logs;
 mod isolation_pool;
 mod isolation_results;

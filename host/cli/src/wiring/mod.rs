@@ -183,6 +183,7 @@ pub fn network_settings(network: &onestep_config::NetworkConfig) -> onestep_wasm
         connect_timeout: network.connect_timeout,
         request_timeout: network.request_timeout,
         max_concurrent_requests: network.max_concurrent_requests,
+        max_connections: network.max_connections,
     }
 }
 
@@ -263,6 +264,7 @@ mod tests {
                 headers: vec![("Authorization".into(), Secret::new("Bearer k"))],
             }],
             max_concurrent_requests: 3,
+            max_connections: 5,
             ..NetworkConfig::default()
         };
         let s = network_settings(&cfg);
@@ -274,6 +276,7 @@ mod tests {
         assert_eq!(s.allow[1].origin, b);
         assert!(s.allow[1].headers.is_empty());
         assert_eq!(s.max_concurrent_requests, 3);
+        assert_eq!(s.max_connections, 5);
         assert_eq!(s.request_timeout, cfg.request_timeout);
         assert!(!network_settings(&NetworkConfig::default()).enabled());
     }

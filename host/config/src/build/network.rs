@@ -8,11 +8,11 @@ use std::collections::BTreeSet;
 
 use crate::error::ConfigError;
 use crate::fields::{index, integer, join, number, positive_seconds};
-use crate::model::{NetworkConfig, OriginHeaders, OriginPattern, Secret};
+use crate::model::{MAX_CONNECTIONS_LIMIT, NetworkConfig, OriginHeaders, OriginPattern, Secret};
 use crate::node::{Node, Value};
 
 /// `sandbox.network` keys (strict validation).
-pub const NETWORK_KEYS: [&str; 7] = [
+pub const NETWORK_KEYS: [&str; 8] = [
     "allow",
     "headers",
     "max_response_bytes",
@@ -20,6 +20,7 @@ pub const NETWORK_KEYS: [&str; 7] = [
     "connect_timeout_s",
     "request_timeout_s",
     "max_concurrent_requests",
+    "max_connections",
 ];
 
 /// Builds `sandbox.network` at `path` (e.g. `tasks[0].sandbox.network`).
@@ -98,6 +99,19 @@ pub fn build_network(node: &Node, path: &str) -> Result<NetworkConfig, ConfigErr
             }
         },
     };
+    let max_connections = match node.get_set("max_connections") {
+        None => d.max_connections,
+        Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
+            Some(v) if (1..=MAX_CONNECTIONS_LIMIT).contains(&v) => v,
+            _ => {
+                return Err(ConfigError::at(
+                    n,
+                    path,
+                    format!("max_connections must be an integer from 1 to {MAX_CONNECTIONS_LIMIT}"),
+                ));
+            }
+        },
+    };
     Ok(NetworkConfig {
         allow,
         headers,
@@ -106,6 +120,7 @@ pub fn build_network(node: &Node, path: &str) -> Result<NetworkConfig, ConfigErr
         connect_timeout: secs("connect_timeout_s", d.connect_timeout)?,
         request_timeout: secs("request_timeout_s", d.request_timeout)?,
         max_concurrent_requests,
+        max_connections,
     })
 }
 

@@ -676,7 +676,7 @@ fn sandbox_network() {
         ..LoadOptions::default()
     };
     let full = format!(
-        "{plain}    sandbox:\n      network:\n        allow:\n          - https://api.example.com\n          - https://*.example.org:8443\n          - http://127.0.0.1:18080\n        headers:\n          https://api.example.com:443: {{Authorization: \"Bearer ${{API_KEY}}\", X-N: 3}}\n        max_response_bytes: 1000\n        max_request_bytes: 2000\n        connect_timeout_s: 1.5\n        request_timeout_s: 30\n        max_concurrent_requests: 4\n"
+        "{plain}    sandbox:\n      network:\n        allow:\n          - https://api.example.com\n          - https://*.example.org:8443\n          - http://127.0.0.1:18080\n        headers:\n          https://api.example.com:443: {{Authorization: \"Bearer ${{API_KEY}}\", X-N: 3}}\n        max_response_bytes: 1000\n        max_request_bytes: 2000\n        connect_timeout_s: 1.5\n        request_timeout_s: 30\n        max_concurrent_requests: 4\n        max_connections: 6\n"
     );
     let cfg = load(&dir.write("full.yaml", &full), &opts).expect("loads");
     let n = &cfg.tasks[0].sandbox.network;
@@ -706,7 +706,7 @@ fn sandbox_network() {
     // The summaries and Debug never show the header value.
     let text = cfg.summary();
     assert!(
-        text.contains("network=[https://api.example.com:443,https://*.example.org:8443,http://127.0.0.1:18080] headers=[https://api.example.com:443:Authorization=<redacted>,https://api.example.com:443:X-N=<redacted>] max_response=1000B max_request=2000B connect_timeout=1.5s request_timeout=30s max_concurrent_requests=4"),
+        text.contains("network=[https://api.example.com:443,https://*.example.org:8443,http://127.0.0.1:18080] headers=[https://api.example.com:443:Authorization=<redacted>,https://api.example.com:443:X-N=<redacted>] max_response=1000B max_request=2000B connect_timeout=1.5s request_timeout=30s max_concurrent_requests=4 max_connections=6"),
         "{text}"
     );
     let json = serde_json::to_string(&cfg.json_summary()).expect("json");
@@ -799,6 +799,16 @@ fn sandbox_network() {
             "max_concurrent_requests",
             "0",
             "max_concurrent_requests must be an integer from 1 to 4294967295",
+        ),
+        (
+            "max_connections",
+            "4097",
+            "max_connections must be an integer from 1 to 4096",
+        ),
+        (
+            "max_connections",
+            "0",
+            "max_connections must be an integer from 1 to 4096",
         ),
     ] {
         let block = format!("        allow: [https://a.example.com]\n        {key}: {v}\n");

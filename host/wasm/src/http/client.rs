@@ -5,8 +5,15 @@
 //! checked address (no second lookup, so no DNS rebinding), then speaks TLS
 //! (rustls, webpki roots) for `https`.
 //!
-//! There are two pools: [`Clients::public`] refuses special addresses,
-//! [`Clients::named`] allows them and is used only for requests whose allow
+//! The pools belong to one attempt ([`AttemptClients`], made from the
+//! process's [`Clients`], which hold the resolver and the TLS configuration):
+//! every connection an attempt opens holds one of its `max_connections` slots
+//! until the socket is closed, idle connections are few per origin and short
+//! lived, and the pools (with every idle socket) are dropped with the
+//! attempt's store. Requests reach the pools with their URL in canonical form
+//! (no userinfo, checked host, explicit port), so the pool key is the checked
+//! origin. There are two pools per attempt: `public` refuses special
+//! addresses, `named` allows them and is used only for requests whose allow
 //! entry names the host exactly. A connection opened for one kind of request
 //! is therefore never reused for the other. See `docs/security.md#network`.
 
@@ -26,6 +33,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
@@ -84,6 +92,9 @@ pub(crate) enum ConnectError {
     Io(io::Error),
     /// The TLS handshake failed.
     Tls(io::Error),
+    /// The attempt already holds `max_connections` connections (the number), all in use, and
+    /// none was freed within the connect timeout.
+    Limit(u32),
 }
 
 impl std::fmt::Display for ConnectError {
@@ -94,6 +105,10 @@ impl std::fmt::Display for ConnectError {
             ConnectError::Timeout => f.write_str("connect timed out"),
             ConnectError::Io(e) => write!(f, "connect failed: {e}"),
             ConnectError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
+            ConnectError::Limit(n) => write!(
+                f,
+                "the attempt holds sandbox.network.max_connections ({n}) connections, all in use"
+            ),
         }
     }
 }
@@ -106,17 +121,25 @@ tokio::task_local! {
     pub(crate) static CONNECT_TIMEOUT: Duration;
 }
 
-/// The connector of one pool.
+/// The connector of one pool of one attempt.
 #[derive(Clone)]
 pub(crate) struct Connector {
     resolver: Resolver,
     tls: TlsConnector,
     /// Whether special addresses may be reached (the `named` pool).
     allow_special: bool,
+    /// The attempt's connection slots (`max_connections`), shared by its two pools.
+    slots: Arc<Semaphore>,
+    max_connections: u32,
 }
 
-/// A TCP or TLS connection.
-pub(crate) enum Stream {
+/// A TCP or TLS connection, holding one of its attempt's connection slots until it is closed.
+pub(crate) struct Stream {
+    io: Io,
+    _slot: OwnedSemaphorePermit,
+}
+
+enum Io {
     Tcp(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
 }
@@ -133,9 +156,9 @@ impl AsyncRead for Stream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        match &mut self.get_mut().io {
+            Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -146,23 +169,23 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        match &mut self.get_mut().io {
+            Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        match &mut self.get_mut().io {
+            Io::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        match &mut self.get_mut().io {
+            Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -182,8 +205,14 @@ impl tower_service::Service<Uri> for Connector {
             .try_with(|t| *t)
             .unwrap_or(onestep_core::network::DEFAULT_CONNECT_TIMEOUT);
         Box::pin(async move {
-            match tokio::time::timeout(timeout, this.connect(uri)).await {
-                Ok(r) => r.map(TokioIo::new),
+            let until = tokio::time::Instant::now() + timeout;
+            let slot =
+                match tokio::time::timeout_at(until, this.slots.clone().acquire_owned()).await {
+                    Ok(Ok(slot)) => slot,
+                    _ => return Err(ConnectError::Limit(this.max_connections)),
+                };
+            match tokio::time::timeout_at(until, this.connect(uri)).await {
+                Ok(r) => r.map(|io| TokioIo::new(Stream { io, _slot: slot })),
                 Err(_) => Err(ConnectError::Timeout),
             }
         })
@@ -191,7 +220,7 @@ impl tower_service::Service<Uri> for Connector {
 }
 
 impl Connector {
-    async fn connect(&self, uri: Uri) -> Result<Stream, ConnectError> {
+    async fn connect(&self, uri: Uri) -> Result<Io, ConnectError> {
         let host = uri.host().unwrap_or_default().to_string();
         let https = uri.scheme_str() == Some("https");
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
@@ -231,7 +260,7 @@ impl Connector {
         };
         let _ = tcp.set_nodelay(true);
         if !https {
-            return Ok(Stream::Tcp(tcp));
+            return Ok(Io::Tcp(tcp));
         }
         let name = match bare.parse::<IpAddr>() {
             Ok(ip) => rustls::pki_types::ServerName::IpAddress(ip.into()),
@@ -243,20 +272,26 @@ impl Connector {
             .connect(name, tcp)
             .await
             .map_err(ConnectError::Tls)?;
-        Ok(Stream::Tls(Box::new(tls)))
+        Ok(Io::Tls(Box::new(tls)))
     }
 }
 
-/// The two pools of a worker process (see the module docs).
+/// Idle connections an attempt keeps per origin (the pool key: scheme, checked host, port).
+pub(crate) const MAX_IDLE_PER_ORIGIN: usize = 4;
+/// How long an idle connection is kept for reuse by the same attempt.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the attempts' pools of a worker process share: the resolver and the TLS
+/// configuration (with its session cache, so a later attempt resumes TLS sessions).
 #[derive(Clone)]
 pub(crate) struct Clients {
-    pub(crate) public: HttpClient,
-    pub(crate) named: HttpClient,
+    resolver: Resolver,
+    tls: TlsConnector,
 }
 
 impl Clients {
-    /// Both pools with `resolver`; TLS trusts the webpki roots. Fails only
-    /// if rustls cannot build a client configuration.
+    /// With `resolver`; TLS trusts the webpki roots. Fails only if rustls cannot build a
+    /// client configuration.
     pub(crate) fn new(resolver: Resolver) -> Result<Self, String> {
         let roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.into(),
@@ -267,20 +302,70 @@ impl Clients {
             .map_err(|e| format!("TLS client configuration: {e}"))?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let tls = TlsConnector::from(Arc::new(config));
-        let build = |allow_special| {
-            Client::builder(TokioExecutor::new())
-                .pool_timer(TokioTimer::new())
-                .pool_idle_timeout(Duration::from_secs(30))
-                .build(Connector {
-                    resolver: resolver.clone(),
-                    tls: tls.clone(),
-                    allow_special,
-                })
-        };
         Ok(Clients {
+            resolver,
+            tls: TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    /// The pools of one attempt, which may hold `max_connections` connections at once.
+    pub(crate) fn for_attempt(&self, max_connections: u32) -> AttemptClients {
+        let permits = usize::try_from(max_connections).unwrap_or(usize::MAX);
+        let slots = Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS)));
+        let build = |allow_special| self.pool(allow_special, &slots, max_connections);
+        AttemptClients {
             public: build(false),
             named: build(true),
-        })
+            base: self.clone(),
+            slots,
+            max_connections,
+        }
+    }
+
+    fn pool(
+        &self,
+        allow_special: bool,
+        slots: &Arc<Semaphore>,
+        max_connections: u32,
+    ) -> HttpClient {
+        Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .pool_max_idle_per_host(MAX_IDLE_PER_ORIGIN)
+            .build(Connector {
+                resolver: self.resolver.clone(),
+                tls: self.tls.clone(),
+                allow_special,
+                slots: slots.clone(),
+                max_connections,
+            })
+    }
+}
+
+/// The two pools of one attempt (see the module docs).
+pub(crate) struct AttemptClients {
+    public: HttpClient,
+    named: HttpClient,
+    base: Clients,
+    slots: Arc<Semaphore>,
+    max_connections: u32,
+}
+
+impl AttemptClients {
+    /// The pool for a request: `named` when its allow entry names the host exactly. When
+    /// every slot is taken, both pools are replaced by empty ones first: their idle
+    /// connections close (those in use close when their request ends) and free their slots,
+    /// so that a new origin can be reached while fewer than `max_connections` connections
+    /// are in use.
+    pub(crate) fn pool(&mut self, named: bool) -> HttpClient {
+        if self.slots.available_permits() == 0 {
+            self.public = self.base.pool(false, &self.slots, self.max_connections);
+            self.named = self.base.pool(true, &self.slots, self.max_connections);
+        }
+        if named {
+            self.named.clone()
+        } else {
+            self.public.clone()
+        }
     }
 }

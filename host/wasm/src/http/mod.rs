@@ -50,7 +50,7 @@ impl HttpState {
             ctx: WasiHttpCtx::new(),
             hooks: Hooks {
                 policy: Arc::new(policy.clone()),
-                clients: clients.clone(),
+                clients: clients.for_attempt(policy.max_connections),
                 deadline,
                 ids,
                 permits: Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS))),

@@ -18,12 +18,12 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use onestep_core::network::HttpScheme;
+use onestep_core::network::{HttpScheme, RequestHost};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::client::{CONNECT_TIMEOUT, Clients, ConnectError};
+use super::client::{AttemptClients, CONNECT_TIMEOUT, ConnectError};
 use super::settings::NetworkSettings;
 use crate::context::LogIds;
 use crate::log_budget::LogBudget;
@@ -44,7 +44,8 @@ type Sending = Box<
 /// The `wasi:http` hooks of one attempt.
 pub(crate) struct Hooks {
     pub(crate) policy: Arc<NetworkSettings>,
-    pub(crate) clients: Clients,
+    /// The attempt's connection pools, dropped (every socket closed) with its store.
+    pub(crate) clients: AttemptClients,
     /// The attempt's deadline, if any: no request outlives it.
     pub(crate) deadline: Option<Instant>,
     pub(crate) ids: Arc<LogIds>,
@@ -97,8 +98,9 @@ pub struct HttpTotals {
     pub requests: u64,
     /// Requests refused because their origin is not allowed.
     pub denied: u64,
-    /// Requests refused by a limit or as malformed (`max_concurrent_requests`, a declared
-    /// body over `max_request_bytes`, a scheme other than http/https, …).
+    /// Requests refused by a limit or as malformed (`max_concurrent_requests`,
+    /// `max_connections`, a declared body over `max_request_bytes`, a scheme other than
+    /// http/https, a URL with userinfo, …).
     pub refused: u64,
     /// Sent requests that failed before a response (DNS, a prohibited address, connect,
     /// TLS, timeout, …).
@@ -156,6 +158,20 @@ impl Hooks {
         self.drop_request(request, e)
     }
 
+    /// Refuses a request whose URL cannot be sent (`HTTP-request-URI-invalid`), with one
+    /// line in the attempt's log saying why (drawn on its log budget).
+    fn refuse_uri(&mut self, request: http::Request<WasiBody>, why: &str) -> Sending {
+        if let Some(why) = self.log.admit(tracing::Level::WARN, why) {
+            tracing::warn!(
+                target: crate::guest_log::TARGET,
+                execution_id = %self.ids.execution_id,
+                attempt_id = %self.ids.attempt_id,
+                "outbound HTTP request refused: {why}"
+            );
+        }
+        self.refuse(request, Error::HttpRequestUriInvalid)
+    }
+
     fn deny(&mut self, request: http::Request<WasiBody>, origin: &str, why: &str) -> Sending {
         self.counters.denied.fetch_add(1, Ordering::Relaxed);
         if let Some(origin) = self.log.admit(tracing::Level::WARN, origin) {
@@ -184,8 +200,19 @@ impl WasiHttpHooks for Hooks {
             Some("https") => HttpScheme::Https,
             _ => return self.refuse(request, Error::HttpProtocolError),
         };
-        let Some(host) = uri.host() else {
+        let Some(authority) = uri.authority() else {
             return self.refuse(request, Error::HttpRequestUriInvalid);
+        };
+        if authority.as_str().contains('@') {
+            return self.refuse_uri(
+                request,
+                "the URL has user information (user@host); credentials go in headers \
+                 (sandbox.network.headers)",
+            );
+        }
+        let host = match RequestHost::parse(authority.host()) {
+            Ok(host) => host,
+            Err(why) => return self.refuse_uri(request, &why),
         };
         let port = uri.port_u16().unwrap_or(scheme.default_port());
         let origin = format!("{}://{host}:{port}", scheme.as_str());
@@ -193,7 +220,7 @@ impl WasiHttpHooks for Hooks {
         let Some(entry) = policy
             .allow
             .iter()
-            .find(|e| e.origin.matches(scheme, host, port))
+            .find(|e| e.origin.matches(scheme, &host, port))
         else {
             return self.deny(request, &origin, "origin not in sandbox.network.allow");
         };
@@ -233,11 +260,31 @@ impl WasiHttpHooks for Hooks {
         if declared.is_some_and(|n| n > max_request) {
             return self.refuse(request, Error::HttpRequestBodySize(Some(max_request)));
         }
-        let client = if entry.origin.names_exactly(host) {
-            self.clients.named.clone()
+        // The pool key is the URL's scheme and authority: the checked origin, one spelling.
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+        match http::Uri::builder()
+            .scheme(scheme.as_str())
+            .authority(format!("{host}:{port}"))
+            .path_and_query(path)
+            .build()
+        {
+            Ok(checked) => *request.uri_mut() = checked,
+            Err(e) => return self.refuse_uri(request, &format!("the URL cannot be rebuilt: {e}")),
+        }
+        // wasmtime sets `Host` to the guest's spelling of the authority: name the checked
+        // origin instead (the port only when it is not the scheme's).
+        let host_header = if port == scheme.default_port() {
+            host.to_string()
         } else {
-            self.clients.public.clone()
+            format!("{host}:{port}")
         };
+        match HeaderValue::from_str(&host_header) {
+            Ok(value) => {
+                request.headers_mut().insert(http::header::HOST, value);
+            }
+            Err(e) => return self.refuse_uri(request, &format!("the Host header: {e}")),
+        }
+        let client = self.clients.pool(entry.origin.names_exactly(&host));
         let guest_connect = options.and_then(|o| o.connect_timeout);
         let guest_first_byte = options.and_then(|o| o.first_byte_timeout);
         let connect_timeout = guest_connect.map_or(self.policy.connect_timeout, |g| {
@@ -280,8 +327,15 @@ impl WasiHttpHooks for Hooks {
                 None => sending.await,
             }
             .map_err(|e| {
-                counters.failed.fetch_add(1, Ordering::Relaxed);
-                client_error(&e)
+                let code = client_error(&e);
+                if matches!(code, Error::ConnectionLimitReached) {
+                    // `max_connections`: a limit, like `max_concurrent_requests`; never sent.
+                    counters.requests.fetch_sub(1, Ordering::Relaxed);
+                    counters.refused.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    counters.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                code
             })?;
             let length = response
                 .headers()
@@ -339,6 +393,7 @@ fn client_error(e: &hyper_util::client::legacy::Error) -> Error {
                     Error::TlsCertificateError
                 }
                 ConnectError::Tls(_) => Error::TlsProtocolError,
+                ConnectError::Limit(_) => Error::ConnectionLimitReached,
             };
         }
         if let Some(w) = s.downcast_ref::<Error>() {

@@ -7,8 +7,8 @@ use std::fmt;
 use std::time::Duration;
 
 use onestep_core::network::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT, OriginPattern,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT, OriginPattern,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -68,6 +68,10 @@ pub struct NetworkSettings {
     /// Requests one attempt may have in flight at once; one more fails with
     /// `connection-limit-reached`.
     pub max_concurrent_requests: u32,
+    /// Connections one attempt may hold open at once, in use or idle (each is a file
+    /// descriptor of the worker); a request that needs one more, while all are in use, waits
+    /// up to the connect timeout, then fails with `connection-limit-reached`.
+    pub max_connections: u32,
 }
 
 impl Default for NetworkSettings {
@@ -79,6 +83,7 @@ impl Default for NetworkSettings {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
