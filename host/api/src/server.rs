@@ -120,3 +120,75 @@ pub async fn serve(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// Reads until the server closes the connection (or `limit` passes): the bytes and
+    /// whether it closed.
+    async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 1024];
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
+                Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+                Err(_) => return (out, false),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_cap_holds_new_connections_until_stalled_ones_time_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ServerLimits {
+            max_connections: 2,
+            header_read_timeout: Duration::from_millis(600),
+            ..ServerLimits::default()
+        };
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, router, limits, async {
+            let _ = stopped.await;
+        }));
+        let mut stalled = Vec::new();
+        for _ in 0..2 {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET / HT").await.unwrap();
+            stalled.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        third
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let (answer, closed) = read_until_closed(&mut third, Duration::from_secs(5)).await;
+        let waited = started.elapsed();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(closed && answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+        // Answered only once a stalled connection was closed by the header-read timeout.
+        assert!(
+            waited >= Duration::from_millis(400),
+            "answered after {waited:?}"
+        );
+        for s in &mut stalled {
+            let (_, closed) = read_until_closed(s, Duration::from_secs(2)).await;
+            assert!(closed, "a stalled connection was not closed");
+        }
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
