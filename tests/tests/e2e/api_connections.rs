@@ -3,7 +3,8 @@
 //! and one that stalls in its body. The server closes the first two kinds within the
 //! header-read timeout and answers the body 408 (JSON) within the body timeout, its RSS stays
 //! under a stated ceiling while they are open, and a normal request is still answered
-//! meanwhile. A head longer than the read buffer gets hyper's own 431.
+//! meanwhile. A head longer than the read buffer gets hyper's own 431; a 900 KB body still
+//! streams through it.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -87,6 +88,25 @@ async fn slow_connections(env: &Env) -> Result<()> {
     for _ in 0..5 {
         curl(&[&format!("{base}/v1/executions")])?;
     }
+    // A large body still streams through the 64 KiB read buffer.
+    let big = logs.path().join("big.json");
+    std::fs::write(
+        &big,
+        serde_json::json!({"task_name": "echo", "payload": "b".repeat(900_000)}).to_string(),
+    )?;
+    let big_arg = format!("@{}", big.display());
+    let (code, answer) = curl(&[
+        "-X",
+        "POST",
+        &format!("{base}/v1/executions"),
+        "-H",
+        "Content-Type: application/json",
+        "-H",
+        "Idempotency-Key: big-body",
+        "--data-binary",
+        &big_arg,
+    ])?;
+    ensure!(code == 202, "a 900 KB submit answered {code}: {answer}");
     let (rss_before, _) = memory_kb(pid)?;
 
     let started = Instant::now();
