@@ -57,6 +57,14 @@ pub mod code {
     pub const INTERNAL_ERROR: &str = "internal_error";
     /// 500: a stored row the backend cannot decode (docs/semantics.md#undecodable-rows).
     pub const UNDECODABLE_ROW: &str = "undecodable_row";
+    /// 400: a malformed request (e.g. a repeated `Authorization` header).
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// 408: the request body did not arrive in time.
+    pub const REQUEST_TIMEOUT: &str = "request_timeout";
+    /// 414: the request target is too long.
+    pub const URI_TOO_LONG: &str = "uri_too_long";
+    /// 431: the request headers are too large.
+    pub const HEADERS_TOO_LARGE: &str = "headers_too_large";
 }
 
 /// The JSON body of every error response.

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::auth::Role;
 use crate::error::{ApiError, code};
+use crate::guard::is_json_content_type;
 use crate::state::ApiState;
 
 /// The caller's namespace-bound client, resolved from the bearer token (401 otherwise).
@@ -181,9 +182,15 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
     Ok(text.to_owned())
 }
 
-/// A JSON body, read up to the router's body limit and parsed with our errors: 413
-/// `payload_too_large`, 415 `unsupported_media_type` (a `Content-Type` that is not JSON; none is
-/// accepted), 422 `invalid_json` (syntax) or `invalid_body` (shape). An empty body reads as `{}`.
+/// Longest time to receive a request body; slower bodies get 408 `request_timeout`
+/// (docs/security.md#api-connections).
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A JSON object body, read up to the router's body limit within [`BODY_READ_TIMEOUT`] and
+/// parsed with our errors: 415 `unsupported_media_type` (no `Content-Type: application/json`),
+/// 413 `payload_too_large`, 408 `request_timeout`, 422 `invalid_json` (syntax) or
+/// `invalid_body` (shape; an empty body or any JSON value but an object, e.g. `[]`, included:
+/// docs/http-api.md#request-bodies).
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
 
@@ -195,26 +202,56 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        if let Some(ct) = req.headers().get(header::CONTENT_TYPE)
-            && !is_json_content_type(ct.to_str().unwrap_or_default())
-        {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                code::UNSUPPORTED_MEDIA_TYPE,
-                "the request body must be JSON (Content-Type: application/json)",
-            ));
-        }
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|rejection| body_error(rejection.into_response().status()))?;
+        let bytes = read_json_bytes(req, state).await?;
         parse_json(&bytes).map(JsonBody)
     }
 }
 
-fn is_json_content_type(ct: &str) -> bool {
-    let essence = ct.split(';').next().unwrap_or_default().trim();
-    essence.eq_ignore_ascii_case("application/json")
-        || (essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case("+json"))
+/// The body of a request with a JSON content type (415 otherwise), read up to the router's body
+/// limit (413) within [`BODY_READ_TIMEOUT`] (408).
+async fn read_json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if !ct.is_some_and(is_json_content_type) {
+        return Err(crate::guard::unsupported_media_type());
+    }
+    tokio::time::timeout(BODY_READ_TIMEOUT, Bytes::from_request(req, state))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                code::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            )
+        })?
+        .map_err(|rejection| body_error(rejection.into_response().status()))
+}
+
+/// Like [`JsonBody`], for an endpoint whose body fields are all optional and harmless by
+/// default (`POST /v1/executions/{id}/cancel`): an empty body reads as `T::default()`; any
+/// other body must still be a JSON object, and the content type is still required.
+#[derive(Debug, Clone)]
+pub struct OptionalJsonBody<T>(pub T);
+
+impl<T, S> FromRequest<S> for OptionalJsonBody<T>
+where
+    T: DeserializeOwned + Default,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = read_json_bytes(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(T::default()));
+        }
+        parse_json(&bytes).map(OptionalJsonBody)
+    }
 }
 
 /// The error for a body that could not be read (the status axum would have used).
@@ -234,13 +271,27 @@ pub fn body_error(status: StatusCode) -> ApiError {
     }
 }
 
-/// Parses a JSON body (empty → `{}`) into `T` with our error codes.
+fn not_an_object(what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        code::INVALID_BODY,
+        format!("{what}; it must be a JSON object (send {{}} for no fields)"),
+    )
+}
+
+/// Parses a JSON object body into `T` with our error codes. An empty body, or a JSON value that
+/// is not an object (`[]` would otherwise fill a struct positionally), is 422 `invalid_body`.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        bytes
-    };
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => return Err(not_an_object("the request body is empty")),
+        Some(b'{') => {}
+        // Valid JSON of another kind (array, string, number…); anything else is a syntax
+        // error, reported as such below.
+        Some(_) if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() => {
+            return Err(not_an_object("the request body is not a JSON object"));
+        }
+        Some(_) => {}
+    }
     serde_json::from_slice(bytes).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
@@ -262,15 +313,6 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
-
-    #[test]
-    fn content_types() {
-        assert!(is_json_content_type("application/json"));
-        assert!(is_json_content_type("Application/JSON; charset=utf-8"));
-        assert!(is_json_content_type("application/problem+json"));
-        assert!(!is_json_content_type("text/plain"));
-        assert!(!is_json_content_type("json"));
-    }
 
     #[test]
     fn idempotency_key_rules() {
@@ -303,5 +345,25 @@ mod tests {
         assert_eq!(e.body().code, "invalid_body");
         let e = parse_json::<B>(b"").unwrap_err();
         assert_eq!(e.body().code, "invalid_body");
+        assert!(e.body().message.contains("empty"), "{}", e.body().message);
+        #[derive(serde::Deserialize, Debug, Default)]
+        struct Opt {
+            #[allow(dead_code)]
+            #[serde(default)]
+            n: Option<u32>,
+        }
+        // An array would fill a struct positionally (`[]` = all defaults): refused.
+        for body in [&b"[]"[..], b" [1]", b"\"x\"", b"1", b"null"] {
+            let e = parse_json::<Opt>(body).unwrap_err();
+            assert_eq!(e.body().code, "invalid_body", "{body:?}");
+            assert!(
+                e.body().message.contains("JSON object"),
+                "{}",
+                e.body().message
+            );
+        }
+        assert!(parse_json::<Opt>(b" {} ").is_ok());
+        let e = parse_json::<Opt>(b"[").unwrap_err();
+        assert_eq!(e.body().code, "invalid_json");
     }
 }

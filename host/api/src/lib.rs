@@ -19,7 +19,10 @@
 //! | `GET /metrics` | 200 request counts and latency; execution figures for an `operate` token or with `api.metrics.public` ([`metrics`]) | |
 //! | `GET /ui`, `GET /ui/executions/{id}` | the operator dashboard ([`ui`], docs/ui.md) | |
 //!
-//! Every error is JSON `{"code", "message"}` ([`ErrorBody`]), including axum's own rejections.
+//! Every error is JSON `{"code", "message"}` ([`ErrorBody`]), including axum's own rejections;
+//! every response carries the security headers, and every state-changing request needs
+//! `Content-Type: application/json` ([`guard`]). [`serve`] runs the router with connection
+//! limits ([`server`]).
 //! With tokens configured ([`Tenancy::Tokens`]) every `/v1` request needs
 //! `Authorization: Bearer <token>` (401 otherwise) and sees only its token's namespace; another
 //! tenant's execution is indistinguishable from a missing one (404). A token's [`Role`] limits
@@ -32,12 +35,14 @@ pub mod attempts;
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod guard;
 pub mod metrics;
 pub mod openapi;
 pub mod operate;
 pub mod poll;
 pub mod routes;
 pub mod search;
+pub mod server;
 pub mod state;
 pub mod text;
 pub mod ui;
@@ -53,6 +58,7 @@ use utoipa_axum::routes;
 pub use auth::{Role, Tenancy, TokenTable};
 pub use error::{ApiError, ErrorBody};
 pub use onestep_core::ports::{ExecutionStore, Readiness};
+pub use server::{ServerLimits, serve};
 pub use state::{ApiSettings, ApiState, DEFAULT_MAX_BODY_BYTES};
 pub use view::{ExecutionView, PageView, ResultView};
 
@@ -71,7 +77,7 @@ pub fn router(state: ApiState) -> Router {
             metrics: std::sync::Arc::clone(&metrics),
             api: state.clone(),
         });
-    router
+    let router = router
         .merge(ui::routes())
         .route("/openapi.json", get(move || async move { axum::Json(doc) }))
         .fallback(fallback_not_found)
@@ -82,7 +88,8 @@ pub fn router(state: ApiState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             metrics,
             metrics::track,
-        ))
+        ));
+    guard::apply(router)
 }
 
 /// The OpenAPI document the router serves at `/openapi.json`.

@@ -49,9 +49,18 @@ pub fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
 /// Error responses of every `/v1` route.
 #[derive(IntoResponses)]
 pub enum V1Errors {
+    /// A repeated `Authorization` header (`bad_request`) or a malformed query (docs/http-api.md#errors)
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
     /// Missing or unknown token
     #[response(status = 401)]
     Unauthorized(ErrorBody),
+    /// Request target over 8 KiB
+    #[response(status = 414)]
+    UriTooLong(ErrorBody),
+    /// Request headers over 16 KiB
+    #[response(status = 431)]
+    HeadersTooLarge(ErrorBody),
     /// Store unavailable
     #[response(status = 503)]
     Unavailable(ErrorBody),
@@ -76,10 +85,22 @@ pub enum NotFoundErrors {
 /// Error responses of the routes that read a JSON body.
 #[derive(IntoResponses)]
 pub enum BodyErrors {
+    /// Body not received within 30 s
+    #[response(status = 408)]
+    Timeout(ErrorBody),
     /// Body over the limit
     #[response(status = 413)]
     TooLarge(ErrorBody),
-    /// Body is not JSON
+    /// No `Content-Type: application/json`
+    #[response(status = 415)]
+    NotJson(ErrorBody),
+}
+
+/// The error response of a state-changing route that reads no body: it still needs
+/// `Content-Type: application/json` (docs/http-api.md#request-bodies).
+#[derive(IntoResponses)]
+pub enum ContentTypeErrors {
+    /// No `Content-Type: application/json`
     #[response(status = 415)]
     NotJson(ErrorBody),
 }

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::error::{ApiError, ErrorBody, code};
 use crate::extract::{Caller, ExecutionId, IdempotencyKey, JsonBody, Operator};
-use crate::openapi::{BodyErrors, ForbiddenErrors, NotFoundErrors, V1Errors};
+use crate::openapi::{BodyErrors, ContentTypeErrors, ForbiddenErrors, NotFoundErrors, V1Errors};
 use crate::routes::check_own_cursor;
 use crate::state::ApiState;
 use crate::view::ExecutionView;
@@ -146,6 +146,7 @@ fn bulk_request(body: &BulkBody) -> Result<BulkRequest, ApiError> {
         (status = 422, description = "Malformed id or key, task no longer allowed, metadata over the limit with the link", body = ErrorBody),
         NotFoundErrors,
         ForbiddenErrors,
+        ContentTypeErrors,
         V1Errors,
     ),
     security(("bearer" = []))

@@ -12,7 +12,9 @@ use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ErrorBody, code};
-use crate::extract::{Canceller, ExecutionId, IdempotencyKey, JsonBody, Submitter, Tenant};
+use crate::extract::{
+    Canceller, ExecutionId, IdempotencyKey, JsonBody, OptionalJsonBody, Submitter, Tenant,
+};
 use crate::openapi::{BodyErrors, ForbiddenErrors, NotFoundErrors, V1Errors};
 use crate::state::ApiState;
 use crate::view::{ExecutionView, HealthView, PageView, ResultView};
@@ -343,7 +345,7 @@ async fn latest_progress(
 pub async fn cancel_execution(
     Canceller(client): Canceller,
     ExecutionId(id): ExecutionId,
-    JsonBody(body): JsonBody<CancelBody>,
+    OptionalJsonBody(body): OptionalJsonBody<CancelBody>,
 ) -> Result<Json<ExecutionView>, ApiError> {
     let execution = client
         .cancel(id, body.reason.as_deref())

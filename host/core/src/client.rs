@@ -116,20 +116,20 @@ impl ExecutionClient {
         self.store.get(&self.namespace, id).await
     }
 
-    /// Checks that a list cursor may continue a list of this namespace
-    /// (docs/semantics.md#listing-and-cursors): its execution is this namespace's and has the
-    /// cursor's `created_at`, or no namespace holds that execution any more (purged since its
-    /// page was read: the position still orders rows). A cursor naming another namespace's
-    /// execution, or this namespace's with another time, is `invalid execution cursor`, like a
-    /// malformed one. [`list`](Self::list) itself takes any well-formed cursor; the HTTP API
-    /// checks first.
+    /// Checks a list cursor before a list of this namespace continues from it
+    /// (docs/semantics.md#listing-and-cursors): it must be well-formed, and when it names one of
+    /// this namespace's executions it must carry that execution's `created_at` (a forged one is
+    /// `invalid execution cursor`, like a malformed one). A cursor naming an id this namespace
+    /// does not hold — never used, purged since its page was read, or another namespace's — is
+    /// a position in this namespace's list, all three alike, so the answer never tells whether
+    /// another tenant holds an id. [`list`](Self::list) itself takes any well-formed cursor; the
+    /// HTTP API checks first.
     pub async fn check_cursor_owner(&self, text: &str) -> Result<(), ExecutionError> {
         let cursor = Cursor::decode(text)?;
-        let ours = match self.get(cursor.id).await? {
-            Some(execution) => execution.created_at == cursor.created_at,
-            None => !self.store.exists_in_any_namespace(cursor.id).await?,
-        };
-        if ours { Ok(()) } else { Err(invalid_cursor()) }
+        match self.get(cursor.id).await? {
+            Some(execution) if execution.created_at != cursor.created_at => Err(invalid_cursor()),
+            _ => Ok(()),
+        }
     }
 
     /// The attempts of an execution of this namespace with their diagnostics (no log lines);

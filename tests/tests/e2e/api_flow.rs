@@ -18,13 +18,13 @@ use uuid::Uuid;
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// `onestep serve` as a child process, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) base: String,
 }
 
 impl Server {
-    fn spawn(envs: &[(&str, &str)], log: &Path) -> Result<Server> {
+    pub(crate) fn spawn(envs: &[(&str, &str)], log: &Path) -> Result<Server> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let listen = format!("127.0.0.1:{port}");
         let out = std::fs::File::create(log)?;
@@ -54,7 +54,7 @@ impl Drop for Server {
 }
 
 /// Runs `curl` and returns (HTTP status, body as JSON or `null`).
-fn curl(args: &[&str]) -> Result<(u16, Value)> {
+pub(crate) fn curl(args: &[&str]) -> Result<(u16, Value)> {
     let out = Command::new("curl")
         .args(["-sS", "-o", "-", "-w", "\n%{http_code}"])
         .args(args)

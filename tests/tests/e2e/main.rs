@@ -13,6 +13,8 @@
 //!   column and indexes online (MySQL family) or builds our indexes concurrently (PostgreSQL).
 //! * [`smoke`]: the deployment smoke checks (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
+//! * [`api_connections`]: 500 slow connections, an idle keep-alive one and a stalled body
+//!   against `onestep serve`: closed within the timeouts, RSS under a ceiling, requests answered.
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
 //! * [`isolation_results`]: huge guest results next to a victim task: refused before they are
 //!   parsed, not retried, worker RSS and log bounded.
@@ -72,6 +74,7 @@
 #![allow(clippy::expect_used, clippy::panic)]
 
 mod agent;
+mod api_connections;
 mod api_flow;
 mod bench;
 mod bench_rounds;

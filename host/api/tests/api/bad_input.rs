@@ -42,12 +42,8 @@ async fn bad_inputs_get_their_status_and_code_and_write_nothing() {
     let (_, b_page) = app
         .send(req(Method::GET, "/v1/executions", Some(TOKEN_B)).empty())
         .await;
-    // B's cursor (pointing at B's execution) is foreign to A.
+    // (A foreign cursor is a position, like an unused one: hostile.rs.)
     let b2 = app.submit(Some(TOKEN_B), "b-key-2", "echo", json!(2)).await;
-    let (_, b_page1) = app
-        .send(req(Method::GET, "/v1/executions?limit=1", Some(TOKEN_B)).empty())
-        .await;
-    let foreign_cursor = b_page1["next_cursor"].as_str().expect("cursor").to_owned();
     assert_eq!(b_page["items"].as_array().map(Vec::len), Some(1));
     let rows_before = app.count_rows().await;
     assert_eq!(rows_before, 2);
@@ -249,12 +245,6 @@ async fn bad_inputs_get_their_status_and_code_and_write_nothing() {
         (
             "empty cursor",
             get("/v1/executions?cursor="),
-            422,
-            "invalid_argument",
-        ),
-        (
-            "foreign cursor",
-            get(&format!("/v1/executions?cursor={foreign_cursor}")),
             422,
             "invalid_argument",
         ),

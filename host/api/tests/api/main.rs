@@ -9,6 +9,7 @@ mod attempts;
 mod bad_input;
 mod concurrency;
 mod endpoints;
+mod hostile;
 mod hostile_ui;
 mod operate;
 mod results;

@@ -287,8 +287,22 @@ impl Req {
             .expect("request")
     }
 
-    /// No body.
+    /// No body. A state-changing request still names the JSON content type, as every one must
+    /// (docs/http-api.md#request-bodies); [`Req::bare`] sends none.
     pub fn empty(self) -> Request<Body> {
+        let safe = self
+            .0
+            .method_ref()
+            .is_some_and(|m| matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS));
+        if safe {
+            self.bare()
+        } else {
+            self.raw("application/json", Body::empty())
+        }
+    }
+
+    /// No body and no content type.
+    pub fn bare(self) -> Request<Body> {
         self.0.body(Body::empty()).expect("request")
     }
 }

@@ -4,14 +4,15 @@
 //! Wiring: config → `api.connector` (a `mysql` or `postgres` resource) → a [`Store`] (tables, limits,
 //! `auto_create`, pool bounds; it is both the store and the readiness probe) → [`ApiState`]
 //! (tenants from `tokens_file`/`tokens_env`, or the one `namespace`; `allowed_tasks`;
-//! `max_body_bytes`) → [`onestep_api::router`] → `axum::serve`.
+//! `max_body_bytes`) → [`onestep_api::router`] → [`onestep_api::serve`] (connection cap and
+//! timeouts, docs/security.md#api-connections).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::wiring::store::{Store, StoreOptions};
-use onestep_api::{ApiSettings, ApiState, Role, Tenancy, TokenTable};
+use onestep_api::{ApiSettings, ApiState, Role, ServerLimits, Tenancy, TokenTable};
 use onestep_config::{ApiAuth, AppConfig, LoadOptions, LogFormat};
 use onestep_core::names::TableNames;
 
@@ -96,20 +97,22 @@ async fn serve(config: &AppConfig, listen: Option<SocketAddr>) -> u8 {
     };
     let local = listener.local_addr().map_or(listen, |a| a);
     tracing::info!(address = %local, "onestep API listening on http://{local}");
-    let served = axum::serve(listener, onestep_api::router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
+    let limits = ServerLimits::default();
+    tracing::info!(
+        max_connections = limits.max_connections,
+        header_read_timeout_s = limits.header_read_timeout.as_secs(),
+        "connection limits (docs/security.md#api-connections)"
+    );
+    onestep_api::serve(
+        listener,
+        onestep_api::router(state),
+        limits,
+        shutdown_signal(),
+    )
+    .await;
     let _ = backend.close().await;
-    match served {
-        Ok(()) => {
-            tracing::info!("onestep API stopped");
-            0
-        }
-        Err(e) => {
-            tracing::error!("the HTTP server failed: {e}");
-            1
-        }
-    }
+    tracing::info!("onestep API stopped");
+    0
 }
 
 type Prepared = (Store, ApiState, SocketAddr);

@@ -149,8 +149,8 @@ async fn other_namespace(fx: Fixture) {
 }
 
 /// Which cursors may continue a namespace's list (docs/semantics.md#listing-and-cursors): its
-/// own execution's, and a position whose execution no namespace holds (purged since); not
-/// another namespace's execution, nor its own at another time.
+/// own execution's, and a position naming an id it does not hold — never used, purged since, or
+/// another namespace's, all answered alike (no existence oracle); not its own at another time.
 async fn cursor_owner(fx: Fixture) {
     let ours = submit(&fx, json!(1)).await;
     let theirs = fx
@@ -180,23 +180,43 @@ async fn cursor_owner(fx: Fixture) {
         .check_cursor_owner(&cursor(ours.id, ours.created_at))
         .await
         .expect("own execution");
-    let gone_cursor = cursor(gone, ours.created_at + Duration::seconds(1));
+    let later = ours.created_at + Duration::seconds(1);
+    // An unknown id and another namespace's id at the same position: the same answer and the
+    // same page (this namespace's rows before the position), nothing of the other namespace.
+    let mut pages = Vec::new();
+    for (what, id) in [
+        ("an unused id", gone),
+        ("another namespace's id", theirs.id),
+    ] {
+        let text = cursor(id, later);
+        client
+            .check_cursor_owner(&text)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: a position, got {e}"));
+        let page = client
+            .list(&ListQuery {
+                cursor: Some(text),
+                ..ListQuery::default()
+            })
+            .await
+            .expect("list after the position");
+        pages.push(page.items.iter().map(|e| e.id).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        pages[0],
+        vec![ours.id],
+        "the rows created before the position"
+    );
+    assert_eq!(
+        pages[0], pages[1],
+        "a foreign cursor answers like an unused one"
+    );
+    // Another namespace's cursor at its own exact time: a position too.
     client
-        .check_cursor_owner(&gone_cursor)
+        .check_cursor_owner(&cursor(theirs.id, theirs.created_at))
         .await
-        .expect("a position whose execution is gone");
-    // That position still orders the list: everything created before it.
-    let page = client
-        .list(&ListQuery {
-            cursor: Some(gone_cursor),
-            ..ListQuery::default()
-        })
-        .await
-        .expect("list after the gone position");
-    let ids: Vec<_> = page.items.iter().map(|e| e.id).collect();
-    assert_eq!(ids, vec![ours.id]);
+        .expect("another namespace's cursor is a position");
     for (what, text) in [
-        ("another namespace's", cursor(theirs.id, theirs.created_at)),
         (
             "its own at another time",
             cursor(ours.id, ours.created_at + Duration::microseconds(1)),
