@@ -5,7 +5,9 @@
 //! `queued`, names both quarantined tasks and why in `/readyz` and in
 //! `onestep_task_quarantined{task, reason}` on `/metrics`, and logs each once. Deploying working
 //! builds of the two files lifts both quarantines through the reload and their executions
-//! succeed. `onestep check --strict` still refuses the file. On MariaDB, MySQL and PostgreSQL.
+//! succeed. `onestep check --strict` still refuses the file. And a task whose source's table
+//! disappears under a running worker (its claims fail with a non-retryable error) is quarantined
+//! with reason `claim` while the other task keeps succeeding. On MariaDB, MySQL and PostgreSQL.
 
 use std::path::Path;
 use std::process::Command;
@@ -66,12 +68,17 @@ fn deploy(target: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn source(name: &str, task: &str) -> String {
+    source_on(name, task, "")
+}
+
+/// A source of `task`; `tables` adds its table lines (default tables when empty).
+fn source_on(name: &str, task: &str, tables: &str) -> String {
     format!(
         r#"  {name}:
     type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
     connector: db
     namespace: e2e
-    task_names: [{task}]
+    task_names: [{task}]{tables}
     poll_interval_s: 0.05
     lease_duration_s: 2.0
     heartbeat_interval_s: 0.5
@@ -234,6 +241,95 @@ async fn a_task_that_cannot_load_is_quarantined_and_the_others_run() -> Result<(
         }
         env.finish().await?;
         outcome.with_context(|| format!("[{server}] quarantine"))?;
+    }
+    Ok(())
+}
+
+async fn claim_case(env: &Env) -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let base = format!("http://{addr}");
+    let mut worker = env.spawn_worker_with("w-claim", &["--metrics-addr", &addr])?;
+    wait_for("/readyz to answer 200", LIMIT, || async {
+        Ok((http_get(&format!("{base}/readyz"))?.0 == 200).then_some(()))
+    })
+    .await?;
+    // The bad task's table goes away (an operator's mistake, a revoked grant): its claims fail
+    // with a non-retryable error.
+    env.db
+        .query_strings("ALTER TABLE bad_executions RENAME TO bad_executions_moved")
+        .await?;
+    let doc = wait_for("/readyz to list the claim quarantine", LIMIT, || async {
+        let (_, doc) = readyz(&base)?;
+        Ok((doc["quarantined"][0]["task"] == "bad").then_some(doc))
+    })
+    .await?;
+    ensure!(
+        doc["status"] == "ready" && doc["quarantined"][0]["reason"] == "claim",
+        "{doc}"
+    );
+    ensure!(
+        quarantined(&base, "bad", "claim")? == Some(1.0),
+        "onestep_task_quarantined{{task=bad,reason=claim}} is not 1"
+    );
+    for i in 0..5 {
+        let id = env.submit("echo", json!({"n": i})).await?.id;
+        env.wait_status(id, &[S::Succeeded], LIMIT).await?;
+    }
+    let log = worker.log();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("task quarantined") && l.contains("task=bad"))
+        .count();
+    ensure!(lines == 1, "{lines} quarantine lines:\n{log}");
+    worker.signal("TERM")?;
+    ensure!(
+        worker.wait_exit(Duration::from_secs(20))? == Some(0),
+        "clean drain with a claim-quarantined task"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_whose_claims_fail_for_good_is_quarantined_and_the_others_run() -> Result<()> {
+    for (server, url) in servers_of(Servers::All)? {
+        let dir = tempfile::tempdir()?;
+        let echo = guest("echo")?;
+        let config = dir.path().join("claim.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"apiVersion: onestep/v1alpha1
+kind: App
+app: {{name: e2e-quarantine-claim, shutdown_timeout_s: 2.0, logging: {{level: INFO, format: text}}}}
+resources:
+  db: {{type: "${{ONESTEP_E2E_BACKEND:-mysql}}", dsn: "${{ONESTEP_DSN}}"}}
+{}{}tasks:
+  - {{name: echo, source: echo_jobs, handler: {{component: "{}"}}}}
+  - {{name: bad, source: bad_jobs, handler: {{component: "{}"}}}}
+"#,
+                source("echo_jobs", "echo"),
+                source_on(
+                    "bad_jobs",
+                    "bad",
+                    "\n    table: bad_executions\n    attempts_table: bad_attempts"
+                ),
+                echo.display(),
+                echo.display()
+            ),
+        )?;
+        let env = Env::new(server, &url, &config).await?;
+        let outcome = claim_case(&env).await;
+        if let Err(e) = &outcome {
+            eprintln!(
+                "[{server}] claim quarantine FAILED: {e:#}\n{}",
+                env.worker_logs()
+            );
+        }
+        env.finish().await?;
+        outcome.with_context(|| format!("[{server}] claim quarantine"))?;
     }
     Ok(())
 }
