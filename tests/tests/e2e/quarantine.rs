@@ -262,10 +262,14 @@ async fn claim_case(env: &Env) -> Result<()> {
         .query_strings("ALTER TABLE bad_executions RENAME TO bad_executions_moved")
         .await?;
     let doc = wait_for("/readyz to list the claim quarantine", LIMIT, || async {
-        let (_, doc) = readyz(&base)?;
-        Ok((doc["quarantined"][0]["task"] == "bad").then_some(doc))
+        // Not answering, or not yet JSON: not yet.
+        Ok(readyz(&base)
+            .ok()
+            .map(|(_, doc)| doc)
+            .filter(|doc| doc["quarantined"][0]["task"] == "bad"))
     })
-    .await?;
+    .await
+    .with_context(|| format!("worker log:\n{}", worker.log()))?;
     ensure!(
         doc["status"] == "ready" && doc["quarantined"][0]["reason"] == "claim",
         "{doc}"
