@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod commands;
 mod logging;
 mod metrics;
+mod quarantine_board;
 mod wiring;
 
 /// Tracked execution with sandboxed WebAssembly handlers on MySQL/MariaDB.

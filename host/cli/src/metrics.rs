@@ -21,7 +21,7 @@ use axum::routing::get;
 use onestep_api::metrics::LabelText;
 use onestep_core::{ExecutionError, ExecutionStatus};
 use onestep_wasm::{Report, TrapKind};
-use onestep_worker::{AttemptEnd, HeartbeatOutcome, WorkerObserver};
+use onestep_worker::{AttemptEnd, HeartbeatOutcome, QuarantineCause, WorkerObserver};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -30,6 +30,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+use crate::quarantine_board::QuarantineBoard;
 
 /// Buckets of `onestep_task_duration_seconds` and `onestep_queue_wait_seconds`: the
 /// reference's 5 ms … 10 s, then 30 s … 1 h for long-running tasks.
@@ -154,6 +156,8 @@ pub struct Metrics {
     ready: AtomicBool,
     stopping: CancellationToken,
     sources: Mutex<BTreeMap<String, SourceHealth>>,
+    /// Quarantined tasks (docs/security.md#one-tenants-bad-deploy).
+    quarantine: QuarantineBoard,
 }
 
 impl Metrics {
@@ -276,6 +280,8 @@ impl Metrics {
             "Outbound HTTP body bytes of handlers, by direction (out: request bodies, in: response bodies)",
             http_bytes.clone(),
         );
+        let quarantine = QuarantineBoard::default();
+        quarantine.register(&mut registry);
         build_info
             .get_or_create(&VersionLabels {
                 version: env!("CARGO_PKG_VERSION").into(),
@@ -317,6 +323,7 @@ impl Metrics {
             ready: AtomicBool::new(false),
             stopping,
             sources: Mutex::new(sources),
+            quarantine,
         }
     }
 
@@ -411,6 +418,31 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// The `/readyz` document and whether the worker is ready (docs/observability.md#readiness):
+    /// not while the sources open, nor while it drains, nor when every task is quarantined;
+    /// `quarantined` lists each quarantined task with its reason and error either way.
+    pub fn readiness(&self) -> (bool, serde_json::Value) {
+        let mut reasons = Vec::new();
+        if !self.ready.load(Ordering::Relaxed) {
+            reasons.push("starting: the sources are opening".to_owned());
+        }
+        if self.stopping.is_cancelled() {
+            reasons.push("stopping: the worker is draining".to_owned());
+        }
+        let tasks = self.sources().len();
+        let quarantined = self.quarantine.count();
+        if tasks > 0 && quarantined >= tasks {
+            reasons.push(format!("every task ({tasks}) is quarantined"));
+        }
+        let ready = reasons.is_empty();
+        let doc = json!({
+            "status": if ready { "ready" } else { "not_ready" },
+            "reasons": reasons,
+            "quarantined": self.quarantine.json(),
+        });
+        (ready, doc)
     }
 
     /// The `/healthz` document and whether it is healthy: `status` is `degraded` while the
@@ -525,6 +557,10 @@ impl WorkerObserver for Metrics {
             .inc();
     }
 
+    fn quarantine(&self, task: &str, cause: Option<&QuarantineCause>) {
+        self.quarantine.record(&self.app, task, cause);
+    }
+
     fn store_error(&self, _task: &str, error: &ExecutionError) {
         let (operation, class) = match error {
             ExecutionError::Backend(b) => (b.operation, b.kind.as_str()),
@@ -562,11 +598,13 @@ async fn healthz_route(State(m): State<Arc<Metrics>>) -> Response {
 }
 
 async fn readyz_route(State(m): State<Arc<Metrics>>) -> Response {
-    if m.ready.load(Ordering::Relaxed) && !m.stopping.is_cancelled() {
-        (StatusCode::OK, "ready\n").into_response()
+    let (ready, doc) = m.readiness();
+    let code = if ready {
+        StatusCode::OK
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, axum::Json(doc)).into_response()
 }
 
 /// The `/metrics`, `/healthz`, `/readyz` routes.

@@ -49,6 +49,10 @@ pub struct LoadOptions {
     pub env: EnvLookup,
     /// Check that handler components and preopen directories exist (default true).
     pub check_files: bool,
+    /// With `check_files`, also require every handler component file to exist (default true).
+    /// `onestep run` turns it off: a task whose component is missing is quarantined at start
+    /// like one whose component cannot be loaded (docs/security.md#one-tenants-bad-deploy).
+    pub require_components: bool,
 }
 
 impl Default for LoadOptions {
@@ -59,6 +63,7 @@ impl Default for LoadOptions {
             strict_env: false,
             env: EnvLookup::process(),
             check_files: true,
+            require_components: true,
         }
     }
 }
@@ -141,6 +146,7 @@ pub fn load_str(
     let ctx = BuildContext {
         base_dir: &base_dir,
         check_files: opts.check_files,
+        require_components: opts.require_components,
     };
     build::build(
         &tree,

@@ -1,37 +1,64 @@
 //! The fetch loop of one task (docs/semantics.md#fetch-loop): claim up to `min(free slots, batch_size)`, start one
 //! delivery per lease, claim again at once after a non-empty batch, otherwise wait
-//! `poll_interval`.
+//! `poll_interval`. A quarantined task (docs/security.md#one-tenants-bad-deploy) claims nothing
+//! until its quarantine is lifted; a non-retryable claim error quarantines the task instead of
+//! stopping the worker.
 
 use std::sync::Arc;
 
-use onestep_core::ExecutionError;
 use onestep_core::request::ClaimRequest;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::delivery::{TaskCtx, deliver, release_all};
+use crate::quarantine::{CLAIM_QUARANTINE_PROBE, Quarantine, QuarantineCause, QuarantineKind};
 
-/// Runs until `stopping` fires (returns `Ok`) or a claim fails with a non-retryable error
-/// (returns that error, which stops the worker). A claim in progress when `stopping` fires is
-/// finished and its leases are released, not run.
+/// Runs until `stopping` fires. A claim in progress when `stopping` fires is finished and its
+/// leases are released, not run. While `quarantine` is set the loop claims nothing; a claim that
+/// fails with a non-retryable error sets it (kind `claim`), and a claim tried
+/// [`CLAIM_QUARANTINE_PROBE`] later that succeeds lifts it.
 pub(crate) async fn fetch_loop(
     ctx: Arc<TaskCtx>,
+    quarantine: Quarantine,
     stopping: CancellationToken,
     hard_cancel: CancellationToken,
     tracker: TaskTracker,
-) -> Result<(), ExecutionError> {
+) {
     let s = &ctx.settings;
     let slots = Arc::new(Semaphore::new(s.concurrency as usize));
+    let mut switch = quarantine.subscribe();
+    let mut reported: Option<QuarantineCause> = None;
+    // A claim-quarantined task's probe claim is due.
+    let mut probe = false;
     loop {
         if stopping.is_cancelled() {
-            return Ok(());
+            return;
+        }
+        let current = switch.borrow_and_update().clone();
+        report(&ctx, &mut reported, &current);
+        if let Some(cause) = &current
+            && !probe
+        {
+            let probing = cause.kind == QuarantineKind::Claim;
+            tokio::select! {
+                changed = switch.changed() => {
+                    if changed.is_err() {
+                        // Cannot happen (`quarantine` holds the sender): wait for the end.
+                        stopping.cancelled().await;
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep(CLAIM_QUARANTINE_PROBE), if probing => probe = true,
+                _ = stopping.cancelled() => return,
+            }
+            continue;
         }
         let free = slots.available_permits();
         if free == 0 {
             tokio::select! {
                 permit = Arc::clone(&slots).acquire_owned() => drop(permit),
-                _ = stopping.cancelled() => return Ok(()),
+                _ = stopping.cancelled() => return,
             }
             continue;
         }
@@ -66,14 +93,17 @@ pub(crate) async fn fetch_loop(
         }
         match claimed {
             Ok(leases) => {
+                if std::mem::take(&mut probe) {
+                    quarantine.lift_kind(QuarantineKind::Claim);
+                }
                 if stopping.is_cancelled() {
                     release_all(&ctx, leases).await;
-                    return Ok(());
+                    return;
                 }
                 if leases.is_empty() {
                     tokio::select! {
                         _ = tokio::time::sleep(s.poll_interval) => {}
-                        _ = stopping.cancelled() => return Ok(()),
+                        _ = stopping.cancelled() => return,
                     }
                     continue;
                 }
@@ -100,13 +130,47 @@ pub(crate) async fn fetch_loop(
                 tracing::warn!(task = %s.task_name, error = %e, "claim failed; retrying after poll_interval");
                 tokio::select! {
                     _ = tokio::time::sleep(s.poll_interval) => {}
-                    _ = stopping.cancelled() => return Ok(()),
+                    _ = stopping.cancelled() => return,
                 }
             }
             Err(e) => {
-                tracing::error!(task = %s.task_name, error = %e, "claim failed with a non-retryable error; stopping the worker");
-                return Err(e);
+                probe = false;
+                // Reported (logged once, observed) at the top of the loop.
+                quarantine.set(QuarantineCause::new(QuarantineKind::Claim, e.to_string()));
             }
         }
     }
+}
+
+/// Logs and observes a change of the task's quarantine since the last one reported (once per
+/// change: the same cause again is not reported).
+fn report(
+    ctx: &TaskCtx,
+    reported: &mut Option<QuarantineCause>,
+    current: &Option<QuarantineCause>,
+) {
+    if reported == current {
+        return;
+    }
+    let task = &ctx.settings.task_name;
+    match current {
+        Some(cause) => {
+            let until = match cause.kind {
+                QuarantineKind::Load => "until a build of its component loads".to_owned(),
+                QuarantineKind::Claim => format!(
+                    "until a claim succeeds (tried again every {} s)",
+                    CLAIM_QUARANTINE_PROBE.as_secs()
+                ),
+            };
+            tracing::error!(
+                task = %task,
+                reason = cause.kind.as_str(),
+                error = %cause.message,
+                "task quarantined: it claims nothing and its executions stay queued {until}; the other tasks run on"
+            );
+        }
+        None => tracing::info!(task = %task, "task quarantine lifted: claiming again"),
+    }
+    ctx.observer.quarantine(task, current.as_ref());
+    reported.clone_from(current);
 }

@@ -3,7 +3,8 @@
 //! extends every in-flight lease; each delivery acts on its own answer: cooperative
 //! cancellation, self-fencing on lease loss; docs/semantics.md#heartbeat), the per-task cancel poll (one set-based read of
 //! the cancel flags of the in-flight leases, so a cancel does not wait for the heartbeat), the
-//! mapping of a handler's outcome to a
+//! quarantine of a task that cannot run (docs/security.md#one-tenants-bad-deploy: it claims nothing, the
+//! other tasks run on), the mapping of a handler's outcome to a
 //! completion through the retry policy (docs/semantics.md#failure-handling, docs/semantics.md#timeouts, docs/semantics.md#retry-policies), batched completion writes, and the
 //! graceful drain on shutdown (docs/semantics.md#shutdown-and-drain, with the reference's quirk fixed: cancelled in-flight
 //! attempts write their `retrying` completion before the worker returns).
@@ -23,10 +24,12 @@ mod fetch;
 mod heartbeat;
 mod observe;
 mod outcome;
+mod quarantine;
 mod settings;
 mod worker;
 
 pub use observe::{AttemptEnd, HeartbeatOutcome, NoObserver, WorkerObserver};
 pub use outcome::{MAX_GUEST_RETRY_DELAY_S, cancel_error, completion_for};
+pub use quarantine::{CLAIM_QUARANTINE_PROBE, Quarantine, QuarantineCause, QuarantineKind};
 pub use settings::{TaskBinding, TaskSettings, WorkerSettings};
 pub use worker::{Worker, WorkerError, WorkerStats};

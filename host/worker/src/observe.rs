@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use onestep_core::{ExecutionError, ExecutionStatus};
 
+use crate::quarantine::QuarantineCause;
+
 /// How one attempt ended, as far as the worker knows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptEnd {
@@ -71,6 +73,11 @@ pub trait WorkerObserver: Send + Sync + std::fmt::Debug {
     /// A storage call of `task` failed (claim, heartbeat, completion, release, cancel poll).
     fn store_error(&self, task: &str, error: &ExecutionError) {
         let _ = (task, error);
+    }
+    /// `task` was quarantined for `cause`, or its quarantine was lifted (`None`)
+    /// (docs/security.md#one-tenants-bad-deploy). Called once per change.
+    fn quarantine(&self, task: &str, cause: Option<&QuarantineCause>) {
+        let _ = (task, cause);
     }
 }
 

@@ -17,6 +17,8 @@ use onestep_core::settings::{
 };
 use onestep_core::{ExecutionError, Limits};
 
+use crate::quarantine::Quarantine;
+
 /// Settings of one task: its source (namespace, task name, polling, lease) and its execution
 /// (concurrency, retry, timeout).
 #[derive(Debug, Clone)]
@@ -117,6 +119,9 @@ pub struct TaskBinding {
     pub store: Arc<dyn LeaseStore>,
     /// What runs the handler.
     pub runner: Arc<dyn TaskRunner>,
+    /// The task's quarantine switch (docs/security.md#one-tenants-bad-deploy): while it is set
+    /// the task claims nothing. [`Quarantine::default`] is not set.
+    pub quarantine: Quarantine,
 }
 
 impl std::fmt::Debug for TaskBinding {

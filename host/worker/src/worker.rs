@@ -1,5 +1,6 @@
 //! The worker: one fetch loop, one heartbeat ticker and one cancel poll per task, shared
-//! completion writers, and the graceful drain.
+//! completion writers, and the graceful drain. A task that cannot run is quarantined on its own
+//! ([`crate::Quarantine`]); only a fetch loop that panics stops the worker.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,17 +31,9 @@ pub enum WorkerError {
         source: ExecutionError,
     },
     /// A task's fetch loop stopped unexpectedly (it panicked); the worker drained and stopped.
+    /// (A non-retryable claim error quarantines its task instead, docs/semantics.md#fetch-loop.)
     #[error("a fetch loop stopped unexpectedly: {0}")]
     FetchLoop(String),
-    /// A claim failed with a non-retryable error (docs/semantics.md#fetch-loop step 3); the worker drained and
-    /// stopped.
-    #[error("task '{task}' failed while claiming: {source}")]
-    Claim {
-        /// The task name.
-        task: String,
-        /// The claim error.
-        source: ExecutionError,
-    },
 }
 
 /// Counters of what a worker did (monotonic, for logs and benchmarks).
@@ -163,7 +156,8 @@ impl Worker {
         Arc::clone(&self.stats)
     }
 
-    /// Runs until `shutdown` fires or a task's claim fails fatally, then drains (docs/semantics.md#shutdown-and-drain):
+    /// Runs until `shutdown` fires (a task whose claims fail with a non-retryable error is
+    /// quarantined, docs/security.md#one-tenants-bad-deploy, the others run on), then drains (docs/semantics.md#shutdown-and-drain):
     /// stop claiming; give in-flight executions `shutdown_timeout`; cancel the remainder and
     /// give their `retrying` completions `cancel_grace` to be written; return.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
@@ -211,20 +205,20 @@ impl Worker {
                 observer: Arc::clone(&self.observer),
                 clock: Arc::clone(&self.clock),
             });
-            let name = task.settings.task_name.clone();
-            let fut = fetch_loop(ctx, stopping.clone(), hard_cancel.clone(), tracker.clone());
-            loops.spawn(async move { fut.await.map_err(|e| (name, e)) });
+            loops.spawn(fetch_loop(
+                ctx,
+                task.quarantine.clone(),
+                stopping.clone(),
+                hard_cancel.clone(),
+                tracker.clone(),
+            ));
         }
         tracing::info!(tasks = self.tasks.len(), "worker started");
 
         let mut fatal: Option<WorkerError> = None;
         while let Some(joined) = loops.join_next().await {
             match joined {
-                Ok(Ok(())) => {}
-                Ok(Err((task, source))) => {
-                    stopping.cancel();
-                    fatal.get_or_insert(WorkerError::Claim { task, source });
-                }
+                Ok(()) => {}
                 Err(e) => {
                     stopping.cancel();
                     fatal.get_or_insert(WorkerError::FetchLoop(e.to_string()));

@@ -9,8 +9,9 @@
 //! A component the worker cannot load (an import the host does not provide, bytes that are not
 //! a component, a `wasi:http` component for a task without `sandbox.network.allow`) is rejected
 //! by `check --strict` (exit 2) and reported as a problem by `check` (exit 0) with the message
-//! `run` fails to start with (exit 1), naming the task, the file and the missing import
-//! (docs/cli.md#component-checks).
+//! `run` quarantines the task with (docs/security.md#one-tenants-bad-deploy: the worker starts;
+//! with its only task quarantined `/readyz` answers 503 and lists the task with that message),
+//! naming the task, the file and the missing import (docs/cli.md#component-checks).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -247,7 +248,7 @@ fn files_run_rejects_are_rejected_by_check_strict() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unloadable_components_are_rejected_by_check_and_run() -> Result<()> {
+async fn unloadable_components_are_rejected_by_check_and_quarantined_by_run() -> Result<()> {
     let server = std::env::var("ONESTEP_TEST_MARIADB_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/".to_owned());
     // `run` opens its sources before it loads the components: give it a database.
@@ -259,6 +260,84 @@ async fn unloadable_components_are_rejected_by_check_and_run() -> Result<()> {
     .await;
     db.drop_db().await?;
     result?
+}
+
+/// Runs `onestep run target` with its only task's component unloadable: the worker starts, its
+/// `/readyz` answers 503 (every task quarantined) and lists the task; returns the error it
+/// gives, after a clean stop (exit 0).
+fn quarantine_message(target: &str) -> Result<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(onestep_bin()?)
+        .args(["run", "--metrics-addr", &addr, target])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot run onestep")?;
+    let started = Instant::now();
+    let outcome = loop {
+        if let Some(status) = child.try_wait()? {
+            break Err(anyhow::anyhow!(
+                "run exited ({status}) instead of quarantining the task"
+            ));
+        }
+        if started.elapsed() > BOUND {
+            break Err(anyhow::anyhow!(
+                "/readyz listed no quarantined task within {BOUND:?}"
+            ));
+        }
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "-",
+                "-w",
+                "\n%{http_code}",
+                &format!("http://{addr}/readyz"),
+            ])
+            .output()
+            .context("cannot run curl")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if let Some((body, code)) = text.rsplit_once('\n')
+            && let Ok(doc) = serde_json::from_str::<serde_json::Value>(body)
+            && doc["quarantined"][0]["task"] == "echo"
+        {
+            ensure!(
+                code == "503",
+                "/readyz {code} with every task quarantined: {doc}"
+            );
+            ensure!(
+                doc["status"] == "not_ready" && doc["quarantined"][0]["reason"] == "load",
+                "{doc}"
+            );
+            break Ok(doc["quarantined"][0]["error"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + BOUND;
+    let code = loop {
+        if let Some(status) = child.try_wait()? {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            child.kill()?;
+            child.wait()?;
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let message = outcome?;
+    ensure!(code == Some(0), "run exited {code:?} after SIGTERM");
+    Ok(message)
 }
 
 fn unloadable_cases(dsn: &str) -> Result<()> {
@@ -311,11 +390,6 @@ fn unloadable_cases(dsn: &str) -> Result<()> {
                 2,
                 format!("onestep: failed to load {target}: "),
             ),
-            (
-                vec!["run", target.as_str()],
-                1,
-                format!("onestep: {target} failed while running: "),
-            ),
         ] {
             let Some((got, stderr)) = run_bounded(&args)? else {
                 anyhow::bail!(
@@ -339,6 +413,7 @@ fn unloadable_cases(dsn: &str) -> Result<()> {
             );
             messages.push(message.to_owned());
         }
+        messages.push(quarantine_message(&target)?);
         ensure!(
             messages.iter().all(|m| *m == messages[0]),
             "check and run word it differently: {messages:#?}"

@@ -51,6 +51,8 @@
 //!   `onestep attempts` / `logs` / `get`, and `onestep purge`.
 //! * [`reload`]: a component redeployed under load (a broken build refused, a working one
 //!   swapped in); no execution lost, attempts record the digest of the build they ran.
+//! * [`quarantine`]: a task whose component cannot load (or is missing) is quarantined, the
+//!   worker serves the others, `/readyz` and a metric say why, a good build lifts it.
 //! * [`postgres`]: `onestep migrate`, the client commands and a real worker with real components
 //!   on PostgreSQL; a connector of the wrong kind is a load error.
 //! * [`render`]: `onestep render` of a config, as text and as a Mermaid flowchart.
@@ -94,6 +96,7 @@ mod metrics;
 mod params;
 mod postgres;
 mod procfs;
+mod quarantine;
 mod reload;
 mod render;
 mod runtime;

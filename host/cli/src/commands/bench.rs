@@ -617,6 +617,7 @@ async fn bench_on(
         settings,
         store: Arc::new(store),
         runner,
+        quarantine: onestep_worker::Quarantine::default(),
     };
     let worker = Worker::new(
         vec![binding],

@@ -18,10 +18,22 @@ pub struct EnvArgs {
 /// Loads `target`; on failure prints `onestep: failed to load <target>: <reason>` and returns
 /// exit code 2.
 pub fn load(target: &Path, strict: bool, env: &EnvArgs) -> Result<AppConfig, u8> {
+    load_with(target, strict, env, true)
+}
+
+/// [`load`], with `require_components: false` letting a task's component file be missing (it is
+/// quarantined at start, docs/security.md#one-tenants-bad-deploy; `onestep run` only).
+pub fn load_with(
+    target: &Path,
+    strict: bool,
+    env: &EnvArgs,
+    require_components: bool,
+) -> Result<AppConfig, u8> {
     let opts = LoadOptions {
         strict,
         env_file: env.env_file.clone(),
         strict_env: env.strict_env,
+        require_components,
         ..LoadOptions::default()
     };
     onestep_config::load(target, &opts).map_err(|e| {

@@ -8,7 +8,7 @@ use onestep_config::LogFormat;
 use onestep_worker::{Worker, WorkerSettings};
 use tokio_util::sync::CancellationToken;
 
-use super::common::{EnvArgs, load};
+use super::common::{EnvArgs, load_with};
 use crate::logging;
 use crate::metrics::{self, Metrics};
 use crate::wiring::{build_runtime, open_backends, task_bindings};
@@ -50,7 +50,9 @@ pub struct RunArgs {
 }
 
 /// Exit codes: 0 after a clean, signal-initiated shutdown; 1 the app failed while starting or
-/// running (`onestep: <target> failed while running: <reason>`); 2 load/validation error.
+/// running (`onestep: <target> failed while running: <reason>`); 2 load/validation error. A task
+/// whose component cannot be loaded (or is missing) does not stop the start: it is quarantined
+/// (docs/security.md#one-tenants-bad-deploy).
 pub async fn run(args: RunArgs) -> u8 {
     let reload_interval = match std::time::Duration::try_from_secs_f64(args.reload_interval) {
         Ok(d) if d >= std::time::Duration::from_millis(100) => d,
@@ -59,7 +61,8 @@ pub async fn run(args: RunArgs) -> u8 {
             return 2;
         }
     };
-    let cfg = match load(&args.target, false, &args.env) {
+    // A missing component file quarantines its task instead (docs/security.md#one-tenants-bad-deploy).
+    let cfg = match load_with(&args.target, false, &args.env, false) {
         Ok(c) => c,
         Err(code) => return code,
     };

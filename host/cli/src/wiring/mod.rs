@@ -19,7 +19,7 @@ use onestep_config::{AppConfig, EnvLookup, ExecutionSourceConfig, SandboxConfig,
 use onestep_core::names::TableNames;
 use onestep_core::settings::DEFAULT_MEMORY_LIMIT_BYTES;
 use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
-use onestep_worker::{TaskBinding, TaskSettings};
+use onestep_worker::{Quarantine, QuarantineCause, QuarantineKind, TaskBinding, TaskSettings};
 
 use store::{Store, StoreOptions};
 use wasm_runner::{WasmTaskRunner, load_task_handler};
@@ -208,7 +208,11 @@ pub fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskS
 
 /// Builds the worker's task bindings: settings from the source and task, the backend, and the
 /// task's handler component loaded into `runtime`; each runner records its wasm figures in
-/// `metrics` when given. Also returns each task's runner, for [`reload`].
+/// `metrics` when given. Also returns each task's runner, for [`reload`]. A task whose
+/// component cannot be loaded (missing file, not a component, an import or a limit its sandbox
+/// does not grant) is bound quarantined, without a build (docs/security.md#one-tenants-bad-deploy):
+/// the worker starts, claims nothing for it and serves the other tasks, and the reload loads its
+/// next build.
 pub fn task_bindings(
     cfg: &AppConfig,
     backends: &BTreeMap<BackendKey, Store>,
@@ -227,10 +231,18 @@ pub fn task_bindings(
             .with_context(|| format!("no backend opened for source '{}'", source.name))?;
         let sandbox = sandbox_settings(&task.sandbox, &cfg.env);
         // A component that needs more than its sandbox allows could never run: refused here,
-        // before it is compiled (and by `onestep check`, which loads the same way).
-        let handler = load_task_handler(runtime, task, &sandbox)?;
-        let mut runner = WasmTaskRunner::new(handler, sandbox, source.limits.max_result_bytes)
-            .with_params(&task.handler.params);
+        // before it is compiled (and by `onestep check`, which loads the same way). The task is
+        // quarantined; the fetch loop logs it once.
+        let quarantine = Quarantine::new();
+        let max_result = source.limits.max_result_bytes;
+        let runner = match load_task_handler(runtime, task, &sandbox) {
+            Ok(handler) => WasmTaskRunner::new(handler, sandbox, max_result),
+            Err(e) => {
+                quarantine.set(QuarantineCause::new(QuarantineKind::Load, format!("{e:#}")));
+                WasmTaskRunner::unloaded(sandbox, max_result)
+            }
+        };
+        let mut runner = runner.with_params(&task.handler.params);
         if let Some(m) = metrics {
             runner = runner.with_metrics(Arc::clone(m));
         }
@@ -238,11 +250,13 @@ pub fn task_bindings(
         targets.push(reload::ReloadTarget {
             task: task.clone(),
             runner: Arc::clone(&runner),
+            quarantine: quarantine.clone(),
         });
         out.push(TaskBinding {
             settings: task_settings(source, task),
             store: backend.leases(),
             runner,
+            quarantine,
         });
     }
     Ok((out, targets))

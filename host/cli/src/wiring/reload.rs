@@ -4,13 +4,16 @@
 //! compiled and linked for the task's sandbox first (the same load `onestep run` does at start);
 //! if that fails the running build keeps serving and the error is logged; otherwise new
 //! attempts run the new build while attempts in flight finish on theirs. Every attempt records
-//! the digest of the build it ran (docs/observability.md#attempt-diagnostics).
+//! the digest of the build it ran (docs/observability.md#attempt-diagnostics). A task quarantined
+//! because its component could not be loaded (docs/security.md#one-tenants-bad-deploy) is
+//! watched the same way: its first build that loads lifts the quarantine.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use onestep_config::TaskConfig;
 use onestep_wasm::Runtime;
+use onestep_worker::{Quarantine, QuarantineCause, QuarantineKind};
 use tokio_util::sync::CancellationToken;
 
 use super::wasm_runner::{WasmTaskRunner, load_task_handler};
@@ -21,6 +24,8 @@ pub struct ReloadTarget {
     pub task: TaskConfig,
     /// Its runner.
     pub runner: Arc<WasmTaskRunner>,
+    /// Its quarantine switch: set while no build of its component has loaded.
+    pub quarantine: Quarantine,
 }
 
 /// What the watcher last saw of a file: size and modification time (`None`: unreadable).
@@ -94,7 +99,8 @@ pub fn spawn(
 }
 
 /// Loads the task's component again (off the async threads: compiling is CPU-heavy) and swaps
-/// it in when it differs from the serving build.
+/// it in when it differs from the serving build; a task without a build takes it and leaves its
+/// `load` quarantine, or stays quarantined with the new error.
 async fn reload(runtime: &Runtime, target: &ReloadTarget) {
     let name = target.task.name.clone();
     let (rt, task, sandbox) = (
@@ -106,17 +112,33 @@ async fn reload(runtime: &Runtime, target: &ReloadTarget) {
     match loaded {
         Ok(Ok(handler)) => {
             let new = handler.digest_hex();
-            if new == target.runner.digest() {
+            if target.runner.digest().as_deref() == Some(new.as_str()) {
                 tracing::debug!(task = %name, digest = %new, "component unchanged");
                 return;
             }
-            let old = target.runner.replace(handler);
-            tracing::info!(
-                task = %name,
-                old_digest = %old,
-                new_digest = %new,
-                "component reloaded: new attempts run the new build, attempts in flight finish on theirs"
-            );
+            match target.runner.replace(handler) {
+                Some(old) => tracing::info!(
+                    task = %name,
+                    old_digest = %old,
+                    new_digest = %new,
+                    "component reloaded: new attempts run the new build, attempts in flight finish on theirs"
+                ),
+                None => tracing::info!(
+                    task = %name,
+                    new_digest = %new,
+                    "component loaded for a quarantined task"
+                ),
+            }
+            // The fetch loop logs the lift.
+            target.quarantine.lift_kind(QuarantineKind::Load);
+        }
+        Ok(Err(e)) if target.runner.digest().is_none() => {
+            // Still no build: the task stays quarantined, now for this error (the fetch loop
+            // logs a new error once; the same one again is not repeated).
+            let cause = QuarantineCause::new(QuarantineKind::Load, format!("{e:#}"));
+            if !target.quarantine.set(cause) {
+                tracing::debug!(task = %name, "component still refused; the task stays quarantined");
+            }
         }
         Ok(Err(e)) => tracing::error!(
             task = %name,

@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 
 /// Loads `task`'s component into `runtime` for `sandbox` (compile through the compile cache, link
-/// against the host's imports, check the handler export). `onestep run` fails to start and
-/// `onestep check` fails with this error, so both name the task, the file and, for a component
+/// against the host's imports, check the handler export). `onestep run` quarantines the task
+/// (docs/security.md#one-tenants-bad-deploy) and `onestep check` fails with this error, so both name the task, the file and, for a component
 /// that cannot be linked, the missing import: `task 'x': cannot load /path/x.wasm: component
 /// x.wasm cannot be linked: component imports instance `ns:pkg/iface`, but a matching
 /// implementation was not found in the linker…`. Blocking and CPU-heavy on a cache miss.
@@ -52,9 +52,11 @@ struct Loaded {
 
 /// Runs one task's handler component in its sandbox. The component can be replaced while the
 /// worker runs ([`Self::replace`], docs/cli.md#redeploying-a-component): an attempt keeps the
-/// build it started with, new attempts take the new one.
+/// build it started with, new attempts take the new one. A runner may start without a build
+/// ([`Self::unloaded`]: its task is quarantined, docs/security.md#one-tenants-bad-deploy) and
+/// get one from a later reload.
 pub struct WasmTaskRunner {
-    loaded: std::sync::RwLock<Arc<Loaded>>,
+    loaded: std::sync::RwLock<Option<Arc<Loaded>>>,
     sandbox: SandboxSettings,
     /// Told of each attempt's trap, fuel, memory and guest log losses (docs/observability.md).
     metrics: Option<Arc<Metrics>>,
@@ -68,28 +70,36 @@ impl WasmTaskRunner {
     /// `max_result_bytes` long (the task's source's limit): a longer one is refused before it is
     /// parsed (docs/semantics.md#size-limits).
     pub fn new(handler: Handler, sandbox: SandboxSettings, max_result_bytes: usize) -> Self {
+        let runner = Self::unloaded(sandbox, max_result_bytes);
+        runner.replace(handler);
+        runner
+    }
+
+    /// A runner with no build yet, for a task whose component could not be loaded (its task is
+    /// quarantined, so nothing is claimed for it); [`Self::replace`] gives it one.
+    pub fn unloaded(sandbox: SandboxSettings, max_result_bytes: usize) -> Self {
         let sandbox = SandboxSettings {
             result_limit_bytes: Some(u64::try_from(max_result_bytes).unwrap_or(u64::MAX)),
             ..sandbox
         };
         WasmTaskRunner {
-            loaded: std::sync::RwLock::new(Arc::new(Loaded {
-                digest: handler.digest_hex(),
-                handler,
-            })),
+            loaded: std::sync::RwLock::new(None),
             sandbox,
             metrics: None,
             params_json: "{}".to_owned(),
         }
     }
 
-    fn current(&self) -> Arc<Loaded> {
-        Arc::clone(&self.loaded.read().unwrap_or_else(|p| p.into_inner()))
+    fn current(&self) -> Option<Arc<Loaded>> {
+        self.loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
-    /// The SHA-256 (lower-case hex) of the build new attempts use.
-    pub fn digest(&self) -> String {
-        self.current().digest.clone()
+    /// The SHA-256 (lower-case hex) of the build new attempts use, `None` without a build.
+    pub fn digest(&self) -> Option<String> {
+        self.current().map(|l| l.digest.clone())
     }
 
     /// The sandbox the task's component runs in (what a replacement must load for).
@@ -98,15 +108,20 @@ impl WasmTaskRunner {
     }
 
     /// Makes `handler` the build of new attempts (in-flight attempts finish on theirs); it keeps
-    /// the task's log rate. Returns the previous digest.
-    pub fn replace(&self, handler: Handler) -> String {
+    /// the task's log rate. Returns the previous digest (`None`: the runner had no build).
+    pub fn replace(&self, handler: Handler) -> Option<String> {
         let mut slot = self.loaded.write().unwrap_or_else(|p| p.into_inner());
-        let handler = handler.keeping_log_rate_of(&slot.handler);
-        let old = slot.digest.clone();
-        *slot = Arc::new(Loaded {
+        let (handler, old) = match slot.as_ref() {
+            Some(old) => (
+                handler.keeping_log_rate_of(&old.handler),
+                Some(old.digest.clone()),
+            ),
+            None => (handler, None),
+        };
+        *slot = Some(Arc::new(Loaded {
             digest: handler.digest_hex(),
             handler,
-        });
+        }));
         old
     }
 
@@ -142,7 +157,18 @@ impl TaskRunner for WasmTaskRunner {
         if cancel.is_cancelled() {
             handle.cancel();
         }
-        let loaded = self.current();
+        let Some(loaded) = self.current() else {
+            // Not reached: a task without a build is quarantined and claims nothing.
+            return failure(
+                FailureKind::Error,
+                "HostError",
+                true,
+                format!(
+                    "task '{}': no build of its component is loaded",
+                    invocation.task_name
+                ),
+            );
+        };
         let call = loaded.handler.invoke_report(
             &self.sandbox,
             ctx,

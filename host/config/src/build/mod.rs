@@ -25,6 +25,9 @@ pub struct BuildContext<'a> {
     pub base_dir: &'a Path,
     /// Check that component files and preopen directories exist.
     pub check_files: bool,
+    /// With `check_files`, also check component files (off for `onestep run`, which quarantines
+    /// a task whose component is missing).
+    pub require_components: bool,
 }
 
 /// Legacy top-level app fields (used when there is no `app:` section).

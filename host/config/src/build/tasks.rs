@@ -177,7 +177,7 @@ fn build_task(
     let hpath = join(path, "handler");
     let component = check_handler_shape(handler_node, &hpath)?;
     let component_path = resolve_path(ctx.base_dir, component);
-    if ctx.check_files && !component_path.is_file() {
+    if ctx.check_files && ctx.require_components && !component_path.is_file() {
         let at = handler_node.get("component").unwrap_or(handler_node);
         return Err(ConfigError::at(
             at,

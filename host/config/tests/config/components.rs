@@ -56,6 +56,33 @@ fn component_paths_resolve_against_the_yaml_directory() {
 }
 
 #[test]
+fn run_lets_a_component_be_missing_but_not_a_preopen() {
+    // `onestep run` (require_components: false) quarantines a task whose component is missing
+    // (docs/security.md#one-tenants-bad-deploy); every other file check stays.
+    let dir = TempDir::new();
+    let yaml = format!(
+        "{HEAD}tasks:\n  - {{name: echo, source: jobs, handler: {{component: ./gone.wasm}}}}\n"
+    );
+    let target = dir.write("app.yaml", &yaml);
+    let run = LoadOptions {
+        require_components: false,
+        ..checked()
+    };
+    let cfg = load(&target, &run).expect("a missing component loads for run");
+    assert_eq!(cfg.tasks[0].handler.component, dir.path().join("gone.wasm"));
+    assert!(load(&target, &checked()).is_err(), "check still refuses it");
+    let with_preopen = dir.write(
+        "preopen.yaml",
+        &yaml.replace(
+            "./gone.wasm}",
+            "./gone.wasm}, sandbox: {preopens: [{host: ./nodir, guest: /data}]}",
+        ),
+    );
+    let e = load(&with_preopen, &run).expect_err("a missing preopen is still refused");
+    assert!(e.to_string().contains("directory not found"), "{e}");
+}
+
+#[test]
 fn reference_style_handlers_are_rejected() {
     let task =
         |h: &str| format!("{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {h}\n");

@@ -68,6 +68,7 @@ impl Harness {
             settings,
             store: self.store.clone() as Arc<dyn LeaseStore>,
             runner: self.runner.clone() as Arc<dyn TaskRunner>,
+            quarantine: onestep_worker::Quarantine::default(),
         };
         let w = Worker::new(vec![binding], worker)
             .expect("valid settings")
