@@ -18,6 +18,7 @@ mod cancel;
 mod chat_server;
 mod handles;
 mod http;
+mod http_resources;
 mod http_server;
 mod limits;
 mod logs;
