@@ -14,7 +14,7 @@
 //! request (denied, timeout, too large...) is a handler error
 //! (`retryable: false`) whose message carries the `wasi:http` error code.
 //!
-//! Hostile modes (docs/security.md#wasi-http-resources), through the raw
+//! Hostile modes (docs/security.md#http-resources), through the raw
 //! `wasi:http/types` bindings: `{"mode": "fields-hog", "n": N, "size": S}`
 //! holds N `fields` of one S-byte header each; `{"mode": "body-hog", "url":
 //! U, "n": N}` holds N open request bodies of requests sent to U (e.g. a

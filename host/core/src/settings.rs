@@ -61,7 +61,7 @@ pub const DEFAULT_MAX_TABLE_ELEMENTS: u64 = 100_000;
 /// (`sandbox.max_open_handles`).
 pub const DEFAULT_MAX_OPEN_HANDLES: u32 = 256;
 /// `wasi:http` resources (header fields, requests, bodies, response futures, responses) one
-/// handler attempt may hold at once (docs/security.md#wasi-http-resources).
+/// handler attempt may hold at once (docs/security.md#http-resources).
 pub const DEFAULT_MAX_HTTP_HANDLES: u32 = 256;
 /// Header bytes (as wasmtime-wasi-http counts them) of the `wasi:http` fields, requests and
 /// responses one handler attempt may hold at once: 1 MiB.

@@ -287,20 +287,19 @@ impl LogBudget {
         let room =
             usize::try_from(inner.bytes_left.saturating_sub(self.overhead)).unwrap_or(usize::MAX);
         let cost = |n: u64| n.saturating_add(self.overhead);
-        let mut keep = self
-            .max_message
-            .min(room.max(ERROR_MESSAGE_FLOOR))
-            .min(message.len());
+        // Bytes of the message as JSON writes it that may be logged.
+        let mut allowed = self.max_message.min(room.max(ERROR_MESSAGE_FLOOR));
+        let keep = allowed.min(message.len());
         if !self.rate.take(cost(keep as u64), self.per_minute, now) {
-            keep = keep.min(ERROR_MESSAGE_FLOOR);
+            allowed = allowed.min(ERROR_MESSAGE_FLOOR);
             self.rate
-                .take_anyway(cost(keep as u64), self.per_minute, now);
+                .take_anyway(cost(allowed.min(keep) as u64), self.per_minute, now);
         }
-        let (mut kept, _) = cut(&message, keep);
+        let (mut kept, _) = cut(&message, allowed);
         // What JSON adds (escaped quotes and backslashes) comes off the text.
         let extra = usize::try_from(json_len(kept)).unwrap_or(usize::MAX) - kept.len();
-        if extra > 0 {
-            kept = cut(kept, keep.saturating_sub(extra)).0;
+        if kept.len() + extra > allowed {
+            kept = cut(kept, allowed.saturating_sub(extra)).0;
         }
         let cut_bytes = (message.len() - kept.len()) as u64;
         let charged = cost(json_len(kept));

@@ -234,7 +234,7 @@ pub struct SandboxSettings {
     /// Most `wasi:http` resources (fields, requests, bodies, response
     /// futures, responses) the guest may hold at once; the store's resource
     /// table holds at most this plus `max_open_handles` plus 64 entries, and
-    /// one more creation ends the attempt (docs/security.md#wasi-http-resources).
+    /// one more creation ends the attempt (docs/security.md#http-resources).
     pub max_http_handles: u32,
     /// Header bytes of the `wasi:http` fields, requests and responses the
     /// guest may hold at once (host memory outside `memory_limit_bytes`);

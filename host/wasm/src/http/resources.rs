@@ -1,5 +1,5 @@
 //! What one attempt may hold in host memory through `wasi:http` resources
-//! (docs/security.md#wasi-http-resources).
+//! (docs/security.md#http-resources).
 //!
 //! A guest's `wasi:http` objects live in the host, outside
 //! `memory_limit_bytes`: header `fields` (each up to 128 KiB in

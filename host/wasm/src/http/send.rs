@@ -172,7 +172,7 @@ impl Hooks {
 }
 
 impl WasiHttpHooks for Hooks {
-    /// What one outgoing body buffers (docs/security.md#wasi-http-resources).
+    /// What one outgoing body buffers (docs/security.md#http-resources).
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
         super::resources::BODY_CHUNK_BYTES
     }

@@ -1,5 +1,5 @@
 //! Host memory a guest holds through `wasi:http` resources
-//! (docs/security.md#wasi-http-resources): the `fetch` guest's `fields-hog`
+//! (docs/security.md#http-resources): the `fetch` guest's `fields-hog`
 //! and `body-hog` modes against `http_fields_limit_bytes` and
 //! `max_http_handles`, with this process's RSS (`/proc/self/status`)
 //! measured during and after each attempt.
