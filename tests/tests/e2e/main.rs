@@ -77,6 +77,7 @@ mod health_db;
 mod http_fetch;
 mod isolation_cancel;
 mod isolation_fd;
+mod isolation_http_resources;
 mod isolation_logs;
 mod isolation_pool;
 mod isolation_results;
