@@ -22,6 +22,12 @@
 //! "errors": {"<error code>": count}, "results": [status or error code, ...
 //! (the first 64)]}`; a failed request is counted, never an error of the
 //! handler.
+//!
+//! Hostile modes (docs/security.md#http-resources), through the raw
+//! `wasi:http/types` bindings: `{"mode": "fields-hog", "n": N, "size": S}`
+//! holds N `fields` of one S-byte header each; `{"mode": "body-hog", "url":
+//! U, "n": N}` holds N open request bodies of requests sent to U (e.g. a
+//! denied origin). Both return `{"held": N}` if the host let them.
 
 wit_bindgen::generate!({
     path: "../../wit/v0.2",
@@ -55,6 +61,18 @@ impl Guest for Fetch {
     fn handle(_ctx: Context, payload: String) -> Result<String, HandlerError> {
         let v: serde_json::Value =
             serde_json::from_str(&payload).map_err(|e| fatal(format!("invalid payload: {e}")))?;
+        let n = v.get("n").and_then(|n| n.as_u64()).unwrap_or(1000);
+        match v.get("mode").and_then(|m| m.as_str()) {
+            Some("fields-hog") => {
+                let size = v.get("size").and_then(|n| n.as_u64()).unwrap_or(100_000) as usize;
+                return fields_hog(n, size);
+            }
+            Some("body-hog") => {
+                let url = v.get("url").and_then(|u| u.as_str()).unwrap_or_default();
+                return body_hog(n, url);
+            }
+            _ => {}
+        }
         if v.get("repeat").is_some() || v.get("urls").is_some() {
             let template = v.get("url").and_then(|u| u.as_str()).unwrap_or_default();
             let repeat = v.get("repeat").and_then(|n| n.as_u64()).unwrap_or(0);
@@ -210,6 +228,44 @@ async fn run(
         }
         return Ok(out.to_string());
     }
+}
+
+/// Holds `n` fields of one `size`-byte header each.
+fn fields_hog(n: u64, size: usize) -> Result<String, HandlerError> {
+    use wasi::http::types::Fields;
+    let value = vec![b'x'; size];
+    let mut held = Vec::new();
+    for i in 0..n {
+        let f = Fields::new();
+        f.append("x-hog", &value)
+            .map_err(|e| fatal(format!("fields {i}: {e:?}")))?;
+        held.push(f);
+    }
+    Ok(serde_json::json!({ "held": held.len() }).to_string())
+}
+
+/// Holds `n` open bodies of requests sent to `url`.
+fn body_hog(n: u64, url: &str) -> Result<String, HandlerError> {
+    use wasi::http::types::{Fields, OutgoingRequest, Scheme};
+    let (scheme, rest) = match url.split_once("://") {
+        Some(("https", rest)) => (Scheme::Https, rest),
+        Some((_, rest)) => (Scheme::Http, rest),
+        None => (Scheme::Http, url),
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let mut held = Vec::new();
+    for i in 0..n {
+        let request = OutgoingRequest::new(Fields::new());
+        let _ = request.set_scheme(Some(&scheme));
+        let _ = request.set_authority(Some(authority));
+        let _ = request.set_path_with_query(Some("/"));
+        let body = request
+            .body()
+            .map_err(|()| fatal(format!("body {i}: already taken")))?;
+        let future = wasi::http::outgoing_handler::handle(request, None);
+        held.push((body, future));
+    }
+    Ok(serde_json::json!({ "held": held.len() }).to_string())
 }
 
 export!(Fetch);

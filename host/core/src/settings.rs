@@ -60,6 +60,12 @@ pub const DEFAULT_MAX_TABLE_ELEMENTS: u64 = 100_000;
 /// Files, directories and streams one handler attempt may hold open at once
 /// (`sandbox.max_open_handles`).
 pub const DEFAULT_MAX_OPEN_HANDLES: u32 = 256;
+/// `wasi:http` resources (header fields, requests, bodies, response futures, responses) one
+/// handler attempt may hold at once (docs/security.md#http-resources).
+pub const DEFAULT_MAX_HTTP_HANDLES: u32 = 256;
+/// Header bytes (as wasmtime-wasi-http counts them) of the `wasi:http` fields, requests and
+/// responses one handler attempt may hold at once: 1 MiB.
+pub const DEFAULT_HTTP_FIELDS_LIMIT_BYTES: u64 = 1024 * 1024;
 /// Largest accepted `sandbox.max_open_handles`.
 pub const MAX_OPEN_HANDLES_LIMIT: u32 = 65_536;
 /// After a cancel, how long a guest may run on to notice it and return by itself before the
@@ -69,7 +75,8 @@ pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(50);
 // over everything it says (log and progress calls, stdout/stderr lines, its error message), a
 // cap on each message and on the number of lines, and a rate per task over time.
 /// Bytes of guest log one attempt may produce (`sandbox.log_limit_bytes`): 1 MiB, each line
-/// charged its text plus [`LOG_LINE_OVERHEAD_BYTES`].
+/// charged what it costs in the JSON log format (its JSON-escaped text, its ids and
+/// [`LOG_LINE_OVERHEAD_BYTES`]).
 pub const DEFAULT_LOG_LIMIT_BYTES: u64 = 1024 * 1024;
 /// Guest log lines one attempt may produce (`sandbox.max_log_lines`).
 pub const DEFAULT_MAX_LOG_LINES: u64 = 5_000;
@@ -81,10 +88,13 @@ pub const MIN_LOG_MESSAGE_BYTES: u64 = 256;
 /// Bytes of guest log all attempts of one task together may produce per minute in one worker
 /// (`sandbox.log_rate_bytes_per_minute`): 8 MiB; the burst is one minute's worth.
 pub const DEFAULT_LOG_RATE_BYTES_PER_MINUTE: u64 = 8 * 1024 * 1024;
-/// What each guest line is charged on top of its text: about what the host writes with it
-/// (timestamp, level, target, execution, attempt and task fields), so that empty lines are not
-/// free.
-pub const LOG_LINE_OVERHEAD_BYTES: u64 = 256;
+/// What each guest line is charged on top of its text and the ids it carries: a bound on the
+/// rest of what the worker writes with it in its largest format, JSON (timestamp, level, target,
+/// field names and punctuation, the delivery span listed twice with a 20-digit attempt number;
+/// 437 bytes measured for a progress line), so that empty lines are not free. The ids (execution,
+/// attempt, task, namespace) are charged on top, as often as the JSON line repeats them
+/// (docs/security.md#logs).
+pub const LOG_LINE_OVERHEAD_BYTES: u64 = 512;
 
 /// The lease/heartbeat rule: `0 < heartbeat <= lease / 3`, so that two heartbeats in a row may
 /// fail before the lease runs out.

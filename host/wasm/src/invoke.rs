@@ -228,7 +228,14 @@ impl Handler {
                 Outcome::HostError(InvokeError::Instantiation(format!("{e:#}")))
             }
             Race::Done(Stage::CallFailed(e)) => {
-                classify_trap(&e, memory_denied, &cancel, deadline, &stderr.text())
+                let capacity = crate::http::resources::table_capacity(
+                    sandbox.max_open_handles,
+                    sandbox.max_http_handles,
+                );
+                match crate::http::resources::describe_limit(&e, capacity) {
+                    Some(message) => trapped(TrapKind::Other(message)),
+                    None => classify_trap(&e, memory_denied, &cancel, deadline, &stderr.text()),
+                }
             }
             Race::Done(Stage::InstantiateFailed(e)) => {
                 if e.downcast_ref::<Trap>().is_some() || memory_denied {
@@ -287,15 +294,21 @@ impl Handler {
             ids.clone(),
             budget.clone(),
         );
+        let mut table = wasmtime_wasi::ResourceTable::new();
+        table.set_max_capacity(crate::http::resources::table_capacity(
+            sandbox.max_open_handles,
+            sandbox.max_http_handles,
+        ));
         let state = State {
             wasi,
-            table: wasmtime_wasi::ResourceTable::new(),
+            table,
             limits: Limits::new(sandbox, rt.settings.max_memory_bytes),
             ids,
             cancel: stop.cancel.clone(),
             log: budget.clone(),
             handles: OpenHandles::new(sandbox.max_open_handles),
             http,
+            http_fields: crate::http::resources::FieldsBudget::new(sandbox.http_fields_limit_bytes),
         };
         let mut store = Store::new(&rt.engine, state);
         store.limiter(|s| &mut s.limits);

@@ -4,8 +4,11 @@
 //! Every line of guest text — a `log` call, a `progress` note, a captured
 //! stdout/stderr line — asks the attempt's [`LogBudget`] first. A line is
 //! cut to `max_log_message_bytes`, escaped ([`guest_log::escape`]), then
-//! charged its escaped text plus
-//! [`LOG_LINE_OVERHEAD_BYTES`] against three bounds: the attempt's bytes
+//! charged what it costs in the worker's largest log format, JSON: its text
+//! as a JSON string ([`json_len`]), the attempt's ids as often as the line
+//! repeats them, and [`LOG_LINE_OVERHEAD_BYTES`] for the rest of the line
+//! ([`line_overhead`]); so the guest lines of one attempt never write more
+//! than `log_limit_bytes`, in either format. It is charged against three bounds: the attempt's bytes
 //! (`log_limit_bytes`), the attempt's line count (`max_log_lines`), and the
 //! task's [`LogRate`] (`log_rate_bytes_per_minute`, a token bucket shared by
 //! every attempt of the task in this worker, a minute's worth of burst). A
@@ -168,7 +171,29 @@ pub(crate) struct LogBudget {
     rate: LogRate,
     per_minute: u64,
     max_message: usize,
+    /// What each line costs besides its text ([`line_overhead`]).
+    overhead: u64,
     ids: Arc<LogIds>,
+}
+
+/// Bytes `text` (already [`guest_log::escape`]d, so free of control
+/// characters) takes as a JSON string's contents: `"` and `\` are written
+/// with a backslash. The text format writes it as it is, never longer.
+pub(crate) fn json_len(text: &str) -> u64 {
+    let escaped = text.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
+    (text.len() + escaped) as u64
+}
+
+/// What one guest line of the attempt `ids` costs besides its text: the
+/// execution id, attempt id and task name three times (the event's fields,
+/// the worker's `delivery` span and the JSON format's span list), the
+/// namespace once, and [`LOG_LINE_OVERHEAD_BYTES`] for the rest.
+pub(crate) fn line_overhead(ids: &LogIds) -> u64 {
+    let repeated =
+        json_len(&ids.execution_id) + json_len(&ids.attempt_id) + json_len(&ids.task_name);
+    LOG_LINE_OVERHEAD_BYTES
+        .saturating_add(repeated.saturating_mul(3))
+        .saturating_add(json_len(&ids.namespace))
 }
 
 impl LogBudget {
@@ -185,6 +210,7 @@ impl LogBudget {
             rate,
             per_minute: sandbox.log_rate_bytes_per_minute,
             max_message: usize::try_from(sandbox.max_log_message_bytes).unwrap_or(usize::MAX),
+            overhead: line_overhead(&ids),
             ids,
         }
     }
@@ -206,9 +232,10 @@ impl LogBudget {
 
     fn admit_at<'a>(&self, text: &'a str, now: Instant) -> Option<Cow<'a, str>> {
         let (raw, cut) = cut(text, self.max_message);
-        // Charged as written: escaping can make control characters longer.
+        // Charged as written: escaping can make control characters longer,
+        // and JSON doubles quotes and backslashes.
         let text = guest_log::escape(raw);
-        let cost = (text.len() as u64).saturating_add(LOG_LINE_OVERHEAD_BYTES);
+        let cost = json_len(&text).saturating_add(self.overhead);
         let mut inner = self.lock();
         let spent = if inner.lines_left == 0 {
             Some(Spent::Lines)
@@ -257,19 +284,25 @@ impl LogBudget {
 
     fn error_message_at(&self, message: String, now: Instant) -> String {
         let mut inner = self.lock();
-        let room = usize::try_from(inner.bytes_left.saturating_sub(LOG_LINE_OVERHEAD_BYTES))
-            .unwrap_or(usize::MAX);
-        let cost = |n: usize| (n as u64).saturating_add(LOG_LINE_OVERHEAD_BYTES);
-        let mut keep = self
-            .max_message
-            .min(room.max(ERROR_MESSAGE_FLOOR))
-            .min(message.len());
-        if !self.rate.take(cost(keep), self.per_minute, now) {
-            keep = keep.min(ERROR_MESSAGE_FLOOR);
-            self.rate.take_anyway(cost(keep), self.per_minute, now);
+        let room =
+            usize::try_from(inner.bytes_left.saturating_sub(self.overhead)).unwrap_or(usize::MAX);
+        let cost = |n: u64| n.saturating_add(self.overhead);
+        // Bytes of the message as JSON writes it that may be logged.
+        let mut allowed = self.max_message.min(room.max(ERROR_MESSAGE_FLOOR));
+        let keep = allowed.min(message.len());
+        if !self.rate.take(cost(keep as u64), self.per_minute, now) {
+            allowed = allowed.min(ERROR_MESSAGE_FLOOR);
+            self.rate
+                .take_anyway(cost(allowed.min(keep) as u64), self.per_minute, now);
         }
-        let (kept, cut_bytes) = cut(&message, keep);
-        let charged = cost(kept.len());
+        let (mut kept, _) = cut(&message, allowed);
+        // What JSON adds (escaped quotes and backslashes) comes off the text.
+        let extra = usize::try_from(json_len(kept)).unwrap_or(usize::MAX) - kept.len();
+        if kept.len() + extra > allowed {
+            kept = cut(kept, allowed.saturating_sub(extra)).0;
+        }
+        let cut_bytes = (message.len() - kept.len()) as u64;
+        let charged = cost(json_len(kept));
         inner.bytes_left = inner.bytes_left.saturating_sub(charged);
         inner.totals.bytes = inner.totals.bytes.saturating_add(charged);
         if cut_bytes == 0 {
@@ -347,11 +380,14 @@ mod tests {
         }
     }
 
-    const O: u64 = LOG_LINE_OVERHEAD_BYTES;
+    /// What a line of the test ids costs besides its text.
+    fn o() -> u64 {
+        line_overhead(&ids())
+    }
 
     #[test]
     fn lines_are_charged_text_plus_overhead_until_the_bytes_are_spent() {
-        let s = sandbox(3 * (10 + O), 100, 1000, u64::MAX / 2);
+        let s = sandbox(3 * (10 + o()), 100, 1000, u64::MAX / 2);
         let b = budget(&s, &LogRate::default());
         let now = Instant::now();
         for _ in 0..3 {
@@ -364,7 +400,7 @@ mod tests {
             "nothing left, not even for empty lines"
         );
         let t = b.totals();
-        assert_eq!((t.lines, t.bytes), (3, 3 * (10 + O)));
+        assert_eq!((t.lines, t.bytes), (3, 3 * (10 + o())));
         assert_eq!(
             (t.dropped_lines, t.dropped_bytes, t.rate_limited_lines),
             (2, 10, 0)
@@ -382,7 +418,7 @@ mod tests {
         assert_eq!(logged, 1000);
         let t = b.totals();
         assert_eq!((t.lines, t.dropped_lines), (1000, 64_537));
-        assert_eq!(t.bytes, 1000 * O);
+        assert_eq!(t.bytes, 1000 * o());
     }
 
     #[test]
@@ -395,7 +431,24 @@ mod tests {
         let kept = out.trim_end_matches(TRUNCATED);
         assert_eq!(kept.len(), 300);
         let t = b.totals();
-        assert_eq!((t.truncated, t.dropped_bytes, t.bytes), (1, 1700, 300 + O));
+        assert_eq!(
+            (t.truncated, t.dropped_bytes, t.bytes),
+            (1, 1700, 300 + o())
+        );
+    }
+
+    #[test]
+    fn lines_are_charged_as_json_writes_them() {
+        let s = sandbox(1 << 20, 100, 1000, u64::MAX / 2);
+        let b = budget(&s, &LogRate::default());
+        let out = b
+            .admit_at(r#"say "hi" \ "#, Instant::now())
+            .expect("admitted");
+        assert_eq!(b.totals().bytes, out.len() as u64 + 3 + o());
+        // The ids are charged as often as a JSON line repeats them.
+        let mut long = ids();
+        long.task_name = "t".repeat(200);
+        assert_eq!(line_overhead(&long), o() + 3 * 199);
     }
 
     #[test]
@@ -404,12 +457,13 @@ mod tests {
         let b = budget(&s, &LogRate::default());
         let out = b.admit_at("\u{1b}\n", Instant::now()).expect("admitted");
         assert_eq!(out, "\\u{1b}\\n");
-        assert_eq!(b.totals().bytes, out.len() as u64 + O);
+        // JSON writes each backslash twice.
+        assert_eq!(b.totals().bytes, out.len() as u64 + 2 + o());
     }
 
     #[test]
     fn the_task_rate_is_shared_by_attempts_and_refills_over_time() {
-        let per_minute = 60 * (100 + O); // one 100-byte line per second
+        let per_minute = 60 * (100 + o()); // one 100-byte line per second
         let s = sandbox(1 << 20, 1000, 1000, per_minute);
         let rate = LogRate::default();
         let line = "x".repeat(100);
@@ -423,7 +477,7 @@ mod tests {
         assert_eq!(b.totals().rate_limited_lines, 20);
         assert_eq!(b.totals().dropped_lines, 20);
         // Ten seconds later, ten more lines (and not eleven).
-        let t1 = t0 + refill_time(10 * (100 + O), per_minute);
+        let t1 = t0 + refill_time(10 * (100 + o()), per_minute);
         let c = budget(&s, &rate);
         let third = (0..40).filter(|_| c.admit_at(&line, t1).is_some()).count();
         assert_eq!(third, 10);
@@ -440,12 +494,12 @@ mod tests {
         let b = budget(&s, &rate);
         let m = b.error_message("e".repeat(10 << 20));
         assert_eq!(m.trim_end_matches(TRUNCATED).len(), 1000);
-        assert_eq!(b.totals().bytes, 1000 + O);
+        assert_eq!(b.totals().bytes, 1000 + o());
         // A short one is kept as it is.
         assert_eq!(b.error_message("short".into()), "short");
 
         // Budget spent by lines: the message keeps its floor.
-        let s = sandbox(2 * (10 + O), 10, 16 * 1024, u64::MAX / 2);
+        let s = sandbox(2 * (10 + o()), 10, 16 * 1024, u64::MAX / 2);
         let b = budget(&s, &rate);
         let now = Instant::now();
         while b.admit_at("0123456789", now).is_some() {}
@@ -454,7 +508,7 @@ mod tests {
         assert_eq!(b.totals().truncated, 1);
 
         // Rate spent: the floor again, and the bucket is left empty.
-        let per_minute = 2000;
+        let per_minute = 2500;
         let s = sandbox(1 << 20, 10, 16 * 1024, per_minute);
         let rate = LogRate::default();
         let b = budget(&s, &rate);

@@ -17,10 +17,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use onestep_core::settings::{
-    DEFAULT_LOG_LIMIT_BYTES, DEFAULT_LOG_RATE_BYTES_PER_MINUTE, DEFAULT_MAX_INSTANCES,
-    DEFAULT_MAX_LOG_LINES, DEFAULT_MAX_LOG_MESSAGE_BYTES, DEFAULT_MAX_MEMORIES,
-    DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
-    DEFAULT_MEMORY_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES,
+    DEFAULT_HTTP_FIELDS_LIMIT_BYTES, DEFAULT_LOG_LIMIT_BYTES, DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
+    DEFAULT_MAX_HTTP_HANDLES, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_LOG_LINES,
+    DEFAULT_MAX_LOG_MESSAGE_BYTES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_OPEN_HANDLES,
+    DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES, DEFAULT_MEMORY_LIMIT_BYTES,
+    DEFAULT_OUTPUT_LIMIT_BYTES,
 };
 pub use onestep_core::settings::{Preopen, PreopenMode};
 
@@ -230,6 +231,15 @@ pub struct SandboxSettings {
     /// more `open-at`, `read-directory` or `*-via-stream` returns the WASI
     /// error code `quota`; dropping a handle frees its slot.
     pub max_open_handles: u32,
+    /// Most `wasi:http` resources (fields, requests, bodies, response
+    /// futures, responses) the guest may hold at once; the store's resource
+    /// table holds at most this plus `max_open_handles` plus 64 entries, and
+    /// one more creation ends the attempt (docs/security.md#http-resources).
+    pub max_http_handles: u32,
+    /// Header bytes of the `wasi:http` fields, requests and responses the
+    /// guest may hold at once (host memory outside `memory_limit_bytes`);
+    /// one more byte ends the attempt.
+    pub http_fields_limit_bytes: u64,
     /// Outbound HTTP (`sandbox.network`); the default allows no request.
     pub network: crate::http::NetworkSettings,
 }
@@ -255,6 +265,8 @@ impl Default for SandboxSettings {
             log_rate_bytes_per_minute: DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
             result_limit_bytes: None,
             max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
+            max_http_handles: DEFAULT_MAX_HTTP_HANDLES,
+            http_fields_limit_bytes: DEFAULT_HTTP_FIELDS_LIMIT_BYTES,
             network: crate::http::NetworkSettings::default(),
         }
     }

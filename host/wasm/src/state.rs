@@ -27,6 +27,8 @@ pub(crate) struct State {
     pub(crate) handles: OpenHandles,
     /// Outbound HTTP of the attempt (`wasi:http`).
     pub(crate) http: crate::http::HttpState,
+    /// Header bytes of the `wasi:http` resources the guest holds (capped).
+    pub(crate) http_fields: crate::http::resources::FieldsBudget,
 }
 
 impl WasiView for State {

@@ -27,8 +27,8 @@ const FLOOD_LINES: u64 = 5_000;
 const RATE_PER_MINUTE: u64 = 512 * 1024;
 /// Bytes of log lines carrying guest text (target `onestep_wasm::guest`) the case may write:
 /// what the flood task's rate allows over the case (a minute's burst plus the refill, at most
-/// two minutes), with room for the host's fields being longer than the 256 bytes a line is
-/// charged for them (the text format adds the delivery span), plus the forge attempts' lines.
+/// two minutes; each line is charged at least what it writes), with room to spare, plus the
+/// forge attempts' lines.
 const MAX_GUEST_LOG_BYTES: u64 = 3 * RATE_PER_MINUTE * 3 / 2 + 256 * 1024;
 /// The whole log of the worker during the case (DEBUG lines of every victim included).
 const MAX_LOG_BYTES: u64 = 12 * 1024 * 1024;

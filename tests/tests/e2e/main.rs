@@ -88,6 +88,7 @@ mod http_fetch;
 mod isolation_cancel;
 mod isolation_fd;
 mod isolation_http;
+mod isolation_http_resources;
 mod isolation_logs;
 mod isolation_pool;
 mod isolation_results;

@@ -11,6 +11,7 @@
 
 pub(crate) mod client;
 pub(crate) mod policy;
+pub(crate) mod resources;
 pub(crate) mod send;
 pub(crate) mod settings;
 
@@ -82,6 +83,7 @@ impl WasiHttpView for State {
 pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> Result<(), Error> {
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
         .map_err(|e| Error::Engine(format!("wasi:http linker: {e:#}")))?;
+    resources::add_to_linker(linker)?;
     v2::onestep::handler::types::add_to_linker::<State, wasmtime::component::HasSelf<State>>(
         linker,
         |s| s,

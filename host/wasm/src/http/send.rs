@@ -188,6 +188,11 @@ impl Hooks {
 }
 
 impl WasiHttpHooks for Hooks {
+    /// What one outgoing body buffers (docs/security.md#http-resources).
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        super::resources::BODY_CHUNK_BYTES
+    }
+
     fn send_request(
         &mut self,
         mut request: http::Request<WasiBody>,

@@ -19,6 +19,7 @@ mod chat_server;
 mod handles;
 mod http;
 mod http_pool;
+mod http_resources;
 mod http_server;
 mod limits;
 mod logs;
