@@ -240,7 +240,10 @@ impl Guest for Misbehave {
             "fatal" => Err(fatal("misbehave: deliberate fatal error".into())),
             "big_result" => {
                 // Exactly `bytes` bytes (at least `[0]`), built in place: no second copy.
-                let bytes = v.get("bytes").and_then(|x| x.as_u64()).unwrap_or(30_000_000);
+                let bytes = v
+                    .get("bytes")
+                    .and_then(|x| x.as_u64())
+                    .unwrap_or(30_000_000);
                 let n = (bytes.max(3) as usize - 1) / 2;
                 let mut out = String::with_capacity(2 * n + 2);
                 out.push('[');

@@ -1,12 +1,14 @@
 //! The worker's record of quarantined tasks (docs/security.md#one-tenants-bad-deploy), for
 //! `/metrics` and `/readyz` (docs/observability.md#readiness): the gauge
 //! `onestep_task_quarantined{app, task, reason}` (1 while the task is quarantined for `reason`,
-//! `load` or `claim`, else 0) and, per quarantined task, the full error for the `/readyz`
+//! `load` or `claim`, else 0; label values escaped like every other, see
+//! [`LabelText`]) and, per quarantined task, the full error for the `/readyz`
 //! document. The error text never becomes a label: only the fixed `reason` kinds do.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
+use onestep_api::metrics::LabelText;
 use onestep_worker::{QuarantineCause, QuarantineKind};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -16,9 +18,9 @@ use serde_json::json;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QuarantineLabels {
-    app: String,
-    task: String,
-    reason: String,
+    app: LabelText,
+    task: LabelText,
+    reason: LabelText,
 }
 
 /// The quarantined tasks of one worker process.
@@ -43,13 +45,13 @@ impl QuarantineBoard {
     }
 
     /// Records that `task` of `app` is quarantined for `cause`, or no longer is (`None`).
-    pub fn record(&self, app: &str, task: &str, cause: Option<&QuarantineCause>) {
+    pub fn record(&self, app: &LabelText, task: &str, cause: Option<&QuarantineCause>) {
         for kind in [QuarantineKind::Load, QuarantineKind::Claim] {
             let on = cause.is_some_and(|c| c.kind == kind);
             let labels = QuarantineLabels {
-                app: app.to_owned(),
-                task: task.to_owned(),
-                reason: kind.as_str().to_owned(),
+                app: app.clone(),
+                task: task.into(),
+                reason: kind.as_str().into(),
             };
             // A kind the task was never quarantined for gets no series.
             if on || self.gauge.get(&labels).is_some() {
@@ -92,7 +94,7 @@ mod tests {
             out
         };
         let cause = QuarantineCause::new(QuarantineKind::Load, "task 'bad': cannot load x.wasm");
-        board.record("app", "bad", Some(&cause));
+        board.record(&"app".into(), "bad", Some(&cause));
         assert_eq!(board.count(), 1);
         assert!(
             render().contains(r#"onestep_task_quarantined{app="app",task="bad",reason="load"} 1"#),
@@ -104,7 +106,7 @@ mod tests {
             board.json(),
             json!([{"task": "bad", "reason": "load", "error": "task 'bad': cannot load x.wasm"}])
         );
-        board.record("app", "bad", None);
+        board.record(&"app".into(), "bad", None);
         assert_eq!(board.count(), 0);
         assert!(
             render().contains(r#"onestep_task_quarantined{app="app",task="bad",reason="load"} 0"#)
