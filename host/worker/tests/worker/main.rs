@@ -14,4 +14,5 @@ mod heartbeat;
 mod heartbeat_set;
 mod lease;
 mod observer;
+mod poison;
 mod retry;
