@@ -12,6 +12,7 @@ mod endpoints;
 mod operate;
 mod results;
 mod schema;
+mod storable;
 mod support;
 mod tenants;
 mod ui;
