@@ -199,7 +199,8 @@ macro_rules! conformance_tests {
             cancel_complete_race_100_rounds,
             storable_bounds_are_stored_everywhere,
             unstorable_inputs_are_refused_alike,
-            unstorable_results_are_refused_before_the_write
+            unstorable_results_are_refused_before_the_write,
+            storable_property_values_round_trip
         }
     };
     (@list () $($name:ident),*) => {

@@ -22,6 +22,9 @@ pub(crate) fn cases() -> Vec<Case> {
         case("unstorable_results_are_refused_before_the_write", |fx| {
             Box::pin(results_refused(fx))
         }),
+        case("storable_property_values_round_trip", |fx| {
+            Box::pin(property_round_trip(fx))
+        }),
     ]
 }
 
@@ -321,4 +324,58 @@ async fn results_refused(fx: Fixture) {
         .expect("depth 31 is stored");
     assert_eq!(done.result, Some(deep(31)));
     assert_eq!(get(&fx, e.id).await.result, Some(deep(31)));
+}
+
+/// Arbitrary JSON (proptest, a few dozen deterministic cases per backend): either core refuses
+/// it, or the backend stores it and reads back an equal value — never a backend error.
+async fn property_round_trip(fx: Fixture) {
+    let c = client(&fx);
+    let (mut stored, mut refused) = (0, 0);
+    for (i, payload) in property_values(48).into_iter().enumerate() {
+        match c.submit(&request(payload.clone())).await {
+            Ok(e) => {
+                stored += 1;
+                let back = get(&fx, e.id).await;
+                assert_eq!(canonical(&back.payload), canonical(&payload), "case {i}");
+            }
+            Err(ExecutionError::Encoding(_)) => refused += 1,
+            Err(other) => panic!("case {i}: {other:?} for {payload}"),
+        }
+    }
+    assert!(
+        stored > 0 && refused > 0,
+        "stored {stored}, refused {refused}"
+    );
+}
+
+/// `n` arbitrary JSON values from a fixed seed (the same on every backend).
+fn property_values(n: usize) -> Vec<Value> {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+    let text = prop_oneof!["[a-z$]{0,4}", any::<String>(), "[a\u{0}\u{1}é]{0,3}"];
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |x| x.is_finite())
+            .prop_map(Value::from),
+        text.clone().prop_map(Value::String),
+    ];
+    let json = leaf.prop_recursive(36, 64, 3, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::vec((text.clone(), inner), 0..3)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    });
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
+    );
+    (0..n)
+        .map(|_| json.new_tree(&mut runner).expect("value").current())
+        .collect()
 }
