@@ -65,6 +65,22 @@ pub fn encode_value(value: &Value, field: ValueField) -> Result<Value, Execution
     })
 }
 
+/// [`encode_value`], then the check that every backend can store the encoded value
+/// ([`crate::storable::check_json`], docs/semantics.md#storable-values).
+///
+/// Errors: as [`encode_value`], and `ExecutionError::Encoding("cannot store execution <field>:
+/// <reason> at <json-pointer>")`.
+pub fn encode_storable(value: &Value, field: ValueField) -> Result<Value, ExecutionError> {
+    let encoded = encode_value(value, field)?;
+    crate::storable::check_json(&encoded).map_err(|why| {
+        ExecutionError::Encoding(format!(
+            "cannot store execution {}: {why} (docs/semantics.md#storable-values)",
+            field.as_str()
+        ))
+    })?;
+    Ok(encoded)
+}
+
 type EncodeFailure = (&'static str, String, &'static str);
 
 fn encode_at(value: &Value, path: &str) -> Result<Value, EncodeFailure> {

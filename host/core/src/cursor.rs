@@ -119,6 +119,8 @@ fn decode_inner(text: &str) -> Result<Cursor, Failure> {
     let created_at = DateTime::parse_from_rfc3339(created_at)
         .map_err(|_| Failure::Invalid)?
         .with_timezone(&Utc);
+    // An instant no backend stores cannot name a row (docs/semantics.md#storable-values).
+    crate::storable::check_instant("created_at", &created_at).map_err(|_| Failure::Invalid)?;
     let id = Uuid::parse_str(id).map_err(|_| Failure::Invalid)?;
     let cursor = Cursor { created_at, id };
     if cursor.encode() != text {

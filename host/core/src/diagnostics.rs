@@ -16,6 +16,12 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::text::truncate_utf8;
+
+/// A guest's text as it is stored: U+0000, which PostgreSQL's `text` refuses, becomes U+FFFD
+/// (docs/semantics.md#storable-values), so a guest cannot make its attempt's diagnostics unwritable.
+fn storable_text(text: &str) -> String {
+    text.replace('\0', "\u{fffd}")
+}
 use crate::time::SharedClock;
 
 /// Bytes of the handler-error message kept with an attempt (longer ones are cut at a character
@@ -164,7 +170,7 @@ impl AttemptJournal {
     /// Appends a log line at `level` (see [`LogLine::level`]); the oldest lines go when the
     /// tail is over [`LOG_TAIL_LIMIT_BYTES`].
     pub fn log(&self, level: &str, message: &str) {
-        let message = truncate_utf8(message, LOG_LINE_LIMIT_BYTES).to_owned();
+        let message = storable_text(truncate_utf8(message, LOG_LINE_LIMIT_BYTES));
         let at = self.clock.now();
         let mut st = self.state();
         st.total_lines = st.total_lines.saturating_add(1);
@@ -193,7 +199,7 @@ impl AttemptJournal {
 
     /// Records a progress report (the last one wins).
     pub fn progress(&self, done: u64, total: u64, note: &str) {
-        let note = truncate_utf8(note, PROGRESS_NOTE_LIMIT_BYTES).to_owned();
+        let note = storable_text(truncate_utf8(note, PROGRESS_NOTE_LIMIT_BYTES));
         let at = self.clock.now();
         let mut st = self.state();
         st.progress = Some(AttemptProgress {
@@ -211,10 +217,10 @@ impl AttemptJournal {
         st.facts = RunFacts {
             trap_kind: facts
                 .trap_kind
-                .map(|s| truncate_utf8(&s, SHORT_TEXT_LIMIT_BYTES).to_owned()),
+                .map(|s| storable_text(truncate_utf8(&s, SHORT_TEXT_LIMIT_BYTES))),
             component_digest: facts
                 .component_digest
-                .map(|s| truncate_utf8(&s, SHORT_TEXT_LIMIT_BYTES).to_owned()),
+                .map(|s| storable_text(truncate_utf8(&s, SHORT_TEXT_LIMIT_BYTES))),
             ..facts
         };
     }
@@ -250,7 +256,7 @@ impl AttemptJournal {
     pub fn finish(&self, message: Option<&str>) -> AttemptDiagnostics {
         let st = self.state();
         AttemptDiagnostics {
-            message: message.map(|m| truncate_utf8(m, MESSAGE_LIMIT_BYTES).to_owned()),
+            message: message.map(|m| storable_text(truncate_utf8(m, MESSAGE_LIMIT_BYTES))),
             progress: st.progress.clone(),
             log: Self::tail(&st),
             facts: st.facts.clone(),

@@ -58,7 +58,7 @@ impl ErrorObject {
                     "{name} must be a non-empty string of at most {max} characters"
                 )));
             }
-            Ok(())
+            crate::storable::check_text(name, v)
         }
         check("kind", &self.kind, 64)?;
         check("exception_type", &self.exception_type, 255)?;

@@ -33,6 +33,7 @@ pub mod retry;
 pub mod runner;
 pub mod settings;
 pub mod status;
+pub mod storable;
 pub mod text;
 pub mod time;
 pub mod timefmt;

@@ -8,12 +8,29 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::canonical::to_canonical_string;
-use crate::codec::{ValueField, encode_value};
+use crate::codec::{ValueField, encode_storable};
 use crate::error::ExecutionError;
 use crate::error_object::ErrorObject;
 use crate::execution::{Completion, Execution};
 use crate::status::{CompletionStatus, ExecutionStatus};
 use crate::time::add_seconds;
+
+/// The stored form of a handler's result: encoded, storable on every backend
+/// (docs/semantics.md#storable-values) and within `max_result_bytes`. The worker checks a result
+/// with this before it completes the attempt, so a result no backend could store fails the
+/// attempt as a handler failure instead of failing the write.
+///
+/// Errors: `ExecutionError::Encoding` with `cannot encode execution result: …`, `cannot store
+/// execution result: …` or `execution result exceeds the configured limit`.
+pub fn encode_result(result: &Value, max_result_bytes: usize) -> Result<Value, ExecutionError> {
+    let encoded = encode_storable(result, ValueField::Result)?;
+    if crate::canonical::canonical_len(&encoded) > max_result_bytes {
+        return Err(ExecutionError::Encoding(
+            "execution result exceeds the configured limit".into(),
+        ));
+    }
+    Ok(encoded)
+}
 
 /// The values a completion writes onto `current` (steps 2–4 of docs/semantics.md#completion).
 #[derive(Debug, Clone, PartialEq)]
@@ -47,13 +64,7 @@ impl CompletionPlan {
             && current.status == ExecutionStatus::CancelRequested;
         let requested_result = completion.result.clone().unwrap_or(Value::Null);
         let encoded_result = if completion.status == CompletionStatus::Succeeded && !cancel_won {
-            let encoded = encode_value(&requested_result, ValueField::Result)?;
-            if to_canonical_string(&encoded).len() > max_result_bytes {
-                return Err(ExecutionError::Encoding(
-                    "execution result exceeds the configured limit".into(),
-                ));
-            }
-            Some(encoded)
+            Some(encode_result(&requested_result, max_result_bytes)?)
         } else {
             None
         };

@@ -6,12 +6,13 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::canonical::to_canonical_string;
-use crate::codec::{ValueField, encode_value};
+use crate::codec::{ValueField, encode_storable};
 use crate::cursor::Cursor;
 use crate::digest::submission_digest;
 use crate::error::ExecutionError;
 use crate::limits::Limits;
 use crate::status::ExecutionStatus;
+use crate::storable::{check_instant, check_text};
 use crate::text::{MAX_NAME_CHARS, optional_text, required_text};
 use crate::time::seconds_to_duration;
 
@@ -94,6 +95,9 @@ pub fn prepare_submission(
     req: &SubmitRequest,
     limits: &Limits,
 ) -> Result<PreparedSubmission, ExecutionError> {
+    // Only a new submission is held to the task-name character set (docs/semantics.md#task-names);
+    // a retry keeps the name of the execution it retries.
+    crate::text::task_name(&req.task_name)?;
     prepare_with_link(namespace, req, limits, None)
 }
 
@@ -121,6 +125,9 @@ pub(crate) fn prepare_with_link(
         None => Duration::zero(),
         Some(d) => seconds_to_duration("delay_s", d)?,
     };
+    if let Some(t) = &req.expires_at {
+        check_instant("expires_at", &t.with_timezone(&Utc))?;
+    }
     // 2. reserved keys.
     if let Some(key) = RESERVED_METADATA_KEYS
         .iter()
@@ -137,8 +144,8 @@ pub(crate) fn prepare_with_link(
         );
     }
     // 3. encode payload, then metadata.
-    let payload = encode_value(&req.payload, ValueField::Payload)?;
-    let metadata = encode_value(&Value::Object(metadata), ValueField::Metadata)?;
+    let payload = encode_storable(&req.payload, ValueField::Payload)?;
+    let metadata = encode_storable(&Value::Object(metadata), ValueField::Metadata)?;
     // 4. size limits, payload then metadata.
     if to_canonical_string(&payload).len() > limits.max_payload_bytes {
         return Err(ExecutionError::Encoding(
@@ -274,6 +281,14 @@ impl ListSearch {
     /// Trims and checks: every text 1–255 characters (the metadata value may be empty), and
     /// `created_from` before `created_before` (`created_from must be before created_before`).
     pub fn validate(&self) -> Result<ListSearch, ExecutionError> {
+        for (name, t) in [
+            ("created_from", &self.created_from),
+            ("created_before", &self.created_before),
+        ] {
+            if let Some(t) = t {
+                check_instant(name, t)?;
+            }
+        }
         if let (Some(a), Some(b)) = (self.created_from, self.created_before)
             && a >= b
         {
@@ -290,6 +305,7 @@ impl ListSearch {
                         "metadata value must be at most 255 characters",
                     ));
                 }
+                check_text("metadata value", v)?;
                 Some((key, v.clone()))
             }
         };

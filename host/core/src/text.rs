@@ -9,6 +9,7 @@ pub fn required_text(name: &str, value: &str, max: usize) -> Result<String, Exec
     if t.is_empty() {
         return Err(ExecutionError::invalid(format!("{name} must not be empty")));
     }
+    crate::storable::check_text(name, t)?;
     if t.chars().count() > max {
         return Err(ExecutionError::invalid(format!(
             "{name} must be at most {max} characters"
@@ -33,12 +34,39 @@ pub fn cancel_reason(value: Option<&str>) -> Result<Option<String>, ExecutionErr
         Some(t) if t.chars().count() > 500 => Err(ExecutionError::invalid(
             "reason must be at most 500 characters",
         )),
-        Some(t) => Ok(Some(t.to_owned())),
+        Some(t) => {
+            crate::storable::check_text("reason", t)?;
+            Ok(Some(t.to_owned()))
+        }
     }
 }
 
 /// Maximum characters of a namespace, task name, idempotency key or worker id.
 pub const MAX_NAME_CHARS: usize = 255;
+
+/// The characters a submitted task name may hold (docs/semantics.md#task-names), as the error
+/// message names them.
+pub const TASK_NAME_CHARS: &str = "ASCII letters, digits, '_', '.', ':' and '-'";
+
+/// Whether `c` may appear in a submitted task name ([`TASK_NAME_CHARS`]).
+pub fn is_task_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')
+}
+
+/// A submitted task name (docs/semantics.md#task-names): trimmed, 1..=255 characters, each one of
+/// [`TASK_NAME_CHARS`], so a name is safe in metric labels, logs and URLs.
+///
+/// Errors: the [`required_text`] messages, and `task_name may contain only <chars> (found <c>)`.
+pub fn task_name(value: &str) -> Result<String, ExecutionError> {
+    let t = required_text("task_name", value, MAX_NAME_CHARS)?;
+    if let Some(c) = t.chars().find(|c| !is_task_name_char(*c)) {
+        return Err(ExecutionError::invalid(format!(
+            "task_name may contain only {TASK_NAME_CHARS} (found {})",
+            c.escape_default()
+        )));
+    }
+    Ok(t)
+}
 
 /// The longest prefix of `text` of at most `max_bytes` bytes that ends on a character boundary.
 pub fn truncate_utf8(text: &str, max_bytes: usize) -> &str {
@@ -119,6 +147,29 @@ mod tests {
         assert_eq!(cancel_reason(Some("   ")).ok(), Some(None));
         assert!(cancel_reason(Some(&"x".repeat(501))).is_err());
         assert!(cancel_reason(Some(&"x".repeat(500))).is_ok());
+        assert!(cancel_reason(Some("a\0b")).is_err());
+        assert_eq!(
+            required_text("idempotency_key", "a\0", 255)
+                .unwrap_err()
+                .to_string(),
+            "idempotency_key must not contain the NUL character (U+0000)"
+        );
+    }
+
+    #[test]
+    fn task_names_use_a_documented_character_set() {
+        for ok in ["echo", "orders.send:v2", "a-b_c", &"x".repeat(255)] {
+            assert_eq!(task_name(ok).unwrap(), ok);
+        }
+        assert_eq!(task_name(" echo ").unwrap(), "echo");
+        assert_eq!(
+            task_name("team-b\",evil=\"1").unwrap_err().to_string(),
+            "task_name may contain only ASCII letters, digits, '_', '.', ':' and '-' (found \\\")"
+        );
+        for bad in ["a b", "a/b", "é", "a\nb", "a}b", "a\u{202e}b"] {
+            assert!(task_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(task_name(&"x".repeat(256)).is_err());
     }
 
     #[test]

@@ -196,7 +196,11 @@ macro_rules! conformance_tests {
             concurrent_identical_submits_16,
             concurrent_conflicting_submits_16,
             concurrent_claimers_8_over_1000,
-            cancel_complete_race_100_rounds
+            cancel_complete_race_100_rounds,
+            storable_bounds_are_stored_everywhere,
+            unstorable_inputs_are_refused_alike,
+            unstorable_results_are_refused_before_the_write,
+            storable_property_values_round_trip
         }
     };
     (@list () $($name:ident),*) => {

@@ -20,7 +20,7 @@ use crate::cancel_poll::CancelWatch;
 use crate::completer::Completer;
 use crate::heartbeat::{HeartbeatEnd, HeartbeatSet};
 use crate::observe::{AttemptEnd, WorkerObserver};
-use crate::outcome::completion_for;
+use crate::outcome::{completion_for, result_rejection};
 use crate::settings::TaskSettings;
 use crate::worker::WorkerStats;
 
@@ -213,10 +213,12 @@ async fn run_delivery(
     // The handler's own message, kept with the attempt even when the outcome becomes a cancel.
     let message = match &outcome {
         RunOutcome::Failed(f) => Some(f.message.clone()),
-        RunOutcome::ResultTooLarge { bytes } => Some(format!(
-            "handler result of {bytes} bytes is over max_result_bytes ({})",
-            ctx.settings.max_result_bytes
-        )),
+        // A result no backend can store (docs/semantics.md#storable-values): the attempt fails
+        // at stage `result_validation` with the reason, under the retry policy.
+        other if !cancel_requested => result_rejection(other, ctx.settings.max_result_bytes)
+            .inspect(
+                |why| tracing::warn!(reason = %why, "handler result refused: it cannot be stored"),
+            ),
         _ => None,
     };
     // A handler we asked to stop may still return an error of its own (e.g. a cooperative
@@ -379,6 +381,15 @@ async fn write_completion(
             let error = error.unwrap_or_else(|| ErrorObject::new("error", "Error", Some("ack")));
             retry_write(ctx, lease, keep(Completion::retrying(error, 0.0))).await
         }
+        // The store refused this completion for good (a constraint or data error, not a lost
+        // connection): the lease expiring would only run the handler again into the same
+        // refusal, so the execution fails with the store's error instead, through the same
+        // fenced write (docs/semantics.md#storable-values).
+        Err(e) if refused_for_good(&e) => {
+            ctx.observer.store_error(&ctx.settings.task_name, &e);
+            tracing::error!(error = %e, "completion refused by the store; failing the execution");
+            retry_write(ctx, lease, keep(Completion::failed(refusal_error(&e)))).await
+        }
         Err(e) => {
             ctx.observer.store_error(&ctx.settings.task_name, &e);
             ctx.stats.record_completion_error();
@@ -388,13 +399,57 @@ async fn write_completion(
     }
 }
 
+/// Whether a failed completion write can never succeed as it is: anything but a lease loss or a
+/// retryable storage failure (docs/semantics.md#error-classification).
+fn refused_for_good(e: &ExecutionError) -> bool {
+    !e.is_transient() && !matches!(e, ExecutionError::StaleLease(_))
+}
+
+/// The error object of an execution whose completion the store refused: stage `ack`, with the
+/// backend's classification when the refusal came from the backend.
+pub(crate) fn refusal_error(e: &ExecutionError) -> ErrorObject {
+    let mut error = ErrorObject::new("error", "CompletionRefused", Some("ack"));
+    if let ExecutionError::Backend(b) = e {
+        error.backend = Some(b.backend.to_owned());
+        error.operation = Some(b.operation.to_owned());
+        error.connector_kind = Some(b.kind.as_str().to_owned());
+    }
+    error
+}
+
+/// Writes a fallback completion. If the store refuses that too for good, a last, bare `failed`
+/// completion (the store's error, no diagnostics) is written, so a refused completion never
+/// leaves the execution to be claimed again forever (docs/semantics.md#storable-values).
 async fn retry_write(
     ctx: &TaskCtx,
     lease: onestep_core::LeaseRef,
     completion: Completion,
 ) -> Written {
+    match write_fallback(ctx, lease, completion).await {
+        Ok(written) => written,
+        Err(e) => {
+            tracing::error!(error = %e, "fallback completion refused by the store; failing the execution without diagnostics");
+            let bare = Completion::failed(refusal_error(&e));
+            match write_fallback(ctx, lease, bare).await {
+                Ok(written) => written,
+                Err(e) => {
+                    ctx.stats.record_completion_error();
+                    tracing::error!(error = %e, "completion was not written; the lease will expire");
+                    Written::default()
+                }
+            }
+        }
+    }
+}
+
+/// One fallback write: `Err` only when the store refused it for good ([`refused_for_good`]).
+async fn write_fallback(
+    ctx: &TaskCtx,
+    lease: onestep_core::LeaseRef,
+    completion: Completion,
+) -> Result<Written, ExecutionError> {
     let error = completion.error.clone();
-    match ctx.completer.complete(lease, completion).await {
+    Ok(match ctx.completer.complete(lease, completion).await {
         Ok(execution) => {
             ctx.stats.record_completion(execution.status);
             Written {
@@ -412,11 +467,14 @@ async fn retry_write(
         }
         Err(e) => {
             ctx.observer.store_error(&ctx.settings.task_name, &e);
+            if refused_for_good(&e) {
+                return Err(e);
+            }
             ctx.stats.record_completion_error();
             tracing::error!(error = %e, "completion was not written; the lease will expire");
             Written::default()
         }
-    }
+    })
 }
 
 /// Releases leases that were claimed but will not be started (docs/semantics.md#release, docs/semantics.md#fetch-loop).

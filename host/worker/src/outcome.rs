@@ -1,6 +1,6 @@
 //! From a handler's outcome to the completion the worker writes (docs/semantics.md#failure-handling, docs/semantics.md#timeouts, docs/semantics.md#retry-policies).
 
-use onestep_core::canonical::canonical_len;
+use onestep_core::plan::encode_result;
 use onestep_core::retry::{FailureKind, RetryDecision, RetryPolicy};
 use onestep_core::runner::{RunFailure, RunOutcome};
 use onestep_core::{Completion, ErrorObject};
@@ -17,11 +17,12 @@ pub fn cancel_error() -> ErrorObject {
 
 /// The completion for `outcome`.
 ///
-/// * success → `succeeded`, unless the result's canonical JSON exceeds `max_result_bytes`
-///   (measured without building the text), which fails at once at stage `result_validation`
-///   (`ExecutionEncodingError`); a result the runner refused before decoding it
-///   ([`RunOutcome::ResultTooLarge`]) fails the same way. An oversized result is deterministic,
-///   so it is not retried (docs/semantics.md#error-classification);
+/// * success → `succeeded`, unless the result cannot be stored ([`result_rejection`]: not
+///   encodable, not storable on every backend, or over `max_result_bytes`), which is a failure
+///   at stage `result_validation` (`ExecutionEncodingError`) that follows the retry policy; a
+///   result the runner refused before decoding it ([`RunOutcome::ResultTooLarge`]) fails the
+///   same way (docs/semantics.md#storable-values). A success while a cancel was requested is
+///   left to the store, where the cancel wins and no result is written;
 /// * a fatal handler error → `failed` at once;
 /// * any other failure → the retry policy with `previous_attempts` (docs/semantics.md#retry-policies `n`); a delay the
 ///   handler asked for replaces the policy's delay;
@@ -36,13 +37,13 @@ pub fn completion_for<R: Rng + ?Sized>(
 ) -> Completion {
     match outcome {
         RunOutcome::Succeeded(value) => {
-            if canonical_len(&value) > max_result_bytes {
-                result_too_large(retry, previous_attempts, rng)
+            if !cancel_requested && encode_result(&value, max_result_bytes).is_err() {
+                result_rejected(retry, previous_attempts, rng)
             } else {
                 Completion::succeeded(value)
             }
         }
-        RunOutcome::ResultTooLarge { .. } => result_too_large(retry, previous_attempts, rng),
+        RunOutcome::ResultTooLarge { .. } => result_rejected(retry, previous_attempts, rng),
         RunOutcome::Failed(failure) => {
             failure_completion(&failure, "handler", retry, previous_attempts, rng)
         }
@@ -56,9 +57,24 @@ pub fn completion_for<R: Rng + ?Sized>(
     }
 }
 
-/// The completion of an attempt whose result exceeds the limit (`ExecutionEncodingError` at
-/// stage `result_validation`, not retryable).
-fn result_too_large<R: Rng + ?Sized>(
+/// Why the handler's result cannot be stored, for the attempt's message and log: `None` for
+/// any other outcome and for a storable result (docs/semantics.md#storable-values).
+pub fn result_rejection(outcome: &RunOutcome, max_result_bytes: usize) -> Option<String> {
+    match outcome {
+        RunOutcome::Succeeded(value) => encode_result(value, max_result_bytes)
+            .err()
+            .map(|e| format!("result rejected: {e}")),
+        RunOutcome::ResultTooLarge { bytes } => Some(format!(
+            "result rejected: handler result of {bytes} bytes is over max_result_bytes ({max_result_bytes})"
+        )),
+        _ => None,
+    }
+}
+
+/// The completion of an attempt whose result cannot be stored (`ExecutionEncodingError` at
+/// stage `result_validation`): a handler failure under the task's retry policy, so a handler
+/// that returns a poison result runs at most as often as the policy allows.
+fn result_rejected<R: Rng + ?Sized>(
     retry: &RetryPolicy,
     previous_attempts: u32,
     rng: &mut R,
@@ -66,9 +82,9 @@ fn result_too_large<R: Rng + ?Sized>(
     let failure = RunFailure {
         kind: FailureKind::Error,
         exception_type: "ExecutionEncodingError".into(),
-        retryable: false,
+        retryable: true,
         retry_after_s: None,
-        message: "execution result exceeds the configured limit".into(),
+        message: "the handler's result cannot be stored".into(),
     };
     failure_completion(&failure, "result_validation", retry, previous_attempts, rng)
 }
@@ -80,11 +96,15 @@ fn failure_completion<R: Rng + ?Sized>(
     previous_attempts: u32,
     rng: &mut R,
 ) -> Completion {
-    let error = ErrorObject::new(
-        failure.kind.as_str(),
-        truncate(&failure.exception_type, 255),
-        Some(stage),
-    );
+    // The guest names its exception type: a NUL, which PostgreSQL cannot store, is replaced so
+    // the completion stays writable (docs/semantics.md#storable-values).
+    let exception_type = truncate(&failure.exception_type, 255).replace('\0', "\u{fffd}");
+    let exception_type = if exception_type.trim().is_empty() {
+        "HandlerError".to_owned()
+    } else {
+        exception_type
+    };
+    let error = ErrorObject::new(failure.kind.as_str(), &exception_type, Some(stage));
     if !failure.retryable {
         return Completion::failed(error);
     }
@@ -217,23 +237,65 @@ mod tests {
         );
     }
 
+    fn deep(depth: usize) -> serde_json::Value {
+        serde_json::from_str(&format!("{}1{}", "[".repeat(depth), "]".repeat(depth))).unwrap()
+    }
+
     #[test]
-    fn oversized_results_fail_at_once_despite_a_retry_policy() {
+    fn unstorable_results_follow_the_retry_policy() {
         let mut rng = StdRng::seed_from_u64(3);
         let policy = RetryPolicy::MaxAttempts {
             max_attempts: 3,
-            delay_s: None,
+            delay_s: Some(2.0),
         };
         for outcome in [
             RunOutcome::Succeeded(json!("x".repeat(200))),
             RunOutcome::ResultTooLarge { bytes: 30_000_000 },
+            RunOutcome::Succeeded(deep(40)),
+            RunOutcome::Succeeded(json!({"k": "a\u{0}b"})),
         ] {
-            let c = completion_for(outcome.clone(), &policy, 100, 0, false, &mut rng);
+            assert!(result_rejection(&outcome, 100).is_some(), "{outcome:?}");
+            for (previous, status) in [
+                (0, CompletionStatus::Retrying),
+                (1, CompletionStatus::Retrying),
+                (2, CompletionStatus::Failed),
+            ] {
+                let c = completion_for(outcome.clone(), &policy, 100, previous, false, &mut rng);
+                assert_eq!(c.status, status, "{outcome:?} after {previous}");
+                let error = c.error.expect("error object");
+                assert_eq!(error.exception_type, "ExecutionEncodingError");
+                assert_eq!(error.stage.as_deref(), Some("result_validation"));
+            }
+            let c = completion_for(
+                outcome.clone(),
+                &RetryPolicy::NoRetry,
+                100,
+                0,
+                false,
+                &mut rng,
+            );
             assert_eq!(c.status, CompletionStatus::Failed, "{outcome:?}");
-            let error = c.error.expect("error object");
-            assert_eq!(error.exception_type, "ExecutionEncodingError");
-            assert_eq!(error.stage.as_deref(), Some("result_validation"));
         }
+        assert_eq!(
+            result_rejection(&RunOutcome::Succeeded(deep(40)), 1000).as_deref(),
+            Some(
+                "result rejected: cannot store execution result: nesting depth over 31 (arrays and objects) at /0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0 (docs/semantics.md#storable-values)"
+            )
+        );
+        assert_eq!(
+            result_rejection(&RunOutcome::Succeeded(deep(31)), 1000),
+            None
+        );
+        // A success while a cancel is requested goes to the store, where the cancel wins.
+        let c = completion_for(
+            RunOutcome::Succeeded(deep(40)),
+            &policy,
+            1000,
+            0,
+            true,
+            &mut rng,
+        );
+        assert_eq!(c.status, CompletionStatus::Succeeded);
         // Equal to the limit is allowed: `"xx"` is 4 bytes of canonical JSON.
         let c = completion_for(
             RunOutcome::Succeeded(json!("xx")),

@@ -14,6 +14,7 @@ mod hostile_ui;
 mod operate;
 mod results;
 mod schema;
+mod storable;
 mod support;
 mod tenants;
 mod ui;

@@ -12,6 +12,7 @@ mod client;
 mod completions;
 mod concurrency;
 mod heartbeats;
+mod storable;
 mod transitions;
 mod worker;
 
@@ -36,6 +37,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(worker::cases());
     v.extend(heartbeats::cases());
     v.extend(concurrency::cases());
+    v.extend(storable::cases());
     v
 }
 

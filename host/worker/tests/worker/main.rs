@@ -14,5 +14,6 @@ mod heartbeat;
 mod heartbeat_set;
 mod lease;
 mod observer;
+mod poison;
 mod quarantine;
 mod retry;
