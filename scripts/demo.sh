@@ -8,6 +8,9 @@
 #      /usr/share/common-licenses, and this repository's docs/), one `flaky` execution that
 #      succeeds on its third attempt, and one `fetch` execution whose handler calls a local HTTP
 #      service over wasi:http (the worker's own /healthz, the only origin its sandbox allows),
+#      and one that tries hostile spellings of that origin (a userinfo URL, an IP literal with a
+#      trailing dot): the host refuses them and the handler sees an error value
+#      (docs/security.md#hostile-tenants-and-clients-the-limits-at-a-glance),
 #   6. waits for each, prints its status, attempts and result, and shows with `onestep attempts`
 #      and `onestep logs` why the flaky one needed three attempts (messages, log lines, build digest),
 #   7. reads the worker's Prometheus metrics and health (app.metrics_addr, docs/observability.md),
@@ -74,6 +77,7 @@ submit flaky '{"succeed_on_attempt": 3}' "demo-$RUN-flaky"
 # A handler calling a local HTTP service: the worker's own /healthz, through the allow-list.
 for _ in $(seq 1 50); do curl -fsS "$METRICS/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 submit fetch "{\"url\": \"$METRICS/healthz\"}" "demo-$RUN-fetch"
+submit fetch "{\"urls\": [\"http://demo@127.0.0.1:$METRICS_PORT/healthz\", \"http://127.0.0.1.:$METRICS_PORT/healthz\", \"$METRICS/healthz\"]}" "demo-$RUN-fetch-spellings"
 
 log "results"
 status=0
@@ -89,6 +93,8 @@ r = json.load(open(sys.argv[2])).get("result")
 head = f'{e["id"]}  {e["task_name"]:<9} {e["status"]:<9} attempts={e["attempts"]}'
 if e["status"] != "succeeded":
     print(f'{head}  error={json.dumps(e.get("error"))}')
+elif e["task_name"] == "fetch" and isinstance(r, dict) and "errors" in r:
+    print(f'{head}  {r.get("ok")} ok; refused by the host: {json.dumps(r.get("errors"))}; per URL: {r.get("results")}')
 elif e["task_name"] == "fetch" and isinstance(r, dict):
     j = r.get("json") or {}
     tasks = ", ".join(f'{t.get("task")}:{"alive" if (t.get("source") or {}).get("alive") else "down"}' for t in j.get("tasks", []))
@@ -106,9 +112,10 @@ FLAKY_ID="${IDS[7]}"
 "$BIN" attempts "$FLAKY_ID" --config "$CONFIG" | grep -E '^attempt|message|component_digest' || status=1
 "$BIN" logs "$FLAKY_ID" --config "$CONFIG" --attempt 1 || status=1
 
-log "worker metrics ($METRICS/metrics) and health ($METRICS/healthz)"
+log "worker metrics ($METRICS/metrics), health ($METRICS/healthz) and readiness ($METRICS/readyz)"
 curl -sS "$METRICS/metrics" | grep -E '^onestep_(tasks_processed_total|tasks_retried_total|deliveries_fetched_total|inflight_tasks)\{' || status=1
 curl -sS "$METRICS/healthz"; echo
+curl -sS "$METRICS/readyz"; echo
 
 log "stopping the worker (SIGTERM, graceful drain)"
 kill -TERM "$WORKER_PID"

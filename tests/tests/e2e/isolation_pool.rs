@@ -4,7 +4,8 @@
 //! execution submitted during the attack succeeds (the pool holds every task's concurrency at
 //! its own limits, docs/configuration.md#sandbox-instance-limits) and the worker stays up.
 //! With the default limits the same component is refused when the worker loads it, with a
-//! message naming the task, the component, the needs and the limits. And a component that grows
+//! message naming the task, the component, the needs and the limits: its task is quarantined,
+//! the neighbour runs. And a component that grows
 //! 64 tables by a million elements each (512 MB of host memory if it were free) in a 32 MiB
 //! sandbox gets only the growths its memory limit covers, with the worker's RSS bounded.
 
@@ -156,11 +157,17 @@ async fn a_component_over_its_task_limits_is_refused_when_the_worker_loads_it() 
         &config,
         Schedule::Concurrent,
         |env| async move {
+            // The component over its limits quarantines its task (docs/security.md#one-tenants-bad-deploy):
+            // the worker keeps serving the neighbour, the hog's execution stays queued.
             let mut worker = env.spawn_worker("w1")?;
-            let code = worker.wait_exit(Duration::from_secs(30))?;
+            let hog = env.submit("hog", json!({})).await?;
+            let echo = env.submit("echo", json!({"n": 1})).await?;
+            env.wait_status(echo.id, &[S::Succeeded], Duration::from_secs(30))
+                .await
+                .with_context(|| format!("worker log:\n{}", worker.log()))?;
             let log = worker.log();
-            ensure!(code.is_some_and(|c| c != 0), "exit {code:?}: {log}");
             for part in [
+                "task quarantined",
                 "task 'hog': cannot load",
                 "component hog.wasm exceeds its sandbox",
                 "it needs 53 core instances per attempt but the task's sandbox allows max_instances: 32",
@@ -168,6 +175,11 @@ async fn a_component_over_its_task_limits_is_refused_when_the_worker_loads_it() 
             ] {
                 ensure!(log.contains(part), "missing {part:?} in: {log}");
             }
+            let hog = env.get(hog.id).await?;
+            ensure!(hog.status == S::Queued, "the quarantined task's execution is {:?}", hog.status);
+            worker.signal("TERM")?;
+            let code = worker.wait_exit(Duration::from_secs(30))?;
+            ensure!(code == Some(0), "exit {code:?}: {}", worker.log());
             Ok(())
         },
     )
