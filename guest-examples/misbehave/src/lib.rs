@@ -20,6 +20,8 @@
 //! - `byte-writes`: write `n` (default 2,000,000) single bytes to stdout, one
 //!   write call each, never a newline.
 //! - `big_result`: return a JSON array of `bytes` bytes (default 30,000,000): `[0,0,…,0]`.
+//! - `result`: return the string `text` verbatim as the result (default `null`), e.g. JSON
+//!   nested deeper than a backend stores, or a string holding U+0000.
 //! - `retryable`: return a retryable handler error without `retry-after-ms` (the retry policy's
 //!   own delays apply).
 //! - `open_files`: open `path` (default `/ro/doc.txt`) again and again
@@ -94,6 +96,7 @@ impl Guest for Misbehave {
                 }
             }
             "panic" => panic!("misbehave: deliberate panic"),
+            "result" => Ok(s("text", "null")),
             "read_passwd" => Ok(outcome(std::fs::read_to_string("/etc/passwd"), |c| {
                 json!(c.len())
             })),

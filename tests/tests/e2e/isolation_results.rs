@@ -3,7 +3,8 @@
 //! next to a victim `echo` task in the same worker. Every refused result fails its attempt
 //! (`ExecutionEncodingError` at stage `result_validation`) under the task's retry policy (three
 //! attempts, docs/semantics.md#storable-values), every victim execution submitted during the attack succeeds, the worker stays
-//! up, and its peak RSS and its log stay under stated bounds.
+//! up, and its peak RSS and its log stay under stated bounds. Results no backend can store
+//! (too deep, a NUL) fail their one attempt and are never claimed again.
 
 use std::time::{Duration, Instant};
 
@@ -102,6 +103,67 @@ async fn huge_results_are_refused_without_amplification() -> Result<()> {
                 worker.wait_exit(Duration::from_millis(1)).is_err(),
                 "the worker exited"
             );
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// Results no backend can store, from a real guest through a real worker: JSON nested 40 deep
+/// (MariaDB's `json_valid` refuses 32 and deeper) and a string holding U+0000 (PostgreSQL's
+/// `jsonb` refuses it). Each fails its one attempt at stage `result_validation` with a message
+/// saying why, and is never claimed again: before, the completion failed in the database, the
+/// lease expired and the execution was re-run until someone cancelled it (14 attempts in 2 min).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unstorable_result_fails_once_instead_of_looping() -> Result<()> {
+    let config = e2e_config("isolation_results.yaml");
+    on_each_server(
+        "unstorable results",
+        &config,
+        Schedule::Concurrent,
+        |env| async move {
+            let _worker = env.spawn_worker("w1")?;
+            let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
+            let cases = [
+                (deep, "nesting depth over 31"),
+                ("\"a\\u0000b\"".to_owned(), "NUL character (U+0000)"),
+            ];
+            let mut ids = Vec::new();
+            for (text, _) in &cases {
+                let payload = json!({"mode": "result", "text": text});
+                ids.push(env.submit("poison", payload).await?.id);
+            }
+            let ok = env.submit("echo", json!({"after": "poison"})).await?;
+            env.wait_status(ok.id, &[S::Succeeded], LIMIT).await?;
+            for (id, (_, why)) in ids.iter().zip(&cases) {
+                let failed = env.wait_status(*id, &[S::Failed], LIMIT).await?;
+                let error = failed.error.clone().context("error object")?;
+                ensure!(
+                    error.exception_type == "ExecutionEncodingError"
+                        && error.stage.as_deref() == Some("result_validation"),
+                    "[{}] {error:?}",
+                    env.server()
+                );
+                // The attempt's message (and the worker's log line) says why.
+                let log = env.worker_logs();
+                ensure!(
+                    log.lines()
+                        .any(|l| l.contains(&id.to_string()) && l.contains(why)),
+                    "[{}] no log line for {id} saying {why:?}:\n{log}",
+                    env.server()
+                );
+            }
+            // Three lease durations (2 s each) later, nothing was claimed again.
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            for id in &ids {
+                let e = env.get(*id).await?;
+                let attempts = env.db.attempts(*id).await?;
+                ensure!(
+                    e.status == S::Failed && e.attempts == 1 && statuses(&attempts) == ["failed"],
+                    "[{}] re-run after failing: {e:?} {attempts:?}",
+                    env.server()
+                );
+            }
             Ok(())
         },
     )

@@ -16,6 +16,8 @@
 //! * [`api_connections`]: 500 slow connections, an idle keep-alive one and a stalled body
 //!   against `onestep serve`: closed within the timeouts, RSS under a ceiling, requests answered.
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
+//! * [`api_storable`]: dates outside years 1000–9999, leap seconds, NUL and JSON deeper than 31
+//!   through `onestep serve`: the same 422 on every server, the bounds accepted, no panic.
 //! * [`isolation_results`]: huge guest results next to a victim task: refused before they are
 //!   parsed, not retried, worker RSS and log bounded.
 //! * [`isolation_pool`]: a task whose component holds 52 tables per attempt cannot starve a
@@ -78,6 +80,7 @@
 mod agent;
 mod api_connections;
 mod api_flow;
+mod api_storable;
 mod bench;
 mod bench_rounds;
 mod check;
