@@ -11,6 +11,7 @@
 //! validation never reaches a backend; the namespace is trimmed and validated once, when an
 //! [`client::ExecutionClient`] is built.
 
+pub mod backend;
 pub mod canonical;
 pub mod client;
 pub mod codec;
@@ -38,6 +39,7 @@ pub mod text;
 pub mod time;
 pub mod timefmt;
 
+pub use backend::{Backend, BackendCapabilities};
 pub use client::ExecutionClient;
 pub use error::{BackendError, ConnectorKind, ExecutionError, StaleReason};
 pub use error_object::ErrorObject;

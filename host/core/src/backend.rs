@@ -1,0 +1,65 @@
+//! The backend handle: what one opened storage backend hands out (CONTRIBUTING.md, "Adding a
+//! backend"). Opening a backend (MySQL/MariaDB, PostgreSQL, …) yields one value implementing
+//! [`Backend`]; commands, the worker's wiring, the API and the benchmarks use only this trait and
+//! the ports it hands out, never the concrete backend type. Every backend serves every port;
+//! what differs between backends is answered by [`BackendCapabilities`], as plain booleans.
+//!
+//! The model is River's driver: a backend is a bundle of ports plus capability answers, and the
+//! one place that knows concrete backends (the cli's wiring) picks one by the DSN's scheme.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::ExecutionError;
+use crate::ports::{
+    ExecutionInsights, ExecutionStore, LeaseStore, Readiness, Retention, StoreStats,
+};
+
+/// What an opened backend can do beyond the ports every backend serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BackendCapabilities {
+    /// Attempt diagnostics are persisted: their table exists and they are not turned off
+    /// (docs/observability.md#attempt-diagnostics).
+    pub diagnostics_persisted: bool,
+    /// The tables carry every column and index this build uses, so no `migrate --upgrade` is
+    /// pending (docs/schema.md).
+    pub schema_current: bool,
+}
+
+/// One opened storage backend: a bundle of ports over one connection pool and one table pair.
+/// Cloning the ports is cheap (they share the pool); [`Backend::close`] closes the pool for all.
+#[async_trait]
+pub trait Backend: Send + Sync + Debug {
+    /// A short stable name of the backend kind (`mysql`, `postgres`), for logs and reports.
+    fn kind(&self) -> &'static str;
+
+    /// The server's version text as the server reports it, prefixed so that a reader knows the
+    /// product (e.g. `10.11.19-MariaDB`, `PostgreSQL 15.20`).
+    fn server_version(&self) -> String;
+
+    /// What this backend can do beyond the ports.
+    fn capabilities(&self) -> BackendCapabilities;
+
+    /// The client-side port (submit, get, list, cancel, attempts).
+    fn executions(&self) -> Arc<dyn ExecutionStore>;
+
+    /// The worker-side port (claim, heartbeat, complete, release).
+    fn leases(&self) -> Arc<dyn LeaseStore>;
+
+    /// The readiness probe (`GET /readyz`).
+    fn readiness(&self) -> Arc<dyn Readiness>;
+
+    /// The dashboard's and the API gauge's aggregates.
+    fn insights(&self) -> Arc<dyn ExecutionInsights>;
+
+    /// Removal of old finished executions (`onestep purge`).
+    fn retention(&self) -> Arc<dyn Retention>;
+
+    /// Read-only figures for benchmarks and diagnostics.
+    fn stats(&self) -> Arc<dyn StoreStats>;
+
+    /// Closes the connection pool; the ports handed out fail afterwards.
+    async fn close(&self) -> Result<(), ExecutionError>;
+}
