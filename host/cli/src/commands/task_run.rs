@@ -106,10 +106,10 @@ fn usage(message: impl std::fmt::Display) -> u8 {
     exit::USAGE
 }
 
-fn find_task<'a>(cfg: &'a AppConfig, name: &str) -> Result<&'a TaskConfig, String> {
+fn find_task<'a>(cfg: &'a AppConfig, name: &str) -> anyhow::Result<&'a TaskConfig> {
     cfg.task(name).ok_or_else(|| {
         let names: Vec<&str> = cfg.tasks.iter().map(|t| t.name.as_str()).collect();
-        format!(
+        anyhow::anyhow!(
             "no task '{name}' in {} (tasks: {})",
             cfg.source_path.display(),
             names.join(", ")
@@ -370,7 +370,7 @@ pub async fn replay(args: ReplayArgs) -> u8 {
     let task = match (&args.task, cfg.tasks.as_slice()) {
         (Some(name), _) => find_task(&cfg, name),
         (None, [only]) => Ok(only),
-        (None, _) => Err(format!(
+        (None, _) => Err(anyhow::anyhow!(
             "{} has several tasks: pass --task NAME",
             cfg.source_path.display()
         )),
