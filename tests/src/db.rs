@@ -2,23 +2,13 @@
 //! ([`servers`], [`Servers`]), the storage [`Backend`] each speaks, and [`TestDb`] (create, open,
 //! drop).
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use chrono::NaiveDateTime;
 use mysql_async::prelude::Queryable;
-use onestep_core::request::SubmitRequest;
-use onestep_core::{Execution, ExecutionClient, ExecutionStatus, Limits};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
-use onestep_postgres::{PgBackend, PgOptions, ScratchDatabase};
-use serde_json::Value;
+use onestep_postgres::ScratchDatabase;
 use uuid::Uuid;
 
-use crate::repo_root;
+use crate::Attempt;
 
 /// The environment variable the `config/e2e/` files take their connector kind from: `mysql`
 /// (the default) or `postgres`. The source kind is `${ONESTEP_E2E_BACKEND}_execution_source`.

@@ -19,17 +19,15 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use chrono::NaiveDateTime;
-use mysql_async::prelude::Queryable;
 use onestep_core::request::SubmitRequest;
 use onestep_core::{Execution, ExecutionClient, ExecutionStatus, Limits};
 use onestep_mysql::{MySqlBackend, MySqlOptions};
-use onestep_postgres::{PgBackend, PgOptions, ScratchDatabase};
+use onestep_postgres::{PgBackend, PgOptions};
 use serde_json::Value;
 use uuid::Uuid;
 

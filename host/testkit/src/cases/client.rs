@@ -2,14 +2,11 @@
 //! cases (paging, cursors, search) are in [`super::listing`], registered here in their order.
 
 use chrono::{Duration, FixedOffset, TimeZone, Utc};
-use onestep_core::cursor::Cursor;
-use onestep_core::execution::Completion;
-use onestep_core::request::{ListQuery, ListSearch, SubmitRequest};
-use onestep_core::{ErrorObject, Execution, ExecutionClient};
+use onestep_core::request::SubmitRequest;
 use onestep_core::{ExecutionError, ExecutionStatus};
 use serde_json::json;
 
-use super::{NS, TASK, case, claim_one, get, listing, submit};
+use super::{NS, TASK, case, get, listing, submit};
 use crate::builders::{self, keyed, prepare};
 use crate::suite::{Case, Fixture};
 

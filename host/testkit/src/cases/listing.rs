@@ -2,7 +2,7 @@
 //! cursors a namespace may continue, the search filters and the search window
 //! (docs/semantics.md#listing-and-cursors). Registered by [`super::client::cases`].
 
-use chrono::{Duration, FixedOffset, TimeZone, Utc};
+use chrono::Duration;
 use onestep_core::cursor::Cursor;
 use onestep_core::execution::Completion;
 use onestep_core::request::{ListQuery, ListSearch, SubmitRequest};
@@ -10,8 +10,8 @@ use onestep_core::{ErrorObject, Execution, ExecutionClient};
 use onestep_core::{ExecutionError, ExecutionStatus};
 use serde_json::json;
 
-use super::{NS, TASK, claim_one, get, submit};
-use crate::builders::{self, keyed, prepare};
+use super::{NS, TASK, claim_one, submit};
+use crate::builders::{self, prepare};
 use crate::suite::Fixture;
 
 /// Which cursors may continue a namespace's list (docs/semantics.md#listing-and-cursors): its
