@@ -10,6 +10,7 @@
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
+use onestep_core::ExecutionError;
 use onestep_core::request::validate_namespace;
 
 /// Tokens shorter than this are accepted but reported by [`TokenTable::short_tokens`], so that
@@ -66,9 +67,48 @@ impl Role {
     }
 }
 
-fn parse_role(entry: &str, text: &str) -> Result<Role, String> {
-    Role::parse(text)
-        .ok_or_else(|| format!("{entry}: unknown role {text:?} (expected read, submit or operate)"))
+/// Why a token table cannot be built ([`TokenTable`]'s constructors). The texts name the entry
+/// (its number or line), never the token.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TokenError {
+    /// An empty token or one containing whitespace (entry numbers count from 1).
+    #[error("token #{0} must be non-empty and contain no whitespace")]
+    BadToken(usize),
+    /// A token's namespace is not a valid namespace.
+    #[error("token #{entry}: {source}")]
+    Namespace {
+        /// The entry's number (from 1).
+        entry: usize,
+        /// Why the namespace is refused.
+        source: ExecutionError,
+    },
+    /// The same token twice.
+    #[error("token #{0} is listed twice")]
+    Duplicate(usize),
+    /// No token at all.
+    #[error("no tokens configured")]
+    NoTokens,
+    /// A role other than read, submit or operate (`entry` names the file line).
+    #[error("{entry}: unknown role {role:?} (expected read, submit or operate)")]
+    UnknownRole {
+        /// Where: `tokens file line <n>`.
+        entry: String,
+        /// The role as written.
+        role: String,
+    },
+    /// A tokens-file line that is not `token namespace [role]` (line numbers from 1).
+    #[error("tokens file line {0}: expected `token namespace [role]`")]
+    FileLine(usize),
+    /// An environment item that is not `token=namespace[:role]` (item numbers from 1).
+    #[error("tokens item #{0}: expected `token=namespace[:role]`")]
+    EnvItem(usize),
+}
+
+fn parse_role(entry: &str, text: &str) -> Result<Role, TokenError> {
+    Role::parse(text).ok_or_else(|| TokenError::UnknownRole {
+        entry: entry.to_owned(),
+        role: text.to_owned(),
+    })
 }
 
 /// How requests are mapped to namespaces.
@@ -105,7 +145,7 @@ impl TokenTable {
     /// Builds a table from `(token, namespace)` pairs, every token with [`Role::Default`].
     pub fn from_pairs<'a>(
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TokenError> {
         Self::from_entries(pairs.into_iter().map(|(t, ns)| (t, ns, Role::Default)))
     }
 
@@ -114,23 +154,21 @@ impl TokenTable {
     /// or no token at all.
     pub fn from_entries<'a>(
         entries: impl IntoIterator<Item = (&'a str, &'a str, Role)>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TokenError> {
         let mut table = TokenTable::default();
         for (n, (token, namespace, role)) in entries.into_iter().enumerate() {
             let entry = n + 1;
             if token.is_empty() || token.chars().any(char::is_whitespace) {
-                return Err(format!(
-                    "token #{entry} must be non-empty and contain no whitespace"
-                ));
+                return Err(TokenError::BadToken(entry));
             }
             if token.chars().count() < MIN_TOKEN_CHARS {
                 table.short += 1;
             }
-            let namespace =
-                validate_namespace(namespace).map_err(|e| format!("token #{entry}: {e}"))?;
+            let namespace = validate_namespace(namespace)
+                .map_err(|source| TokenError::Namespace { entry, source })?;
             let d = digest(token);
             if table.entries.iter().any(|(known, _, _)| *known == d) {
-                return Err(format!("token #{entry} is listed twice"));
+                return Err(TokenError::Duplicate(entry));
             }
             let idx = match table.namespaces.iter().position(|ns| *ns == namespace) {
                 Some(i) => i,
@@ -142,7 +180,7 @@ impl TokenTable {
             table.entries.push((d, idx, role));
         }
         if table.entries.is_empty() {
-            return Err("no tokens configured".into());
+            return Err(TokenError::NoTokens);
         }
         Ok(table)
     }
@@ -150,7 +188,7 @@ impl TokenTable {
     /// Parses a tokens file: one `token namespace [role]` per line (role `read`, `submit` or
     /// `operate`; none means [`Role::Default`]); blank lines and lines starting with `#` are
     /// skipped. Errors name the line number, never the token.
-    pub fn parse_file(text: &str) -> Result<Self, String> {
+    pub fn parse_file(text: &str) -> Result<Self, TokenError> {
         let mut entries = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -165,7 +203,7 @@ impl TokenTable {
                     entries.push((t, ns, parse_role(&entry, role)?));
                 }
                 _ => {
-                    return Err(format!("{entry}: expected `token namespace [role]`"));
+                    return Err(TokenError::FileLine(i + 1));
                 }
             }
         }
@@ -175,7 +213,7 @@ impl TokenTable {
     /// Parses an environment value `token=namespace[:role],token=namespace[:role]` (spaces
     /// around items are ignored; a trailing `:read`, `:submit` or `:operate` is the role, any
     /// other text after the last `:` belongs to the namespace).
-    pub fn parse_env(text: &str) -> Result<Self, String> {
+    pub fn parse_env(text: &str) -> Result<Self, TokenError> {
         let mut entries = Vec::new();
         for (i, item) in text.split(',').enumerate() {
             let item = item.trim();
@@ -192,10 +230,7 @@ impl TokenTable {
                     entries.push((t.trim(), ns, role));
                 }
                 None => {
-                    return Err(format!(
-                        "tokens item #{}: expected `token=namespace[:role]`",
-                        i + 1
-                    ));
+                    return Err(TokenError::EnvItem(i + 1));
                 }
             }
         }
@@ -295,12 +330,14 @@ mod tests {
             (&format!("{A} ns\n{A} other"), "twice"),
             ("# only comments", "no tokens"),
         ] {
-            let err = TokenTable::parse_file(text).unwrap_err();
+            let err = TokenTable::parse_file(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{err}");
             assert!(!err.contains(A));
         }
         assert!(TokenTable::parse_env("no-equals-sign-here-at-all").is_err());
-        let err = TokenTable::from_pairs([("a b", "ns")]).unwrap_err();
+        let err = TokenTable::from_pairs([("a b", "ns")])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("whitespace"), "{err}");
         assert_eq!(TokenTable::parse_env("short=ns").unwrap().short_tokens(), 1);
     }
@@ -310,7 +347,9 @@ mod tests {
         let f = TokenTable::parse_file(&format!("{A} ns read\n{B} ns\n")).unwrap();
         assert_eq!(f.lookup_with_role(A), Some((0, Role::Read)));
         assert_eq!(f.lookup_with_role(B), Some((0, Role::Default)));
-        let err = TokenTable::parse_file(&format!("{A} ns admin")).unwrap_err();
+        let err = TokenTable::parse_file(&format!("{A} ns admin"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("line 1") && err.contains("admin"), "{err}");
         assert!(!err.contains(A));
         let e = TokenTable::parse_env(&format!("{A}=ns-a:operate,{B}=ns:b")).unwrap();

@@ -19,9 +19,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use onestep_api::metrics::LabelText;
-use onestep_core::{ExecutionError, ExecutionStatus};
+use onestep_core::ExecutionStatus;
 use onestep_wasm::{Report, TrapKind};
-use onestep_worker::{AttemptEnd, HeartbeatOutcome, QuarantineCause, WorkerObserver};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -483,158 +482,10 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-impl WorkerObserver for Metrics {
-    fn claimed(&self, task: &str, leases: usize, elapsed: Duration) {
-        self.store_answered(task);
-        let labels = self.task(task);
-        self.claim_duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-        if leases > 0 {
-            self.fetched.get_or_create(&labels).inc_by(leases as u64);
-        }
-    }
+mod http;
+mod observer;
 
-    fn attempt_started(&self, task: &str, queue_wait: Duration) {
-        let labels = self.task(task);
-        self.inflight.get_or_create(&labels).inc();
-        self.queue_wait
-            .get_or_create(&labels)
-            .observe(queue_wait.as_secs_f64());
-    }
-
-    fn attempt_finished(&self, task: &str, end: &AttemptEnd) {
-        let labels = self.task(task);
-        self.inflight.get_or_create(&labels).dec();
-        self.duration
-            .get_or_create(&labels)
-            .observe(end.duration.as_secs_f64());
-        if end.lease_lost {
-            self.lease_lost.get_or_create(&labels).inc();
-        }
-        let status = |s: &str| StatusLabels {
-            app: self.app.clone(),
-            task: task.into(),
-            status: s.into(),
-        };
-        match end.status {
-            Some(ExecutionStatus::Succeeded) => {
-                self.processed.get_or_create(&status("succeeded")).inc();
-            }
-            Some(ExecutionStatus::Failed) => {
-                self.processed.get_or_create(&status("failed")).inc();
-            }
-            Some(ExecutionStatus::Retrying) => {
-                self.retried.get_or_create(&labels).inc();
-            }
-            Some(ExecutionStatus::Cancelled) => {
-                self.cancelled.get_or_create(&labels).inc();
-            }
-            _ => {}
-        }
-        if let Some((kind, exception_type)) = &end.failure {
-            self.failures
-                .get_or_create(&FailureLabels {
-                    app: self.app.clone(),
-                    task: task.into(),
-                    failure_kind: kind.as_str().into(),
-                    exception_type: exception_type.as_str().into(),
-                })
-                .inc();
-        }
-    }
-
-    fn heartbeat(&self, task: &str, outcome: HeartbeatOutcome) {
-        if outcome != HeartbeatOutcome::Error {
-            self.store_answered(task);
-        }
-        self.heartbeats
-            .get_or_create(&ResultLabels {
-                app: self.app.clone(),
-                task: task.into(),
-                result: outcome.as_str().into(),
-            })
-            .inc();
-    }
-
-    fn quarantine(&self, task: &str, cause: Option<&QuarantineCause>) {
-        self.quarantine.record(&self.app, task, cause);
-    }
-
-    fn store_error(&self, _task: &str, error: &ExecutionError) {
-        let (operation, class) = match error {
-            ExecutionError::Backend(b) => (b.operation, b.kind.as_str()),
-            other => ("other", other.code()),
-        };
-        self.db_errors
-            .get_or_create(&DbErrorLabels {
-                app: self.app.clone(),
-                operation: operation.into(),
-                class: class.into(),
-            })
-            .inc();
-    }
-}
-
-async fn metrics_route(State(m): State<Arc<Metrics>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        m.render(),
-    )
-        .into_response()
-}
-
-async fn healthz_route(State(m): State<Arc<Metrics>>) -> Response {
-    let (healthy, doc) = m.health();
-    let code = if healthy {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (code, axum::Json(doc)).into_response()
-}
-
-async fn readyz_route(State(m): State<Arc<Metrics>>) -> Response {
-    let (ready, doc) = m.readiness();
-    let code = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (code, axum::Json(doc)).into_response()
-}
-
-/// The `/metrics`, `/healthz`, `/readyz` routes.
-pub fn router(metrics: Arc<Metrics>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics_route))
-        .route("/healthz", get(healthz_route))
-        .route("/readyz", get(readyz_route))
-        .with_state(metrics)
-}
-
-/// Binds `addr` and serves [`router`] until `stop` fires; returns the bound address.
-pub async fn serve(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("metrics_addr {addr}: cannot listen: {e}"))?;
-    let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        let server = axum::serve(listener, router(metrics))
-            .with_graceful_shutdown(async move { stop.cancelled().await });
-        if let Err(e) = server.await {
-            tracing::warn!(error = %e, "metrics server stopped");
-        }
-    });
-    Ok(bound)
-}
+pub use http::serve;
 
 #[cfg(test)]
 #[path = "metrics_tests.rs"]

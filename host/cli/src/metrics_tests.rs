@@ -1,7 +1,8 @@
 //! Tests of the worker metrics (`metrics.rs`): names, health, and label escaping.
 
 use super::*;
-use onestep_core::{BackendError, ConnectorKind};
+use onestep_core::{BackendError, ConnectorKind, ExecutionError};
+use onestep_worker::{AttemptEnd, HeartbeatOutcome, WorkerObserver};
 
 fn metrics() -> Metrics {
     Metrics::new(

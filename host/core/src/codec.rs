@@ -126,20 +126,41 @@ fn encode_at(value: &Value, path: &str) -> Result<Value, EncodeFailure> {
     }
 }
 
+/// Why a stored value cannot be decoded ([`decode_value`]): the problem and where (a JSON
+/// pointer, `/` for the root). Shown as `<problem> at <pointer>`, e.g. `invalid extension tag at
+/// /a`, the reference's wording.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem} at {at}")]
+pub struct DecodeError {
+    /// What is wrong, e.g. `invalid uuid tag fields`.
+    pub problem: String,
+    /// The JSON pointer of the offending value (`/` for the root).
+    pub at: String,
+}
+
+impl DecodeError {
+    fn new(problem: impl Into<String>, path: &str) -> Self {
+        DecodeError {
+            problem: problem.into(),
+            at: shown(path).to_owned(),
+        }
+    }
+}
+
 /// Decodes a stored value (unwraps `mapping`; passes other known tags through). The error is the
-/// reason text; callers wrap it as `cannot decode execution <id>: <reason>`.
-pub fn decode_value(value: &Value) -> Result<Value, String> {
+/// reason; callers wrap it as `cannot decode execution <id>: <reason>`.
+pub fn decode_value(value: &Value) -> Result<Value, DecodeError> {
     decode_at(value, "")
 }
 
-fn decode_at(value: &Value, path: &str) -> Result<Value, String> {
+fn decode_at(value: &Value, path: &str) -> Result<Value, DecodeError> {
     match value {
         Value::Null | Value::Bool(_) | Value::String(_) => Ok(value.clone()),
         Value::Number(n) => match number_kind(n) {
             NumberKind::Int(_) => Ok(value.clone()),
             NumberKind::Float(x) if x.is_finite() => Ok(value.clone()),
-            NumberKind::Float(_) => Err(format!("non-finite float at {}", shown(path))),
-            NumberKind::Invalid(_) => Err(format!("invalid encoded value at {}", shown(path))),
+            NumberKind::Float(_) => Err(DecodeError::new("non-finite float", path)),
+            NumberKind::Invalid(_) => Err(DecodeError::new("invalid encoded value", path)),
         },
         Value::Array(items) => items
             .iter()
@@ -157,7 +178,7 @@ fn decode_at(value: &Value, path: &str) -> Result<Value, String> {
             }
             let payload = match map.get(TAG) {
                 Some(Value::Object(payload)) if map.len() == 1 => payload,
-                _ => return Err(format!("invalid extension tag at {}", shown(path))),
+                _ => return Err(DecodeError::new("invalid extension tag", path)),
             };
             decode_tag(value, payload, path)
         }
@@ -170,12 +191,15 @@ fn require_fields(
     type_name: &str,
     fields: &[&str],
     path: &str,
-) -> Result<(), String> {
+) -> Result<(), DecodeError> {
     let ok = payload.len() == fields.len() + 1 && fields.iter().all(|f| payload.contains_key(*f));
     if ok {
         Ok(())
     } else {
-        Err(format!("invalid {type_name} tag fields at {}", shown(path)))
+        Err(DecodeError::new(
+            format!("invalid {type_name} tag fields"),
+            path,
+        ))
     }
 }
 
@@ -203,24 +227,27 @@ fn is_zero_or_one(v: Option<&Value>) -> bool {
 }
 
 /// Decodes every element of a tag's list field (validation only; indexes as path tokens).
-fn validate_items(items: &[Value], path: &str) -> Result<(), String> {
+fn validate_items(items: &[Value], path: &str) -> Result<(), DecodeError> {
     for (i, item) in items.iter().enumerate() {
         decode_at(item, &pointer(path, &i.to_string()))?;
     }
     Ok(())
 }
 
-fn decode_tag(original: &Value, payload: &Map<String, Value>, path: &str) -> Result<Value, String> {
-    let at = shown(path);
+fn decode_tag(
+    original: &Value,
+    payload: &Map<String, Value>,
+    path: &str,
+) -> Result<Value, DecodeError> {
     let type_name = match payload.get("type") {
         Some(Value::String(t)) => t.as_str(),
-        _ => return Err(format!("extension type must be a string at {at}")),
+        _ => return Err(DecodeError::new("extension type must be a string", path)),
     };
     match type_name {
         "mapping" => {
             require_fields(payload, type_name, &["items"], path)?;
             let Some(Value::Array(items)) = payload.get("items") else {
-                return Err(format!("invalid mapping tag at {at}"));
+                return Err(DecodeError::new("invalid mapping tag", path));
             };
             let mut out = Map::new();
             for (index, pair) in items.iter().enumerate() {
@@ -232,9 +259,9 @@ fn decode_tag(original: &Value, payload: &Map<String, Value>, path: &str) -> Res
                     _ => None,
                 };
                 let Some((key, item)) = key else {
-                    return Err(format!(
-                        "invalid mapping item at {}",
-                        pointer(path, &index.to_string())
+                    return Err(DecodeError::new(
+                        "invalid mapping item",
+                        &pointer(path, &index.to_string()),
                     ));
                 };
                 let decoded = decode_at(item, &pointer(path, key))?;
@@ -245,21 +272,21 @@ fn decode_tag(original: &Value, payload: &Map<String, Value>, path: &str) -> Res
         "datetime" => {
             require_fields(payload, type_name, &["value", "fold"], path)?;
             if !is_str(payload.get("value")) || !is_zero_or_one(payload.get("fold")) {
-                return Err(format!("invalid datetime tag at {at}"));
+                return Err(DecodeError::new("invalid datetime tag", path));
             }
             Ok(original.clone())
         }
         "uuid" | "bytes" | "decimal" => {
             require_fields(payload, type_name, &["value"], path)?;
             if !is_str(payload.get("value")) {
-                return Err(format!("invalid {type_name} tag at {at}"));
+                return Err(DecodeError::new(format!("invalid {type_name} tag"), path));
             }
             Ok(original.clone())
         }
         "tuple" | "set" | "frozenset" => {
             require_fields(payload, type_name, &["values"], path)?;
             let Some(Value::Array(values)) = payload.get("values") else {
-                return Err(format!("invalid {type_name} tag at {at}"));
+                return Err(DecodeError::new(format!("invalid {type_name} tag"), path));
             };
             validate_items(values, path)?;
             Ok(original.clone())
@@ -272,10 +299,10 @@ fn decode_tag(original: &Value, payload: &Map<String, Value>, path: &str) -> Res
                 path,
             )?;
             if !is_str(payload.get("module")) || !is_str(payload.get("qualname")) {
-                return Err(format!("invalid recorded type at {at}"));
+                return Err(DecodeError::new("invalid recorded type", path));
             }
             if !is_str(payload.get("name")) {
-                return Err(format!("recorded type is not an enum at {at}"));
+                return Err(DecodeError::new("recorded type is not an enum", path));
             }
             if let Some(v) = payload.get("value") {
                 decode_at(v, &pointer(path, "value"))?;
@@ -290,7 +317,7 @@ fn decode_tag(original: &Value, payload: &Map<String, Value>, path: &str) -> Res
                 path,
             )?;
             if !is_str(payload.get("module")) || !is_str(payload.get("qualname")) {
-                return Err(format!("invalid recorded type at {at}"));
+                return Err(DecodeError::new("invalid recorded type", path));
             }
             match (payload.get("fields"), payload.get("values")) {
                 (Some(Value::Array(fields)), Some(Value::Array(values)))
@@ -303,12 +330,12 @@ fn decode_tag(original: &Value, payload: &Map<String, Value>, path: &str) -> Res
                     }
                     Ok(original.clone())
                 }
-                _ => Err(format!("namedtuple definition changed at {at}")),
+                _ => Err(DecodeError::new("namedtuple definition changed", path)),
             }
         }
-        other => Err(format!(
-            "unknown extension type {} at {at}",
-            python_str_repr(other)
+        other => Err(DecodeError::new(
+            format!("unknown extension type {}", python_str_repr(other)),
+            path,
         )),
     }
 }
@@ -400,7 +427,9 @@ mod tests {
             "cannot encode execution payload: cannot encode builtins.float at /: non-finite float"
         );
         assert_eq!(
-            decode_value(&parse(r#"{"x":[1e400]}"#)).unwrap_err(),
+            decode_value(&parse(r#"{"x":[1e400]}"#))
+                .unwrap_err()
+                .to_string(),
             "non-finite float at /x/0"
         );
     }
@@ -492,7 +521,11 @@ mod tests {
                 "invalid recorded type at /",
             ),
         ] {
-            assert_eq!(decode_value(&parse(text)).unwrap_err(), reason, "{text}");
+            assert_eq!(
+                decode_value(&parse(text)).unwrap_err().to_string(),
+                reason,
+                "{text}"
+            );
         }
     }
 }

@@ -58,6 +58,96 @@ impl HttpScheme {
     }
 }
 
+/// How an allow-list entry should look (the start of every [`OriginError`]).
+pub const ORIGIN_SHAPE: &str =
+    "an origin like https://api.example.com, https://*.example.org:8443 or http://127.0.0.1:18080";
+
+/// Why an allow-list entry is refused ([`OriginPattern::parse`]): shown as `"<entry>" is not an
+/// origin like …: <problem>`, the text `onestep check` prints (the configuration adds the file
+/// location).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not {shape}: {problem}", shape = ORIGIN_SHAPE)]
+pub struct OriginError {
+    /// The entry as written.
+    pub text: String,
+    /// What is wrong with it.
+    pub problem: OriginProblem,
+}
+
+impl From<OriginError> for String {
+    fn from(e: OriginError) -> String {
+        e.to_string()
+    }
+}
+
+/// What is wrong with an allow-list entry (part of [`OriginError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginProblem {
+    /// No `scheme://`.
+    #[error("it has no scheme (http:// or https://)")]
+    NoScheme,
+    /// A scheme other than http or https.
+    #[error("the scheme must be http or https")]
+    BadScheme,
+    /// Something after the authority.
+    #[error("it has a path, query or fragment (an entry is scheme://host[:port] only)")]
+    PathQueryOrFragment,
+    /// `user@`.
+    #[error("it has user information (user@)")]
+    UserInfo,
+    /// An empty host.
+    #[error("it has no host")]
+    NoHost,
+    /// `[v6` without `]`.
+    #[error("an IPv6 address must be closed with ]")]
+    UnclosedIpv6,
+    /// Something other than `:port` after `[v6]`.
+    #[error("only :port may follow the IPv6 address")]
+    AfterIpv6,
+    /// A port that is not 1..=65535.
+    #[error("the port must be a number from 1 to 65535")]
+    BadPort,
+    /// `[…]` that is not an IPv6 address.
+    #[error("{0} is not an IPv6 address")]
+    NotIpv6(String),
+    /// A host whose last label is a number but that is not an IP literal.
+    #[error(
+        "{0} is neither an IP literal (dotted IPv4 or [IPv6], no trailing dot) nor a DNS name \
+         (its last label is a number)"
+    )]
+    NumericName(String),
+    /// A `*` anywhere but as the whole first label.
+    #[error("a wildcard must be the whole first label (*.example.org)")]
+    WildcardPlacement,
+    /// A label that is not a DNS label.
+    #[error("{0:?} is not a DNS label (letters, digits and inner hyphens, 1 to 63 characters)")]
+    BadLabel(String),
+    /// `*.org`.
+    #[error("a wildcard needs at least two labels after it (*.example.org)")]
+    ShortWildcard,
+}
+
+/// Why the host of a request is refused ([`RequestHost::parse`]); the text goes to the
+/// attempt's log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    /// `[…]` that is not an IPv6 address.
+    #[error("{0:?} is not an IPv6 address")]
+    NotIpv6(String),
+    /// An empty label (`a..b`, or nothing at all).
+    #[error("{0:?} is not a DNS name (an empty label)")]
+    EmptyLabel(String),
+    /// A character a DNS name does not have.
+    #[error("{0:?} is not a DNS name (letters, digits, hyphens and underscores only)")]
+    BadCharacter(String),
+    /// Not an IP literal, and the last label is a number the resolver would read as an address.
+    #[error(
+        "{0:?} is neither an IP literal (dotted IPv4 or [IPv6], no trailing dot) nor a DNS name \
+         (its last label is a number)"
+    )]
+    NumericName(String),
+}
+
 /// The host part of an allow-list entry.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum HostPattern {
@@ -86,38 +176,39 @@ pub struct OriginPattern {
 impl OriginPattern {
     /// Parses an allow-list entry. The error says what is wrong and what is allowed (the
     /// configuration adds the file location).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        const SHAPE: &str = "an origin like https://api.example.com, https://*.example.org:8443 or http://127.0.0.1:18080";
-        let bad = |why: &str| Err(format!("{text:?} is not {SHAPE}: {why}"));
+    pub fn parse(text: &str) -> Result<Self, OriginError> {
+        let bad = |problem: OriginProblem| OriginError {
+            text: text.to_owned(),
+            problem,
+        };
         let Some((scheme, rest)) = text.split_once("://") else {
-            return bad("it has no scheme (http:// or https://)");
+            return Err(bad(OriginProblem::NoScheme));
         };
         let scheme = match scheme.to_ascii_lowercase().as_str() {
             "http" => HttpScheme::Http,
             "https" => HttpScheme::Https,
-            _ => return bad("the scheme must be http or https"),
+            _ => return Err(bad(OriginProblem::BadScheme)),
         };
         // A bare trailing slash is the empty path: accepted.
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.contains(['/', '?', '#']) {
-            return bad("it has a path, query or fragment (an entry is scheme://host[:port] only)");
+            return Err(bad(OriginProblem::PathQueryOrFragment));
         }
         if authority.contains('@') {
-            return bad("it has user information (user@)");
+            return Err(bad(OriginProblem::UserInfo));
         }
         if authority.is_empty() {
-            return bad("it has no host");
+            return Err(bad(OriginProblem::NoHost));
         }
-        let (host, port) =
-            split_host_port(authority).map_err(|why| format!("{text:?} is not {SHAPE}: {why}"))?;
+        let (host, port) = split_host_port(authority).map_err(bad)?;
         let port = match port {
             None => scheme.default_port(),
             Some(p) => match p.parse::<u16>() {
                 Ok(p) if p > 0 => p,
-                _ => return bad("the port must be a number from 1 to 65535"),
+                _ => return Err(bad(OriginProblem::BadPort)),
             },
         };
-        let host = parse_host(host).map_err(|why| format!("{text:?} is not {SHAPE}: {why}"))?;
+        let host = parse_host(host).map_err(bad)?;
         Ok(OriginPattern { scheme, host, port })
     }
 
@@ -167,32 +258,27 @@ impl RequestHost {
     /// is not an IP literal and whose last label is a number (`127.0.0.1.`, `127.1`,
     /// `2130706433`, `0x7f.1`) is refused: it is not a DNS name, and the system resolver would
     /// read it as an address. The error says why (for the attempt's log).
-    pub fn parse(host: &str) -> Result<Self, String> {
+    pub fn parse(host: &str) -> Result<Self, HostError> {
         if host.starts_with('[') {
             return parse_ip(host)
                 .map(RequestHost::Ip)
-                .ok_or_else(|| format!("{host:?} is not an IPv6 address"));
+                .ok_or_else(|| HostError::NotIpv6(host.to_owned()));
         }
         if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
             return Ok(RequestHost::Ip(IpAddr::V4(ip)));
         }
         let name = normalise_name(host);
         if name.is_empty() || name.split('.').any(str::is_empty) {
-            return Err(format!("{host:?} is not a DNS name (an empty label)"));
+            return Err(HostError::EmptyLabel(host.to_owned()));
         }
         if !name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         {
-            return Err(format!(
-                "{host:?} is not a DNS name (letters, digits, hyphens and underscores only)"
-            ));
+            return Err(HostError::BadCharacter(host.to_owned()));
         }
         if numeric_last_label(&name) {
-            return Err(format!(
-                "{host:?} is neither an IP literal (dotted IPv4 or [IPv6], no trailing dot) nor \
-                 a DNS name (its last label is a number)"
-            ));
+            return Err(HostError::NumericName(host.to_owned()));
         }
         Ok(RequestHost::Name(name))
     }
@@ -257,17 +343,17 @@ fn parse_ip(host: &str) -> Option<IpAddr> {
     host.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
-fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
+fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), OriginProblem> {
     if authority.starts_with('[') {
         let Some(end) = authority.find(']') else {
-            return Err("an IPv6 address must be closed with ]".into());
+            return Err(OriginProblem::UnclosedIpv6);
         };
         let (host, rest) = authority.split_at(end + 1);
         return match rest {
             "" => Ok((host, None)),
             _ => match rest.strip_prefix(':') {
                 Some(p) => Ok((host, Some(p))),
-                None => Err("only :port may follow the IPv6 address".into()),
+                None => Err(OriginProblem::AfterIpv6),
             },
         };
     }
@@ -277,31 +363,28 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
     })
 }
 
-fn parse_host(host: &str) -> Result<HostPattern, String> {
+fn parse_host(host: &str) -> Result<HostPattern, OriginProblem> {
     if host.starts_with('[') {
         return parse_ip(host)
             .map(HostPattern::Ip)
-            .ok_or_else(|| format!("{host} is not an IPv6 address"));
+            .ok_or_else(|| OriginProblem::NotIpv6(host.to_owned()));
     }
     if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
         return Ok(HostPattern::Ip(IpAddr::V4(ip)));
     }
     let name = normalise_name(host);
     if numeric_last_label(&name) {
-        return Err(format!(
-            "{host} is neither an IP literal (dotted IPv4 or [IPv6], no trailing dot) nor a DNS \
-             name (its last label is a number)"
-        ));
+        return Err(OriginProblem::NumericName(host.to_owned()));
     }
     let (wildcard, rest) = match name.strip_prefix("*.") {
         Some(rest) => (true, rest),
         None => (false, name.as_str()),
     };
     if rest.contains('*') || (!wildcard && name.contains('*')) {
-        return Err("a wildcard must be the whole first label (*.example.org)".into());
+        return Err(OriginProblem::WildcardPlacement);
     }
     if rest.is_empty() {
-        return Err("it has no host".into());
+        return Err(OriginProblem::NoHost);
     }
     for label in rest.split('.') {
         let ok = !label.is_empty()
@@ -312,14 +395,12 @@ fn parse_host(host: &str) -> Result<HostPattern, String> {
             && !label.starts_with('-')
             && !label.ends_with('-');
         if !ok {
-            return Err(format!(
-                "{label:?} is not a DNS label (letters, digits and inner hyphens, 1 to 63 characters)"
-            ));
+            return Err(OriginProblem::BadLabel(label.to_owned()));
         }
     }
     if wildcard {
         if !rest.contains('.') {
-            return Err("a wildcard needs at least two labels after it (*.example.org)".into());
+            return Err(OriginProblem::ShortWildcard);
         }
         Ok(HostPattern::Wildcard(rest.to_string()))
     } else {
@@ -354,7 +435,7 @@ mod tests {
 
     #[test]
     fn bad_entries_say_why() {
-        let why = |s: &str| OriginPattern::parse(s).expect_err(s);
+        let why = |s: &str| OriginPattern::parse(s).expect_err(s).to_string();
         assert!(why("api.example.com").ends_with("it has no scheme (http:// or https://)"));
         assert!(why("ftp://x.org").ends_with("the scheme must be http or https"));
         assert!(why("https://x.org/v1").contains("path, query or fragment"));
@@ -406,12 +487,13 @@ mod tests {
             "1.2.3.4..",
             "127%2e0%2e0%2e1",
         ] {
-            let why = RequestHost::parse(host).expect_err(host);
+            let why = RequestHost::parse(host).expect_err(host).to_string();
             assert!(why.contains(&format!("{host:?} is n")), "{host}: {why}");
         }
         assert!(
             RequestHost::parse("127.0.0.1.")
                 .expect_err("trailing dot")
+                .to_string()
                 .ends_with("neither an IP literal (dotted IPv4 or [IPv6], no trailing dot) nor a DNS name (its last label is a number)")
         );
         // A name that looks like an IP never matches an IP entry, an IP never a name entry.
@@ -426,6 +508,7 @@ mod tests {
         assert!(
             OriginPattern::parse("http://127.1")
                 .expect_err("127.1")
+                .to_string()
                 .contains("last label is a number")
         );
         assert!(OriginPattern::parse("https://*.0.0.1").is_err());

@@ -9,6 +9,8 @@
 //! `DATETIME(6)` columns and the MySQL driver's conversions hold years 1000..=9999 only, and no
 //! backend keeps a leap second (`…:60`).
 
+use std::fmt;
+
 use chrono::{DateTime, Datelike, Timelike, Utc};
 use serde_json::Value;
 
@@ -58,10 +60,60 @@ pub fn check_instant(field: &str, t: &DateTime<Utc>) -> Result<(), ExecutionErro
     Ok(())
 }
 
+/// Why a value cannot be stored on every backend ([`check_json`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unstorable {
+    /// A string holds U+0000 (PostgreSQL).
+    NulInString,
+    /// An object key holds U+0000 (PostgreSQL).
+    NulInKey,
+    /// Arrays and objects nested deeper than [`MAX_JSON_DEPTH`] (MariaDB).
+    TooDeep,
+    /// A number no backend stores the same (its reason).
+    Number(&'static str),
+}
+
+impl fmt::Display for Unstorable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unstorable::NulInString => f.write_str("a string contains the NUL character (U+0000)"),
+            Unstorable::NulInKey => {
+                f.write_str("an object key contains the NUL character (U+0000)")
+            }
+            Unstorable::TooDeep => write!(
+                f,
+                "nesting depth over {MAX_JSON_DEPTH} (arrays and objects)"
+            ),
+            Unstorable::Number(why) => f.write_str(why),
+        }
+    }
+}
+
+/// [`check_json`]'s error: what is wrong and where (a JSON pointer, `/` for the root). Shown as
+/// `<reason> at <pointer>`, e.g. `nesting depth over 31 (arrays and objects) at /a/0/…`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason} at {at}")]
+pub struct StorableError {
+    /// What is wrong.
+    pub reason: Unstorable,
+    /// The JSON pointer of the offending value (`/` for the root; a NUL in a key shown as
+    /// `\u0000`).
+    pub at: String,
+}
+
+impl StorableError {
+    fn new(reason: Unstorable, path: &str) -> Self {
+        StorableError {
+            reason,
+            at: shown(path).to_owned(),
+        }
+    }
+}
+
 /// Checks an encoded JSON value (what is written, [`crate::codec::encode_value`]'s output):
 /// nesting depth, U+0000 in strings and keys, number range. The error is the reason with its
 /// JSON pointer, e.g. `nesting depth over 31 at /a/0/…`.
-pub fn check_json(value: &Value) -> Result<(), String> {
+pub fn check_json(value: &Value) -> Result<(), StorableError> {
     let mut path = String::new();
     check_at(value, 0, &mut path)
 }
@@ -70,19 +122,18 @@ fn shown(path: &str) -> &str {
     if path.is_empty() { "/" } else { path }
 }
 
-fn check_at(value: &Value, depth: usize, path: &mut String) -> Result<(), String> {
+fn check_at(value: &Value, depth: usize, path: &mut String) -> Result<(), StorableError> {
     match value {
         Value::Null | Value::Bool(_) => Ok(()),
         Value::String(s) => {
             if s.contains('\0') {
-                return Err(format!(
-                    "a string contains the NUL character (U+0000) at {}",
-                    shown(path)
-                ));
+                return Err(StorableError::new(Unstorable::NulInString, path));
             }
             Ok(())
         }
-        Value::Number(n) => check_number(n).map_err(|why| format!("{why} at {}", shown(path))),
+        Value::Number(n) => {
+            check_number(n).map_err(|why| StorableError::new(Unstorable::Number(why), path))
+        }
         Value::Array(items) => {
             enter(depth, path)?;
             for (i, item) in items.iter().enumerate() {
@@ -101,9 +152,9 @@ fn check_at(value: &Value, depth: usize, path: &mut String) -> Result<(), String
                 path.push('/');
                 path.push_str(&key.replace('~', "~0").replace('/', "~1"));
                 if key.contains('\0') {
-                    return Err(format!(
-                        "an object key contains the NUL character (U+0000) at {}",
-                        path.replace('\0', "\\u0000")
+                    return Err(StorableError::new(
+                        Unstorable::NulInKey,
+                        &path.replace('\0', "\\u0000"),
                     ));
                 }
                 check_at(item, depth + 1, path)?;
@@ -115,12 +166,9 @@ fn check_at(value: &Value, depth: usize, path: &mut String) -> Result<(), String
 }
 
 /// A container at `depth` (0 = the root) makes the value `depth + 1` deep.
-fn enter(depth: usize, path: &str) -> Result<(), String> {
+fn enter(depth: usize, path: &str) -> Result<(), StorableError> {
     if depth >= MAX_JSON_DEPTH {
-        return Err(format!(
-            "nesting depth over {MAX_JSON_DEPTH} (arrays and objects) at {}",
-            shown(path)
-        ));
+        return Err(StorableError::new(Unstorable::TooDeep, path));
     }
     Ok(())
 }
@@ -171,7 +219,7 @@ mod tests {
     fn depth_bound_is_mariadbs() {
         assert!(check_json(&nested(31)).is_ok());
         assert_eq!(
-            check_json(&nested(32)).unwrap_err(),
+            check_json(&nested(32)).unwrap_err().to_string(),
             format!(
                 "nesting depth over 31 (arrays and objects) at /{}",
                 "0/".repeat(31).trim_end_matches('/')
@@ -184,13 +232,14 @@ mod tests {
     fn nul_in_strings_and_keys() {
         let v: Value = serde_json::from_str(r#"{"a":["x\u0000y"]}"#).unwrap();
         assert_eq!(
-            check_json(&v).unwrap_err(),
+            check_json(&v).unwrap_err().to_string(),
             "a string contains the NUL character (U+0000) at /a/0"
         );
         let v: Value = serde_json::from_str(r#"{"k\u0000":1}"#).unwrap();
         assert!(
             check_json(&v)
                 .unwrap_err()
+                .to_string()
                 .starts_with("an object key contains")
         );
         assert!(check_text("task_name", "a\0b").is_err());

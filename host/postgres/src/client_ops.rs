@@ -23,10 +23,10 @@ use crate::rows::{
 /// stored `jsonb` holds the same values; its number texts may differ, see
 /// docs/postgres.md#json-numbers).
 fn as_submitted(mut x: Execution, sub: &PreparedSubmission) -> Result<Execution, ExecutionError> {
-    x.payload =
-        onestep_core::codec::decode_value(&sub.payload).map_err(ExecutionError::Encoding)?;
-    if let serde_json::Value::Object(m) =
-        onestep_core::codec::decode_value(&sub.metadata).map_err(ExecutionError::Encoding)?
+    x.payload = onestep_core::codec::decode_value(&sub.payload)
+        .map_err(|e| ExecutionError::Encoding(e.to_string()))?;
+    if let serde_json::Value::Object(m) = onestep_core::codec::decode_value(&sub.metadata)
+        .map_err(|e| ExecutionError::Encoding(e.to_string()))?
     {
         x.metadata = m;
     }

@@ -35,4 +35,4 @@ pub mod suite;
 pub use clock::ManualClock;
 pub use memory::{MemoryFactory, MemoryStore, Op, OpRecord};
 pub use runner::{FakeRunner, Step};
-pub use suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};
+pub use suite::{AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, Probe};

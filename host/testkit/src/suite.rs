@@ -82,11 +82,16 @@ pub struct Fixture {
     pub handle: String,
 }
 
+/// Why a factory could not make a fixture (e.g. the server refused the scratch database).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct FixtureError(#[from] pub Box<dyn std::error::Error + Send + Sync>);
+
 /// Creates and destroys fixtures.
 #[async_trait]
 pub trait FixtureFactory: Send + Sync {
     /// A fresh store with `limits` and a manual clock.
-    async fn create(&self, limits: Limits) -> Result<Fixture, String>;
+    async fn create(&self, limits: Limits) -> Result<Fixture, FixtureError>;
     /// Releases everything the fixture holds (drops its database).
     async fn destroy(&self, fixture: Fixture);
 }

@@ -10,7 +10,7 @@ use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
 use onestep_core::ports::LeaseStore;
 use onestep_core::request::ClaimRequest;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, Limits};
-use onestep_testkit::suite::{Fixture, FixtureFactory};
+use onestep_testkit::suite::{Fixture, FixtureError, FixtureFactory};
 use onestep_testkit::{MemoryFactory, MemoryStore};
 use uuid::Uuid;
 
@@ -54,7 +54,7 @@ struct PerLeaseFactory;
 
 #[async_trait]
 impl FixtureFactory for PerLeaseFactory {
-    async fn create(&self, limits: Limits) -> Result<Fixture, String> {
+    async fn create(&self, limits: Limits) -> Result<Fixture, FixtureError> {
         let clock = Arc::new(onestep_testkit::ManualClock::default());
         let store = Arc::new(MemoryStore::new(clock.clone(), limits));
         Ok(Fixture {

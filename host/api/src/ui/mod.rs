@@ -6,6 +6,7 @@
 //! The shells need no token (they hold no data); every fragment does, exactly like `/v1`.
 
 pub mod render;
+pub mod values;
 
 use std::time::{Duration, Instant};
 
@@ -59,7 +60,7 @@ pub fn routes() -> Router<ApiState> {
         )
 }
 
-fn html(text: Result<String, String>) -> Response {
+fn html(text: Result<String, render::RenderError>) -> Response {
     match text {
         Ok(body) => {
             let mut resp = Html(body).into_response();

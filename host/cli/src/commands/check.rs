@@ -93,11 +93,17 @@ pub async fn run(args: CheckArgs) -> u8 {
     if !args.connect {
         return 0;
     }
-    if !(args.connect_timeout.is_finite() && args.connect_timeout > 0.0) {
-        eprintln!("onestep: --connect-timeout must be a positive number");
-        return 2;
-    }
-    let limit = Duration::from_secs_f64(args.connect_timeout);
+    let limit = match super::common::seconds_flag(
+        "--connect-timeout",
+        args.connect_timeout,
+        super::common::SecondsRange::Positive,
+    ) {
+        Ok(limit) => limit,
+        Err(e) => {
+            eprintln!("onestep: {e}");
+            return 2;
+        }
+    };
     let mut seen = std::collections::BTreeSet::new();
     let mut ok = true;
     println!("Connectivity:");

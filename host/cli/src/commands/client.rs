@@ -9,7 +9,7 @@ mod output;
 pub use diag::{AttemptsArgs, LogsArgs, PurgeArgs, attempts, logs, purge};
 
 use std::io::IsTerminal;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use onestep_api::{poll, text};
 use onestep_core::request::{ListQuery, SubmitRequest, parse_execution_id};
@@ -292,13 +292,12 @@ pub async fn result(args: ResultArgs) -> u8 {
 /// `onestep wait`: polls with backoff (1, 2, 4, 8 s, then 10–30 s) until the execution is
 /// terminal; prints it; exit 0 only for `succeeded`.
 pub async fn wait(args: WaitArgs) -> u8 {
-    let timeout = match args.timeout {
+    let timeout = match args.timeout.map(|s| {
+        super::common::seconds_flag("--timeout", s, super::common::SecondsRange::NonNegative)
+    }) {
         None => None,
-        Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
-        Some(_) => {
-            return Failure::usage("--timeout must be a non-negative number of seconds")
-                .report(args.conn.json);
-        }
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => return Failure::usage(e.to_string()).report(args.conn.json),
     };
     with_client(&args.conn, async |c| {
         let id = parse_id(&args.id)?;

@@ -106,10 +106,10 @@ fn usage(message: impl std::fmt::Display) -> u8 {
     exit::USAGE
 }
 
-fn find_task<'a>(cfg: &'a AppConfig, name: &str) -> Result<&'a TaskConfig, String> {
+fn find_task<'a>(cfg: &'a AppConfig, name: &str) -> anyhow::Result<&'a TaskConfig> {
     cfg.task(name).ok_or_else(|| {
         let names: Vec<&str> = cfg.tasks.iter().map(|t| t.name.as_str()).collect();
-        format!(
+        anyhow::anyhow!(
             "no task '{name}' in {} (tasks: {})",
             cfg.source_path.display(),
             names.join(", ")
@@ -337,20 +337,20 @@ async fn fetch_execution(
     cfg: &AppConfig,
     task: &TaskConfig,
     id: Uuid,
-) -> Result<Option<Execution>, String> {
+) -> anyhow::Result<Option<Execution>> {
     let source = cfg
         .sources
         .get(&task.source)
-        .ok_or_else(|| format!("unknown resource '{}'", task.source))?;
-    let mut opts = store_options(cfg, source).map_err(|e| format!("{e:#}"))?;
+        .ok_or_else(|| anyhow::anyhow!("unknown resource '{}'", task.source))?;
+    let mut opts = store_options(cfg, source).map_err(|e| anyhow::anyhow!("{e:#}"))?;
     opts.auto_create = false;
     opts.pool_max = 2;
     let store = Store::open(&opts)
         .await
-        .map_err(|e| format!("cannot open the source '{}': {e}", source.name))?;
+        .map_err(|e| anyhow::anyhow!("cannot open the source '{}': {e}", source.name))?;
     let found = match ExecutionClient::new(store.executions(), &source.namespace, source.limits) {
-        Ok(client) => client.get(id).await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(client) => client.get(id).await.map_err(anyhow::Error::from),
+        Err(e) => Err(anyhow::Error::from(e)),
     };
     let _ = store.close().await;
     found
@@ -370,7 +370,7 @@ pub async fn replay(args: ReplayArgs) -> u8 {
     let task = match (&args.task, cfg.tasks.as_slice()) {
         (Some(name), _) => find_task(&cfg, name),
         (None, [only]) => Ok(only),
-        (None, _) => Err(format!(
+        (None, _) => Err(anyhow::anyhow!(
             "{} has several tasks: pass --task NAME",
             cfg.source_path.display()
         )),

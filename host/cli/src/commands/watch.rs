@@ -36,7 +36,7 @@ fn content_hash(path: &Path) -> Option<u64> {
 
 impl FileWatch {
     /// Starts watching `path` (its directory must exist). The current contents count as seen.
-    pub fn new(path: &Path) -> Result<FileWatch, String> {
+    pub fn new(path: &Path) -> anyhow::Result<FileWatch> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
@@ -44,7 +44,7 @@ impl FileWatch {
         let name = path
             .file_name()
             .map(|n| n.to_os_string())
-            .ok_or_else(|| format!("{} names no file", path.display()))?;
+            .ok_or_else(|| anyhow::anyhow!("{} names no file", path.display()))?;
         let (tx, events) = mpsc::unbounded_channel();
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {
             let ours = match &res {
@@ -59,10 +59,10 @@ impl FileWatch {
                 let _ = tx.send(());
             }
         })
-        .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", dir.display()))?;
         watcher
             .watch(&dir, RecursiveMode::NonRecursive)
-            .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+            .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", dir.display()))?;
         Ok(FileWatch {
             path: path.to_path_buf(),
             events,

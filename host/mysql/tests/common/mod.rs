@@ -19,7 +19,9 @@ use onestep_core::{AttemptStatus, Limits};
 use onestep_mysql::rows::{bind_uuid, error_column, parse_uuid};
 use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions};
 use onestep_testkit::ManualClock;
-use onestep_testkit::suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};
+use onestep_testkit::suite::{
+    AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, Probe,
+};
 use uuid::Uuid;
 
 /// A test server.
@@ -237,7 +239,7 @@ impl MySqlFactory {
 
 #[async_trait]
 impl FixtureFactory for MySqlFactory {
-    async fn create(&self, limits: Limits) -> Result<Fixture, String> {
+    async fn create(&self, limits: Limits) -> Result<Fixture, FixtureError> {
         let db = create_db(&self.admin).await;
         let clock = Arc::new(ManualClock::default());
         let tables = TableNames::default();

@@ -18,7 +18,9 @@ use onestep_core::{AttemptStatus, Limits};
 use onestep_postgres::rows::error_value;
 use onestep_postgres::{PgBackend, PgOptions, ScratchDatabase};
 use onestep_testkit::ManualClock;
-use onestep_testkit::suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};
+use onestep_testkit::suite::{
+    AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, Probe,
+};
 use uuid::Uuid;
 
 /// The admin URL (no database needed).
@@ -152,7 +154,7 @@ impl PgFactory {
 
 #[async_trait]
 impl FixtureFactory for PgFactory {
-    async fn create(&self, limits: Limits) -> Result<Fixture, String> {
+    async fn create(&self, limits: Limits) -> Result<Fixture, FixtureError> {
         let db = scratch().await;
         let clock = Arc::new(ManualClock::default());
         if self.tables == Tables::Reference {

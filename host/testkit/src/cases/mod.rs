@@ -12,6 +12,7 @@ mod client;
 mod completions;
 mod concurrency;
 mod heartbeats;
+mod listing;
 mod storable;
 mod transitions;
 mod worker;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::MemoryStore;
 use crate::clock::ManualClock;
-use crate::suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};
+use crate::suite::{AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, Probe};
 
 #[async_trait]
 impl Probe for MemoryStore {
@@ -32,7 +32,7 @@ pub struct MemoryFactory;
 
 #[async_trait]
 impl FixtureFactory for MemoryFactory {
-    async fn create(&self, limits: Limits) -> Result<Fixture, String> {
+    async fn create(&self, limits: Limits) -> Result<Fixture, FixtureError> {
         let clock = Arc::new(ManualClock::default());
         let store = Arc::new(MemoryStore::new(clock.clone(), limits));
         Ok(Fixture {

@@ -217,7 +217,7 @@ impl WasiHttpHooks for Hooks {
         }
         let host = match RequestHost::parse(authority.host()) {
             Ok(host) => host,
-            Err(why) => return self.refuse_uri(request, &why),
+            Err(why) => return self.refuse_uri(request, &why.to_string()),
         };
         let port = uri.port_u16().unwrap_or(scheme.default_port());
         let origin = format!("{}://{host}:{port}", scheme.as_str());

@@ -96,16 +96,30 @@ pub struct NewHandlerArgs {
     pub force: bool,
 }
 
+/// A handler name `onestep new handler` refuses ([`check_name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidName(String);
+
+impl std::fmt::Display for InvalidName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invalid handler name '{}': use lower-case letters, digits and '-', starting with a \
+             letter and not ending with '-', at most 64 characters (e.g. 'resize-image')",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidName {}
+
 /// Checks a handler name (it becomes a crate, package, task and file name).
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), InvalidName> {
     let mut chars = name.chars();
     let starts_with_letter = chars.next().is_some_and(|c| c.is_ascii_lowercase());
     let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if !starts_with_letter || !rest_ok || name.len() > 64 || name.ends_with('-') {
-        return Err(format!(
-            "invalid handler name '{name}': use lower-case letters, digits and '-', starting \
-             with a letter and not ending with '-', at most 64 characters (e.g. 'resize-image')"
-        ));
+        return Err(InvalidName(name.to_owned()));
     }
     Ok(())
 }
@@ -205,32 +219,33 @@ pub fn project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
 }
 
 /// Writes `files` under `root`, creating directories.
-fn write_all(root: &Path, files: &[(String, String)]) -> Result<(), String> {
+fn write_all(root: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
     for (rel, text) in files {
         let path = root.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", parent.display()))?;
         }
-        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(&path, text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }
 
 /// Writes `files` into the existing `dir`, one file at a time through a temporary file renamed
 /// over the old one.
-fn write_over(dir: &Path, files: &[(String, String)]) -> Result<(), String> {
+fn write_over(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
     for (rel, text) in files {
         let path = dir.join(rel);
         if path.is_dir() {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "{} is a directory: the project's file of that name cannot be written",
                 path.display()
             ));
         }
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", parent.display()))?;
         }
         let tmp = path.with_file_name(format!(
             ".{}.onestep-new",
@@ -238,22 +253,23 @@ fn write_over(dir: &Path, files: &[(String, String)]) -> Result<(), String> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         ));
-        std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        std::fs::write(&tmp, text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, &path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }
 
 /// Writes a new project at `dir` (which must not exist): into a sibling temporary directory,
 /// renamed into place at the end.
-fn write_new(dir: &Path, files: &[(String, String)]) -> Result<(), String> {
+fn write_new(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     if !parent.is_dir() {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "the parent directory {} does not exist",
             parent.display()
         ));
@@ -261,11 +277,12 @@ fn write_new(dir: &Path, files: &[(String, String)]) -> Result<(), String> {
     let leaf = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| format!("{} names no directory", dir.display()))?;
+        .ok_or_else(|| anyhow::anyhow!("{} names no directory", dir.display()))?;
     let tmp = parent.join(format!(".{leaf}.onestep-new-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let written = write_all(&tmp, files).and_then(|()| {
-        std::fs::rename(&tmp, dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+        std::fs::rename(&tmp, dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))
     });
     if written.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
@@ -348,7 +365,7 @@ mod tests {
             assert_eq!(check_name(ok), Ok(()), "{ok}");
         }
         for bad in ["", "1a", "A", "a_b", "a-", "a b", "-a", &"a".repeat(65)] {
-            let e = check_name(bad).expect_err(bad);
+            let e = check_name(bad).expect_err(bad).to_string();
             assert!(e.contains("invalid handler name"), "{e}");
         }
     }
