@@ -5,6 +5,7 @@ pub mod api;
 pub mod network;
 pub mod resources;
 pub mod retry;
+pub mod sandbox;
 pub mod table_pairs;
 pub mod tasks;
 
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::env::EnvLookup;
 use crate::error::ConfigError;
 use crate::fields::{BadSeconds, check_allowed, join, json_map, number, positive_seconds};
-use crate::model::{AppConfig, LogFormat, LogLevel, LoggingConfig, OtlpProtocol, TracingConfig};
+use crate::model::{AppConfig, LogFormat, LogLevel, LoggingConfig, OtlpProtocol, TracingSettings};
 use crate::node::{Node, Value};
 use resources::ResourceKind;
 
@@ -166,7 +167,7 @@ pub fn build(
             }
         }
     }
-    let sandbox_defaults = tasks::build_sandbox_defaults(root, ctx)?;
+    let sandbox_defaults = sandbox::build_sandbox_defaults(root, ctx)?;
     let tasks = tasks::build_tasks(root, ctx, &entries, &sources, &sandbox_defaults)?;
     table_pairs::check_shared_tables(&tasks, &sources, &entries)?;
     let api = match root.get_set("api") {
@@ -236,7 +237,7 @@ pub fn parse_logging(node: &Node) -> Result<LoggingConfig, ConfigError> {
 /// Parses `app.tracing` (unknown keys are errors in both modes): `endpoint` an `http://` or
 /// `https://` URL with a host, `protocol` `http/protobuf` or `grpc`, `service_name` a non-empty
 /// string, `sample_ratio` a number in 0..=1.
-pub fn parse_tracing(node: &Node) -> Result<TracingConfig, ConfigError> {
+pub fn parse_tracing(node: &Node) -> Result<TracingSettings, ConfigError> {
     if !node.is_map() {
         return Err(ConfigError::bare(node, "app.tracing must be a mapping"));
     }
@@ -305,7 +306,7 @@ pub fn parse_tracing(node: &Node) -> Result<TracingConfig, ConfigError> {
             }
         },
     };
-    Ok(TracingConfig {
+    Ok(TracingSettings {
         endpoint,
         protocol,
         service_name,

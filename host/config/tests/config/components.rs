@@ -146,7 +146,7 @@ fn sandbox_settings() {
     assert_eq!(s.preopens[0].guest, "/data");
     assert_eq!(s.preopens[0].mode, PreopenMode::Rw);
     assert_eq!(s.preopens[1].mode, PreopenMode::Ro);
-    let guest_env = s.guest_env(&cfg.env);
+    let guest_env = s.guest_env(|name| cfg.env.get(name));
     assert_eq!(guest_env.get("VISIBLE").map(String::as_str), Some("yes"));
     assert!(!guest_env.contains_key("ABSENT"));
     assert_eq!(guest_env.get("GREETING").map(String::as_str), Some("hello"));
@@ -707,7 +707,7 @@ fn sandbox_network() {
     );
     let cfg = load(&dir.write("full.yaml", &full), &opts).expect("loads");
     let n = &cfg.tasks[0].sandbox.network;
-    let allow: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
+    let allow: Vec<String> = n.allow.iter().map(|a| a.origin.to_string()).collect();
     assert_eq!(
         allow,
         [
@@ -716,10 +716,12 @@ fn sandbox_network() {
             "http://127.0.0.1:18080"
         ]
     );
-    assert_eq!(n.headers.len(), 1);
-    assert_eq!(n.headers[0].headers[0].0, "Authorization");
-    assert_eq!(n.headers[0].headers[0].1.expose(), "Bearer sk-live-123");
-    assert_eq!(n.headers[0].headers[1].1.expose(), "3");
+    // The headers sit with their own origin; the other origins inject none.
+    assert_eq!(n.allow[0].headers.len(), 2);
+    assert!(n.allow[1].headers.is_empty() && n.allow[2].headers.is_empty());
+    assert_eq!(n.allow[0].headers[0].0, "Authorization");
+    assert_eq!(n.allow[0].headers[0].1.expose(), "Bearer sk-live-123");
+    assert_eq!(n.allow[0].headers[1].1.expose(), "3");
     assert_eq!(
         (
             n.max_response_bytes,
