@@ -347,7 +347,7 @@ pub struct ApiConfig {
 /// Default API listen address.
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8080";
 /// Default API request body limit: 2 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 2 * 1024 * 1024;
+pub const DEFAULT_MAX_BODY_BYTES: u64 = onestep_core::settings::DEFAULT_API_MAX_BODY_BYTES;
 
 /// API authentication.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -40,6 +40,9 @@ pub const DEFAULT_CONCURRENCY: u32 = 1;
 /// How long in-flight executions may run after a shutdown signal (`app.shutdown_timeout_s`).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Largest request body the HTTP API accepts (`api.max_body_bytes`): 2 MiB.
+pub const DEFAULT_API_MAX_BODY_BYTES: u64 = 2 * 1024 * 1024;
+
 /// Linear-memory ceiling of one handler instance (`sandbox.memory_limit_bytes`): 64 MiB.
 pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
 /// Smallest accepted `sandbox.memory_limit_bytes`: 1 MiB.

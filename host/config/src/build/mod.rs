@@ -47,13 +47,22 @@ pub struct BuildInputs {
     pub warnings: Vec<String>,
 }
 
+/// A metrics listen address [`parse_metrics_addr`] refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be HOST:PORT or :PORT (HOST an IP address or localhost), got '{text}'")]
+pub struct BadMetricsAddr {
+    /// The text given (trimmed).
+    pub text: String,
+}
+
 /// Parses a metrics listen address (docs/configuration.md#document-shape): `HOST:PORT` with an
 /// IP literal or `localhost` as host, or `:PORT` for every interface (as the reference's
 /// `--metrics-addr`). The error says what is allowed.
-pub fn parse_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+pub fn parse_metrics_addr(text: &str) -> Result<std::net::SocketAddr, BadMetricsAddr> {
     let text = text.trim();
-    let bad =
-        || format!("must be HOST:PORT or :PORT (HOST an IP address or localhost), got '{text}'");
+    let bad = || BadMetricsAddr {
+        text: text.to_owned(),
+    };
     let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -130,7 +139,7 @@ pub fn build(
         Some(n) => Some(
             n.as_str()
                 .ok_or_else(|| "must be a string".to_owned())
-                .and_then(parse_metrics_addr)
+                .and_then(|t| parse_metrics_addr(t).map_err(|e| e.to_string()))
                 .map_err(|e| ConfigError::at(n, "app", format!("metrics_addr {e}")))?,
         ),
     };

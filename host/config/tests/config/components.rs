@@ -656,7 +656,7 @@ fn app_metrics_addr() {
     );
     for bad in ["9100", "host.example:9100", "127.0.0.1:", "127.0.0.1:99999"] {
         assert_eq!(
-            parse_metrics_addr(bad),
+            parse_metrics_addr(bad).map_err(|e| e.to_string()),
             Err(format!(
                 "must be HOST:PORT or :PORT (HOST an IP address or localhost), got '{bad}'"
             ))
