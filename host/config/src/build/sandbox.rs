@@ -16,7 +16,7 @@ use crate::model::{
 use crate::node::{Node, Value};
 
 /// `sandbox` keys.
-pub const SANDBOX_KEYS: [&str; 17] = [
+pub const SANDBOX_KEYS: [&str; 18] = [
     "memory_limit_bytes",
     "fuel",
     "preopens",
@@ -38,7 +38,11 @@ pub const SANDBOX_KEYS: [&str; 17] = [
     "network",
     // after a cancel, how long the guest may run on to return by itself
     "cancel_grace_ms",
+    // header bytes of wasi:http objects held at once (docs/configuration.md#sandbox-http-resources)
+    "http_fields_limit_bytes",
 ];
+/// Smallest accepted `sandbox.http_fields_limit_bytes`: 1 KiB.
+pub const MIN_HTTP_FIELDS_LIMIT_BYTES: u64 = 1024;
 /// Largest accepted `sandbox.cancel_grace_ms` (one minute).
 pub const MAX_CANCEL_GRACE_MS: u64 = 60_000;
 /// `sandbox` keys that grant a capability: per task only, never in `app.sandbox`.
@@ -192,6 +196,12 @@ pub fn build_sandbox(
         base.log_rate_bytes_per_minute,
         &format!("log_rate_bytes_per_minute must be an integer >= {MIN_LOG_BYTES}"),
     )?;
+    let http_fields_limit_bytes = int_at_least(
+        "http_fields_limit_bytes",
+        MIN_HTTP_FIELDS_LIMIT_BYTES,
+        base.http_fields_limit_bytes,
+        &format!("http_fields_limit_bytes must be an integer >= {MIN_HTTP_FIELDS_LIMIT_BYTES}"),
+    )?;
     let cancel_grace = match node.get_set("cancel_grace_ms") {
         None => base.cancel_grace,
         Some(n) => match integer(n).and_then(|i| u64::try_from(i).ok()) {
@@ -313,6 +323,7 @@ pub fn build_sandbox(
         max_log_message_bytes,
         log_rate_bytes_per_minute,
         cancel_grace,
+        http_fields_limit_bytes,
         // Not file keys: the runtime's defaults.
         ..SandboxSettings::default()
     })

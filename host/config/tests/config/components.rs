@@ -897,3 +897,66 @@ fn sandbox_cancel_grace_ms() {
         );
     }
 }
+
+#[test]
+fn sandbox_http_fields_limit_bytes() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let plain = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let cfg = load(&dir.write("plain.yaml", &plain), &checked()).expect("loads");
+    assert_eq!(cfg.tasks[0].sandbox.http_fields_limit_bytes, 1024 * 1024);
+    let with = |v: &str| format!("{plain}    sandbox: {{http_fields_limit_bytes: {v}}}\n");
+    for strict in [false, true] {
+        let opts = LoadOptions {
+            strict,
+            ..checked()
+        };
+        let cfg = load(&dir.write("ok.yaml", &with("4096")), &opts).expect("4096");
+        assert_eq!(cfg.tasks[0].sandbox.http_fields_limit_bytes, 4096);
+        let json = serde_json::to_value(cfg.json_summary()).expect("json");
+        assert_eq!(
+            json["tasks"][0]["sandbox"]["http_fields_limit_bytes"],
+            4096
+        );
+    }
+    // A worker-wide default, overridden per task.
+    let app = plain.replacen(
+        "app: {name: x}",
+        "app: {name: x, sandbox: {http_fields_limit_bytes: 2048}}",
+        1,
+    );
+    let cfg = load(&dir.write("app.yaml", &app), &checked()).expect("app.sandbox");
+    assert_eq!(cfg.tasks[0].sandbox.http_fields_limit_bytes, 2048);
+    for v in ["0", "1023", "-1", "1.5", "big"] {
+        let e = load(&dir.write("bad.yaml", &with(v)), &checked())
+            .expect_err(v)
+            .to_string();
+        assert!(
+            e.starts_with(
+                "tasks[0].sandbox: http_fields_limit_bytes must be an integer >= 1024 (line 9"
+            ),
+            "{v}: {e}"
+        );
+    }
+}
+
+#[test]
+fn check_summary_names_postgres_resources_as_postgres() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let yaml = "app: {name: x}\nresources:\n  db: {type: postgres, dsn: 'postgres://x'}\n  jobs: {type: postgres_execution_source, connector: db, namespace: ns, task_names: [echo]}\ntasks:\n  - name: echo\n    source: jobs\n    handler: {component: g/m.wasm}\n";
+    let cfg = load(&dir.write("pg.yaml", yaml), &checked()).expect("loads");
+    let text = cfg.summary();
+    assert!(
+        text.contains("Resources: 2 (db<PostgresConnector>, jobs<PostgresExecutionSource>)"),
+        "{text}"
+    );
+    assert!(text.contains("- echo source=jobs<PostgresExecutionSource> "), "{text}");
+    assert!(!text.contains("MySQL"), "{text}");
+    let json = serde_json::to_value(cfg.json_summary()).expect("json");
+    assert_eq!(json["resources"][0]["type"], "PostgresConnector");
+    assert_eq!(json["resources"][1]["type"], "PostgresExecutionSource");
+    assert_eq!(json["tasks"][0]["source"]["type"], "PostgresExecutionSource");
+}
