@@ -403,7 +403,10 @@ mod tests {
             tables: 52,
             ..Needs::default()
         };
-        let message = needs.check(&sandbox).expect_err("over the limits");
+        let message = needs
+            .check(&sandbox)
+            .expect_err("over the limits")
+            .to_string();
         assert!(message.contains("52 tables"), "{message}");
         assert!(message.contains("max_tables: 8"), "{message}");
         assert!(message.contains("3 linear memories"), "{message}");

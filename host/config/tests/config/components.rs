@@ -916,10 +916,7 @@ fn sandbox_http_fields_limit_bytes() {
         let cfg = load(&dir.write("ok.yaml", &with("4096")), &opts).expect("4096");
         assert_eq!(cfg.tasks[0].sandbox.http_fields_limit_bytes, 4096);
         let json = serde_json::to_value(cfg.json_summary()).expect("json");
-        assert_eq!(
-            json["tasks"][0]["sandbox"]["http_fields_limit_bytes"],
-            4096
-        );
+        assert_eq!(json["tasks"][0]["sandbox"]["http_fields_limit_bytes"], 4096);
     }
     // A worker-wide default, overridden per task.
     let app = plain.replacen(
@@ -953,10 +950,16 @@ fn check_summary_names_postgres_resources_as_postgres() {
         text.contains("Resources: 2 (db<PostgresConnector>, jobs<PostgresExecutionSource>)"),
         "{text}"
     );
-    assert!(text.contains("- echo source=jobs<PostgresExecutionSource> "), "{text}");
+    assert!(
+        text.contains("- echo source=jobs<PostgresExecutionSource> "),
+        "{text}"
+    );
     assert!(!text.contains("MySQL"), "{text}");
     let json = serde_json::to_value(cfg.json_summary()).expect("json");
     assert_eq!(json["resources"][0]["type"], "PostgresConnector");
     assert_eq!(json["resources"][1]["type"], "PostgresExecutionSource");
-    assert_eq!(json["tasks"][0]["source"]["type"], "PostgresExecutionSource");
+    assert_eq!(
+        json["tasks"][0]["source"]["type"],
+        "PostgresExecutionSource"
+    );
 }
