@@ -14,8 +14,10 @@ use onestep_core::{ExecutionClient, ExecutionError, Limits};
 use crate::auth::{Role, Tenancy, bearer_token};
 use crate::error::ApiError;
 
-/// Default `max_body_bytes` (2 MiB).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// Default `max_body_bytes` (2 MiB): the one default of `api.max_body_bytes`,
+/// [`DEFAULT_API_MAX_BODY_BYTES`](onestep_core::settings::DEFAULT_API_MAX_BODY_BYTES).
+pub const DEFAULT_MAX_BODY_BYTES: usize =
+    onestep_core::settings::DEFAULT_API_MAX_BODY_BYTES as usize;
 
 /// Settings of the API that do not come from the store.
 #[derive(Debug, Clone)]

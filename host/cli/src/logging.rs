@@ -74,13 +74,13 @@ pub fn init_with_traces(
             Ok(t) => Some(t),
             Err(e) => {
                 init(level, json);
-                return Err(e);
+                return Err(e.to_string());
             }
         },
         Ok(None) => None,
         Err(e) => {
             init(level, json);
-            return Err(e);
+            return Err(e.to_string());
         }
     };
     install(level, json, tracing.as_ref());

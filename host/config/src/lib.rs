@@ -27,10 +27,10 @@ use std::path::{Path, PathBuf};
 pub use env::EnvLookup;
 pub use error::{ConfigError, MissingVar};
 pub use model::{
-    ApiAuth, ApiConfig, ApiToken, AppConfig, DatabaseKind, EngineOptions, ExecutionSourceConfig,
-    HandlerConfig, JsonMap, LogFormat, LogLevel, LoggingConfig, MysqlConnectorConfig,
-    NetworkConfig, OriginHeaders, OriginPattern, OtlpProtocol, Preopen, PreopenMode, SandboxConfig,
-    Secret, TaskConfig, TracingConfig,
+    AllowedOrigin, ApiAuth, ApiConfig, ApiToken, AppConfig, DatabaseKind, EngineOptions,
+    ExecutionSourceConfig, HandlerConfig, JsonMap, LogFormat, LogLevel, LoggingConfig,
+    MysqlConnectorConfig, NetworkSettings, OriginPattern, OtlpProtocol, Preopen, PreopenMode,
+    SandboxSettings, Secret, TaskConfig, TracingSettings,
 };
 
 use build::{BuildContext, BuildInputs};

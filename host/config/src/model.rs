@@ -1,11 +1,12 @@
 //! Typed, validated settings produced by [`load`](crate::load): the final values the worker,
-//! the runtime and the API consume. Durations are [`Duration`]s (the file's `_s` seconds,
+//! the runtime and the API consume. A task's sandbox is not mirrored here: it is the runtime's
+//! [`SandboxSettings`] (with [`NetworkSettings`] and the one [`Secret`] type), defined in
+//! `onestep_core` and built directly by [`build`](crate::build). Durations are [`Duration`]s (the file's `_s` seconds,
 //! converted once at load; the summaries print them back as seconds), sizes are bytes
 //! (`_bytes`). Defaults come from [`onestep_core::settings`] (worker and sandbox settings) or
 //! from the constants here (API); every cross-field rule has been checked by the build.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +18,8 @@ pub use onestep_core::network::{
     MAX_CONNECTIONS_LIMIT, OriginPattern,
 };
 use onestep_core::retry::RetryPolicy;
+pub use onestep_core::sandbox::{AllowedOrigin, NetworkSettings, SandboxSettings};
+pub use onestep_core::settings::Secret;
 pub use onestep_core::settings::{
     DEFAULT_CANCEL_GRACE, DEFAULT_MAX_OPEN_HANDLES, DEFAULT_MEMORY_LIMIT_BYTES,
     DEFAULT_OUTPUT_LIMIT_BYTES, MAX_OPEN_HANDLES_LIMIT, MIN_MEMORY_LIMIT_BYTES, Preopen,
@@ -29,47 +32,13 @@ pub use onestep_core::settings::{
 pub use onestep_core::settings::{
     DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
 };
+pub use onestep_telemetry::{OtlpProtocol, TracingSettings};
 use serde::Serialize;
 
 use crate::env::EnvLookup;
 
 /// A free-form JSON mapping (`config`, `metadata`, handler `params`).
 pub type JsonMap = serde_json::Map<String, serde_json::Value>;
-
-/// A secret string (a DSN, an API token). `Debug`, `Display` and `Serialize` print `<redacted>`;
-/// use [`Secret::expose`] to read it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret value. Never log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str("<redacted>")
-    }
-}
 
 /// The whole loaded application (docs/configuration.md#document-shape).
 #[derive(Debug, Clone, Serialize)]
@@ -97,10 +66,10 @@ pub struct AppConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// `app.tracing`: OpenTelemetry trace export (docs/observability.md#traces); `None` when the
     /// file does not set it (the `OTEL_EXPORTER_OTLP_*` variables can still turn it on).
-    pub tracing: Option<TracingConfig>,
+    pub tracing: Option<TracingSettings>,
     /// `app.sandbox`: the worker-wide default limits every task's `sandbox:` starts from
     /// (docs/configuration.md#worker-wide-sandbox-defaults); never capabilities.
-    pub sandbox_defaults: SandboxConfig,
+    pub sandbox_defaults: SandboxSettings,
     /// `mysql` connector resources by name.
     pub connectors: BTreeMap<String, MysqlConnectorConfig>,
     /// `mysql_execution_source` resources by name.
@@ -188,46 +157,6 @@ pub struct LoggingConfig {
     pub format: Option<LogFormat>,
 }
 
-/// The OTLP transport of `app.tracing.protocol` (the values of `OTEL_EXPORTER_OTLP_PROTOCOL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub enum OtlpProtocol {
-    /// `http/protobuf` (default; port 4318, path `/v1/traces`).
-    #[default]
-    #[serde(rename = "http/protobuf")]
-    HttpProtobuf,
-    /// `grpc` (port 4317).
-    #[serde(rename = "grpc")]
-    Grpc,
-}
-
-impl OtlpProtocol {
-    /// Parses a protocol name as `OTEL_EXPORTER_OTLP_PROTOCOL` spells it (`http/protobuf`,
-    /// `grpc`; case-insensitive).
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "http/protobuf" => Some(OtlpProtocol::HttpProtobuf),
-            "grpc" => Some(OtlpProtocol::Grpc),
-            _ => None,
-        }
-    }
-}
-
-/// `app.tracing` (docs/configuration.md#tracing): where and how spans are exported. Every field
-/// is optional; an `OTEL_*` variable set in the process environment wins over its field.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct TracingConfig {
-    /// The OTLP collector's base URL (`http://host:port`; for `http/protobuf` the exporter adds
-    /// `/v1/traces`); `None`: the protocol's default on localhost.
-    pub endpoint: Option<String>,
-    /// The transport.
-    pub protocol: OtlpProtocol,
-    /// `service.name` of the exported spans (default: `app.name`).
-    pub service_name: Option<String>,
-    /// Fraction of new traces recorded, 0..=1 (default 1; a span with a sampled parent always
-    /// follows its parent).
-    pub sample_ratio: Option<f64>,
-}
-
 /// Which database a connector (and the sources and API on it) talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -245,6 +174,14 @@ impl DatabaseKind {
         match self {
             DatabaseKind::Mysql => "MySQLConnector",
             DatabaseKind::Postgres => "PostgresConnector",
+        }
+    }
+
+    /// The execution source display type (`MySQLExecutionSource`, `PostgresExecutionSource`).
+    pub fn source_display(self) -> &'static str {
+        match self {
+            DatabaseKind::Mysql => "MySQLExecutionSource",
+            DatabaseKind::Postgres => "PostgresExecutionSource",
         }
     }
 }
@@ -351,8 +288,10 @@ pub struct TaskConfig {
     pub source: String,
     /// The component and its params.
     pub handler: HandlerConfig,
-    /// Sandbox limits and capabilities.
-    pub sandbox: SandboxConfig,
+    /// Sandbox limits and capabilities: the runtime's own settings struct
+    /// ([`SandboxSettings`], defined once in `onestep_core::sandbox`), built directly from the
+    /// file.
+    pub sandbox: SandboxSettings,
     /// Concurrent executions per worker process (≥ 1, default 1).
     pub concurrency: u32,
     /// Retry policy (default `NoRetry`).
@@ -376,145 +315,6 @@ pub struct HandlerConfig {
     pub component: PathBuf,
     /// Free mapping passed to the handler.
     pub params: JsonMap,
-}
-
-/// `sandbox:` — what one handler instance may use. Nothing is inherited implicitly.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SandboxConfig {
-    /// Linear-memory limit per instance in bytes (default 64 MiB, ≥ 1 MiB).
-    pub memory_limit_bytes: u64,
-    /// Fuel (instruction budget) per call; `None` = unlimited.
-    pub fuel: Option<u64>,
-    /// Host directories visible to the guest.
-    pub preopens: Vec<Preopen>,
-    /// Names of host environment variables passed through (values read by the worker).
-    pub env: Vec<String>,
-    /// Explicit environment variables for the guest.
-    pub env_values: BTreeMap<String, String>,
-    /// Bound on captured stdout and stderr, each, in bytes (default 64 KiB).
-    pub output_limit_bytes: u64,
-    // Per-attempt counts (docs/configuration.md#sandbox-instance-limits): the worker's instance
-    // pool is sized from every task's `concurrency` times these.
-    /// `max_instances`: core instances one attempt may create.
-    pub max_instances: u32,
-    /// `max_tables`: tables one attempt may create.
-    pub max_tables: u32,
-    /// `max_memories`: linear memories one attempt may create.
-    pub max_memories: u32,
-    /// `max_table_elements`: elements of any one table (also charged against
-    /// `memory_limit_bytes`).
-    pub max_table_elements: u64,
-    /// Files, directories and streams the guest may hold open at once
-    /// (default [`DEFAULT_MAX_OPEN_HANDLES`], 1–[`MAX_OPEN_HANDLES_LIMIT`]).
-    pub max_open_handles: u32,
-    // What the handler may put in the worker's log (docs/configuration.md#sandbox-log-limits).
-    /// `log_limit_bytes`: guest log bytes per attempt.
-    pub log_limit_bytes: u64,
-    /// `max_log_lines`: guest log lines per attempt.
-    pub max_log_lines: u64,
-    /// `max_log_message_bytes`: longest message, note, output line or error message logged.
-    pub max_log_message_bytes: u64,
-    /// `log_rate_bytes_per_minute`: guest log bytes per minute of all the task's attempts in
-    /// one worker.
-    pub log_rate_bytes_per_minute: u64,
-    /// `cancel_grace_ms`: after a cancel, how long the guest may run on to notice it and
-    /// return by itself before it is stopped ([`DEFAULT_CANCEL_GRACE`], 0–60,000 ms).
-    #[serde(
-        rename = "cancel_grace_ms",
-        serialize_with = "crate::summary::serialize_millis"
-    )]
-    pub cancel_grace: Duration,
-    /// `network:` — outbound HTTP (docs/configuration.md#sandbox-network); none by default.
-    pub network: NetworkConfig,
-}
-
-/// `sandbox.network:` — the origins a handler may call over HTTP and the limits of those
-/// requests (docs/configuration.md#sandbox-network). The default allows nothing.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NetworkConfig {
-    /// Allowed origins, in file order, unique.
-    pub allow: Vec<OriginPattern>,
-    /// Host-injected headers: per allowed origin, `(name, value)` pairs in file order.
-    pub headers: Vec<OriginHeaders>,
-    /// Largest response body, in bytes.
-    pub max_response_bytes: u64,
-    /// Largest request body, in bytes.
-    pub max_request_bytes: u64,
-    /// DNS + TCP + TLS bound (`connect_timeout_s`).
-    #[serde(serialize_with = "seconds")]
-    pub connect_timeout: Duration,
-    /// Whole-request bound (`request_timeout_s`), capped by the attempt's deadline at run time.
-    #[serde(serialize_with = "seconds")]
-    pub request_timeout: Duration,
-    /// Requests in flight per attempt.
-    pub max_concurrent_requests: u32,
-    /// Connections open at once per attempt, in use or idle.
-    pub max_connections: u32,
-}
-
-impl Default for NetworkConfig {
-    fn default() -> Self {
-        NetworkConfig {
-            allow: Vec::new(),
-            headers: Vec::new(),
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-        }
-    }
-}
-
-/// The headers injected into every request to one allowed origin. Values are [`Secret`]s.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OriginHeaders {
-    /// The origin (one of `allow`).
-    pub origin: OriginPattern,
-    /// `(header name, value)` pairs.
-    pub headers: Vec<(String, Secret)>,
-}
-
-fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
-}
-
-impl Default for SandboxConfig {
-    fn default() -> Self {
-        SandboxConfig {
-            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
-            fuel: None,
-            preopens: Vec::new(),
-            env: Vec::new(),
-            env_values: BTreeMap::new(),
-            output_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
-            max_instances: DEFAULT_MAX_INSTANCES,
-            max_tables: DEFAULT_MAX_TABLES,
-            max_memories: DEFAULT_MAX_MEMORIES,
-            max_table_elements: DEFAULT_MAX_TABLE_ELEMENTS,
-            max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
-            log_limit_bytes: DEFAULT_LOG_LIMIT_BYTES,
-            max_log_lines: DEFAULT_MAX_LOG_LINES,
-            max_log_message_bytes: DEFAULT_MAX_LOG_MESSAGE_BYTES,
-            log_rate_bytes_per_minute: DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
-            cancel_grace: DEFAULT_CANCEL_GRACE,
-            network: NetworkConfig::default(),
-        }
-    }
-}
-
-impl SandboxConfig {
-    /// The guest environment: each `env` name that is set in `env`, then `env_values` (which win).
-    pub fn guest_env(&self, env: &EnvLookup) -> BTreeMap<String, String> {
-        let mut out: BTreeMap<String, String> = self
-            .env
-            .iter()
-            .filter_map(|n| env.get(n).map(|v| (n.clone(), v)))
-            .collect();
-        out.extend(self.env_values.clone());
-        out
-    }
 }
 
 /// The `api:` section (for `onestep serve`).
@@ -547,7 +347,7 @@ pub struct ApiConfig {
 /// Default API listen address.
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8080";
 /// Default API request body limit: 2 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 2 * 1024 * 1024;
+pub const DEFAULT_MAX_BODY_BYTES: u64 = onestep_core::settings::DEFAULT_API_MAX_BODY_BYTES;
 
 /// API authentication.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

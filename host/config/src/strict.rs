@@ -5,9 +5,8 @@
 use crate::build::api::{API_KEYS, API_LIMIT_KEYS, API_METRICS_KEYS};
 use crate::build::resources::{RESOURCE_SECTIONS, ResourceKind, collect, source_options};
 use crate::build::retry::check_retry_fields;
-use crate::build::tasks::{
-    HANDLER_KEYS, PREOPEN_KEYS, SANDBOX_KEYS, TASK_KEYS, check_handler_shape,
-};
+use crate::build::sandbox::{PREOPEN_KEYS, SANDBOX_KEYS};
+use crate::build::tasks::{HANDLER_KEYS, TASK_KEYS, check_handler_shape};
 use crate::build::{LEGACY_APP_KEYS, parse_logging, parse_tracing};
 use crate::error::ConfigError;
 use crate::fields::{check_allowed, index, integer, join, non_empty_str, scalar_text};

@@ -8,7 +8,7 @@ use onestep_core::retry::RetryPolicy;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::model::{ApiAuth, ApiConfig, AppConfig, JsonMap, PreopenMode, SandboxConfig};
+use crate::model::{ApiAuth, ApiConfig, AppConfig, JsonMap, PreopenMode, SandboxSettings};
 
 /// One resource in the summary.
 #[derive(Debug, Clone, Serialize)]
@@ -17,7 +17,9 @@ pub struct ResourceSummary {
     pub key: String,
     /// The runtime name (`mysql.execution:<ns>` for sources, the key for connectors).
     pub name: String,
-    /// `MySQLConnector` or `MySQLExecutionSource`.
+    /// The resource type's display name ([`DatabaseKind::connector_display`](crate::DatabaseKind::connector_display),
+    /// [`DatabaseKind::source_display`](crate::DatabaseKind::source_display)): `MySQLConnector`,
+    /// `MySQLExecutionSource`, `PostgresConnector` or `PostgresExecutionSource`.
     #[serde(rename = "type")]
     pub kind: String,
 }
@@ -60,8 +62,8 @@ pub struct TaskSummary {
     pub timeout_s: Option<f64>,
     /// Retry policy as JSON (`{"type": ..., ...}`).
     pub retry: RetryPolicy,
-    /// Sandbox settings.
-    pub sandbox: SandboxConfig,
+    /// Sandbox settings, keyed as in the file ([`sandbox_json`]).
+    pub sandbox: serde_json::Value,
     /// Task config.
     pub config: JsonMap,
     /// Task metadata.
@@ -122,16 +124,16 @@ impl AppConfig {
     pub fn resource_summaries(&self) -> Vec<ResourceSummary> {
         let mut out: Vec<ResourceSummary> = self
             .connectors
-            .keys()
-            .map(|k| ResourceSummary {
+            .iter()
+            .map(|(k, c)| ResourceSummary {
                 key: k.clone(),
                 name: k.clone(),
-                kind: "MySQLConnector".to_owned(),
+                kind: c.kind.connector_display().to_owned(),
             })
             .chain(self.sources.iter().map(|(k, s)| ResourceSummary {
                 key: k.clone(),
                 name: s.source_name(),
-                kind: "MySQLExecutionSource".to_owned(),
+                kind: s.kind.source_display().to_owned(),
             }))
             .collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
@@ -157,7 +159,11 @@ impl AppConfig {
                         let s = self.sources.get(&t.source);
                         SourceRef {
                             name: t.source.clone(),
-                            kind: "MySQLExecutionSource".to_owned(),
+                            kind: s
+                                .map(|s| s.kind)
+                                .unwrap_or_default()
+                                .source_display()
+                                .to_owned(),
                             lease_duration_s: s.map(|s| secs(s.lease_duration)),
                             heartbeat_interval_s: s.map(|s| secs(s.heartbeat_interval)),
                             cancel_poll_interval_s: s.map(|s| secs(s.cancel_poll_interval)),
@@ -166,7 +172,7 @@ impl AppConfig {
                     concurrency: t.concurrency,
                     timeout_s: t.timeout.map(secs),
                     retry: t.retry.clone(),
-                    sandbox: t.sandbox.clone(),
+                    sandbox: sandbox_json(&t.sandbox),
                     config: t.config.clone(),
                     metadata: t.metadata.clone(),
                 })
@@ -199,11 +205,17 @@ impl AppConfig {
                 .timeout
                 .map(|d| format!("{:.2}s", secs(d)))
                 .unwrap_or_else(|| "-".to_owned());
+            let source_kind = self
+                .sources
+                .get(&t.source)
+                .map(|s| s.kind)
+                .unwrap_or_default();
             let _ = write!(
                 out,
-                "- {} source={}<MySQLExecutionSource> concurrency={} timeout={} retry={}",
+                "- {} source={}<{}> concurrency={} timeout={} retry={}",
                 t.name,
                 t.source,
+                source_kind.source_display(),
                 t.concurrency,
                 timeout,
                 t.retry.name()
@@ -259,15 +271,31 @@ impl AppConfig {
     }
 }
 
-/// Serialises a duration as whole milliseconds (`cancel_grace_ms`).
-pub(crate) fn serialize_millis<S: serde::Serializer>(
-    d: &Duration,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// A task's sandbox in the JSON summary: the settings' own serialisation (every key under its
+/// file name, so a new key shows without a change here), with `network.allow` written as the
+/// file writes it — a list of origins, the injected headers (values redacted) apart under
+/// `network.headers`.
+pub fn sandbox_json(s: &SandboxSettings) -> serde_json::Value {
+    let mut v = serde_json::to_value(s).unwrap_or(serde_json::Value::Null);
+    if let Some(network) = v.get_mut("network").and_then(|n| n.as_object_mut()) {
+        let allow = &s.network.allow;
+        network.insert(
+            "allow".to_owned(),
+            allow.iter().map(|a| json!(a.origin)).collect(),
+        );
+        network.insert(
+            "headers".to_owned(),
+            allow
+                .iter()
+                .filter(|a| !a.headers.is_empty())
+                .map(|a| json!({"origin": a.origin, "headers": a.headers}))
+                .collect(),
+        );
+    }
+    v
 }
 
-fn sandbox_text(s: &SandboxConfig) -> String {
+fn sandbox_text(s: &SandboxSettings) -> String {
     let fuel = s
         .fuel
         .map(|f| f.to_string())
@@ -310,9 +338,9 @@ fn sandbox_text(s: &SandboxConfig) -> String {
     // Outbound HTTP (docs/configuration.md#sandbox-network); header values never shown.
     let n = &s.network;
     if !n.allow.is_empty() {
-        let allow: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
+        let allow: Vec<String> = n.allow.iter().map(|a| a.origin.to_string()).collect();
         let headers: Vec<String> = n
-            .headers
+            .allow
             .iter()
             .flat_map(|o| {
                 o.headers

@@ -32,6 +32,7 @@ pub mod request;
 pub mod rerun;
 pub mod retry;
 pub mod runner;
+pub mod sandbox;
 pub mod settings;
 pub mod status;
 pub mod storable;

@@ -4,18 +4,21 @@
 //! It owns each worker setting's one default (the config crate fills a file's gaps with these
 //! constants, and the worker's and runtime's programmatic defaults are the same constants), the
 //! one check of the rule that ties the heartbeat to the lease (and the cancel poll to the
-//! heartbeat), and the plain sandbox type that
-//! both the configuration and the runtime speak: a preopened directory ([`Preopen`]).
+//! heartbeat), and the plain types that
+//! both the configuration and the runtime speak: a preopened directory ([`Preopen`]) and a
+//! secret value ([`Secret`]: DSNs, API tokens, injected HTTP headers). The sandbox settings
+//! built from these defaults are [`crate::sandbox::SandboxSettings`].
 //!
 //! Plain data and pure functions only: no I/O, no YAML, no wasmtime. The configuration crate
 //! applies these rules at load time (with file locations in its errors), so `onestep check` and
 //! `onestep run` reject the same files; the worker re-applies [`heartbeat_fits_lease`] to
 //! settings built in code.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Worker id recorded on leases and attempts when a source sets none (`worker_id`).
 pub const DEFAULT_WORKER_ID: &str = "onestep-worker";
@@ -36,6 +39,9 @@ pub const DEFAULT_CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_CONCURRENCY: u32 = 1;
 /// How long in-flight executions may run after a shutdown signal (`app.shutdown_timeout_s`).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest request body the HTTP API accepts (`api.max_body_bytes`): 2 MiB.
+pub const DEFAULT_API_MAX_BODY_BYTES: u64 = 2 * 1024 * 1024;
 
 /// Linear-memory ceiling of one handler instance (`sandbox.memory_limit_bytes`): 64 MiB.
 pub const DEFAULT_MEMORY_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
@@ -69,8 +75,12 @@ pub const DEFAULT_HTTP_FIELDS_LIMIT_BYTES: u64 = 1024 * 1024;
 /// Largest accepted `sandbox.max_open_handles`.
 pub const MAX_OPEN_HANDLES_LIMIT: u32 = 65_536;
 /// After a cancel, how long a guest may run on to notice it and return by itself before the
-/// runtime stops it. Not settable from the file.
+/// runtime stops it (`sandbox.cancel_grace_ms`, 0–60,000 ms in the file).
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_millis(50);
+/// After a shutdown has cancelled the executions still running, how long their `retrying`
+/// completions (or releases) may take to reach the database before the worker returns
+/// (docs/semantics.md#shutdown-and-drain). Not a sandbox setting and not settable from the file.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 // What a handler may put in the worker's log (docs/security.md#logs): one budget per attempt
 // over everything it says (log and progress calls, stdout/stderr lines, its error message), a
 // cap on each message and on the number of lines, and a rate per task over time.
@@ -154,6 +164,47 @@ pub enum PreopenMode {
     Ro,
     /// Read-write.
     Rw,
+}
+
+/// A secret string (a DSN, an API token, a header value the host injects). `Debug`, `Display`
+/// and `Serialize` print `<redacted>`; [`Secret::expose`] reads it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret value. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret)
+    }
 }
 
 #[cfg(test)]

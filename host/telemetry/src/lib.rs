@@ -18,7 +18,6 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
-use onestep_config::{OtlpProtocol, TracingConfig};
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
@@ -27,6 +26,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::{Resource, runtime};
+use serde::Serialize;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::filter_fn;
@@ -51,6 +51,64 @@ static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 /// worker reads them.
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
+}
+
+/// Why tracing cannot start: a configuration error, reported with exit code 2.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TelemetryError {
+    /// An `OTEL_EXPORTER_OTLP_*PROTOCOL` variable names a transport we do not speak.
+    #[error("{variable}: unsupported protocol '{value}'; expected 'http/protobuf' or 'grpc'")]
+    UnsupportedProtocol {
+        /// The variable's name.
+        variable: String,
+        /// Its value.
+        value: String,
+    },
+    /// The exporter could not be built (a bad endpoint).
+    #[error("cannot build the OTLP trace exporter: {0}")]
+    Exporter(String),
+}
+
+/// The OTLP transport of `app.tracing.protocol` (the values of `OTEL_EXPORTER_OTLP_PROTOCOL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum OtlpProtocol {
+    /// `http/protobuf` (default; port 4318, path `/v1/traces`).
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    /// `grpc` (port 4317).
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+impl OtlpProtocol {
+    /// Parses a protocol name as `OTEL_EXPORTER_OTLP_PROTOCOL` spells it (`http/protobuf`,
+    /// `grpc`; case-insensitive).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "http/protobuf" => Some(OtlpProtocol::HttpProtobuf),
+            "grpc" => Some(OtlpProtocol::Grpc),
+            _ => None,
+        }
+    }
+}
+
+/// `app.tracing` (docs/configuration.md#tracing): where and how spans are exported, as the
+/// operator wrote it. The config crate builds it from the file; [`resolve`] merges it with the
+/// `OTEL_*` variables. Every field is optional; a variable set in the environment wins over its
+/// field.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct TracingSettings {
+    /// The OTLP collector's base URL (`http://host:port`; for `http/protobuf` the exporter adds
+    /// `/v1/traces`); `None`: the protocol's default on localhost.
+    pub endpoint: Option<String>,
+    /// The transport.
+    pub protocol: OtlpProtocol,
+    /// `service.name` of the exported spans (default: `app.name`).
+    pub service_name: Option<String>,
+    /// Fraction of new traces recorded, 0..=1 (default 1; a span with a sampled parent always
+    /// follows its parent).
+    pub sample_ratio: Option<f64>,
 }
 
 /// Where and how to export, after the environment and `app.tracing` are merged.
@@ -79,10 +137,10 @@ fn non_empty(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String>
 /// and `OTEL_SDK_DISABLED` is not `true`. A variable wins over the matching YAML field
 /// (endpoint, protocol, service name, sampler). Errors name the bad protocol value.
 pub fn resolve(
-    config: Option<&TracingConfig>,
+    config: Option<&TracingSettings>,
     app_name: &str,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<Settings>, String> {
+) -> Result<Option<Settings>, TelemetryError> {
     if non_empty(env, "OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         return Ok(None);
     }
@@ -98,9 +156,12 @@ pub fn resolve(
     .iter()
     .find_map(|name| non_empty(env, name).map(|v| (*name, v)))
     {
-        Some((name, value)) => OtlpProtocol::parse(&value).ok_or_else(|| {
-            format!("{name}: unsupported protocol '{value}'; expected 'http/protobuf' or 'grpc'")
-        })?,
+        Some((name, value)) => {
+            OtlpProtocol::parse(&value).ok_or_else(|| TelemetryError::UnsupportedProtocol {
+                variable: name.to_owned(),
+                value,
+            })?
+        }
         None => config.map(|c| c.protocol).unwrap_or_default(),
     };
     let endpoint = match (&env_endpoint, config.and_then(|c| c.endpoint.as_deref())) {
@@ -140,7 +201,7 @@ pub struct Tracing {
 
 /// Builds the exporter and the tracer provider (inside the tokio runtime) and marks tracing
 /// [`enabled`]. Batch sizes and delays follow the `OTEL_BSP_*` variables.
-pub fn start(settings: &Settings) -> Result<Tracing, String> {
+pub fn start(settings: &Settings) -> Result<Tracing, TelemetryError> {
     let exporter = match settings.protocol {
         OtlpProtocol::HttpProtobuf => {
             let mut b = SpanExporter::builder()
@@ -161,7 +222,7 @@ pub fn start(settings: &Settings) -> Result<Tracing, String> {
             b.build()
         }
     }
-    .map_err(|e| format!("cannot build the OTLP trace exporter: {e}"))?;
+    .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
     let processor = BatchSpanProcessor::builder(exporter, runtime::Tokio).build();
     let mut resource = Resource::builder();
     if let Some(name) = &settings.service_name {
@@ -355,7 +416,7 @@ mod tests {
             ),
             Ok(None)
         );
-        let config = TracingConfig::default();
+        let config = TracingSettings::default();
         assert_eq!(
             resolve(
                 Some(&config),
@@ -368,7 +429,7 @@ mod tests {
 
     #[test]
     fn yaml_fields_apply_when_no_variable_is_set() {
-        let config = TracingConfig {
+        let config = TracingSettings {
             endpoint: Some("http://collector:4318/".into()),
             protocol: OtlpProtocol::HttpProtobuf,
             service_name: None,
@@ -383,7 +444,7 @@ mod tests {
                 sample_ratio: Some(0.25),
             }))
         );
-        let grpc = TracingConfig {
+        let grpc = TracingSettings {
             endpoint: Some("http://collector:4317".into()),
             protocol: OtlpProtocol::Grpc,
             service_name: Some("svc".into()),
@@ -401,7 +462,7 @@ mod tests {
 
     #[test]
     fn variables_win_over_the_yaml_fields() {
-        let config = TracingConfig {
+        let config = TracingSettings {
             endpoint: Some("http://collector:4318".into()),
             protocol: OtlpProtocol::HttpProtobuf,
             service_name: Some("svc".into()),
@@ -437,6 +498,13 @@ mod tests {
         ]);
         assert_eq!(
             resolve(None, "shop", &env),
+            Err(TelemetryError::UnsupportedProtocol {
+                variable: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL".into(),
+                value: "http/json".into()
+            })
+        );
+        assert_eq!(
+            resolve(None, "shop", &env).map_err(|e| e.to_string()),
             Err("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: unsupported protocol 'http/json'; expected 'http/protobuf' or 'grpc'".into())
         );
     }

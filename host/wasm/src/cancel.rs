@@ -10,7 +10,7 @@ use tokio::sync::watch;
 /// the guest does not return by itself, stops it: a guest running wasm code is
 /// interrupted at the next epoch tick, a guest blocked in a host call (sleep,
 /// poll) has its call future dropped at once — after the sandbox's
-/// `cancel_grace` (default zero), during which a cooperative guest can
+/// `cancel_grace` (default [`DEFAULT_CANCEL_GRACE`](onestep_core::settings::DEFAULT_CANCEL_GRACE), 50 ms), during which a cooperative guest can
 /// return by itself. Cancellation is sticky.
 #[derive(Debug, Clone)]
 pub struct CancelHandle {

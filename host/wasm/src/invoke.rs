@@ -25,9 +25,9 @@ use crate::world::Pre;
 pub struct Report {
     /// What happened.
     pub outcome: Outcome,
-    /// Captured stdout (at most `stdout_limit_bytes`, lossy UTF-8).
+    /// Captured stdout (at most `output_limit_bytes`, lossy UTF-8).
     pub stdout: String,
-    /// Captured stderr (at most `stderr_limit_bytes`, lossy UTF-8).
+    /// Captured stderr (at most `output_limit_bytes`, lossy UTF-8).
     pub stderr: String,
     /// Bytes of stdout + stderr dropped because of the capture limits.
     pub output_dropped_bytes: u64,
@@ -103,13 +103,13 @@ impl Handler {
         let budget = LogBudget::new(sandbox, self.log_rate.clone(), ids.clone());
         let stdout = Capture::new(
             StreamKind::Stdout,
-            sandbox.stdout_limit_bytes,
+            sandbox.output_limit_bytes,
             ids.clone(),
             budget.clone(),
         );
         let stderr = Capture::new(
             StreamKind::Stderr,
-            sandbox.stderr_limit_bytes,
+            sandbox.output_limit_bytes,
             ids.clone(),
             budget.clone(),
         );

@@ -96,7 +96,7 @@ pub use error::Error;
 pub use http::{AllowedOrigin, HttpTotals, NetworkSettings, Resolver, Resolving, Secret};
 pub use invoke::Report;
 pub use log_budget::LogTotals;
-pub use needs::{Needs, TABLE_ELEMENT_BYTES};
+pub use needs::{Needs, OverLimits, TABLE_ELEMENT_BYTES};
 pub use onestep_core::network::OriginPattern;
 pub use outcome::{InvokeError, Outcome, TrapKind};
 pub use runtime::{CacheStats, Handler, PoolStats, Runtime};

@@ -22,6 +22,16 @@ use crate::settings::SandboxSettings;
 /// `memory_limit_bytes`.
 pub const TABLE_ELEMENT_BYTES: u64 = std::mem::size_of::<usize>() as u64;
 
+/// The needs of a component that exceed a sandbox's per-attempt limits: one problem per
+/// limit, each naming the need, what the component declares and the `sandbox:` key that
+/// raises it; shown joined with `; `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", problems.join("; "))]
+pub struct OverLimits {
+    /// One sentence per exceeded limit.
+    pub problems: Vec<String>,
+}
+
 /// Resources one instantiation of a component allocates (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Needs {
@@ -57,7 +67,7 @@ impl Needs {
     /// Checks these needs against a sandbox's per-attempt limits. The error
     /// names the need, what the component declares and what the sandbox
     /// allows (under the `sandbox:` key that raises it).
-    pub fn check(&self, sandbox: &SandboxSettings) -> Result<(), String> {
+    pub fn check(&self, sandbox: &SandboxSettings) -> Result<(), OverLimits> {
         if !self.measured {
             return Ok(());
         }
@@ -104,7 +114,7 @@ impl Needs {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(problems.join("; "))
+            Err(OverLimits { problems })
         }
     }
 }
@@ -393,7 +403,10 @@ mod tests {
             tables: 52,
             ..Needs::default()
         };
-        let message = needs.check(&sandbox).expect_err("over the limits");
+        let message = needs
+            .check(&sandbox)
+            .expect_err("over the limits")
+            .to_string();
         assert!(message.contains("52 tables"), "{message}");
         assert!(message.contains("max_tables: 8"), "{message}");
         assert!(message.contains("3 linear memories"), "{message}");

@@ -141,9 +141,9 @@ impl Handler {
     pub fn check_sandbox(&self, sandbox: &SandboxSettings) -> Result<(), Error> {
         self.needs
             .check(sandbox)
-            .map_err(|message| Error::OverLimits {
+            .map_err(|over| Error::OverLimits {
                 name: self.name.to_string(),
-                message,
+                message: over.to_string(),
             })?;
         self.check_network(sandbox)
     }
@@ -206,7 +206,8 @@ impl Runtime {
         crate::http::add_to_linker(&mut linker)?;
         bindings::Handler::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("host linker: {e:#}")))?;
-        let clients = crate::http::client::Clients::new(resolver).map_err(Error::Engine)?;
+        let clients = crate::http::client::Clients::new(resolver)
+            .map_err(|e| Error::Engine(format!("TLS client configuration: {e}")))?;
         let tick = Duration::from_millis(settings.epoch_tick_ms.max(1));
         let ticker = Ticker::start(built.engine.clone(), tick)?;
         Ok(Self {
@@ -268,9 +269,9 @@ impl Runtime {
         let name = file_label(path);
         Needs::of_component(&bytes)
             .check(sandbox)
-            .map_err(|message| Error::OverLimits {
+            .map_err(|over| Error::OverLimits {
                 name: name.clone(),
-                message,
+                message: over.to_string(),
             })?;
         let handler = self.load_bytes(&name, &bytes)?;
         handler.check_network(sandbox)?;

@@ -19,15 +19,15 @@ pub(crate) fn build_wasi(
     let mut b = WasiCtxBuilder::new();
     b.stdout(stdout.clone()).stderr(stderr.clone());
 
-    for name in &s.env_allow {
-        if s.env.contains_key(name) {
+    for name in &s.env {
+        if s.env_values.contains_key(name) {
             continue;
         }
         if let Ok(value) = std::env::var(name) {
             b.env(name, value);
         }
     }
-    for (name, value) in &s.env {
+    for (name, value) in &s.env_values {
         b.env(name, value);
     }
 

@@ -1,28 +1,19 @@
 //! Plain, serde-deserializable settings of the runtime: [`RuntimeSettings`]
-//! (one per worker process) and [`SandboxSettings`] (one per task). Every
+//! (one per worker process) and the pool it sizes ([`PoolSize`]). Every
 //! field has a default, so a partial value is enough.
 //!
-//! The config crate does not know these types: it loads its own typed model,
-//! and the CLI's wiring converts a task's sandbox into a [`SandboxSettings`]
-//! in one function. What both sides share is defined once in
-//! [`onestep_core::settings`]: the [`Preopen`] type and the defaults of the
-//! memory and output limits. The call's time limit is not a sandbox setting:
-//! it is the `timeout` argument of [`Handler::invoke`](crate::Handler::invoke).
+//! The per-task sandbox is not defined here: [`SandboxSettings`] is
+//! [`onestep_core::sandbox::SandboxSettings`], the one struct the config crate
+//! builds from a task's `sandbox:` block and this crate enforces (re-exported
+//! for callers). The call's time limit is not a sandbox setting: it is the
+//! `timeout` argument of [`Handler::invoke`](crate::Handler::invoke).
 
 use serde::{Deserialize, Serialize};
 
 use crate::needs::TABLE_ELEMENT_BYTES;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use onestep_core::settings::{
-    DEFAULT_HTTP_FIELDS_LIMIT_BYTES, DEFAULT_LOG_LIMIT_BYTES, DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
-    DEFAULT_MAX_HTTP_HANDLES, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_LOG_LINES,
-    DEFAULT_MAX_LOG_MESSAGE_BYTES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_OPEN_HANDLES,
-    DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES, DEFAULT_MEMORY_LIMIT_BYTES,
-    DEFAULT_OUTPUT_LIMIT_BYTES,
-};
+pub use onestep_core::sandbox::SandboxSettings;
 pub use onestep_core::settings::{Preopen, PreopenMode};
 
 /// Whether the engine uses wasmtime's pooling instance allocator.
@@ -168,130 +159,13 @@ impl PoolSize {
     }
 }
 
-/// Per-task sandbox. Everything not granted here is denied: no filesystem but
-/// the preopens, no environment but the allow-listed variables, no arguments,
-/// no sockets, no name lookup. Clocks and randomness are available.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SandboxSettings {
-    /// After a cancel, how long the guest may keep running to notice
-    /// `cancel-requested()` and return by itself before it is stopped. Zero
-    /// (default): stopped at once. The deadline still applies.
-    pub cancel_grace: Duration,
-    /// Ceiling on the guest's total linear memory, in bytes (all memories of
-    /// the component together). Growth beyond it fails inside the guest (an
-    /// allocation failure) and the attempt ends as `Trapped{MemoryLimit}`.
-    pub memory_limit_bytes: u64,
-    /// Optional fuel budget (≈ wasm instructions). Not a timer: use the
-    /// `timeout` of `invoke` for time. Exhaustion ends as `Trapped{OutOfFuel}`.
-    pub fuel: Option<u64>,
-    /// Per attempt: most core instances the component may create (a Rust
-    /// guest needs 1–3, componentize-py's Python guest 14).
-    pub max_instances: u32,
-    /// Per attempt: most tables, over all its core instances.
-    pub max_tables: u32,
-    /// Per attempt: most elements of any one table. Elements also count
-    /// against `memory_limit_bytes` ([`TABLE_ELEMENT_BYTES`] each).
-    pub max_table_elements: u64,
-    /// Per attempt: most linear memories, over all its core instances.
-    pub max_memories: u32,
-    /// Directories visible to the guest; nothing else of the filesystem is.
-    pub preopens: Vec<Preopen>,
-    /// Names of environment variables passed through with the *host's*
-    /// values (skipped when unset on the host). Nothing else is inherited.
-    pub env_allow: Vec<String>,
-    /// Environment variables with explicit values (win over `env_allow`).
-    pub env: BTreeMap<String, String>,
-    /// Bytes of guest stdout kept and forwarded to `tracing`; the rest is
-    /// dropped (the guest's writes still succeed).
-    pub stdout_limit_bytes: u64,
-    /// Same for stderr (also the source of a panic's message).
-    pub stderr_limit_bytes: u64,
-    /// Per attempt: bytes of guest log (`log` and `progress` calls, captured
-    /// stdout/stderr lines, the error message), each line charged its
-    /// escaped text plus [`LOG_LINE_OVERHEAD_BYTES`](onestep_core::settings::LOG_LINE_OVERHEAD_BYTES);
-    /// further lines are dropped and counted (docs/security.md#logs).
-    pub log_limit_bytes: u64,
-    /// Per attempt: most guest log lines.
-    pub max_log_lines: u64,
-    /// Longest message, note, output line or error message logged; longer
-    /// ones are cut.
-    pub max_log_message_bytes: u64,
-    /// Per task, over time: bytes of guest log all attempts of the task
-    /// together may produce per minute (a token bucket with a minute's worth
-    /// of burst, one per loaded [`Handler`](crate::Handler) and shared by its
-    /// clones).
-    pub log_rate_bytes_per_minute: u64,
-    /// Longest output text accepted from `handle`, in bytes; a longer one is
-    /// refused before it is parsed ([`Outcome::OutputTooLarge`](crate::Outcome::OutputTooLarge)).
-    /// `None` (default): no limit.
-    pub result_limit_bytes: Option<u64>,
-    /// Most files, directories, directory listings and file streams the
-    /// guest may hold open at once (preopens and stdio not counted). One
-    /// more `open-at`, `read-directory` or `*-via-stream` returns the WASI
-    /// error code `quota`; dropping a handle frees its slot.
-    pub max_open_handles: u32,
-    /// Most `wasi:http` resources (fields, requests, bodies, response
-    /// futures, responses) the guest may hold at once; the store's resource
-    /// table holds at most this plus `max_open_handles` plus 64 entries, and
-    /// one more creation ends the attempt (docs/security.md#http-resources).
-    pub max_http_handles: u32,
-    /// Header bytes of the `wasi:http` fields, requests and responses the
-    /// guest may hold at once (host memory outside `memory_limit_bytes`);
-    /// one more byte ends the attempt.
-    pub http_fields_limit_bytes: u64,
-    /// Outbound HTTP (`sandbox.network`); the default allows no request.
-    pub network: crate::http::NetworkSettings,
-}
-
-impl Default for SandboxSettings {
-    fn default() -> Self {
-        Self {
-            cancel_grace: Duration::ZERO,
-            memory_limit_bytes: DEFAULT_MEMORY_LIMIT_BYTES,
-            fuel: None,
-            max_instances: DEFAULT_MAX_INSTANCES,
-            max_tables: DEFAULT_MAX_TABLES,
-            max_table_elements: DEFAULT_MAX_TABLE_ELEMENTS,
-            max_memories: DEFAULT_MAX_MEMORIES,
-            preopens: Vec::new(),
-            env_allow: Vec::new(),
-            env: BTreeMap::new(),
-            stdout_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
-            stderr_limit_bytes: DEFAULT_OUTPUT_LIMIT_BYTES,
-            log_limit_bytes: DEFAULT_LOG_LIMIT_BYTES,
-            max_log_lines: DEFAULT_MAX_LOG_LINES,
-            max_log_message_bytes: DEFAULT_MAX_LOG_MESSAGE_BYTES,
-            log_rate_bytes_per_minute: DEFAULT_LOG_RATE_BYTES_PER_MINUTE,
-            result_limit_bytes: None,
-            max_open_handles: DEFAULT_MAX_OPEN_HANDLES,
-            max_http_handles: DEFAULT_MAX_HTTP_HANDLES,
-            http_fields_limit_bytes: DEFAULT_HTTP_FIELDS_LIMIT_BYTES,
-            network: crate::http::NetworkSettings::default(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn partial_settings_deserialize_with_defaults() {
-        let s: SandboxSettings = serde_json::from_str(
-            r#"{"memory_limit_bytes": 1048576, "preopens": [{"host": "/srv/docs", "guest": "/docs"}],
-                "env_allow": ["LANG"], "env": {"MODE": "fast"}, "fuel": 15}"#,
-        )
-        .expect("sandbox settings");
-        assert_eq!(s.memory_limit_bytes, 1 << 20);
-        assert!(!s.preopens[0].writable());
-        assert_eq!(s.fuel, Some(15));
-        assert_eq!(
-            s.stdout_limit_bytes,
-            SandboxSettings::default().stdout_limit_bytes
-        );
-        assert!(serde_json::from_str::<SandboxSettings>(r#"{"memory": 1}"#).is_err());
-
+    fn partial_runtime_settings_deserialize_with_defaults() {
+        // The sandbox half of this test moved with `SandboxSettings` to onestep-core.
         let r: RuntimeSettings =
             serde_json::from_str(r#"{"cache_dir": "/tmp/c", "pooling": "off"}"#).expect("runtime");
         assert_eq!(r.pooling, PoolingMode::Off);

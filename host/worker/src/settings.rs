@@ -12,8 +12,8 @@ use onestep_core::retry::RetryPolicy;
 use onestep_core::runner::TaskRunner;
 use onestep_core::settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_DURATION,
-    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKER_ID, cancel_poll_fits_heartbeat,
-    default_cancel_poll_interval, heartbeat_fits_lease,
+    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_GRACE, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKER_ID,
+    cancel_poll_fits_heartbeat, default_cancel_poll_interval, heartbeat_fits_lease,
 };
 use onestep_core::{ExecutionError, Limits};
 
@@ -139,8 +139,10 @@ pub struct WorkerSettings {
     /// (`shutdown_timeout_s`, default [`DEFAULT_SHUTDOWN_TIMEOUT`]; `None` waits forever).
     pub shutdown_timeout: Option<Duration>,
     /// After cancelling the remainder, how long their `retrying` completions (or releases) may
-    /// take to reach the database before the worker returns (default 10 s).
-    pub cancel_grace: Duration,
+    /// take to reach the database before the worker returns (default
+    /// [`DEFAULT_SHUTDOWN_GRACE`], 10 s). Not the sandbox's `cancel_grace_ms`, which is how long a
+    /// cancelled guest may run on.
+    pub shutdown_grace: Duration,
     /// Largest number of completions written in one `complete_many` transaction (default 64).
     pub completion_batch: usize,
 }
@@ -149,7 +151,7 @@ impl Default for WorkerSettings {
     fn default() -> Self {
         WorkerSettings {
             shutdown_timeout: Some(DEFAULT_SHUTDOWN_TIMEOUT),
-            cancel_grace: Duration::from_secs(10),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             completion_batch: 64,
         }
     }

@@ -159,7 +159,7 @@ impl Worker {
     /// Runs until `shutdown` fires (a task whose claims fail with a non-retryable error is
     /// quarantined, docs/security.md#one-tenants-bad-deploy, the others run on), then drains (docs/semantics.md#shutdown-and-drain):
     /// stop claiming; give in-flight executions `shutdown_timeout`; cancel the remainder and
-    /// give their `retrying` completions `cancel_grace` to be written; return.
+    /// give their `retrying` completions `shutdown_grace` to be written; return.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let stopping = shutdown.child_token();
         let hard_cancel = CancellationToken::new();
@@ -243,7 +243,7 @@ impl Worker {
                 "shutdown timeout passed: cancelling in-flight executions (they complete retrying)"
             );
             hard_cancel.cancel();
-            if tokio::time::timeout(self.settings.cancel_grace, tracker.wait())
+            if tokio::time::timeout(self.settings.shutdown_grace, tracker.wait())
                 .await
                 .is_err()
             {
@@ -259,7 +259,7 @@ impl Worker {
             let _ = ticker.await;
         }
         for writer in writers {
-            let _ = tokio::time::timeout(self.settings.cancel_grace, writer).await;
+            let _ = tokio::time::timeout(self.settings.shutdown_grace, writer).await;
         }
         tracing::info!("worker stopped");
         fatal.map_or(Ok(()), Err)

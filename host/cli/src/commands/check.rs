@@ -128,10 +128,7 @@ pub async fn run(args: CheckArgs) -> u8 {
                 }
             },
         };
-        let display = match source.kind {
-            onestep_config::DatabaseKind::Mysql => "MySQLExecutionSource",
-            onestep_config::DatabaseKind::Postgres => "PostgresExecutionSource",
-        };
+        let display = source.kind.source_display();
         println!("- {}<{display}>: {line}", source.name);
     }
     println!("Connectivity: {}", if ok { "ok" } else { "failed" });

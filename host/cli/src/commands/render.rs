@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use onestep_config::{AppConfig, MysqlConnectorConfig, SandboxConfig, TaskConfig};
+use onestep_config::{AppConfig, MysqlConnectorConfig, SandboxSettings, TaskConfig};
 
 use super::common::{EnvArgs, load};
 
@@ -70,7 +70,7 @@ fn mib(bytes: u64) -> String {
 }
 
 /// The sandbox's capabilities and main limits, one item each.
-fn capabilities(s: &SandboxConfig) -> Vec<String> {
+fn capabilities(s: &SandboxSettings) -> Vec<String> {
     let mut out = vec![format!("memory {}", mib(s.memory_limit_bytes))];
     out.push(match s.fuel {
         Some(f) => format!("fuel {f}"),
@@ -103,7 +103,12 @@ fn capabilities(s: &SandboxConfig) -> Vec<String> {
     out.push(if s.network.allow.is_empty() {
         "network: none".to_owned()
     } else {
-        let origins: Vec<String> = s.network.allow.iter().map(|o| o.to_string()).collect();
+        let origins: Vec<String> = s
+            .network
+            .allow
+            .iter()
+            .map(|o| o.origin.to_string())
+            .collect();
         format!("network: {}", origins.join(", "))
     });
     out

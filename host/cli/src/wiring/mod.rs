@@ -3,8 +3,9 @@
 //!
 //! The configuration arrives typed and validated (every cross-field rule is the config crate's,
 //! so `onestep check` rejects what `run` would): this module only converts, once per type —
-//! [`task_settings`] for the worker, [`sandbox_settings`] for the runtime, [`source_options`]
-//! for the backend.
+//! [`task_settings`] for the worker, [`store_options`] for the backend. A task's sandbox needs no
+//! conversion: the config crate builds the runtime's own `SandboxSettings`, and
+//! [`sandbox_settings`] only resolves its environment names.
 
 pub mod reload;
 pub mod store;
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use onestep_config::{AppConfig, EnvLookup, ExecutionSourceConfig, SandboxConfig, TaskConfig};
+use onestep_config::{AppConfig, EnvLookup, ExecutionSourceConfig, TaskConfig};
 use onestep_core::names::TableNames;
 use onestep_core::settings::DEFAULT_MEMORY_LIMIT_BYTES;
 use onestep_wasm::{PoolSize, Runtime, RuntimeSettings, SandboxSettings};
@@ -129,62 +130,11 @@ pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
     Runtime::new(settings).context("cannot start the WebAssembly runtime")
 }
 
-/// The runtime's sandbox for a task's `sandbox:` block (the one conversion; the log byte budget
-/// the file cannot set keeps the runtime's default). Environment names are resolved through
-/// `env`, the environment the file was loaded with.
-pub fn sandbox_settings(sandbox: &SandboxConfig, env: &EnvLookup) -> SandboxSettings {
-    SandboxSettings {
-        memory_limit_bytes: sandbox.memory_limit_bytes,
-        fuel: sandbox.fuel,
-        preopens: sandbox.preopens.clone(),
-        env: sandbox.guest_env(env),
-        stdout_limit_bytes: sandbox.output_limit_bytes,
-        stderr_limit_bytes: sandbox.output_limit_bytes,
-        max_open_handles: sandbox.max_open_handles,
-        cancel_grace: sandbox.cancel_grace,
-        max_instances: sandbox.max_instances,
-        max_tables: sandbox.max_tables,
-        max_memories: sandbox.max_memories,
-        max_table_elements: sandbox.max_table_elements,
-        log_limit_bytes: sandbox.log_limit_bytes,
-        max_log_lines: sandbox.max_log_lines,
-        max_log_message_bytes: sandbox.max_log_message_bytes,
-        log_rate_bytes_per_minute: sandbox.log_rate_bytes_per_minute,
-        network: network_settings(&sandbox.network),
-        ..SandboxSettings::default()
-    }
-}
-
-/// The runtime's outbound-HTTP settings for a task's `sandbox.network:` (docs/configuration.md#sandbox-network).
-pub fn network_settings(network: &onestep_config::NetworkConfig) -> onestep_wasm::NetworkSettings {
-    let allow = network
-        .allow
-        .iter()
-        .map(|origin| onestep_wasm::AllowedOrigin {
-            origin: origin.clone(),
-            headers: network
-                .headers
-                .iter()
-                .filter(|h| h.origin == *origin)
-                .flat_map(|h| h.headers.iter())
-                .map(|(name, value)| {
-                    (
-                        name.clone(),
-                        onestep_wasm::Secret(value.expose().to_owned()),
-                    )
-                })
-                .collect(),
-        })
-        .collect();
-    onestep_wasm::NetworkSettings {
-        allow,
-        max_response_bytes: network.max_response_bytes,
-        max_request_bytes: network.max_request_bytes,
-        connect_timeout: network.connect_timeout,
-        request_timeout: network.request_timeout,
-        max_concurrent_requests: network.max_concurrent_requests,
-        max_connections: network.max_connections,
-    }
+/// The runtime's sandbox for a task's `sandbox:` block: the config crate built the runtime's own
+/// [`SandboxSettings`], so the only step left is resolving the `env` names through `env`, the
+/// environment the file was loaded with (dotenv included), into explicit values.
+pub fn sandbox_settings(sandbox: &SandboxSettings, env: &EnvLookup) -> SandboxSettings {
+    sandbox.with_env_resolved(|name| env.get(name))
 }
 
 /// The worker's settings for `task` fed by `source` (the one conversion: every value is already
@@ -265,61 +215,37 @@ pub fn task_bindings(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use onestep_config::{NetworkConfig, OriginHeaders, OriginPattern, Secret};
 
     #[test]
-    fn network_headers_go_to_their_own_origin_only() {
-        let a = OriginPattern::parse("https://a.example.com").expect("a");
-        let b = OriginPattern::parse("http://127.0.0.1:18080").expect("b");
-        let cfg = NetworkConfig {
-            allow: vec![a.clone(), b.clone()],
-            headers: vec![OriginHeaders {
-                origin: a.clone(),
-                headers: vec![("Authorization".into(), Secret::new("Bearer k"))],
-            }],
-            max_concurrent_requests: 3,
-            max_connections: 5,
-            ..NetworkConfig::default()
-        };
-        let s = network_settings(&cfg);
-        assert_eq!(s.allow.len(), 2);
-        assert_eq!(s.allow[0].origin, a);
-        assert_eq!(s.allow[0].headers.len(), 1);
-        assert_eq!(s.allow[0].headers[0].0, "Authorization");
-        assert_eq!(s.allow[0].headers[0].1.0, "Bearer k");
-        assert_eq!(s.allow[1].origin, b);
-        assert!(s.allow[1].headers.is_empty());
-        assert_eq!(s.max_concurrent_requests, 3);
-        assert_eq!(s.max_connections, 5);
-        assert_eq!(s.request_timeout, cfg.request_timeout);
-        assert!(!network_settings(&NetworkConfig::default()).enabled());
-    }
-
-    #[test]
-    fn every_sandbox_limit_reaches_the_runtime() {
-        let cfg = onestep_config::SandboxConfig {
+    fn the_sandbox_reaches_the_runtime_with_its_env_resolved() {
+        let cfg = SandboxSettings {
             cancel_grace: std::time::Duration::from_millis(250),
             log_limit_bytes: 4096,
-            max_log_lines: 7,
-            max_log_message_bytes: 512,
-            log_rate_bytes_per_minute: 2048,
             max_open_handles: 9,
-            ..onestep_config::SandboxConfig::default()
+            env: vec!["VISIBLE".into(), "ABSENT".into()],
+            env_values: BTreeMap::from([("N".to_owned(), "3".to_owned())]),
+            network: onestep_wasm::NetworkSettings::allowing(["https://a.example.com"])
+                .expect("origin"),
+            ..SandboxSettings::default()
         };
-        let s = sandbox_settings(
-            &cfg,
-            &onestep_config::EnvLookup::isolated(Vec::<(String, String)>::new()),
-        );
-        assert_eq!(s.cancel_grace, std::time::Duration::from_millis(250));
+        let env = EnvLookup::isolated([("VISIBLE", "yes")]);
+        let s = sandbox_settings(&cfg, &env);
+        assert!(s.env.is_empty());
         assert_eq!(
-            (
-                s.log_limit_bytes,
-                s.max_log_lines,
-                s.max_log_message_bytes,
-                s.log_rate_bytes_per_minute,
-                s.max_open_handles
-            ),
-            (4096, 7, 512, 2048, 9)
+            s.env_values,
+            BTreeMap::from([
+                ("N".to_owned(), "3".to_owned()),
+                ("VISIBLE".to_owned(), "yes".to_owned())
+            ])
+        );
+        // Every limit and the network pass unchanged: one struct, no copy.
+        assert_eq!(
+            SandboxSettings {
+                env: cfg.env.clone(),
+                env_values: cfg.env_values.clone(),
+                ..s
+            },
+            cfg
         );
     }
 }

@@ -5,6 +5,7 @@ pub mod api;
 pub mod network;
 pub mod resources;
 pub mod retry;
+pub mod sandbox;
 pub mod table_pairs;
 pub mod tasks;
 
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::env::EnvLookup;
 use crate::error::ConfigError;
 use crate::fields::{BadSeconds, check_allowed, join, json_map, number, positive_seconds};
-use crate::model::{AppConfig, LogFormat, LogLevel, LoggingConfig, OtlpProtocol, TracingConfig};
+use crate::model::{AppConfig, LogFormat, LogLevel, LoggingConfig, OtlpProtocol, TracingSettings};
 use crate::node::{Node, Value};
 use resources::ResourceKind;
 
@@ -46,13 +47,22 @@ pub struct BuildInputs {
     pub warnings: Vec<String>,
 }
 
+/// A metrics listen address [`parse_metrics_addr`] refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be HOST:PORT or :PORT (HOST an IP address or localhost), got '{text}'")]
+pub struct BadMetricsAddr {
+    /// The text given (trimmed).
+    pub text: String,
+}
+
 /// Parses a metrics listen address (docs/configuration.md#document-shape): `HOST:PORT` with an
 /// IP literal or `localhost` as host, or `:PORT` for every interface (as the reference's
 /// `--metrics-addr`). The error says what is allowed.
-pub fn parse_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+pub fn parse_metrics_addr(text: &str) -> Result<std::net::SocketAddr, BadMetricsAddr> {
     let text = text.trim();
-    let bad =
-        || format!("must be HOST:PORT or :PORT (HOST an IP address or localhost), got '{text}'");
+    let bad = || BadMetricsAddr {
+        text: text.to_owned(),
+    };
     let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -129,7 +139,7 @@ pub fn build(
         Some(n) => Some(
             n.as_str()
                 .ok_or_else(|| "must be a string".to_owned())
-                .and_then(parse_metrics_addr)
+                .and_then(|t| parse_metrics_addr(t).map_err(|e| e.to_string()))
                 .map_err(|e| ConfigError::at(n, "app", format!("metrics_addr {e}")))?,
         ),
     };
@@ -166,7 +176,7 @@ pub fn build(
             }
         }
     }
-    let sandbox_defaults = tasks::build_sandbox_defaults(root, ctx)?;
+    let sandbox_defaults = sandbox::build_sandbox_defaults(root, ctx)?;
     let tasks = tasks::build_tasks(root, ctx, &entries, &sources, &sandbox_defaults)?;
     table_pairs::check_shared_tables(&tasks, &sources, &entries)?;
     let api = match root.get_set("api") {
@@ -236,7 +246,7 @@ pub fn parse_logging(node: &Node) -> Result<LoggingConfig, ConfigError> {
 /// Parses `app.tracing` (unknown keys are errors in both modes): `endpoint` an `http://` or
 /// `https://` URL with a host, `protocol` `http/protobuf` or `grpc`, `service_name` a non-empty
 /// string, `sample_ratio` a number in 0..=1.
-pub fn parse_tracing(node: &Node) -> Result<TracingConfig, ConfigError> {
+pub fn parse_tracing(node: &Node) -> Result<TracingSettings, ConfigError> {
     if !node.is_map() {
         return Err(ConfigError::bare(node, "app.tracing must be a mapping"));
     }
@@ -305,7 +315,7 @@ pub fn parse_tracing(node: &Node) -> Result<TracingConfig, ConfigError> {
             }
         },
     };
-    Ok(TracingConfig {
+    Ok(TracingSettings {
         endpoint,
         protocol,
         service_name,

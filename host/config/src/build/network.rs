@@ -1,4 +1,5 @@
-//! Builds and validates a task's `sandbox.network:` block into a [`NetworkConfig`]
+//! Builds and validates a task's `sandbox.network:` block into the runtime's
+//! [`NetworkSettings`] (defined once in `onestep_core::sandbox`)
 //! (docs/configuration.md#sandbox-network): every `allow` entry parsed as an origin
 //! ([`OriginPattern::parse`], the rule the runtime matches with), `headers` only for allowed
 //! origins, header names and values checked, every limit positive. Errors carry the file
@@ -8,7 +9,7 @@ use std::collections::BTreeSet;
 
 use crate::error::ConfigError;
 use crate::fields::{index, integer, join, number, positive_seconds};
-use crate::model::{MAX_CONNECTIONS_LIMIT, NetworkConfig, OriginHeaders, OriginPattern, Secret};
+use crate::model::{AllowedOrigin, MAX_CONNECTIONS_LIMIT, NetworkSettings, OriginPattern, Secret};
 use crate::node::{Node, Value};
 
 /// `sandbox.network` keys (strict validation).
@@ -24,12 +25,12 @@ pub const NETWORK_KEYS: [&str; 8] = [
 ];
 
 /// Builds `sandbox.network` at `path` (e.g. `tasks[0].sandbox.network`).
-pub fn build_network(node: &Node, path: &str) -> Result<NetworkConfig, ConfigError> {
+pub fn build_network(node: &Node, path: &str) -> Result<NetworkSettings, ConfigError> {
     if !node.is_map() {
         return Err(ConfigError::at(node, path, "network must be a mapping"));
     }
-    let d = NetworkConfig::default();
-    let mut allow: Vec<OriginPattern> = Vec::new();
+    let d = NetworkSettings::default();
+    let mut allow: Vec<AllowedOrigin> = Vec::new();
     if let Some(list) = node.get_set("allow") {
         let Some(items) = list.items() else {
             return Err(ConfigError::at(
@@ -58,13 +59,15 @@ pub fn build_network(node: &Node, path: &str) -> Result<NetworkConfig, ConfigErr
                     format!("duplicate origin {origin}"),
                 ));
             }
-            allow.push(origin);
+            allow.push(AllowedOrigin {
+                origin,
+                headers: Vec::new(),
+            });
         }
     }
-    let headers = match node.get_set("headers") {
-        None => Vec::new(),
-        Some(map) => build_headers(map, &join(path, "headers"), &allow)?,
-    };
+    if let Some(map) = node.get_set("headers") {
+        build_headers(map, &join(path, "headers"), &mut allow)?;
+    }
     let bytes = |key: &str, default: u64| -> Result<u64, ConfigError> {
         match node.get_set(key) {
             None => Ok(default),
@@ -112,9 +115,8 @@ pub fn build_network(node: &Node, path: &str) -> Result<NetworkConfig, ConfigErr
             }
         },
     };
-    Ok(NetworkConfig {
+    Ok(NetworkSettings {
         allow,
-        headers,
         max_response_bytes: bytes("max_response_bytes", d.max_response_bytes)?,
         max_request_bytes: bytes("max_request_bytes", d.max_request_bytes)?,
         connect_timeout: secs("connect_timeout_s", d.connect_timeout)?,
@@ -124,11 +126,8 @@ pub fn build_network(node: &Node, path: &str) -> Result<NetworkConfig, ConfigErr
     })
 }
 
-fn build_headers(
-    map: &Node,
-    path: &str,
-    allow: &[OriginPattern],
-) -> Result<Vec<OriginHeaders>, ConfigError> {
+/// Sets the injected headers of each allowed origin `headers` names.
+fn build_headers(map: &Node, path: &str, allow: &mut [AllowedOrigin]) -> Result<(), ConfigError> {
     let Some(entries) = map.entries() else {
         return Err(ConfigError::at(
             map,
@@ -136,18 +135,18 @@ fn build_headers(
             "headers must be a mapping of origin to {Header-Name: value}",
         ));
     };
-    let mut out: Vec<OriginHeaders> = Vec::new();
+    let mut seen: Vec<OriginPattern> = Vec::new();
     for (key, value) in entries {
         let origin =
             OriginPattern::parse(key.trim()).map_err(|why| ConfigError::at(value, path, why))?;
-        if !allow.contains(&origin) {
+        let Some(entry) = allow.iter_mut().find(|a| a.origin == origin) else {
             return Err(ConfigError::at(
                 value,
                 path,
                 format!("{key:?} is not one of sandbox.network.allow"),
             ));
-        }
-        if out.iter().any(|o| o.origin == origin) {
+        };
+        if seen.contains(&origin) {
             return Err(ConfigError::at(
                 value,
                 path,
@@ -204,9 +203,10 @@ fn build_headers(
             }
             headers.push((name.clone(), Secret::new(text)));
         }
-        out.push(OriginHeaders { origin, headers });
+        entry.headers = headers;
+        seen.push(origin);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// An RFC 9110 token.

@@ -58,11 +58,10 @@ impl ResourceKind {
 
     /// The display type used in summaries (`MySQLConnector`, `MySQLExecutionSource`, …).
     pub fn display(self) -> &'static str {
-        match self {
-            ResourceKind::Mysql => "MySQLConnector",
-            ResourceKind::MysqlSource => "MySQLExecutionSource",
-            ResourceKind::Postgres => "PostgresConnector",
-            ResourceKind::PostgresSource => "PostgresExecutionSource",
+        if self.is_connector() {
+            self.database().connector_display()
+        } else {
+            self.database().source_display()
         }
     }
 

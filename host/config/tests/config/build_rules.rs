@@ -574,11 +574,11 @@ fn legacy_form_and_logging() {
 
 #[test]
 fn app_tracing() {
-    use onestep_config::{OtlpProtocol, TracingConfig};
+    use onestep_config::{OtlpProtocol, TracingSettings};
     let cfg = load_text("app: {name: x}\n", false).expect("no tracing");
     assert_eq!(cfg.tracing, None);
     let cfg = load_text("app: {name: x, tracing: {}}\n", true).expect("defaults");
-    assert_eq!(cfg.tracing, Some(TracingConfig::default()));
+    assert_eq!(cfg.tracing, Some(TracingSettings::default()));
     let cfg = load_text(
         "app:\n  name: x\n  tracing:\n    endpoint: http://collector:4317/\n    protocol: GRPC\n    service_name: shop\n    sample_ratio: 0.5\n",
         true,
@@ -586,7 +586,7 @@ fn app_tracing() {
     .expect("every key");
     assert_eq!(
         cfg.tracing,
-        Some(TracingConfig {
+        Some(TracingSettings {
             endpoint: Some("http://collector:4317".into()),
             protocol: OtlpProtocol::Grpc,
             service_name: Some("shop".into()),

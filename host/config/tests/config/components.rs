@@ -146,7 +146,7 @@ fn sandbox_settings() {
     assert_eq!(s.preopens[0].guest, "/data");
     assert_eq!(s.preopens[0].mode, PreopenMode::Rw);
     assert_eq!(s.preopens[1].mode, PreopenMode::Ro);
-    let guest_env = s.guest_env(&cfg.env);
+    let guest_env = s.guest_env(|name| cfg.env.get(name));
     assert_eq!(guest_env.get("VISIBLE").map(String::as_str), Some("yes"));
     assert!(!guest_env.contains_key("ABSENT"));
     assert_eq!(guest_env.get("GREETING").map(String::as_str), Some("hello"));
@@ -656,7 +656,7 @@ fn app_metrics_addr() {
     );
     for bad in ["9100", "host.example:9100", "127.0.0.1:", "127.0.0.1:99999"] {
         assert_eq!(
-            parse_metrics_addr(bad),
+            parse_metrics_addr(bad).map_err(|e| e.to_string()),
             Err(format!(
                 "must be HOST:PORT or :PORT (HOST an IP address or localhost), got '{bad}'"
             ))
@@ -707,7 +707,7 @@ fn sandbox_network() {
     );
     let cfg = load(&dir.write("full.yaml", &full), &opts).expect("loads");
     let n = &cfg.tasks[0].sandbox.network;
-    let allow: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
+    let allow: Vec<String> = n.allow.iter().map(|a| a.origin.to_string()).collect();
     assert_eq!(
         allow,
         [
@@ -716,10 +716,12 @@ fn sandbox_network() {
             "http://127.0.0.1:18080"
         ]
     );
-    assert_eq!(n.headers.len(), 1);
-    assert_eq!(n.headers[0].headers[0].0, "Authorization");
-    assert_eq!(n.headers[0].headers[0].1.expose(), "Bearer sk-live-123");
-    assert_eq!(n.headers[0].headers[1].1.expose(), "3");
+    // The headers sit with their own origin; the other origins inject none.
+    assert_eq!(n.allow[0].headers.len(), 2);
+    assert!(n.allow[1].headers.is_empty() && n.allow[2].headers.is_empty());
+    assert_eq!(n.allow[0].headers[0].0, "Authorization");
+    assert_eq!(n.allow[0].headers[0].1.expose(), "Bearer sk-live-123");
+    assert_eq!(n.allow[0].headers[1].1.expose(), "3");
     assert_eq!(
         (
             n.max_response_bytes,
@@ -894,4 +896,70 @@ fn sandbox_cancel_grace_ms() {
             "{v}"
         );
     }
+}
+
+#[test]
+fn sandbox_http_fields_limit_bytes() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let plain = format!(
+        "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n"
+    );
+    let cfg = load(&dir.write("plain.yaml", &plain), &checked()).expect("loads");
+    assert_eq!(cfg.tasks[0].sandbox.http_fields_limit_bytes, 1024 * 1024);
+    let with = |v: &str| format!("{plain}    sandbox: {{http_fields_limit_bytes: {v}}}\n");
+    for strict in [false, true] {
+        let opts = LoadOptions {
+            strict,
+            ..checked()
+        };
+        let cfg = load(&dir.write("ok.yaml", &with("4096")), &opts).expect("4096");
+        assert_eq!(cfg.tasks[0].sandbox.http_fields_limit_bytes, 4096);
+        let json = serde_json::to_value(cfg.json_summary()).expect("json");
+        assert_eq!(json["tasks"][0]["sandbox"]["http_fields_limit_bytes"], 4096);
+    }
+    // A worker-wide default, overridden per task.
+    let app = plain.replacen(
+        "app: {name: x}",
+        "app: {name: x, sandbox: {http_fields_limit_bytes: 2048}}",
+        1,
+    );
+    let cfg = load(&dir.write("app.yaml", &app), &checked()).expect("app.sandbox");
+    assert_eq!(cfg.tasks[0].sandbox.http_fields_limit_bytes, 2048);
+    for v in ["0", "1023", "-1", "1.5", "big"] {
+        let e = load(&dir.write("bad.yaml", &with(v)), &checked())
+            .expect_err(v)
+            .to_string();
+        assert!(
+            e.starts_with(
+                "tasks[0].sandbox: http_fields_limit_bytes must be an integer >= 1024 (line 9"
+            ),
+            "{v}: {e}"
+        );
+    }
+}
+
+#[test]
+fn check_summary_names_postgres_resources_as_postgres() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let yaml = "app: {name: x}\nresources:\n  db: {type: postgres, dsn: 'postgres://x'}\n  jobs: {type: postgres_execution_source, connector: db, namespace: ns, task_names: [echo]}\ntasks:\n  - name: echo\n    source: jobs\n    handler: {component: g/m.wasm}\n";
+    let cfg = load(&dir.write("pg.yaml", yaml), &checked()).expect("loads");
+    let text = cfg.summary();
+    assert!(
+        text.contains("Resources: 2 (db<PostgresConnector>, jobs<PostgresExecutionSource>)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- echo source=jobs<PostgresExecutionSource> "),
+        "{text}"
+    );
+    assert!(!text.contains("MySQL"), "{text}");
+    let json = serde_json::to_value(cfg.json_summary()).expect("json");
+    assert_eq!(json["resources"][0]["type"], "PostgresConnector");
+    assert_eq!(json["resources"][1]["type"], "PostgresExecutionSource");
+    assert_eq!(
+        json["tasks"][0]["source"]["type"],
+        "PostgresExecutionSource"
+    );
 }

@@ -292,14 +292,13 @@ pub(crate) struct Clients {
 impl Clients {
     /// With `resolver`; TLS trusts the webpki roots. Fails only if rustls cannot build a
     /// client configuration.
-    pub(crate) fn new(resolver: Resolver) -> Result<Self, String> {
+    pub(crate) fn new(resolver: Resolver) -> Result<Self, rustls::Error> {
         let roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.into(),
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS client configuration: {e}"))?
+            .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
         Ok(Clients {

@@ -13,7 +13,6 @@ pub(crate) mod client;
 pub(crate) mod policy;
 pub(crate) mod resources;
 pub(crate) mod send;
-pub(crate) mod settings;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,9 +27,10 @@ use crate::error::Error;
 use crate::state::State;
 use client::Clients;
 pub use client::{Resolver, Resolving};
+pub use onestep_core::sandbox::{AllowedOrigin, NetworkSettings};
+pub use onestep_core::settings::Secret;
 use send::Hooks;
 pub use send::HttpTotals;
-pub use settings::{AllowedOrigin, NetworkSettings, Secret};
 
 /// The `wasi:http` part of one attempt's store data.
 pub(crate) struct HttpState {

@@ -24,9 +24,9 @@ use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::client::{AttemptClients, CONNECT_TIMEOUT, ConnectError};
-use super::settings::NetworkSettings;
 use crate::context::LogIds;
 use crate::log_budget::LogBudget;
+use onestep_core::sandbox::NetworkSettings;
 
 /// Future `send_request` returns.
 type Sending = Box<
@@ -243,7 +243,7 @@ impl WasiHttpHooks for Hooks {
         for (name, value) in &entry.headers {
             let (Ok(name), Ok(mut value)) = (
                 HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_str(&value.0),
+                HeaderValue::from_str(value.expose()),
             ) else {
                 return self.refuse(
                     request,

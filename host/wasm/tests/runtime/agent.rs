@@ -40,7 +40,7 @@ fn allowing(server: &ChatServer, with_key: bool) -> SandboxSettings {
     sb.network.allow.push(AllowedOrigin {
         origin: OriginPattern::parse(&server.origin()).expect("origin"),
         headers: if with_key {
-            vec![("Authorization".into(), Secret(format!("Bearer {KEY}")))]
+            vec![("Authorization".into(), Secret::new(format!("Bearer {KEY}")))]
         } else {
             Vec::new()
         },

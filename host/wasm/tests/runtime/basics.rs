@@ -160,7 +160,7 @@ async fn bounded_stdout_is_captured() {
     let _g = shared();
     let m = load("misbehave");
     let sandbox = SandboxSettings {
-        stdout_limit_bytes: 1000,
+        output_limit_bytes: 1000,
         ..SandboxSettings::default()
     };
     let report = m

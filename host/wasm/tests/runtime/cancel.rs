@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 const BOUND: Duration = Duration::from_millis(100);
 
-/// Starts `payload` on `handler`, cancels it after `after`, and returns the
-/// outcome and the latency between `cancel()` and the outcome.
+/// Starts `payload` on `handler` in a sandbox without cancel grace (what is
+/// measured is how fast the runtime stops the guest), cancels it after
+/// `after`, and returns the outcome and the latency between `cancel()` and
+/// the outcome.
 async fn cancel_after(
     handler: Handler,
     payload: &'static str,
@@ -21,7 +23,7 @@ async fn cancel_after(
         let cancel = cancel.clone();
         tokio::spawn(async move {
             let outcome = handler
-                .invoke(&SandboxSettings::default(), ctx(1), payload, cancel, None)
+                .invoke(&no_grace(), ctx(1), payload, cancel, None)
                 .await;
             (outcome, Instant::now())
         })
@@ -32,6 +34,14 @@ async fn cancel_after(
     cancel.cancel();
     let (outcome, done) = task.await.expect("invoke task");
     (outcome, done.saturating_duration_since(signalled))
+}
+
+/// The default sandbox with `cancel_grace` zero: a cancel stops the guest at once.
+fn no_grace() -> SandboxSettings {
+    SandboxSettings {
+        cancel_grace: Duration::ZERO,
+        ..SandboxSettings::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -311,7 +311,11 @@ fn cancel_during_a_slow_request_stops_the_guest_and_drops_the_request() {
 async fn cancel_during_a_slow_request_stops_the_guest_and_drops_the_request_case() {
     let s = server().await;
     let handler = fetch();
-    let sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
+    // No cancel grace: what is measured is how fast the runtime stops the guest.
+    let sb = SandboxSettings {
+        cancel_grace: Duration::ZERO,
+        ..sandbox(&[&format!("http://127.0.0.1:{}", s.port())])
+    };
     let cancel = CancelHandle::new();
     let payload = serde_json::json!({"url": s.url("/slow?ms=30000")}).to_string();
     let task = {
@@ -416,7 +420,7 @@ async fn injected_headers_reach_the_server_replace_the_guests_and_are_never_logg
     sb.network.allow.push(AllowedOrigin {
         origin: onestep_wasm::OriginPattern::parse(&format!("http://127.0.0.1:{}", s.port()))
             .expect("origin"),
-        headers: vec![("Authorization".into(), Secret(SECRET.into()))],
+        headers: vec![("Authorization".into(), Secret::new(SECRET))],
     });
     let (outcome, log) = logged(|| {
         run(

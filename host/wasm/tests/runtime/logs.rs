@@ -105,7 +105,7 @@ async fn one_byte_writes_cost_bounded_work_and_events() {
     const WRITES: u64 = 500_000;
     let _g = exclusive();
     let sandbox = SandboxSettings::default();
-    let limit = sandbox.stdout_limit_bytes;
+    let limit = sandbox.output_limit_bytes;
     let payload = format!(r#"{{"mode":"byte-writes","n":{WRITES}}}"#);
     let started = Instant::now();
     let (report, _, log) = run_logged(true, &payload, &sandbox).await;
@@ -145,7 +145,7 @@ async fn output_lines_draw_on_the_attempts_line_budget() {
     let _g = shared();
     // 5000 lines of 100 bytes, all within the capture limit, far over the line cap.
     let sandbox = SandboxSettings {
-        stdout_limit_bytes: 1 << 20,
+        output_limit_bytes: 1 << 20,
         max_log_lines: 1000,
         ..SandboxSettings::default()
     };

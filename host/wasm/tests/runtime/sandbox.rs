@@ -111,8 +111,8 @@ async fn granted_capabilities_work() {
     // Env: explicit values and allow-listed host variables only.
     let host_path = std::env::var("PATH").expect("host PATH");
     let sandbox = SandboxSettings {
-        env_allow: vec!["PATH".into(), "ONESTEP_SURELY_UNSET_VAR".into()],
-        env: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
+        env: vec!["PATH".into(), "ONESTEP_SURELY_UNSET_VAR".into()],
+        env_values: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
         ..SandboxSettings::default()
     };
     let out = run(
