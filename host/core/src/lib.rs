@@ -35,6 +35,7 @@ pub mod runner;
 pub mod settings;
 pub mod status;
 pub mod storable;
+pub mod store;
 pub mod text;
 pub mod time;
 pub mod timefmt;
@@ -48,4 +49,5 @@ pub use execution::{
 };
 pub use limits::Limits;
 pub use status::{AttemptStatus, CompletionStatus, ExecutionStatus};
+pub use store::StoreOptions;
 pub use time::{Clock, SystemClock};
