@@ -28,6 +28,24 @@ pub struct BackendCapabilities {
     pub schema_current: bool,
 }
 
+/// One DDL step of [`Backend::upgrade`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradeStep {
+    /// What was added (`column claimable`, `index ix_…`).
+    pub added: String,
+    /// How the server ran it (`ALGORITHM=INSTANT`, `CONCURRENTLY`, …, or `default`).
+    pub form: String,
+}
+
+/// What [`Backend::upgrade`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UpgradeReport {
+    /// Tables created first because they were missing (as `onestep migrate` does).
+    pub created: Vec<String>,
+    /// The steps taken, in order; empty when the tables were already upgraded.
+    pub steps: Vec<UpgradeStep>,
+}
+
 /// One opened storage backend: a bundle of ports over one connection pool and one table pair.
 /// Cloning the ports is cheap (they share the pool); [`Backend::close`] closes the pool for all.
 #[async_trait]
@@ -59,6 +77,14 @@ pub trait Backend: Send + Sync + Debug {
 
     /// Read-only figures for benchmarks and diagnostics.
     fn stats(&self) -> Arc<dyn StoreStats>;
+
+    /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
+    fn tables_created(&self) -> Vec<String>;
+
+    /// `onestep migrate --upgrade` (docs/schema.md#upgrading-reference-tables): adds, online,
+    /// what the executions table lacks of the columns and indexes this build uses. Idempotent;
+    /// `created` repeats [`Self::tables_created`].
+    async fn upgrade(&self) -> Result<UpgradeReport, ExecutionError>;
 
     /// Closes the connection pool; the ports handed out fail afterwards.
     async fn close(&self) -> Result<(), ExecutionError>;

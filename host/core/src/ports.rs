@@ -41,11 +41,6 @@ pub trait ExecutionStore: Send + Sync {
     /// Reads one execution of `namespace`; `None` when absent or in another namespace.
     async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError>;
 
-    /// Whether any namespace holds an execution with this id. Only for telling a list cursor
-    /// whose execution was purged (still a valid position) from one that names another
-    /// namespace's execution (docs/semantics.md#listing-and-cursors).
-    async fn exists_in_any_namespace(&self, id: Uuid) -> Result<bool, ExecutionError>;
-
     /// One page, newest first (docs/semantics.md#listing-and-cursors).
     async fn list(
         &self,

@@ -39,15 +39,17 @@ pub mod history;
 mod insights;
 mod maintenance;
 pub mod probes;
-pub mod retry;
+
+mod handle;
+mod purge;
 pub mod rows;
 pub mod schema;
 pub mod scratch;
 pub mod session;
-mod store_impl;
 pub mod upgrade;
 
-pub use backend::{MySqlBackend, MySqlOptions};
+pub use backend::MySqlBackend;
+pub use onestep_core::store::StoreOptions;
 pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};
 pub use scratch::ScratchDatabase;
 pub use session::{Flavor, ServerInfo, SessionState};

@@ -6,10 +6,12 @@
 
 pub mod ambiguity;
 pub mod backoff;
+pub mod errors;
 pub mod options;
 pub mod redact;
 
 pub use ambiguity::{AMBIGUOUS_ROUNDS, Attempt, Lookup, write_resolving_ambiguity};
 pub use backoff::TransientBackoff;
+pub use errors::{DecodeError, SetupError};
 pub use options::StoreOptions;
 pub use redact::{MAX_MESSAGE_CHARS, percent_decode, redact, secrets_of};
