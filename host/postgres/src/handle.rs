@@ -1,0 +1,67 @@
+//! [`Backend`] for [`PgBackend`]: the ports it hands out and its capability answers.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use onestep_core::ExecutionError;
+use onestep_core::backend::{Backend, BackendCapabilities, UpgradeReport};
+use onestep_core::ports::{
+    ExecutionInsights, ExecutionStore, LeaseStore, Readiness, Retention, StoreStats,
+};
+
+use crate::backend::PgBackend;
+
+#[async_trait]
+impl Backend for PgBackend {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn server_version(&self) -> String {
+        format!("PostgreSQL {}", self.server().version_string)
+    }
+
+    fn capabilities(&self) -> BackendCapabilities {
+        let features = &self.schema_report().features;
+        BackendCapabilities {
+            diagnostics_persisted: features.diagnostics_table,
+            schema_current: self.schema_report().upgrade_command.is_none(),
+        }
+    }
+
+    fn executions(&self) -> Arc<dyn ExecutionStore> {
+        Arc::new(self.clone())
+    }
+
+    fn leases(&self) -> Arc<dyn LeaseStore> {
+        Arc::new(self.clone())
+    }
+
+    fn readiness(&self) -> Arc<dyn Readiness> {
+        Arc::new(self.clone())
+    }
+
+    fn insights(&self) -> Arc<dyn ExecutionInsights> {
+        Arc::new(self.clone())
+    }
+
+    fn retention(&self) -> Arc<dyn Retention> {
+        Arc::new(self.clone())
+    }
+
+    fn stats(&self) -> Arc<dyn StoreStats> {
+        Arc::new(self.clone())
+    }
+
+    fn tables_created(&self) -> Vec<String> {
+        self.schema_report().created.clone()
+    }
+
+    async fn upgrade(&self) -> Result<UpgradeReport, ExecutionError> {
+        self.upgrade_tables().await
+    }
+
+    async fn close(&self) -> Result<(), ExecutionError> {
+        PgBackend::close(self).await
+    }
+}
