@@ -46,6 +46,16 @@ pub struct UpgradeReport {
     pub steps: Vec<UpgradeStep>,
 }
 
+/// The pinned session state of a pooled connection (docs/semantics.md#sessions), as
+/// `onestep check` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session time zone as the server names it (`+00:00`, `UTC`).
+    pub time_zone: String,
+    /// The transaction isolation as the server names it (`READ-COMMITTED`, `read committed`).
+    pub isolation: String,
+}
+
 /// One opened storage backend: a bundle of ports over one connection pool and one table pair.
 /// Cloning the ports is cheap (they share the pool); [`Backend::close`] closes the pool for all.
 #[async_trait]
@@ -85,6 +95,13 @@ pub trait Backend: Send + Sync + Debug {
     /// what the executions table lacks of the columns and indexes this build uses. Idempotent;
     /// `created` repeats [`Self::tables_created`].
     async fn upgrade(&self) -> Result<UpgradeReport, ExecutionError>;
+
+    /// The `onestep migrate --upgrade` command line (password elided) that brings the tables up
+    /// to date, when [`BackendCapabilities::schema_current`] is false.
+    fn upgrade_command(&self) -> Option<String>;
+
+    /// The session state of a pooled connection (time zone and isolation).
+    async fn session(&self) -> Result<SessionSummary, ExecutionError>;
 
     /// Closes the connection pool; the ports handed out fail afterwards.
     async fn close(&self) -> Result<(), ExecutionError>;

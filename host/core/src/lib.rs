@@ -40,7 +40,7 @@ pub mod text;
 pub mod time;
 pub mod timefmt;
 
-pub use backend::{Backend, BackendCapabilities, UpgradeReport, UpgradeStep};
+pub use backend::{Backend, BackendCapabilities, SessionSummary, UpgradeReport, UpgradeStep};
 pub use client::ExecutionClient;
 pub use error::{BackendError, ConnectorKind, ExecutionError, StaleReason};
 pub use error_object::ErrorObject;

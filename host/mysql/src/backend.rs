@@ -194,11 +194,19 @@ impl MySqlBackend {
 
     /// Creates the table pair if missing (the CLI's `onestep migrate`), then closes. Equivalent to
     /// opening with `auto_create = true`. Returns what was created.
-    pub async fn migrate(mut opts: StoreOptions) -> Result<SchemaReport, ExecutionError> {
+    pub async fn migrate(opts: StoreOptions) -> Result<SchemaReport, ExecutionError> {
+        Self::migrate_with_ddl(opts, DdlStyle::Onestep).await
+    }
+
+    /// [`Self::migrate`] with `ddl_style`'s DDL (see [`Self::open_with_ddl`]).
+    pub async fn migrate_with_ddl(
+        mut opts: StoreOptions,
+        ddl_style: DdlStyle,
+    ) -> Result<SchemaReport, ExecutionError> {
         opts.auto_create = true;
         opts.pool_min = 0;
         opts.pool_max = 1;
-        let backend = MySqlBackend::open(opts).await?;
+        let backend = MySqlBackend::open_with_ddl(opts, ddl_style).await?;
         let report = backend.inner.report.clone();
         backend.close().await?;
         Ok(report)

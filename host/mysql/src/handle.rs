@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use onestep_core::ExecutionError;
-use onestep_core::backend::{Backend, BackendCapabilities, UpgradeReport};
+use onestep_core::backend::{Backend, BackendCapabilities, SessionSummary, UpgradeReport};
 use onestep_core::ports::{
     ExecutionInsights, ExecutionStore, LeaseStore, Readiness, Retention, StoreStats,
 };
@@ -25,7 +25,7 @@ impl Backend for MySqlBackend {
         let features = &self.schema_report().features;
         BackendCapabilities {
             diagnostics_persisted: features.diagnostics_table,
-            schema_current: features.claimable_column && features.list_indexes,
+            schema_current: self.schema_report().upgrade_command.is_none(),
         }
     }
 
@@ -59,6 +59,18 @@ impl Backend for MySqlBackend {
 
     async fn upgrade(&self) -> Result<UpgradeReport, ExecutionError> {
         self.upgrade_tables().await
+    }
+
+    fn upgrade_command(&self) -> Option<String> {
+        self.schema_report().upgrade_command.clone()
+    }
+
+    async fn session(&self) -> Result<SessionSummary, ExecutionError> {
+        let s = self.session_state().await?;
+        Ok(SessionSummary {
+            time_zone: s.time_zone,
+            isolation: s.isolation,
+        })
     }
 
     async fn close(&self) -> Result<(), ExecutionError> {
