@@ -106,3 +106,30 @@ pub trait Backend: Send + Sync + Debug {
     /// Closes the connection pool; the ports handed out fail afterwards.
     async fn close(&self) -> Result<(), ExecutionError>;
 }
+
+/// The six port methods of [`Backend`] for a backend type that is cheap to clone and
+/// implements every port itself: each hands out a clone behind an `Arc`. Use inside
+/// `impl Backend for T { … }`.
+#[macro_export]
+macro_rules! backend_ports {
+    () => {
+        fn executions(&self) -> ::std::sync::Arc<dyn $crate::ports::ExecutionStore> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn leases(&self) -> ::std::sync::Arc<dyn $crate::ports::LeaseStore> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn readiness(&self) -> ::std::sync::Arc<dyn $crate::ports::Readiness> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn insights(&self) -> ::std::sync::Arc<dyn $crate::ports::ExecutionInsights> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn retention(&self) -> ::std::sync::Arc<dyn $crate::ports::Retention> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn stats(&self) -> ::std::sync::Arc<dyn $crate::ports::StoreStats> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+    };
+}

@@ -92,13 +92,7 @@ impl MySqlBackend {
         opts: StoreOptions,
         ddl_style: DdlStyle,
     ) -> Result<Self, ExecutionError> {
-        opts.limits.validate()?;
-        if opts.reclaim_batch_size == 0 {
-            return Err(ExecutionError::invalid(
-                "reclaim_batch_size must be a positive integer",
-            ));
-        }
-        let tables = TableNames::new(opts.tables.executions.clone(), opts.tables.attempts.clone())?;
+        let tables = opts.validate()?;
         let parsed = parse_dsn(&opts.dsn)
             .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m.0, &[]))?;
         let secrets = parsed.secrets.clone();

@@ -1,13 +1,8 @@
 //! [`Backend`] for [`MySqlBackend`]: the ports it hands out and its capability answers.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use onestep_core::ExecutionError;
 use onestep_core::backend::{Backend, BackendCapabilities, SessionSummary, UpgradeReport};
-use onestep_core::ports::{
-    ExecutionInsights, ExecutionStore, LeaseStore, Readiness, Retention, StoreStats,
-};
 
 use crate::backend::MySqlBackend;
 
@@ -29,29 +24,7 @@ impl Backend for MySqlBackend {
         }
     }
 
-    fn executions(&self) -> Arc<dyn ExecutionStore> {
-        Arc::new(self.clone())
-    }
-
-    fn leases(&self) -> Arc<dyn LeaseStore> {
-        Arc::new(self.clone())
-    }
-
-    fn readiness(&self) -> Arc<dyn Readiness> {
-        Arc::new(self.clone())
-    }
-
-    fn insights(&self) -> Arc<dyn ExecutionInsights> {
-        Arc::new(self.clone())
-    }
-
-    fn retention(&self) -> Arc<dyn Retention> {
-        Arc::new(self.clone())
-    }
-
-    fn stats(&self) -> Arc<dyn StoreStats> {
-        Arc::new(self.clone())
-    }
+    onestep_core::backend_ports!();
 
     fn tables_created(&self) -> Vec<String> {
         self.schema_report().created.clone()

@@ -15,7 +15,7 @@ use mysql_async::prelude::Queryable;
 use onestep_core::execution::Completion;
 use onestep_core::ports::{ExecutionStore, LeaseStore, Readiness, StoreStats};
 use onestep_core::{ConnectorKind, ExecutionError};
-use onestep_mysql::{MySqlBackend, StoreOptions, ScratchDatabase};
+use onestep_mysql::{MySqlBackend, ScratchDatabase, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::builders::{claim, prepared};
 use serde_json::json;

@@ -144,13 +144,7 @@ impl PgBackend {
     /// Errors are [`ExecutionError::InvalidArgument`] for bad options and
     /// [`ExecutionError::Backend`] (operation `open`) otherwise; none carries the DSN or password.
     pub async fn open(opts: StoreOptions) -> Result<Self, ExecutionError> {
-        opts.limits.validate()?;
-        if opts.reclaim_batch_size == 0 {
-            return Err(ExecutionError::invalid(
-                "reclaim_batch_size must be a positive integer",
-            ));
-        }
-        let tables = TableNames::new(opts.tables.executions.clone(), opts.tables.attempts.clone())?;
+        let tables = opts.validate()?;
         validate_names(&tables)?;
         let parsed = parse_dsn(&opts.dsn)
             .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m.0, &[]))?;

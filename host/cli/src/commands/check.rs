@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-
 use onestep_config::AppConfig;
 
 use super::common::{EnvArgs, load};

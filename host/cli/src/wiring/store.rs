@@ -79,6 +79,13 @@ impl Deref for Store {
     }
 }
 
+impl From<Arc<dyn Backend>> for Store {
+    /// Wraps a backend opened elsewhere (the benchmarks open theirs with bench-only options).
+    fn from(backend: Arc<dyn Backend>) -> Self {
+        Store(backend)
+    }
+}
+
 impl Store {
     /// Opens the backend `opts.kind` names.
     pub async fn open(opts: &StoreOptions) -> Result<Store, ExecutionError> {

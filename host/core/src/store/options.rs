@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::error::ExecutionError;
 use crate::limits::Limits;
 use crate::names::TableNames;
 use crate::time::{Clock, SystemClock};
@@ -85,6 +86,18 @@ impl StoreOptions {
         }
     }
 
+    /// Checks the options every backend checks before it connects (the limits, a positive
+    /// `reclaim_batch_size`, valid table names) and returns the validated table pair.
+    pub fn validate(&self) -> Result<TableNames, ExecutionError> {
+        self.limits.validate()?;
+        if self.reclaim_batch_size == 0 {
+            return Err(ExecutionError::invalid(
+                "reclaim_batch_size must be a positive integer",
+            ));
+        }
+        TableNames::new(self.tables.executions.clone(), self.tables.attempts.clone())
+    }
+
     /// The scheme of the DSN (`mysql+asyncmy`, `postgresql`, …), empty when it has none.
     pub fn scheme(&self) -> &str {
         self.dsn.trim().split_once("://").map_or("", |(s, _)| s)
@@ -102,5 +115,14 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("reclaim_batch_size: 100"), "{shown}");
         assert_eq!(o.scheme(), "mysql");
+        assert!(o.validate().is_ok());
+        let zero = StoreOptions {
+            reclaim_batch_size: 0,
+            ..o
+        };
+        assert!(matches!(
+            zero.validate(),
+            Err(ExecutionError::InvalidArgument(_))
+        ));
     }
 }

@@ -108,7 +108,9 @@ pub async fn open(
     o.limits = limits;
     o.tables = tables;
     o.pool_max = 24;
-    MySqlBackend::open_with_ddl(o, style).await.expect("open backend")
+    MySqlBackend::open_with_ddl(o, style)
+        .await
+        .expect("open backend")
 }
 
 /// The SQL probe over a backend's tables.
@@ -241,8 +243,10 @@ impl FixtureFactory for MySqlFactory {
         let clock = Arc::new(ManualClock::default());
         let tables = TableNames::default();
         if self.upgrade {
-            let mut o = StoreOptions::new(db_url(&self.admin_url, &db));
-            MySqlBackend::migrate_with_ddl(o, DdlStyle::Reference).await.expect("reference tables");
+            let o = StoreOptions::new(db_url(&self.admin_url, &db));
+            MySqlBackend::migrate_with_ddl(o, DdlStyle::Reference)
+                .await
+                .expect("reference tables");
             let report = MySqlBackend::upgrade(StoreOptions::new(db_url(&self.admin_url, &db)))
                 .await
                 .expect("upgrade");

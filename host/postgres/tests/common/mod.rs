@@ -16,7 +16,7 @@ use deadpool_postgres::Pool;
 use onestep_core::names::TableNames;
 use onestep_core::{AttemptStatus, Limits};
 use onestep_postgres::rows::error_value;
-use onestep_postgres::{PgBackend, StoreOptions, ScratchDatabase};
+use onestep_postgres::{PgBackend, ScratchDatabase, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::suite::{AttemptRow, Fixture, FixtureFactory, LeaseColumns, Probe};
 use uuid::Uuid;
