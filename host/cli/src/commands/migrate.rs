@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use onestep_config::DatabaseKind;
 use onestep_core::names::TableNames;
 
 use super::common::{EnvArgs, load};

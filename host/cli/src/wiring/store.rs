@@ -120,11 +120,6 @@ impl Store {
         Ok(report)
     }
 
-    /// The backend handle itself.
-    pub fn backend(&self) -> Arc<dyn Backend> {
-        Arc::clone(&self.0)
-    }
-
     /// Whether attempt diagnostics are persisted: their table exists and they are not turned
     /// off (docs/observability.md#attempt-diagnostics).
     pub fn diagnostics_persisted(&self) -> bool {
