@@ -3,15 +3,14 @@
 //!
 //! It owns every PostgreSQL statement of the product: the table DDL, compatible with the
 //! reference's PostgreSQL tables, and schema readiness under `pg_advisory_xact_lock`
-//! ([`schema`]), DSN handling, TLS modes and secret redaction ([`dsn`]), error classification
+//! ([`schema`]), DSN handling and TLS modes ([`dsn`]; redaction: `onestep_core::store::redact`), error classification
 //! by SQLSTATE ([`errors`]), the client operations (submit, submit_many, get, list, cancel) and
 //! the worker operations (claim with bounded maintenance, heartbeat one lease or a set, the
 //! cancel poll, complete, complete_many, release), attempt diagnostics, the submit's trace
 //! context and purge (docs/postgres.md#diagnostics-and-traces), the readiness probe and the
-//! benchmark figures ([`probes`]). One type, [`PgBackend`], implements
-//! [`onestep_core::ports::ExecutionStore`], [`onestep_core::ports::LeaseStore`],
-//! [`onestep_core::ports::Retention`],
-//! [`onestep_core::ports::Readiness`] and [`onestep_core::ports::StoreStats`].
+//! benchmark figures ([`probes`]). One type, [`PgBackend`], implements every port of
+//! [`onestep_core::ports`] in the operation modules and the [`onestep_core::Backend`] handle
+//! (`handle.rs`).
 //!
 //! Invariants:
 //! * "now" is the injected clock, read once per transaction; the database clock is never used.
