@@ -26,8 +26,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use chrono::NaiveDateTime;
 use onestep_core::request::SubmitRequest;
 use onestep_core::{Execution, ExecutionClient, ExecutionStatus, Limits};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
-use onestep_postgres::{PgBackend, PgOptions};
+use onestep_mysql::{MySqlBackend, StoreOptions};
+use onestep_postgres::PgBackend;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -265,12 +265,12 @@ impl Store {
     async fn open(db: &TestDb) -> Result<Store> {
         Ok(match db.backend() {
             Backend::Mysql => Store::Mysql(
-                MySqlBackend::open(MySqlOptions::new(db.dsn.clone()))
+                MySqlBackend::open(StoreOptions::new(db.dsn.clone()))
                     .await
                     .context("cannot open the MySQL backend")?,
             ),
             Backend::Postgres => Store::Postgres(
-                PgBackend::open(PgOptions::new(db.dsn.clone()))
+                PgBackend::open(StoreOptions::new(db.dsn.clone()))
                     .await
                     .context("cannot open the PostgreSQL backend")?,
             ),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onestep_api::{ApiSettings, ApiState, router};
-use onestep_mysql::{MySqlBackend, MySqlOptions, ScratchDatabase};
+use onestep_mysql::{MySqlBackend, StoreOptions, ScratchDatabase};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -36,7 +36,7 @@ fn env_num(name: &str, default: u64) -> u64 {
 }
 
 async fn run(dsn: &str) -> Result<(), Error> {
-    let mut opts = MySqlOptions::new(dsn);
+    let mut opts = StoreOptions::new(dsn);
     opts.pool_max = 32;
     let backend = MySqlBackend::open(opts).await?;
     let state = ApiState::new(

@@ -28,6 +28,34 @@ pub struct BackendCapabilities {
     pub schema_current: bool,
 }
 
+/// One DDL step of [`Backend::upgrade`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradeStep {
+    /// What was added (`column claimable`, `index ix_…`).
+    pub added: String,
+    /// How the server ran it (`ALGORITHM=INSTANT`, `CONCURRENTLY`, …, or `default`).
+    pub form: String,
+}
+
+/// What [`Backend::upgrade`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UpgradeReport {
+    /// Tables created first because they were missing (as `onestep migrate` does).
+    pub created: Vec<String>,
+    /// The steps taken, in order; empty when the tables were already upgraded.
+    pub steps: Vec<UpgradeStep>,
+}
+
+/// The pinned session state of a pooled connection (docs/semantics.md#sessions), as
+/// `onestep check` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session time zone as the server names it (`+00:00`, `UTC`).
+    pub time_zone: String,
+    /// The transaction isolation as the server names it (`READ-COMMITTED`, `read committed`).
+    pub isolation: String,
+}
+
 /// One opened storage backend: a bundle of ports over one connection pool and one table pair.
 /// Cloning the ports is cheap (they share the pool); [`Backend::close`] closes the pool for all.
 #[async_trait]
@@ -60,6 +88,48 @@ pub trait Backend: Send + Sync + Debug {
     /// Read-only figures for benchmarks and diagnostics.
     fn stats(&self) -> Arc<dyn StoreStats>;
 
+    /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
+    fn tables_created(&self) -> Vec<String>;
+
+    /// `onestep migrate --upgrade` (docs/schema.md#upgrading-reference-tables): adds, online,
+    /// what the executions table lacks of the columns and indexes this build uses. Idempotent;
+    /// `created` repeats [`Self::tables_created`].
+    async fn upgrade(&self) -> Result<UpgradeReport, ExecutionError>;
+
+    /// The `onestep migrate --upgrade` command line (password elided) that brings the tables up
+    /// to date, when [`BackendCapabilities::schema_current`] is false.
+    fn upgrade_command(&self) -> Option<String>;
+
+    /// The session state of a pooled connection (time zone and isolation).
+    async fn session(&self) -> Result<SessionSummary, ExecutionError>;
+
     /// Closes the connection pool; the ports handed out fail afterwards.
     async fn close(&self) -> Result<(), ExecutionError>;
+}
+
+/// The six port methods of [`Backend`] for a backend type that is cheap to clone and
+/// implements every port itself: each hands out a clone behind an `Arc`. Use inside
+/// `impl Backend for T { … }`.
+#[macro_export]
+macro_rules! backend_ports {
+    () => {
+        fn executions(&self) -> ::std::sync::Arc<dyn $crate::ports::ExecutionStore> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn leases(&self) -> ::std::sync::Arc<dyn $crate::ports::LeaseStore> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn readiness(&self) -> ::std::sync::Arc<dyn $crate::ports::Readiness> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn insights(&self) -> ::std::sync::Arc<dyn $crate::ports::ExecutionInsights> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn retention(&self) -> ::std::sync::Arc<dyn $crate::ports::Retention> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn stats(&self) -> ::std::sync::Arc<dyn $crate::ports::StoreStats> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+    };
 }

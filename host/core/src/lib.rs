@@ -36,11 +36,12 @@ pub mod sandbox;
 pub mod settings;
 pub mod status;
 pub mod storable;
+pub mod store;
 pub mod text;
 pub mod time;
 pub mod timefmt;
 
-pub use backend::{Backend, BackendCapabilities};
+pub use backend::{Backend, BackendCapabilities, SessionSummary, UpgradeReport, UpgradeStep};
 pub use client::ExecutionClient;
 pub use error::{BackendError, ConnectorKind, ExecutionError, StaleReason};
 pub use error_object::ErrorObject;
@@ -49,4 +50,5 @@ pub use execution::{
 };
 pub use limits::Limits;
 pub use status::{AttemptStatus, CompletionStatus, ExecutionStatus};
+pub use store::StoreOptions;
 pub use time::{Clock, SystemClock};

@@ -1,7 +1,9 @@
 //! The ports that storage backends implement, split by role (architecture: client side and
-//! worker side). One backend type (e.g. the MySQL backend) implements both, plus the two
-//! read-only ports around them: [`Readiness`] (the API's `/readyz`) and [`StoreStats`] (the
-//! figures `onestep bench` prints).
+//! worker side): [`ExecutionStore`] for clients and [`LeaseStore`] for workers, plus the four
+//! around them: [`Retention`] (`onestep purge`), [`Readiness`] (the API's `/readyz`),
+//! [`ExecutionInsights`] (the dashboard and the API's gauge) and [`StoreStats`] (the figures
+//! `onestep bench` prints). One backend type implements all six and hands them out through
+//! the [`Backend`](crate::backend::Backend) handle.
 //!
 //! Backends read "now" from their injected [`Clock`](crate::time::Clock) once per transaction
 //! (docs/semantics.md#time) and never use the database clock. Every worker-side write is fenced by the lease
@@ -40,11 +42,6 @@ pub trait ExecutionStore: Send + Sync {
 
     /// Reads one execution of `namespace`; `None` when absent or in another namespace.
     async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError>;
-
-    /// Whether any namespace holds an execution with this id. Only for telling a list cursor
-    /// whose execution was purged (still a valid position) from one that names another
-    /// namespace's execution (docs/semantics.md#listing-and-cursors).
-    async fn exists_in_any_namespace(&self, id: Uuid) -> Result<bool, ExecutionError>;
 
     /// One page, newest first (docs/semantics.md#listing-and-cursors).
     async fn list(

@@ -8,84 +8,18 @@ use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool, Transaction, TxOpts};
 use onestep_core::names::TableNames;
-use onestep_core::time::{SystemClock, truncate_micros};
+use onestep_core::store::{Attempt, StoreOptions, TransientBackoff, write_resolving_ambiguity};
+use onestep_core::time::truncate_micros;
 use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
 
 use crate::dsn::parse_dsn;
-use crate::errors::{OpError, OpResult, backend_error, classify, into_execution_error};
-use crate::retry::{RetryPolicy, with_retry};
+use crate::errors::{
+    OpError, OpResult, backend_error, classify, into_execution_error, is_retryable_before_commit,
+};
 use crate::schema::{DdlStyle, SchemaFeatures, SchemaReport, ensure_schema};
 use crate::session::{
     ServerInfo, SessionState, build_pool, gate_server_version, read_session_state,
 };
-
-/// Construction options (docs/semantics.md#backend-options). Build with [`MySqlOptions::new`] and adjust fields.
-#[derive(Clone)]
-pub struct MySqlOptions {
-    /// `mysql://`, `mysql+pymysql://` or `mysql+asyncmy://` URL naming a database. Never logged.
-    pub dsn: String,
-    /// The executions/attempts table pair (validated names).
-    pub tables: TableNames,
-    /// Create missing tables at open (default `true`); otherwise only check they exist.
-    pub auto_create: bool,
-    /// Payload/metadata/result limits in bytes of canonical JSON (docs/semantics.md#size-limits).
-    pub limits: Limits,
-    /// Per-claim cap of each maintenance step (default 100, ≥ 1; docs/semantics.md#claim-and-maintenance).
-    pub reclaim_batch_size: u32,
-    /// The single source of "now" (docs/semantics.md#time); read once per transaction.
-    pub clock: Arc<dyn Clock>,
-    /// Minimum idle connections kept by the pool (default 0).
-    pub pool_min: usize,
-    /// Maximum connections of the pool (default 10).
-    pub pool_max: usize,
-    /// Which DDL `auto_create` emits (default [`DdlStyle::Onestep`]).
-    pub ddl_style: DdlStyle,
-    /// Persist attempt diagnostics when their table exists (default `true`; `false` behaves as
-    /// if the table were absent, without the start-up warning — `onestep bench --no-diagnostics`).
-    pub diagnostics: bool,
-    /// Store each new submission's traceparent and read it back with the claim, when the
-    /// trace-context table exists (default `false`: the CLI sets it when traces are on,
-    /// docs/observability.md#traces).
-    pub traces: bool,
-}
-
-impl std::fmt::Debug for MySqlOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlOptions")
-            .field("dsn", &"<redacted>")
-            .field("tables", &self.tables)
-            .field("auto_create", &self.auto_create)
-            .field("limits", &self.limits)
-            .field("reclaim_batch_size", &self.reclaim_batch_size)
-            .field("clock", &self.clock)
-            .field("pool_min", &self.pool_min)
-            .field("pool_max", &self.pool_max)
-            .field("ddl_style", &self.ddl_style)
-            .field("diagnostics", &self.diagnostics)
-            .field("traces", &self.traces)
-            .finish()
-    }
-}
-
-impl MySqlOptions {
-    /// Defaults: default table names, `auto_create = true`, default limits, batch 100, the system
-    /// clock, pool 0..=10.
-    pub fn new(dsn: impl Into<String>) -> Self {
-        MySqlOptions {
-            dsn: dsn.into(),
-            tables: TableNames::default(),
-            auto_create: true,
-            limits: Limits::default(),
-            reclaim_batch_size: 100,
-            clock: Arc::new(SystemClock),
-            pool_min: 0,
-            pool_max: 10,
-            ddl_style: DdlStyle::Onestep,
-            diagnostics: true,
-            traces: false,
-        }
-    }
-}
 
 /// Test-only fault injection (not part of the supported API).
 #[doc(hidden)]
@@ -116,10 +50,10 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) server: ServerInfo,
     pub(crate) features: SchemaFeatures,
-    /// Traceparents are written and read (`MySqlOptions::traces` and the table exists).
+    /// Traceparents are written and read (`StoreOptions::traces` and the table exists).
     pub(crate) traces: bool,
     pub(crate) secrets: Vec<String>,
-    pub(crate) retry: RetryPolicy,
+    pub(crate) retry: TransientBackoff,
     pub(crate) faults: Faults,
     pub(crate) report: SchemaReport,
 }
@@ -148,30 +82,38 @@ impl MySqlBackend {
     ///
     /// Errors are [`ExecutionError::InvalidArgument`] for bad options and
     /// [`ExecutionError::Backend`] (operation `open`) otherwise; none carries the DSN or password.
-    pub async fn open(opts: MySqlOptions) -> Result<Self, ExecutionError> {
-        opts.limits.validate()?;
-        if opts.reclaim_batch_size == 0 {
-            return Err(ExecutionError::invalid(
-                "reclaim_batch_size must be a positive integer",
-            ));
-        }
-        let tables = TableNames::new(opts.tables.executions.clone(), opts.tables.attempts.clone())?;
+    pub async fn open(opts: StoreOptions) -> Result<Self, ExecutionError> {
+        Self::open_with_ddl(opts, DdlStyle::Onestep).await
+    }
+
+    /// [`Self::open`] whose `auto_create` emits `ddl_style`'s DDL: [`DdlStyle::Reference`]
+    /// creates the reference's tables, for tests and benchmarks of reference-created tables.
+    pub async fn open_with_ddl(
+        opts: StoreOptions,
+        ddl_style: DdlStyle,
+    ) -> Result<Self, ExecutionError> {
+        let tables = opts.validate()?;
         let parsed = parse_dsn(&opts.dsn)
-            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m, &[]))?;
+            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m.0, &[]))?;
         let secrets = parsed.secrets.clone();
-        let pool =
-            build_pool(&parsed, opts.pool_min, opts.pool_max).map_err(ExecutionError::invalid)?;
+        let pool = build_pool(&parsed, opts.pool_min, opts.pool_max)
+            .map_err(|e| ExecutionError::invalid(e.0))?;
         let ready = async {
             let mut conn = pool.get_conn().await?;
             let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
             let server = gate_server_version(&version.unwrap_or_default()).map_err(|m| {
-                OpError::Domain(backend_error("open", ConnectorKind::Misconfigured, &m, &[]))
+                OpError::Domain(backend_error(
+                    "open",
+                    ConnectorKind::Misconfigured,
+                    &m.0,
+                    &[],
+                ))
             })?;
             let report = ensure_schema(
                 &mut conn,
                 &tables,
                 opts.auto_create,
-                opts.ddl_style,
+                ddl_style,
                 crate::schema::IdColumn::for_server(&server),
             )
             .await?;
@@ -237,7 +179,7 @@ impl MySqlBackend {
                 features: report.features,
                 server,
                 secrets,
-                retry: RetryPolicy::default(),
+                retry: TransientBackoff::default(),
                 faults: Faults::default(),
                 report,
             }),
@@ -246,11 +188,19 @@ impl MySqlBackend {
 
     /// Creates the table pair if missing (the CLI's `onestep migrate`), then closes. Equivalent to
     /// opening with `auto_create = true`. Returns what was created.
-    pub async fn migrate(mut opts: MySqlOptions) -> Result<SchemaReport, ExecutionError> {
+    pub async fn migrate(opts: StoreOptions) -> Result<SchemaReport, ExecutionError> {
+        Self::migrate_with_ddl(opts, DdlStyle::Onestep).await
+    }
+
+    /// [`Self::migrate`] with `ddl_style`'s DDL (see [`Self::open_with_ddl`]).
+    pub async fn migrate_with_ddl(
+        mut opts: StoreOptions,
+        ddl_style: DdlStyle,
+    ) -> Result<SchemaReport, ExecutionError> {
         opts.auto_create = true;
         opts.pool_min = 0;
         opts.pool_max = 1;
-        let backend = MySqlBackend::open(opts).await?;
+        let backend = MySqlBackend::open_with_ddl(opts, ddl_style).await?;
         let report = backend.inner.report.clone();
         backend.close().await?;
         Ok(report)
@@ -367,17 +317,62 @@ impl MySqlBackend {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = OpResult<T>>,
     {
-        with_retry(self.inner.retry, attempt)
+        self.retry_raw(attempt)
             .await
             .map_err(|e| self.error(e, operation))
     }
 
+    /// Runs a whole-transaction `attempt` with bounded, jittered retries of the failures that
+    /// are safe to repeat (docs/semantics.md#error-classification: deadlock 1213, lock wait
+    /// 1205, connection lost before COMMIT). A failure during COMMIT is
+    /// [`OpError::CommitUnknown`] and never retried here: only the caller can resolve it.
     pub(crate) async fn retry_raw<T, F, Fut>(&self, attempt: F) -> OpResult<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = OpResult<T>>,
     {
-        with_retry(self.inner.retry, attempt).await
+        let transient = |e: &OpError| {
+            let retry = matches!(e, OpError::Db(db) if is_retryable_before_commit(db));
+            if retry {
+                tracing::debug!(error = ?e, "retrying a mysql transaction");
+            }
+            retry
+        };
+        self.inner
+            .retry
+            .run(attempt, transient, tokio::time::sleep)
+            .await
+    }
+
+    /// Runs `write` (one whole transaction) with the retry policy; after an ambiguous commit,
+    /// `landed` decides (`onestep_core::store::write_resolving_ambiguity`).
+    pub(crate) async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
+        &self,
+        what: &'static str,
+        write: W,
+        landed: R,
+    ) -> Result<T, ExecutionError>
+    where
+        W: Fn() -> WFut,
+        WFut: std::future::Future<Output = OpResult<T>>,
+        R: Fn() -> RFut,
+        RFut:
+            std::future::Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
+    {
+        let attempt = || async {
+            match self.retry_raw(&write).await {
+                Err(OpError::CommitUnknown(e)) => {
+                    tracing::warn!(error = %e, "{what} commit outcome unknown; re-reading");
+                    Attempt::Unknown
+                }
+                other => Attempt::Known(other.map_err(|e| self.error(e, "submit"))),
+            }
+        };
+        let exhausted = || {
+            let e = mysql_async::Error::Other("repeated ambiguous commits".into());
+            self.error(OpError::CommitUnknown(e), "submit")
+        };
+        write_resolving_ambiguity(attempt, landed, exhausted).await
     }
 
     pub(crate) fn error(&self, e: OpError, operation: &'static str) -> ExecutionError {

@@ -60,7 +60,7 @@ impl MySqlBackend {
         Ok(out)
     }
 
-    pub(crate) async fn cancel_requested_impl(
+    pub(crate) async fn poll_cancel_requested(
         &self,
         leases: &[LeaseRef],
     ) -> Result<Vec<Uuid>, ExecutionError> {

@@ -263,7 +263,7 @@ impl MySqlBackend {
         Ok(())
     }
 
-    pub(crate) async fn claim_impl(
+    pub(crate) async fn claim_batch(
         &self,
         req: &ClaimRequest,
     ) -> Result<Vec<ExecutionLease>, ExecutionError> {

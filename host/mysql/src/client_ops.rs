@@ -3,14 +3,18 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value as DbValue};
+use onestep_core::diagnostics::{AttemptRecord, LogTail};
+use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
+use onestep_core::store::Lookup;
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin, commit};
-use crate::errors::{OpError, OpResult, codes, server_code};
+use crate::errors::{OpResult, codes, server_code};
 use crate::rows::{
     EXECUTION_COLUMNS, EXECUTION_COLUMNS_E, bind_opt_time, bind_time, bind_uuid, decode_execution,
     placeholders, window_columns,
@@ -93,33 +97,6 @@ fn residual_search(search: &ListSearch) -> Option<(String, Vec<DbValue>)> {
 /// Most task names a key search without a task names in its `IN` list (more, and it filters
 /// the namespace's rows instead).
 const MAX_LISTED_TASKS: usize = 500;
-
-/// How a submission relates to what the table holds.
-enum Lookup {
-    /// The row with this submission's id exists (it was committed).
-    Inserted(Execution),
-    /// Another row holds the key with the same digest (idempotent replay).
-    Replay(Execution),
-    /// Another row holds the key with a different digest.
-    Conflict(Uuid),
-    /// Neither id nor key found.
-    Absent,
-}
-
-impl Lookup {
-    /// What the submission returns: the execution (new or replayed) or the conflict; `None`
-    /// when nothing was written.
-    fn outcome(self) -> Option<Result<Execution, ExecutionError>> {
-        match self {
-            Lookup::Inserted(x) | Lookup::Replay(x) => Some(Ok(x)),
-            Lookup::Conflict(existing_id) => Some(Err(ExecutionError::Conflict { existing_id })),
-            Lookup::Absent => None,
-        }
-    }
-}
-
-/// Rounds of [`MySqlBackend::write_resolving_ambiguity`] before it gives up.
-const AMBIGUOUS_ROUNDS: usize = 3;
 
 impl MySqlBackend {
     pub(crate) async fn select_by_id<Q: Queryable>(
@@ -226,64 +203,6 @@ impl MySqlBackend {
         Ok(inserted)
     }
 
-    /// Runs `write` (one whole transaction) with the retry policy. After an ambiguous commit,
-    /// `reread` decides: `Some` is the outcome (the write was committed, or meets a conflict),
-    /// `None` means nothing was committed and `write` runs again, at most
-    /// [`AMBIGUOUS_ROUNDS`] times in all.
-    async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
-        &self,
-        what: &'static str,
-        write: W,
-        reread: R,
-    ) -> Result<T, ExecutionError>
-    where
-        W: Fn() -> WFut,
-        WFut: std::future::Future<Output = OpResult<T>>,
-        R: Fn() -> RFut,
-        RFut:
-            std::future::Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
-    {
-        for _ in 0..AMBIGUOUS_ROUNDS {
-            match self.retry_raw(&write).await {
-                Err(OpError::CommitUnknown(e)) => {
-                    tracing::warn!(error = %e, "{what} commit outcome unknown; re-reading");
-                    if let Some(outcome) = reread().await? {
-                        return outcome;
-                    }
-                }
-                other => return other.map_err(|e| self.error(e, "submit")),
-            }
-        }
-        Err(self.error(
-            OpError::CommitUnknown(mysql_async::Error::Other(
-                "repeated ambiguous commits".into(),
-            )),
-            "submit",
-        ))
-    }
-
-    /// Submit (docs/semantics.md#submit-and-idempotency). An ambiguous commit is resolved by re-reading through the id and
-    /// the idempotency key; when neither is found, the submission is written again.
-    pub(crate) async fn submit_impl(
-        &self,
-        sub: PreparedSubmission,
-    ) -> Result<Execution, ExecutionError> {
-        self.write_resolving_ambiguity(
-            "submit",
-            || self.submit_once(&sub),
-            || async {
-                let found = self
-                    .run("submit", || async {
-                        let mut conn = self.conn().await?;
-                        self.lookup(&mut conn, &sub).await
-                    })
-                    .await?;
-                Ok(found.outcome())
-            },
-        )
-        .await
-    }
-
     async fn submit_many_once(
         &self,
         subs: &[PreparedSubmission],
@@ -354,151 +273,6 @@ impl MySqlBackend {
             out.push(self.lookup(q, s).await?.outcome());
         }
         Ok(out)
-    }
-
-    /// submit_many: one transaction; duplicates and replays resolved per item.
-    pub(crate) async fn submit_many_impl(
-        &self,
-        subs: Vec<PreparedSubmission>,
-    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
-        if subs.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.write_resolving_ambiguity(
-            "submit_many",
-            || self.submit_many_once(&subs),
-            || async {
-                let resolved = self
-                    .run("submit", || async {
-                        let mut conn = self.conn().await?;
-                        self.resolve_batch(&mut conn, &subs).await
-                    })
-                    .await?;
-                // The batch is all or nothing: one item missing means nothing was committed,
-                // and the batch is written again.
-                if resolved.iter().all(Option::is_some) {
-                    Ok(Some(Ok(resolved.into_iter().flatten().collect())))
-                } else {
-                    Ok(None)
-                }
-            },
-        )
-        .await
-    }
-
-    pub(crate) async fn get_impl(
-        &self,
-        namespace: &str,
-        id: Uuid,
-    ) -> Result<Option<Execution>, ExecutionError> {
-        self.run("get", || async {
-            let mut conn = self.conn().await?;
-            self.select_by_id(&mut conn, id, Some(namespace), false)
-                .await
-        })
-        .await
-    }
-
-    pub(crate) async fn exists_in_any_namespace_impl(
-        &self,
-        id: Uuid,
-    ) -> Result<bool, ExecutionError> {
-        self.run("get", || async {
-            let mut conn = self.conn().await?;
-            let sql = format!("SELECT 1 FROM `{}` WHERE id = ?", self.t());
-            let row: Option<Row> = conn.exec_first(sql, (bind_uuid(id),)).await?;
-            Ok(row.is_some())
-        })
-        .await
-    }
-
-    pub(crate) async fn list_impl(
-        &self,
-        namespace: &str,
-        filter: &ListFilter,
-    ) -> Result<ExecutionPage, ExecutionError> {
-        // A filter on task, status or both reads the index that holds it in list order
-        // (docs/schema.md#what-we-create): forced, because both servers otherwise prefer the
-        // list index for its order and walk it past every row the filter rejects — the whole
-        // history when the matches are few and old. A key search looks its key up instead.
-        let hint = if !self.inner.features.list_indexes || filter.search.idempotency_key.is_some() {
-            None
-        } else {
-            match (&filter.task_name, filter.status) {
-                (Some(_), Some(_)) => Some(crate::schema::ix_status(&self.inner.names)),
-                (None, Some(_)) => Some(crate::schema::ix_status_list(&self.inner.names)),
-                (Some(_), None) => Some(crate::schema::ix_task_list(&self.inner.names)),
-                (None, None) => None,
-            }
-        };
-        let hint = hint.map_or(String::new(), |ix| format!(" FORCE INDEX (`{ix}`)"));
-        // Everything an index range serves, in list order.
-        let mut range = String::from("namespace = ?");
-        let mut params: Vec<DbValue> = vec![namespace.into()];
-        if let Some(t) = &filter.task_name {
-            range.push_str(" AND task_name = ?");
-            params.push(t.as_str().into());
-        } else if filter.search.idempotency_key.is_some() {
-            // The key is unique per (namespace, task name): name the namespace's task names so
-            // the read is one `uq_<T>_idempotency` lookup per task, not a walk of the
-            // namespace's history (docs/schema.md#evidence).
-            match self.task_names(namespace).await? {
-                Some(tasks) if tasks.is_empty() => {
-                    return Ok(ExecutionPage::from_overfetched(vec![], 0));
-                }
-                Some(tasks) => {
-                    range.push_str(&format!(
-                        " AND task_name IN ({})",
-                        placeholders(tasks.len())
-                    ));
-                    params.extend(tasks.into_iter().map(DbValue::from));
-                }
-                None => {}
-            }
-        }
-        if let Some(s) = filter.status {
-            range.push_str(" AND status = ?");
-            params.push(s.as_str().into());
-        }
-        push_indexed_search(&mut range, &mut params, &filter.search);
-        if let Some(c) = &filter.after {
-            range.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
-            params.push(bind_time(c.created_at));
-            params.push(bind_time(c.created_at));
-            params.push(bind_uuid(c.id));
-        }
-        let limit = filter.limit as usize;
-        let residual = residual_search(&filter.search);
-        if let (Some(window), Some((cond, cond_params))) = (filter.window_rows(), &residual) {
-            return self
-                .list_window(&hint, &range, params, cond, cond_params, window, limit)
-                .await;
-        }
-        let mut sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}`{hint} WHERE {range}",
-            self.t()
-        );
-        if let Some((cond, cond_params)) = residual {
-            sql.push_str(&format!(" AND {cond}"));
-            params.extend(cond_params);
-        }
-        sql.push_str(&format!(
-            " ORDER BY created_at DESC, id DESC LIMIT {}",
-            limit + 1
-        ));
-        let rows: Vec<Row> = self
-            .run("list", || async {
-                let mut conn = self.conn().await?;
-                Ok(conn
-                    .exec(sql.as_str(), Params::Positional(params.clone()))
-                    .await?)
-            })
-            .await?;
-        let items = rows
-            .into_iter()
-            .map(decode_execution)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(ExecutionPage::from_overfetched(items, limit))
     }
 
     /// A windowed search page (docs/semantics.md#search-window), one statement: the newest
@@ -632,8 +406,158 @@ impl MySqlBackend {
         commit(self, tx).await?;
         Ok(updated)
     }
+}
 
-    pub(crate) async fn cancel_impl(
+#[async_trait]
+impl ExecutionStore for MySqlBackend {
+    /// Submit (docs/semantics.md#submit-and-idempotency). An ambiguous commit is resolved by re-reading through the id and
+    /// the idempotency key; when neither is found, the submission is written again.
+    async fn submit(&self, sub: PreparedSubmission) -> Result<Execution, ExecutionError> {
+        self.write_resolving_ambiguity(
+            "submit",
+            || self.submit_once(&sub),
+            || async {
+                let found = self
+                    .run("submit", || async {
+                        let mut conn = self.conn().await?;
+                        self.lookup(&mut conn, &sub).await
+                    })
+                    .await?;
+                Ok(found.outcome())
+            },
+        )
+        .await
+    }
+
+    /// submit_many: one transaction; duplicates and replays resolved per item.
+    async fn submit_many(
+        &self,
+        subs: Vec<PreparedSubmission>,
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        if subs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write_resolving_ambiguity(
+            "submit_many",
+            || self.submit_many_once(&subs),
+            || async {
+                let resolved = self
+                    .run("submit", || async {
+                        let mut conn = self.conn().await?;
+                        self.resolve_batch(&mut conn, &subs).await
+                    })
+                    .await?;
+                // The batch is all or nothing: one item missing means nothing was committed,
+                // and the batch is written again.
+                if resolved.iter().all(Option::is_some) {
+                    Ok(Some(Ok(resolved.into_iter().flatten().collect())))
+                } else {
+                    Ok(None)
+                }
+            },
+        )
+        .await
+    }
+
+    async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
+        self.run("get", || async {
+            let mut conn = self.conn().await?;
+            self.select_by_id(&mut conn, id, Some(namespace), false)
+                .await
+        })
+        .await
+    }
+
+    async fn list(
+        &self,
+        namespace: &str,
+        filter: &ListFilter,
+    ) -> Result<ExecutionPage, ExecutionError> {
+        // A filter on task, status or both reads the index that holds it in list order
+        // (docs/schema.md#what-we-create): forced, because both servers otherwise prefer the
+        // list index for its order and walk it past every row the filter rejects — the whole
+        // history when the matches are few and old. A key search looks its key up instead.
+        let hint = if !self.inner.features.list_indexes || filter.search.idempotency_key.is_some() {
+            None
+        } else {
+            match (&filter.task_name, filter.status) {
+                (Some(_), Some(_)) => Some(crate::schema::ix_status(&self.inner.names)),
+                (None, Some(_)) => Some(crate::schema::ix_status_list(&self.inner.names)),
+                (Some(_), None) => Some(crate::schema::ix_task_list(&self.inner.names)),
+                (None, None) => None,
+            }
+        };
+        let hint = hint.map_or(String::new(), |ix| format!(" FORCE INDEX (`{ix}`)"));
+        // Everything an index range serves, in list order.
+        let mut range = String::from("namespace = ?");
+        let mut params: Vec<DbValue> = vec![namespace.into()];
+        if let Some(t) = &filter.task_name {
+            range.push_str(" AND task_name = ?");
+            params.push(t.as_str().into());
+        } else if filter.search.idempotency_key.is_some() {
+            // The key is unique per (namespace, task name): name the namespace's task names so
+            // the read is one `uq_<T>_idempotency` lookup per task, not a walk of the
+            // namespace's history (docs/schema.md#evidence).
+            match self.task_names(namespace).await? {
+                Some(tasks) if tasks.is_empty() => {
+                    return Ok(ExecutionPage::from_overfetched(vec![], 0));
+                }
+                Some(tasks) => {
+                    range.push_str(&format!(
+                        " AND task_name IN ({})",
+                        placeholders(tasks.len())
+                    ));
+                    params.extend(tasks.into_iter().map(DbValue::from));
+                }
+                None => {}
+            }
+        }
+        if let Some(s) = filter.status {
+            range.push_str(" AND status = ?");
+            params.push(s.as_str().into());
+        }
+        push_indexed_search(&mut range, &mut params, &filter.search);
+        if let Some(c) = &filter.after {
+            range.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+            params.push(bind_time(c.created_at));
+            params.push(bind_time(c.created_at));
+            params.push(bind_uuid(c.id));
+        }
+        let limit = filter.limit as usize;
+        let residual = residual_search(&filter.search);
+        if let (Some(window), Some((cond, cond_params))) = (filter.window_rows(), &residual) {
+            return self
+                .list_window(&hint, &range, params, cond, cond_params, window, limit)
+                .await;
+        }
+        let mut sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM `{}`{hint} WHERE {range}",
+            self.t()
+        );
+        if let Some((cond, cond_params)) = residual {
+            sql.push_str(&format!(" AND {cond}"));
+            params.extend(cond_params);
+        }
+        sql.push_str(&format!(
+            " ORDER BY created_at DESC, id DESC LIMIT {}",
+            limit + 1
+        ));
+        let rows: Vec<Row> = self
+            .run("list", || async {
+                let mut conn = self.conn().await?;
+                Ok(conn
+                    .exec(sql.as_str(), Params::Positional(params.clone()))
+                    .await?)
+            })
+            .await?;
+        let items = rows
+            .into_iter()
+            .map(decode_execution)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ExecutionPage::from_overfetched(items, limit))
+    }
+
+    async fn cancel(
         &self,
         namespace: &str,
         id: Uuid,
@@ -643,5 +567,22 @@ impl MySqlBackend {
             self.cancel_once(namespace, id, reason.as_deref())
         })
         .await
+    }
+
+    async fn attempts(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
+        self.read_attempts(namespace, id).await
+    }
+
+    async fn attempt_log(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
+        self.read_attempt_log(namespace, id, attempt_no).await
     }
 }

@@ -295,7 +295,7 @@ impl MySqlBackend {
         Ok(tx.affected_rows() == n as u64)
     }
 
-    pub(crate) async fn complete_many_impl(
+    pub(crate) async fn complete_batch(
         &self,
         items: &[(LeaseRef, Completion)],
     ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {

@@ -12,15 +12,16 @@ use std::collections::HashMap;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue, from_value_opt};
+use onestep_core::ExecutionError;
 use onestep_core::diagnostics::{
-    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogLine, LogTail,
-    PurgeReport, PurgeRequest, RunFacts,
+    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogLine, LogTail, RunFacts,
 };
 use onestep_core::execution::LeaseRef;
-use onestep_core::{ExecutionError, ExecutionStatus};
+use onestep_core::ports::ExecutionStore;
+use onestep_core::store::DecodeError;
 use uuid::Uuid;
 
-use crate::backend::{MySqlBackend, begin, commit};
+use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
 use crate::rows::{bind_opt_time, bind_time, bind_uuid, error_column, parse_uuid, placeholders};
 
@@ -191,7 +192,7 @@ impl MySqlBackend {
         Ok(())
     }
 
-    pub(crate) async fn record_live_impl(
+    pub(crate) async fn write_live(
         &self,
         items: &[(LeaseRef, LiveDiagnostics)],
     ) -> Result<bool, ExecutionError> {
@@ -223,12 +224,12 @@ impl MySqlBackend {
         Ok(true)
     }
 
-    pub(crate) async fn attempts_impl(
+    pub(crate) async fn read_attempts(
         &self,
         namespace: &str,
         id: Uuid,
     ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
-        if self.get_impl(namespace, id).await?.is_none() {
+        if ExecutionStore::get(self, namespace, id).await?.is_none() {
             return Ok(None);
         }
         let table = self.d();
@@ -267,25 +268,25 @@ impl MySqlBackend {
         let (rows, diags) = r;
         let mut by_attempt: HashMap<Uuid, AttemptDiagnostics> = HashMap::new();
         for row in diags {
-            let (attempt, d) = decode_diag(row).map_err(ExecutionError::Undecodable)?;
+            let (attempt, d) = decode_diag(row).map_err(ExecutionError::from)?;
             by_attempt.insert(attempt, d);
         }
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
-            let mut rec = decode_attempt(row).map_err(ExecutionError::Undecodable)?;
+            let mut rec = decode_attempt(row).map_err(ExecutionError::from)?;
             rec.diagnostics = by_attempt.remove(&rec.id);
             out.push(rec);
         }
         Ok(Some(out))
     }
 
-    pub(crate) async fn attempt_log_impl(
+    pub(crate) async fn read_attempt_log(
         &self,
         namespace: &str,
         id: Uuid,
         attempt_no: u32,
     ) -> Result<Option<Option<LogTail>>, ExecutionError> {
-        if self.get_impl(namespace, id).await?.is_none() {
+        if ExecutionStore::get(self, namespace, id).await?.is_none() {
             return Ok(None);
         }
         let table = self.d();
@@ -333,220 +334,27 @@ impl MySqlBackend {
             }
         })
     }
-
-    pub(crate) async fn purge_impl(
-        &self,
-        request: &PurgeRequest,
-    ) -> Result<PurgeReport, ExecutionError> {
-        let groups = request.status_passes(self.inner.features.list_indexes)?;
-        let namespaces = match &request.namespace {
-            Some(ns) => vec![ns.clone()],
-            None => {
-                self.run("purge", || async {
-                    let mut conn = self.conn().await?;
-                    let ns: Vec<String> = conn
-                        .query(format!("SELECT DISTINCT namespace FROM `{}`", self.t()))
-                        .await?;
-                    Ok(ns)
-                })
-                .await?
-            }
-        };
-        // Named statuses are purged one at a time, each through its range of the status-list
-        // index (docs/schema.md#evidence); `groups` came first, so a bad request fails before
-        // any read.
-        let mut report = PurgeReport::default();
-        for ns in namespaces {
-            for group in &groups {
-                self.purge_namespace(&ns, group, request, &mut report)
-                    .await?;
-            }
-        }
-        Ok(report)
-    }
-
-    /// Walks `namespace`'s executions created before the cutoff (a finished one was created
-    /// before it finished) through the list index, newest first from the cutoff down, in keyset
-    /// order, one bounded batch per transaction. Newest first is the list index's own order
-    /// (`namespace, created_at DESC, id DESC`): both servers read it as a forward range that
-    /// stops at the LIMIT, whereas MySQL 9 reads an oldest-first walk as a backward scan of the
-    /// whole index, namespaces sorting after this one first (docs/schema.md#evidence). An
-    /// interrupted purge leaves the oldest rows; the next run removes them.
-    async fn purge_namespace(
-        &self,
-        namespace: &str,
-        statuses: &[ExecutionStatus],
-        request: &PurgeRequest,
-        report: &mut PurgeReport,
-    ) -> Result<(), ExecutionError> {
-        let cutoff = request.finished_before;
-        let status_sql = placeholders(statuses.len());
-        // One named status: its range of the status-list index, forced (both servers prefer
-        // the list index for its order and walk it past every other status).
-        let hint = if statuses.len() == 1 && self.inner.features.list_indexes {
-            format!(
-                " FORCE INDEX (`{}`)",
-                crate::schema::ix_status_list(&self.inner.names)
-            )
-        } else {
-            String::new()
-        };
-        let hint = hint.as_str();
-        let mut after: Option<(NaiveDateTime, String)> = None;
-        loop {
-            let step = self
-                .run("purge", || {
-                    let after = after.clone();
-                    let status_sql = status_sql.as_str();
-                    async move {
-                        let mut conn = self.conn().await?;
-                        let mut tx = begin(&mut conn).await?;
-                        let mut params: Vec<DbValue> =
-                            vec![DbValue::from(namespace), bind_time(cutoff)];
-                        let keyset = match &after {
-                            Some((c, id)) => {
-                                params.extend([
-                                    DbValue::from(*c),
-                                    DbValue::from(*c),
-                                    DbValue::from(id.as_str()),
-                                ]);
-                                " AND (created_at < ? OR (created_at = ? AND id < ?))"
-                            }
-                            None => "",
-                        };
-                        params.extend(statuses.iter().map(|s| DbValue::from(s.as_str())));
-                        params.push(bind_time(cutoff));
-                        params.push(DbValue::from(request.batch_size));
-                        let lock = if request.dry_run {
-                            ""
-                        } else {
-                            " FOR UPDATE SKIP LOCKED"
-                        };
-                        let rows: Vec<(String, NaiveDateTime)> = tx
-                            .exec(
-                                format!(
-                                    "SELECT id, created_at FROM `{}`{hint} \
-                                     WHERE namespace = ? AND created_at < ?{keyset} \
-                                     AND status IN ({status_sql}) AND finished_at < ? \
-                                     ORDER BY created_at DESC, id DESC LIMIT ?{lock}",
-                                    self.t()
-                                ),
-                                Params::Positional(params),
-                            )
-                            .await?;
-                        let last = rows.last().map(|(id, c)| (*c, id.clone()));
-                        // Bound as 32-hex like every other write: the text read back is
-                        // hyphenated from MariaDB's native `uuid` columns, and the diagnostics
-                        // table's `CHAR(32)` ids would not match that form.
-                        let ids: Vec<DbValue> = rows
-                            .iter()
-                            .map(|(id, _)| {
-                                parse_uuid(&DbValue::from(id.as_str()))
-                                    .map(bind_uuid)
-                                    .map_err(|e| {
-                                        OpError::Domain(ExecutionError::Undecodable(format!(
-                                            "purge: undecodable execution id {id:?}: {e}"
-                                        )))
-                                    })
-                            })
-                            .collect::<Result<_, _>>()?;
-                        let mut removed = PurgeReport::default();
-                        if ids.is_empty() {
-                            tx.rollback().await?;
-                            return Ok((last, removed));
-                        }
-                        let list = placeholders(ids.len());
-                        if request.dry_run {
-                            removed.executions = ids.len() as u64;
-                            let n: Option<u64> = tx
-                                .exec_first(
-                                    format!(
-                                        "SELECT COUNT(*) FROM `{}` WHERE execution_id IN ({list})",
-                                        self.a()
-                                    ),
-                                    Params::Positional(ids.clone()),
-                                )
-                                .await?;
-                            removed.attempts = n.unwrap_or(0);
-                            if let Some(d) = self.d() {
-                                let n: Option<u64> = tx
-                                    .exec_first(
-                                        format!(
-                                            "SELECT COUNT(*) FROM `{d}` WHERE execution_id IN ({list})"
-                                        ),
-                                        Params::Positional(ids.clone()),
-                                    )
-                                    .await?;
-                                removed.diagnostics = n.unwrap_or(0);
-                            }
-                            tx.rollback().await?;
-                            return Ok((last, removed));
-                        }
-                        if let Some(d) = self.d() {
-                            tx.exec_drop(
-                                format!("DELETE FROM `{d}` WHERE execution_id IN ({list})"),
-                                Params::Positional(ids.clone()),
-                            )
-                            .await?;
-                            removed.diagnostics = tx.affected_rows();
-                        }
-                        if let Some(tr) = self.tr_existing() {
-                            tx.exec_drop(
-                                format!("DELETE FROM `{tr}` WHERE execution_id IN ({list})"),
-                                Params::Positional(ids.clone()),
-                            )
-                            .await?;
-                        }
-                        tx.exec_drop(
-                            format!(
-                                "DELETE FROM `{}` WHERE execution_id IN ({list})",
-                                self.a()
-                            ),
-                            Params::Positional(ids.clone()),
-                        )
-                        .await?;
-                        removed.attempts = tx.affected_rows();
-                        tx.exec_drop(
-                            format!("DELETE FROM `{}` WHERE id IN ({list})", self.t()),
-                            Params::Positional(ids),
-                        )
-                        .await?;
-                        removed.executions = tx.affected_rows();
-                        commit(self, tx).await?;
-                        Ok((last, removed))
-                    }
-                })
-                .await?;
-            let (last, removed) = step;
-            if last.is_none() {
-                return Ok(());
-            }
-            report.add_batch(&removed);
-            after = last;
-        }
-    }
 }
 
 fn col<T: mysql_async::prelude::FromValue>(
     row: &mut Row,
     i: usize,
     name: &str,
-) -> Result<T, String> {
+) -> Result<T, DecodeError> {
     let v = row
         .take::<DbValue, _>(i)
         .ok_or_else(|| format!("{name}: missing column"))?;
-    from_value_opt::<T>(v).map_err(|e| format!("{name}: {e}"))
+    from_value_opt::<T>(v).map_err(|e| DecodeError(format!("{name}: {e}")))
 }
 
 fn opt_time(v: Option<NaiveDateTime>) -> Option<DateTime<Utc>> {
     v.map(|n| n.and_utc())
 }
 
-fn decode_attempt(mut row: Row) -> Result<AttemptRecord, String> {
+fn decode_attempt(mut row: Row) -> Result<AttemptRecord, DecodeError> {
     let id = row
         .as_ref(0)
-        .ok_or("id: missing column")
-        .map_err(str::to_owned)
+        .ok_or(DecodeError::from("id: missing column"))
         .and_then(parse_uuid)?;
     let error = error_column(row.take::<DbValue, _>(4).unwrap_or(DbValue::NULL), "error")?;
     Ok(AttemptRecord {
@@ -562,11 +370,11 @@ fn decode_attempt(mut row: Row) -> Result<AttemptRecord, String> {
     })
 }
 
-fn decode_diag(mut row: Row) -> Result<(Uuid, AttemptDiagnostics), String> {
+fn decode_diag(mut row: Row) -> Result<(Uuid, AttemptDiagnostics), DecodeError> {
     let attempt = row
         .as_ref(0)
         .ok_or("attempt_id: missing column")
-        .map_err(str::to_owned)
+        .map_err(DecodeError::from)
         .and_then(parse_uuid)?;
     let message = col::<Option<String>>(&mut row, 1, "message")?;
     let done = col::<Option<u64>>(&mut row, 2, "progress_done")?;

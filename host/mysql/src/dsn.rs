@@ -1,15 +1,14 @@
 //! DSN parsing (docs/semantics.md#sessions): SQLAlchemy-style URLs (`mysql://`, `mysql+pymysql://`,
-//! `mysql+asyncmy://`, any `mysql+<driver>://`) mapped to `mysql_async` options, and redaction of
-//! secrets in every message that could carry them.
+//! `mysql+asyncmy://`, any `mysql+<driver>://`) mapped to `mysql_async` options; the secrets
+//! they carry are redacted by `onestep_core::store::redact`.
 
 use mysql_async::Opts;
+pub use onestep_core::store::redact::{MAX_MESSAGE_CHARS, redact};
+use onestep_core::store::{SetupError, secrets_of};
 
 /// Query parameters SQLAlchemy URLs commonly carry that mean nothing to `mysql_async` (the
 /// connection is always utf8mb4); they are dropped instead of failing the parse.
 const IGNORED_PARAMS: &[&str] = &["charset", "use_unicode", "binary_prefix"];
-
-/// Maximum length of a redacted message (docs/semantics.md#sessions: cut to 500 characters).
-pub const MAX_MESSAGE_CHARS: usize = 500;
 
 /// A parsed DSN plus the secrets that must never appear in messages.
 #[derive(Clone)]
@@ -38,7 +37,7 @@ impl ParsedDsn {
 }
 
 /// Parses `dsn`. Errors are messages that never contain the password.
-pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, String> {
+pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, SetupError> {
     let dsn = dsn.trim();
     if dsn.is_empty() {
         return Err("dsn must be a non-empty string".into());
@@ -52,7 +51,8 @@ pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, String> {
         return Err(redact(
             &format!("unsupported dsn scheme '{scheme}' (expected mysql:// or mysql+<driver>://)"),
             &secrets,
-        ));
+        )
+        .into());
     }
     let (base, query) = match rest.split_once('?') {
         Some((b, q)) => (b, Some(q)),
@@ -79,67 +79,6 @@ pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, String> {
     Ok(ParsedDsn { opts, secrets })
 }
 
-/// The secrets contained in a DSN: the raw and percent-decoded password, `user:password`, and the
-/// DSN itself.
-fn secrets_of(dsn: &str) -> Vec<String> {
-    let mut out = vec![dsn.to_owned()];
-    if let Some((_, rest)) = dsn.split_once("://")
-        && let Some((userinfo, _)) = rest.rsplit_once('@')
-    {
-        out.push(userinfo.to_owned());
-        if let Some((_, pass)) = userinfo.split_once(':')
-            && !pass.is_empty()
-        {
-            out.push(pass.to_owned());
-            let decoded = percent_decode(pass);
-            if decoded != pass {
-                out.push(decoded);
-            }
-        }
-    }
-    // Longest first so that `user:password` is replaced before `password`.
-    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    out.retain(|s| !s.is_empty());
-    out
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(h), Some(l)) = (hex_val(bytes[i + 1]), hex_val(bytes[i + 2]))
-        {
-            out.push(h * 16 + l);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex_val(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
-}
-
-/// Replaces every secret with `<redacted>` and cuts the message to [`MAX_MESSAGE_CHARS`].
-pub fn redact(message: &str, secrets: &[String]) -> String {
-    let mut m = message.to_owned();
-    for s in secrets {
-        if !s.is_empty() {
-            m = m.replace(s.as_str(), "<redacted>");
-        }
-    }
-    if m.chars().count() > MAX_MESSAGE_CHARS {
-        m = m.chars().take(MAX_MESSAGE_CHARS).collect();
-    }
-    m
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,12 +101,9 @@ mod tests {
 
     #[test]
     fn errors_never_carry_the_password() {
-        let e = parse_dsn("mysql://user:s3cr%21t@host/db?bogus=s3cr%21t").unwrap_err();
+        let e = parse_dsn("mysql://user:s3cr%21t@host/db?bogus=s3cr%21t")
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("s3cr"), "{e}");
-        let secrets = secrets_of("mysql://user:hunter2@h/db");
-        assert_eq!(
-            redact("Access denied for user:hunter2 hunter2", &secrets),
-            "Access denied for <redacted> <redacted>"
-        );
     }
 }

@@ -8,15 +8,20 @@
 //! A fence that matches no row is [`ExecutionError::StaleLease`]; a transition writes both rows
 //! or, after a rollback, neither.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value as DbValue};
+use onestep_core::diagnostics::LiveDiagnostics;
 use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
 use onestep_core::plan::CompletionPlan;
+use onestep_core::ports::LeaseStore;
+use onestep_core::request::ClaimRequest;
 use onestep_core::request::validate_lease_duration;
 use onestep_core::status::attempt_status_for;
 use onestep_core::time::add_seconds;
-use onestep_core::{Execution, ExecutionError, ExecutionStatus, StaleReason};
+use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
+use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult};
@@ -179,16 +184,6 @@ impl MySqlBackend {
         self.finish(tx, outcome).await
     }
 
-    pub(crate) async fn heartbeat_impl(
-        &self,
-        lease: &LeaseRef,
-        lease_duration_s: f64,
-    ) -> Result<HeartbeatResult, ExecutionError> {
-        validate_lease_duration(lease_duration_s)?;
-        self.run("heartbeat", || self.heartbeat_once(lease, lease_duration_s))
-            .await
-    }
-
     /// docs/semantics.md#completion steps 1–8 inside `tx`. Domain failures (stale lease, encoding) leave `tx`
     /// unchanged only if the caller rolls back (whole transaction or savepoint).
     pub(crate) async fn complete_in_tx(
@@ -286,16 +281,6 @@ impl MySqlBackend {
         self.finish(tx, outcome).await
     }
 
-    pub(crate) async fn complete_impl(
-        &self,
-        lease: &LeaseRef,
-        completion: &Completion,
-    ) -> Result<Execution, ExecutionError> {
-        completion.validate()?;
-        self.run("ack", || self.complete_once(lease, completion))
-            .await
-    }
-
     async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
         let now = self.now();
         let mut conn = self.conn().await?;
@@ -346,8 +331,61 @@ impl MySqlBackend {
             .await?
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))
     }
+}
 
-    pub(crate) async fn release_impl(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
+#[async_trait]
+impl LeaseStore for MySqlBackend {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ExecutionLease>, ExecutionError> {
+        self.claim_batch(request).await
+    }
+
+    async fn heartbeat_many(
+        &self,
+        leases: &[LeaseRef],
+        lease_duration_s: f64,
+    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
+        self.heartbeat_leases(leases, lease_duration_s).await
+    }
+
+    async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError> {
+        self.poll_cancel_requested(leases).await
+    }
+
+    async fn complete_many(
+        &self,
+        items: &[(LeaseRef, Completion)],
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        self.complete_batch(items).await
+    }
+
+    async fn record_live(
+        &self,
+        items: &[(LeaseRef, LiveDiagnostics)],
+    ) -> Result<bool, ExecutionError> {
+        self.write_live(items).await
+    }
+
+    async fn heartbeat(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> Result<HeartbeatResult, ExecutionError> {
+        validate_lease_duration(lease_duration_s)?;
+        self.run("heartbeat", || self.heartbeat_once(lease, lease_duration_s))
+            .await
+    }
+
+    async fn complete(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> Result<Execution, ExecutionError> {
+        completion.validate()?;
+        self.run("ack", || self.complete_once(lease, completion))
+            .await
+    }
+
+    async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
         self.run("release", || self.release_once(lease)).await
     }
 }

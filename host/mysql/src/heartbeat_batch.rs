@@ -291,7 +291,7 @@ impl MySqlBackend {
         Ok(answers)
     }
 
-    pub(crate) async fn heartbeat_many_impl(
+    pub(crate) async fn heartbeat_leases(
         &self,
         leases: &[LeaseRef],
         lease_duration_s: f64,

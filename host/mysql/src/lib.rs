@@ -2,13 +2,13 @@
 //!
 //! It owns every SQL statement of the product: the table DDL and schema readiness
 //! ([`schema`], docs/schema.md), session pinning and the server gate ([`session`], docs/semantics.md#opening-a-backend, docs/semantics.md#sessions), DSN
-//! handling and secret redaction ([`dsn`]), error classification ([`errors`], docs/semantics.md#error-classification), the client
+//! handling ([`dsn`]; the redaction itself is `onestep_core::store::redact`), error classification ([`errors`], docs/semantics.md#error-classification), the client
 //! operations (submit, submit_many, get, list, cancel; docs/semantics.md#client-operations) and the worker operations (claim with
 //! bounded maintenance, heartbeat (one lease or a set), the cancel poll, complete, complete_many, release; docs/semantics.md#worker-operations), the readiness probe
 //! and the benchmark figures ([`probes`]), the benchmarks' seeded history ([`history`]) and throw-away databases
-//! ([`scratch`]). One type, [`MySqlBackend`], implements [`onestep_core::ports::ExecutionStore`],
-//! [`onestep_core::ports::LeaseStore`], [`onestep_core::ports::Readiness`] and
-//! [`onestep_core::ports::StoreStats`]; its connection pool stays inside this crate.
+//! ([`scratch`]). One type, [`MySqlBackend`], implements every port of
+//! [`onestep_core::ports`] in the operation modules and the [`onestep_core::Backend`] handle
+//! (`handle.rs`); its connection pool stays inside this crate.
 //!
 //! Invariants:
 //! * "now" is the injected clock, read once per transaction; the database clock is never used.
@@ -21,7 +21,7 @@
 //! * Maintenance and claim queries touch only candidate rows (index ranges that exclude finished
 //!   history on tables this crate creates); see `docs/schema.md`.
 //! * Deadlocks, lock wait timeouts and connection losses before COMMIT are retried with bounded
-//!   backoff ([`retry`]); an ambiguous submit commit is resolved by re-reading through the id and
+//!   backoff (`onestep_core::store::TransientBackoff`); an ambiguous submit commit is resolved by re-reading through the id and
 //!   the idempotency key.
 //! * Error messages never carry the DSN or the password.
 
@@ -39,15 +39,17 @@ pub mod history;
 mod insights;
 mod maintenance;
 pub mod probes;
-pub mod retry;
+
+mod handle;
+mod purge;
 pub mod rows;
 pub mod schema;
 pub mod scratch;
 pub mod session;
-mod store_impl;
 pub mod upgrade;
 
-pub use backend::{MySqlBackend, MySqlOptions};
+pub use backend::MySqlBackend;
+pub use onestep_core::store::StoreOptions;
 pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};
 pub use scratch::ScratchDatabase;
 pub use session::{Flavor, ServerInfo, SessionState};

@@ -107,14 +107,14 @@ impl MySqlBackend {
         for mut r in rows {
             let step: i64 = r.take(0).unwrap_or_default();
             let id = parse_uuid(&r.take::<DbValue, _>(1).unwrap_or(DbValue::NULL))
-                .map_err(onestep_core::ExecutionError::Undecodable)?;
+                .map_err(onestep_core::ExecutionError::from)?;
             let version: i64 = r.take(3).unwrap_or_default();
             if step == 1 {
                 expire.push((id, version));
                 continue;
             }
             let token = parse_uuid(&r.take::<DbValue, _>(2).unwrap_or(DbValue::NULL))
-                .map_err(onestep_core::ExecutionError::Undecodable)?;
+                .map_err(onestep_core::ExecutionError::from)?;
             if step == 2 {
                 dead_cancel.push((id, token, version));
             } else {

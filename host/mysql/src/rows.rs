@@ -9,6 +9,7 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::{Row, Value as DbValue, from_value_opt};
 use onestep_core::codec::decode_value;
+use onestep_core::store::DecodeError;
 use onestep_core::{ErrorObject, Execution, ExecutionError, ExecutionStatus};
 use serde_json::Value;
 use uuid::Uuid;
@@ -57,9 +58,11 @@ pub fn window_columns(
             .cloned()
             .unwrap_or(DbValue::NULL)
     };
-    let read = || -> Result<(bool, i64, onestep_core::cursor::Cursor), String> {
-        let matched: i64 = from_value_opt(col(0)).map_err(|e| format!("w_match: {e}"))?;
-        let examined: i64 = from_value_opt(col(1)).map_err(|e| format!("w_rows: {e}"))?;
+    let read = || -> Result<(bool, i64, onestep_core::cursor::Cursor), DecodeError> {
+        let matched: i64 =
+            from_value_opt(col(0)).map_err(|e| DecodeError(format!("w_match: {e}")))?;
+        let examined: i64 =
+            from_value_opt(col(1)).map_err(|e| DecodeError(format!("w_rows: {e}")))?;
         let created_at = instant(col(2), "w_created")?;
         let id = parse_uuid(&col(3))?;
         Ok((
@@ -74,28 +77,30 @@ pub fn window_columns(
 }
 
 /// Parses a UUID column value (plain hex, hyphenated, or 16 raw bytes).
-pub fn parse_uuid(v: &DbValue) -> Result<Uuid, String> {
+pub fn parse_uuid(v: &DbValue) -> Result<Uuid, DecodeError> {
     match v {
-        DbValue::Bytes(b) if b.len() == 16 => Uuid::from_slice(b).map_err(|e| e.to_string()),
-        DbValue::Bytes(b) => {
-            let s = std::str::from_utf8(b).map_err(|e| e.to_string())?;
-            Uuid::parse_str(s.trim()).map_err(|e| format!("invalid uuid '{s}': {e}"))
+        DbValue::Bytes(b) if b.len() == 16 => {
+            Uuid::from_slice(b).map_err(|e| DecodeError(e.to_string()))
         }
-        other => Err(format!("unexpected uuid value {other:?}")),
+        DbValue::Bytes(b) => {
+            let s = std::str::from_utf8(b).map_err(|e| DecodeError(e.to_string()))?;
+            Uuid::parse_str(s.trim()).map_err(|e| DecodeError(format!("invalid uuid '{s}': {e}")))
+        }
+        other => Err(DecodeError(format!("unexpected uuid value {other:?}"))),
     }
 }
 
-fn text(v: DbValue, col: &str) -> Result<String, String> {
-    from_value_opt::<String>(v).map_err(|e| format!("{col}: {e}"))
+fn text(v: DbValue, col: &str) -> Result<String, DecodeError> {
+    from_value_opt::<String>(v).map_err(|e| DecodeError(format!("{col}: {e}")))
 }
 
-fn instant(v: DbValue, col: &str) -> Result<DateTime<Utc>, String> {
+fn instant(v: DbValue, col: &str) -> Result<DateTime<Utc>, DecodeError> {
     from_value_opt::<NaiveDateTime>(v)
         .map(|n| n.and_utc())
-        .map_err(|e| format!("{col}: {e}"))
+        .map_err(|e| DecodeError(format!("{col}: {e}")))
 }
 
-fn opt_instant(v: DbValue, col: &str) -> Result<Option<DateTime<Utc>>, String> {
+fn opt_instant(v: DbValue, col: &str) -> Result<Option<DateTime<Utc>>, DecodeError> {
     match v {
         DbValue::NULL => Ok(None),
         v => instant(v, col).map(Some),
@@ -103,23 +108,23 @@ fn opt_instant(v: DbValue, col: &str) -> Result<Option<DateTime<Utc>>, String> {
 }
 
 /// Parses a JSON column; `None` for SQL NULL.
-pub fn json_column(v: DbValue, col: &str) -> Result<Option<Value>, String> {
+pub fn json_column(v: DbValue, col: &str) -> Result<Option<Value>, DecodeError> {
     match v {
         DbValue::NULL => Ok(None),
         DbValue::Bytes(b) => serde_json::from_slice(&b)
             .map(Some)
-            .map_err(|e| format!("{col} is not valid JSON: {e}")),
-        other => Err(format!("{col}: unexpected value {other:?}")),
+            .map_err(|e| DecodeError(format!("{col} is not valid JSON: {e}"))),
+        other => Err(DecodeError(format!("{col}: unexpected value {other:?}"))),
     }
 }
 
 /// Parses a nullable error-object column (SQL NULL and JSON `null` are both absent).
-pub fn error_column(v: DbValue, col: &str) -> Result<Option<ErrorObject>, String> {
+pub fn error_column(v: DbValue, col: &str) -> Result<Option<ErrorObject>, DecodeError> {
     match json_column(v, col)? {
         None | Some(Value::Null) => Ok(None),
         Some(v) => serde_json::from_value(v)
             .map(Some)
-            .map_err(|e| format!("{col} is not an error object: {e}")),
+            .map_err(|e| DecodeError(format!("{col} is not an error object: {e}"))),
     }
 }
 
@@ -150,7 +155,7 @@ pub fn decode_execution(row: Row) -> Result<Execution, ExecutionError> {
     })
 }
 
-fn decode_values(values: Vec<DbValue>) -> Result<Execution, String> {
+fn decode_values(values: Vec<DbValue>) -> Result<Execution, DecodeError> {
     let mut it = values.into_iter();
     let mut next = || it.next().unwrap_or(DbValue::NULL);
     let id = parse_uuid(&next())?;
@@ -159,29 +164,30 @@ fn decode_values(values: Vec<DbValue>) -> Result<Execution, String> {
     let status_text = text(next(), "status")?;
     let status: ExecutionStatus = status_text
         .parse()
-        .map_err(|_| format!("unknown status '{status_text}'"))?;
+        .map_err(|_| DecodeError(format!("unknown status '{status_text}'")))?;
     let payload = json_column(next(), "payload")?.unwrap_or(Value::Null);
-    let payload = decode_value(&payload).map_err(|e| format!("payload: {e}"))?;
+    let payload = decode_value(&payload).map_err(|e| DecodeError(format!("payload: {e}")))?;
     let metadata = match json_column(next(), "metadata")? {
         None => serde_json::Map::new(),
-        Some(m) => match decode_value(&m).map_err(|e| format!("metadata: {e}"))? {
+        Some(m) => match decode_value(&m).map_err(|e| DecodeError(format!("metadata: {e}")))? {
             Value::Object(m) => m,
             _ => return Err("metadata is not an object".into()),
         },
     };
     let result = match json_column(next(), "result")? {
         None | Some(Value::Null) => None,
-        Some(v) => Some(decode_value(&v).map_err(|e| format!("result: {e}"))?),
+        Some(v) => Some(decode_value(&v).map_err(|e| DecodeError(format!("result: {e}")))?),
     };
     let error = error_column(next(), "error")?;
-    let attempts: i64 = from_value_opt(next()).map_err(|e| format!("attempts: {e}"))?;
+    let attempts: i64 =
+        from_value_opt(next()).map_err(|e| DecodeError(format!("attempts: {e}")))?;
     let available_at = instant(next(), "available_at")?;
     let started_at = opt_instant(next(), "started_at")?;
     let finished_at = opt_instant(next(), "finished_at")?;
     let cancel_requested_at = opt_instant(next(), "cancel_requested_at")?;
     let expires_at = opt_instant(next(), "expires_at")?;
     let created_at = instant(next(), "created_at")?;
-    let version: i64 = from_value_opt(next()).map_err(|e| format!("version: {e}"))?;
+    let version: i64 = from_value_opt(next()).map_err(|e| DecodeError(format!("version: {e}")))?;
     Ok(Execution {
         id,
         namespace,
@@ -192,7 +198,7 @@ fn decode_values(values: Vec<DbValue>) -> Result<Execution, String> {
         result,
         error,
         attempts: u32::try_from(attempts)
-            .map_err(|_| format!("attempts out of range: {attempts}"))?,
+            .map_err(|_| DecodeError(format!("attempts out of range: {attempts}")))?,
         created_at,
         available_at,
         started_at,

@@ -45,7 +45,7 @@ impl ScratchDatabase {
         }
         let op = "create_database";
         let parsed = parse_dsn(server_url)
-            .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m, &[]))?;
+            .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m.to_string(), &[]))?;
         let secrets = parsed.secrets;
         let name = format!(
             "{prefix}{}",

@@ -8,6 +8,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use onestep_core::store::SetupError;
 
 use crate::dsn::ParsedDsn;
 
@@ -51,7 +52,7 @@ impl ServerInfo {
 /// Parses `VERSION()` and applies the gate: MariaDB (name contains `MariaDB`) needs 10.6+
 /// (`SKIP LOCKED`); anything else is treated as MySQL and needs 8.0.16+ (SKIP LOCKED 8.0, JSON
 /// expression defaults 8.0.13, enforced CHECK constraints 8.0.16).
-pub fn gate_server_version(v: &str) -> Result<ServerInfo, String> {
+pub fn gate_server_version(v: &str) -> Result<ServerInfo, SetupError> {
     let version = leading_version(v)
         .ok_or_else(|| format!("unrecognized MySQL server version string: '{v}'"))?;
     let flavor = if v.to_ascii_lowercase().contains("mariadb") {
@@ -62,11 +63,13 @@ pub fn gate_server_version(v: &str) -> Result<ServerInfo, String> {
     match flavor {
         Flavor::MariaDb if version < (10, 6, 0) => Err(format!(
             "MariaDB {v} is not supported by onestep-mysql: 10.6+ is required (SKIP LOCKED needs 10.6)"
-        )),
+        )
+        .into()),
         Flavor::MySql if version < (8, 0, 16) => Err(format!(
             "MySQL {v} is not supported by onestep-mysql: 8.0.16+ is required (SKIP LOCKED needs \
              8.0, JSON expression defaults 8.0.13, enforced CHECK constraints 8.0.16)"
-        )),
+        )
+        .into()),
         _ => Ok(ServerInfo {
             flavor,
             version,
@@ -94,7 +97,7 @@ fn leading_version(v: &str) -> Option<(u32, u32, u32)> {
 
 /// Builds the pool: session setup, found-rows, TCP even to localhost (no silent switch to the
 /// socket), `min..=max` connections.
-pub fn build_pool(dsn: &ParsedDsn, pool_min: usize, pool_max: usize) -> Result<Pool, String> {
+pub fn build_pool(dsn: &ParsedDsn, pool_min: usize, pool_max: usize) -> Result<Pool, SetupError> {
     let max = pool_max.max(1);
     let min = pool_min.min(max);
     let constraints = PoolConstraints::new(min, max)
@@ -161,7 +164,10 @@ mod tests {
         assert!(gate_server_version("8.0.15").is_err());
         assert!(gate_server_version("8.0.16").is_ok());
         assert!(gate_server_version("5.7.44").is_err());
-        let e = gate_server_version("banana").err().unwrap_or_default();
-        assert_eq!(e, "unrecognized MySQL server version string: 'banana'");
+        let e = gate_server_version("banana").err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("unrecognized MySQL server version string: 'banana'")
+        );
     }
 }

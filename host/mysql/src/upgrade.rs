@@ -19,33 +19,17 @@ use mysql_async::prelude::Queryable;
 use onestep_core::ExecutionError;
 use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
 
-use crate::backend::{MySqlBackend, MySqlOptions};
+use crate::backend::MySqlBackend;
 use crate::errors::{OpError, OpResult, into_execution_error};
 use crate::schema::{
     CLAIMABLE_COLUMN, IX_STATUS_COLUMNS, IX_STATUS_LIST_COLUMNS, IX_TASK_LIST_COLUMNS, get_lock,
     ix_claimable, ix_expiry, ix_status, ix_status_list, ix_task_list, release_lock,
 };
+pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
+use onestep_core::store::StoreOptions;
 
 /// Server errors meaning "this ALGORITHM/LOCK is not supported for the operation".
 const UNSUPPORTED_ALGORITHM: [u16; 2] = [1845, 1846];
-
-/// One DDL step an upgrade performed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpgradeStep {
-    /// What was added (`column claimable`, `index ix_…`).
-    pub added: String,
-    /// The ALGORITHM/LOCK clause the server accepted (`ALGORITHM=INSTANT`, …, or `default`).
-    pub form: String,
-}
-
-/// What [`MySqlBackend::upgrade`] did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct UpgradeReport {
-    /// Tables created first because they were missing (as `onestep migrate` does).
-    pub created: Vec<String>,
-    /// The steps taken, in order; empty when the tables were already upgraded.
-    pub steps: Vec<UpgradeStep>,
-}
 
 /// The column definition added by the upgrade.
 fn column_def() -> String {
@@ -279,11 +263,21 @@ impl MySqlBackend {
     /// (module docs), under the
     /// same DDL locks as table creation. Idempotent: on upgraded tables or tables this crate
     /// created it changes nothing and reports no step.
-    pub async fn upgrade(mut opts: MySqlOptions) -> Result<UpgradeReport, ExecutionError> {
+    pub async fn upgrade(mut opts: StoreOptions) -> Result<UpgradeReport, ExecutionError> {
         opts.auto_create = true;
         opts.pool_min = 0;
         opts.pool_max = 1;
         let backend = MySqlBackend::open(opts).await?;
+        let report = backend.upgrade_tables().await;
+        let closed = backend.close().await;
+        let report = report?;
+        closed?;
+        Ok(report)
+    }
+
+    /// The upgrade of [`Self::upgrade`] over this open backend (tables already created).
+    pub(crate) async fn upgrade_tables(&self) -> Result<UpgradeReport, ExecutionError> {
+        let backend = self;
         let names = backend.inner.names.clone();
         let run = async {
             let mut conn = backend.inner.pool.get_conn().await?;
@@ -302,14 +296,7 @@ impl MySqlBackend {
         }
         .await;
         let created = backend.inner.report.created.clone();
-        let steps = match run {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = backend.close().await;
-                return Err(into_execution_error(e, "upgrade", &backend.inner.secrets));
-            }
-        };
-        backend.close().await?;
+        let steps = run.map_err(|e| into_execution_error(e, "upgrade", &backend.inner.secrets))?;
         Ok(UpgradeReport { created, steps })
     }
 }

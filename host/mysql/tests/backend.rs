@@ -15,7 +15,7 @@ use mysql_async::prelude::Queryable;
 use onestep_core::names::TableNames;
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::{ConnectorKind, ExecutionError, Limits};
-use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions};
+use onestep_mysql::{DdlStyle, MySqlBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::builders::{claim, keyed, prepared};
 use serde_json::json;
@@ -54,7 +54,7 @@ async fn default_backend(url: &str, db: &str) -> MySqlBackend {
 
 async fn session_pinned(server: Server) {
     with_db(server, |url, db| async move {
-        let mut o = MySqlOptions::new(db_url(&url, &db));
+        let mut o = StoreOptions::new(db_url(&url, &db));
         o.pool_max = 1;
         let b = MySqlBackend::open(o).await.expect("open");
         let first = b.session_state().await.expect("state");
@@ -103,7 +103,7 @@ async fn session_pinned_mysql() {
 async fn concurrent_open(server: Server) {
     with_db(server, |url, db| async move {
         let opens = (0..8).map(|_| {
-            let mut o = MySqlOptions::new(db_url(&url, &db));
+            let mut o = StoreOptions::new(db_url(&url, &db));
             o.pool_max = 2;
             tokio::spawn(MySqlBackend::open(o))
         });
@@ -129,7 +129,7 @@ async fn concurrent_open(server: Server) {
             b.close().await.expect("close");
         }
         // auto_create=false now finds them.
-        let mut o = MySqlOptions::new(db_url(&url, &db));
+        let mut o = StoreOptions::new(db_url(&url, &db));
         o.auto_create = false;
         MySqlBackend::open(o)
             .await
@@ -153,7 +153,7 @@ async fn concurrent_open_mysql() {
 
 async fn long_names_and_missing_tables(server: Server) {
     with_db(server, |url, db| async move {
-        let mut o = MySqlOptions::new(db_url(&url, &db));
+        let mut o = StoreOptions::new(db_url(&url, &db));
         o.auto_create = false;
         o.tables = TableNames::new("ex_x", "at_x").expect("names");
         match MySqlBackend::open(o).await {
@@ -305,7 +305,7 @@ async fn caching_sha2_cold_cache_and_redaction_mysql() {
             .unwrap_or_default()
             .to_owned();
         let dsn = format!("mysql+asyncmy://{user}:{pw}@{hostport}/{db}");
-        let b = MySqlBackend::open(MySqlOptions::new(dsn))
+        let b = MySqlBackend::open(StoreOptions::new(dsn))
             .await
             .expect("cold-cache RSA login");
         b.submit(prepared("ns", "t", json!(1)))
@@ -313,7 +313,7 @@ async fn caching_sha2_cold_cache_and_redaction_mysql() {
             .expect("submit");
         b.close().await.expect("close");
         let bad = format!("mysql://{user}:wrong-{pw}@{hostport}/{db}");
-        match MySqlBackend::open(MySqlOptions::new(bad)).await {
+        match MySqlBackend::open(StoreOptions::new(bad)).await {
             Err(ExecutionError::Backend(e)) => {
                 assert_eq!(e.kind, ConnectorKind::Misconfigured);
                 assert!(!e.message.contains(pw), "{e}");
@@ -330,7 +330,7 @@ async fn unreachable_server_is_disconnected(server: Server) {
     let Some(_url) = server.admin_url() else {
         return;
     };
-    let mut o = MySqlOptions::new("mysql+pymysql://me:hunter2@127.0.0.1:1/db");
+    let mut o = StoreOptions::new("mysql+pymysql://me:hunter2@127.0.0.1:1/db");
     o.pool_max = 1;
     match MySqlBackend::open(o).await {
         Err(ExecutionError::Backend(e)) => {
@@ -353,7 +353,7 @@ async fn unreachable_server_is_disconnected_mariadb() {
 async fn upgrade_widens_status_index(server: Server) {
     with_db(server, |url, db| async move {
         let dsn = db_url(&url, &db);
-        let b = MySqlBackend::open(MySqlOptions::new(&dsn))
+        let b = MySqlBackend::open(StoreOptions::new(&dsn))
             .await
             .expect("open");
         assert!(b.schema_report().features.list_indexes);
@@ -370,7 +370,7 @@ async fn upgrade_widens_status_index(server: Server) {
         drop(c);
         b.close().await.expect("close");
 
-        let mut o = MySqlOptions::new(&dsn);
+        let mut o = StoreOptions::new(&dsn);
         o.auto_create = false;
         let old = MySqlBackend::open(o.clone())
             .await
@@ -386,7 +386,7 @@ async fn upgrade_widens_status_index(server: Server) {
         );
         old.close().await.expect("close");
 
-        let report = MySqlBackend::upgrade(MySqlOptions::new(&dsn))
+        let report = MySqlBackend::upgrade(StoreOptions::new(&dsn))
             .await
             .expect("upgrade");
         let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
@@ -402,7 +402,7 @@ async fn upgrade_widens_status_index(server: Server) {
         for s in &report.steps {
             assert_eq!(s.form, "ALGORITHM=INPLACE, LOCK=NONE", "{report:?}");
         }
-        let again = MySqlBackend::upgrade(MySqlOptions::new(&dsn))
+        let again = MySqlBackend::upgrade(StoreOptions::new(&dsn))
             .await
             .expect("second upgrade");
         assert!(again.steps.is_empty(), "idempotent: {again:?}");

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use common::{Server, admin_pool, create_db, db_url, drop_db};
 use mysql_async::prelude::Queryable;
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::{MySqlBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 
 async fn backend(url: &str, db: &str, clock: Arc<ManualClock>) -> MySqlBackend {
-    let mut o = MySqlOptions::new(db_url(url, db));
+    let mut o = StoreOptions::new(db_url(url, db));
     o.clock = clock;
     MySqlBackend::open(o).await.expect("open backend")
 }
@@ -62,7 +62,7 @@ async fn without_the_table(server: Server) {
         drop(c);
         b.close().await.expect("close");
     }
-    let mut o = MySqlOptions::new(db_url(&url, &db));
+    let mut o = StoreOptions::new(db_url(&url, &db));
     o.clock = clock.clone();
     o.auto_create = false;
     let b = MySqlBackend::open(o).await.expect("open without the table");
@@ -90,7 +90,7 @@ async fn insights_on(server: Server) {
     };
     let admin = admin_pool(&url);
     let db = create_db(&admin).await;
-    let b = MySqlBackend::open(MySqlOptions::new(db_url(&url, &db)))
+    let b = MySqlBackend::open(StoreOptions::new(db_url(&url, &db)))
         .await
         .expect("open backend");
     onestep_testkit::insights::counts_recent_and_attempts(&b, &b).await;

@@ -19,7 +19,7 @@ use common::{Server, admin_pool, create_db, db_url, drop_db, server_version};
 use mysql_async::prelude::Queryable;
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::{ExecutionError, LeaseRef, StaleReason};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::{MySqlBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::builders::{claim, prepared};
 use serde_json::json;
@@ -30,7 +30,7 @@ const TASK: &str = "t";
 /// A backend with ONE pooled connection, so that every statement it sends runs in one server
 /// session whose counters [`questions`] reads.
 async fn one_connection_backend(url: &str, db: &str, clock: Arc<ManualClock>) -> MySqlBackend {
-    let mut o = MySqlOptions::new(db_url(url, db));
+    let mut o = StoreOptions::new(db_url(url, db));
     o.clock = clock;
     o.pool_max = 1;
     MySqlBackend::open(o).await.expect("open backend")

@@ -18,7 +18,7 @@ use std::process::Command;
 use common::{Server, admin_pool, create_db, db_url, drop_db, server_version};
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::request::SubmitRequest;
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::{MySqlBackend, StoreOptions};
 use onestep_testkit::builders::prepare;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -77,7 +77,7 @@ async fn run_case(server: Server, tables_by_reference: bool) {
 
     let backend = if tables_by_reference {
         let first = reference(&python, &py_dsn, ns, true, &["submit", "t", "k-py", &p, &m]);
-        let mut o = MySqlOptions::new(&ours_dsn);
+        let mut o = StoreOptions::new(&ours_dsn);
         o.auto_create = false;
         let b = MySqlBackend::open(o)
             .await
@@ -86,7 +86,7 @@ async fn run_case(server: Server, tables_by_reference: bool) {
         drop(first);
         b
     } else {
-        let b = MySqlBackend::open(MySqlOptions::new(&ours_dsn))
+        let b = MySqlBackend::open(StoreOptions::new(&ours_dsn))
             .await
             .expect("open");
         assert!(b.schema_report().features.claimable_column);
@@ -191,7 +191,7 @@ async fn upgraded_case(server: Server) {
         reference(&python, &py_dsn, ns, true, &["submit", "t", key, &p, "{}"])
     };
     let before = submit_py("py-before", 1);
-    let mut o = MySqlOptions::new(&ours_dsn);
+    let mut o = StoreOptions::new(&ours_dsn);
     o.auto_create = false;
     let b = MySqlBackend::open(o)
         .await
@@ -199,7 +199,7 @@ async fn upgraded_case(server: Server) {
     assert!(!b.schema_report().features.claimable_column);
     b.close().await.expect("close");
 
-    let report = MySqlBackend::upgrade(MySqlOptions::new(&ours_dsn))
+    let report = MySqlBackend::upgrade(StoreOptions::new(&ours_dsn))
         .await
         .expect("upgrade");
     // The execution tables exist already; only the diagnostics and trace-context tables are new
@@ -228,12 +228,12 @@ async fn upgraded_case(server: Server) {
     for s in &report.steps[1..] {
         assert_eq!(s.form, "ALGORITHM=INPLACE, LOCK=NONE", "{report:?}");
     }
-    let again = MySqlBackend::upgrade(MySqlOptions::new(&ours_dsn))
+    let again = MySqlBackend::upgrade(StoreOptions::new(&ours_dsn))
         .await
         .expect("second upgrade");
     assert!(again.steps.is_empty(), "idempotent: {again:?}");
 
-    let mut o = MySqlOptions::new(&ours_dsn);
+    let mut o = StoreOptions::new(&ours_dsn);
     o.auto_create = false;
     let b = MySqlBackend::open(o).await.expect("open upgraded");
     assert!(b.schema_report().features.claimable_column);

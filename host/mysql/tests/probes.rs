@@ -15,7 +15,7 @@ use mysql_async::prelude::Queryable;
 use onestep_core::execution::Completion;
 use onestep_core::ports::{ExecutionStore, LeaseStore, Readiness, StoreStats};
 use onestep_core::{ConnectorKind, ExecutionError};
-use onestep_mysql::{MySqlBackend, MySqlOptions, ScratchDatabase};
+use onestep_mysql::{MySqlBackend, ScratchDatabase, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::builders::{claim, prepared};
 use serde_json::json;
@@ -47,7 +47,7 @@ async fn probes(server: Server) {
     assert!(database_exists(&url, &name).await, "{name} was created");
 
     let clock = Arc::new(ManualClock::default());
-    let mut opts = MySqlOptions::new(scratch.dsn());
+    let mut opts = StoreOptions::new(scratch.dsn());
     opts.clock = clock.clone();
     let b = MySqlBackend::open(opts)
         .await

@@ -12,7 +12,7 @@ use mysql_async::prelude::Queryable;
 use onestep_core::diagnostics::PurgeRequest;
 use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
 use onestep_core::{Completion, ExecutionStatus};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::{MySqlBackend, StoreOptions};
 use onestep_testkit::builders::{claim, keyed};
 use serde_json::json;
 
@@ -22,7 +22,7 @@ const FIRST: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const SECOND: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 async fn backend(url: &str, db: &str, traces: bool) -> MySqlBackend {
-    let mut o = MySqlOptions::new(db_url(url, db));
+    let mut o = StoreOptions::new(db_url(url, db));
     o.traces = traces;
     MySqlBackend::open(o).await.expect("open backend")
 }

@@ -8,9 +8,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use onestep_core::names::TableNames;
-use onestep_core::time::{SystemClock, truncate_micros};
+use onestep_core::store::{
+    Attempt, SetupError, StoreOptions, TransientBackoff, write_resolving_ambiguity,
+};
+use onestep_core::time::truncate_micros;
 use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
-use rand::Rng;
 
 use crate::dsn::{ParsedDsn, TlsMode, parse_dsn};
 use crate::errors::{
@@ -21,65 +23,6 @@ use crate::schema::{SchemaReport, ensure_schema, validate_names};
 
 /// The oldest server accepted (`server_version_num`): PostgreSQL 12.
 pub const MIN_SERVER_VERSION_NUM: i32 = 120000;
-
-/// Construction options. Build with [`PgOptions::new`] and adjust fields.
-#[derive(Clone)]
-pub struct PgOptions {
-    /// `postgresql://`, `postgres://` or `postgresql+<driver>://` URL naming a database. Never logged.
-    pub dsn: String,
-    /// The executions/attempts table pair (validated names, at most 63 characters).
-    pub tables: TableNames,
-    /// Create missing tables at open (default `true`); otherwise only check they exist.
-    pub auto_create: bool,
-    /// Payload/metadata/result limits in bytes of canonical JSON (docs/semantics.md#size-limits).
-    pub limits: Limits,
-    /// Per-claim cap of each maintenance step (default 100, ≥ 1; docs/semantics.md#claim-and-maintenance).
-    pub reclaim_batch_size: u32,
-    /// The single source of "now" (docs/semantics.md#time); read once per transaction.
-    pub clock: Arc<dyn Clock>,
-    /// Maximum connections of the pool (default 10).
-    pub pool_max: usize,
-    /// Persist attempt diagnostics when their table exists (default `true`; `false` behaves as
-    /// if the table were absent, without the start-up warning — `onestep bench --no-diagnostics`).
-    pub diagnostics: bool,
-    /// Store each new submission's traceparent and read it back with the claim, when the
-    /// trace-context table exists (default `false`: the CLI sets it when traces are on,
-    /// docs/observability.md#traces).
-    pub traces: bool,
-}
-
-impl std::fmt::Debug for PgOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgOptions")
-            .field("dsn", &"<redacted>")
-            .field("tables", &self.tables)
-            .field("auto_create", &self.auto_create)
-            .field("limits", &self.limits)
-            .field("reclaim_batch_size", &self.reclaim_batch_size)
-            .field("pool_max", &self.pool_max)
-            .field("diagnostics", &self.diagnostics)
-            .field("traces", &self.traces)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PgOptions {
-    /// Defaults: default table names, `auto_create = true`, default limits, batch 100, the system
-    /// clock, pool of 10.
-    pub fn new(dsn: impl Into<String>) -> Self {
-        PgOptions {
-            dsn: dsn.into(),
-            tables: TableNames::default(),
-            auto_create: true,
-            limits: Limits::default(),
-            reclaim_batch_size: 100,
-            clock: Arc::new(SystemClock),
-            pool_max: 10,
-            diagnostics: true,
-            traces: false,
-        }
-    }
-}
 
 /// The server identity read at open.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +54,7 @@ pub(crate) struct Inner {
     pub(crate) secrets: Vec<String>,
     pub(crate) report: SchemaReport,
     pub(crate) sql: crate::sql::Statements,
-    /// Traceparents are written and read (`PgOptions::traces` and the table exists).
+    /// Traceparents are written and read (`StoreOptions::traces` and the table exists).
     pub(crate) traces: bool,
 }
 
@@ -132,7 +75,7 @@ impl std::fmt::Debug for PgBackend {
 }
 
 /// The rustls client configuration: the webpki roots plus the PEM file `root_cert`.
-fn tls_config(root_cert: Option<&str>) -> Result<rustls::ClientConfig, String> {
+fn tls_config(root_cert: Option<&str>) -> Result<rustls::ClientConfig, SetupError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore {
@@ -140,27 +83,29 @@ fn tls_config(root_cert: Option<&str>) -> Result<rustls::ClientConfig, String> {
     };
     if let Some(path) = root_cert {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-            .map_err(|e| format!("sslrootcert '{path}': {e}"))?
+            .map_err(|e| SetupError(format!("sslrootcert '{path}': {e}")))?
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("sslrootcert '{path}': {e}"))?;
+            .map_err(|e| SetupError(format!("sslrootcert '{path}': {e}")))?;
         if certs.is_empty() {
-            return Err(format!("sslrootcert '{path}' holds no certificate"));
+            return Err(SetupError(format!(
+                "sslrootcert '{path}' holds no certificate"
+            )));
         }
         for c in certs {
             roots
                 .add(c)
-                .map_err(|e| format!("sslrootcert '{path}': {e}"))?;
+                .map_err(|e| SetupError(format!("sslrootcert '{path}': {e}")))?;
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS client configuration: {e}"))?
+        .map_err(|e| SetupError(format!("TLS client configuration: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth())
 }
 
-fn build_pool(parsed: &ParsedDsn, pool_max: usize) -> Result<Pool, String> {
+fn build_pool(parsed: &ParsedDsn, pool_max: usize) -> Result<Pool, SetupError> {
     let mut config = parsed.config.clone();
     let manager_config = ManagerConfig {
         recycling_method: RecyclingMethod::Fast,
@@ -188,7 +133,7 @@ fn build_pool(parsed: &ParsedDsn, pool_max: usize) -> Result<Pool, String> {
         .wait_timeout(Some(Duration::from_secs(30)))
         .create_timeout(Some(Duration::from_secs(15)))
         .build()
-        .map_err(|e| format!("cannot build the connection pool: {e}"))
+        .map_err(|e| SetupError(format!("cannot build the connection pool: {e}")))
 }
 
 impl PgBackend {
@@ -198,20 +143,14 @@ impl PgBackend {
     ///
     /// Errors are [`ExecutionError::InvalidArgument`] for bad options and
     /// [`ExecutionError::Backend`] (operation `open`) otherwise; none carries the DSN or password.
-    pub async fn open(opts: PgOptions) -> Result<Self, ExecutionError> {
-        opts.limits.validate()?;
-        if opts.reclaim_batch_size == 0 {
-            return Err(ExecutionError::invalid(
-                "reclaim_batch_size must be a positive integer",
-            ));
-        }
-        let tables = TableNames::new(opts.tables.executions.clone(), opts.tables.attempts.clone())?;
+    pub async fn open(opts: StoreOptions) -> Result<Self, ExecutionError> {
+        let tables = opts.validate()?;
         validate_names(&tables)?;
         let parsed = parse_dsn(&opts.dsn)
-            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m, &[]))?;
+            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m.0, &[]))?;
         let secrets = parsed.secrets.clone();
         let pool = build_pool(&parsed, opts.pool_max)
-            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m, &secrets))?;
+            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m.0, &secrets))?;
         let ready = async {
             let mut conn = pool.get().await?;
             let row = conn
@@ -298,7 +237,7 @@ impl PgBackend {
 
     /// Creates the table pair if missing (the CLI's `onestep migrate`), then closes. Equivalent to
     /// opening with `auto_create = true`. Returns what was created.
-    pub async fn migrate(mut opts: PgOptions) -> Result<SchemaReport, ExecutionError> {
+    pub async fn migrate(mut opts: StoreOptions) -> Result<SchemaReport, ExecutionError> {
         opts.auto_create = true;
         opts.pool_max = 1;
         let backend = PgBackend::open(opts).await?;
@@ -419,25 +358,52 @@ impl PgBackend {
             .map_err(|e| self.error(e, operation))
     }
 
-    pub(crate) async fn retry_raw<T, F, Fut>(&self, mut attempt: F) -> OpResult<T>
+    pub(crate) async fn retry_raw<T, F, Fut>(&self, attempt: F) -> OpResult<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = OpResult<T>>,
     {
-        const MAX_TRIES: u32 = 6;
-        let mut tries = 0u32;
-        loop {
-            tries += 1;
-            match attempt().await {
-                Err(e) if tries < MAX_TRIES && is_retryable_before_commit(&e) => {
-                    tracing::debug!(tries, error = ?e, "retrying a postgres transaction");
-                    let base = Duration::from_millis(5).saturating_mul(1 << (tries - 1).min(6));
-                    let jitter: f64 = rand::rng().random_range(0.5..1.5);
-                    tokio::time::sleep(base.min(Duration::from_millis(200)).mul_f64(jitter)).await;
-                }
-                other => return other,
+        let transient = |e: &OpError| {
+            let retry = is_retryable_before_commit(e);
+            if retry {
+                tracing::debug!(error = ?e, "retrying a postgres transaction");
             }
-        }
+            retry
+        };
+        TransientBackoff::default()
+            .run(attempt, transient, tokio::time::sleep)
+            .await
+    }
+
+    /// Runs `write` (one whole transaction) with the retry policy; after an ambiguous commit,
+    /// `landed` decides (`onestep_core::store::write_resolving_ambiguity`).
+    pub(crate) async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
+        &self,
+        what: &'static str,
+        write: W,
+        landed: R,
+    ) -> Result<T, ExecutionError>
+    where
+        W: Fn() -> WFut,
+        WFut: std::future::Future<Output = OpResult<T>>,
+        R: Fn() -> RFut,
+        RFut:
+            std::future::Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
+    {
+        let attempt = || async {
+            match self.retry_raw(&write).await {
+                Err(OpError::CommitUnknown(e)) => {
+                    tracing::warn!(error = %e, "{what} commit outcome unknown; re-reading");
+                    Attempt::Unknown
+                }
+                other => Attempt::Known(other.map_err(|e| self.error(e, "submit"))),
+            }
+        };
+        let exhausted = || {
+            let e = OpError::CommitUnknown("repeated ambiguous commits".into());
+            self.error(e, "submit")
+        };
+        write_resolving_ambiguity(attempt, landed, exhausted).await
     }
 
     pub(crate) fn error(&self, e: OpError, operation: &'static str) -> ExecutionError {

@@ -4,9 +4,13 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use onestep_core::diagnostics::{AttemptRecord, LogTail};
+use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::store::Lookup;
 use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage, ExecutionStatus};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
@@ -32,31 +36,6 @@ fn as_submitted(mut x: Execution, sub: &PreparedSubmission) -> Result<Execution,
     }
     Ok(x)
 }
-
-/// How a submission relates to what the table holds.
-enum Lookup {
-    /// The row with this submission's id exists (it was committed).
-    Inserted(Execution),
-    /// Another row holds the key with the same digest (idempotent replay).
-    Replay(Execution),
-    /// Another row holds the key with a different digest.
-    Conflict(Uuid),
-    /// Neither id nor key found.
-    Absent,
-}
-
-impl Lookup {
-    fn outcome(self) -> Option<Result<Execution, ExecutionError>> {
-        match self {
-            Lookup::Inserted(x) | Lookup::Replay(x) => Some(Ok(x)),
-            Lookup::Conflict(existing_id) => Some(Err(ExecutionError::Conflict { existing_id })),
-            Lookup::Absent => None,
-        }
-    }
-}
-
-/// Rounds of [`PgBackend::write_resolving_ambiguity`] before it gives up.
-const AMBIGUOUS_ROUNDS: usize = 3;
 
 /// Most task names a key search without a task names in its `= ANY` list (more, and it
 /// filters the namespace's rows instead).
@@ -162,60 +141,6 @@ impl PgBackend {
         Ok(out)
     }
 
-    /// Runs `write` (one whole transaction) with the retry policy. After an ambiguous commit,
-    /// `reread` decides: `Some` is the outcome, `None` means nothing was committed and `write`
-    /// runs again, at most [`AMBIGUOUS_ROUNDS`] times in all.
-    async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
-        &self,
-        what: &'static str,
-        write: W,
-        reread: R,
-    ) -> Result<T, ExecutionError>
-    where
-        W: Fn() -> WFut,
-        WFut: std::future::Future<Output = OpResult<T>>,
-        R: Fn() -> RFut,
-        RFut:
-            std::future::Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
-    {
-        for _ in 0..AMBIGUOUS_ROUNDS {
-            match self.retry_raw(&write).await {
-                Err(OpError::CommitUnknown(e)) => {
-                    tracing::warn!(error = %e, "{what} commit outcome unknown; re-reading");
-                    if let Some(outcome) = reread().await? {
-                        return outcome;
-                    }
-                }
-                other => return other.map_err(|e| self.error(e, "submit")),
-            }
-        }
-        Err(self.error(
-            OpError::CommitUnknown("repeated ambiguous commits".into()),
-            "submit",
-        ))
-    }
-
-    /// Submit (docs/semantics.md#submit-and-idempotency).
-    pub(crate) async fn submit_impl(
-        &self,
-        sub: PreparedSubmission,
-    ) -> Result<Execution, ExecutionError> {
-        self.write_resolving_ambiguity(
-            "submit",
-            || self.submit_once(&sub),
-            || async {
-                let found = self
-                    .run("submit", || async {
-                        let conn = self.conn().await?;
-                        self.lookup(&conn, &sub).await
-                    })
-                    .await?;
-                Ok(found.outcome())
-            },
-        )
-        .await
-    }
-
     async fn submit_many_once(
         &self,
         subs: &[PreparedSubmission],
@@ -293,7 +218,92 @@ impl PgBackend {
         Ok(out)
     }
 
-    pub(crate) async fn submit_many_impl(
+    /// The distinct task names of the namespace's rows that hold an idempotency key, read as a
+    /// loose index scan of `uq_<T>_idempotency` (one `min()` probe per task, a recursive CTE:
+    /// PostgreSQL has no skip scan); `None` when there are more than [`MAX_LISTED_TASKS`].
+    async fn keyed_task_names(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<Vec<String>>, ExecutionError> {
+        let t = &self.sql().t;
+        let sql = format!(
+            "WITH RECURSIVE tasks(name) AS (\
+               SELECT min(task_name) FROM {t} \
+                 WHERE namespace = $1 AND idempotency_key IS NOT NULL \
+               UNION ALL \
+               SELECT (SELECT min(task_name) FROM {t} WHERE namespace = $1 \
+                         AND idempotency_key IS NOT NULL AND task_name > tasks.name) \
+                 FROM tasks WHERE tasks.name IS NOT NULL) \
+             SELECT name FROM tasks WHERE name IS NOT NULL LIMIT {}",
+            MAX_LISTED_TASKS + 1
+        );
+        let rows = self
+            .run("list", || async {
+                let conn = self.conn().await?;
+                let st = conn.prepare_cached(&sql).await?;
+                Ok(conn.query(&st, &[&namespace]).await?)
+            })
+            .await?;
+        let tasks = rows
+            .iter()
+            .map(|r| r.try_get::<_, String>(0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ExecutionError::Encoding(format!("task name: {e}")))?;
+        Ok((tasks.len() <= MAX_LISTED_TASKS).then_some(tasks))
+    }
+
+    async fn cancel_once(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> OpResult<Option<Execution>> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let st = tx.prepare_cached(&self.sql().by_id_ns_lock).await?;
+        let Some(row) = tx.query_opt(&st, &[&id, &namespace]).await? else {
+            let _ = tx.rollback().await;
+            return Ok(None);
+        };
+        let current = decode_execution(&row)?;
+        let sql = match current.status {
+            ExecutionStatus::Queued | ExecutionStatus::Retrying => &self.sql().cancel_queued,
+            ExecutionStatus::Running => &self.sql().cancel_running,
+            _ => {
+                commit(tx).await?;
+                return Ok(Some(current));
+            }
+        };
+        let st = tx.prepare_cached(sql).await?;
+        let row = tx.query_opt(&st, &[&reason, &now, &id]).await?;
+        let updated = row.as_ref().map(decode_execution).transpose()?;
+        commit(tx).await?;
+        Ok(updated)
+    }
+}
+
+#[async_trait]
+impl ExecutionStore for PgBackend {
+    /// Submit (docs/semantics.md#submit-and-idempotency).
+    async fn submit(&self, sub: PreparedSubmission) -> Result<Execution, ExecutionError> {
+        self.write_resolving_ambiguity(
+            "submit",
+            || self.submit_once(&sub),
+            || async {
+                let found = self
+                    .run("submit", || async {
+                        let conn = self.conn().await?;
+                        self.lookup(&conn, &sub).await
+                    })
+                    .await?;
+                Ok(found.outcome())
+            },
+        )
+        .await
+    }
+
+    async fn submit_many(
         &self,
         subs: Vec<PreparedSubmission>,
     ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
@@ -320,11 +330,7 @@ impl PgBackend {
         .await
     }
 
-    pub(crate) async fn get_impl(
-        &self,
-        namespace: &str,
-        id: Uuid,
-    ) -> Result<Option<Execution>, ExecutionError> {
+    async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
         self.run("get", || async {
             let conn = self.conn().await?;
             self.select_by_id(&conn, id, Some(namespace)).await
@@ -332,19 +338,7 @@ impl PgBackend {
         .await
     }
 
-    pub(crate) async fn exists_in_any_namespace_impl(
-        &self,
-        id: Uuid,
-    ) -> Result<bool, ExecutionError> {
-        self.run("get", || async {
-            let conn = self.conn().await?;
-            let st = conn.prepare_cached(&self.sql().id_exists).await?;
-            Ok(conn.query_opt(&st, &[&id]).await?.is_some())
-        })
-        .await
-    }
-
-    pub(crate) async fn list_impl(
+    async fn list(
         &self,
         namespace: &str,
         filter: &ListFilter,
@@ -499,71 +493,7 @@ impl PgBackend {
         Ok(ExecutionPage::from_window(matches, limit, boundary))
     }
 
-    /// The distinct task names of the namespace's rows that hold an idempotency key, read as a
-    /// loose index scan of `uq_<T>_idempotency` (one `min()` probe per task, a recursive CTE:
-    /// PostgreSQL has no skip scan); `None` when there are more than [`MAX_LISTED_TASKS`].
-    async fn keyed_task_names(
-        &self,
-        namespace: &str,
-    ) -> Result<Option<Vec<String>>, ExecutionError> {
-        let t = &self.sql().t;
-        let sql = format!(
-            "WITH RECURSIVE tasks(name) AS (\
-               SELECT min(task_name) FROM {t} \
-                 WHERE namespace = $1 AND idempotency_key IS NOT NULL \
-               UNION ALL \
-               SELECT (SELECT min(task_name) FROM {t} WHERE namespace = $1 \
-                         AND idempotency_key IS NOT NULL AND task_name > tasks.name) \
-                 FROM tasks WHERE tasks.name IS NOT NULL) \
-             SELECT name FROM tasks WHERE name IS NOT NULL LIMIT {}",
-            MAX_LISTED_TASKS + 1
-        );
-        let rows = self
-            .run("list", || async {
-                let conn = self.conn().await?;
-                let st = conn.prepare_cached(&sql).await?;
-                Ok(conn.query(&st, &[&namespace]).await?)
-            })
-            .await?;
-        let tasks = rows
-            .iter()
-            .map(|r| r.try_get::<_, String>(0))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ExecutionError::Encoding(format!("task name: {e}")))?;
-        Ok((tasks.len() <= MAX_LISTED_TASKS).then_some(tasks))
-    }
-
-    async fn cancel_once(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        reason: Option<&str>,
-    ) -> OpResult<Option<Execution>> {
-        let now = self.now();
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        let st = tx.prepare_cached(&self.sql().by_id_ns_lock).await?;
-        let Some(row) = tx.query_opt(&st, &[&id, &namespace]).await? else {
-            let _ = tx.rollback().await;
-            return Ok(None);
-        };
-        let current = decode_execution(&row)?;
-        let sql = match current.status {
-            ExecutionStatus::Queued | ExecutionStatus::Retrying => &self.sql().cancel_queued,
-            ExecutionStatus::Running => &self.sql().cancel_running,
-            _ => {
-                commit(tx).await?;
-                return Ok(Some(current));
-            }
-        };
-        let st = tx.prepare_cached(sql).await?;
-        let row = tx.query_opt(&st, &[&reason, &now, &id]).await?;
-        let updated = row.as_ref().map(decode_execution).transpose()?;
-        commit(tx).await?;
-        Ok(updated)
-    }
-
-    pub(crate) async fn cancel_impl(
+    async fn cancel(
         &self,
         namespace: &str,
         id: Uuid,
@@ -573,5 +503,22 @@ impl PgBackend {
             self.cancel_once(namespace, id, reason.as_deref())
         })
         .await
+    }
+
+    async fn attempts(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
+        self.read_attempts(namespace, id).await
+    }
+
+    async fn attempt_log(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
+        self.read_attempt_log(namespace, id, attempt_no).await
     }
 }

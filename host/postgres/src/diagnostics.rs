@@ -1,7 +1,7 @@
-//! Attempt diagnostics and purge on PostgreSQL (docs/postgres.md#diagnostics-and-traces,
+//! Attempt diagnostics on PostgreSQL (docs/postgres.md#diagnostics-and-traces,
 //! docs/observability.md#attempt-diagnostics): the final write inside a completion's
 //! transaction, the heartbeat's live write of running attempts, the reads behind
-//! `GET /v1/executions/{id}/attempts` and `.../logs`, and `purge`.
+//! `GET /v1/executions/{id}/attempts` and `.../logs` (purge: `crate::purge`).
 //!
 //! The table has one row per attempt that wrote diagnostics. Both writes are one array-bound
 //! `INSERT … SELECT FROM unnest(…) ON CONFLICT (attempt_id) DO UPDATE` per chunk; the live
@@ -13,15 +13,16 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use onestep_core::diagnostics::{
-    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogTail, PurgeReport,
-    PurgeRequest, RunFacts,
+    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogTail, RunFacts,
 };
 use onestep_core::execution::LeaseRef;
+use onestep_core::ports::ExecutionStore;
+use onestep_core::store::DecodeError;
 use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::backend::{PgBackend, commit};
+use crate::backend::PgBackend;
 use crate::errors::{OpError, OpResult, classify};
 use crate::rows::get;
 use crate::schema::q;
@@ -46,7 +47,7 @@ fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn u64_of(v: i64) -> u64 {
+pub(crate) fn u64_of(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
@@ -194,7 +195,7 @@ impl PgBackend {
         Ok(())
     }
 
-    pub(crate) async fn record_live_impl(
+    pub(crate) async fn write_live(
         &self,
         items: &[(LeaseRef, LiveDiagnostics)],
     ) -> Result<bool, ExecutionError> {
@@ -225,13 +226,13 @@ impl PgBackend {
     }
 
     /// The attempts of one execution of `namespace`, oldest first, each with its diagnostics
-    /// (without the log lines: [`Self::attempt_log_impl`]).
-    pub(crate) async fn attempts_impl(
+    /// (without the log lines: [`ExecutionStore::attempt_log`]).
+    pub(crate) async fn read_attempts(
         &self,
         namespace: &str,
         id: Uuid,
     ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
-        if self.get_impl(namespace, id).await?.is_none() {
+        if ExecutionStore::get(self, namespace, id).await?.is_none() {
             return Ok(None);
         }
         let sql = format!(
@@ -275,13 +276,13 @@ impl PgBackend {
         Ok(Some(out))
     }
 
-    pub(crate) async fn attempt_log_impl(
+    pub(crate) async fn read_attempt_log(
         &self,
         namespace: &str,
         id: Uuid,
         attempt_no: u32,
     ) -> Result<Option<Option<LogTail>>, ExecutionError> {
-        if self.get_impl(namespace, id).await?.is_none() {
+        if ExecutionStore::get(self, namespace, id).await?.is_none() {
             return Ok(None);
         }
         let Ok(no) = i32::try_from(attempt_no) else {
@@ -318,176 +319,6 @@ impl PgBackend {
                 Some(Some(LogTail::from_stored(u64_of(total_lines), &text)?))
             }
         })
-    }
-
-    pub(crate) async fn purge_impl(
-        &self,
-        request: &PurgeRequest,
-    ) -> Result<PurgeReport, ExecutionError> {
-        let groups: Vec<Vec<String>> = request
-            .status_passes(self.schema_report().features.list_indexes)?
-            .into_iter()
-            .map(|pass| pass.iter().map(|s| s.as_str().to_owned()).collect())
-            .collect();
-        let namespaces = match &request.namespace {
-            Some(ns) => vec![ns.clone()],
-            None => {
-                // A loose index scan of the list index, one `min()` probe per namespace (a
-                // recursive CTE: PostgreSQL has no skip scan, and `SELECT DISTINCT` reads
-                // every row).
-                let t = &self.sql().t;
-                let sql = format!(
-                    "WITH RECURSIVE ns(name) AS (\
-                       SELECT min(namespace) FROM {t} \
-                       UNION ALL \
-                       SELECT (SELECT min(namespace) FROM {t} WHERE namespace > ns.name) \
-                         FROM ns WHERE ns.name IS NOT NULL) \
-                     SELECT name FROM ns WHERE name IS NOT NULL"
-                );
-                let rows = self
-                    .run("purge", || async {
-                        let conn = self.conn().await?;
-                        Ok(conn.query(&sql, &[]).await?)
-                    })
-                    .await?;
-                rows.iter()
-                    .map(|r| r.try_get::<_, String>(0))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| ExecutionError::Encoding(format!("namespace: {e}")))?
-            }
-        };
-        // Named statuses are purged one at a time, each through its range of
-        // `ix_<T>_status_list` (docs/postgres.md#evidence); `groups` came first, so a bad
-        // request fails before any read.
-        let mut report = PurgeReport::default();
-        for ns in namespaces {
-            for group in &groups {
-                self.purge_namespace(&ns, group, request, &mut report)
-                    .await?;
-            }
-        }
-        Ok(report)
-    }
-
-    /// Walks `namespace`'s executions created before the cutoff (a finished one was created
-    /// before it finished) through the list index, in keyset order, one bounded batch per
-    /// transaction.
-    async fn purge_namespace(
-        &self,
-        namespace: &str,
-        statuses: &[String],
-        request: &PurgeRequest,
-        report: &mut PurgeReport,
-    ) -> Result<(), ExecutionError> {
-        let cutoff = request.finished_before;
-        let limit = i64::from(request.batch_size);
-        let lock = if request.dry_run {
-            ""
-        } else {
-            " FOR UPDATE SKIP LOCKED"
-        };
-        let select = |keyset: &str| {
-            format!(
-                "SELECT id, created_at FROM {} WHERE namespace = $1 AND created_at < $2{keyset} \
-                 AND status = ANY($3) AND finished_at < $2 ORDER BY created_at, id LIMIT $4{lock}",
-                self.sql().t
-            )
-        };
-        let first = select("");
-        let next = select(" AND (created_at > $5 OR (created_at = $5 AND id > $6))");
-        let a = q(&self.tables().attempts);
-        let mut after: Option<(DateTime<Utc>, Uuid)> = None;
-        loop {
-            let step = self
-                .run("purge", || async {
-                    let mut conn = self.conn().await?;
-                    let tx = conn.transaction().await?;
-                    let rows = match &after {
-                        Some((c, id)) => {
-                            tx.query(&next, &[&namespace, &cutoff, &statuses, &limit, c, id])
-                                .await?
-                        }
-                        None => {
-                            tx.query(&first, &[&namespace, &cutoff, &statuses, &limit])
-                                .await?
-                        }
-                    };
-                    let mut ids = Vec::with_capacity(rows.len());
-                    let mut last = None;
-                    for r in &rows {
-                        let id: Uuid = r.try_get(0)?;
-                        let created: DateTime<Utc> = r.try_get(1)?;
-                        ids.push(id);
-                        last = Some((created, id));
-                    }
-                    let mut removed = PurgeReport::default();
-                    if ids.is_empty() {
-                        tx.rollback().await?;
-                        return Ok((last, removed));
-                    }
-                    if request.dry_run {
-                        removed.executions = ids.len() as u64;
-                        let n: i64 = tx
-                            .query_one(
-                                &format!("SELECT count(*) FROM {a} WHERE execution_id = ANY($1)"),
-                                &[&ids],
-                            )
-                            .await?
-                            .try_get(0)?;
-                        removed.attempts = u64_of(n);
-                        if let Some(d) = self.d() {
-                            let n: i64 = tx
-                                .query_one(
-                                    &format!(
-                                        "SELECT count(*) FROM {d} WHERE execution_id = ANY($1)"
-                                    ),
-                                    &[&ids],
-                                )
-                                .await?
-                                .try_get(0)?;
-                            removed.diagnostics = u64_of(n);
-                        }
-                        tx.rollback().await?;
-                        return Ok((last, removed));
-                    }
-                    if let Some(d) = self.d() {
-                        removed.diagnostics = tx
-                            .execute(
-                                &format!("DELETE FROM {d} WHERE execution_id = ANY($1)"),
-                                &[&ids],
-                            )
-                            .await?;
-                    }
-                    if let Some(tr) = self.tr_existing() {
-                        tx.execute(
-                            &format!("DELETE FROM {tr} WHERE execution_id = ANY($1)"),
-                            &[&ids],
-                        )
-                        .await?;
-                    }
-                    removed.attempts = tx
-                        .execute(
-                            &format!("DELETE FROM {a} WHERE execution_id = ANY($1)"),
-                            &[&ids],
-                        )
-                        .await?;
-                    removed.executions = tx
-                        .execute(
-                            &format!("DELETE FROM {} WHERE id = ANY($1)", self.sql().t),
-                            &[&ids],
-                        )
-                        .await?;
-                    commit(tx).await?;
-                    Ok((last, removed))
-                })
-                .await?;
-            let (last, removed) = step;
-            if last.is_none() {
-                return Ok(());
-            }
-            report.add_batch(&removed);
-            after = last;
-        }
     }
 
     /// The stored traceparents of `ids` (docs/observability.md#traces): one primary-key lookup
@@ -538,7 +369,7 @@ impl PgBackend {
     }
 }
 
-fn decode_diag(row: &Row) -> Result<(Uuid, AttemptDiagnostics), String> {
+fn decode_diag(row: &Row) -> Result<(Uuid, AttemptDiagnostics), DecodeError> {
     let attempt: Uuid = get(row, 0, "attempt_id")?;
     let done: Option<i64> = get(row, 2, "progress_done")?;
     let total: Option<i64> = get(row, 3, "progress_total")?;

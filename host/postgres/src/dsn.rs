@@ -1,12 +1,12 @@
 //! DSN parsing (docs/postgres.md#dsn-and-tls): SQLAlchemy-style URLs (`postgres://`,
 //! `postgresql://`, `postgresql+psycopg://`, `postgresql+asyncpg://`, any
-//! `postgresql+<driver>://`) mapped to `tokio_postgres::Config` plus the TLS mode, and
-//! redaction of secrets in every message that could carry them.
+//! `postgresql+<driver>://`) mapped to `tokio_postgres::Config` plus the TLS mode; the secrets
+//! they carry are redacted by `onestep_core::store::redact`.
 
 use std::time::Duration;
 
-/// Maximum length of a redacted message (docs/semantics.md#sessions: cut to 500 characters).
-pub const MAX_MESSAGE_CHARS: usize = 500;
+pub use onestep_core::store::redact::{MAX_MESSAGE_CHARS, redact};
+use onestep_core::store::{SetupError, percent_decode, secrets_of};
 
 /// The query parameters a DSN may carry.
 pub const ALLOWED_PARAMS: &[&str] = &[
@@ -57,13 +57,13 @@ pub fn is_postgres_scheme(scheme: &str) -> bool {
 }
 
 /// Parses `dsn`. Errors are messages that never contain the password.
-pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, String> {
+pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, SetupError> {
     let dsn = dsn.trim();
     if dsn.is_empty() {
         return Err("dsn must be a non-empty string".into());
     }
     let secrets = secrets_of(dsn);
-    let fail = |m: String| redact(&m, &secrets);
+    let fail = |m: String| SetupError(redact(&m, &secrets));
     let Some((scheme, rest)) = dsn.split_once("://") else {
         return Err("dsn must be a postgresql:// URL".into());
     };
@@ -144,67 +144,6 @@ pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, String> {
     })
 }
 
-/// The secrets contained in a DSN: the raw and percent-decoded password, `user:password`, and the
-/// DSN itself.
-fn secrets_of(dsn: &str) -> Vec<String> {
-    let mut out = vec![dsn.to_owned()];
-    if let Some((_, rest)) = dsn.split_once("://")
-        && let Some((userinfo, _)) = rest.rsplit_once('@')
-    {
-        out.push(userinfo.to_owned());
-        if let Some((_, pass)) = userinfo.split_once(':')
-            && !pass.is_empty()
-        {
-            out.push(pass.to_owned());
-            let decoded = percent_decode(pass);
-            if decoded != pass {
-                out.push(decoded);
-            }
-        }
-    }
-    // Longest first so that `user:password` is replaced before `password`.
-    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    out.retain(|s| !s.is_empty());
-    out
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(h), Some(l)) = (hex_val(bytes[i + 1]), hex_val(bytes[i + 2]))
-        {
-            out.push(h * 16 + l);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex_val(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
-}
-
-/// Replaces every secret with `<redacted>` and cuts the message to [`MAX_MESSAGE_CHARS`].
-pub fn redact(message: &str, secrets: &[String]) -> String {
-    let mut m = message.to_owned();
-    for s in secrets {
-        if !s.is_empty() {
-            m = m.replace(s.as_str(), "<redacted>");
-        }
-    }
-    if m.chars().count() > MAX_MESSAGE_CHARS {
-        m = m.chars().take(MAX_MESSAGE_CHARS).collect();
-    }
-    m
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,7 +186,7 @@ mod tests {
             ("postgresql://u:s3cr3t@h/", "must name a database"),
             ("mysql://u:s3cr3t@h/db", "unsupported dsn scheme 'mysql'"),
         ] {
-            let e = parse_dsn(dsn).unwrap_err();
+            let e = parse_dsn(dsn).unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");
             assert!(!e.contains("s3cr3t"), "{e}");
         }

@@ -95,7 +95,7 @@ impl PgBackend {
             .collect())
     }
 
-    pub(crate) async fn heartbeat_many_impl(
+    pub(crate) async fn heartbeat_leases(
         &self,
         leases: &[LeaseRef],
         lease_duration_s: f64,
@@ -110,13 +110,13 @@ impl PgBackend {
         .await
     }
 
-    pub(crate) async fn heartbeat_impl(
+    pub(crate) async fn heartbeat_one(
         &self,
         lease: &LeaseRef,
         lease_duration_s: f64,
     ) -> Result<HeartbeatResult, ExecutionError> {
         let mut out = self
-            .heartbeat_many_impl(std::slice::from_ref(lease), lease_duration_s)
+            .heartbeat_leases(std::slice::from_ref(lease), lease_duration_s)
             .await?;
         out.pop()
             .unwrap_or(Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)))

@@ -3,15 +3,14 @@
 //!
 //! It owns every PostgreSQL statement of the product: the table DDL, compatible with the
 //! reference's PostgreSQL tables, and schema readiness under `pg_advisory_xact_lock`
-//! ([`schema`]), DSN handling, TLS modes and secret redaction ([`dsn`]), error classification
+//! ([`schema`]), DSN handling and TLS modes ([`dsn`]; redaction: `onestep_core::store::redact`), error classification
 //! by SQLSTATE ([`errors`]), the client operations (submit, submit_many, get, list, cancel) and
 //! the worker operations (claim with bounded maintenance, heartbeat one lease or a set, the
 //! cancel poll, complete, complete_many, release), attempt diagnostics, the submit's trace
 //! context and purge (docs/postgres.md#diagnostics-and-traces), the readiness probe and the
-//! benchmark figures ([`probes`]). One type, [`PgBackend`], implements
-//! [`onestep_core::ports::ExecutionStore`], [`onestep_core::ports::LeaseStore`],
-//! [`onestep_core::ports::Retention`],
-//! [`onestep_core::ports::Readiness`] and [`onestep_core::ports::StoreStats`].
+//! benchmark figures ([`probes`]). One type, [`PgBackend`], implements every port of
+//! [`onestep_core::ports`] in the operation modules and the [`onestep_core::Backend`] handle
+//! (`handle.rs`).
 //!
 //! Invariants:
 //! * "now" is the injected clock, read once per transaction; the database clock is never used.
@@ -31,20 +30,22 @@ mod client_ops;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;
+mod handle;
 mod heartbeat;
 pub mod history;
 mod insights;
 pub mod json_text;
 pub mod probes;
+mod purge;
 pub mod rows;
 pub mod schema;
 pub mod scratch;
 mod sql;
-mod store_impl;
 pub mod upgrade;
 mod worker_ops;
 
-pub use backend::{PgBackend, PgOptions, ServerInfo, SessionState};
+pub use backend::{PgBackend, ServerInfo, SessionState};
+pub use onestep_core::store::StoreOptions;
 pub use schema::{SchemaFeatures, SchemaReport};
 pub use scratch::ScratchDatabase;
 pub use upgrade::{UpgradeReport, UpgradeStep};

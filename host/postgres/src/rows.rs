@@ -7,6 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use onestep_core::codec::decode_value;
+use onestep_core::store::DecodeError;
 use onestep_core::{ErrorObject, Execution, ExecutionError, ExecutionStatus};
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -29,17 +30,18 @@ pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     idx: usize,
     col: &str,
-) -> Result<T, String> {
-    row.try_get::<_, T>(idx).map_err(|e| format!("{col}: {e}"))
+) -> Result<T, DecodeError> {
+    row.try_get::<_, T>(idx)
+        .map_err(|e| DecodeError(format!("{col}: {e}")))
 }
 
 /// Parses a nullable error-object value (SQL NULL and JSON `null` are both absent).
-pub fn error_value(v: Option<Value>, col: &str) -> Result<Option<ErrorObject>, String> {
+pub fn error_value(v: Option<Value>, col: &str) -> Result<Option<ErrorObject>, DecodeError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(v) => serde_json::from_value(v)
             .map(Some)
-            .map_err(|e| format!("{col} is not an error object: {e}")),
+            .map_err(|e| DecodeError(format!("{col} is not an error object: {e}"))),
     }
 }
 
@@ -49,7 +51,7 @@ pub fn error_value(v: Option<Value>, col: &str) -> Result<Option<ErrorObject>, S
 pub fn window_columns(
     row: &Row,
 ) -> Result<(bool, i64, onestep_core::cursor::Cursor), ExecutionError> {
-    let read = || -> Result<(bool, i64, onestep_core::cursor::Cursor), String> {
+    let read = || -> Result<(bool, i64, onestep_core::cursor::Cursor), DecodeError> {
         let matched: bool = get(row, EXECUTION_COLUMN_COUNT, "w_match")?;
         let examined: i64 = get(row, EXECUTION_COLUMN_COUNT + 1, "w_rows")?;
         let created_at = get(row, EXECUTION_COLUMN_COUNT + 2, "w_created")?;
@@ -78,12 +80,12 @@ pub fn decode_execution(row: &Row) -> Result<Execution, ExecutionError> {
     })
 }
 
-fn decode_values(row: &Row) -> Result<Execution, String> {
+fn decode_values(row: &Row) -> Result<Execution, DecodeError> {
     if row.len() < EXECUTION_COLUMN_COUNT {
-        return Err(format!(
+        return Err(DecodeError(format!(
             "expected {EXECUTION_COLUMN_COUNT} columns, got {}",
             row.len()
-        ));
+        )));
     }
     let id: Uuid = get(row, 0, "id")?;
     let namespace: String = get(row, 1, "namespace")?;
@@ -91,20 +93,20 @@ fn decode_values(row: &Row) -> Result<Execution, String> {
     let status_text: String = get(row, 3, "status")?;
     let status: ExecutionStatus = status_text
         .parse()
-        .map_err(|_| format!("unknown status '{status_text}'"))?;
+        .map_err(|_| DecodeError(format!("unknown status '{status_text}'")))?;
     let payload: Option<Value> = get(row, 4, "payload")?;
-    let payload =
-        decode_value(&payload.unwrap_or(Value::Null)).map_err(|e| format!("payload: {e}"))?;
+    let payload = decode_value(&payload.unwrap_or(Value::Null))
+        .map_err(|e| DecodeError(format!("payload: {e}")))?;
     let metadata = match get::<Option<Value>>(row, 5, "metadata")? {
         None => serde_json::Map::new(),
-        Some(m) => match decode_value(&m).map_err(|e| format!("metadata: {e}"))? {
+        Some(m) => match decode_value(&m).map_err(|e| DecodeError(format!("metadata: {e}")))? {
             Value::Object(m) => m,
             _ => return Err("metadata is not an object".into()),
         },
     };
     let result = match get::<Option<Value>>(row, 6, "result")? {
         None | Some(Value::Null) => None,
-        Some(v) => Some(decode_value(&v).map_err(|e| format!("result: {e}"))?),
+        Some(v) => Some(decode_value(&v).map_err(|e| DecodeError(format!("result: {e}")))?),
     };
     let error = error_value(get(row, 7, "error")?, "error")?;
     let attempts: i32 = get(row, 8, "attempts")?;
@@ -125,7 +127,7 @@ fn decode_values(row: &Row) -> Result<Execution, String> {
         result,
         error,
         attempts: u32::try_from(attempts)
-            .map_err(|_| format!("attempts out of range: {attempts}"))?,
+            .map_err(|_| DecodeError(format!("attempts out of range: {attempts}")))?,
         created_at,
         available_at,
         started_at,
@@ -149,12 +151,12 @@ pub fn error_text(error: Option<&ErrorObject>) -> Result<Option<String>, Executi
 
 /// Decodes `id, attempt_no, status, worker_id, error, started_at, heartbeat_at, finished_at` of
 /// the attempts table (diagnostics are joined in by the caller).
-pub fn decode_attempt(row: &Row) -> Result<onestep_core::diagnostics::AttemptRecord, String> {
+pub fn decode_attempt(row: &Row) -> Result<onestep_core::diagnostics::AttemptRecord, DecodeError> {
     let attempt_no: i32 = get(row, 1, "attempt_no")?;
     Ok(onestep_core::diagnostics::AttemptRecord {
         id: get(row, 0, "id")?,
         attempt_no: u32::try_from(attempt_no)
-            .map_err(|_| format!("attempt_no {attempt_no} is negative"))?,
+            .map_err(|_| DecodeError(format!("attempt_no {attempt_no} is negative")))?,
         status: get(row, 2, "status")?,
         worker_id: get(row, 3, "worker_id")?,
         error: error_value(get(row, 4, "error")?, "error")?,

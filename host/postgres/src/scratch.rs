@@ -46,7 +46,7 @@ fn with_database(url: &str, db: &str) -> Result<String, String> {
 
 async fn on_server(server_dsn: &str, sql: &str, op: &'static str) -> Result<(), ExecutionError> {
     let parsed = parse_dsn(server_dsn)
-        .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m, &[]))?;
+        .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m.to_string(), &[]))?;
     let secrets = parsed.secrets.clone();
     let mut config = parsed.config.clone();
     config.options("");
@@ -94,7 +94,7 @@ impl ScratchDatabase {
         let server_dsn = with_database(server_url, "postgres").map_err(bad)?;
         let dsn = with_database(server_url, &name).map_err(bad)?;
         let secrets = parse_dsn(&server_dsn)
-            .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m, &[]))?
+            .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m.to_string(), &[]))?
             .secrets;
         on_server(&server_dsn, &format!("CREATE DATABASE \"{name}\""), op).await?;
         Ok(ScratchDatabase {

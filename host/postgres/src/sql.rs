@@ -16,7 +16,6 @@ pub(crate) struct Statements {
     pub(crate) insert_many: String,
     pub(crate) by_id: String,
     pub(crate) by_id_ns: String,
-    pub(crate) id_exists: String,
     pub(crate) by_id_lock: String,
     pub(crate) by_id_ns_lock: String,
     pub(crate) by_ids: String,
@@ -206,7 +205,6 @@ impl Statements {
             by_id_ns: format!(
                 "SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = $1 AND namespace = $2"
             ),
-            id_exists: format!("SELECT 1 FROM {t} WHERE id = $1"),
             by_id_lock: format!("SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = $1 FOR UPDATE"),
             by_id_ns_lock: format!(
                 "SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = $1 AND namespace = $2 FOR UPDATE"

@@ -12,7 +12,7 @@ use onestep_core::ExecutionError;
 use onestep_core::names::TableNames;
 use tokio_postgres::GenericClient;
 
-use crate::backend::{PgBackend, PgOptions};
+use crate::backend::PgBackend;
 use crate::dsn::ParsedDsn;
 use crate::errors::{OpResult, into_execution_error};
 use crate::schema::{
@@ -20,24 +20,8 @@ use crate::schema::{
     ix_status_list, ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named,
     status_index_sql, status_list_index_sql, task_list_index_sql,
 };
-
-/// One DDL step an upgrade performed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpgradeStep {
-    /// What was added (`index ix_…`).
-    pub added: String,
-    /// How: `CONCURRENTLY`, or `CONCURRENTLY, after dropping an invalid index`.
-    pub form: String,
-}
-
-/// What [`PgBackend::upgrade`] did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct UpgradeReport {
-    /// Tables created first because they were missing (as `onestep migrate` does).
-    pub created: Vec<String>,
-    /// The steps taken, in order; empty when nothing was missing.
-    pub steps: Vec<UpgradeStep>,
-}
+pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
+use onestep_core::store::StoreOptions;
 
 /// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
 fn index_defs(names: &TableNames) -> [(String, String); 4] {
@@ -166,10 +150,20 @@ impl PgBackend {
     /// the executions table lacks (module docs) while holding the pair's advisory lock (the key
     /// table creation takes, so two upgrades, or an upgrade and a creator, do not interleave).
     /// Idempotent: on tables this crate created it changes nothing and reports no step.
-    pub async fn upgrade(mut opts: PgOptions) -> Result<UpgradeReport, ExecutionError> {
+    pub async fn upgrade(mut opts: StoreOptions) -> Result<UpgradeReport, ExecutionError> {
         opts.auto_create = true;
         opts.pool_max = 1;
         let backend = PgBackend::open(opts).await?;
+        let report = backend.upgrade_tables().await;
+        let closed = backend.close().await;
+        let report = report?;
+        closed?;
+        Ok(report)
+    }
+
+    /// The upgrade of [`Self::upgrade`] over this open backend (tables already created).
+    pub(crate) async fn upgrade_tables(&self) -> Result<UpgradeReport, ExecutionError> {
+        let backend = self;
         let names = backend.tables().clone();
         let key = pair_lock_key(&names);
         let run = async {
@@ -188,14 +182,7 @@ impl PgBackend {
         }
         .await;
         let created = backend.schema_report().created.clone();
-        let steps = match run {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = backend.close().await;
-                return Err(into_execution_error(e, "upgrade", &backend.inner.secrets));
-            }
-        };
-        backend.close().await?;
+        let steps = run.map_err(|e| into_execution_error(e, "upgrade", &backend.inner.secrets))?;
         Ok(UpgradeReport { created, steps })
     }
 }
@@ -203,7 +190,9 @@ impl PgBackend {
 /// For benchmarks and tests (`onestep bench --reference-tables`): creates the table pair if
 /// missing, as the reference creates it — our DDL without the two indexes this module adds.
 /// Tables that already existed are left as they are. Returns the tables created.
-pub async fn create_reference_shaped(mut opts: PgOptions) -> Result<Vec<String>, ExecutionError> {
+pub async fn create_reference_shaped(
+    mut opts: StoreOptions,
+) -> Result<Vec<String>, ExecutionError> {
     opts.auto_create = true;
     opts.pool_max = 1;
     let backend = PgBackend::open(opts).await?;

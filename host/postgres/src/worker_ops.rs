@@ -8,11 +8,14 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
+use onestep_core::diagnostics::LiveDiagnostics;
 use onestep_core::error::UNDECODABLE_DEFER_S;
-use onestep_core::execution::{Completion, LeaseRef};
+use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
 use onestep_core::plan::CompletionPlan;
+use onestep_core::ports::LeaseStore;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::time::add_seconds;
@@ -176,14 +179,6 @@ impl PgBackend {
         Ok(leases)
     }
 
-    pub(crate) async fn claim_impl(
-        &self,
-        req: &ClaimRequest,
-    ) -> Result<Vec<ExecutionLease>, ExecutionError> {
-        let req = req.validate()?;
-        self.run("fetch", || self.claim_once(&req)).await
-    }
-
     async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
         let now = self.now();
         let conn = self.conn().await?;
@@ -200,17 +195,6 @@ impl PgBackend {
             }
         }
         Ok(out)
-    }
-
-    pub(crate) async fn cancel_requested_impl(
-        &self,
-        leases: &[LeaseRef],
-    ) -> Result<Vec<Uuid>, ExecutionError> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run("cancel_poll", || self.cancel_requested_once(leases))
-            .await
     }
 
     fn plan(
@@ -297,16 +281,6 @@ impl PgBackend {
             (o, _) => o,
         };
         finish(tx, outcome).await
-    }
-
-    pub(crate) async fn complete_impl(
-        &self,
-        lease: &LeaseRef,
-        completion: &Completion,
-    ) -> Result<Execution, ExecutionError> {
-        completion.validate()?;
-        self.run("ack", || self.complete_once(lease, completion))
-            .await
     }
 
     async fn complete_many_once(
@@ -495,16 +469,6 @@ impl PgBackend {
         Ok(rest)
     }
 
-    pub(crate) async fn complete_many_impl(
-        &self,
-        items: &[(LeaseRef, Completion)],
-    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run("ack", || self.complete_many_once(items)).await
-    }
-
     async fn release_in<C: GenericClient>(
         &self,
         tx: &C,
@@ -541,8 +505,67 @@ impl PgBackend {
         let outcome = self.release_in(&tx, lease, now).await;
         finish(tx, outcome).await
     }
+}
 
-    pub(crate) async fn release_impl(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
+#[async_trait]
+impl LeaseStore for PgBackend {
+    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ExecutionLease>, ExecutionError> {
+        let req = req.validate()?;
+        self.run("fetch", || self.claim_once(&req)).await
+    }
+
+    async fn heartbeat(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> Result<HeartbeatResult, ExecutionError> {
+        self.heartbeat_one(lease, lease_duration_s).await
+    }
+
+    async fn heartbeat_many(
+        &self,
+        leases: &[LeaseRef],
+        lease_duration_s: f64,
+    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
+        self.heartbeat_leases(leases, lease_duration_s).await
+    }
+
+    async fn record_live(
+        &self,
+        items: &[(LeaseRef, LiveDiagnostics)],
+    ) -> Result<bool, ExecutionError> {
+        self.write_live(items).await
+    }
+
+    async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("cancel_poll", || self.cancel_requested_once(leases))
+            .await
+    }
+
+    async fn complete(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> Result<Execution, ExecutionError> {
+        completion.validate()?;
+        self.run("ack", || self.complete_once(lease, completion))
+            .await
+    }
+
+    async fn complete_many(
+        &self,
+        items: &[(LeaseRef, Completion)],
+    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("ack", || self.complete_many_once(items)).await
+    }
+
+    async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
         self.run("release", || self.release_once(lease)).await
     }
 }

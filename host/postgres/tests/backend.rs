@@ -249,7 +249,7 @@ async fn reopen(dsn: &str, auto_create: bool) -> onestep_postgres::PgBackend {
 
 /// `onestep migrate --upgrade` on `dsn`: what each step added.
 async fn upgrade_steps(dsn: &str) -> Vec<String> {
-    let report = onestep_postgres::PgBackend::upgrade(onestep_postgres::PgOptions::new(dsn))
+    let report = onestep_postgres::PgBackend::upgrade(onestep_postgres::StoreOptions::new(dsn))
         .await
         .expect("upgrade");
     report.steps.into_iter().map(|s| s.added).collect()

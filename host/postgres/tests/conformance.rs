@@ -24,7 +24,7 @@ mod reference_tables_postgres {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insights_and_attempts_postgres() {
     let db = common::scratch().await;
-    let b = onestep_postgres::PgBackend::open(onestep_postgres::PgOptions::new(db.dsn()))
+    let b = onestep_postgres::PgBackend::open(onestep_postgres::StoreOptions::new(db.dsn()))
         .await
         .expect("open backend");
     onestep_testkit::insights::counts_recent_and_attempts(&b, &b).await;

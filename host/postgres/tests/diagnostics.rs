@@ -12,7 +12,7 @@ use chrono::Duration;
 use onestep_core::diagnostics::PurgeRequest;
 use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
 use onestep_core::{Completion, ExecutionLease, ExecutionStatus, time::Clock};
-use onestep_postgres::{PgBackend, PgOptions};
+use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::builders::{claim, prepared};
 use serde_json::json;
@@ -21,7 +21,7 @@ const NS: &str = "ns";
 const TASK: &str = "t";
 
 async fn backend(dsn: &str, clock: Arc<ManualClock>) -> PgBackend {
-    let mut o = PgOptions::new(dsn);
+    let mut o = StoreOptions::new(dsn);
     o.clock = clock;
     PgBackend::open(o).await.expect("open backend")
 }
@@ -65,7 +65,7 @@ async fn without_the_diagnostics_table() {
         drop(c);
         b.close().await.expect("close");
     }
-    let mut o = PgOptions::new(db.dsn());
+    let mut o = StoreOptions::new(db.dsn());
     o.clock = clock.clone();
     o.auto_create = false;
     let b = PgBackend::open(o).await.expect("open without the table");

@@ -14,7 +14,7 @@ use common::reference;
 use onestep_core::execution::Completion;
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::request::SubmitRequest;
-use onestep_postgres::{PgBackend, PgOptions};
+use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::builders::{claim, prepare};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -42,7 +42,7 @@ fn request(key: &str, payload: &Value, metadata: &Value) -> SubmitRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reference_client_our_tables_our_worker() {
     let db = common::scratch().await;
-    let backend = PgBackend::open(PgOptions::new(db.dsn()))
+    let backend = PgBackend::open(StoreOptions::new(db.dsn()))
         .await
         .expect("open");
     // The pair, then our additions (docs/postgres.md#diagnostics-and-traces).
@@ -120,7 +120,7 @@ async fn our_client_reference_tables_reference_worker() {
     let db = common::scratch().await;
     let ns = "interop";
     reference::create_tables(db.dsn()).await;
-    let mut o = PgOptions::new(db.dsn());
+    let mut o = StoreOptions::new(db.dsn());
     o.auto_create = false;
     let backend = PgBackend::open(o).await.expect("open on reference tables");
     assert!(
@@ -180,13 +180,13 @@ async fn upgraded_reference_tables_reference_worker() {
         &["submit", "t", "py-before", "{\"n\":1}", "{}"],
     )
     .await;
-    let mut o = PgOptions::new(db.dsn());
+    let mut o = StoreOptions::new(db.dsn());
     o.auto_create = false;
     let b = PgBackend::open(o).await.expect("open on reference tables");
     assert!(b.schema_report().upgrade_command.is_some());
     b.close().await.expect("close");
 
-    let report = PgBackend::upgrade(PgOptions::new(db.dsn()))
+    let report = PgBackend::upgrade(StoreOptions::new(db.dsn()))
         .await
         .expect("upgrade");
     let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
@@ -204,12 +204,12 @@ async fn upgraded_reference_tables_reference_worker() {
         report.steps.iter().all(|s| s.form == "CONCURRENTLY"),
         "{report:?}"
     );
-    let again = PgBackend::upgrade(PgOptions::new(db.dsn()))
+    let again = PgBackend::upgrade(StoreOptions::new(db.dsn()))
         .await
         .expect("second upgrade");
     assert!(again.steps.is_empty(), "idempotent: {again:?}");
 
-    let mut o = PgOptions::new(db.dsn());
+    let mut o = StoreOptions::new(db.dsn());
     o.auto_create = false;
     let b = PgBackend::open(o).await.expect("open upgraded");
     let features = b.schema_report().features;

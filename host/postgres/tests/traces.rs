@@ -11,7 +11,7 @@ mod common;
 use onestep_core::diagnostics::PurgeRequest;
 use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
 use onestep_core::{Completion, ExecutionStatus};
-use onestep_postgres::{PgBackend, PgOptions};
+use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::builders::{claim, keyed};
 use serde_json::json;
 use uuid::Uuid;
@@ -22,7 +22,7 @@ const FIRST: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const SECOND: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 async fn backend(dsn: &str, traces: bool) -> PgBackend {
-    let mut o = PgOptions::new(dsn);
+    let mut o = StoreOptions::new(dsn);
     o.traces = traces;
     PgBackend::open(o).await.expect("open backend")
 }

@@ -25,8 +25,8 @@ use onestep_e2e::{
     Backend, Env, Schedule, Servers, e2e_config, on_servers, onestep_bin, repo_root, wait_for,
 };
 use onestep_mysql::history::{HistoryIds, HistorySeed};
-use onestep_mysql::{MySqlBackend, MySqlOptions};
-use onestep_postgres::{PgBackend, PgOptions};
+use onestep_mysql::{MySqlBackend, StoreOptions};
+use onestep_postgres::PgBackend;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -275,12 +275,12 @@ async fn seed(env: &Env) -> Result<()> {
     };
     match env.backend() {
         Backend::Mysql => {
-            let backend = MySqlBackend::open(MySqlOptions::new(env.db.dsn.clone())).await?;
+            let backend = MySqlBackend::open(StoreOptions::new(env.db.dsn.clone())).await?;
             backend.seed_history(&history).await?;
             backend.close().await?;
         }
         Backend::Postgres => {
-            let backend = PgBackend::open(PgOptions::new(env.db.dsn.clone())).await?;
+            let backend = PgBackend::open(StoreOptions::new(env.db.dsn.clone())).await?;
             backend.seed_history(&history).await?;
             backend.close().await?;
         }

@@ -11,7 +11,7 @@ use anyhow::{Result, bail, ensure};
 use onestep_e2e::{
     BACKEND_VAR, Backend, Servers, TestDb, WorkerProcess, e2e_config, run_cli, servers_of,
 };
-use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions};
+use onestep_mysql::{DdlStyle, MySqlBackend, StoreOptions};
 
 /// The MySQL warning's and the PostgreSQL warning's lead-in to the command.
 const WARNINGS: [&str; 2] = [
@@ -89,9 +89,8 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
                 ],
             )
         } else {
-            let mut o = MySqlOptions::new(db.dsn.clone());
-            o.ddl_style = DdlStyle::Reference;
-            MySqlBackend::migrate(o).await?;
+            let o = StoreOptions::new(db.dsn.clone());
+            MySqlBackend::migrate_with_ddl(o, DdlStyle::Reference).await?;
             (
                 format!(
                     "onestep migrate --upgrade --dsn 'mysql://root@127.0.0.1:{port}/{}' --table onestep_executions --attempts-table onestep_execution_attempts",

@@ -16,7 +16,7 @@ use mysql_async::Pool;
 use mysql_async::prelude::Queryable;
 use onestep_api::{ApiSettings, ApiState, Tenancy, TokenTable, router};
 use onestep_core::Limits;
-use onestep_mysql::{MySqlBackend, MySqlOptions};
+use onestep_mysql::{MySqlBackend, StoreOptions};
 use serde_json::Value;
 use tower::ServiceExt;
 use uuid::Uuid;
@@ -157,7 +157,7 @@ impl TestApp {
     /// Like [`TestApp::start`] on the server of `admin`.
     pub async fn start_on(admin: &str, settings: ApiSettings) -> TestApp {
         let db = TestDb::create_on(admin).await;
-        let mut opts = MySqlOptions::new(db.url.clone());
+        let mut opts = StoreOptions::new(db.url.clone());
         opts.limits = settings.limits;
         opts.pool_max = 24;
         let backend = MySqlBackend::open(opts).await.expect("open backend");

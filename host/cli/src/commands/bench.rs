@@ -359,6 +359,33 @@ enum Scratch {
     Postgres(onestep_postgres::ScratchDatabase),
 }
 
+/// The benchmark's backend as its concrete type (history seeding, reference DDL, the server
+/// process), next to the handle every other step uses.
+enum Concrete {
+    Mysql(MySqlBackend),
+    Postgres(onestep_postgres::PgBackend),
+}
+
+impl Concrete {
+    fn handle(&self) -> Store {
+        match self {
+            Concrete::Mysql(b) => {
+                Store::from(Arc::new(b.clone()) as Arc<dyn onestep_core::Backend>)
+            }
+            Concrete::Postgres(b) => {
+                Store::from(Arc::new(b.clone()) as Arc<dyn onestep_core::Backend>)
+            }
+        }
+    }
+
+    fn as_mysql(&self) -> Option<&MySqlBackend> {
+        match self {
+            Concrete::Mysql(b) => Some(b),
+            Concrete::Postgres(_) => None,
+        }
+    }
+}
+
 impl Scratch {
     async fn create(server_url: &str) -> Result<Self> {
         let what = "cannot create the benchmark database on --server-url";
@@ -487,40 +514,42 @@ async fn bench_on(
         .max(2);
     let mut store_opts = StoreOptions::new(dsn);
     store_opts.pool_max = pool_max;
-    let backend = match store_opts.kind {
+    let mut opts = store_opts.store.clone();
+    let concrete = match store_opts.kind {
         DatabaseKind::Mysql => {
-            let mut opts = store_opts.mysql();
             opts.diagnostics = !args.no_diagnostics;
-            if args.reference_tables {
-                opts.ddl_style = DdlStyle::Reference;
-            }
-            Store::Mysql(
-                MySqlBackend::open(opts)
+            let style = if args.reference_tables {
+                DdlStyle::Reference
+            } else {
+                DdlStyle::Onestep
+            };
+            Concrete::Mysql(
+                MySqlBackend::open_with_ddl(opts, style)
                     .await
                     .context("cannot open the backend")?,
             )
         }
         DatabaseKind::Postgres => {
-            let mut opts = store_opts.postgres();
             if args.reference_tables && round == 1 {
                 onestep_postgres::upgrade::create_reference_shaped(opts.clone())
                     .await
                     .context("cannot create reference-shaped tables")?;
             }
             opts.diagnostics = !args.no_diagnostics;
-            Store::Postgres(
+            Concrete::Postgres(
                 onestep_postgres::PgBackend::open(opts)
                     .await
                     .context("cannot open the backend")?,
             )
         }
     };
+    let backend = concrete.handle();
     let server = backend.server_version();
     // docs/postgres.md#schema: PostgreSQL's partial indexes already hold only live rows; there
     // this says whether our expiry and status indexes are present.
-    let claimable_indexes = match &backend {
-        Store::Mysql(b) => b.schema_report().features.claimable_column,
-        Store::Postgres(b) => b.schema_report().upgrade_command.is_none(),
+    let claimable_indexes = match &concrete {
+        Concrete::Mysql(b) => b.schema_report().features.claimable_column,
+        Concrete::Postgres(b) => b.schema_report().upgrade_command.is_none(),
     };
     let server_http = match args.http_delay_ms {
         Some(ms) => Some(http::SlowServer::start(Duration::from_millis(ms))?),
@@ -553,9 +582,9 @@ async fn bench_on(
             before: Utc::now(),
             idempotency_keys: args.idempotency_keys.is_some(),
         };
-        let seeded = match &backend {
-            Store::Mysql(b) => b.seed_history(&seed).await,
-            Store::Postgres(b) => b.seed_history(&seed).await,
+        let seeded = match &concrete {
+            Concrete::Mysql(b) => b.seed_history(&seed).await,
+            Concrete::Postgres(b) => b.seed_history(&seed).await,
         };
         seeded.context("cannot seed the history")?;
     }
@@ -627,11 +656,11 @@ async fn bench_on(
         },
     )?;
     let stats = worker.stats();
-    let db_proc = match backend.as_mysql() {
+    let db_proc = match concrete.as_mysql() {
         Some(b) => cpu::find_server(backend_port(dsn), b.server().flavor == Flavor::MariaDb),
         None => cpu::postgres_processes(),
     };
-    let db_cpu = |p: &cpu::ServerProcess| match backend.as_mysql() {
+    let db_cpu = |p: &cpu::ServerProcess| match concrete.as_mysql() {
         Some(_) => cpu::process_cpu_ms(&p.pid),
         None => cpu::postgres_cpu_ms(),
     };

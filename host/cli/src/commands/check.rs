@@ -8,12 +8,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use onestep_mysql::MySqlBackend;
-
 use onestep_config::AppConfig;
 
 use super::common::{EnvArgs, load};
-use crate::wiring::store::StoreOptions;
+use crate::wiring::store::{Store, StoreOptions};
 use crate::wiring::wasm_runner::load_task_handler;
 use crate::wiring::{backend_key, build_runtime, sandbox_settings, store_options};
 
@@ -265,34 +263,18 @@ fn component_reports(cfg: &AppConfig) -> Vec<ComponentReport> {
 
 async fn probe(opts: StoreOptions) -> Result<String, onestep_core::ExecutionError> {
     let tables = opts.tables.clone();
-    if opts.kind == onestep_config::DatabaseKind::Postgres {
-        let backend = onestep_postgres::PgBackend::open(opts.postgres()).await?;
-        let session = backend.session_state().await?;
-        let line = format!(
-            "connected server=PostgreSQL {} time_zone={} isolation={} tables={},{} created=[{}]",
-            backend.server().version_string,
-            session.time_zone,
-            session.isolation,
-            tables.executions,
-            tables.attempts,
-            backend.schema_report().created.join(",")
-        );
-        let line = with_upgrade_hint(line, backend.schema_report().upgrade_command.as_deref());
-        backend.close().await?;
-        return Ok(line);
-    }
-    let backend = MySqlBackend::open(opts.mysql()).await?;
-    let session = backend.session_state().await?;
+    let backend = Store::open(&opts).await?;
+    let session = backend.session().await?;
     let line = format!(
         "connected server={} time_zone={} isolation={} tables={},{} created=[{}]",
-        backend.server().version_string,
+        backend.server_version(),
         session.time_zone,
         session.isolation,
         tables.executions,
         tables.attempts,
-        backend.schema_report().created.join(",")
+        backend.tables_created().join(",")
     );
-    let line = with_upgrade_hint(line, backend.schema_report().upgrade_command.as_deref());
+    let line = with_upgrade_hint(line, backend.upgrade_command().as_deref());
     backend.close().await?;
     Ok(line)
 }

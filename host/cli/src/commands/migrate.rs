@@ -5,9 +5,7 @@
 
 use std::path::PathBuf;
 
-use onestep_config::DatabaseKind;
 use onestep_core::names::TableNames;
-use onestep_mysql::MySqlBackend;
 
 use super::common::{EnvArgs, load};
 use crate::wiring::store::{Store, StoreOptions};
@@ -96,27 +94,9 @@ pub async fn run(args: MigrateArgs) -> u8 {
     let mut code = 0;
     for (label, opts) in jobs {
         let tables = format!("{}, {}", opts.tables.executions, opts.tables.attempts);
-        if args.upgrade && opts.kind == DatabaseKind::Mysql {
-            match MySqlBackend::upgrade(opts.mysql()).await {
-                Ok(report) => print_upgrade(
-                    &label,
-                    &tables,
-                    &report.created,
-                    report
-                        .steps
-                        .iter()
-                        .map(|s| (s.added.as_str(), s.form.as_str())),
-                ),
-                Err(e) => {
-                    eprintln!("onestep: {label}: {e}");
-                    code = 1;
-                }
-            }
-            continue;
-        }
-        if args.upgrade && opts.kind == DatabaseKind::Postgres {
-            // docs/postgres.md#upgrading-reference-tables
-            match onestep_postgres::PgBackend::upgrade(opts.postgres()).await {
+        if args.upgrade {
+            // docs/schema.md#upgrading-reference-tables, docs/postgres.md#upgrading-reference-tables
+            match Store::upgrade(&opts).await {
                 Ok(report) => print_upgrade(
                     &label,
                     &tables,

@@ -202,11 +202,8 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     let state = ApiState::new(backend.executions(), backend.readiness(), settings)
         .map_err(|e| usage(format!("api: {e}")))?
         .with_public_metrics(api.metrics_public);
-    // The dashboard's overview figures, where the backend computes them.
-    let state = match backend.insights() {
-        Some(insights) => state.with_insights(insights),
-        None => state,
-    };
+    // The dashboard's overview figures.
+    let state = state.with_insights(backend.insights());
     Ok((backend, state, listen.unwrap_or(api.listen)))
 }
 

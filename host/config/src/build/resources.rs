@@ -2,6 +2,7 @@
 //! normalisation, `mysql`/`postgres` connectors and `mysql_execution_source`/
 //! `postgres_execution_source` sources.
 
+use onestep_core::store::options as store_defaults;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -571,9 +572,14 @@ pub fn build_source(
         DEFAULT_ATTEMPTS_TABLE,
         &path,
     )?;
-    let auto_create = auto_create(node, true, &path)?;
+    let auto_create = auto_create(node, store_defaults::DEFAULT_AUTO_CREATE, &path)?;
     let limits = limits(node, &path)?;
-    let reclaim = positive(node, "reclaim_batch_size", 100, &path)?;
+    let reclaim = positive(
+        node,
+        "reclaim_batch_size",
+        u64::from(store_defaults::DEFAULT_RECLAIM_BATCH_SIZE),
+        &path,
+    )?;
     let reclaim_batch_size = u32::try_from(reclaim).map_err(|_| {
         ConfigError::at(node, &path, "reclaim_batch_size must be a positive integer")
     })?;

@@ -17,7 +17,7 @@ use mysql_async::{Pool, Row, Value as DbValue};
 use onestep_core::names::TableNames;
 use onestep_core::{AttemptStatus, Limits};
 use onestep_mysql::rows::{bind_uuid, error_column, parse_uuid};
-use onestep_mysql::{DdlStyle, MySqlBackend, MySqlOptions};
+use onestep_mysql::{DdlStyle, MySqlBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::suite::{
     AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, Probe,
@@ -105,13 +105,14 @@ pub async fn open(
     style: DdlStyle,
     tables: TableNames,
 ) -> MySqlBackend {
-    let mut o = MySqlOptions::new(db_url(admin_url, db));
+    let mut o = StoreOptions::new(db_url(admin_url, db));
     o.clock = clock;
     o.limits = limits;
-    o.ddl_style = style;
     o.tables = tables;
     o.pool_max = 24;
-    MySqlBackend::open(o).await.expect("open backend")
+    MySqlBackend::open_with_ddl(o, style)
+        .await
+        .expect("open backend")
 }
 
 /// The SQL probe over a backend's tables.
@@ -244,10 +245,11 @@ impl FixtureFactory for MySqlFactory {
         let clock = Arc::new(ManualClock::default());
         let tables = TableNames::default();
         if self.upgrade {
-            let mut o = MySqlOptions::new(db_url(&self.admin_url, &db));
-            o.ddl_style = DdlStyle::Reference;
-            MySqlBackend::migrate(o).await.expect("reference tables");
-            let report = MySqlBackend::upgrade(MySqlOptions::new(db_url(&self.admin_url, &db)))
+            let o = StoreOptions::new(db_url(&self.admin_url, &db));
+            MySqlBackend::migrate_with_ddl(o, DdlStyle::Reference)
+                .await
+                .expect("reference tables");
+            let report = MySqlBackend::upgrade(StoreOptions::new(db_url(&self.admin_url, &db)))
                 .await
                 .expect("upgrade");
             // The claimable column, its two indexes and the three filtered-list indexes.

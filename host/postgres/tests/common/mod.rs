@@ -16,7 +16,7 @@ use deadpool_postgres::Pool;
 use onestep_core::names::TableNames;
 use onestep_core::{AttemptStatus, Limits};
 use onestep_postgres::rows::error_value;
-use onestep_postgres::{PgBackend, PgOptions, ScratchDatabase};
+use onestep_postgres::{PgBackend, ScratchDatabase, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::suite::{
     AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, Probe,
@@ -45,7 +45,7 @@ pub async fn open(
     limits: Limits,
     auto_create: bool,
 ) -> PgBackend {
-    let mut o = PgOptions::new(dsn);
+    let mut o = StoreOptions::new(dsn);
     o.clock = clock;
     o.limits = limits;
     o.auto_create = auto_create;

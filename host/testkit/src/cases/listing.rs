@@ -25,20 +25,10 @@ pub(super) async fn cursor_owner(fx: Fixture) {
         .await
         .expect("submit other");
     let store = &fx.store;
-    assert!(
-        store
-            .exists_in_any_namespace(ours.id)
-            .await
-            .expect("exists")
-    );
-    assert!(
-        store
-            .exists_in_any_namespace(theirs.id)
-            .await
-            .expect("exists")
-    );
+    assert!(store.get(NS, ours.id).await.expect("get").is_some());
+    assert!(store.get("other", theirs.id).await.expect("get").is_some());
     let gone = uuid::Uuid::now_v7();
-    assert!(!store.exists_in_any_namespace(gone).await.expect("exists"));
+    assert!(store.get(NS, gone).await.expect("get").is_none());
 
     let client = ExecutionClient::new(fx.store.clone(), NS, fx.limits).expect("client");
     let cursor = |id, created_at| Cursor { created_at, id }.encode();

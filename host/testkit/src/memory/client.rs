@@ -128,13 +128,6 @@ impl ExecutionStore for MemoryStore {
         Ok(out)
     }
 
-    async fn exists_in_any_namespace(&self, id: Uuid) -> Result<bool, ExecutionError> {
-        self.enter(Op::Get).await?;
-        let out = self.state().rows.contains_key(&id);
-        self.record(Op::Get, 1, true);
-        Ok(out)
-    }
-
     async fn list(
         &self,
         namespace: &str,

@@ -12,8 +12,6 @@ use serde::Serialize;
 
 use super::Report;
 use crate::wiring::store::{Store, StoreOptions};
-use onestep_config::DatabaseKind;
-use onestep_mysql::MySqlBackend;
 
 /// What one round's purge removed and how long it took.
 #[derive(Debug, Serialize)]
@@ -45,22 +43,13 @@ pub(super) struct UpgradeFigures {
 pub(super) async fn upgrade(dsn: &str) -> Result<UpgradeFigures> {
     let opts = StoreOptions::new(dsn);
     let started = Instant::now();
-    let steps: Vec<String> = match opts.kind {
-        DatabaseKind::Mysql => MySqlBackend::upgrade(opts.mysql())
-            .await
-            .context("migrate --upgrade failed")?
-            .steps
-            .iter()
-            .map(|s| format!("{} ({})", s.added, s.form))
-            .collect(),
-        DatabaseKind::Postgres => onestep_postgres::PgBackend::upgrade(opts.postgres())
-            .await
-            .context("migrate --upgrade failed")?
-            .steps
-            .iter()
-            .map(|s| format!("{} ({})", s.added, s.form))
-            .collect(),
-    };
+    let steps: Vec<String> = Store::upgrade(&opts)
+        .await
+        .context("migrate --upgrade failed")?
+        .steps
+        .iter()
+        .map(|s| format!("{} ({})", s.added, s.form))
+        .collect();
     Ok(UpgradeFigures {
         seconds: started.elapsed().as_secs_f64(),
         steps,
@@ -86,9 +75,7 @@ pub(super) async fn purge(
     older_than: Duration,
     batch: u32,
 ) -> Result<PurgeFigures> {
-    let retention = store
-        .retention()
-        .ok_or_else(|| anyhow!("this backend has no purge"))?;
+    let retention = store.retention();
     let cutoff = Utc::now()
         - chrono::Duration::from_std(older_than).context("--purge-older-than is too long")?;
     let started = Instant::now();

@@ -235,9 +235,7 @@ fn purge_request(args: &PurgeArgs, namespace: &str) -> Result<PurgeRequest, Fail
 pub async fn purge(args: PurgeArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let request = purge_request(&args, c.client.namespace())?;
-        let retention = c.backend().retention().ok_or_else(|| {
-            Failure::usage("onestep purge is not available for this backend")
-        })?;
+        let retention = c.backend().retention();
         let report: PurgeReport = retention.purge(&request).await?;
         let verb = if request.dry_run { "would remove" } else { "removed" };
         if args.conn.json {
