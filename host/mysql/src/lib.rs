@@ -33,8 +33,10 @@ mod complete_batch;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;
+mod faults;
 mod fenced_writes;
 mod heartbeat_batch;
+#[cfg(feature = "bench-support")]
 pub mod history;
 mod insights;
 mod maintenance;
@@ -42,6 +44,7 @@ pub mod probes;
 pub mod retry;
 pub mod rows;
 pub mod schema;
+#[cfg(feature = "bench-support")]
 pub mod scratch;
 pub mod session;
 mod store_impl;
@@ -49,5 +52,6 @@ pub mod upgrade;
 
 pub use backend::{MySqlBackend, MySqlOptions};
 pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};
+#[cfg(feature = "bench-support")]
 pub use scratch::ScratchDatabase;
 pub use session::{Flavor, ServerInfo, SessionState};

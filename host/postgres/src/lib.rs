@@ -32,12 +32,14 @@ mod diagnostics;
 pub mod dsn;
 pub mod errors;
 mod heartbeat;
+#[cfg(feature = "bench-support")]
 pub mod history;
 mod insights;
 pub mod json_text;
 pub mod probes;
 pub mod rows;
 pub mod schema;
+#[cfg(feature = "bench-support")]
 pub mod scratch;
 mod sql;
 mod store_impl;
@@ -46,5 +48,6 @@ mod worker_ops;
 
 pub use backend::{PgBackend, PgOptions, ServerInfo, SessionState};
 pub use schema::{SchemaFeatures, SchemaReport};
+#[cfg(feature = "bench-support")]
 pub use scratch::ScratchDatabase;
 pub use upgrade::{UpgradeReport, UpgradeStep};
