@@ -331,7 +331,7 @@ mod tests {
             Err(FlagError::TooLarge { .. })
         ));
         assert!(matches!(
-            flags(&["--heartbeat-s", "-1"]),
+            flags(&["--heartbeat-s=-1"]),
             Err(FlagError::NotPositive { .. })
         ));
         assert!(matches!(
