@@ -61,7 +61,9 @@ mod injected {
 /// No fault injection in this build.
 #[cfg(not(feature = "test-support"))]
 #[derive(Debug, Default)]
-pub(crate) struct Faults;
+pub(crate) struct Faults {
+    _none: (),
+}
 
 #[cfg(not(feature = "test-support"))]
 impl Faults {
