@@ -3,7 +3,7 @@
 # time, against the local test databases:
 #   1. wasm runtime: echo (new store + instantiate + call) with pooling on/off at 1 and 4 tasks,
 #      and compile vs cached load of `summarize` and the JavaScript `js-echo`
-#      (host/wasm/src/bin/wasm-bench.rs); then the time of a cached `onestep check` of every
+#      (host/bench/src/bin/wasm-bench.rs); then the time of a cached `onestep check` of every
 #      shipped config (components loaded from the compile cache);
 #   2. worker throughput: `onestep bench` submits N no-op executions with submit_many and drains
 #      them with one worker, on MariaDB and then on PostgreSQL (completed/s, queued→started
@@ -25,7 +25,7 @@ set +a
 SKIP_PYTHON=1 scripts/build-guests.sh >&2
 
 echo "== release build (one build shared by the benchmarks)" >&2
-cargo build --release -p onestep-cli -p onestep-wasm --bins
+cargo build --release -p onestep-cli -p onestep-bench --bins
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 
 echo "== wasm runtime"

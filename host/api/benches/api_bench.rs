@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onestep_api::{ApiSettings, ApiState, router};
-use onestep_mysql::{MySqlBackend, StoreOptions, ScratchDatabase};
+use onestep_mysql::{MySqlBackend, ScratchDatabase, StoreOptions};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 

@@ -53,7 +53,7 @@ enum Command {
     /// Delete finished executions older than a duration, in bounded batches.
     Purge(commands::client::PurgeArgs),
     /// Measure submit and drain throughput with no-op executions.
-    Bench(commands::bench::BenchArgs),
+    Bench(onestep_bench::BenchArgs),
     /// Work with one task locally (`task run`).
     #[command(subcommand)]
     Task(commands::task_run::TaskCommand),
@@ -94,7 +94,7 @@ fn main() -> ExitCode {
             Command::Attempts(a) => commands::client::attempts(a).await,
             Command::Logs(a) => commands::client::logs(a).await,
             Command::Purge(a) => commands::client::purge(a).await,
-            Command::Bench(a) => commands::bench::run(a).await,
+            Command::Bench(a) => onestep_bench::run(a, bench_host()).await,
             Command::Task(commands::task_run::TaskCommand::Run(a)) => {
                 commands::task_run::task_run(a).await
             }
@@ -104,4 +104,19 @@ fn main() -> ExitCode {
         }
     });
     ExitCode::from(code)
+}
+
+/// What `onestep bench` (host/bench) needs from the cli: the wasm compile cache and the task
+/// runner a component handler runs in, the same as `onestep run`'s.
+fn bench_host() -> onestep_bench::Host {
+    onestep_bench::Host {
+        wasm_cache_dir: wiring::wasm_cache_dir(),
+        component_runner: std::sync::Arc::new(|handler, sandbox, max_result_bytes| {
+            std::sync::Arc::new(wiring::wasm_runner::WasmTaskRunner::new(
+                handler,
+                sandbox,
+                max_result_bytes,
+            ))
+        }),
+    }
 }

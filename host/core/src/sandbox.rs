@@ -232,7 +232,7 @@ impl NetworkSettings {
                     })
                     .map_err(|reason| InvalidOrigin {
                         origin: o.to_owned(),
-                        reason,
+                        reason: reason.to_string(),
                     })
             })
             .collect::<Result<_, _>>()?;

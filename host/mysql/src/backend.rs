@@ -2,7 +2,6 @@
 //! every operation uses (connections, the clock, retries, error mapping).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
@@ -16,31 +15,17 @@ use crate::dsn::parse_dsn;
 use crate::errors::{
     OpError, OpResult, backend_error, classify, into_execution_error, is_retryable_before_commit,
 };
+use crate::faults::Fault;
+#[cfg(not(feature = "test-support"))]
+use crate::faults::Faults;
 use crate::schema::{DdlStyle, SchemaFeatures, SchemaReport, ensure_schema};
 use crate::session::{
     ServerInfo, SessionState, build_pool, gate_server_version, read_session_state,
 };
 
-/// Test-only fault injection (not part of the supported API).
-#[doc(hidden)]
-#[derive(Debug, Default)]
-pub struct Faults {
-    /// Commit normally, then report the connection as lost (an ambiguous commit), this many times.
-    pub commit_ack_lost: AtomicU32,
-    /// Fail with a connection loss just before COMMIT (rolled back), this many times.
-    pub lost_before_commit: AtomicU32,
-    /// Fail with a deadlock (1213) just before COMMIT (rolled back), this many times.
-    pub deadlock_before_commit: AtomicU32,
-    /// Make the matched-row counts of the set-based heartbeat disagree with its locking read
-    /// (after its UPDATEs ran), this many times, so that it takes the per-lease fallback.
-    pub heartbeat_set_mismatch: AtomicU32,
-}
-
-pub(crate) fn take(counter: &AtomicU32) -> bool {
-    counter
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-}
+/// The fault counters of this crate's integration tests (feature `test-support`).
+#[cfg(feature = "test-support")]
+pub use crate::faults::Faults;
 
 pub(crate) struct Inner {
     pub(crate) pool: Pool,
@@ -63,6 +48,9 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct MySqlBackend {
     pub(crate) inner: Arc<Inner>,
+    /// The version of the attempt ids this handle's claims make: v7 except on a benchmark's
+    /// handle (`with_attempt_ids`, feature `bench-support`; docs/semantics.md#time-ordered-ids).
+    pub(crate) attempt_ids: onestep_core::ids::IdVersion,
 }
 
 impl std::fmt::Debug for MySqlBackend {
@@ -169,6 +157,7 @@ impl MySqlBackend {
             );
         }
         Ok(MySqlBackend {
+            attempt_ids: onestep_core::ids::IdVersion::V7,
             inner: Arc::new(Inner {
                 traces,
                 pool,
@@ -255,6 +244,8 @@ impl MySqlBackend {
         &self.inner.pool
     }
 
+    /// The fault counters, for this crate's integration tests (feature `test-support`).
+    #[cfg(feature = "test-support")]
     #[doc(hidden)]
     pub fn faults(&self) -> &Faults {
         &self.inner.faults
@@ -389,7 +380,7 @@ pub(crate) async fn begin(conn: &mut Conn) -> OpResult<Transaction<'_>> {
 /// that certainly rolled back. Honours the injected [`Faults`].
 pub(crate) async fn commit(backend: &MySqlBackend, tx: Transaction<'_>) -> OpResult<()> {
     let faults = &backend.inner.faults;
-    if take(&faults.lost_before_commit) {
+    if faults.take(Fault::LostBeforeCommit) {
         drop(tx);
         return Err(OpError::Db(mysql_async::Error::Io(
             mysql_async::IoError::Io(std::io::Error::new(
@@ -398,7 +389,7 @@ pub(crate) async fn commit(backend: &MySqlBackend, tx: Transaction<'_>) -> OpRes
             )),
         )));
     }
-    if take(&faults.deadlock_before_commit) {
+    if faults.take(Fault::DeadlockBeforeCommit) {
         drop(tx);
         return Err(OpError::Db(mysql_async::Error::Server(
             mysql_async::ServerError {
@@ -410,7 +401,7 @@ pub(crate) async fn commit(backend: &MySqlBackend, tx: Transaction<'_>) -> OpRes
     }
     match tx.commit().await {
         Ok(()) => {
-            if take(&faults.commit_ack_lost) {
+            if faults.take(Fault::CommitAckLost) {
                 return Err(OpError::CommitUnknown(mysql_async::Error::Io(
                     mysql_async::IoError::Io(std::io::Error::new(
                         std::io::ErrorKind::ConnectionReset,

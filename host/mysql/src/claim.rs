@@ -134,7 +134,7 @@ impl MySqlBackend {
                 attempt_no: execution.attempts.saturating_add(1),
                 execution,
                 // docs/semantics.md#time-ordered-ids
-                attempt_id: onestep_core::ids::new_row_id(),
+                attempt_id: self.attempt_ids.new_id(),
                 token: Uuid::new_v4(),
             });
         }

@@ -26,7 +26,7 @@ use onestep_core::time::add_seconds;
 use onestep_core::{ExecutionError, ExecutionStatus, StaleReason};
 use uuid::Uuid;
 
-use crate::backend::{MySqlBackend, begin, commit, take};
+use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult};
 use crate::fenced_writes::{HEARTBEAT_SOURCES, status_list};
 use crate::rows::{bind_time, bind_uuid, parse_uuid, placeholders};
@@ -260,7 +260,11 @@ impl MySqlBackend {
         );
         tx.exec_drop(sql, Params::Positional(params)).await?;
         let matched = tx.affected_rows() == n as u64;
-        Ok(matched && !take(&self.inner.faults.heartbeat_set_mismatch))
+        Ok(matched
+            && !self
+                .inner
+                .faults
+                .take(crate::faults::Fault::HeartbeatSetMismatch))
     }
 
     /// The fallback: the single heartbeat of `fenced_writes.rs` for each lease, each under its

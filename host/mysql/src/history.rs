@@ -60,6 +60,13 @@ fn sequence_sql() -> String {
 }
 
 impl MySqlBackend {
+    /// A handle on the same pool whose claims make attempt ids of version `ids` (`onestep
+    /// bench --ids v4`, docs/benchmarks.md#history); other handles keep making v7 ids.
+    pub fn with_attempt_ids(mut self, ids: onestep_core::ids::IdVersion) -> Self {
+        self.attempt_ids = ids;
+        self
+    }
+
     /// Writes `seed.count` finished executions and their attempts (module docs); returns the
     /// number of executions written. Not part of the execution protocol: for `onestep bench
     /// --history` only.

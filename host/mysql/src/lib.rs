@@ -33,8 +33,10 @@ mod complete_batch;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;
+mod faults;
 mod fenced_writes;
 mod heartbeat_batch;
+#[cfg(feature = "bench-support")]
 pub mod history;
 mod insights;
 mod maintenance;
@@ -44,6 +46,7 @@ mod handle;
 mod purge;
 pub mod rows;
 pub mod schema;
+#[cfg(feature = "bench-support")]
 pub mod scratch;
 pub mod session;
 pub mod upgrade;
@@ -51,5 +54,6 @@ pub mod upgrade;
 pub use backend::MySqlBackend;
 pub use onestep_core::store::StoreOptions;
 pub use schema::{DdlStyle, SchemaFeatures, SchemaReport};
+#[cfg(feature = "bench-support")]
 pub use scratch::ScratchDatabase;
 pub use session::{Flavor, ServerInfo, SessionState};

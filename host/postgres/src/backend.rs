@@ -63,6 +63,9 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct PgBackend {
     pub(crate) inner: Arc<Inner>,
+    /// The version of the attempt ids this handle's claims make: v7 except on a benchmark's
+    /// handle (`with_attempt_ids`, feature `bench-support`; docs/semantics.md#time-ordered-ids).
+    pub(crate) attempt_ids: onestep_core::ids::IdVersion,
 }
 
 impl std::fmt::Debug for PgBackend {
@@ -220,6 +223,7 @@ impl PgBackend {
         }
         let sql = crate::sql::Statements::new(&tables, opts.reclaim_batch_size);
         Ok(PgBackend {
+            attempt_ids: onestep_core::ids::IdVersion::V7,
             inner: Arc::new(Inner {
                 pool,
                 names: tables,

@@ -32,6 +32,7 @@ pub mod dsn;
 pub mod errors;
 mod handle;
 mod heartbeat;
+#[cfg(feature = "bench-support")]
 pub mod history;
 mod insights;
 pub mod json_text;
@@ -39,6 +40,7 @@ pub mod probes;
 mod purge;
 pub mod rows;
 pub mod schema;
+#[cfg(feature = "bench-support")]
 pub mod scratch;
 mod sql;
 pub mod upgrade;
@@ -47,5 +49,6 @@ mod worker_ops;
 pub use backend::{PgBackend, ServerInfo, SessionState};
 pub use onestep_core::store::StoreOptions;
 pub use schema::{SchemaFeatures, SchemaReport};
+#[cfg(feature = "bench-support")]
 pub use scratch::ScratchDatabase;
 pub use upgrade::{UpgradeReport, UpgradeStep};

@@ -125,7 +125,7 @@ impl PgBackend {
             leases.push(ExecutionLease {
                 execution,
                 // docs/semantics.md#time-ordered-ids
-                attempt_id: onestep_core::ids::new_row_id(),
+                attempt_id: self.attempt_ids.new_id(),
                 attempt_no,
                 lease_token: Uuid::new_v4(),
                 lease_expires_at,

@@ -1,6 +1,5 @@
 //! One module per subcommand.
 
-pub mod bench;
 pub mod check;
 pub mod client;
 pub mod common;

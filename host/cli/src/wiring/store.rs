@@ -119,12 +119,6 @@ impl Store {
         closed?;
         Ok(report)
     }
-
-    /// Whether attempt diagnostics are persisted: their table exists and they are not turned
-    /// off (docs/observability.md#attempt-diagnostics).
-    pub fn diagnostics_persisted(&self) -> bool {
-        self.capabilities().diagnostics_persisted
-    }
 }
 
 #[cfg(test)]

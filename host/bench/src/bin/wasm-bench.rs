@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! scripts/build-guests.sh
-//! cargo run --release -p onestep-wasm --bin wasm-bench -- [ITERATIONS]
+//! cargo run --release -p onestep-bench --bin wasm-bench -- [ITERATIONS]
 //! ```
 //!
 //! Prints p50/p99 (µs) and calls/s of `echo` (new store + instantiate +

@@ -5,17 +5,18 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use chrono::Utc;
+use onestep_core::Backend;
 use onestep_core::diagnostics::PurgeRequest;
 use serde::Serialize;
 
-use super::Report;
-use crate::wiring::store::{Store, StoreOptions};
+use crate::FlagError;
+use crate::report::Report;
 
 /// What one round's purge removed and how long it took.
 #[derive(Debug, Serialize)]
-pub(super) struct PurgeFigures {
+pub(crate) struct PurgeFigures {
     pub older_than_s: f64,
     pub executions: u64,
     pub attempts: u64,
@@ -25,7 +26,7 @@ pub(super) struct PurgeFigures {
 
 /// One table's rows and bytes.
 #[derive(Debug, Serialize)]
-pub(super) struct Footprint {
+pub(crate) struct Footprint {
     pub table: String,
     pub rows: u64,
     pub bytes: u64,
@@ -33,44 +34,31 @@ pub(super) struct Footprint {
 
 /// The `migrate --upgrade` run between two rounds.
 #[derive(Debug, Serialize)]
-pub(super) struct UpgradeFigures {
+pub(crate) struct UpgradeFigures {
     pub seconds: f64,
     /// Each step taken: what was added and the form the server accepted.
     pub steps: Vec<String>,
 }
 
-/// `onestep migrate --upgrade` on the benchmark's tables.
-pub(super) async fn upgrade(dsn: &str) -> Result<UpgradeFigures> {
-    let opts = StoreOptions::new(dsn);
-    let started = Instant::now();
-    let steps: Vec<String> = Store::upgrade(&opts)
-        .await
-        .context("migrate --upgrade failed")?
-        .steps
-        .iter()
-        .map(|s| format!("{} ({})", s.added, s.form))
-        .collect();
-    Ok(UpgradeFigures {
-        seconds: started.elapsed().as_secs_f64(),
-        steps,
-    })
-}
-
 /// `--purge-older-than`: a positive humantime duration.
-pub(super) fn parse_older_than(text: &str) -> Result<Duration> {
+pub(crate) fn parse_older_than(text: &str) -> Result<Duration, FlagError> {
     let d = humantime::parse_duration(text.trim()).map_err(|e| {
-        anyhow!("--purge-older-than '{text}' is not a duration (e.g. 30s, 5min, 1h): {e}")
+        FlagError::Other(format!(
+            "--purge-older-than '{text}' is not a duration (e.g. 30s, 5min, 1h): {e}"
+        ))
     })?;
     if d.is_zero() {
-        return Err(anyhow!("--purge-older-than must be longer than 0"));
+        return Err(FlagError::Other(
+            "--purge-older-than must be longer than 0".to_owned(),
+        ));
     }
     Ok(d)
 }
 
 /// Removes the namespace's executions (every terminal status) that finished more than
 /// `older_than` ago, `batch` per transaction.
-pub(super) async fn purge(
-    store: &Store,
+pub(crate) async fn purge(
+    store: &dyn Backend,
     namespace: &str,
     older_than: Duration,
     batch: u32,
@@ -99,7 +87,7 @@ pub(super) async fn purge(
 }
 
 /// The backend's tables, rows and bytes.
-pub(super) async fn footprint(store: &Store) -> Result<Vec<Footprint>> {
+pub(crate) async fn footprint(store: &dyn Backend) -> Result<Vec<Footprint>> {
     Ok(store
         .stats()
         .table_footprint()
@@ -119,7 +107,7 @@ fn mib(bytes: u64) -> f64 {
 }
 
 /// The purge and footprint lines of one report.
-pub(super) fn print_report_lines(purge: Option<&PurgeFigures>, footprint: &[Footprint]) {
+pub(crate) fn print_report_lines(purge: Option<&PurgeFigures>, footprint: &[Footprint]) {
     if let Some(p) = purge {
         println!(
             "  purge (finished > {} s ago): {} executions, {} attempts in {} batches, {:.2} s",
@@ -136,7 +124,7 @@ pub(super) fn print_report_lines(purge: Option<&PurgeFigures>, footprint: &[Foot
 }
 
 /// A line per round, to read a multi-round run at a glance.
-pub(super) fn print_rounds(reports: &[Report]) {
+pub(crate) fn print_rounds(reports: &[Report]) {
     println!(
         "rounds: round  submit/s  completed/s  bp-reads/exec (submit/drain)  purged  executions-rows  MiB (all tables)"
     );
