@@ -53,7 +53,7 @@ fn filter(level: &str) -> EnvFilter {
 
 /// Installs the global subscriber at `level` (see [`filter`]); `RUST_LOG` overrides it when set.
 /// No traces.
-pub fn init(level: &str, json: bool) {
+pub(crate) fn init(level: &str, json: bool) {
     install(level, json, None);
 }
 
@@ -61,7 +61,7 @@ pub fn init(level: &str, json: bool) {
 /// (docs/observability.md#traces). The returned exporter must be shut down before exit (it
 /// exports what is buffered). Errors are configuration errors (a bad `OTEL_*` value or
 /// endpoint), to be reported with exit code 2.
-pub fn init_with_traces(
+pub(crate) fn init_with_traces(
     level: &str,
     json: bool,
     cfg: &AppConfig,

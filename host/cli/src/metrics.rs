@@ -34,7 +34,7 @@ use crate::quarantine_board::QuarantineBoard;
 
 /// Buckets of `onestep_task_duration_seconds` and `onestep_queue_wait_seconds`: the
 /// reference's 5 ms … 10 s, then 30 s … 1 h for long-running tasks.
-pub const DURATION_BUCKETS: [f64; 18] = [
+pub(crate) const DURATION_BUCKETS: [f64; 18] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
     1800.0, 3600.0,
 ];
@@ -130,7 +130,7 @@ struct SourceHealth {
 
 /// Every metric family of a worker process, and its health state.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     app: LabelText,
     registry: Registry,
     processed: Family<StatusLabels, Counter>,
@@ -162,7 +162,7 @@ pub struct Metrics {
 impl Metrics {
     /// The metrics of app `app` whose tasks are `tasks` (name, lease duration); `stopping` fires
     /// when the worker starts draining.
-    pub fn new(
+    pub(crate) fn new(
         app: &str,
         tasks: impl IntoIterator<Item = (String, Duration)>,
         stopping: CancellationToken,
@@ -344,13 +344,13 @@ impl Metrics {
     }
 
     /// Every source has opened: `/readyz` answers 200 from now on.
-    pub fn set_ready(&self) {
+    pub(crate) fn set_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
     }
 
     /// Records what one wasm attempt of `task` reported: its trap, fuel, peak memory and the
     /// guest log bytes the limits dropped or cut.
-    pub fn record_wasm(&self, task: &str, report: &Report) {
+    pub(crate) fn record_wasm(&self, task: &str, report: &Report) {
         let labels = self.task(task);
         if let onestep_wasm::Outcome::Trapped { kind } = &report.outcome {
             let kind = match kind {
@@ -412,7 +412,7 @@ impl Metrics {
     }
 
     /// The `/metrics` text (OpenMetrics).
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -422,7 +422,7 @@ impl Metrics {
     /// The `/readyz` document and whether the worker is ready (docs/observability.md#readiness):
     /// not while the sources open, nor while it drains, nor when every task is quarantined;
     /// `quarantined` lists each quarantined task with its reason and error either way.
-    pub fn readiness(&self) -> (bool, serde_json::Value) {
+    pub(crate) fn readiness(&self) -> (bool, serde_json::Value) {
         let mut reasons = Vec::new();
         if !self.ready.load(Ordering::Relaxed) {
             reasons.push("starting: the sources are opening".to_owned());
@@ -446,7 +446,7 @@ impl Metrics {
 
     /// The `/healthz` document and whether it is healthy: `status` is `degraded` while the
     /// worker drains or when a task's store has not answered for longer than its lease.
-    pub fn health(&self) -> (bool, serde_json::Value) {
+    pub(crate) fn health(&self) -> (bool, serde_json::Value) {
         let stopping = self.stopping.is_cancelled();
         let now = Instant::now();
         let mut all_alive = true;
@@ -485,7 +485,7 @@ fn round3(x: f64) -> f64 {
 mod http;
 mod observer;
 
-pub use http::serve;
+pub(crate) use http::serve;
 
 #[cfg(test)]
 #[path = "metrics_tests.rs"]

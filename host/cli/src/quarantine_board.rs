@@ -25,14 +25,14 @@ struct QuarantineLabels {
 
 /// The quarantined tasks of one worker process.
 #[derive(Debug, Default)]
-pub struct QuarantineBoard {
+pub(crate) struct QuarantineBoard {
     gauge: Family<QuarantineLabels, Gauge>,
     causes: Mutex<BTreeMap<String, QuarantineCause>>,
 }
 
 impl QuarantineBoard {
     /// Registers `onestep_task_quarantined` in `registry`.
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "onestep_task_quarantined",
             "1 while the task is quarantined (claims nothing; its executions stay queued), by reason: load (its component cannot be loaded) or claim (a non-retryable claim error)",
@@ -45,7 +45,7 @@ impl QuarantineBoard {
     }
 
     /// Records that `task` of `app` is quarantined for `cause`, or no longer is (`None`).
-    pub fn record(&self, app: &LabelText, task: &str, cause: Option<&QuarantineCause>) {
+    pub(crate) fn record(&self, app: &LabelText, task: &str, cause: Option<&QuarantineCause>) {
         for kind in [QuarantineKind::Load, QuarantineKind::Claim] {
             let on = cause.is_some_and(|c| c.kind == kind);
             let labels = QuarantineLabels {
@@ -66,12 +66,12 @@ impl QuarantineBoard {
     }
 
     /// How many tasks are quarantined.
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.causes().len()
     }
 
     /// The `quarantined` list of `/readyz`: `{task, reason, error}` per quarantined task.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         self.causes()
             .iter()
             .map(|(task, c)| json!({"task": task, "reason": c.kind.as_str(), "error": c.message}))

@@ -17,30 +17,30 @@ use crate::wiring::{backend_key, build_runtime, sandbox_settings, store_options}
 
 /// Arguments of `onestep check`.
 #[derive(Debug, clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The YAML app file.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Apply strict validation (unknown keys and the rules of docs/configuration.md#strict-validation) first.
     #[arg(long)]
-    pub strict: bool,
+    pub(crate) strict: bool,
     /// Also open every execution source: report reachability, server version, session settings
     /// and table presence (with `auto_create: true` this creates missing tables).
     #[arg(long)]
-    pub connect: bool,
+    pub(crate) connect: bool,
     /// Seconds allowed per connectivity probe.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
-    pub connect_timeout: f64,
+    pub(crate) connect_timeout: f64,
     /// Print the summary as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     #[command(flatten)]
-    pub env: EnvArgs,
+    pub(crate) env: EnvArgs,
 }
 
 /// Exit codes: 0 loaded (and every probe connected; without `--strict`, also when a component has
 /// problems, printed on stderr); 1 a probe failed; 2 load/validation error (with `--strict`,
 /// including a component that cannot be loaded).
-pub async fn run(args: CheckArgs) -> u8 {
+pub(crate) async fn run(args: CheckArgs) -> u8 {
     let cfg = match load(&args.target, args.strict, &args.env) {
         Ok(c) => c,
         Err(code) => return code,

@@ -6,7 +6,7 @@ mod conn;
 mod diag;
 mod output;
 
-pub use diag::{AttemptsArgs, LogsArgs, PurgeArgs, attempts, logs, purge};
+pub(crate) use diag::{AttemptsArgs, LogsArgs, PurgeArgs, attempts, logs, purge};
 
 use std::io::IsTerminal;
 use std::time::Instant;
@@ -22,104 +22,104 @@ use output::{FAILED, Failure, OK, print_execution, print_json, print_page};
 
 /// Arguments of `onestep submit`.
 #[derive(Debug, clap::Args)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// Task name.
-    pub task: String,
+    pub(crate) task: String,
     /// Payload: JSON text, or `@FILE` to read it from a file (`@-` for stdin).
     #[arg(long)]
-    pub payload: String,
+    pub(crate) payload: String,
     /// Idempotency key (reuse it when retrying the same submission).
     #[arg(long)]
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
     /// Metadata: a JSON object.
     #[arg(long)]
-    pub metadata: Option<String>,
+    pub(crate) metadata: Option<String>,
     /// Seconds before the first claim.
     #[arg(long)]
-    pub delay_s: Option<f64>,
+    pub(crate) delay_s: Option<f64>,
     /// Latest claim instant, RFC 3339 with an offset (`2026-08-10T12:00:00+08:00`).
     #[arg(long)]
-    pub expires_at: Option<String>,
+    pub(crate) expires_at: Option<String>,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Arguments of `onestep get`.
 #[derive(Debug, clap::Args)]
-pub struct GetArgs {
+pub(crate) struct GetArgs {
     /// Execution id.
-    pub id: String,
+    pub(crate) id: String,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Arguments of `onestep list`.
 #[derive(Debug, clap::Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Only this task.
     #[arg(long)]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// Only this status (`queued`, `running`, `retrying`, `succeeded`, `failed`,
     /// `cancel_requested`, `cancelled`, `expired`).
     #[arg(long)]
-    pub status: Option<String>,
+    pub(crate) status: Option<String>,
     /// Page size, 1–200.
     #[arg(long, default_value_t = 50)]
-    pub limit: u32,
+    pub(crate) limit: u32,
     /// Continue after this cursor (printed as `more: --cursor …`).
     #[arg(long)]
-    pub cursor: Option<String>,
+    pub(crate) cursor: Option<String>,
     /// Follow every page to the end.
     #[arg(long)]
-    pub all: bool,
+    pub(crate) all: bool,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Arguments of `onestep cancel`.
 #[derive(Debug, clap::Args)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// Execution id.
-    pub id: String,
+    pub(crate) id: String,
     /// Reason (at most 500 characters; stored, never shown).
     #[arg(long)]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Arguments of `onestep retry`.
 #[derive(Debug, clap::Args)]
-pub struct RetryArgs {
+pub(crate) struct RetryArgs {
     /// Id of the failed, cancelled or expired execution.
-    pub id: String,
+    pub(crate) id: String,
     /// Idempotency key: the same key on the same execution returns the same retry (default: a
     /// new key, so every call retries again).
     #[arg(long)]
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Arguments of `onestep result`.
 #[derive(Debug, clap::Args)]
-pub struct ResultArgs {
+pub(crate) struct ResultArgs {
     /// Execution id.
-    pub id: String,
+    pub(crate) id: String,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Arguments of `onestep wait`.
 #[derive(Debug, clap::Args)]
-pub struct WaitArgs {
+pub(crate) struct WaitArgs {
     /// Execution id.
-    pub id: String,
+    pub(crate) id: String,
     /// Give up after this many seconds (default: wait forever).
     #[arg(long)]
-    pub timeout: Option<f64>,
+    pub(crate) timeout: Option<f64>,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Connects, runs `body`, closes; maps failures to exit codes.
@@ -145,7 +145,7 @@ pub(super) fn parse_id(text: &str) -> Result<Uuid, Failure> {
 }
 
 /// `onestep submit`.
-pub async fn submit(args: SubmitArgs) -> u8 {
+pub(crate) async fn submit(args: SubmitArgs) -> u8 {
     let request = match build_submit(&args) {
         Ok(r) => r,
         Err(f) => return f.report(args.conn.json),
@@ -181,7 +181,7 @@ fn build_submit(args: &SubmitArgs) -> Result<SubmitRequest, Failure> {
 }
 
 /// `onestep get`.
-pub async fn get(args: GetArgs) -> u8 {
+pub(crate) async fn get(args: GetArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let id = parse_id(&args.id)?;
         match c.client.get(id).await? {
@@ -211,7 +211,7 @@ pub async fn get(args: GetArgs) -> u8 {
 }
 
 /// `onestep list`.
-pub async fn list(args: ListArgs) -> u8 {
+pub(crate) async fn list(args: ListArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let status = args
             .status
@@ -241,7 +241,7 @@ pub async fn list(args: ListArgs) -> u8 {
 }
 
 /// `onestep cancel`.
-pub async fn cancel(args: CancelArgs) -> u8 {
+pub(crate) async fn cancel(args: CancelArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let id = parse_id(&args.id)?;
         match c.client.cancel(id, args.reason.as_deref()).await? {
@@ -256,7 +256,7 @@ pub async fn cancel(args: CancelArgs) -> u8 {
 }
 
 /// `onestep retry`: prints the new execution (its metadata links the original).
-pub async fn retry(args: RetryArgs) -> u8 {
+pub(crate) async fn retry(args: RetryArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let id = parse_id(&args.id)?;
         let key = args
@@ -275,7 +275,7 @@ pub async fn retry(args: RetryArgs) -> u8 {
 }
 
 /// `onestep result`: the result of a succeeded execution (exit 1 for anything else).
-pub async fn result(args: ResultArgs) -> u8 {
+pub(crate) async fn result(args: ResultArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let id = parse_id(&args.id)?;
         let value = c.client.result(id).await?;
@@ -291,7 +291,7 @@ pub async fn result(args: ResultArgs) -> u8 {
 
 /// `onestep wait`: polls with backoff (1, 2, 4, 8 s, then 10–30 s) until the execution is
 /// terminal; prints it; exit 0 only for `succeeded`.
-pub async fn wait(args: WaitArgs) -> u8 {
+pub(crate) async fn wait(args: WaitArgs) -> u8 {
     let timeout = match args.timeout.map(|s| {
         super::common::seconds_flag("--timeout", s, super::common::SecondsRange::NonNegative)
     }) {

@@ -8,24 +8,24 @@ use onestep_config::{AppConfig, LoadOptions, format_load_error};
 
 /// Flags every YAML-loading command accepts (docs/configuration.md#load-pipeline).
 #[derive(Debug, Clone, clap::Args)]
-pub struct EnvArgs {
+pub(crate) struct EnvArgs {
     /// Dotenv file to load (overrides `app.env_file` and a `.env` next to the YAML).
     #[arg(long, value_name = "PATH")]
-    pub env_file: Option<PathBuf>,
+    pub(crate) env_file: Option<PathBuf>,
     /// Fail when a `${VAR}` without a default refers to an unset variable.
     #[arg(long)]
-    pub strict_env: bool,
+    pub(crate) strict_env: bool,
 }
 
 /// Loads `target`; on failure prints `onestep: failed to load <target>: <reason>` and returns
 /// exit code 2.
-pub fn load(target: &Path, strict: bool, env: &EnvArgs) -> Result<AppConfig, u8> {
+pub(crate) fn load(target: &Path, strict: bool, env: &EnvArgs) -> Result<AppConfig, u8> {
     load_with(target, strict, env, true)
 }
 
 /// [`load`], with `require_components: false` letting a task's component file be missing (it is
 /// quarantined at start, docs/security.md#one-tenants-bad-deploy; `onestep run` only).
-pub fn load_with(
+pub(crate) fn load_with(
     target: &Path,
     strict: bool,
     env: &EnvArgs,
@@ -46,7 +46,7 @@ pub fn load_with(
 
 /// Why a JSON argument was refused ([`read_json_arg`]); the text names the flag.
 #[derive(Debug)]
-pub enum JsonArgError {
+pub(crate) enum JsonArgError {
     /// `@-` or `@FILE` could not be read.
     Read {
         /// The flag's name without `--`.
@@ -88,7 +88,7 @@ impl From<JsonArgError> for String {
 
 /// A JSON argument `--NAME`: JSON text, or `@FILE` to read it from a file (`@-`: stdin). The
 /// error names the flag and says what was wrong.
-pub fn read_json_arg(name: &str, text: &str) -> Result<serde_json::Value, JsonArgError> {
+pub(crate) fn read_json_arg(name: &str, text: &str) -> Result<serde_json::Value, JsonArgError> {
     let read_error = |source_name: &str, error| JsonArgError::Read {
         flag: name.to_owned(),
         source_name: source_name.to_owned(),
@@ -109,7 +109,7 @@ pub fn read_json_arg(name: &str, text: &str) -> Result<serde_json::Value, JsonAr
 
 /// Which values a seconds flag accepts ([`seconds_flag`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecondsRange {
+pub(crate) enum SecondsRange {
     /// 0 and more.
     NonNegative,
     /// More than 0.
@@ -120,7 +120,7 @@ pub enum SecondsRange {
 /// `Duration` (`Duration::from_secs_f64` would panic on it): names the flag and the allowed
 /// range, e.g. `--timeout must be a non-negative number of seconds, at most 1.8e19`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecondsFlagError {
+pub(crate) struct SecondsFlagError {
     flag: &'static str,
     range: SecondsRange,
 }
@@ -144,7 +144,7 @@ impl std::error::Error for SecondsFlagError {}
 /// The value of seconds flag `flag` (e.g. `--timeout`) as a `Duration`, without a panic for any
 /// input: NaN, infinities, values outside `range` and values beyond `Duration::MAX` (about
 /// 1.8e19 s) are refused.
-pub fn seconds_flag(
+pub(crate) fn seconds_flag(
     flag: &'static str,
     secs: f64,
     range: SecondsRange,

@@ -13,31 +13,31 @@ use crate::wiring::{backend_key, store_options};
 
 /// Arguments of `onestep migrate`.
 #[derive(Debug, clap::Args)]
-pub struct MigrateArgs {
+pub(crate) struct MigrateArgs {
     /// A YAML app file: every table pair its sources (and its `api:` section) use is created.
     #[arg(required_unless_present = "dsn", conflicts_with = "dsn")]
-    pub target: Option<PathBuf>,
+    pub(crate) target: Option<PathBuf>,
     /// A DSN (`mysql://user:password@host:port/database` or
     /// `postgresql://user:password@host:port/database`) instead of a file.
     #[arg(long)]
-    pub dsn: Option<String>,
+    pub(crate) dsn: Option<String>,
     /// Executions table (with `--dsn`).
     #[arg(long, default_value = "onestep_executions")]
-    pub table: String,
+    pub(crate) table: String,
     /// Attempts table (with `--dsn`).
     #[arg(long, default_value = "onestep_execution_attempts")]
-    pub attempts_table: String,
+    pub(crate) attempts_table: String,
     /// Also upgrade reference-created tables: add the `claimable` column and its two indexes
     /// (additive, online DDL; nothing happens on tables that have them).
     #[arg(long)]
-    pub upgrade: bool,
+    pub(crate) upgrade: bool,
     #[command(flatten)]
-    pub env: EnvArgs,
+    pub(crate) env: EnvArgs,
 }
 
 /// Exit codes: 0 created, upgraded or already present; 1 the database refused; 2 bad arguments
 /// or file.
-pub async fn run(args: MigrateArgs) -> u8 {
+pub(crate) async fn run(args: MigrateArgs) -> u8 {
     let mut jobs: Vec<(String, StoreOptions)> = Vec::new();
     if let Some(target) = &args.target {
         let cfg = match load(target, false, &args.env) {

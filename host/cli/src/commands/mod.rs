@@ -1,12 +1,12 @@
 //! One module per subcommand.
 
-pub mod check;
-pub mod client;
-pub mod common;
-pub mod migrate;
-pub mod new;
-pub mod render;
-pub mod run;
-pub mod serve;
-pub mod task_run;
-pub mod watch;
+pub(crate) mod check;
+pub(crate) mod client;
+pub(crate) mod common;
+pub(crate) mod migrate;
+pub(crate) mod new;
+pub(crate) mod render;
+pub(crate) mod run;
+pub(crate) mod serve;
+pub(crate) mod task_run;
+pub(crate) mod watch;

@@ -13,7 +13,7 @@ use super::common::{EnvArgs, load};
 
 /// Output format of `onestep render`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     /// An indented tree.
     Text,
     /// A Mermaid flowchart (`flowchart LR`), e.g. for a Markdown page.
@@ -22,18 +22,18 @@ pub enum Format {
 
 /// Arguments of `onestep render`.
 #[derive(Debug, clap::Args)]
-pub struct RenderArgs {
+pub(crate) struct RenderArgs {
     /// The YAML app file.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
+    pub(crate) format: Format,
     #[command(flatten)]
-    pub env: EnvArgs,
+    pub(crate) env: EnvArgs,
 }
 
 /// `onestep render`: exit 0, or 2 when the file does not load.
-pub fn run(args: RenderArgs) -> u8 {
+pub(crate) fn run(args: RenderArgs) -> u8 {
     let cfg = match load(&args.file, false, &args.env) {
         Ok(c) => c,
         Err(code) => return code,
@@ -125,7 +125,7 @@ fn tasks_of<'a>(cfg: &'a AppConfig, source: &'a str) -> impl Iterator<Item = &'a
 }
 
 /// The indented tree.
-pub fn text(cfg: &AppConfig) -> String {
+pub(crate) fn text(cfg: &AppConfig) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "app {} ({})", cfg.name, cfg.source_path.display());
     for connector in cfg.connectors.values() {
@@ -202,7 +202,7 @@ fn label(lines: &[String]) -> String {
 
 /// The Mermaid flowchart: connectors as cylinders, sources as boxes, tasks as rounded boxes,
 /// components as subroutines labelled with their sandbox.
-pub fn mermaid(cfg: &AppConfig) -> String {
+pub(crate) fn mermaid(cfg: &AppConfig) -> String {
     let mut out = String::from("flowchart LR\n");
     let _ = writeln!(out, "  %% app {}", cfg.name);
     for (ci, connector) in cfg.connectors.values().enumerate() {

@@ -15,7 +15,7 @@ use crate::wiring::{build_runtime, open_backends, task_bindings};
 
 /// Log formats of `--log-format`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum LogFormatArg {
+pub(crate) enum LogFormatArg {
     /// Human-readable lines.
     Text,
     /// One JSON object per line.
@@ -24,36 +24,36 @@ pub enum LogFormatArg {
 
 /// Arguments of `onestep run`.
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The YAML app file.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Log level: DEBUG, INFO, WARNING, ERROR, CRITICAL (default: the file's, else INFO).
     #[arg(long, value_name = "LEVEL")]
-    pub log_level: Option<String>,
+    pub(crate) log_level: Option<String>,
     /// Log format (default: the file's, else text).
     #[arg(long, value_enum)]
-    pub log_format: Option<LogFormatArg>,
+    pub(crate) log_format: Option<LogFormatArg>,
     /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on HOST:PORT (`:PORT`: every
     /// interface); overrides `app.metrics_addr`.
     #[arg(long, value_name = "HOST:PORT", value_parser = onestep_config::build::parse_metrics_addr)]
-    pub metrics_addr: Option<std::net::SocketAddr>,
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
     /// Do not reload components while running: no file watching and no SIGHUP reload
     /// (docs/cli.md#redeploying-a-component).
     #[arg(long)]
-    pub no_reload: bool,
+    pub(crate) no_reload: bool,
     /// Seconds between checks of the component files (a change is loaded once it has been
     /// stable for one check).
     #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
-    pub reload_interval: f64,
+    pub(crate) reload_interval: f64,
     #[command(flatten)]
-    pub env: EnvArgs,
+    pub(crate) env: EnvArgs,
 }
 
 /// Exit codes: 0 after a clean, signal-initiated shutdown; 1 the app failed while starting or
 /// running (`onestep: <target> failed while running: <reason>`); 2 load/validation error. A task
 /// whose component cannot be loaded (or is missing) does not stop the start: it is quarantined
 /// (docs/security.md#one-tenants-bad-deploy).
-pub async fn run(args: RunArgs) -> u8 {
+pub(crate) async fn run(args: RunArgs) -> u8 {
     let reload_interval = match std::time::Duration::try_from_secs_f64(args.reload_interval) {
         Ok(d) if d >= std::time::Duration::from_millis(100) => d,
         _ => {

@@ -20,23 +20,23 @@ use crate::logging;
 
 /// Arguments of `onestep serve`.
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// The YAML app file with an `api:` section.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Listen address, overriding `api.listen` (e.g. `127.0.0.1:0` for a free port).
     #[arg(long)]
-    pub listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
     /// Dotenv file (overrides `app.env_file` and `.env` beside the YAML).
     #[arg(long)]
-    pub env_file: Option<PathBuf>,
+    pub(crate) env_file: Option<PathBuf>,
     /// Log level (`DEBUG`, `INFO`, `WARNING`, `ERROR`); default from `app.logging` or INFO.
     #[arg(long)]
-    pub log_level: Option<String>,
+    pub(crate) log_level: Option<String>,
 }
 
 /// Runs the command; returns the process exit code (0 after a clean shutdown, 1 when the
 /// database or the listener fails, 2 for configuration errors).
-pub async fn run(args: ServeArgs) -> u8 {
+pub(crate) async fn run(args: ServeArgs) -> u8 {
     let opts = LoadOptions {
         env_file: args.env_file.clone(),
         check_files: false,

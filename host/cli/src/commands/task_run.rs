@@ -21,84 +21,84 @@ use crate::wiring::wasm_runner::load_task_handler;
 use crate::wiring::{build_runtime, sandbox_settings, store_options};
 
 /// Exit codes of `task run` and `replay` (docs/cli.md#onestep-task-run).
-pub mod exit {
+pub(crate) mod exit {
     /// The handler succeeded.
-    pub const SUCCEEDED: u8 = 0;
+    pub(crate) const SUCCEEDED: u8 = 0;
     /// The host could not run the handler (instantiation, a missing preopen, …).
-    pub const HOST_ERROR: u8 = 1;
+    pub(crate) const HOST_ERROR: u8 = 1;
     /// Bad arguments, an unloadable file or component, an unknown task or execution.
-    pub const USAGE: u8 = 2;
+    pub(crate) const USAGE: u8 = 2;
     /// The handler returned a handler error, or output that is not accepted.
-    pub const HANDLER_ERROR: u8 = 3;
+    pub(crate) const HANDLER_ERROR: u8 = 3;
     /// The guest trapped (panic, memory limit, fuel, any other trap).
-    pub const TRAPPED: u8 = 4;
+    pub(crate) const TRAPPED: u8 = 4;
     /// The task's `timeout_s` passed.
-    pub const TIMEOUT: u8 = 5;
+    pub(crate) const TIMEOUT: u8 = 5;
     /// Stopped by `--cancel-after`.
-    pub const CANCELLED: u8 = 6;
+    pub(crate) const CANCELLED: u8 = 6;
 }
 
 /// `onestep task …`.
 #[derive(Debug, clap::Subcommand)]
-pub enum TaskCommand {
+pub(crate) enum TaskCommand {
     /// Run one attempt of a task's component locally, without a database.
     Run(TaskRunArgs),
 }
 
 /// Options of one local attempt.
 #[derive(Debug, Clone, clap::Args)]
-pub struct LocalRunArgs {
+pub(crate) struct LocalRunArgs {
     /// Stop the guest after this many seconds, as a cancel would.
     #[arg(long, value_name = "SECONDS")]
-    pub cancel_after: Option<f64>,
+    pub(crate) cancel_after: Option<f64>,
     /// Print the outcome as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Log level of the guest's lines and onestep's own (default DEBUG: progress included).
     #[arg(long, value_name = "LEVEL", default_value = "DEBUG")]
-    pub log_level: String,
+    pub(crate) log_level: String,
     #[command(flatten)]
-    pub env: EnvArgs,
+    pub(crate) env: EnvArgs,
 }
 
 /// Arguments of `onestep task run`.
 #[derive(Debug, clap::Args)]
-pub struct TaskRunArgs {
+pub(crate) struct TaskRunArgs {
     /// The YAML app file.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The task to run.
-    pub task: String,
+    pub(crate) task: String,
     /// Payload: JSON text, or `@FILE` (`@-`: stdin).
     #[arg(long)]
-    pub payload: String,
+    pub(crate) payload: String,
     /// Metadata: a JSON object, or `@FILE`.
     #[arg(long)]
-    pub metadata: Option<String>,
+    pub(crate) metadata: Option<String>,
     /// Attempt number the handler sees (1-based).
     #[arg(long, default_value_t = 1)]
-    pub attempt: u32,
+    pub(crate) attempt: u32,
     /// After the run, run again each time the component file changes, until interrupted.
     #[arg(long)]
-    pub watch: bool,
+    pub(crate) watch: bool,
     #[command(flatten)]
-    pub local: LocalRunArgs,
+    pub(crate) local: LocalRunArgs,
 }
 
 /// Arguments of `onestep replay`.
 #[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// Execution id.
-    pub id: String,
+    pub(crate) id: String,
     /// The YAML app file: the execution is read through its task's source (connector, tables,
     /// namespace), and run with that task's component and sandbox.
     #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// The task whose source holds the execution (default: the only task, or the one named like
     /// the execution's task).
     #[arg(long)]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     #[command(flatten)]
-    pub local: LocalRunArgs,
+    pub(crate) local: LocalRunArgs,
 }
 
 fn usage(message: impl std::fmt::Display) -> u8 {
@@ -271,7 +271,7 @@ fn print_report(task: &str, ran: &Ran, json_out: bool) -> u8 {
 }
 
 /// `onestep task run`.
-pub async fn task_run(args: TaskRunArgs) -> u8 {
+pub(crate) async fn task_run(args: TaskRunArgs) -> u8 {
     logging::init(&args.local.log_level, false);
     let cfg = match load(&args.file, false, &args.local.env) {
         Ok(c) => c,
@@ -357,7 +357,7 @@ async fn fetch_execution(
 }
 
 /// `onestep replay`.
-pub async fn replay(args: ReplayArgs) -> u8 {
+pub(crate) async fn replay(args: ReplayArgs) -> u8 {
     logging::init(&args.local.log_level, false);
     let id = match parse_execution_id(&args.id) {
         Ok(id) => id,

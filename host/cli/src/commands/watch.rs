@@ -15,10 +15,10 @@ use notify::{Event, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 /// How long the file must stay quiet after a change before it is run again.
-pub const QUIET: Duration = Duration::from_millis(300);
+pub(crate) const QUIET: Duration = Duration::from_millis(300);
 
 /// A watch on one file.
-pub struct FileWatch {
+pub(crate) struct FileWatch {
     path: PathBuf,
     events: mpsc::UnboundedReceiver<()>,
     /// Kept alive for as long as the watch is used.
@@ -36,7 +36,7 @@ fn content_hash(path: &Path) -> Option<u64> {
 
 impl FileWatch {
     /// Starts watching `path` (its directory must exist). The current contents count as seen.
-    pub fn new(path: &Path) -> anyhow::Result<FileWatch> {
+    pub(crate) fn new(path: &Path) -> anyhow::Result<FileWatch> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
@@ -73,7 +73,7 @@ impl FileWatch {
 
     /// Waits until the file has new contents: an event about it, then [`QUIET`] without another,
     /// then bytes that differ from the last ones seen. `None` when the watcher stopped.
-    pub async fn changed(&mut self) -> Option<()> {
+    pub(crate) async fn changed(&mut self) -> Option<()> {
         loop {
             self.events.recv().await?;
             loop {

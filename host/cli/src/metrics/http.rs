@@ -35,7 +35,7 @@ async fn readyz_route(State(m): State<Arc<Metrics>>) -> Response {
 }
 
 /// The `/metrics`, `/healthz`, `/readyz` routes.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+pub(crate) fn router(metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/metrics", get(metrics_route))
         .route("/healthz", get(healthz_route))
@@ -44,7 +44,7 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
 }
 
 /// Binds `addr` and serves [`router`] until `stop` fires; returns the bound address.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     stop: CancellationToken,

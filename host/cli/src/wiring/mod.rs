@@ -7,9 +7,9 @@
 //! conversion: the config crate builds the runtime's own `SandboxSettings`, and
 //! [`sandbox_settings`] only resolves its environment names.
 
-pub mod reload;
-pub mod store;
-pub mod wasm_runner;
+pub(crate) mod reload;
+pub(crate) mod store;
+pub(crate) mod wasm_runner;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,10 +26,13 @@ use store::{Store, StoreOptions};
 use wasm_runner::{WasmTaskRunner, load_task_handler};
 
 /// Key of a distinct backend: connector, executions table, attempts table.
-pub type BackendKey = (String, String, String);
+pub(crate) type BackendKey = (String, String, String);
 
 /// Store options for `source` (its connector's kind, DSN and pool size, its tables and limits).
-pub fn store_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result<StoreOptions> {
+pub(crate) fn store_options(
+    cfg: &AppConfig,
+    source: &ExecutionSourceConfig,
+) -> Result<StoreOptions> {
     let connector = cfg
         .connectors
         .get(&source.connector)
@@ -64,7 +67,7 @@ pub fn store_options(cfg: &AppConfig, source: &ExecutionSourceConfig) -> Result<
 /// Opens one backend per distinct (connector, table pair) used by the tasks' sources, with the
 /// options of the first source that uses it (the config crate has checked that the sources
 /// sharing a pair agree on them).
-pub async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Store>> {
+pub(crate) async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Store>> {
     let mut out = BTreeMap::new();
     for task in &cfg.tasks {
         let source = cfg
@@ -85,7 +88,7 @@ pub async fn open_backends(cfg: &AppConfig) -> Result<BTreeMap<BackendKey, Store
 }
 
 /// The key of the backend a source uses.
-pub fn backend_key(source: &ExecutionSourceConfig) -> BackendKey {
+pub(crate) fn backend_key(source: &ExecutionSourceConfig) -> BackendKey {
     (
         source.connector.clone(),
         source.table.clone(),
@@ -95,7 +98,7 @@ pub fn backend_key(source: &ExecutionSourceConfig) -> BackendKey {
 
 /// Where compiled components are cached: `ONESTEP_WASM_CACHE`, else `$XDG_CACHE_HOME/onestep/wasm`,
 /// else `~/.cache/onestep/wasm`.
-pub fn wasm_cache_dir() -> Option<PathBuf> {
+pub(crate) fn wasm_cache_dir() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("ONESTEP_WASM_CACHE") {
         return Some(PathBuf::from(p));
     }
@@ -108,7 +111,7 @@ pub fn wasm_cache_dir() -> Option<PathBuf> {
 /// One runtime for every task: the pool holds every task's `concurrency` attempts at its own
 /// per-attempt limits (plus headroom, see [`PoolSize::for_tasks`]), memory slots are sized from
 /// the largest sandbox, fuel metering is on only when some task sets a fuel budget.
-pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
+pub(crate) fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
     let sandboxes: Vec<(u32, SandboxSettings)> = cfg
         .tasks
         .iter()
@@ -133,13 +136,13 @@ pub fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
 /// The runtime's sandbox for a task's `sandbox:` block: the config crate built the runtime's own
 /// [`SandboxSettings`], so the only step left is resolving the `env` names through `env`, the
 /// environment the file was loaded with (dotenv included), into explicit values.
-pub fn sandbox_settings(sandbox: &SandboxSettings, env: &EnvLookup) -> SandboxSettings {
+pub(crate) fn sandbox_settings(sandbox: &SandboxSettings, env: &EnvLookup) -> SandboxSettings {
     sandbox.with_env_resolved(|name| env.get(name))
 }
 
 /// The worker's settings for `task` fed by `source` (the one conversion: every value is already
 /// typed and validated by the config crate).
-pub fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskSettings {
+pub(crate) fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskSettings {
     TaskSettings {
         task_name: source.task_name.clone(),
         namespace: source.namespace.clone(),
@@ -163,7 +166,7 @@ pub fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -> TaskS
 /// does not grant) is bound quarantined, without a build (docs/security.md#one-tenants-bad-deploy):
 /// the worker starts, claims nothing for it and serves the other tasks, and the reload loads its
 /// next build.
-pub fn task_bindings(
+pub(crate) fn task_bindings(
     cfg: &AppConfig,
     backends: &BTreeMap<BackendKey, Store>,
     runtime: &Runtime,

@@ -19,13 +19,13 @@ use tokio_util::sync::CancellationToken;
 use super::wasm_runner::{WasmTaskRunner, load_task_handler};
 
 /// One task whose component may be replaced.
-pub struct ReloadTarget {
+pub(crate) struct ReloadTarget {
     /// The task (its component path and name).
-    pub task: TaskConfig,
+    pub(crate) task: TaskConfig,
     /// Its runner.
-    pub runner: Arc<WasmTaskRunner>,
+    pub(crate) runner: Arc<WasmTaskRunner>,
     /// Its quarantine switch: set while no build of its component has loaded.
-    pub quarantine: Quarantine,
+    pub(crate) quarantine: Quarantine,
 }
 
 /// What the watcher last saw of a file: size and modification time (`None`: unreadable).
@@ -45,7 +45,7 @@ struct Watched {
 }
 
 /// Watches `targets` every `interval` until `stop` fires.
-pub fn spawn(
+pub(crate) fn spawn(
     runtime: Runtime,
     targets: Vec<ReloadTarget>,
     interval: Duration,

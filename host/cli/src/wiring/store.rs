@@ -13,11 +13,11 @@ use onestep_core::{Backend, ExecutionError, UpgradeReport};
 /// them (the connector's kind; the DSN's scheme by default). Reads and writes of the options
 /// go through to [`onestep_core::StoreOptions`].
 #[derive(Debug, Clone)]
-pub struct StoreOptions {
+pub(crate) struct StoreOptions {
     /// Which backend.
-    pub kind: DatabaseKind,
+    pub(crate) kind: DatabaseKind,
     /// What it opens with.
-    pub store: onestep_core::StoreOptions,
+    pub(crate) store: onestep_core::StoreOptions,
 }
 
 impl Deref for StoreOptions {
@@ -36,7 +36,7 @@ impl DerefMut for StoreOptions {
 
 impl StoreOptions {
     /// Core's defaults for `dsn`, the backend picked by its scheme ([`kind_of_dsn`]).
-    pub fn new(dsn: impl Into<String>) -> Self {
+    pub(crate) fn new(dsn: impl Into<String>) -> Self {
         let store = onestep_core::StoreOptions::new(dsn);
         StoreOptions {
             kind: kind_of_dsn(&store.dsn),
@@ -47,7 +47,7 @@ impl StoreOptions {
 
 /// The database kind a DSN names by its scheme (`postgres://`, `postgresql[+driver]://` →
 /// PostgreSQL, anything else MySQL, whose parser reports a bad scheme).
-pub fn kind_of_dsn(dsn: &str) -> DatabaseKind {
+pub(crate) fn kind_of_dsn(dsn: &str) -> DatabaseKind {
     let scheme = dsn.trim().split_once("://").map_or("", |(s, _)| s);
     if onestep_postgres::dsn::is_postgres_scheme(scheme) {
         DatabaseKind::Postgres
@@ -69,7 +69,7 @@ async fn open_backend(
 
 /// An open execution store: the backend handle, whatever the backend.
 #[derive(Debug, Clone)]
-pub struct Store(Arc<dyn Backend>);
+pub(crate) struct Store(Arc<dyn Backend>);
 
 impl Deref for Store {
     type Target = dyn Backend;
@@ -88,7 +88,7 @@ impl From<Arc<dyn Backend>> for Store {
 
 impl Store {
     /// Opens the backend `opts.kind` names.
-    pub async fn open(opts: &StoreOptions) -> Result<Store, ExecutionError> {
+    pub(crate) async fn open(opts: &StoreOptions) -> Result<Store, ExecutionError> {
         Ok(Store(open_backend(opts.kind, opts.store.clone()).await?))
     }
 
@@ -102,7 +102,7 @@ impl Store {
     }
 
     /// Creates the table pair if missing, then closes; the names of the tables created.
-    pub async fn migrate(opts: &StoreOptions) -> Result<Vec<String>, ExecutionError> {
+    pub(crate) async fn migrate(opts: &StoreOptions) -> Result<Vec<String>, ExecutionError> {
         let store = Self::open_for_ddl(opts).await?;
         let created = store.tables_created();
         store.close().await?;
@@ -111,7 +111,7 @@ impl Store {
 
     /// `onestep migrate --upgrade`: creates the table pair if missing, adds what the tables lack
     /// (docs/schema.md#upgrading-reference-tables), then closes.
-    pub async fn upgrade(opts: &StoreOptions) -> Result<UpgradeReport, ExecutionError> {
+    pub(crate) async fn upgrade(opts: &StoreOptions) -> Result<UpgradeReport, ExecutionError> {
         let store = Self::open_for_ddl(opts).await?;
         let report = store.0.upgrade().await;
         let closed = store.close().await;

@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 /// that cannot be linked, the missing import: `task 'x': cannot load /path/x.wasm: component
 /// x.wasm cannot be linked: component imports instance `ns:pkg/iface`, but a matching
 /// implementation was not found in the linker…`. Blocking and CPU-heavy on a cache miss.
-pub fn load_task_handler(
+pub(crate) fn load_task_handler(
     runtime: &Runtime,
     task: &TaskConfig,
     sandbox: &SandboxSettings,
@@ -55,7 +55,7 @@ struct Loaded {
 /// build it started with, new attempts take the new one. A runner may start without a build
 /// ([`Self::unloaded`]: its task is quarantined, docs/security.md#one-tenants-bad-deploy) and
 /// get one from a later reload.
-pub struct WasmTaskRunner {
+pub(crate) struct WasmTaskRunner {
     loaded: std::sync::RwLock<Option<Arc<Loaded>>>,
     sandbox: SandboxSettings,
     /// Told of each attempt's trap, fuel, memory and guest log losses (docs/observability.md).
@@ -69,7 +69,7 @@ impl WasmTaskRunner {
     /// A runner for `handler` with the task's `sandbox`. The handler's output text may be at most
     /// `max_result_bytes` long (the task's source's limit): a longer one is refused before it is
     /// parsed (docs/semantics.md#size-limits).
-    pub fn new(handler: Handler, sandbox: SandboxSettings, max_result_bytes: usize) -> Self {
+    pub(crate) fn new(handler: Handler, sandbox: SandboxSettings, max_result_bytes: usize) -> Self {
         let runner = Self::unloaded(sandbox, max_result_bytes);
         runner.replace(handler);
         runner
@@ -77,7 +77,7 @@ impl WasmTaskRunner {
 
     /// A runner with no build yet, for a task whose component could not be loaded (its task is
     /// quarantined, so nothing is claimed for it); [`Self::replace`] gives it one.
-    pub fn unloaded(sandbox: SandboxSettings, max_result_bytes: usize) -> Self {
+    pub(crate) fn unloaded(sandbox: SandboxSettings, max_result_bytes: usize) -> Self {
         let sandbox = SandboxSettings {
             result_limit_bytes: Some(u64::try_from(max_result_bytes).unwrap_or(u64::MAX)),
             ..sandbox
@@ -98,18 +98,18 @@ impl WasmTaskRunner {
     }
 
     /// The SHA-256 (lower-case hex) of the build new attempts use, `None` without a build.
-    pub fn digest(&self) -> Option<String> {
+    pub(crate) fn digest(&self) -> Option<String> {
         self.current().map(|l| l.digest.clone())
     }
 
     /// The sandbox the task's component runs in (what a replacement must load for).
-    pub fn sandbox(&self) -> &SandboxSettings {
+    pub(crate) fn sandbox(&self) -> &SandboxSettings {
         &self.sandbox
     }
 
     /// Makes `handler` the build of new attempts (in-flight attempts finish on theirs); it keeps
     /// the task's log rate. Returns the previous digest (`None`: the runner had no build).
-    pub fn replace(&self, handler: Handler) -> Option<String> {
+    pub(crate) fn replace(&self, handler: Handler) -> Option<String> {
         let mut slot = self.loaded.write().unwrap_or_else(|p| p.into_inner());
         let (handler, old) = match slot.as_ref() {
             Some(old) => (
@@ -126,13 +126,16 @@ impl WasmTaskRunner {
     }
 
     /// Hands `params` (the task's `handler.params`) to every attempt.
-    pub fn with_params(mut self, params: &serde_json::Map<String, serde_json::Value>) -> Self {
+    pub(crate) fn with_params(
+        mut self,
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> Self {
         self.params_json = serde_json::Value::Object(params.clone()).to_string();
         self
     }
 
     /// Records every attempt's wasm figures in `metrics`.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -200,7 +203,7 @@ impl TaskRunner for WasmTaskRunner {
 }
 
 /// The trap kind attempt diagnostics record (docs/observability.md#attempt-diagnostics).
-pub fn trap_kind(outcome: &Outcome) -> Option<&'static str> {
+pub(crate) fn trap_kind(outcome: &Outcome) -> Option<&'static str> {
     match outcome {
         Outcome::Trapped { kind } => Some(match kind {
             TrapKind::Cancelled => "cancelled",
@@ -241,7 +244,7 @@ fn failure(
 ///   exhaustion (`OutOfFuel`), a panic (`GuestPanic`), any other trap (`Trap`), output that is
 ///   not JSON (`InvalidOutput`) and output over the result limit
 ///   ([`RunOutcome::ResultTooLarge`], which the worker fails with `ExecutionEncodingError`).
-pub fn map_outcome(outcome: Outcome) -> RunOutcome {
+pub(crate) fn map_outcome(outcome: Outcome) -> RunOutcome {
     match outcome {
         Outcome::Succeeded(text) => match serde_json::from_str(&text) {
             Ok(value) => RunOutcome::Succeeded(value),

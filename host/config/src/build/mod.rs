@@ -6,6 +6,7 @@ pub mod network;
 pub mod resources;
 pub mod retry;
 pub mod sandbox;
+pub mod source_values;
 pub mod table_pairs;
 pub mod tasks;
 

@@ -13,49 +13,49 @@ use super::output::Failure;
 
 /// Connection and output options shared by every client command.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ConnArgs {
+pub(crate) struct ConnArgs {
     /// YAML app file whose `api:` section names the connector, tables and namespace.
     #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// MySQL/MariaDB (`mysql://user:pass@host:port/db`) or PostgreSQL (`postgresql://…`) URL;
     /// overrides the config's connector.
     #[arg(long, env = "ONESTEP_DSN", hide_env_values = true)]
-    pub dsn: Option<String>,
+    pub(crate) dsn: Option<String>,
     /// Namespace; overrides the config's `api.namespace` (required with tokens or `--dsn`).
     #[arg(long, env = "ONESTEP_NAMESPACE")]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Executions table (default `onestep_executions` or the config's `api.table`).
     #[arg(long)]
-    pub table: Option<String>,
+    pub(crate) table: Option<String>,
     /// Attempts table (default `onestep_execution_attempts` or the config's `api.attempts_table`).
     #[arg(long)]
-    pub attempts_table: Option<String>,
+    pub(crate) attempts_table: Option<String>,
     /// Print JSON (the HTTP API's execution view) instead of human-readable text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// An open client and the backend to close afterwards.
-pub struct Connected {
+pub(crate) struct Connected {
     /// The namespace-bound client.
-    pub client: ExecutionClient,
+    pub(crate) client: ExecutionClient,
     backend: Store,
 }
 
 impl Connected {
     /// The backend, for the operations outside the client (`purge`).
-    pub fn backend(&self) -> &Store {
+    pub(crate) fn backend(&self) -> &Store {
         &self.backend
     }
 
     /// Closes the pool.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.backend.close().await;
     }
 }
 
 /// Resolves the options and opens the backend (never creating tables).
-pub async fn connect(args: &ConnArgs) -> Result<Connected, Failure> {
+pub(crate) async fn connect(args: &ConnArgs) -> Result<Connected, Failure> {
     let mut dsn = args.dsn.clone();
     let mut namespace = args.namespace.clone();
     let mut tables = TableNames::default();

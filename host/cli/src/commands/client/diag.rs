@@ -16,52 +16,52 @@ use super::{parse_id, with_client};
 
 /// Arguments of `onestep attempts`.
 #[derive(Debug, clap::Args)]
-pub struct AttemptsArgs {
+pub(crate) struct AttemptsArgs {
     /// Execution id.
-    pub id: String,
+    pub(crate) id: String,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Arguments of `onestep logs`.
 #[derive(Debug, clap::Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// Execution id.
-    pub id: String,
+    pub(crate) id: String,
     /// Attempt number (default: the latest attempt).
     #[arg(long)]
-    pub attempt: Option<u32>,
+    pub(crate) attempt: Option<u32>,
     /// Keep printing new lines while the attempt runs; stops when it has finished.
     #[arg(long)]
-    pub follow: bool,
+    pub(crate) follow: bool,
     /// Seconds between polls with `--follow` (default 1).
     #[arg(long, default_value_t = 1.0)]
-    pub interval: f64,
+    pub(crate) interval: f64,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 /// Arguments of `onestep purge`.
 #[derive(Debug, clap::Args)]
-pub struct PurgeArgs {
+pub(crate) struct PurgeArgs {
     /// Remove executions that finished longer ago than this (`30d`, `12h`, `90min`, `1h 30m`).
     #[arg(long, value_name = "DURATION")]
-    pub older_than: String,
+    pub(crate) older_than: String,
     /// Only these terminal statuses (repeatable or comma-separated; default all four:
     /// succeeded, failed, cancelled, expired).
     #[arg(long, value_delimiter = ',')]
-    pub status: Vec<String>,
+    pub(crate) status: Vec<String>,
     /// Count what would be removed; remove nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Executions removed per transaction (1–10000).
     #[arg(long, default_value_t = 500)]
-    pub batch_size: u32,
+    pub(crate) batch_size: u32,
     /// Every namespace of the tables, not only `--namespace` / `api.namespace`.
     #[arg(long)]
-    pub all_namespaces: bool,
+    pub(crate) all_namespaces: bool,
     #[command(flatten)]
-    pub conn: ConnArgs,
+    pub(crate) conn: ConnArgs,
 }
 
 async fn attempts_of(c: &Connected, id: Uuid) -> Result<AttemptsView, Failure> {
@@ -77,7 +77,7 @@ async fn attempts_of(c: &Connected, id: Uuid) -> Result<AttemptsView, Failure> {
 }
 
 /// `onestep attempts ID`.
-pub async fn attempts(args: AttemptsArgs) -> u8 {
+pub(crate) async fn attempts(args: AttemptsArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let id = parse_id(&args.id)?;
         let view = attempts_of(c, id).await?;
@@ -118,7 +118,7 @@ async fn logs_of(c: &Connected, id: Uuid, attempt: u32) -> Result<LogsView, Fail
 }
 
 /// `onestep logs ID [--attempt N] [--follow]`.
-pub async fn logs(args: LogsArgs) -> u8 {
+pub(crate) async fn logs(args: LogsArgs) -> u8 {
     let interval = match Duration::try_from_secs_f64(args.interval) {
         Ok(d) if d >= Duration::from_millis(100) => d,
         _ => {
@@ -232,7 +232,7 @@ fn purge_request(args: &PurgeArgs, namespace: &str) -> Result<PurgeRequest, Fail
 }
 
 /// `onestep purge --older-than DURATION [--status ...] [--dry-run]`.
-pub async fn purge(args: PurgeArgs) -> u8 {
+pub(crate) async fn purge(args: PurgeArgs) -> u8 {
     with_client(&args.conn, async |c| {
         let request = purge_request(&args, c.client.namespace())?;
         let retention = c.backend().retention();

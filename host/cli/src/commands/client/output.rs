@@ -10,24 +10,24 @@ use onestep_core::{Execution, ExecutionError};
 use serde::Serialize;
 
 /// Exit code: success.
-pub const OK: u8 = 0;
+pub(crate) const OK: u8 = 0;
 /// Exit code: the execution is missing or ended badly, or the operation failed.
-pub const FAILED: u8 = 1;
+pub(crate) const FAILED: u8 = 1;
 /// Exit code: usage or validation error.
-pub const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 
 /// A command failure: an exit code and the error body to print.
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// Process exit code.
-    pub exit: u8,
+    pub(crate) exit: u8,
     /// `{code, message}` (the same body the HTTP API would return).
-    pub body: Box<onestep_api::ErrorBody>,
+    pub(crate) body: Box<onestep_api::ErrorBody>,
 }
 
 impl Failure {
     /// A usage error (exit 2).
-    pub fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Failure {
             exit: USAGE,
             body: Box::new(ApiError::invalid(message).body().clone()),
@@ -35,7 +35,7 @@ impl Failure {
     }
 
     /// A failure with `code` (exit 1).
-    pub fn failed(code: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn failed(code: &str, message: impl Into<String>) -> Self {
         let e = ApiError::new(axum::http::StatusCode::CONFLICT, code, message);
         Failure {
             exit: FAILED,
@@ -44,7 +44,7 @@ impl Failure {
     }
 
     /// Prints the failure: the message on stderr, and with `--json` the body on stdout.
-    pub fn report(&self, json: bool) -> u8 {
+    pub(crate) fn report(&self, json: bool) -> u8 {
         if json {
             print_json(&self.body);
         }
@@ -73,7 +73,7 @@ impl From<ExecutionError> for Failure {
 }
 
 /// Prints a value as pretty JSON on stdout.
-pub fn print_json<T: Serialize>(value: &T) {
+pub(crate) fn print_json<T: Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
         Ok(s) => println!("{s}"),
         Err(e) => eprintln!("onestep: cannot render JSON: {e}"),
@@ -81,12 +81,12 @@ pub fn print_json<T: Serialize>(value: &T) {
 }
 
 /// Prints one execution (detail or JSON view).
-pub fn print_execution(e: &Execution, json: bool) {
+pub(crate) fn print_execution(e: &Execution, json: bool) {
     print_view(&ExecutionView::from(e), json);
 }
 
 /// Prints an execution view (with `progress` when the caller filled it in).
-pub fn print_view(view: &ExecutionView, json: bool) {
+pub(crate) fn print_view(view: &ExecutionView, json: bool) {
     if json {
         print_json(view);
     } else {
@@ -95,7 +95,7 @@ pub fn print_view(view: &ExecutionView, json: bool) {
 }
 
 /// Prints a page (table or JSON page view).
-pub fn print_page(items: &[Execution], next_cursor: Option<String>, json: bool) {
+pub(crate) fn print_page(items: &[Execution], next_cursor: Option<String>, json: bool) {
     let views: Vec<ExecutionView> = items.iter().map(ExecutionView::from).collect();
     if json {
         print_json(&PageView {

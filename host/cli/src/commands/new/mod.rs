@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 const USAGE: u8 = 2;
 
 /// The version of wit-bindgen a Rust handler builds with (as the repository's Rust guests).
-pub const WIT_BINDGEN_VERSION: &str = "0.61";
+pub(crate) const WIT_BINDGEN_VERSION: &str = "0.61";
 /// The componentize-py a Python handler builds with (as `scripts/build-guests.sh`).
-pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
+pub(crate) const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 /// The componentize-js a JavaScript handler builds with (as `guest-examples/package.json`).
-pub const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
+pub(crate) const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
 
 /// The WIT written into every project: `wit/v0.2` of this repository, the newest version this
 /// binary serves (`onestep_wasm::WIT_PACKAGES`).
@@ -63,14 +63,14 @@ const PAYLOAD: &str = include_str!("templates/payload.json");
 
 /// `onestep new …`.
 #[derive(Debug, clap::Subcommand)]
-pub enum NewCommand {
+pub(crate) enum NewCommand {
     /// Write a new handler project (WIT, build files, handler.yaml, sample payload, README).
     Handler(NewHandlerArgs),
 }
 
 /// The language of a new handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Lang {
+pub(crate) enum Lang {
     /// Rust (wit-bindgen, cargo, target wasm32-wasip2).
     Rust,
     /// Python (componentize-py).
@@ -81,24 +81,24 @@ pub enum Lang {
 
 /// Arguments of `onestep new handler`.
 #[derive(Debug, clap::Args)]
-pub struct NewHandlerArgs {
+pub(crate) struct NewHandlerArgs {
     /// The handler's (and its task's) name: lower-case letters, digits and `-`, starting with
     /// a letter, at most 64 characters.
-    pub name: String,
+    pub(crate) name: String,
     /// The language of the handler.
     #[arg(long, value_enum)]
-    pub lang: Lang,
+    pub(crate) lang: Lang,
     /// Where to write the project (default: ./NAME). Must not exist, unless --force.
     #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
     /// Write into an existing directory, replacing the project's files there.
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
 }
 
 /// A handler name `onestep new handler` refuses ([`check_name`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidName(String);
+pub(crate) struct InvalidName(String);
 
 impl std::fmt::Display for InvalidName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -114,7 +114,7 @@ impl std::fmt::Display for InvalidName {
 impl std::error::Error for InvalidName {}
 
 /// Checks a handler name (it becomes a crate, package, task and file name).
-pub fn check_name(name: &str) -> Result<(), InvalidName> {
+pub(crate) fn check_name(name: &str) -> Result<(), InvalidName> {
     let mut chars = name.chars();
     let starts_with_letter = chars.next().is_some_and(|c| c.is_ascii_lowercase());
     let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
@@ -132,7 +132,7 @@ fn render(template: &str, vars: &[(&str, &str)]) -> String {
 }
 
 /// The files of a project: (relative path, contents).
-pub fn project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
+pub(crate) fn project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
     let crate_file = format!("{}.wasm", name.replace('-', "_"));
     let (language, source, component, build, files, sources): (
         &str,
@@ -303,7 +303,7 @@ fn build_hint(lang: Lang) -> &'static str {
 }
 
 /// `onestep new handler`.
-pub fn new_handler(args: NewHandlerArgs) -> u8 {
+pub(crate) fn new_handler(args: NewHandlerArgs) -> u8 {
     if let Err(e) = check_name(&args.name) {
         eprintln!("onestep: {e}");
         return USAGE;
