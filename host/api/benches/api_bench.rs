@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onestep_api::{ApiSettings, ApiState, router};
+use onestep_api::{ApiSettings, ApiState, Tenancy, router};
 use onestep_mysql::{MySqlBackend, ScratchDatabase, StoreOptions};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -42,7 +42,8 @@ async fn run(dsn: &str) -> Result<(), Error> {
     let state = ApiState::new(
         Arc::new(backend.clone()),
         Arc::new(backend.clone()),
-        ApiSettings::single("bench"),
+        Tenancy::Single("bench".into()),
+        ApiSettings::default(),
     )?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

@@ -1,8 +1,9 @@
 //! onestep-api: the HTTP API of tracked execution (docs/http-api.md), as an axum 0.8 [`Router`].
 //!
 //! Build an [`ApiState`] with [`ApiState::new`] from any [`ExecutionStore`] and [`Readiness`]
-//! (both the MySQL backend in production, wired by the CLI; this crate knows no backend) and
-//! [`ApiSettings`], then call [`router`]. Endpoints:
+//! (a backend's ports in production, wired by the CLI; this crate knows no backend), a
+//! [`Tenancy`] and the [`ApiSettings`] (defined in core, built by the configuration), then call
+//! [`router`]. Endpoints:
 //!
 //! | Method & path | Success | Errors |
 //! |---|---|---|
@@ -57,9 +58,10 @@ use utoipa_axum::routes;
 
 pub use auth::{Role, Tenancy, TokenTable};
 pub use error::{ApiError, ErrorBody};
+pub use onestep_core::ApiSettings;
 pub use onestep_core::ports::{ExecutionStore, Readiness};
 pub use server::{ServerLimits, serve};
-pub use state::{ApiSettings, ApiState, DEFAULT_MAX_BODY_BYTES};
+pub use state::ApiState;
 pub use view::{ExecutionView, PageView, ResultView};
 
 /// The API's router with its state applied, ready for `axum::serve`.

@@ -1,7 +1,7 @@
 //! The router's shared state: the store, its readiness probe, the tenants, the task allow-list
 //! and the limits.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,40 +9,10 @@ use chrono::{DateTime, Utc};
 use onestep_core::ports::{
     ExecutionInsights, ExecutionStore, Readiness, RecentActivity, StatusCount,
 };
-use onestep_core::{ExecutionClient, ExecutionError, Limits};
+use onestep_core::{ApiSettings, ExecutionClient, ExecutionError};
 
 use crate::auth::{Role, Tenancy, bearer_token};
 use crate::error::ApiError;
-
-/// Default `max_body_bytes` (2 MiB): the one default of `api.max_body_bytes`,
-/// [`DEFAULT_API_MAX_BODY_BYTES`](onestep_core::settings::DEFAULT_API_MAX_BODY_BYTES).
-pub const DEFAULT_MAX_BODY_BYTES: usize =
-    onestep_core::settings::DEFAULT_API_MAX_BODY_BYTES as usize;
-
-/// Settings of the API that do not come from the store.
-#[derive(Debug, Clone)]
-pub struct ApiSettings {
-    /// Single namespace or bearer-token tenants.
-    pub tenancy: Tenancy,
-    /// Task names accepted by `POST /v1/executions`; `None` accepts every task (local use).
-    pub allowed_tasks: Option<BTreeSet<String>>,
-    /// Largest request body in bytes (413 above).
-    pub max_body_bytes: usize,
-    /// Value size limits (docs/semantics.md#size-limits).
-    pub limits: Limits,
-}
-
-impl ApiSettings {
-    /// Settings for one namespace, every task allowed, default limits.
-    pub fn single(namespace: &str) -> Self {
-        ApiSettings {
-            tenancy: Tenancy::Single(namespace.to_owned()),
-            allowed_tasks: None,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            limits: Limits::default(),
-        }
-    }
-}
 
 /// Cheap-to-clone state handed to [`router`](crate::router).
 #[derive(Clone)]
@@ -73,29 +43,30 @@ struct Inner {
     tenancy: Tenancy,
     /// One client per namespace, indexed like `TokenTable::namespaces()` (or one for `Single`).
     clients: Vec<ExecutionClient>,
-    allowed_tasks: Option<BTreeSet<String>>,
+    /// The task allow-list, the limits and `/metrics` exposure.
+    settings: ApiSettings,
+    /// `settings.max_body_bytes` as the body-limit layer takes it.
     max_body_bytes: usize,
-    /// `api.metrics.public`: `/metrics` shows every namespace's figures without a token.
-    metrics_public: bool,
 }
 
 impl std::fmt::Debug for ApiState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiState")
             .field("tenancy", &self.inner.tenancy)
-            .field("allowed_tasks", &self.inner.allowed_tasks)
-            .field("max_body_bytes", &self.inner.max_body_bytes)
+            .field("settings", &self.inner.settings)
             .finish_non_exhaustive()
     }
 }
 
 impl ApiState {
-    /// Builds the state: one namespace-bound [`ExecutionClient`] per tenant over `store`.
+    /// Builds the state: one namespace-bound [`ExecutionClient`] per tenant of `tenancy` over
+    /// `store`, enforcing `settings`.
     ///
-    /// Errors: an invalid namespace or limit, a `max_body_bytes` of 0, an empty allow-list.
+    /// Errors: an invalid namespace or limit, a `max_body_bytes` of 0.
     pub fn new(
         store: Arc<dyn ExecutionStore>,
         readiness: Arc<dyn Readiness>,
+        tenancy: Tenancy,
         settings: ApiSettings,
     ) -> Result<Self, ExecutionError> {
         if settings.max_body_bytes == 0 {
@@ -103,14 +74,8 @@ impl ApiState {
                 "max_body_bytes must be a positive integer",
             ));
         }
-        if settings
-            .allowed_tasks
-            .as_ref()
-            .is_some_and(|t| t.is_empty())
-        {
-            return Err(ExecutionError::invalid("allowed_tasks must not be empty"));
-        }
-        let namespaces: Vec<String> = match &settings.tenancy {
+        let max_body_bytes = usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX);
+        let namespaces: Vec<String> = match &tenancy {
             Tenancy::Single(ns) => vec![ns.clone()],
             Tenancy::Tokens(t) => t.namespaces().to_vec(),
         };
@@ -124,11 +89,10 @@ impl ApiState {
                 insights: None,
                 overview_cache: Arc::default(),
                 overview_refreshing: Arc::default(),
-                tenancy: settings.tenancy,
+                tenancy,
                 clients,
-                allowed_tasks: settings.allowed_tasks,
-                max_body_bytes: settings.max_body_bytes,
-                metrics_public: false,
+                settings,
+                max_body_bytes,
             }),
         })
     }
@@ -142,19 +106,9 @@ impl ApiState {
         }
     }
 
-    /// The same state with `/metrics` showing every namespace's figures to anyone
-    /// (`api.metrics.public`, docs/observability.md#api-metrics).
-    pub fn with_public_metrics(self, public: bool) -> Self {
-        let mut inner = (*self.inner).clone();
-        inner.metrics_public = public;
-        ApiState {
-            inner: Arc::new(inner),
-        }
-    }
-
     /// Whether `/metrics` shows every namespace's figures without a token.
     pub fn metrics_public(&self) -> bool {
-        self.inner.metrics_public
+        self.inner.settings.metrics_public
     }
 
     /// The overview figures' source as a shared handle (for the metrics' gauge).
@@ -220,10 +174,7 @@ impl ApiState {
 
     /// Whether `task` may be submitted.
     pub fn task_allowed(&self, task: &str) -> bool {
-        self.inner
-            .allowed_tasks
-            .as_ref()
-            .is_none_or(|set| set.contains(task.trim()))
+        self.inner.settings.allows_task(task.trim())
     }
 
     /// The readiness probe of `GET /readyz`.

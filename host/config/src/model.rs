@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use onestep_core::Limits;
 pub use onestep_core::network::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT,
@@ -32,6 +31,7 @@ pub use onestep_core::settings::{
 pub use onestep_core::settings::{
     DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORIES, DEFAULT_MAX_TABLE_ELEMENTS, DEFAULT_MAX_TABLES,
 };
+use onestep_core::{ApiSettings, Limits};
 pub use onestep_telemetry::{OtlpProtocol, TracingSettings};
 use serde::Serialize;
 
@@ -322,7 +322,7 @@ pub struct HandlerConfig {
 pub struct ApiConfig {
     /// Listen address (default `127.0.0.1:8080`).
     pub listen: SocketAddr,
-    /// Name of the `mysql` connector resource.
+    /// Name of the connector resource (`mysql` or `postgres`).
     pub connector: String,
     /// Executions table (default `onestep_executions`).
     pub table: String,
@@ -332,22 +332,14 @@ pub struct ApiConfig {
     pub auto_create: bool,
     /// How requests are authenticated and mapped to a namespace.
     pub auth: ApiAuth,
-    /// Task names clients may submit; empty = any.
-    pub allowed_tasks: Vec<String>,
-    /// Largest accepted request body in bytes (default 2 MiB).
-    pub max_body_bytes: u64,
-    /// Value size limits in bytes.
-    #[serde(serialize_with = "crate::summary::serialize_limits")]
-    pub limits: Limits,
-    /// `api.metrics.public`: `/metrics` shows every namespace's execution figures without a
-    /// token (default false: only to an `operate` token, its own namespace).
-    pub metrics_public: bool,
+    /// What requests may do: the task allow-list, the body and value limits, `/metrics`
+    /// exposure (one struct, defined in core and enforced by the API crate).
+    #[serde(flatten)]
+    pub settings: ApiSettings,
 }
 
 /// Default API listen address.
 pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:8080";
-/// Default API request body limit: 2 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = onestep_core::settings::DEFAULT_API_MAX_BODY_BYTES;
 
 /// API authentication.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

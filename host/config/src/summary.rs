@@ -256,10 +256,10 @@ impl AppConfig {
                 ApiAuth::TokensFile(p) => format!("tokens_file={}", p.display()),
                 ApiAuth::TokensEnv(v) => format!("tokens_env={v}"),
             };
-            let tasks = if api.allowed_tasks.is_empty() {
+            let tasks = if api.settings.allowed_tasks.is_empty() {
                 "*".to_owned()
             } else {
-                api.allowed_tasks.join(",")
+                api.settings.allowed_tasks.join(",")
             };
             let _ = writeln!(
                 out,

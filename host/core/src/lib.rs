@@ -11,6 +11,7 @@
 //! validation never reaches a backend; the namespace is trimmed and validated once, when an
 //! [`client::ExecutionClient`] is built.
 
+pub mod api_settings;
 pub mod backend;
 pub mod canonical;
 pub mod client;
@@ -41,6 +42,7 @@ pub mod text;
 pub mod time;
 pub mod timefmt;
 
+pub use api_settings::ApiSettings;
 pub use backend::{Backend, BackendCapabilities, SessionSummary, UpgradeReport, UpgradeStep};
 pub use client::ExecutionClient;
 pub use error::{BackendError, ConnectorKind, ExecutionError, StaleReason};

@@ -4,7 +4,7 @@ use crate::error::ExecutionError;
 
 /// Limits in bytes of canonical JSON. A value is rejected when its canonical length *exceeds*
 /// the limit (equal is allowed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Limits {
     /// Payload limit in bytes (default 1 MiB).
     pub max_payload_bytes: usize,

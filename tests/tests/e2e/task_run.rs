@@ -212,9 +212,16 @@ async fn replay_runs_a_recorded_execution_locally_and_writes_nothing() -> Result
         ensure!(stderr.contains("no execution"), "{stderr}");
         let (code, _, stderr) = onestep(&["replay", "not-an-id", "--config", &config], &envs)?;
         ensure!(code == 2, "exit {code}: {stderr}");
-        let (code, _, stderr) = onestep(&["replay", &id, "--config", &config], &envs)?;
+        // Without --task the file's several tasks' sources are searched for the id, and the
+        // execution runs with the task named like its own.
+        let (code, stdout, stderr) =
+            onestep(&["replay", &id, "--config", &config, "--json"], &envs)?;
+        ensure!(code == 3, "exit {code}: {stdout} {stderr}");
+        let r: Value = serde_json::from_str(stdout.trim())?;
+        ensure!(r["replayed"]["outcome"] == "handler_error", "{r}");
+        let (code, _, stderr) = onestep(&["replay", &missing, "--config", &config], &envs)?;
         ensure!(
-            code == 2 && stderr.contains("pass --task"),
+            code == 2 && stderr.contains("no execution") && stderr.contains("misbehave"),
             "exit {code}: {stderr}"
         );
         Ok(())

@@ -16,28 +16,30 @@ use openmetrics_parser::openmetrics::parse_openmetrics;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::support::{TestApp, id_of, req};
+use crate::support::{AppSettings, TestApp, id_of, req};
 
 const READ_A: &str = "token-hostile-read-aaaaaaaaaaaa";
 const OPERATE_A: &str = "token-hostile-operate-aaaaaaaa";
 const OPERATE_B: &str = "token-hostile-operate-bbbbbbbb";
 
-fn settings() -> ApiSettings {
+fn settings() -> AppSettings {
     let table = TokenTable::from_entries([
         (READ_A, "team-a", Role::Read),
         (OPERATE_A, "team-a", Role::Operate),
         (OPERATE_B, "team-b", Role::Operate),
     ])
     .expect("tokens");
-    ApiSettings {
-        tenancy: Tenancy::Tokens(table),
-        allowed_tasks: None,
-        max_body_bytes: 2 * 1024 * 1024,
+    let api = ApiSettings {
         limits: Limits {
             max_payload_bytes: 1024 * 1024,
             max_metadata_bytes: 4096,
             max_result_bytes: 1024 * 1024,
         },
+        ..ApiSettings::default()
+    };
+    AppSettings {
+        tenancy: Tenancy::Tokens(table),
+        api,
     }
 }
 
@@ -228,14 +230,16 @@ async fn metrics_escape_hostile_task_names_and_need_an_operator() {
         assert!(labels(&text).is_empty());
     }
     // api.metrics.public: every namespace, to anyone.
+    let AppSettings { tenancy, mut api } = settings();
+    api.metrics_public = true;
     let state = ApiState::new(
         Arc::new(app.backend.clone()),
         Arc::new(app.backend.clone()),
-        settings(),
+        tenancy,
+        api,
     )
     .expect("state")
-    .with_insights(Arc::new(app.backend.clone()))
-    .with_public_metrics(true);
+    .with_insights(Arc::new(app.backend.clone()));
     let text = scrape(None, router(state)).await;
     let mut all = want.clone();
     all.push(("team-b".to_owned(), "theirs".to_owned()));

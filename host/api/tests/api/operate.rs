@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use axum::http::{Method, StatusCode};
 use onestep_api::auth::Role;
-use onestep_api::{ApiSettings, Tenancy, TokenTable};
+use onestep_api::{Tenancy, TokenTable};
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::request::{ClaimRequest, SubmitRequest};
 use onestep_core::{Completion, ErrorObject, ExecutionClient};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::support::{TestApp, id_of, req, servers, single_settings};
+use crate::support::{AppSettings, TestApp, id_of, req, servers, single_settings};
 
 /// Claims every queued execution of `task` and completes each as failed.
 async fn fail_all(app: &TestApp, task: &str) -> Vec<Uuid> {
@@ -180,7 +180,7 @@ async fn seed(app: &TestApp, task: &str, n: usize) {
     let client = ExecutionClient::new(
         Arc::new(app.backend.clone()) as Arc<dyn ExecutionStore>,
         "local",
-        single_settings().limits,
+        single_settings().api.limits,
     )
     .expect("client");
     let requests: Vec<SubmitRequest> = (0..n)
@@ -285,7 +285,7 @@ const SUBMIT: &str = "token-submit-aaaaaaaaaaaaaaaaaa";
 const DEFAULT: &str = "token-default-aaaaaaaaaaaaaaaaa";
 const OPERATE: &str = "token-operate-aaaaaaaaaaaaaaaaa";
 
-fn role_settings() -> ApiSettings {
+fn role_settings() -> AppSettings {
     let table = TokenTable::from_entries([
         (READ, "local", Role::Read),
         (SUBMIT, "local", Role::Submit),
@@ -293,7 +293,7 @@ fn role_settings() -> ApiSettings {
         (OPERATE, "local", Role::Operate),
     ])
     .expect("tokens");
-    ApiSettings {
+    AppSettings {
         tenancy: Tenancy::Tokens(table),
         ..single_settings()
     }

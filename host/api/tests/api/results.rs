@@ -30,7 +30,7 @@ async fn result(app: &TestApp, view: &Value) -> (StatusCode, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_in_every_status() {
     let mut settings = single_settings();
-    settings.allowed_tasks = None;
+    settings.api.allowed_tasks.clear();
     let app = TestApp::start(settings).await;
 
     // queued → 409 not_ready

@@ -16,11 +16,9 @@ fn deep(depth: usize) -> Value {
 async fn unstorable_values_get_the_same_422_on_every_server() {
     for (server, admin) in servers() {
         // Every task name allowed (the default), so the name rules themselves answer.
-        let settings = onestep_api::ApiSettings {
-            allowed_tasks: None,
-            max_body_bytes: 64 * 1024,
-            ..tenant_settings()
-        };
+        let mut settings = tenant_settings();
+        settings.api.allowed_tasks.clear();
+        settings.api.max_body_bytes = 64 * 1024;
         let app = TestApp::start_on(&admin, settings).await;
         let submit = |key: &str, body: Value| {
             req(Method::POST, "/v1/executions", Some(TOKEN_A))

@@ -5,7 +5,6 @@
 //! `scripts/test-db.sh up`) must be set: a missing variable fails the test.
 #![allow(dead_code)]
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::Router;
@@ -15,6 +14,13 @@ use http_body_util::BodyExt;
 use mysql_async::Pool;
 use mysql_async::prelude::Queryable;
 use onestep_api::{ApiSettings, ApiState, Tenancy, TokenTable, router};
+
+/// What a test app is started with: who may call it and what requests may do.
+#[derive(Debug, Clone)]
+pub struct AppSettings {
+    pub tenancy: Tenancy,
+    pub api: ApiSettings,
+}
 use onestep_core::Limits;
 use onestep_mysql::{MySqlBackend, StoreOptions};
 use serde_json::Value;
@@ -115,24 +121,27 @@ impl Drop for TestDb {
 }
 
 /// Settings used by most tests: one namespace, tasks `echo` and `run_agent`, small limits.
-pub fn single_settings() -> ApiSettings {
-    ApiSettings {
+pub fn single_settings() -> AppSettings {
+    AppSettings {
         tenancy: Tenancy::Single("local".into()),
-        allowed_tasks: Some(BTreeSet::from(["echo".into(), "run_agent".into()])),
-        max_body_bytes: 4096,
-        limits: Limits {
-            max_payload_bytes: 1000,
-            max_metadata_bytes: 500,
-            max_result_bytes: 1000,
+        api: ApiSettings {
+            allowed_tasks: vec!["echo".into(), "run_agent".into()],
+            max_body_bytes: 4096,
+            limits: Limits {
+                max_payload_bytes: 1000,
+                max_metadata_bytes: 500,
+                max_result_bytes: 1000,
+            },
+            metrics_public: false,
         },
     }
 }
 
 /// Like [`single_settings`] with tenants A and B.
-pub fn tenant_settings() -> ApiSettings {
+pub fn tenant_settings() -> AppSettings {
     let table =
         TokenTable::from_pairs([(TOKEN_A, "tenant-a"), (TOKEN_B, "tenant-b")]).expect("tokens");
-    ApiSettings {
+    AppSettings {
         tenancy: Tenancy::Tokens(table),
         ..single_settings()
     }
@@ -150,21 +159,22 @@ pub struct TestApp {
 
 impl TestApp {
     /// Opens the backend (creating the tables) and builds the router with `settings`.
-    pub async fn start(settings: ApiSettings) -> TestApp {
+    pub async fn start(settings: AppSettings) -> TestApp {
         Self::start_on(&admin_url(), settings).await
     }
 
     /// Like [`TestApp::start`] on the server of `admin`.
-    pub async fn start_on(admin: &str, settings: ApiSettings) -> TestApp {
+    pub async fn start_on(admin: &str, settings: AppSettings) -> TestApp {
         let db = TestDb::create_on(admin).await;
         let mut opts = StoreOptions::new(db.url.clone());
-        opts.limits = settings.limits;
+        opts.limits = settings.api.limits;
         opts.pool_max = 24;
         let backend = MySqlBackend::open(opts).await.expect("open backend");
         let state = ApiState::new(
             Arc::new(backend.clone()),
             Arc::new(backend.clone()),
-            settings,
+            settings.tenancy,
+            settings.api,
         )
         .expect("state")
         .with_insights(Arc::new(backend.clone()));

@@ -4,21 +4,21 @@
 
 use axum::http::{Method, StatusCode};
 use onestep_api::auth::Role;
-use onestep_api::{ApiSettings, Tenancy, TokenTable};
+use onestep_api::{Tenancy, TokenTable};
 use serde_json::json;
 
-use crate::support::{TestApp, id_of, req, single_settings};
+use crate::support::{AppSettings, TestApp, id_of, req, single_settings};
 
 const READ: &str = "token-ui-read-aaaaaaaaaaaaaaaaa";
 const OPERATE: &str = "token-ui-operate-aaaaaaaaaaaaaa";
 
-fn settings() -> ApiSettings {
+fn settings() -> AppSettings {
     let table = TokenTable::from_entries([
         (READ, "local", Role::Read),
         (OPERATE, "local", Role::Operate),
     ])
     .expect("tokens");
-    ApiSettings {
+    AppSettings {
         tenancy: Tenancy::Tokens(table),
         ..single_settings()
     }

@@ -7,12 +7,11 @@
 //! `max_body_bytes`) → [`onestep_api::router`] → [`onestep_api::serve`] (connection cap and
 //! timeouts, docs/security.md#api-connections).
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::wiring::store::{Store, StoreOptions};
-use onestep_api::{ApiSettings, ApiState, Role, ServerLimits, Tenancy, TokenTable};
+use onestep_api::{ApiState, Role, ServerLimits, Tenancy, TokenTable};
 use onestep_config::{ApiAuth, AppConfig, LoadOptions, LogFormat};
 use onestep_core::names::TableNames;
 
@@ -173,7 +172,7 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     opts.tables = TableNames::new(api.table.clone(), api.attempts_table.clone())
         .map_err(|e| usage(format!("api: {e}")))?;
     opts.auto_create = api.auto_create;
-    opts.limits = api.limits;
+    opts.limits = api.settings.limits;
     opts.traces = onestep_telemetry::enabled();
     if let Some(max) = connector.engine_options.max_connections {
         opts.pool_max = max as usize;
@@ -189,19 +188,16 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
         };
         (code, format!("cannot open the execution store: {e}"))
     })?;
-    let settings = ApiSettings {
-        tenancy,
-        allowed_tasks: (!api.allowed_tasks.is_empty())
-            .then(|| api.allowed_tasks.iter().cloned().collect::<BTreeSet<_>>()),
-        max_body_bytes: usize::try_from(api.max_body_bytes).unwrap_or(usize::MAX),
-        limits: api.limits,
-    };
-    if settings.allowed_tasks.is_none() {
+    if api.settings.allowed_tasks.is_empty() {
         tracing::warn!("api.allowed_tasks is empty: clients may submit any task name");
     }
-    let state = ApiState::new(backend.executions(), backend.readiness(), settings)
-        .map_err(|e| usage(format!("api: {e}")))?
-        .with_public_metrics(api.metrics_public);
+    let state = ApiState::new(
+        backend.executions(),
+        backend.readiness(),
+        tenancy,
+        api.settings.clone(),
+    )
+    .map_err(|e| usage(format!("api: {e}")))?;
     // The dashboard's overview figures.
     let state = state.with_insights(backend.insights());
     Ok((backend, state, listen.unwrap_or(api.listen)))

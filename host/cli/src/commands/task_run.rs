@@ -93,8 +93,9 @@ pub(crate) struct ReplayArgs {
     /// namespace), and run with that task's component and sandbox.
     #[arg(long, value_name = "FILE")]
     pub(crate) config: PathBuf,
-    /// The task whose source holds the execution (default: the only task, or the one named like
-    /// the execution's task).
+    /// The task whose source holds the execution (default: every task's source is searched for
+    /// the id; the execution then runs with the task named like its own task when the file has
+    /// it, else with the task whose source holds it).
     #[arg(long)]
     pub(crate) task: Option<String>,
     #[command(flatten)]
@@ -367,27 +368,39 @@ pub(crate) async fn replay(args: ReplayArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let task = match (&args.task, cfg.tasks.as_slice()) {
-        (Some(name), _) => find_task(&cfg, name),
-        (None, [only]) => Ok(only),
-        (None, _) => Err(anyhow::anyhow!(
-            "{} has several tasks: pass --task NAME",
-            cfg.source_path.display()
-        )),
-    };
-    let task = match task {
-        Ok(t) => t,
-        Err(e) => return usage(e),
-    };
-    let execution = match fetch_execution(&cfg, task, id).await {
-        Ok(Some(e)) => e,
-        Ok(None) => {
-            return usage(format!(
-                "no execution {id} in the namespace of task '{}'",
-                task.name
-            ));
+    // The sources to read the execution through: the named task's, or every task's source
+    // once (an execution id is unique, so the first source that holds it is the one).
+    let candidates: Vec<&TaskConfig> = match &args.task {
+        Some(name) => match find_task(&cfg, name) {
+            Ok(t) => vec![t],
+            Err(e) => return usage(e),
+        },
+        None => {
+            let mut seen = std::collections::BTreeSet::new();
+            cfg.tasks
+                .iter()
+                .filter(|t| seen.insert(t.source.as_str()))
+                .collect()
         }
-        Err(e) => return usage(e),
+    };
+    let mut found = None;
+    for task in &candidates {
+        match fetch_execution(&cfg, task, id).await {
+            Ok(Some(e)) => {
+                found = Some((*task, e));
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => return usage(e),
+        }
+    }
+    let Some((task, execution)) = found else {
+        let names: Vec<&str> = candidates.iter().map(|t| t.name.as_str()).collect();
+        return usage(format!(
+            "no execution {id} in the namespace of task{} '{}'",
+            if names.len() == 1 { "" } else { "s" },
+            names.join("', '")
+        ));
     };
     // The execution's own task, when the file has it (a source may serve several names).
     let task = cfg.task(&execution.task_name).unwrap_or(task);

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
+use onestep_core::ApiSettings;
 use onestep_core::text::MAX_NAME_CHARS;
 
 use super::BuildContext;
@@ -13,9 +14,7 @@ use super::resources::{
 use crate::env::{EnvLookup, is_env_name};
 use crate::error::ConfigError;
 use crate::fields::{join, non_empty_str, resolve_path, scalar_text};
-use crate::model::{
-    ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, DEFAULT_MAX_BODY_BYTES, Secret,
-};
+use crate::model::{ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, Secret};
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
@@ -117,7 +116,12 @@ pub fn build_api(
             }
         }
     }
-    let max_body_bytes = positive(node, "max_body_bytes", DEFAULT_MAX_BODY_BYTES, PATH)?;
+    let max_body_bytes = positive(
+        node,
+        "max_body_bytes",
+        onestep_core::settings::DEFAULT_API_MAX_BODY_BYTES,
+        PATH,
+    )?;
     let limits = match node.get_set("limits") {
         None => onestep_core::Limits::default(),
         Some(l) if l.is_map() => limits(l, &join(PATH, "limits"))?,
@@ -131,10 +135,12 @@ pub fn build_api(
         attempts_table,
         auto_create,
         auth,
-        allowed_tasks,
-        max_body_bytes,
-        limits,
-        metrics_public,
+        settings: ApiSettings {
+            allowed_tasks,
+            max_body_bytes,
+            limits,
+            metrics_public,
+        },
     })
 }
 

@@ -310,21 +310,23 @@ fn api_section() {
         ("onestep_executions", "onestep_execution_attempts")
     );
     assert!(!a.auto_create);
-    assert!(a.allowed_tasks.is_empty());
-    assert_eq!(a.max_body_bytes, 2 * 1024 * 1024);
-    assert_eq!(a.limits, onestep_core::Limits::default());
+    assert_eq!(a.settings, onestep_core::ApiSettings::default());
+    assert_eq!(a.settings.max_body_bytes, 2 * 1024 * 1024);
     assert_eq!(a.load_tokens(&cfg.env).expect("no tokens"), None);
 
     let cfg = load_api("{listen: '0.0.0.0:9000', connector: db, tokens_file: secrets/tokens, allowed_tasks: [a, b], max_body_bytes: 10, limits: {max_payload_bytes: 5}, auto_create: true}").expect("full");
     let a = cfg.api.as_ref().expect("api");
     assert_eq!(a.listen.port(), 9000);
     assert_eq!(a.auth, ApiAuth::TokensFile("/srv/secrets/tokens".into()));
-    assert_eq!(a.allowed_tasks, vec!["a", "b"]);
-    assert_eq!(a.limits.max_payload_bytes, 5);
+    assert_eq!(a.settings.allowed_tasks, vec!["a", "b"]);
+    assert_eq!(a.settings.limits.max_payload_bytes, 5);
     assert!(a.auto_create);
-    assert!(!a.metrics_public, "metrics.public defaults to false");
+    assert!(
+        !a.settings.metrics_public,
+        "metrics.public defaults to false"
+    );
     let cfg = load_api("{connector: db, namespace: n, metrics: {public: true}}").expect("public");
-    assert!(cfg.api.as_ref().expect("api").metrics_public);
+    assert!(cfg.api.as_ref().expect("api").settings.metrics_public);
     let err = load_api("{connector: db, namespace: n, metrics: {public: 'yes'}}")
         .expect_err("not a boolean")
         .to_string();

@@ -89,7 +89,7 @@ pub(crate) async fn connect(args: &ConnArgs) -> Result<Connected, Failure> {
             executions: api.table.clone(),
             attempts: api.attempts_table.clone(),
         };
-        limits = api.limits;
+        limits = api.settings.limits;
     }
     let dsn = dsn.ok_or_else(|| {
         Failure::usage("no database: pass --config FILE or --dsn URL (or set ONESTEP_DSN)")

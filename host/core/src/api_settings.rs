@@ -1,0 +1,66 @@
+//! The HTTP API's request settings (docs/http-api.md, docs/configuration.md#api-for-onestep-serve): which tasks clients
+//! may submit, the largest request body, the value size limits and who may read `/metrics`.
+//!
+//! Defined once, here; the configuration crate builds it from the file's `api:` block and the API
+//! crate (`onestep-api`) enforces it. How requests are authenticated (one namespace, or bearer
+//! tokens mapped to namespaces) is the API crate's own `Tenancy`, not a setting of this struct.
+
+use serde::Serialize;
+
+use crate::limits::Limits;
+use crate::settings::DEFAULT_API_MAX_BODY_BYTES;
+
+/// The API's request settings. `Default` is the file's defaults: every task accepted, a 2 MiB
+/// body limit, the default value limits, `/metrics` private.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApiSettings {
+    /// Task names clients may submit (`api.allowed_tasks`); empty accepts every task.
+    pub allowed_tasks: Vec<String>,
+    /// Largest accepted request body in bytes (`api.max_body_bytes`; 413 above).
+    pub max_body_bytes: u64,
+    /// Value size limits in bytes (`api.limits`, docs/semantics.md#size-limits).
+    pub limits: Limits,
+    /// `api.metrics.public`: `/metrics` shows every namespace's execution figures without a
+    /// token (false: only to an `operate` token, and only its own namespace).
+    pub metrics_public: bool,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        ApiSettings {
+            allowed_tasks: Vec::new(),
+            max_body_bytes: DEFAULT_API_MAX_BODY_BYTES,
+            limits: Limits::default(),
+            metrics_public: false,
+        }
+    }
+}
+
+impl ApiSettings {
+    /// Whether clients may submit `task`.
+    pub fn allows_task(&self, task: &str) -> bool {
+        self.allowed_tasks.is_empty() || self.allowed_tasks.iter().any(|t| t == task)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_allow_list_accepts_every_task_and_a_list_only_its_names() {
+        let mut s = ApiSettings::default();
+        assert!(s.allows_task("anything"));
+        s.allowed_tasks.push("report".into());
+        assert!(s.allows_task("report"));
+        assert!(!s.allows_task("anything"));
+    }
+
+    #[test]
+    fn defaults_are_the_files_defaults() {
+        let s = ApiSettings::default();
+        assert_eq!(s.max_body_bytes, 2 * 1024 * 1024);
+        assert_eq!(s.limits, Limits::default());
+        assert!(!s.metrics_public);
+    }
+}
