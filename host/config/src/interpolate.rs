@@ -3,8 +3,10 @@
 //! A reference is `${` + one or more characters other than `}` + `}`; no nesting, no escaping.
 //! `${NAME}` is the value or the empty string; `${NAME:-d}` / `${NAME:d}` is the value when the
 //! variable is *set* (even empty), else `d`. The inner text is split at the first `:-` if present,
-//! otherwise at the first `:`. Only string values are expanded (keys and other scalars are not).
-//! A string that is exactly one reference (ignoring surrounding whitespace) is JSON-typed.
+//! otherwise at the first `:`. Only string values are expanded (other scalars are not), and keys
+//! only where a key is a value: the origins of `sandbox.network.headers`, which name the same
+//! origins as `allow` and expand exactly as they do. A string that is exactly one reference
+//! (ignoring surrounding whitespace) is JSON-typed.
 
 use crate::env::EnvLookup;
 use crate::error::MissingVar;
@@ -111,24 +113,101 @@ pub fn expand_value(s: &str, loc: &Node, env: &EnvLookup) -> Node {
     Node::at(Value::Str(expanded), loc)
 }
 
-/// Expands every string value of the tree (docs/configuration.md#load-pipeline step 5).
+/// Expands every string value of the tree (docs/configuration.md#load-pipeline step 5), and
+/// the origin keys of every `network.headers` mapping.
 pub fn expand_tree(node: &Node, env: &EnvLookup) -> Node {
+    expand_at(node, env, false)
+}
+
+/// Whether the entries of the mapping under `key` are keyed by origins (`network.headers`).
+fn keys_are_values(parent: &str, key: &str) -> bool {
+    parent == "network" && key == "headers"
+}
+
+fn expand_at(node: &Node, env: &EnvLookup, expand_keys: bool) -> Node {
     match &node.value {
         Value::Str(s) => expand_value(s, node, env),
         Value::Seq(items) => Node::at(
-            Value::Seq(items.iter().map(|i| expand_tree(i, env)).collect()),
+            Value::Seq(items.iter().map(|i| expand_at(i, env, false)).collect()),
             node,
         ),
         Value::Map(entries) => Node::at(
             Value::Map(
                 entries
                     .iter()
-                    .map(|(k, v)| (k.clone(), expand_tree(v, env)))
+                    .map(|(k, v)| {
+                        let key = if expand_keys {
+                            expand_text(k, env)
+                        } else {
+                            k.clone()
+                        };
+                        (key, expand_child(k, v, env))
+                    })
                     .collect(),
             ),
             node,
         ),
         _ => node.clone(),
+    }
+}
+
+/// Expands the value of entry `key`: a `network` mapping expands its `headers` keys.
+fn expand_child(key: &str, value: &Node, env: &EnvLookup) -> Node {
+    match (&value.value, key) {
+        (Value::Map(entries), "network") => Node::at(
+            Value::Map(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), expand_at(v, env, keys_are_values("network", k))))
+                    .collect(),
+            ),
+            value,
+        ),
+        _ => expand_at(value, env, false),
+    }
+}
+
+/// Every reference in an injected header's value (`network.headers.<origin>.<name>`) whose
+/// expansion is empty, as `(path, variable)`: such a header would send `Bearer ` upstream, so
+/// strict loading refuses it (docs/configuration.md#sandbox-network).
+pub fn empty_header_refs(root: &Node, env: &EnvLookup) -> Vec<MissingVar> {
+    let mut out = Vec::new();
+    walk_headers(root, "config", env, &mut out);
+    out
+}
+
+fn walk_headers(node: &Node, path: &str, env: &EnvLookup, out: &mut Vec<MissingVar>) {
+    match &node.value {
+        Value::Seq(items) => {
+            for (i, item) in items.iter().enumerate() {
+                walk_headers(item, &format!("{path}[{i}]"), env, out);
+            }
+        }
+        Value::Map(entries) => {
+            for (k, v) in entries {
+                let child = format!("{path}.{k}");
+                if path.ends_with(".network") && k == "headers" {
+                    for (origin, pairs) in v.entries().into_iter().flatten() {
+                        for (name, value) in pairs.entries().into_iter().flatten() {
+                            let Value::Str(raw) = &value.value else {
+                                continue;
+                            };
+                            for r in references(raw) {
+                                if resolve(&r, env).is_empty() {
+                                    out.push(MissingVar {
+                                        name: r.name.to_owned(),
+                                        path: format!("{child}[{origin:?}].{name}"),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    walk_headers(v, &child, env, out);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -159,7 +238,21 @@ fn walk_missing(node: &Node, path: &str, env: &EnvLookup, out: &mut Vec<MissingV
         }
         Value::Map(entries) => {
             for (k, v) in entries {
-                walk_missing(v, &format!("{path}.{k}"), env, out);
+                let child = format!("{path}.{k}");
+                if path.ends_with(".network") && k == "headers" {
+                    // The origin keys expand too.
+                    for (origin, _) in v.entries().into_iter().flatten() {
+                        for r in references(origin) {
+                            if r.default.is_none() && !env.is_set(r.name) {
+                                out.push(MissingVar {
+                                    name: r.name.to_owned(),
+                                    path: child.clone(),
+                                });
+                            }
+                        }
+                    }
+                }
+                walk_missing(v, &child, env, out);
             }
         }
         _ => {}

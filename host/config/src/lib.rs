@@ -143,6 +143,28 @@ pub fn load_str(
     if opts.strict {
         strict::validate(&tree)?;
     }
+    // An injected header that expands to nothing where a variable stood (docs/configuration.md#sandbox-network).
+    let empty_headers = interpolate::empty_header_refs(&root, &env);
+    if let Some(first) = empty_headers.first() {
+        if opts.strict {
+            return Err(ConfigError::Invalid {
+                path: Some(first.path.clone()),
+                message: format!(
+                    "the injected header's variable {} is unset or empty (the header would be \
+                     sent without it)",
+                    first.name
+                ),
+                line: 0,
+                column: 0,
+            });
+        }
+        warnings.extend(empty_headers.iter().map(|m| {
+            format!(
+                "{}: the injected header's variable {} is unset or empty",
+                m.path, m.name
+            )
+        }));
+    }
     let ctx = BuildContext {
         base_dir: &base_dir,
         check_files: opts.check_files,

@@ -41,7 +41,8 @@ fn shipped_configs_pass_strict_check() -> Result<()> {
     for file in &files {
         let path = file.display().to_string();
         for args in [vec!["check", &path], vec!["check", "--strict", &path]] {
-            let (code, stdout, stderr) = run_cli(&args, &[])?;
+            // agent.yaml injects `Bearer ${OPENAI_API_KEY}`: strict checks need the variable.
+            let (code, stdout, stderr) = run_cli(&args, &[("OPENAI_API_KEY", "sk-test")])?;
             ensure!(code == 0, "{args:?} exited {code}; stderr: {stderr}");
             ensure!(
                 stdout.starts_with(&format!("Target: {path}\n")),
@@ -49,6 +50,13 @@ fn shipped_configs_pass_strict_check() -> Result<()> {
             );
         }
     }
+    // Without it, strict refuses the file, naming the variable; the lenient check warns.
+    let agent = root.join("agent.yaml").display().to_string();
+    let (code, _, stderr) = run_cli(&["check", "--strict", &agent], &[("OPENAI_API_KEY", "")])?;
+    ensure!(
+        code == 2 && stderr.contains("OPENAI_API_KEY") && stderr.contains("unset or empty"),
+        "exit {code}: {stderr}"
+    );
     Ok(())
 }
 

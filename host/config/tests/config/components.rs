@@ -868,6 +868,55 @@ fn sandbox_network() {
     );
 }
 
+/// `${VAR}` in a `headers` origin expands as under `allow`; an injected header whose variable is
+/// unset or empty fails strict loading (naming the variable) and warns otherwise.
+#[test]
+fn sandbox_network_header_variables() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let doc = |headers: &str| {
+        format!(
+            "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n    sandbox:\n      network:\n        allow: ['http://127.0.0.1:${{LLM_PORT}}']\n        headers:\n{headers}"
+        )
+    };
+    let with_env = |vars: &[(&str, &str)], strict: bool| LoadOptions {
+        env: EnvLookup::isolated(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))),
+        check_files: false,
+        strict,
+        ..LoadOptions::default()
+    };
+    let yaml =
+        doc("          'http://127.0.0.1:${LLM_PORT}': {Authorization: 'Bearer ${LLM_KEY}'}\n");
+    let path = dir.write("net.yaml", &yaml);
+    let cfg = load(
+        &path,
+        &with_env(&[("LLM_PORT", "18181"), ("LLM_KEY", "k-1")], true),
+    )
+    .expect("the header origin expands like allow");
+    let n = &cfg.tasks[0].sandbox.network;
+    assert_eq!(n.allow[0].origin.to_string(), "http://127.0.0.1:18181");
+    assert_eq!(n.allow[0].headers[0].1.expose(), "Bearer k-1");
+
+    // Unset or empty: strict refuses, naming the variable and the header.
+    for vars in [
+        &[("LLM_PORT", "18181")][..],
+        &[("LLM_PORT", "18181"), ("LLM_KEY", "")][..],
+    ] {
+        let e = load(&path, &with_env(vars, true))
+            .expect_err("empty header")
+            .to_string();
+        assert!(e.contains("LLM_KEY") && e.contains("Authorization"), "{e}");
+        assert!(e.contains("unset or empty"), "{e}");
+        // Without --strict it loads, with a warning.
+        let cfg = load(&path, &with_env(vars, false)).expect("loads");
+        assert!(
+            cfg.warnings.iter().any(|w| w.contains("LLM_KEY")),
+            "{:?}",
+            cfg.warnings
+        );
+    }
+}
+
 #[test]
 fn sandbox_cancel_grace_ms() {
     let dir = TempDir::new();

@@ -32,7 +32,10 @@ fn every_config_file_loads_in_both_modes() {
             let opts = LoadOptions {
                 strict,
                 strict_env: false,
-                env: EnvLookup::isolated([("ONESTEP_API_TOKENS", "t1=team-a")]),
+                env: EnvLookup::isolated([
+                    ("ONESTEP_API_TOKENS", "t1=team-a"),
+                    ("OPENAI_API_KEY", "sk-test"),
+                ]),
                 check_files: guests_built,
                 ..LoadOptions::default()
             };
