@@ -53,6 +53,9 @@ pub struct LoadOptions {
     /// `onestep run` turns it off: a task whose component is missing is quarantined at start
     /// like one whose component cannot be loaded (docs/security.md#one-tenants-bad-deploy).
     pub require_components: bool,
+    /// Require every connector to name a `dsn` (default true). `onestep task run` turns it off:
+    /// one local attempt opens no database, so a file without a DSN runs.
+    pub require_dsn: bool,
 }
 
 impl Default for LoadOptions {
@@ -64,6 +67,7 @@ impl Default for LoadOptions {
             env: EnvLookup::process(),
             check_files: true,
             require_components: true,
+            require_dsn: true,
         }
     }
 }
@@ -169,6 +173,7 @@ pub fn load_str(
         base_dir: &base_dir,
         check_files: opts.check_files,
         require_components: opts.require_components,
+        require_dsn: opts.require_dsn,
     };
     build::build(
         &tree,

@@ -47,6 +47,41 @@ fn task_run(task: &str, payload: &Value, extra: &[&str]) -> Result<(i32, Value, 
     Ok((code, report, stderr))
 }
 
+/// A file whose connector names no DSN at all runs under `task run` (no database is opened)
+/// and is still refused by `check`, which a worker would need.
+#[test]
+fn task_run_needs_no_dsn() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("onestep-nodsn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let echo = onestep_e2e::guest("echo")?;
+    let file = dir.join("app.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: onestep/v1alpha1\nkind: App\napp: {{name: t}}\nresources:\n  db: {{type: postgres}}\n  jobs: {{type: postgres_execution_source, connector: db, namespace: default, task_names: [echo]}}\ntasks:\n  - name: echo\n    source: jobs\n    handler: {{component: '{}'}}\n",
+            echo.display()
+        ),
+    )?;
+    let file = file.to_string_lossy().into_owned();
+    let (code, stdout, stderr) = onestep(
+        &["task", "run", &file, "echo", "--payload", "[1]", "--json"],
+        &[],
+    )?;
+    ensure!(code == 0, "exit {code}: {stdout} {stderr}");
+    let r: Value = serde_json::from_str(stdout.trim())?;
+    ensure!(
+        r["outcome"] == "succeeded" && r["result"] == json!([1]),
+        "{r}"
+    );
+    let (code, _, stderr) = onestep(&["check", &file], &[])?;
+    ensure!(
+        code == 2 && stderr.contains("'dsn' must be a non-empty string"),
+        "exit {code}: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 #[test]
 fn task_run_runs_one_attempt_without_a_database() -> Result<()> {
     let (code, r, stderr) = task_run("echo", &json!({"hello": "world"}), &[])?;

@@ -20,7 +20,14 @@ pub(crate) struct EnvArgs {
 /// Loads `target`; on failure prints `onestep: failed to load <target>: <reason>` and returns
 /// exit code 2.
 pub(crate) fn load(target: &Path, strict: bool, env: &EnvArgs) -> Result<AppConfig, u8> {
-    load_with(target, strict, env, true)
+    load_opts(
+        target,
+        LoadOptions {
+            strict,
+            ..LoadOptions::default()
+        },
+        env,
+    )
 }
 
 /// [`load`], with `require_components: false` letting a task's component file be missing (it is
@@ -31,12 +38,35 @@ pub(crate) fn load_with(
     env: &EnvArgs,
     require_components: bool,
 ) -> Result<AppConfig, u8> {
+    load_opts(
+        target,
+        LoadOptions {
+            strict,
+            require_components,
+            ..LoadOptions::default()
+        },
+        env,
+    )
+}
+
+/// [`load`] for one local attempt (`onestep task run`): no connector needs a DSN, since no
+/// database is opened.
+pub(crate) fn load_local(target: &Path, env: &EnvArgs) -> Result<AppConfig, u8> {
+    load_opts(
+        target,
+        LoadOptions {
+            require_dsn: false,
+            ..LoadOptions::default()
+        },
+        env,
+    )
+}
+
+fn load_opts(target: &Path, opts: LoadOptions, env: &EnvArgs) -> Result<AppConfig, u8> {
     let opts = LoadOptions {
-        strict,
         env_file: env.env_file.clone(),
         strict_env: env.strict_env,
-        require_components,
-        ..LoadOptions::default()
+        ..opts
     };
     onestep_config::load(target, &opts).map_err(|e| {
         eprintln!("{}", format_load_error(&target.display().to_string(), &e));

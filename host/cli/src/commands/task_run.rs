@@ -14,7 +14,7 @@ use onestep_wasm::{CancelHandle, InvocationContext, Outcome, Report, SandboxSett
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::common::{EnvArgs, load, read_json_arg};
+use super::common::{EnvArgs, load, load_local, read_json_arg};
 use crate::logging;
 use crate::wiring::store::Store;
 use crate::wiring::wasm_runner::load_task_handler;
@@ -274,7 +274,7 @@ fn print_report(task: &str, ran: &Ran, json_out: bool) -> u8 {
 /// `onestep task run`.
 pub(crate) async fn task_run(args: TaskRunArgs) -> u8 {
     logging::init(&args.local.log_level, false);
-    let cfg = match load(&args.file, false, &args.local.env) {
+    let cfg = match load_local(&args.file, &args.local.env) {
         Ok(c) => c,
         Err(code) => return code,
     };

@@ -30,6 +30,8 @@ pub struct BuildContext<'a> {
     /// With `check_files`, also check component files (off for `onestep run`, which quarantines
     /// a task whose component is missing).
     pub require_components: bool,
+    /// Require every connector's `dsn` (off for `onestep task run`, which opens no database).
+    pub require_dsn: bool,
 }
 
 /// Legacy top-level app fields (used when there is no `app:` section).
@@ -170,7 +172,10 @@ pub fn build(
     for (name, e) in &entries {
         match e.kind {
             ResourceKind::Mysql | ResourceKind::Postgres => {
-                connectors.insert(name.clone(), resources::build_connector(e)?);
+                connectors.insert(
+                    name.clone(),
+                    resources::build_connector(e, ctx.require_dsn)?,
+                );
             }
             ResourceKind::MysqlSource | ResourceKind::PostgresSource => {
                 sources.insert(name.clone(), resources::build_source(e, &entries)?);

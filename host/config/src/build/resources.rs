@@ -199,15 +199,24 @@ pub fn collect(root: &Node) -> Result<BTreeMap<String, ResourceEntry<'_>>, Confi
     Ok(out)
 }
 
-/// Builds a `mysql` connector (docs/configuration.md#resources, docs/configuration.md#checks-in-both-modes).
-pub fn build_connector(e: &ResourceEntry<'_>) -> Result<MysqlConnectorConfig, ConfigError> {
+/// Builds a `mysql` or `postgres` connector (docs/configuration.md#resources,
+/// docs/configuration.md#checks-in-both-modes). Without `require_dsn` a missing or empty `dsn`
+/// is an empty one (`onestep task run` opens no database).
+pub fn build_connector(
+    e: &ResourceEntry<'_>,
+    require_dsn: bool,
+) -> Result<MysqlConnectorConfig, ConfigError> {
     let path = e.path();
-    let Some(dsn) = e.node.get("dsn").and_then(non_empty_str) else {
-        return Err(ConfigError::at(
-            e.node,
-            &path,
-            "'dsn' must be a non-empty string",
-        ));
+    let dsn = match e.node.get("dsn").and_then(non_empty_str) {
+        Some(dsn) => dsn,
+        None if !require_dsn && e.node.get("dsn").is_none_or(|n| n.as_str().is_some()) => "",
+        None => {
+            return Err(ConfigError::at(
+                e.node,
+                &path,
+                "'dsn' must be a non-empty string",
+            ));
+        }
     };
     let mut engine_options = EngineOptions::default();
     if let Some(opts) = e.node.get_set("engine_options") {
