@@ -122,7 +122,14 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     let api = config
         .api
         .as_ref()
-        .ok_or_else(|| usage("the app file has no `api:` section".into()))?;
+        .ok_or_else(|| {
+            usage(
+                "the app file has no `api:` section; add one naming the connector and the \
+                 namespace clients use, e.g. `api: {connector: db, namespace: default}` \
+                 (docs/configuration.md#api-for-onestep-serve)"
+                    .into(),
+            )
+        })?;
     let connector = config.connectors.get(&api.connector).ok_or_else(|| {
         usage(format!(
             "api.connector: unknown connector resource '{}'",
