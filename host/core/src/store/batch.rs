@@ -311,3 +311,260 @@ pub fn claimed(
         trace_parent: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error_object::ErrorObject;
+    use serde_json::json;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let mut f = pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    enum FakeError {
+        Domain(ExecutionError),
+    }
+
+    impl DomainOutcome for FakeError {
+        fn into_domain(self) -> Result<ExecutionError, Self> {
+            let FakeError::Domain(e) = self;
+            Ok(e)
+        }
+    }
+
+    /// A store of locked rows that logs what the bookkeeping asks of it.
+    struct Fake {
+        now: DateTime<Utc>,
+        rows: LockedRows,
+        set_matches: bool,
+        log: Vec<String>,
+    }
+
+    fn written(row: &LockedRow, completion: &Completion) -> Execution {
+        let mut e = row.execution.clone();
+        e.status = completion.status.execution_status();
+        e
+    }
+
+    impl CompletionTx for Fake {
+        type Error = FakeError;
+
+        fn now(&self) -> DateTime<Utc> {
+            self.now
+        }
+
+        fn max_result_bytes(&self) -> usize {
+            1024
+        }
+
+        async fn savepoint(&mut self, step: SavepointStep, sp: Savepoint) -> Result<(), FakeError> {
+            self.log.push(format!("{step:?} {sp:?}"));
+            Ok(())
+        }
+
+        async fn complete_one(
+            &mut self,
+            lease: &LeaseRef,
+            completion: &Completion,
+        ) -> Result<Execution, FakeError> {
+            self.log.push("one".into());
+            match self.rows.get(&lease.execution_id) {
+                Some(r) if r.lease_token == Some(lease.lease_token) => Ok(written(r, completion)),
+                _ => Err(FakeError::Domain(ExecutionError::StaleLease(
+                    StaleReason::LeaseInvalid,
+                ))),
+            }
+        }
+
+        async fn lock_rows(&mut self, ids: &[Uuid]) -> Result<LockedRows, FakeError> {
+            self.log.push(format!("lock {}", ids.len()));
+            Ok(ids
+                .iter()
+                .filter_map(|id| self.rows.get(id).map(|r| (*id, r.clone())))
+                .collect())
+        }
+
+        async fn write_set(
+            &mut self,
+            items: &[(LeaseRef, Completion)],
+            set: &[SetItem],
+        ) -> Result<Option<Vec<Execution>>, FakeError> {
+            self.log.push(format!("set {}", set.len()));
+            Ok(self.set_matches.then(|| {
+                set.iter()
+                    .map(|s| {
+                        let (lease, completion) = &items[s.index];
+                        written(&self.rows[&lease.execution_id], completion)
+                    })
+                    .collect()
+            }))
+        }
+
+        async fn write_final_diagnostics(
+            &mut self,
+            written: &[(&LeaseRef, &AttemptDiagnostics)],
+        ) -> Result<(), FakeError> {
+            self.log.push(format!("diagnostics {}", written.len()));
+            Ok(())
+        }
+    }
+
+    /// `n` running executions with live leases, and the leases.
+    fn fake(n: usize, set_matches: bool) -> (Fake, Vec<LeaseRef>) {
+        let now = Utc::now();
+        let mut rows = LockedRows::new();
+        let mut leases = Vec::new();
+        for _ in 0..n {
+            let execution = Execution {
+                id: Uuid::now_v7(),
+                namespace: "ns".into(),
+                task_name: "t".into(),
+                status: ExecutionStatus::Running,
+                payload: json!({}),
+                metadata: serde_json::Map::new(),
+                result: None,
+                error: None,
+                attempts: 1,
+                created_at: now,
+                available_at: now,
+                started_at: Some(now),
+                finished_at: None,
+                cancel_requested_at: None,
+                expires_at: None,
+                version: 2,
+            };
+            let lease = LeaseRef {
+                execution_id: execution.id,
+                attempt_id: Uuid::now_v7(),
+                lease_token: Uuid::new_v4(),
+            };
+            let row = LockedRow {
+                execution,
+                lease_token: Some(lease.lease_token),
+                lease_expires_at: Some(now + chrono::Duration::seconds(30)),
+            };
+            rows.insert(lease.execution_id, row);
+            leases.push(lease);
+        }
+        let tx = Fake {
+            now,
+            rows,
+            set_matches,
+            log: Vec::new(),
+        };
+        (tx, leases)
+    }
+
+    fn statuses(out: &[ItemOutcome]) -> Vec<Result<ExecutionStatus, String>> {
+        out.iter()
+            .map(|o| o.as_ref().map(|e| e.status).map_err(ToString::to_string))
+            .collect()
+    }
+
+    #[test]
+    fn fenced_items_go_set_based_and_the_rest_one_by_one_in_input_order() {
+        let (mut tx, leases) = fake(4, true);
+        let stale = LeaseRef {
+            lease_token: Uuid::new_v4(),
+            ..leases[1]
+        };
+        let invalid = Completion::retrying(ErrorObject::new("k", "E", None), -1.0);
+        let items = vec![
+            (leases[0], Completion::succeeded(json!(1))),
+            (stale, Completion::succeeded(json!(2))),
+            (leases[2], invalid),
+            (leases[3], Completion::succeeded(json!(3))),
+        ];
+        let out = block_on(complete_many(&mut tx, &items)).expect("no storage failure");
+        let stale_lease = ExecutionError::StaleLease(StaleReason::LeaseInvalid).to_string();
+        let got = statuses(&out);
+        assert_eq!(got[0], Ok(ExecutionStatus::Succeeded));
+        assert_eq!(got[1], Err(stale_lease));
+        assert!(
+            matches!(out[2], Err(ExecutionError::InvalidArgument(_))),
+            "{got:?}"
+        );
+        assert_eq!(got[3], Ok(ExecutionStatus::Succeeded));
+        assert_eq!(
+            tx.log,
+            [
+                "lock 3",
+                "Set Batch",
+                "set 2",
+                "Release Batch",
+                "Set Item",
+                "one",
+                "RollbackTo Item",
+                "diagnostics 0",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_set_count_mismatch_rolls_back_and_completes_every_item_on_its_own() {
+        let (mut tx, leases) = fake(2, false);
+        let items: Vec<_> = leases
+            .iter()
+            .map(|l| (*l, Completion::succeeded(json!(null))))
+            .collect();
+        let out = block_on(complete_many(&mut tx, &items)).expect("no storage failure");
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        assert_eq!(
+            tx.log,
+            [
+                "lock 2",
+                "Set Batch",
+                "set 2",
+                "RollbackTo Batch",
+                "Set Item",
+                "one",
+                "Release Item",
+                "Set Item",
+                "one",
+                "Release Item",
+                "diagnostics 0",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_execution_given_twice_takes_the_per_item_path_without_a_locking_read() {
+        let (mut tx, leases) = fake(1, true);
+        let items = vec![
+            (leases[0], Completion::succeeded(json!(1))),
+            (leases[0], Completion::succeeded(json!(1))),
+        ];
+        let out = block_on(complete_many(&mut tx, &items)).expect("no storage failure");
+        assert_eq!(out.len(), 2);
+        assert!(
+            !tx.log.iter().any(|l| l.starts_with("lock")),
+            "{:?}",
+            tx.log
+        );
+    }
+
+    #[test]
+    fn a_claimed_lease_applies_the_claim_write() {
+        let (tx, leases) = fake(1, true);
+        let row = tx.rows[&leases[0].execution_id].clone();
+        let (aid, token) = (Uuid::now_v7(), Uuid::new_v4());
+        let lease = claimed(row.execution, aid, token, tx.now, tx.now);
+        assert_eq!(lease.attempt_no, 2);
+        assert_eq!(lease.execution.attempts, 2);
+        assert_eq!(lease.execution.version, 3);
+        assert_eq!(lease.execution.status, ExecutionStatus::Running);
+        assert_eq!((lease.attempt_id, lease.lease_token), (aid, token));
+        assert!(heartbeat_answer(None, tx.now).is_err());
+        assert!(heartbeat_answer(Some(true), tx.now).is_ok_and(|h| h.cancel_requested));
+    }
+}
