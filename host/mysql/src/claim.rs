@@ -10,7 +10,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::request::ClaimRequest;
-use onestep_core::store::batch::claimed;
+use onestep_core::store::batch::claim_rows;
 use onestep_core::time::add_seconds;
 use onestep_core::{ExecutionError, ExecutionLease};
 use uuid::Uuid;
@@ -86,32 +86,14 @@ impl MySqlBackend {
         params.push(bind_time(now));
         let sql = self.claim_select_sql(req.task_names.len(), req.limit);
         let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
-        let mut picked = Vec::with_capacity(rows.len());
-        let mut deferred: Vec<DbValue> = Vec::new();
-        for r in rows {
-            // docs/semantics.md#undecodable-rows: an undecodable row is not claimed; it is
-            // deferred (its `available_at` moved on) so that it cannot hold a place at the head
-            // of the queue; the rest of the batch is claimed.
-            let raw_id = r.as_ref(0).cloned();
-            let execution = match decode_execution(r) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
-                        "claim skipped an undecodable row and deferred it");
-                    deferred.extend(raw_id);
-                    continue;
-                }
-            };
-            // docs/semantics.md#time-ordered-ids
-            let attempt_id = self.attempt_ids.new_id();
-            picked.push(claimed(
-                execution,
-                attempt_id,
-                Uuid::new_v4(),
-                lease_expires_at,
-                now,
-            ));
-        }
+        let rows = rows
+            .into_iter()
+            .map(|r| (r.as_ref(0).cloned(), decode_execution(r)));
+        let (mut picked, deferred) =
+            claim_rows(rows, self.attempt_ids, lease_expires_at, now, |e| {
+                tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
+                    "claim skipped an undecodable row and deferred it");
+            });
         if !deferred.is_empty() {
             self.defer_undecodable(tx, deferred, now).await?;
         }

@@ -8,11 +8,11 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
-use onestep_core::diagnostics::AttemptDiagnostics;
 use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{
-    self, CompletionTx, DomainOutcome, LockedRow, LockedRows, Savepoint, SavepointStep, SetItem,
+    self, CompletionTx, DomainOutcome, FinalDiagnostics, LockedRow, LockedRows, Savepoint,
+    SavepointStep, SetItem,
 };
 use onestep_core::{Execution, ExecutionError};
 use uuid::Uuid;
@@ -38,32 +38,12 @@ impl DomainOutcome for OpError {
 pub(crate) struct Completing<'a, 'c> {
     backend: &'a MySqlBackend,
     tx: &'a mut Transaction<'c>,
-    now: DateTime<Utc>,
-}
-
-fn savepoint_sql(step: SavepointStep, savepoint: Savepoint) -> &'static str {
-    match (savepoint, step) {
-        (Savepoint::Item, SavepointStep::Set) => "SAVEPOINT onestep_item",
-        (Savepoint::Item, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_item",
-        (Savepoint::Item, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_item",
-        (Savepoint::Batch, SavepointStep::Set) => "SAVEPOINT onestep_batch",
-        (Savepoint::Batch, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_batch",
-        (Savepoint::Batch, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_batch",
-    }
 }
 
 impl MySqlBackend {
-    /// `tx` at `now`, for the completion bookkeeping of `onestep_core::store::batch`.
-    pub(crate) fn completing<'a, 'c>(
-        &'a self,
-        tx: &'a mut Transaction<'c>,
-        now: DateTime<Utc>,
-    ) -> Completing<'a, 'c> {
-        Completing {
-            backend: self,
-            tx,
-            now,
-        }
+    /// `tx`, for the completion bookkeeping of `onestep_core::store::batch`.
+    pub(crate) fn completing<'a, 'c>(&'a self, tx: &'a mut Transaction<'c>) -> Completing<'a, 'c> {
+        Completing { backend: self, tx }
     }
 
     pub(crate) async fn complete_many_once(
@@ -75,21 +55,26 @@ impl MySqlBackend {
         let mut tx = begin(&mut conn).await?;
         // Any failure rolls back at once, so no row lock outlives the call
         // (docs/lease-protocol.md#refused-writes).
-        let outcome = batch::complete_many(&mut self.completing(&mut tx, now), items).await;
+        let limit = self.inner.limits.max_result_bytes;
+        let outcome = batch::complete_many(&mut self.completing(&mut tx), items, now, limit).await;
         self.finish(tx, outcome).await
+    }
+}
+
+/// The statement of `step` on `savepoint` (a static text: no allocation per item).
+fn savepoint_sql(step: SavepointStep, savepoint: Savepoint) -> &'static str {
+    match (savepoint, step) {
+        (Savepoint::Item, SavepointStep::Set) => "SAVEPOINT onestep_item",
+        (Savepoint::Item, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_item",
+        (Savepoint::Item, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_item",
+        (Savepoint::Batch, SavepointStep::Set) => "SAVEPOINT onestep_batch",
+        (Savepoint::Batch, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_batch",
+        (Savepoint::Batch, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_batch",
     }
 }
 
 impl CompletionTx for Completing<'_, '_> {
     type Error = OpError;
-
-    fn now(&self) -> DateTime<Utc> {
-        self.now
-    }
-
-    fn max_result_bytes(&self) -> usize {
-        self.backend.inner.limits.max_result_bytes
-    }
 
     async fn savepoint(&mut self, step: SavepointStep, savepoint: Savepoint) -> OpResult<()> {
         Ok(self.tx.query_drop(savepoint_sql(step, savepoint)).await?)
@@ -99,9 +84,10 @@ impl CompletionTx for Completing<'_, '_> {
         &mut self,
         lease: &LeaseRef,
         completion: &Completion,
+        now: DateTime<Utc>,
     ) -> OpResult<Execution> {
         self.backend
-            .complete_in_tx(self.tx, lease, completion, self.now)
+            .complete_in_tx(self.tx, lease, completion, now)
             .await
     }
 
@@ -151,8 +137,11 @@ impl CompletionTx for Completing<'_, '_> {
         &mut self,
         items: &[(LeaseRef, Completion)],
         set: &[SetItem],
+        now: DateTime<Utc>,
     ) -> OpResult<Option<Vec<Execution>>> {
-        if !self.write_executions(items, set).await? || !self.write_attempts(items, set).await? {
+        if !self.write_executions(items, set, now).await?
+            || !self.write_attempts(items, set, now).await?
+        {
             return Ok(None);
         }
         let sql = format!(
@@ -174,10 +163,11 @@ impl CompletionTx for Completing<'_, '_> {
 
     async fn write_final_diagnostics(
         &mut self,
-        written: &[(&LeaseRef, &AttemptDiagnostics)],
+        written: &FinalDiagnostics<'_>,
+        now: DateTime<Utc>,
     ) -> OpResult<()> {
         self.backend
-            .write_final_diagnostics(self.tx, written, self.now)
+            .write_final_diagnostics(self.tx, written, now)
             .await
     }
 }
@@ -188,9 +178,9 @@ impl Completing<'_, '_> {
         &mut self,
         items: &[(LeaseRef, Completion)],
         set: &[SetItem],
+        now: DateTime<Utc>,
     ) -> OpResult<bool> {
         let n = set.len();
-        let now = self.now;
         let case: String = set.iter().map(|_| " WHEN ? THEN ?").collect();
         let fences: Vec<String> = set
             .iter()
@@ -250,6 +240,7 @@ impl Completing<'_, '_> {
         &mut self,
         items: &[(LeaseRef, Completion)],
         set: &[SetItem],
+        now: DateTime<Utc>,
     ) -> OpResult<bool> {
         let n = set.len();
         let case: String = set.iter().map(|_| " WHEN ? THEN ?").collect();
@@ -270,7 +261,7 @@ impl Completing<'_, '_> {
             params.push(attempt_of(s));
             params.push(bind_error(s.plan.error.as_ref())?);
         }
-        params.push(bind_time(self.now));
+        params.push(bind_time(now));
         params.extend(set.iter().map(attempt_of));
         for s in set {
             let lease = &items[s.index].0;

@@ -261,8 +261,8 @@ impl MySqlBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
-        let completing = &mut self.completing(&mut tx, now);
-        let outcome = batch::complete_one(completing, lease, completion).await;
+        let outcome =
+            batch::complete_one(&mut self.completing(&mut tx), lease, completion, now).await;
         self.finish(tx, outcome).await
     }
 

@@ -10,15 +10,14 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
-use onestep_core::diagnostics::AttemptDiagnostics;
 use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{
-    self, CompletionTx, DomainOutcome, LockedRow, LockedRows, Savepoint, SavepointStep, SetItem,
-    claimed,
+    self, CompletionTx, DomainOutcome, FinalDiagnostics, LockedRow, LockedRows, Savepoint,
+    SavepointStep, SetItem, claim_rows,
 };
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -101,31 +100,14 @@ impl PgBackend {
         let rows = tx
             .query(&st, &[&req.namespace, &req.task_names, &now, &limit])
             .await?;
-        let mut leases = Vec::with_capacity(rows.len());
-        let mut deferred: Vec<Uuid> = Vec::new();
-        for row in &rows {
-            // docs/semantics.md#undecodable-rows: an undecodable row is not claimed; it is
-            // deferred (its `available_at` moved on) so that it cannot hold a place at the head
-            // of the queue; the rest of the batch is claimed.
-            let execution = match decode_execution(row) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
-                        "claim skipped an undecodable row and deferred it");
-                    deferred.extend(row.try_get::<_, Uuid>("id").ok());
-                    continue;
-                }
-            };
-            // docs/semantics.md#time-ordered-ids
-            let attempt_id = self.attempt_ids.new_id();
-            leases.push(claimed(
-                execution,
-                attempt_id,
-                Uuid::new_v4(),
-                lease_expires_at,
-                now,
-            ));
-        }
+        let keyed = rows
+            .iter()
+            .map(|r| (r.try_get::<_, Uuid>("id").ok(), decode_execution(r)));
+        let (mut leases, deferred) =
+            claim_rows(keyed, self.attempt_ids, lease_expires_at, now, |e| {
+                tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
+                    "claim skipped an undecodable row and deferred it");
+            });
         if !deferred.is_empty() {
             let until = add_seconds(now, "undecodable defer", UNDECODABLE_DEFER_S)?;
             let sql = format!(
@@ -251,8 +233,7 @@ impl PgBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
-        let completing = &mut self.completing(&tx, now);
-        let outcome = batch::complete_one(completing, lease, completion).await;
+        let outcome = batch::complete_one(&mut self.completing(&tx), lease, completion, now).await;
         finish(tx, outcome).await
     }
 
@@ -264,21 +245,14 @@ impl PgBackend {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let outcome = batch::complete_many(&mut self.completing(&tx, now), items).await;
+        let limit = self.inner.limits.max_result_bytes;
+        let outcome = batch::complete_many(&mut self.completing(&tx), items, now, limit).await;
         finish(tx, outcome).await
     }
 
-    /// `tx` at `now`, for the completion bookkeeping of `onestep_core::store::batch`.
-    fn completing<'a, 't>(
-        &'a self,
-        tx: &'a Transaction<'t>,
-        now: DateTime<Utc>,
-    ) -> Completing<'a, 't> {
-        Completing {
-            backend: self,
-            tx,
-            now,
-        }
+    /// `tx`, for the completion bookkeeping of `onestep_core::store::batch`.
+    fn completing<'a, 't>(&'a self, tx: &'a Transaction<'t>) -> Completing<'a, 't> {
+        Completing { backend: self, tx }
     }
 
     async fn release_in<C: GenericClient>(
@@ -334,9 +308,9 @@ impl DomainOutcome for OpError {
 struct Completing<'a, 't> {
     backend: &'a PgBackend,
     tx: &'a Transaction<'t>,
-    now: DateTime<Utc>,
 }
 
+/// The statement of `step` on `savepoint` (a static text: no allocation per item).
 fn savepoint_sql(step: SavepointStep, savepoint: Savepoint) -> &'static str {
     match (savepoint, step) {
         (Savepoint::Item, SavepointStep::Set) => "SAVEPOINT onestep_item",
@@ -351,14 +325,6 @@ fn savepoint_sql(step: SavepointStep, savepoint: Savepoint) -> &'static str {
 impl CompletionTx for Completing<'_, '_> {
     type Error = OpError;
 
-    fn now(&self) -> DateTime<Utc> {
-        self.now
-    }
-
-    fn max_result_bytes(&self) -> usize {
-        self.backend.inner.limits.max_result_bytes
-    }
-
     async fn savepoint(&mut self, step: SavepointStep, savepoint: Savepoint) -> OpResult<()> {
         Ok(self
             .tx
@@ -370,9 +336,10 @@ impl CompletionTx for Completing<'_, '_> {
         &mut self,
         lease: &LeaseRef,
         completion: &Completion,
+        now: DateTime<Utc>,
     ) -> OpResult<Execution> {
         self.backend
-            .complete_in_tx(self.tx, lease, completion, self.now)
+            .complete_in_tx(self.tx, lease, completion, now)
             .await
     }
 
@@ -410,8 +377,8 @@ impl CompletionTx for Completing<'_, '_> {
         &mut self,
         items: &[(LeaseRef, Completion)],
         set: &[SetItem],
+        now: DateTime<Utc>,
     ) -> OpResult<Option<Vec<Execution>>> {
-        let now = self.now;
         let lease = |s: &SetItem| &items[s.index].0;
         let ids: Vec<Uuid> = set.iter().map(|s| lease(s).execution_id).collect();
         let tokens: Vec<Uuid> = set.iter().map(|s| lease(s).lease_token).collect();
@@ -457,10 +424,11 @@ impl CompletionTx for Completing<'_, '_> {
 
     async fn write_final_diagnostics(
         &mut self,
-        written: &[(&LeaseRef, &AttemptDiagnostics)],
+        written: &FinalDiagnostics<'_>,
+        now: DateTime<Utc>,
     ) -> OpResult<()> {
         self.backend
-            .write_final_diagnostics(self.tx, written, self.now)
+            .write_final_diagnostics(self.tx, written, now)
             .await
     }
 }

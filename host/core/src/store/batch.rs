@@ -20,6 +20,7 @@ use uuid::Uuid;
 use crate::diagnostics::AttemptDiagnostics;
 use crate::error::{ExecutionError, StaleReason};
 use crate::execution::{Completion, Execution, ExecutionLease, HeartbeatResult, LeaseRef};
+use crate::ids::IdVersion;
 use crate::plan::CompletionPlan;
 use crate::status::ExecutionStatus;
 
@@ -79,19 +80,17 @@ pub struct SetItem {
 /// The result of one item of `complete_many`.
 pub type ItemOutcome = Result<Execution, ExecutionError>;
 
-/// One open transaction of a backend, as `complete_many` drives it. Each method runs the
-/// backend's own statements inside the transaction; a domain error
+/// The final diagnostics of the completions that wrote, by lease.
+pub type FinalDiagnostics<'a> = [(&'a LeaseRef, &'a AttemptDiagnostics)];
+
+/// One open transaction of a backend, as `complete_many` drives it, with the transaction's
+/// "now" (read once from the injected clock) passed in. Each method runs the backend's own
+/// statements inside the transaction; a domain error
 /// ([`DomainOutcome::into_domain`]) is that item's outcome, any other error fails the call
 /// (the backend rolls the transaction back).
 pub trait CompletionTx: Send {
     /// The backend's error of one attempt.
     type Error: DomainOutcome + Send;
-
-    /// The transaction's "now" (read once from the injected clock).
-    fn now(&self) -> DateTime<Utc>;
-
-    /// The backend's result limit (docs/semantics.md#completion).
-    fn max_result_bytes(&self) -> usize;
 
     /// Sets, releases or rolls back to `savepoint`.
     fn savepoint(
@@ -106,6 +105,7 @@ pub trait CompletionTx: Send {
         &mut self,
         lease: &LeaseRef,
         completion: &Completion,
+        now: DateTime<Utc>,
     ) -> impl Future<Output = Result<Execution, Self::Error>> + Send;
 
     /// Locks the rows of `ids` (sorted, distinct) and returns the decodable ones. An
@@ -124,13 +124,15 @@ pub trait CompletionTx: Send {
         &mut self,
         items: &[(LeaseRef, Completion)],
         set: &[SetItem],
+        now: DateTime<Utc>,
     ) -> impl Future<Output = Result<Option<Vec<Execution>>, Self::Error>> + Send;
 
     /// Writes the final diagnostics of the completions that wrote
     /// (docs/observability.md#attempt-diagnostics).
     fn write_final_diagnostics(
         &mut self,
-        written: &[(&LeaseRef, &AttemptDiagnostics)],
+        written: &FinalDiagnostics<'_>,
+        now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
@@ -144,19 +146,23 @@ pub async fn complete_one<T: CompletionTx>(
     tx: &mut T,
     lease: &LeaseRef,
     completion: &Completion,
+    now: DateTime<Utc>,
 ) -> Result<Execution, T::Error> {
-    let execution = tx.complete_one(lease, completion).await?;
+    let execution = tx.complete_one(lease, completion, now).await?;
     if let Some(d) = completion.diagnostics.as_deref() {
-        tx.write_final_diagnostics(&[(lease, d)]).await?;
+        tx.write_final_diagnostics(&[(lease, d)], now).await?;
     }
     Ok(execution)
 }
 
-/// `complete_many` inside `tx` (see the module documentation): one outcome per item, in
-/// input order. An error fails the whole call; the caller rolls back.
+/// `complete_many` inside `tx` at `now` (see the module documentation), with the backend's
+/// result limit (docs/semantics.md#completion): one outcome per item, in input order. An error
+/// fails the whole call; the caller rolls back.
 pub async fn complete_many<T: CompletionTx>(
     tx: &mut T,
     items: &[(LeaseRef, Completion)],
+    now: DateTime<Utc>,
+    max_result_bytes: usize,
 ) -> Result<Vec<ItemOutcome>, T::Error> {
     let mut out: Vec<Option<ItemOutcome>> = (0..items.len()).map(|_| None).collect();
     let mut pending = Vec::with_capacity(items.len());
@@ -170,14 +176,15 @@ pub async fn complete_many<T: CompletionTx>(
     ids.sort_unstable();
     ids.dedup();
     let stragglers = if pending.len() >= 2 && ids.len() == pending.len() {
-        complete_set(tx, items, pending, &ids, &mut out).await?
+        let at = (now, max_result_bytes);
+        complete_set(tx, items, pending, &ids, at, &mut out).await?
     } else {
         pending
     };
     for i in stragglers {
         let (lease, completion) = &items[i];
         tx.savepoint(SavepointStep::Set, Savepoint::Item).await?;
-        match tx.complete_one(lease, completion).await {
+        match tx.complete_one(lease, completion, now).await {
             Ok(x) => {
                 tx.savepoint(SavepointStep::Release, Savepoint::Item)
                     .await?;
@@ -199,7 +206,7 @@ pub async fn complete_many<T: CompletionTx>(
         .filter(|(_, o)| matches!(o, Some(Ok(_))))
         .filter_map(|((lease, c), _)| c.diagnostics.as_deref().map(|d| (lease, d)))
         .collect();
-    tx.write_final_diagnostics(&written).await?;
+    tx.write_final_diagnostics(&written, now).await?;
     Ok(out
         .into_iter()
         .map(|o| o.unwrap_or_else(|| Err(missing())))
@@ -216,9 +223,9 @@ async fn complete_set<T: CompletionTx>(
     items: &[(LeaseRef, Completion)],
     pending: Vec<usize>,
     ids: &[Uuid],
+    (now, max_result_bytes): (DateTime<Utc>, usize),
     out: &mut [Option<ItemOutcome>],
 ) -> Result<Vec<usize>, T::Error> {
-    let now = tx.now();
     let locked = tx.lock_rows(ids).await?;
     let mut set: Vec<SetItem> = Vec::with_capacity(pending.len());
     let mut rest = Vec::new();
@@ -239,7 +246,7 @@ async fn complete_set<T: CompletionTx>(
             rest.push(i);
             continue;
         }
-        match CompletionPlan::new(current, completion, now, tx.max_result_bytes()) {
+        match CompletionPlan::new(current, completion, now, max_result_bytes) {
             Ok(plan) => set.push(SetItem {
                 index: i,
                 plan,
@@ -253,7 +260,7 @@ async fn complete_set<T: CompletionTx>(
         return Ok(rest);
     }
     tx.savepoint(SavepointStep::Set, Savepoint::Batch).await?;
-    let Some(written) = tx.write_set(items, &set).await? else {
+    let Some(written) = tx.write_set(items, &set, now).await? else {
         tx.savepoint(SavepointStep::RollbackTo, Savepoint::Batch)
             .await?;
         rest.extend(set.into_iter().map(|s| s.index));
@@ -287,13 +294,13 @@ pub fn heartbeat_answer(
     }
 }
 
-/// The lease a claim hands out for the locked row `execution` (no read-back): exactly the
-/// columns the claim's write changes are applied — `status = 'running'`, `attempts + 1`,
-/// `started_at` kept or set to `now`, `version + 1`. The trace parent is read separately.
+/// The lease a claim hands out for the locked row `execution` (no read-back): a new attempt id
+/// of `attempt_ids` (docs/semantics.md#time-ordered-ids) and a new lease token, and exactly the
+/// columns the claim's write changes — `status = 'running'`, `attempts + 1`, `started_at` kept
+/// or set to `now`, `version + 1`. The trace parent is read separately.
 pub fn claimed(
     mut execution: Execution,
-    attempt_id: Uuid,
-    lease_token: Uuid,
+    attempt_ids: IdVersion,
     lease_expires_at: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> ExecutionLease {
@@ -304,12 +311,38 @@ pub fn claimed(
     execution.version += 1;
     ExecutionLease {
         execution,
-        attempt_id,
+        attempt_id: attempt_ids.new_id(),
         attempt_no,
-        lease_token,
+        lease_token: Uuid::new_v4(),
         lease_expires_at,
         trace_parent: None,
     }
+}
+
+/// The rows of a claim's locking read, each as its stored key and its decoding: the leases of
+/// the decodable rows ([`claimed`]) and the keys of the others, which the claim defers instead
+/// (docs/semantics.md#undecodable-rows: an undecodable row is not claimed; its `available_at`
+/// moves on so that it cannot hold a place at the head of the queue; the rest of the batch is
+/// claimed). `skipped` is told of each undecodable row (the backend logs it).
+pub fn claim_rows<K, E>(
+    rows: impl ExactSizeIterator<Item = (Option<K>, Result<Execution, E>)>,
+    attempt_ids: IdVersion,
+    lease_expires_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    mut skipped: impl FnMut(&E),
+) -> (Vec<ExecutionLease>, Vec<K>) {
+    let mut leases = Vec::with_capacity(rows.len());
+    let mut deferred = Vec::new();
+    for (key, decoded) in rows {
+        match decoded {
+            Ok(execution) => leases.push(claimed(execution, attempt_ids, lease_expires_at, now)),
+            Err(e) => {
+                skipped(&e);
+                deferred.extend(key);
+            }
+        }
+    }
+    (leases, deferred)
 }
 
 #[cfg(test)]
@@ -359,14 +392,6 @@ mod tests {
     impl CompletionTx for Fake {
         type Error = FakeError;
 
-        fn now(&self) -> DateTime<Utc> {
-            self.now
-        }
-
-        fn max_result_bytes(&self) -> usize {
-            1024
-        }
-
         async fn savepoint(&mut self, step: SavepointStep, sp: Savepoint) -> Result<(), FakeError> {
             self.log.push(format!("{step:?} {sp:?}"));
             Ok(())
@@ -376,6 +401,7 @@ mod tests {
             &mut self,
             lease: &LeaseRef,
             completion: &Completion,
+            _: DateTime<Utc>,
         ) -> Result<Execution, FakeError> {
             self.log.push("one".into());
             match self.rows.get(&lease.execution_id) {
@@ -398,6 +424,7 @@ mod tests {
             &mut self,
             items: &[(LeaseRef, Completion)],
             set: &[SetItem],
+            _: DateTime<Utc>,
         ) -> Result<Option<Vec<Execution>>, FakeError> {
             self.log.push(format!("set {}", set.len()));
             Ok(self.set_matches.then(|| {
@@ -412,7 +439,8 @@ mod tests {
 
         async fn write_final_diagnostics(
             &mut self,
-            written: &[(&LeaseRef, &AttemptDiagnostics)],
+            written: &FinalDiagnostics<'_>,
+            _: DateTime<Utc>,
         ) -> Result<(), FakeError> {
             self.log.push(format!("diagnostics {}", written.len()));
             Ok(())
@@ -485,7 +513,8 @@ mod tests {
             (leases[2], invalid),
             (leases[3], Completion::succeeded(json!(3))),
         ];
-        let out = block_on(complete_many(&mut tx, &items)).expect("no storage failure");
+        let now = tx.now;
+        let out = block_on(complete_many(&mut tx, &items, now, 1024)).expect("no storage failure");
         let stale_lease = ExecutionError::StaleLease(StaleReason::LeaseInvalid).to_string();
         let got = statuses(&out);
         assert_eq!(got[0], Ok(ExecutionStatus::Succeeded));
@@ -517,7 +546,8 @@ mod tests {
             .iter()
             .map(|l| (*l, Completion::succeeded(json!(null))))
             .collect();
-        let out = block_on(complete_many(&mut tx, &items)).expect("no storage failure");
+        let now = tx.now;
+        let out = block_on(complete_many(&mut tx, &items, now, 1024)).expect("no storage failure");
         assert!(out.iter().all(Result::is_ok), "{out:?}");
         assert_eq!(
             tx.log,
@@ -544,7 +574,8 @@ mod tests {
             (leases[0], Completion::succeeded(json!(1))),
             (leases[0], Completion::succeeded(json!(1))),
         ];
-        let out = block_on(complete_many(&mut tx, &items)).expect("no storage failure");
+        let now = tx.now;
+        let out = block_on(complete_many(&mut tx, &items, now, 1024)).expect("no storage failure");
         assert_eq!(out.len(), 2);
         assert!(
             !tx.log.iter().any(|l| l.starts_with("lock")),
@@ -557,13 +588,12 @@ mod tests {
     fn a_claimed_lease_applies_the_claim_write() {
         let (tx, leases) = fake(1, true);
         let row = tx.rows[&leases[0].execution_id].clone();
-        let (aid, token) = (Uuid::now_v7(), Uuid::new_v4());
-        let lease = claimed(row.execution, aid, token, tx.now, tx.now);
+        let lease = claimed(row.execution, IdVersion::V7, tx.now, tx.now);
         assert_eq!(lease.attempt_no, 2);
         assert_eq!(lease.execution.attempts, 2);
         assert_eq!(lease.execution.version, 3);
         assert_eq!(lease.execution.status, ExecutionStatus::Running);
-        assert_eq!((lease.attempt_id, lease.lease_token), (aid, token));
+        assert_eq!(lease.attempt_id.get_version_num(), 7);
         assert!(heartbeat_answer(None, tx.now).is_err());
         assert!(heartbeat_answer(Some(true), tx.now).is_ok_and(|h| h.cancel_requested));
     }
