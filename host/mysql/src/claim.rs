@@ -10,7 +10,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::request::ClaimRequest;
-use onestep_core::store::batch::claim_rows;
+use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
 use onestep_core::{ExecutionError, ExecutionLease};
 use uuid::Uuid;
@@ -61,9 +61,12 @@ impl MySqlBackend {
         v
     }
 
-    pub(crate) async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
-        let now = self.now();
-        let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
+    pub(crate) async fn claim_once(
+        &self,
+        req: &ClaimRequest,
+        window: LeaseWindow,
+    ) -> OpResult<Vec<ExecutionLease>> {
+        let (now, lease_expires_at) = (window.now, window.expires_at);
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).

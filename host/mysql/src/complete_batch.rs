@@ -1,4 +1,5 @@
-//! `complete_many`: several completions in one transaction, each fenced by its own token. The
+//! `complete` and `complete_many`: the single-completion path of `fenced_writes.rs` (with the
+//! final diagnostics) and several completions in one transaction, each fenced by its own token. The
 //! bookkeeping (validation, which items go set-based, the per-item path under a savepoint each,
 //! one outcome per item) is `onestep_core::store::batch`; this file is its SQL on MySQL/MariaDB:
 //! one locking read, one UPDATE per table with per-row values through `CASE` (each row still
@@ -35,15 +36,28 @@ impl DomainOutcome for OpError {
 }
 
 /// One open transaction of this backend, as the shared completion bookkeeping drives it.
-pub(crate) struct Completing<'a, 'c> {
+struct Completing<'a, 'c> {
     backend: &'a MySqlBackend,
     tx: &'a mut Transaction<'c>,
 }
 
 impl MySqlBackend {
     /// `tx`, for the completion bookkeeping of `onestep_core::store::batch`.
-    pub(crate) fn completing<'a, 'c>(&'a self, tx: &'a mut Transaction<'c>) -> Completing<'a, 'c> {
+    fn completing<'a, 'c>(&'a self, tx: &'a mut Transaction<'c>) -> Completing<'a, 'c> {
         Completing { backend: self, tx }
+    }
+
+    pub(crate) async fn complete_once(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> OpResult<Execution> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let outcome =
+            batch::complete_one(&mut self.completing(&mut tx), lease, completion, now).await;
+        self.finish(tx, outcome).await
     }
 
     pub(crate) async fn complete_many_once(

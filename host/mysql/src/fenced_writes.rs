@@ -1,9 +1,10 @@
 //! The fenced worker writes of one lease: heartbeat (T8; the set-based `heartbeat_many` is in
 //! `heartbeat_batch.rs` and falls back to the per-lease step here), complete (T9–T13: cancel wins over
-//! success, an identical replay of a terminal completion is accepted) and release (T14), plus
-//! what they share with the batched completion of `complete_batch.rs`: the two fenced
-//! UPDATEs (the execution row while its lease holds, then its running attempt) and the
-//! [`Plan`] of what a completion writes.
+//! success, an identical replay of a terminal completion is accepted; `complete` and
+//! `complete_many` run it through `complete_batch.rs`) and release (T14), plus what they share
+//! with the batched completion: the two fenced UPDATEs (the execution row while its lease
+//! holds, then its running attempt) and the [`Plan`] of what a completion writes. The
+//! `LeaseStore` port over these is written by `onestep_core::impl_lease_store!`.
 //!
 //! A fence that matches no row is [`ExecutionError::StaleLease`]; a transition writes both rows
 //! or, after a rollback, neither.
@@ -15,8 +16,7 @@ use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
 use onestep_core::plan::CompletionPlan;
 use onestep_core::request::validate_lease_duration;
 use onestep_core::status::attempt_status_for;
-use onestep_core::store::batch;
-use onestep_core::time::add_seconds;
+use onestep_core::store::lease::LeaseWindow;
 use onestep_core::{Execution, ExecutionError, ExecutionStatus, StaleReason};
 
 use crate::backend::{MySqlBackend, begin, commit};
@@ -172,11 +172,12 @@ impl MySqlBackend {
         lease: &LeaseRef,
         lease_duration_s: f64,
     ) -> OpResult<HeartbeatResult> {
-        let now = self.now();
-        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
+        let window = LeaseWindow::new(self.now(), lease_duration_s)?;
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
-        let outcome = self.heartbeat_in_tx(&mut tx, lease, now, new_expiry).await;
+        let outcome = self
+            .heartbeat_in_tx(&mut tx, lease, window.now, window.expires_at)
+            .await;
         self.finish(tx, outcome).await
     }
 
@@ -251,19 +252,6 @@ impl MySqlBackend {
         self.select_by_id(tx, lease.execution_id, None, false)
             .await?
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))
-    }
-
-    pub(crate) async fn complete_once(
-        &self,
-        lease: &LeaseRef,
-        completion: &Completion,
-    ) -> OpResult<Execution> {
-        let now = self.now();
-        let mut conn = self.conn().await?;
-        let mut tx = begin(&mut conn).await?;
-        let outcome =
-            batch::complete_one(&mut self.completing(&mut tx), lease, completion, now).await;
-        self.finish(tx, outcome).await
     }
 
     pub(crate) async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {

@@ -21,8 +21,7 @@ use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value as DbValue};
 use onestep_core::execution::{HeartbeatResult, LeaseRef};
-use onestep_core::store::batch::heartbeat_answer;
-use onestep_core::time::add_seconds;
+use onestep_core::store::lease::{LeaseWindow, heartbeat_answer};
 use onestep_core::{ExecutionError, ExecutionStatus, StaleReason};
 use uuid::Uuid;
 
@@ -67,10 +66,9 @@ impl MySqlBackend {
     pub(crate) async fn heartbeat_many_once(
         &self,
         leases: &[LeaseRef],
-        lease_duration_s: f64,
+        window: LeaseWindow,
     ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
-        let now = self.now();
-        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
+        let (now, new_expiry) = (window.now, window.expires_at);
         // Distinct leases in execution-id order: each row is locked once, and concurrent
         // batches lock in the same order.
         let mut distinct = leases.to_vec();

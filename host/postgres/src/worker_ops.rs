@@ -17,8 +17,9 @@ use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{
     self, CompletionTx, DomainOutcome, FinalDiagnostics, LockedRow, LockedRows, Savepoint,
-    SavepointStep, SetItem, claim_rows,
+    SavepointStep, SetItem,
 };
+use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
 use uuid::Uuid;
@@ -76,9 +77,12 @@ pub(crate) async fn finish<T>(tx: Transaction<'_>, outcome: OpResult<T>) -> OpRe
 }
 
 impl PgBackend {
-    pub(crate) async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
-        let now = self.now();
-        let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
+    pub(crate) async fn claim_once(
+        &self,
+        req: &ClaimRequest,
+        window: LeaseWindow,
+    ) -> OpResult<Vec<ExecutionLease>> {
+        let (now, lease_expires_at) = (window.now, window.expires_at);
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).

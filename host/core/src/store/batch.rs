@@ -7,9 +7,6 @@
 //! single-completion path under a savepoint each, so a stale item does not undo the rest. The
 //! outcomes come back one per item, in input order. A backend implements [`CompletionTx`] over
 //! its open transaction: its own SQL, row decoding and savepoint statements.
-//!
-//! Also here: the lease a claim hands out ([`claimed`]) and the answer of the set-based
-//! heartbeat for one lease ([`heartbeat_answer`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,8 +16,7 @@ use uuid::Uuid;
 
 use crate::diagnostics::AttemptDiagnostics;
 use crate::error::{ExecutionError, StaleReason};
-use crate::execution::{Completion, Execution, ExecutionLease, HeartbeatResult, LeaseRef};
-use crate::ids::IdVersion;
+use crate::execution::{Completion, Execution, LeaseRef};
 use crate::plan::CompletionPlan;
 use crate::status::ExecutionStatus;
 
@@ -279,72 +275,6 @@ async fn complete_set<T: CompletionTx>(
     Ok(rest)
 }
 
-/// The answer of the set-based heartbeat for one lease: `Some(cancel_requested)` when its
-/// lease was renewed to `new_expiry`, `None` when it no longer holds (a stale lease).
-pub fn heartbeat_answer(
-    renewed: Option<bool>,
-    new_expiry: DateTime<Utc>,
-) -> Result<HeartbeatResult, ExecutionError> {
-    match renewed {
-        Some(cancel_requested) => Ok(HeartbeatResult {
-            lease_expires_at: new_expiry,
-            cancel_requested,
-        }),
-        None => Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)),
-    }
-}
-
-/// The lease a claim hands out for the locked row `execution` (no read-back): a new attempt id
-/// of `attempt_ids` (docs/semantics.md#time-ordered-ids) and a new lease token, and exactly the
-/// columns the claim's write changes — `status = 'running'`, `attempts + 1`, `started_at` kept
-/// or set to `now`, `version + 1`. The trace parent is read separately.
-pub fn claimed(
-    mut execution: Execution,
-    attempt_ids: IdVersion,
-    lease_expires_at: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> ExecutionLease {
-    let attempt_no = execution.attempts.saturating_add(1);
-    execution.status = ExecutionStatus::Running;
-    execution.attempts = attempt_no;
-    execution.started_at = execution.started_at.or(Some(now));
-    execution.version += 1;
-    ExecutionLease {
-        execution,
-        attempt_id: attempt_ids.new_id(),
-        attempt_no,
-        lease_token: Uuid::new_v4(),
-        lease_expires_at,
-        trace_parent: None,
-    }
-}
-
-/// The rows of a claim's locking read, each as its stored key and its decoding: the leases of
-/// the decodable rows ([`claimed`]) and the keys of the others, which the claim defers instead
-/// (docs/semantics.md#undecodable-rows: an undecodable row is not claimed; its `available_at`
-/// moves on so that it cannot hold a place at the head of the queue; the rest of the batch is
-/// claimed). `skipped` is told of each undecodable row (the backend logs it).
-pub fn claim_rows<K, E>(
-    rows: impl ExactSizeIterator<Item = (Option<K>, Result<Execution, E>)>,
-    attempt_ids: IdVersion,
-    lease_expires_at: DateTime<Utc>,
-    now: DateTime<Utc>,
-    mut skipped: impl FnMut(&E),
-) -> (Vec<ExecutionLease>, Vec<K>) {
-    let mut leases = Vec::with_capacity(rows.len());
-    let mut deferred = Vec::new();
-    for (key, decoded) in rows {
-        match decoded {
-            Ok(execution) => leases.push(claimed(execution, attempt_ids, lease_expires_at, now)),
-            Err(e) => {
-                skipped(&e);
-                deferred.extend(key);
-            }
-        }
-    }
-    (leases, deferred)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,19 +512,5 @@ mod tests {
             "{:?}",
             tx.log
         );
-    }
-
-    #[test]
-    fn a_claimed_lease_applies_the_claim_write() {
-        let (tx, leases) = fake(1, true);
-        let row = tx.rows[&leases[0].execution_id].clone();
-        let lease = claimed(row.execution, IdVersion::V7, tx.now, tx.now);
-        assert_eq!(lease.attempt_no, 2);
-        assert_eq!(lease.execution.attempts, 2);
-        assert_eq!(lease.execution.version, 3);
-        assert_eq!(lease.execution.status, ExecutionStatus::Running);
-        assert_eq!(lease.attempt_id.get_version_num(), 7);
-        assert!(heartbeat_answer(None, tx.now).is_err());
-        assert!(heartbeat_answer(Some(true), tx.now).is_ok_and(|h| h.cancel_requested));
     }
 }
