@@ -61,16 +61,14 @@ impl MySqlBackend {
         v
     }
 
-    pub(crate) async fn claim_once(
-        &self,
-        req: &ClaimRequest,
-        window: LeaseWindow,
-    ) -> OpResult<Vec<ExecutionLease>> {
-        let (now, lease_expires_at) = (window.now, window.expires_at);
+    pub(crate) async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
+        let window = LeaseWindow::new(self.now(), req.lease_duration_s)?;
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let outcome = self.claim_in(&mut tx, req, now, lease_expires_at).await;
+        let outcome = self
+            .claim_in(&mut tx, req, window.now, window.expires_at)
+            .await;
         self.finish(tx, outcome).await
     }
 

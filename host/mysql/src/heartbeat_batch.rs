@@ -68,7 +68,6 @@ impl MySqlBackend {
         leases: &[LeaseRef],
         window: LeaseWindow,
     ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
-        let (now, new_expiry) = (window.now, window.expires_at);
         // Distinct leases in execution-id order: each row is locked once, and concurrent
         // batches lock in the same order.
         let mut distinct = leases.to_vec();
@@ -77,7 +76,7 @@ impl MySqlBackend {
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
         let answers = match self
-            .heartbeat_set(&mut tx, &distinct, now, new_expiry)
+            .heartbeat_set(&mut tx, &distinct, window.now, window.expires_at)
             .await
         {
             Ok(Some(answers)) => {
@@ -92,7 +91,7 @@ impl MySqlBackend {
                 );
                 let mut tx = begin(&mut conn).await?;
                 let outcome = self
-                    .heartbeat_each(&mut tx, &distinct, now, new_expiry)
+                    .heartbeat_each(&mut tx, &distinct, window.now, window.expires_at)
                     .await;
                 self.finish(tx, outcome).await?
             }

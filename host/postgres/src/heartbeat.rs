@@ -79,11 +79,12 @@ impl PgBackend {
         leases: &[LeaseRef],
         window: LeaseWindow,
     ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
-        let (now, new_expiry) = (window.now, window.expires_at);
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let outcome = self.heartbeat_in(&tx, leases, now, new_expiry).await;
+        let outcome = self
+            .heartbeat_in(&tx, leases, window.now, window.expires_at)
+            .await;
         finish(tx, outcome).await
     }
 

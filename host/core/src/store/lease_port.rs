@@ -15,8 +15,7 @@ pub use uuid::Uuid as __Uuid;
 /// * `run(&self, operation: &'static str, attempt) -> Result<T, ExecutionError>`: runs a
 ///   whole-transaction attempt with the retry policy and maps the final error;
 /// * `now(&self)`: the injected clock, read once per attempt;
-/// * the per-attempt methods `claim_once(&ClaimRequest, LeaseWindow)` (given the validated
-///   request), `heartbeat_many_once(&[LeaseRef], LeaseWindow)`, `cancel_requested_once(&[LeaseRef])`,
+/// * the per-attempt methods `claim_once(&ClaimRequest)` (given the validated request), `heartbeat_many_once(&[LeaseRef], LeaseWindow)`, `cancel_requested_once(&[LeaseRef])`,
 ///   `complete_once(&LeaseRef, &Completion)`, `complete_many_once(&[(LeaseRef, Completion)])`
 ///   and `release_once(&LeaseRef)`, each returning the backend's per-attempt result;
 /// * `heartbeat_one(&LeaseRef, f64)` (the single heartbeat, with its own checks) and
@@ -62,13 +61,7 @@ macro_rules! impl_lease_store {
                 $crate::ExecutionError,
             > {
                 let request = request.validate()?;
-                self.run("fetch", || async {
-                    let lease_duration_s = request.lease_duration_s;
-                    let window =
-                        $crate::store::lease::LeaseWindow::new(self.now(), lease_duration_s)?;
-                    self.claim_once(&request, window).await
-                })
-                .await
+                self.run("fetch", || self.claim_once(&request)).await
             }
 
             async fn heartbeat(
