@@ -20,7 +20,7 @@ use crate::rows::{bind_time, bind_uuid, parse_uuid, placeholders};
 const MAX_IDS_PER_STATEMENT: usize = 1000;
 
 impl MySqlBackend {
-    async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
+    pub(crate) async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
         let now = self.now();
         let tokens: HashMap<Uuid, Uuid> = leases
             .iter()
@@ -58,16 +58,5 @@ impl MySqlBackend {
             }
         }
         Ok(out)
-    }
-
-    pub(crate) async fn poll_cancel_requested(
-        &self,
-        leases: &[LeaseRef],
-    ) -> Result<Vec<Uuid>, ExecutionError> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run("cancel_poll", || self.cancel_requested_once(leases))
-            .await
     }
 }

@@ -10,42 +10,15 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::request::ClaimRequest;
+use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
-use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus};
+use onestep_core::{ExecutionError, ExecutionLease};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
 use crate::errors::OpResult;
 use crate::rows::{EXECUTION_COLUMNS_E, bind_time, bind_uuid, decode_execution, placeholders};
 use crate::schema::ix_claimable;
-
-/// One locked candidate.
-struct Picked {
-    id: Uuid,
-    execution: Execution,
-    attempt_no: u32,
-    attempt_id: Uuid,
-    token: Uuid,
-}
-
-/// The lease of a locked row after the claim UPDATE, derived from the row as the locking read
-/// returned it (no read-back): exactly the columns the UPDATE changes — `status = 'running'`,
-/// `attempts + 1`, `started_at = COALESCE(started_at, now)`, `version + 1` — are applied.
-fn claimed(p: Picked, now: DateTime<Utc>, lease_expires_at: DateTime<Utc>) -> ExecutionLease {
-    let mut execution = p.execution;
-    execution.status = ExecutionStatus::Running;
-    execution.attempts = p.attempt_no;
-    execution.started_at = execution.started_at.or(Some(now));
-    execution.version += 1;
-    ExecutionLease {
-        execution,
-        attempt_id: p.attempt_id,
-        attempt_no: p.attempt_no,
-        lease_token: p.token,
-        lease_expires_at,
-        trace_parent: None,
-    }
-}
 
 impl MySqlBackend {
     /// The locking read of step 4. On tables with the `claimable` column the read is forced onto
@@ -88,13 +61,14 @@ impl MySqlBackend {
         v
     }
 
-    async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
-        let now = self.now();
-        let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
+    pub(crate) async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
+        let window = LeaseWindow::new(self.now(), req.lease_duration_s)?;
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let outcome = self.claim_in(&mut tx, req, now, lease_expires_at).await;
+        let outcome = self
+            .claim_in(&mut tx, req, window.now, window.expires_at)
+            .await;
         self.finish(tx, outcome).await
     }
 
@@ -113,31 +87,14 @@ impl MySqlBackend {
         params.push(bind_time(now));
         let sql = self.claim_select_sql(req.task_names.len(), req.limit);
         let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
-        let mut picked = Vec::with_capacity(rows.len());
-        let mut deferred: Vec<DbValue> = Vec::new();
-        for r in rows {
-            // docs/semantics.md#undecodable-rows: an undecodable row is not claimed; it is
-            // deferred (its `available_at` moved on) so that it cannot hold a place at the head
-            // of the queue; the rest of the batch is claimed.
-            let raw_id = r.as_ref(0).cloned();
-            let execution = match decode_execution(r) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
-                        "claim skipped an undecodable row and deferred it");
-                    deferred.extend(raw_id);
-                    continue;
-                }
-            };
-            picked.push(Picked {
-                id: execution.id,
-                attempt_no: execution.attempts.saturating_add(1),
-                execution,
-                // docs/semantics.md#time-ordered-ids
-                attempt_id: self.attempt_ids.new_id(),
-                token: Uuid::new_v4(),
+        let rows = rows
+            .into_iter()
+            .map(|r| (r.as_ref(0).cloned(), decode_execution(r)));
+        let (mut picked, deferred) =
+            claim_rows(rows, self.attempt_ids, lease_expires_at, now, |e| {
+                tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
+                    "claim skipped an undecodable row and deferred it");
             });
-        }
         if !deferred.is_empty() {
             self.defer_undecodable(tx, deferred, now).await?;
         }
@@ -147,16 +104,10 @@ impl MySqlBackend {
         self.write_claims(tx, &picked, &req.worker_id, now, lease_expires_at)
             .await?;
         let mut trace_parents = self.trace_parents(tx, &picked).await?;
-        Ok(picked
-            .into_iter()
-            .map(|p| {
-                let trace_parent = trace_parents.remove(&p.id);
-                ExecutionLease {
-                    trace_parent,
-                    ..claimed(p, now, lease_expires_at)
-                }
-            })
-            .collect())
+        for l in &mut picked {
+            l.trace_parent = trace_parents.remove(&l.execution.id);
+        }
+        Ok(picked)
     }
 
     /// Moves the undecodable rows a claim read (locked, by their stored id) to
@@ -185,7 +136,7 @@ impl MySqlBackend {
     async fn trace_parents(
         &self,
         tx: &mut Transaction<'_>,
-        picked: &[Picked],
+        picked: &[ExecutionLease],
     ) -> OpResult<HashMap<Uuid, String>> {
         let Some(table) = self.tr() else {
             return Ok(HashMap::new());
@@ -194,7 +145,7 @@ impl MySqlBackend {
             "SELECT execution_id, traceparent FROM `{table}` WHERE execution_id IN ({})",
             placeholders(picked.len())
         );
-        let params: Vec<DbValue> = picked.iter().map(|p| bind_uuid(p.id)).collect();
+        let params: Vec<DbValue> = picked.iter().map(|p| bind_uuid(p.execution.id)).collect();
         let rows: Vec<(String, String)> = tx.exec(sql, Params::Positional(params)).await?;
         Ok(rows
             .into_iter()
@@ -206,7 +157,7 @@ impl MySqlBackend {
     async fn write_claims(
         &self,
         tx: &mut Transaction<'_>,
-        picked: &[Picked],
+        picked: &[ExecutionLease],
         worker_id: &str,
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
@@ -222,14 +173,14 @@ impl MySqlBackend {
         );
         let mut params: Vec<DbValue> = Vec::with_capacity(picked.len() * 3 + 4);
         for p in picked {
-            params.push(bind_uuid(p.id));
-            params.push(bind_uuid(p.token));
+            params.push(bind_uuid(p.execution.id));
+            params.push(bind_uuid(p.lease_token));
         }
         params.push(bind_time(lease_expires_at));
         params.push(worker_id.into());
         params.push(bind_time(now));
         params.push(bind_time(now));
-        params.extend(picked.iter().map(|p| bind_uuid(p.id)));
+        params.extend(picked.iter().map(|p| bind_uuid(p.execution.id)));
         tx.exec_drop(sql, Params::Positional(params)).await?;
         let matched = tx.affected_rows();
         if matched != picked.len() as u64 {
@@ -250,9 +201,9 @@ impl MySqlBackend {
         for p in picked {
             params.extend([
                 bind_uuid(p.attempt_id),
-                bind_uuid(p.id),
+                bind_uuid(p.execution.id),
                 p.attempt_no.into(),
-                bind_uuid(p.token),
+                bind_uuid(p.lease_token),
                 worker_id.into(),
                 "running".into(),
                 bind_time(now),
@@ -261,13 +212,5 @@ impl MySqlBackend {
         }
         tx.exec_drop(sql, Params::Positional(params)).await?;
         Ok(())
-    }
-
-    pub(crate) async fn claim_batch(
-        &self,
-        req: &ClaimRequest,
-    ) -> Result<Vec<ExecutionLease>, ExecutionError> {
-        let req = req.validate()?;
-        self.run("fetch", || self.claim_once(&req)).await
     }
 }

@@ -1,32 +1,66 @@
-//! `complete_many`: several completions in one transaction, each fenced by its own token.
-//! Distinct executions whose fence holds on the locked rows are written set-based (one locking
-//! read, one UPDATE per table with per-row values through `CASE`, one read-back); the others,
-//! and every item when the set-based counts disagree, take the single-completion path of
-//! `fenced_writes.rs` under a savepoint each, so a stale item does not undo the rest.
-
-use std::collections::HashMap;
+//! `complete` and `complete_many`: the single-completion path of `fenced_writes.rs` (with the
+//! final diagnostics) and several completions in one transaction, each fenced by its own token. The
+//! bookkeeping (validation, which items go set-based, the per-item path under a savepoint each,
+//! one outcome per item) is `onestep_core::store::batch`; this file is its SQL on MySQL/MariaDB:
+//! one locking read, one UPDATE per table with per-row values through `CASE` (each row still
+//! fenced by its own token in the WHERE clause), one read-back, and the single-completion path
+//! of `fenced_writes.rs`.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::status::attempt_status_for;
-use onestep_core::{Execution, ExecutionError, StaleReason};
+use onestep_core::store::batch::{
+    self, CompletionTx, DomainOutcome, FinalDiagnostics, LockedRow, LockedRows, Savepoint,
+    SavepointStep, SetItem,
+};
+use onestep_core::{Execution, ExecutionError};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
-use crate::fenced_writes::{Plan, finished_at_param, result_param, status_list};
+use crate::fenced_writes::{finished_at_param, result_param, status_list};
 use crate::rows::{
     EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, bind_error, bind_time, bind_uuid, decode_execution,
     parse_uuid, placeholders,
 };
 
-/// A row locked by `complete_many`: the execution, its lease token and lease expiry.
-type Locked = (Execution, Option<Uuid>, Option<DateTime<Utc>>);
+impl DomainOutcome for OpError {
+    fn into_domain(self) -> Result<ExecutionError, Self> {
+        match self {
+            OpError::Domain(e) => Ok(e),
+            e => Err(e),
+        }
+    }
+}
+
+/// One open transaction of this backend, as the shared completion bookkeeping drives it.
+struct Completing<'a, 'c> {
+    backend: &'a MySqlBackend,
+    tx: &'a mut Transaction<'c>,
+}
 
 impl MySqlBackend {
-    async fn complete_many_once(
+    /// `tx`, for the completion bookkeeping of `onestep_core::store::batch`.
+    fn completing<'a, 'c>(&'a self, tx: &'a mut Transaction<'c>) -> Completing<'a, 'c> {
+        Completing { backend: self, tx }
+    }
+
+    pub(crate) async fn complete_once(
+        &self,
+        lease: &LeaseRef,
+        completion: &Completion,
+    ) -> OpResult<Execution> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let outcome =
+            batch::complete_one(&mut self.completing(&mut tx), lease, completion, now).await;
+        self.finish(tx, outcome).await
+    }
+
+    pub(crate) async fn complete_many_once(
         &self,
         items: &[(LeaseRef, Completion)],
     ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
@@ -35,190 +69,139 @@ impl MySqlBackend {
         let mut tx = begin(&mut conn).await?;
         // Any failure rolls back at once, so no row lock outlives the call
         // (docs/lease-protocol.md#refused-writes).
-        let outcome = self.complete_many_in(&mut tx, items, now).await;
+        let limit = self.inner.limits.max_result_bytes;
+        let outcome = batch::complete_many(&mut self.completing(&mut tx), items, now, limit).await;
         self.finish(tx, outcome).await
     }
+}
 
-    async fn complete_many_in(
-        &self,
-        tx: &mut Transaction<'_>,
-        items: &[(LeaseRef, Completion)],
-        now: DateTime<Utc>,
-    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
-        let mut out: Vec<Option<Result<Execution, ExecutionError>>> =
-            (0..items.len()).map(|_| None).collect();
-        let mut pending = Vec::with_capacity(items.len());
-        for (i, (_, completion)) in items.iter().enumerate() {
-            match completion.validate() {
-                Ok(()) => pending.push(i),
-                Err(e) => out[i] = Some(Err(e)),
-            }
-        }
-        let mut ids: Vec<_> = pending.iter().map(|&i| items[i].0.execution_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let stragglers = if pending.len() >= 2 && ids.len() == pending.len() {
-            self.complete_set(tx, items, pending, now, &mut out).await?
-        } else {
-            pending
-        };
-        for i in stragglers {
-            let (lease, completion) = &items[i];
-            tx.query_drop("SAVEPOINT onestep_item").await?;
-            match self.complete_in_tx(tx, lease, completion, now).await {
-                Ok(x) => {
-                    tx.query_drop("RELEASE SAVEPOINT onestep_item").await?;
-                    out[i] = Some(Ok(x));
-                }
-                Err(OpError::Domain(e)) => {
-                    tx.query_drop("ROLLBACK TO SAVEPOINT onestep_item").await?;
-                    out[i] = Some(Err(e));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let written: Vec<(&LeaseRef, &onestep_core::diagnostics::AttemptDiagnostics)> = items
-            .iter()
-            .zip(&out)
-            .filter(|(_, o)| matches!(o, Some(Ok(_))))
-            .filter_map(|((lease, c), _)| c.diagnostics.as_deref().map(|d| (lease, d)))
-            .collect();
-        self.write_final_diagnostics(tx, &written, now).await?;
-        Ok(out
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or(Err(ExecutionError::StaleLease(
-                    StaleReason::ExecutionMissing,
-                )))
-            })
-            .collect())
+/// The statement of `step` on `savepoint` (a static text: no allocation per item).
+fn savepoint_sql(step: SavepointStep, savepoint: Savepoint) -> &'static str {
+    match (savepoint, step) {
+        (Savepoint::Item, SavepointStep::Set) => "SAVEPOINT onestep_item",
+        (Savepoint::Item, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_item",
+        (Savepoint::Item, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_item",
+        (Savepoint::Batch, SavepointStep::Set) => "SAVEPOINT onestep_batch",
+        (Savepoint::Batch, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_batch",
+        (Savepoint::Batch, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_batch",
+    }
+}
+
+impl CompletionTx for Completing<'_, '_> {
+    type Error = OpError;
+
+    async fn savepoint(&mut self, step: SavepointStep, savepoint: Savepoint) -> OpResult<()> {
+        Ok(self.tx.query_drop(savepoint_sql(step, savepoint)).await?)
     }
 
-    /// The set-based part of `complete_many` for distinct executions: one locking read of every
-    /// row, then — for the items whose fence (token, live lease, allowed status) holds on the
-    /// locked row — one UPDATE of the executions and one of the attempts (per-row values through
-    /// `CASE`, each row still fenced by its own token in the WHERE clause) and one read-back.
-    /// The matched-row counts must equal the predicted items, otherwise the set-based writes are
-    /// rolled back to a savepoint and every item takes the per-item path. Returns the items left
-    /// for the per-item path (stale, replayed or missing rows), whose outcome it decides exactly
-    /// as for a single completion.
-    async fn complete_set(
-        &self,
-        tx: &mut Transaction<'_>,
-        items: &[(LeaseRef, Completion)],
-        pending: Vec<usize>,
+    async fn complete_one(
+        &mut self,
+        lease: &LeaseRef,
+        completion: &Completion,
         now: DateTime<Utc>,
-        out: &mut [Option<Result<Execution, ExecutionError>>],
-    ) -> OpResult<Vec<usize>> {
+    ) -> OpResult<Execution> {
+        self.backend
+            .complete_in_tx(self.tx, lease, completion, now)
+            .await
+    }
+
+    /// One locking read of every row; an undecodable row is left out
+    /// (docs/semantics.md#undecodable-rows).
+    async fn lock_rows(&mut self, ids: &[Uuid]) -> OpResult<LockedRows> {
         let sql = format!(
             "SELECT {EXECUTION_COLUMNS}, lease_token, lease_expires_at FROM `{}` WHERE id IN ({}) \
              FOR UPDATE",
-            self.t(),
-            placeholders(pending.len())
+            self.backend.t(),
+            placeholders(ids.len())
         );
-        let params: Vec<DbValue> = pending
-            .iter()
-            .map(|&i| bind_uuid(items[i].0.execution_id))
-            .collect();
-        let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
-        let mut locked: HashMap<Uuid, Locked> = HashMap::with_capacity(rows.len());
+        let params: Vec<DbValue> = ids.iter().map(|id| bind_uuid(*id)).collect();
+        let rows: Vec<Row> = self.tx.exec(sql, Params::Positional(params)).await?;
+        let mut locked = LockedRows::with_capacity(rows.len());
         for mut r in rows {
-            // An undecodable row is left out: its item takes the per-item path, which reports
-            // the decoding error for that item alone (docs/semantics.md#undecodable-rows).
-            let token = match r.take::<DbValue, _>(EXECUTION_COLUMN_COUNT) {
+            let lease_token = match r.take::<DbValue, _>(EXECUTION_COLUMN_COUNT) {
                 None | Some(DbValue::NULL) => None,
                 Some(v) => match parse_uuid(&v) {
                     Ok(t) => Some(t),
                     Err(_) => continue,
                 },
             };
-            let expiry = r
+            let lease_expires_at = r
                 .take_opt::<Option<NaiveDateTime>, _>(EXECUTION_COLUMN_COUNT + 1)
                 .and_then(Result::ok)
                 .flatten()
                 .map(|t| t.and_utc());
-            let Ok(e) = decode_execution(r) else {
+            let Ok(execution) = decode_execution(r) else {
                 continue;
             };
-            locked.insert(e.id, (e, token, expiry));
-        }
-        let mut fast: Vec<(usize, Plan)> = Vec::with_capacity(pending.len());
-        let mut rest = Vec::new();
-        for i in pending {
-            let (lease, completion) = &items[i];
-            let Some((current, token, expiry)) = locked.get(&lease.execution_id) else {
-                rest.push(i);
-                continue;
-            };
-            let fenced = *token == Some(lease.lease_token)
-                && expiry.is_some_and(|x| x > now)
-                && completion
-                    .status
-                    .allowed_sources()
-                    .contains(&current.status);
-            if !fenced {
-                rest.push(i);
-                continue;
-            }
-            match self.plan(current, completion, now) {
-                Ok(plan) => fast.push((i, plan)),
-                Err(OpError::Domain(e)) => out[i] = Some(Err(e)),
-                Err(e) => return Err(e),
-            }
-        }
-        if fast.len() < 2 {
-            rest.extend(fast.into_iter().map(|(i, _)| i));
-            return Ok(rest);
-        }
-        tx.query_drop("SAVEPOINT onestep_batch").await?;
-        if !self.write_set(tx, items, &fast, now).await? {
-            tx.query_drop("ROLLBACK TO SAVEPOINT onestep_batch").await?;
-            rest.extend(fast.into_iter().map(|(i, _)| i));
-            return Ok(rest);
-        }
-        tx.query_drop("RELEASE SAVEPOINT onestep_batch").await?;
-        let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
-            self.t(),
-            placeholders(fast.len())
-        );
-        let params: Vec<DbValue> = fast
-            .iter()
-            .map(|(i, _)| bind_uuid(items[*i].0.execution_id))
-            .collect();
-        let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
-        let mut by_id = HashMap::with_capacity(rows.len());
-        for r in rows {
-            let e = decode_execution(r)?;
-            by_id.insert(e.id, e);
-        }
-        for (i, _) in fast {
-            out[i] = Some(
-                by_id
-                    .remove(&items[i].0.execution_id)
-                    .ok_or(ExecutionError::StaleLease(StaleReason::ExecutionMissing)),
+            locked.insert(
+                execution.id,
+                LockedRow {
+                    execution,
+                    lease_token,
+                    lease_expires_at,
+                },
             );
         }
-        Ok(rest)
+        Ok(locked)
     }
 
-    /// The two set-based CAS writes of [`Self::complete_set`]; `false` when a count differs from
-    /// the items (the caller rolls back to its savepoint).
+    /// The two set-based CAS writes (per-row values through `CASE`), then one read-back;
+    /// `None` when a count differs from the items.
     async fn write_set(
-        &self,
-        tx: &mut Transaction<'_>,
+        &mut self,
         items: &[(LeaseRef, Completion)],
-        fast: &[(usize, Plan)],
+        set: &[SetItem],
+        now: DateTime<Utc>,
+    ) -> OpResult<Option<Vec<Execution>>> {
+        if !self.write_executions(items, set, now).await?
+            || !self.write_attempts(items, set, now).await?
+        {
+            return Ok(None);
+        }
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
+            self.backend.t(),
+            placeholders(set.len())
+        );
+        let params: Vec<DbValue> = set
+            .iter()
+            .map(|s| bind_uuid(items[s.index].0.execution_id))
+            .collect();
+        let rows: Vec<Row> = self.tx.exec(sql, Params::Positional(params)).await?;
+        let mut written = Vec::with_capacity(rows.len());
+        for r in rows {
+            written.push(decode_execution(r)?);
+        }
+        Ok(Some(written))
+    }
+
+    async fn write_final_diagnostics(
+        &mut self,
+        written: &FinalDiagnostics<'_>,
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        self.backend
+            .write_final_diagnostics(self.tx, written, now)
+            .await
+    }
+}
+
+impl Completing<'_, '_> {
+    /// The set-based UPDATE of the executions: `true` when it matched one row per item.
+    async fn write_executions(
+        &mut self,
+        items: &[(LeaseRef, Completion)],
+        set: &[SetItem],
         now: DateTime<Utc>,
     ) -> OpResult<bool> {
-        let n = fast.len();
-        let case: String = fast.iter().map(|_| " WHEN ? THEN ?").collect();
-        let fences: Vec<String> = fast
+        let n = set.len();
+        let case: String = set.iter().map(|_| " WHEN ? THEN ?").collect();
+        let fences: Vec<String> = set
             .iter()
-            .map(|(i, _)| {
+            .map(|s| {
                 format!(
                     "(id = ? AND lease_token = ? AND status IN ({}))",
-                    status_list(items[*i].1.status.allowed_sources())
+                    status_list(items[s.index].1.status.allowed_sources())
                 )
             })
             .collect();
@@ -229,79 +212,78 @@ impl MySqlBackend {
              available_at = CASE id{case} END, finished_at = CASE id{case} END \
              WHERE id IN ({ids}) AND lease_expires_at IS NOT NULL AND lease_expires_at > ? \
              AND ({fences})",
-            t = self.t(),
+            t = self.backend.t(),
             ids = placeholders(n),
             fences = fences.join(" OR "),
         );
-        let id_of = |i: usize| bind_uuid(items[i].0.execution_id);
+        let id_of = |s: &SetItem| bind_uuid(items[s.index].0.execution_id);
         let mut params: Vec<DbValue> = Vec::with_capacity(n * 14 + 2);
-        for (i, p) in fast {
-            params.push(id_of(*i));
-            params.push(p.effective.as_str().into());
+        for s in set {
+            params.push(id_of(s));
+            params.push(s.plan.effective.as_str().into());
         }
         params.push(bind_time(now));
-        for (i, p) in fast {
-            params.push(id_of(*i));
-            params.push(result_param(p));
+        for s in set {
+            params.push(id_of(s));
+            params.push(result_param(&s.plan));
         }
-        for (i, p) in fast {
-            params.push(id_of(*i));
-            params.push(bind_error(p.error.as_ref())?);
+        for s in set {
+            params.push(id_of(s));
+            params.push(bind_error(s.plan.error.as_ref())?);
         }
-        for (i, p) in fast {
-            params.push(id_of(*i));
-            params.push(bind_time(p.available_at));
+        for s in set {
+            params.push(id_of(s));
+            params.push(bind_time(s.plan.available_at));
         }
-        for (i, p) in fast {
-            params.push(id_of(*i));
-            params.push(finished_at_param(p, now));
+        for s in set {
+            params.push(id_of(s));
+            params.push(finished_at_param(&s.plan, now));
         }
-        params.extend(fast.iter().map(|(i, _)| id_of(*i)));
+        params.extend(set.iter().map(id_of));
         params.push(bind_time(now));
-        for (i, _) in fast {
-            params.push(id_of(*i));
-            params.push(bind_uuid(items[*i].0.lease_token));
+        for s in set {
+            params.push(id_of(s));
+            params.push(bind_uuid(items[s.index].0.lease_token));
         }
-        tx.exec_drop(sql, Params::Positional(params)).await?;
-        if tx.affected_rows() != n as u64 {
-            return Ok(false);
-        }
+        self.tx.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(self.tx.affected_rows() == n as u64)
+    }
+
+    /// The set-based UPDATE of the running attempts: `true` when it matched one row per item.
+    async fn write_attempts(
+        &mut self,
+        items: &[(LeaseRef, Completion)],
+        set: &[SetItem],
+        now: DateTime<Utc>,
+    ) -> OpResult<bool> {
+        let n = set.len();
+        let case: String = set.iter().map(|_| " WHEN ? THEN ?").collect();
         let fences = vec!["(id = ? AND execution_id = ? AND lease_token = ?)"; n].join(" OR ");
         let sql = format!(
             "UPDATE `{a}` SET status = CASE id{case} END, error = CASE id{case} END, \
              finished_at = ? WHERE id IN ({ids}) AND status = 'running' AND ({fences})",
-            a = self.a(),
+            a = self.backend.a(),
             ids = placeholders(n),
         );
-        let attempt_of = |i: usize| bind_uuid(items[i].0.attempt_id);
+        let attempt_of = |s: &SetItem| bind_uuid(items[s.index].0.attempt_id);
         let mut params: Vec<DbValue> = Vec::with_capacity(n * 8 + 1);
-        for (i, p) in fast {
-            params.push(attempt_of(*i));
-            params.push(attempt_status_for(p.effective).as_str().into());
+        for s in set {
+            params.push(attempt_of(s));
+            params.push(attempt_status_for(s.plan.effective).as_str().into());
         }
-        for (i, p) in fast {
-            params.push(attempt_of(*i));
-            params.push(bind_error(p.error.as_ref())?);
+        for s in set {
+            params.push(attempt_of(s));
+            params.push(bind_error(s.plan.error.as_ref())?);
         }
         params.push(bind_time(now));
-        params.extend(fast.iter().map(|(i, _)| attempt_of(*i)));
-        for (i, _) in fast {
-            let lease = &items[*i].0;
-            params.push(attempt_of(*i));
+        params.extend(set.iter().map(attempt_of));
+        for s in set {
+            let lease = &items[s.index].0;
+            params.push(attempt_of(s));
             params.push(bind_uuid(lease.execution_id));
             params.push(bind_uuid(lease.lease_token));
         }
-        tx.exec_drop(sql, Params::Positional(params)).await?;
-        Ok(tx.affected_rows() == n as u64)
-    }
-
-    pub(crate) async fn complete_batch(
-        &self,
-        items: &[(LeaseRef, Completion)],
-    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run("ack", || self.complete_many_once(items)).await
+        self.tx.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(self.tx.affected_rows() == n as u64)
     }
 }

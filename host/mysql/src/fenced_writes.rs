@@ -1,27 +1,23 @@
 //! The fenced worker writes of one lease: heartbeat (T8; the set-based `heartbeat_many` is in
 //! `heartbeat_batch.rs` and falls back to the per-lease step here), complete (T9–T13: cancel wins over
-//! success, an identical replay of a terminal completion is accepted) and release (T14), plus
-//! what they share with the batched completion of `complete_batch.rs`: the two fenced
-//! UPDATEs (the execution row while its lease holds, then its running attempt) and the
-//! [`Plan`] of what a completion writes.
+//! success, an identical replay of a terminal completion is accepted; `complete` and
+//! `complete_many` run it through `complete_batch.rs`) and release (T14), plus what they share
+//! with the batched completion: the two fenced UPDATEs (the execution row while its lease
+//! holds, then its running attempt) and the [`Plan`] of what a completion writes. The
+//! `LeaseStore` port over these is written by `onestep_core::impl_lease_store!`.
 //!
 //! A fence that matches no row is [`ExecutionError::StaleLease`]; a transition writes both rows
 //! or, after a rollback, neither.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value as DbValue};
-use onestep_core::diagnostics::LiveDiagnostics;
 use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
 use onestep_core::plan::CompletionPlan;
-use onestep_core::ports::LeaseStore;
-use onestep_core::request::ClaimRequest;
 use onestep_core::request::validate_lease_duration;
 use onestep_core::status::attempt_status_for;
-use onestep_core::time::add_seconds;
-use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
-use uuid::Uuid;
+use onestep_core::store::lease::LeaseWindow;
+use onestep_core::{Execution, ExecutionError, ExecutionStatus, StaleReason};
 
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult};
@@ -176,12 +172,24 @@ impl MySqlBackend {
         lease: &LeaseRef,
         lease_duration_s: f64,
     ) -> OpResult<HeartbeatResult> {
-        let now = self.now();
-        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
+        let window = LeaseWindow::new(self.now(), lease_duration_s)?;
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
-        let outcome = self.heartbeat_in_tx(&mut tx, lease, now, new_expiry).await;
+        let outcome = self
+            .heartbeat_in_tx(&mut tx, lease, window.now, window.expires_at)
+            .await;
         self.finish(tx, outcome).await
+    }
+
+    /// The single heartbeat of the port (T8): one transaction for one lease.
+    pub(crate) async fn heartbeat_one(
+        &self,
+        lease: &LeaseRef,
+        lease_duration_s: f64,
+    ) -> Result<HeartbeatResult, ExecutionError> {
+        validate_lease_duration(lease_duration_s)?;
+        self.run("heartbeat", || self.heartbeat_once(lease, lease_duration_s))
+            .await
     }
 
     /// docs/semantics.md#completion steps 1–8 inside `tx`. Domain failures (stale lease, encoding) leave `tx`
@@ -197,7 +205,8 @@ impl MySqlBackend {
             .select_by_id(tx, lease.execution_id, None, true)
             .await?
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))?;
-        let plan = self.plan(&current, completion, now)?;
+        let limit = self.inner.limits.max_result_bytes;
+        let plan = CompletionPlan::new(&current, completion, now, limit)?;
         let written = self
             .update_leased_execution(
                 tx,
@@ -245,43 +254,7 @@ impl MySqlBackend {
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))
     }
 
-    /// Steps 2–4 of docs/semantics.md#completion for the locked row `current`, with this
-    /// backend's result limit.
-    pub(crate) fn plan(
-        &self,
-        current: &Execution,
-        completion: &Completion,
-        now: DateTime<Utc>,
-    ) -> OpResult<Plan> {
-        Ok(CompletionPlan::new(
-            current,
-            completion,
-            now,
-            self.inner.limits.max_result_bytes,
-        )?)
-    }
-
-    async fn complete_once(
-        &self,
-        lease: &LeaseRef,
-        completion: &Completion,
-    ) -> OpResult<Execution> {
-        let now = self.now();
-        let mut conn = self.conn().await?;
-        let mut tx = begin(&mut conn).await?;
-        let mut outcome = self.complete_in_tx(&mut tx, lease, completion, now).await;
-        if outcome.is_ok()
-            && let Some(d) = &completion.diagnostics
-            && let Err(e) = self
-                .write_final_diagnostics(&mut tx, &[(lease, d)], now)
-                .await
-        {
-            outcome = Err(e);
-        }
-        self.finish(tx, outcome).await
-    }
-
-    async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
+    pub(crate) async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
@@ -333,59 +306,4 @@ impl MySqlBackend {
     }
 }
 
-#[async_trait]
-impl LeaseStore for MySqlBackend {
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ExecutionLease>, ExecutionError> {
-        self.claim_batch(request).await
-    }
-
-    async fn heartbeat_many(
-        &self,
-        leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
-        self.heartbeat_leases(leases, lease_duration_s).await
-    }
-
-    async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError> {
-        self.poll_cancel_requested(leases).await
-    }
-
-    async fn complete_many(
-        &self,
-        items: &[(LeaseRef, Completion)],
-    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
-        self.complete_batch(items).await
-    }
-
-    async fn record_live(
-        &self,
-        items: &[(LeaseRef, LiveDiagnostics)],
-    ) -> Result<bool, ExecutionError> {
-        self.write_live(items).await
-    }
-
-    async fn heartbeat(
-        &self,
-        lease: &LeaseRef,
-        lease_duration_s: f64,
-    ) -> Result<HeartbeatResult, ExecutionError> {
-        validate_lease_duration(lease_duration_s)?;
-        self.run("heartbeat", || self.heartbeat_once(lease, lease_duration_s))
-            .await
-    }
-
-    async fn complete(
-        &self,
-        lease: &LeaseRef,
-        completion: &Completion,
-    ) -> Result<Execution, ExecutionError> {
-        completion.validate()?;
-        self.run("ack", || self.complete_once(lease, completion))
-            .await
-    }
-
-    async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
-        self.run("release", || self.release_once(lease)).await
-    }
-}
+onestep_core::impl_lease_store!(MySqlBackend);

@@ -21,8 +21,7 @@ use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Transaction, Value as DbValue};
 use onestep_core::execution::{HeartbeatResult, LeaseRef};
-use onestep_core::request::validate_lease_duration;
-use onestep_core::time::add_seconds;
+use onestep_core::store::lease::{LeaseWindow, heartbeat_answer};
 use onestep_core::{ExecutionError, ExecutionStatus, StaleReason};
 use uuid::Uuid;
 
@@ -64,13 +63,11 @@ fn fence(ids: &[Uuid]) -> DbValue {
 }
 
 impl MySqlBackend {
-    async fn heartbeat_many_once(
+    pub(crate) async fn heartbeat_many_once(
         &self,
         leases: &[LeaseRef],
-        lease_duration_s: f64,
+        window: LeaseWindow,
     ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
-        let now = self.now();
-        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
         // Distinct leases in execution-id order: each row is locked once, and concurrent
         // batches lock in the same order.
         let mut distinct = leases.to_vec();
@@ -79,7 +76,7 @@ impl MySqlBackend {
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
         let answers = match self
-            .heartbeat_set(&mut tx, &distinct, now, new_expiry)
+            .heartbeat_set(&mut tx, &distinct, window.now, window.expires_at)
             .await
         {
             Ok(Some(answers)) => {
@@ -94,7 +91,7 @@ impl MySqlBackend {
                 );
                 let mut tx = begin(&mut conn).await?;
                 let outcome = self
-                    .heartbeat_each(&mut tx, &distinct, now, new_expiry)
+                    .heartbeat_each(&mut tx, &distinct, window.now, window.expires_at)
                     .await;
                 self.finish(tx, outcome).await?
             }
@@ -131,13 +128,7 @@ impl MySqlBackend {
             }
             let live: HashMap<LeaseRef, bool> = live.into_iter().collect();
             for lease in chunk {
-                let answer = match live.get(lease) {
-                    Some(&cancel_requested) => Ok(HeartbeatResult {
-                        lease_expires_at: new_expiry,
-                        cancel_requested,
-                    }),
-                    None => Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)),
-                };
+                let answer = heartbeat_answer(live.get(lease).copied(), new_expiry);
                 answers.insert(*lease, answer);
             }
         }
@@ -293,20 +284,5 @@ impl MySqlBackend {
             }
         }
         Ok(answers)
-    }
-
-    pub(crate) async fn heartbeat_leases(
-        &self,
-        leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
-        validate_lease_duration(lease_duration_s)?;
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run("heartbeat", || {
-            self.heartbeat_many_once(leases, lease_duration_s)
-        })
-        .await
     }
 }

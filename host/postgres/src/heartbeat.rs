@@ -9,8 +9,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use onestep_core::execution::{HeartbeatResult, LeaseRef};
-use onestep_core::request::validate_lease_duration;
-use onestep_core::time::add_seconds;
+use onestep_core::store::lease::{LeaseWindow, heartbeat_answer};
 use onestep_core::{ExecutionError, ExecutionStatus, StaleReason};
 use uuid::Uuid;
 
@@ -19,20 +18,6 @@ use crate::errors::{OpError, OpResult};
 use crate::worker_ops::{MAX_LEASES_PER_STATEMENT, count, finish};
 
 impl PgBackend {
-    async fn heartbeat_many_once(
-        &self,
-        leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
-        let now = self.now();
-        let new_expiry = add_seconds(now, "lease_duration_s", lease_duration_s)?;
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let outcome = self.heartbeat_in(&tx, leases, now, new_expiry).await;
-        finish(tx, outcome).await
-    }
-
     async fn heartbeat_in(
         &self,
         tx: &Transaction<'_>,
@@ -85,29 +70,22 @@ impl PgBackend {
         }
         Ok(leases
             .iter()
-            .map(|l| match renewed.get(l) {
-                Some(&cancel_requested) => Ok(HeartbeatResult {
-                    lease_expires_at: new_expiry,
-                    cancel_requested,
-                }),
-                None => Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)),
-            })
+            .map(|l| heartbeat_answer(renewed.get(l).copied(), new_expiry))
             .collect())
     }
 
-    pub(crate) async fn heartbeat_leases(
+    pub(crate) async fn heartbeat_many_once(
         &self,
         leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
-        validate_lease_duration(lease_duration_s)?;
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run("heartbeat", || {
-            self.heartbeat_many_once(leases, lease_duration_s)
-        })
-        .await
+        window: LeaseWindow,
+    ) -> OpResult<Vec<Result<HeartbeatResult, ExecutionError>>> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
+        let outcome = self
+            .heartbeat_in(&tx, leases, window.now, window.expires_at)
+            .await;
+        finish(tx, outcome).await
     }
 
     pub(crate) async fn heartbeat_one(

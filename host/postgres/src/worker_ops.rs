@@ -1,23 +1,25 @@
 //! Worker operations (docs/semantics.md#worker-operations, docs/postgres.md#statements): claim
 //! (bounded maintenance, then a `FOR UPDATE SKIP LOCKED` read in claim-index order, then one
 //! statement that writes the leases and inserts the attempts), the cancel poll (the set-based
-//! heartbeat is in `heartbeat.rs`), complete, complete_many and release. Every write is fenced by the lease token,
-//! the status and the lease's validity; a fence that matches no row is
-//! [`ExecutionError::StaleLease`], and a refused write is rolled back at once (the whole
-//! transaction, or the item's savepoint in `complete_many`).
+//! heartbeat is in `heartbeat.rs`), complete, complete_many (its bookkeeping is
+//! `onestep_core::store::batch`; here its statements) and release; the port itself is written
+//! by `onestep_core::impl_lease_store!`. Every write is fenced by the lease token, the status
+//! and the lease's validity; a fence that matches no row is [`ExecutionError::StaleLease`], and
+//! a refused write is rolled back at once (the whole transaction, or the item's savepoint in
+//! `complete_many`).
 
-use std::collections::HashMap;
-
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
-use onestep_core::diagnostics::LiveDiagnostics;
 use onestep_core::error::UNDECODABLE_DEFER_S;
-use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::plan::CompletionPlan;
-use onestep_core::ports::LeaseStore;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
+use onestep_core::store::batch::{
+    self, CompletionTx, DomainOutcome, FinalDiagnostics, LockedRow, LockedRows, Savepoint,
+    SavepointStep, SetItem,
+};
+use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
 use uuid::Uuid;
@@ -25,9 +27,6 @@ use uuid::Uuid;
 use crate::backend::{PgBackend, commit};
 use crate::errors::{OpError, OpResult};
 use crate::rows::{EXECUTION_COLUMN_COUNT, decode_execution, error_text};
-
-/// A row locked by `complete_many`: the execution, its lease token and lease expiry.
-type Locked = (Execution, Option<Uuid>, Option<DateTime<Utc>>);
 
 /// Most leases bound in one heartbeat or cancel-poll statement.
 pub(crate) const MAX_LEASES_PER_STATEMENT: usize = 1000;
@@ -78,13 +77,12 @@ pub(crate) async fn finish<T>(tx: Transaction<'_>, outcome: OpResult<T>) -> OpRe
 }
 
 impl PgBackend {
-    async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
-        let now = self.now();
-        let lease_expires_at = add_seconds(now, "lease_duration_s", req.lease_duration_s)?;
+    pub(crate) async fn claim_once(&self, req: &ClaimRequest) -> OpResult<Vec<ExecutionLease>> {
+        let window = LeaseWindow::new(self.now(), req.lease_duration_s)?;
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let outcome = self.claim_in(&tx, req, now, lease_expires_at).await;
+        let outcome = self.claim_in(&tx, req, window.now, window.expires_at).await;
         finish(tx, outcome).await
     }
 
@@ -102,36 +100,14 @@ impl PgBackend {
         let rows = tx
             .query(&st, &[&req.namespace, &req.task_names, &now, &limit])
             .await?;
-        let mut leases = Vec::with_capacity(rows.len());
-        let mut deferred: Vec<Uuid> = Vec::new();
-        for row in &rows {
-            // docs/semantics.md#undecodable-rows: an undecodable row is not claimed; it is
-            // deferred (its `available_at` moved on) so that it cannot hold a place at the head
-            // of the queue; the rest of the batch is claimed.
-            let mut execution = match decode_execution(row) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
-                        "claim skipped an undecodable row and deferred it");
-                    deferred.extend(row.try_get::<_, Uuid>("id").ok());
-                    continue;
-                }
-            };
-            let attempt_no = execution.attempts.saturating_add(1);
-            execution.status = ExecutionStatus::Running;
-            execution.attempts = attempt_no;
-            execution.started_at = execution.started_at.or(Some(now));
-            execution.version += 1;
-            leases.push(ExecutionLease {
-                execution,
-                // docs/semantics.md#time-ordered-ids
-                attempt_id: self.attempt_ids.new_id(),
-                attempt_no,
-                lease_token: Uuid::new_v4(),
-                lease_expires_at,
-                trace_parent: None,
+        let keyed = rows
+            .iter()
+            .map(|r| (r.try_get::<_, Uuid>("id").ok(), decode_execution(r)));
+        let (mut leases, deferred) =
+            claim_rows(keyed, self.attempt_ids, lease_expires_at, now, |e| {
+                tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
+                    "claim skipped an undecodable row and deferred it");
             });
-        }
         if !deferred.is_empty() {
             let until = add_seconds(now, "undecodable defer", UNDECODABLE_DEFER_S)?;
             let sql = format!(
@@ -179,7 +155,7 @@ impl PgBackend {
         Ok(leases)
     }
 
-    async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
+    pub(crate) async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
         let now = self.now();
         let conn = self.conn().await?;
         let st = conn.prepare_cached(&self.sql().cancel_poll).await?;
@@ -195,20 +171,6 @@ impl PgBackend {
             }
         }
         Ok(out)
-    }
-
-    fn plan(
-        &self,
-        current: &Execution,
-        completion: &Completion,
-        now: DateTime<Utc>,
-    ) -> OpResult<CompletionPlan> {
-        Ok(CompletionPlan::new(
-            current,
-            completion,
-            now,
-            self.inner.limits.max_result_bytes,
-        )?)
     }
 
     /// docs/semantics.md#completion inside `tx`: lock the row, plan, then one statement writes
@@ -227,7 +189,8 @@ impl PgBackend {
             .await?
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))?;
         let current = decode_execution(&row)?;
-        let plan = self.plan(&current, completion, now)?;
+        let limit = self.inner.limits.max_result_bytes;
+        let plan = CompletionPlan::new(&current, completion, now, limit)?;
         let st = tx.prepare_cached(&self.sql().complete_one).await?;
         let error = error_text(plan.error.as_ref())?;
         let row = tx
@@ -262,7 +225,7 @@ impl PgBackend {
         Ok(decode_execution(&row)?)
     }
 
-    async fn complete_once(
+    pub(crate) async fn complete_once(
         &self,
         lease: &LeaseRef,
         completion: &Completion,
@@ -270,20 +233,11 @@ impl PgBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
-        let outcome = self.complete_in_tx(&tx, lease, completion, now).await;
-        // The final diagnostics ride in the completion's transaction
-        // (docs/observability.md#attempt-diagnostics), only for a completion that wrote.
-        let outcome = match (outcome, completion.diagnostics.as_deref()) {
-            (Ok(x), Some(d)) => self
-                .write_final_diagnostics(&tx, &[(lease, d)], now)
-                .await
-                .map(|()| x),
-            (o, _) => o,
-        };
+        let outcome = batch::complete_one(&mut self.completing(&tx), lease, completion, now).await;
         finish(tx, outcome).await
     }
 
-    async fn complete_many_once(
+    pub(crate) async fn complete_many_once(
         &self,
         items: &[(LeaseRef, Completion)],
     ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
@@ -291,182 +245,14 @@ impl PgBackend {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let outcome = self.complete_many_in(&tx, items, now).await;
+        let limit = self.inner.limits.max_result_bytes;
+        let outcome = batch::complete_many(&mut self.completing(&tx), items, now, limit).await;
         finish(tx, outcome).await
     }
 
-    async fn complete_many_in(
-        &self,
-        tx: &Transaction<'_>,
-        items: &[(LeaseRef, Completion)],
-        now: DateTime<Utc>,
-    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
-        let mut out: Vec<Option<Result<Execution, ExecutionError>>> =
-            (0..items.len()).map(|_| None).collect();
-        let mut pending = Vec::with_capacity(items.len());
-        for (i, (_, completion)) in items.iter().enumerate() {
-            match completion.validate() {
-                Ok(()) => pending.push(i),
-                Err(e) => out[i] = Some(Err(e)),
-            }
-        }
-        let mut ids: Vec<Uuid> = pending.iter().map(|&i| items[i].0.execution_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let stragglers = if pending.len() >= 2 && ids.len() == pending.len() {
-            self.complete_set(tx, items, pending, ids, now, &mut out)
-                .await?
-        } else {
-            pending
-        };
-        for i in stragglers {
-            let (lease, completion) = &items[i];
-            tx.batch_execute("SAVEPOINT onestep_item").await?;
-            match self.complete_in_tx(tx, lease, completion, now).await {
-                Ok(x) => {
-                    tx.batch_execute("RELEASE SAVEPOINT onestep_item").await?;
-                    out[i] = Some(Ok(x));
-                }
-                Err(OpError::Domain(e)) => {
-                    tx.batch_execute("ROLLBACK TO SAVEPOINT onestep_item")
-                        .await?;
-                    out[i] = Some(Err(e));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        // The final diagnostics of the completions that wrote, in the same transaction
-        // (docs/observability.md#attempt-diagnostics); a failure rolls the call back (finish).
-        let written: Vec<(&LeaseRef, &onestep_core::diagnostics::AttemptDiagnostics)> = items
-            .iter()
-            .zip(&out)
-            .filter(|(_, o)| matches!(o, Some(Ok(_))))
-            .filter_map(|((lease, c), _)| c.diagnostics.as_deref().map(|d| (lease, d)))
-            .collect();
-        self.write_final_diagnostics(tx, &written, now).await?;
-        Ok(out
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or(Err(ExecutionError::StaleLease(
-                    StaleReason::ExecutionMissing,
-                )))
-            })
-            .collect())
-    }
-
-    /// The set-based part of `complete_many` for distinct executions: one locking read of every
-    /// row (in id order), then — for the items whose fence holds on the locked row — one
-    /// statement that writes the executions and their attempts (each row still fenced by its
-    /// own token, its locked status and its live lease) and returns the new rows. When the
-    /// counts differ from the items, the writes are rolled back to a savepoint and every item
-    /// takes the per-item path. Returns the items left for the per-item path.
-    async fn complete_set(
-        &self,
-        tx: &Transaction<'_>,
-        items: &[(LeaseRef, Completion)],
-        pending: Vec<usize>,
-        ids: Vec<Uuid>,
-        now: DateTime<Utc>,
-        out: &mut [Option<Result<Execution, ExecutionError>>],
-    ) -> OpResult<Vec<usize>> {
-        let st = tx.prepare_cached(&self.sql().lock_many).await?;
-        let rows = tx.query(&st, &[&ids]).await?;
-        let mut locked: HashMap<Uuid, Locked> = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            // An undecodable row is left out: its item takes the per-item path, which reports
-            // the decoding error for that item alone (docs/semantics.md#undecodable-rows).
-            let decoded = (
-                row.try_get::<_, Option<Uuid>>(EXECUTION_COLUMN_COUNT),
-                row.try_get::<_, Option<DateTime<Utc>>>(EXECUTION_COLUMN_COUNT + 1),
-                decode_execution(row),
-            );
-            if let (Ok(token), Ok(expiry), Ok(e)) = decoded {
-                locked.insert(e.id, (e, token, expiry));
-            }
-        }
-        let mut fast: Vec<(usize, CompletionPlan, ExecutionStatus)> = Vec::new();
-        let mut rest = Vec::new();
-        for i in pending {
-            let (lease, completion) = &items[i];
-            let Some((current, token, expiry)) = locked.get(&lease.execution_id) else {
-                rest.push(i);
-                continue;
-            };
-            let fenced = *token == Some(lease.lease_token)
-                && expiry.is_some_and(|x| x > now)
-                && completion
-                    .status
-                    .allowed_sources()
-                    .contains(&current.status);
-            if !fenced {
-                rest.push(i);
-                continue;
-            }
-            match self.plan(current, completion, now) {
-                Ok(plan) => fast.push((i, plan, current.status)),
-                Err(OpError::Domain(e)) => out[i] = Some(Err(e)),
-                Err(e) => return Err(e),
-            }
-        }
-        if fast.len() < 2 {
-            rest.extend(fast.into_iter().map(|(i, _, _)| i));
-            return Ok(rest);
-        }
-        let lease = |i: usize| &items[i].0;
-        let ids: Vec<Uuid> = fast
-            .iter()
-            .map(|(i, _, _)| lease(*i).execution_id)
-            .collect();
-        let tokens: Vec<Uuid> = fast.iter().map(|(i, _, _)| lease(*i).lease_token).collect();
-        let cur: Vec<&str> = fast.iter().map(|(_, _, s)| s.as_str()).collect();
-        let st_new: Vec<&str> = fast.iter().map(|(_, p, _)| p.effective.as_str()).collect();
-        let res: Vec<Option<String>> = fast.iter().map(|(_, p, _)| result_text(p)).collect();
-        let err: Vec<Option<String>> = fast
-            .iter()
-            .map(|(_, p, _)| error_text(p.error.as_ref()))
-            .collect::<Result<_, _>>()?;
-        let avail: Vec<DateTime<Utc>> = fast.iter().map(|(_, p, _)| p.available_at).collect();
-        let fin: Vec<Option<DateTime<Utc>>> =
-            fast.iter().map(|(_, p, _)| finished_at(p, now)).collect();
-        let aids: Vec<Uuid> = fast.iter().map(|(i, _, _)| lease(*i).attempt_id).collect();
-        let ast: Vec<&str> = fast
-            .iter()
-            .map(|(_, p, _)| attempt_status_for(p.effective).as_str())
-            .collect();
-        tx.batch_execute("SAVEPOINT onestep_batch").await?;
-        let st = tx.prepare_cached(&self.sql().complete_set).await?;
-        let rows = tx
-            .query(
-                &st,
-                &[
-                    &ids, &tokens, &cur, &st_new, &res, &err, &avail, &fin, &aids, &ast, &now,
-                ],
-            )
-            .await?;
-        let attempts_written = match rows.first() {
-            Some(r) => count(r, EXECUTION_COLUMN_COUNT)?,
-            None => 0,
-        };
-        if rows.len() != fast.len() || attempts_written != fast.len() as i64 {
-            tx.batch_execute("ROLLBACK TO SAVEPOINT onestep_batch")
-                .await?;
-            rest.extend(fast.into_iter().map(|(i, _, _)| i));
-            return Ok(rest);
-        }
-        tx.batch_execute("RELEASE SAVEPOINT onestep_batch").await?;
-        let mut by_id = HashMap::with_capacity(rows.len());
-        for r in &rows {
-            let e = decode_execution(r)?;
-            by_id.insert(e.id, e);
-        }
-        for (i, _, _) in fast {
-            out[i] = Some(
-                by_id
-                    .remove(&items[i].0.execution_id)
-                    .ok_or(ExecutionError::StaleLease(StaleReason::ExecutionMissing)),
-            );
-        }
-        Ok(rest)
+    /// `tx`, for the completion bookkeeping of `onestep_core::store::batch`.
+    fn completing<'a, 't>(&'a self, tx: &'a Transaction<'t>) -> Completing<'a, 't> {
+        Completing { backend: self, tx }
     }
 
     async fn release_in<C: GenericClient>(
@@ -498,7 +284,7 @@ impl PgBackend {
         Ok(decode_execution(&row)?)
     }
 
-    async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
+    pub(crate) async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
@@ -507,65 +293,142 @@ impl PgBackend {
     }
 }
 
-#[async_trait]
-impl LeaseStore for PgBackend {
-    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ExecutionLease>, ExecutionError> {
-        let req = req.validate()?;
-        self.run("fetch", || self.claim_once(&req)).await
-    }
+onestep_core::impl_lease_store!(PgBackend);
 
-    async fn heartbeat(
-        &self,
-        lease: &LeaseRef,
-        lease_duration_s: f64,
-    ) -> Result<HeartbeatResult, ExecutionError> {
-        self.heartbeat_one(lease, lease_duration_s).await
-    }
-
-    async fn heartbeat_many(
-        &self,
-        leases: &[LeaseRef],
-        lease_duration_s: f64,
-    ) -> Result<Vec<Result<HeartbeatResult, ExecutionError>>, ExecutionError> {
-        self.heartbeat_leases(leases, lease_duration_s).await
-    }
-
-    async fn record_live(
-        &self,
-        items: &[(LeaseRef, LiveDiagnostics)],
-    ) -> Result<bool, ExecutionError> {
-        self.write_live(items).await
-    }
-
-    async fn cancel_requested(&self, leases: &[LeaseRef]) -> Result<Vec<Uuid>, ExecutionError> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
+impl DomainOutcome for OpError {
+    fn into_domain(self) -> Result<ExecutionError, Self> {
+        match self {
+            OpError::Domain(e) => Ok(e),
+            e => Err(e),
         }
-        self.run("cancel_poll", || self.cancel_requested_once(leases))
-            .await
+    }
+}
+
+/// One open transaction of this backend, as the shared completion bookkeeping drives it.
+struct Completing<'a, 't> {
+    backend: &'a PgBackend,
+    tx: &'a Transaction<'t>,
+}
+
+/// The statement of `step` on `savepoint` (a static text: no allocation per item).
+fn savepoint_sql(step: SavepointStep, savepoint: Savepoint) -> &'static str {
+    match (savepoint, step) {
+        (Savepoint::Item, SavepointStep::Set) => "SAVEPOINT onestep_item",
+        (Savepoint::Item, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_item",
+        (Savepoint::Item, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_item",
+        (Savepoint::Batch, SavepointStep::Set) => "SAVEPOINT onestep_batch",
+        (Savepoint::Batch, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_batch",
+        (Savepoint::Batch, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_batch",
+    }
+}
+
+impl CompletionTx for Completing<'_, '_> {
+    type Error = OpError;
+
+    async fn savepoint(&mut self, step: SavepointStep, savepoint: Savepoint) -> OpResult<()> {
+        Ok(self
+            .tx
+            .batch_execute(savepoint_sql(step, savepoint))
+            .await?)
     }
 
-    async fn complete(
-        &self,
+    async fn complete_one(
+        &mut self,
         lease: &LeaseRef,
         completion: &Completion,
-    ) -> Result<Execution, ExecutionError> {
-        completion.validate()?;
-        self.run("ack", || self.complete_once(lease, completion))
+        now: DateTime<Utc>,
+    ) -> OpResult<Execution> {
+        self.backend
+            .complete_in_tx(self.tx, lease, completion, now)
             .await
     }
 
-    async fn complete_many(
-        &self,
-        items: &[(LeaseRef, Completion)],
-    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
-        if items.is_empty() {
-            return Ok(Vec::new());
+    /// One locking read of every row, in id order; an undecodable row is left out
+    /// (docs/semantics.md#undecodable-rows).
+    async fn lock_rows(&mut self, ids: &[Uuid]) -> OpResult<LockedRows> {
+        let st = self
+            .tx
+            .prepare_cached(&self.backend.sql().lock_many)
+            .await?;
+        let rows = self.tx.query(&st, &[&ids]).await?;
+        let mut locked = LockedRows::with_capacity(rows.len());
+        for row in &rows {
+            let decoded = (
+                row.try_get::<_, Option<Uuid>>(EXECUTION_COLUMN_COUNT),
+                row.try_get::<_, Option<DateTime<Utc>>>(EXECUTION_COLUMN_COUNT + 1),
+                decode_execution(row),
+            );
+            if let (Ok(lease_token), Ok(lease_expires_at), Ok(execution)) = decoded {
+                let row = LockedRow {
+                    execution,
+                    lease_token,
+                    lease_expires_at,
+                };
+                locked.insert(row.execution.id, row);
+            }
         }
-        self.run("ack", || self.complete_many_once(items)).await
+        Ok(locked)
     }
 
-    async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
-        self.run("release", || self.release_once(lease)).await
+    /// One statement writes the executions and their attempts (each row still fenced by its
+    /// own token, its locked status and its live lease) and returns the new rows; `None` when
+    /// the counts differ from the items.
+    async fn write_set(
+        &mut self,
+        items: &[(LeaseRef, Completion)],
+        set: &[SetItem],
+        now: DateTime<Utc>,
+    ) -> OpResult<Option<Vec<Execution>>> {
+        let lease = |s: &SetItem| &items[s.index].0;
+        let ids: Vec<Uuid> = set.iter().map(|s| lease(s).execution_id).collect();
+        let tokens: Vec<Uuid> = set.iter().map(|s| lease(s).lease_token).collect();
+        let cur: Vec<&str> = set.iter().map(|s| s.current.as_str()).collect();
+        let st_new: Vec<&str> = set.iter().map(|s| s.plan.effective.as_str()).collect();
+        let res: Vec<Option<String>> = set.iter().map(|s| result_text(&s.plan)).collect();
+        let err: Vec<Option<String>> = set
+            .iter()
+            .map(|s| error_text(s.plan.error.as_ref()))
+            .collect::<Result<_, _>>()?;
+        let avail: Vec<DateTime<Utc>> = set.iter().map(|s| s.plan.available_at).collect();
+        let fin: Vec<Option<DateTime<Utc>>> =
+            set.iter().map(|s| finished_at(&s.plan, now)).collect();
+        let aids: Vec<Uuid> = set.iter().map(|s| lease(s).attempt_id).collect();
+        let ast: Vec<&str> = set
+            .iter()
+            .map(|s| attempt_status_for(s.plan.effective).as_str())
+            .collect();
+        let sql = self.backend.sql();
+        let st = self.tx.prepare_cached(&sql.complete_set).await?;
+        let rows = self
+            .tx
+            .query(
+                &st,
+                &[
+                    &ids, &tokens, &cur, &st_new, &res, &err, &avail, &fin, &aids, &ast, &now,
+                ],
+            )
+            .await?;
+        let attempts_written = match rows.first() {
+            Some(r) => count(r, EXECUTION_COLUMN_COUNT)?,
+            None => 0,
+        };
+        if rows.len() != set.len() || attempts_written != set.len() as i64 {
+            return Ok(None);
+        }
+        let mut written = Vec::with_capacity(rows.len());
+        for r in &rows {
+            written.push(decode_execution(r)?);
+        }
+        Ok(Some(written))
+    }
+
+    async fn write_final_diagnostics(
+        &mut self,
+        written: &FinalDiagnostics<'_>,
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        self.backend
+            .write_final_diagnostics(self.tx, written, now)
+            .await
     }
 }

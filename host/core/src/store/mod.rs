@@ -1,12 +1,17 @@
 //! Support shared by the storage backends, with no SQL and no driver types: the options every
 //! backend opens with and their defaults ([`options`]), redaction of DSN secrets ([`redact`]),
-//! the bounded backoff for transient failures ([`backoff`]) and the resolution of an ambiguous
-//! commit ([`ambiguity`]). Each backend keeps its own DSN parsing, SQL and error classification
+//! the bounded backoff for transient failures ([`backoff`]), the resolution of an ambiguous
+//! commit ([`ambiguity`]), the bookkeeping of the batched completion ([`batch`]), the lease
+//! arithmetic of claim and heartbeat ([`lease`]) and the worker port written once for every
+//! backend ([`lease_port`]). Each backend keeps its own DSN parsing, SQL and error classification
 //! and calls into these (CONTRIBUTING.md, "Adding a backend").
 
 pub mod ambiguity;
 pub mod backoff;
+pub mod batch;
 pub mod errors;
+pub mod lease;
+pub mod lease_port;
 pub mod options;
 pub mod redact;
 
