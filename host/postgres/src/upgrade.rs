@@ -21,7 +21,7 @@ use crate::schema::{
     status_index_sql, status_list_index_sql, task_list_index_sql,
 };
 pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
-use onestep_core::store::StoreOptions;
+use onestep_core::store::{StoreOptions, for_ddl, upgrade_then_close};
 
 /// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
 fn index_defs(names: &TableNames) -> [(String, String); 4] {
@@ -150,15 +150,8 @@ impl PgBackend {
     /// the executions table lacks (module docs) while holding the pair's advisory lock (the key
     /// table creation takes, so two upgrades, or an upgrade and a creator, do not interleave).
     /// Idempotent: on tables this crate created it changes nothing and reports no step.
-    pub async fn upgrade(mut opts: StoreOptions) -> Result<UpgradeReport, ExecutionError> {
-        opts.auto_create = true;
-        opts.pool_max = 1;
-        let backend = PgBackend::open(opts).await?;
-        let report = backend.upgrade_tables().await;
-        let closed = backend.close().await;
-        let report = report?;
-        closed?;
-        Ok(report)
+    pub async fn upgrade(opts: StoreOptions) -> Result<UpgradeReport, ExecutionError> {
+        upgrade_then_close(&PgBackend::open(for_ddl(opts)).await?).await
     }
 
     /// The upgrade of [`Self::upgrade`] over this open backend (tables already created).
@@ -190,12 +183,8 @@ impl PgBackend {
 /// For benchmarks and tests (`onestep bench --reference-tables`): creates the table pair if
 /// missing, as the reference creates it — our DDL without the two indexes this module adds.
 /// Tables that already existed are left as they are. Returns the tables created.
-pub async fn create_reference_shaped(
-    mut opts: StoreOptions,
-) -> Result<Vec<String>, ExecutionError> {
-    opts.auto_create = true;
-    opts.pool_max = 1;
-    let backend = PgBackend::open(opts).await?;
+pub async fn create_reference_shaped(opts: StoreOptions) -> Result<Vec<String>, ExecutionError> {
+    let backend = PgBackend::open(for_ddl(opts)).await?;
     let names = backend.tables().clone();
     let created = backend.schema_report().created.clone();
     let run = async {

@@ -1,0 +1,243 @@
+//! The transaction runner every backend operation goes through, written once for every backend
+//! (docs/semantics.md#error-classification): bounded retries of the failures that are safe to
+//! repeat ([`TransientBackoff`]), the resolution of an ambiguous commit
+//! ([`crate::store::ambiguity`]) and the mapping of the final failure to a redacted
+//! [`BackendError`]. A backend keeps only what is its driver's: its operation error type, which
+//! implements [`TxError`] (its classification of driver errors, by SQLSTATE or server code), its
+//! COMMIT, and its runtime's timer. [`tx_methods!`](crate::tx_methods) gives a backend type the
+//! `run`, `retry_raw`, `write_resolving_ambiguity` and `error` methods its operations call.
+
+use std::fmt::{Debug, Display};
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::{BackendError, ConnectorKind, ExecutionError};
+use crate::store::ambiguity::{Attempt, write_resolving_ambiguity};
+use crate::store::backoff::TransientBackoff;
+use crate::store::redact::redact;
+
+/// What the failure of one attempt at an operation is, as the runner maps it.
+#[derive(Debug)]
+pub enum Failure {
+    /// A domain outcome (stale lease, conflict, encoding…), returned as is.
+    Domain(ExecutionError),
+    /// The driver, the server or the pool failed: the kind the backend classified and the
+    /// driver's message (not yet redacted).
+    Driver(ConnectorKind, String),
+    /// The connection failed while COMMIT was in flight: the outcome is unknown (the driver's
+    /// message).
+    CommitUnknown(String),
+}
+
+/// A backend's error of one attempt at an operation (its `OpError`), as the runner reads it.
+pub trait TxError: Debug + Sized {
+    /// True for failures that leave nothing half-done and are worth repeating: deadlocks, lock
+    /// waits, connection losses before COMMIT (docs/semantics.md#error-classification).
+    fn is_retryable_before_commit(&self) -> bool;
+
+    /// The driver's error when the connection failed during COMMIT (the outcome is unknown);
+    /// `None` for every other failure.
+    fn commit_unknown(&self) -> Option<&dyn Display>;
+
+    /// An ambiguous commit with `message` (the error after repeated ambiguous commits).
+    fn ambiguous(message: &str) -> Self;
+
+    /// What the failure is.
+    fn into_failure(self) -> Failure;
+}
+
+/// Builds the public error of `backend` for `operation`, redacting `secrets`.
+pub fn backend_error(
+    backend: &'static str,
+    operation: &'static str,
+    kind: ConnectorKind,
+    message: &str,
+    secrets: &[String],
+) -> ExecutionError {
+    ExecutionError::Backend(BackendError {
+        backend,
+        operation,
+        kind,
+        message: redact(message, secrets),
+    })
+}
+
+/// Turns a backend's operation error into the public error of `backend` for `operation`.
+pub fn into_execution_error<E: TxError>(
+    e: E,
+    backend: &'static str,
+    operation: &'static str,
+    secrets: &[String],
+) -> ExecutionError {
+    match e.into_failure() {
+        Failure::Domain(d) => d,
+        Failure::Driver(kind, message) => {
+            backend_error(backend, operation, kind, &message, secrets)
+        }
+        Failure::CommitUnknown(message) => backend_error(
+            backend,
+            operation,
+            ConnectorKind::Uncertain,
+            &format!("connection lost during COMMIT, outcome unknown: {message}"),
+            secrets,
+        ),
+    }
+}
+
+/// The transaction plumbing of one opened backend: its label (`mysql`, `postgres`), the secrets
+/// its messages must not carry, and its backoff.
+#[derive(Debug, Clone, Copy)]
+pub struct Tx<'a> {
+    /// The backend label of every [`BackendError`] (docs/semantics.md#error-object `backend`).
+    pub backend: &'static str,
+    /// The secrets of the DSN ([`crate::store::secrets_of`]).
+    pub secrets: &'a [String],
+    /// The retry policy of transient failures.
+    pub backoff: TransientBackoff,
+}
+
+impl Tx<'_> {
+    /// The public error for `operation`.
+    pub fn error<E: TxError>(&self, e: E, operation: &'static str) -> ExecutionError {
+        into_execution_error(e, self.backend, operation, self.secrets)
+    }
+
+    /// Runs a whole-transaction `attempt` with bounded, jittered retries of the failures that
+    /// are safe to repeat ([`TxError::is_retryable_before_commit`]; `sleep` is the backend's
+    /// timer). An ambiguous commit is never retried here: only the caller can resolve it.
+    pub async fn retry_raw<T, E, F, Fut, S, SFut>(&self, attempt: F, sleep: S) -> Result<T, E>
+    where
+        E: TxError,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        S: Fn(Duration) -> SFut,
+        SFut: Future<Output = ()>,
+    {
+        let backend = self.backend;
+        let transient = |e: &E| {
+            let retry = e.is_retryable_before_commit();
+            if retry {
+                tracing::debug!(error = ?e, "retrying a {backend} transaction");
+            }
+            retry
+        };
+        self.backoff.run(attempt, transient, sleep).await
+    }
+
+    /// [`Self::retry_raw`], then maps the final error for `operation`.
+    pub async fn run<T, E, F, Fut, S, SFut>(
+        &self,
+        operation: &'static str,
+        attempt: F,
+        sleep: S,
+    ) -> Result<T, ExecutionError>
+    where
+        E: TxError,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        S: Fn(Duration) -> SFut,
+        SFut: Future<Output = ()>,
+    {
+        self.retry_raw(attempt, sleep)
+            .await
+            .map_err(|e| self.error(e, operation))
+    }
+
+    /// Runs `write` (one whole transaction) with the retry policy; after an ambiguous commit,
+    /// `landed` decides ([`write_resolving_ambiguity`]). Errors are labelled `operation`.
+    pub async fn write_resolving_ambiguity<T, E, W, WFut, R, RFut, S, SFut>(
+        &self,
+        operation: &'static str,
+        write: W,
+        landed: R,
+        sleep: S,
+    ) -> Result<T, ExecutionError>
+    where
+        E: TxError,
+        W: Fn() -> WFut,
+        WFut: Future<Output = Result<T, E>>,
+        R: Fn() -> RFut,
+        RFut: Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
+        S: Fn(Duration) -> SFut,
+        SFut: Future<Output = ()>,
+    {
+        let attempt = || async {
+            let e = match self.retry_raw(&write, &sleep).await {
+                Ok(v) => return Attempt::Known(Ok(v)),
+                Err(e) => e,
+            };
+            if let Some(cause) = e.commit_unknown() {
+                tracing::warn!(error = %cause, "{operation} commit outcome unknown; re-reading");
+                return Attempt::Unknown;
+            }
+            Attempt::Known(Err(self.error(e, operation)))
+        };
+        let exhausted = || self.error(E::ambiguous("repeated ambiguous commits"), operation);
+        write_resolving_ambiguity(attempt, landed, exhausted).await
+    }
+}
+
+/// The `run`, `retry_raw`, `write_resolving_ambiguity` and `error` methods of a backend type
+/// over its [`Tx`]: use inside `impl T { … }` of a type with a method `fn tx(&self) -> Tx<'_>`,
+/// naming its operation error type and its runtime's timer (`tokio::time::sleep`).
+#[macro_export]
+macro_rules! tx_methods {
+    ($error:ty, $sleep:path) => {
+        /// Runs a whole-transaction `attempt` with the retry policy and maps the final error
+        /// (`onestep_core::store::Tx::run`).
+        pub(crate) async fn run<T, F, Fut>(
+            &self,
+            operation: &'static str,
+            attempt: F,
+        ) -> ::std::result::Result<T, $crate::ExecutionError>
+        where
+            F: FnMut() -> Fut,
+            Fut: ::std::future::Future<Output = ::std::result::Result<T, $error>>,
+        {
+            self.tx().run(operation, attempt, $sleep).await
+        }
+
+        /// Runs a whole-transaction `attempt` with bounded, jittered retries of the failures
+        /// that are safe to repeat (`onestep_core::store::Tx::retry_raw`).
+        pub(crate) async fn retry_raw<T, F, Fut>(
+            &self,
+            attempt: F,
+        ) -> ::std::result::Result<T, $error>
+        where
+            F: FnMut() -> Fut,
+            Fut: ::std::future::Future<Output = ::std::result::Result<T, $error>>,
+        {
+            self.tx().retry_raw(attempt, $sleep).await
+        }
+
+        /// Runs `write` (one whole transaction) with the retry policy; after an ambiguous
+        /// commit, `landed` decides; errors are labelled `operation`
+        /// (`onestep_core::store::Tx::write_resolving_ambiguity`).
+        pub(crate) async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
+            &self,
+            operation: &'static str,
+            write: W,
+            landed: R,
+        ) -> ::std::result::Result<T, $crate::ExecutionError>
+        where
+            W: Fn() -> WFut,
+            WFut: ::std::future::Future<Output = ::std::result::Result<T, $error>>,
+            R: Fn() -> RFut,
+            RFut: ::std::future::Future<
+                    Output = ::std::result::Result<
+                        ::std::option::Option<::std::result::Result<T, $crate::ExecutionError>>,
+                        $crate::ExecutionError,
+                    >,
+                >,
+        {
+            self.tx()
+                .write_resolving_ambiguity(operation, write, landed, $sleep)
+                .await
+        }
+
+        /// The public error of `e` for `operation`, redacted.
+        pub(crate) fn error(&self, e: $error, operation: &'static str) -> $crate::ExecutionError {
+            self.tx().error(e, operation)
+        }
+    };
+}
