@@ -241,3 +241,138 @@ macro_rules! tx_methods {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let mut f = pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    enum Fake {
+        Deadlock,
+        Syntax(String),
+        CommitLost(String),
+    }
+
+    impl TxError for Fake {
+        fn is_retryable_before_commit(&self) -> bool {
+            matches!(self, Fake::Deadlock)
+        }
+        fn commit_unknown(&self) -> Option<&dyn Display> {
+            match self {
+                Fake::CommitLost(m) => Some(m),
+                _ => None,
+            }
+        }
+        fn ambiguous(message: &str) -> Self {
+            Fake::CommitLost(message.to_owned())
+        }
+        fn into_failure(self) -> Failure {
+            match self {
+                Fake::Deadlock => Failure::Driver(ConnectorKind::Transient, "deadlock".into()),
+                Fake::Syntax(m) => Failure::Driver(ConnectorKind::Permanent, m),
+                Fake::CommitLost(m) => Failure::CommitUnknown(m),
+            }
+        }
+    }
+
+    fn tx(secrets: &[String]) -> Tx<'_> {
+        Tx {
+            backend: "fake",
+            secrets,
+            backoff: TransientBackoff::default(),
+        }
+    }
+
+    #[test]
+    fn errors_are_labelled_classified_and_redacted() {
+        let secrets = vec!["hunter2".to_owned()];
+        let e = tx(&secrets).error(Fake::Syntax("bad hunter2".into()), "get");
+        let ExecutionError::Backend(b) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!((b.backend, b.operation), ("fake", "get"));
+        assert_eq!(
+            (b.kind, b.message.as_str()),
+            (ConnectorKind::Permanent, "bad <redacted>")
+        );
+        let e = tx(&[]).error(Fake::CommitLost("reset".into()), "submit");
+        let ExecutionError::Backend(b) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(b.kind, ConnectorKind::Uncertain);
+        assert_eq!(
+            b.message,
+            "connection lost during COMMIT, outcome unknown: reset"
+        );
+    }
+
+    #[test]
+    fn retryable_failures_are_retried_and_others_returned() {
+        let tries = Cell::new(0u32);
+        let r: Result<u8, ExecutionError> = block_on(tx(&[]).run(
+            "claim",
+            || {
+                tries.set(tries.get() + 1);
+                let n = tries.get();
+                async move { if n < 3 { Err(Fake::Deadlock) } else { Ok(7) } }
+            },
+            |_| async {},
+        ));
+        assert_eq!((r.ok(), tries.get()), (Some(7), 3));
+        let tries = Cell::new(0u32);
+        let r: Result<u8, Fake> = block_on(tx(&[]).retry_raw(
+            || {
+                tries.set(tries.get() + 1);
+                async { Err(Fake::CommitLost("x".into())) }
+            },
+            |_| async {},
+        ));
+        assert!(matches!(r, Err(Fake::CommitLost(_))));
+        assert_eq!(tries.get(), 1);
+    }
+
+    #[test]
+    fn repeated_ambiguous_commits_fail_with_the_callers_operation() {
+        let writes = Cell::new(0usize);
+        let r: Result<u8, ExecutionError> = block_on(tx(&[]).write_resolving_ambiguity(
+            "submit_many",
+            || {
+                writes.set(writes.get() + 1);
+                async { Err(Fake::CommitLost("reset".into())) }
+            },
+            || async { Ok(None) },
+            |_| async {},
+        ));
+        assert_eq!(writes.get(), crate::store::AMBIGUOUS_ROUNDS);
+        match r {
+            Err(ExecutionError::Backend(b)) => {
+                assert_eq!(
+                    (b.operation, b.kind),
+                    ("submit_many", ConnectorKind::Uncertain)
+                );
+                assert!(b.message.ends_with("repeated ambiguous commits"), "{b:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let r: Result<u8, ExecutionError> = block_on(tx(&[]).write_resolving_ambiguity(
+            "submit",
+            || async { Err(Fake::CommitLost("reset".into())) },
+            || async { Ok(Some(Ok(5))) },
+            |_| async {},
+        ));
+        assert_eq!(r.ok(), Some(5));
+    }
+}
