@@ -7,12 +7,12 @@ use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool, Transaction, TxOpts};
 use onestep_core::names::TableNames;
-use onestep_core::store::{StoreOptions, TransientBackoff, Tx, for_ddl, settle_at_open};
+use onestep_core::store::{StoreOptions, TransientBackoff, Tx, TxError, for_ddl, settle_at_open};
 use onestep_core::time::truncate_micros;
 use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
 
 use crate::dsn::parse_dsn;
-use crate::errors::{BACKEND, OpError, OpResult, backend_error, classify, into_execution_error};
+use crate::errors::{OpError, OpResult, backend_error, classify};
 use crate::faults::Fault;
 #[cfg(not(feature = "test-support"))]
 use crate::faults::Faults;
@@ -110,7 +110,7 @@ impl MySqlBackend {
             Ok(v) => v,
             Err(e) => {
                 let _ = pool.disconnect().await;
-                return Err(into_execution_error(e, "open", &secrets));
+                return Err(e.into_execution_error("open", &secrets));
             }
         };
         let traces = settle_at_open(&mut report, &opts, &tables, || {
@@ -158,7 +158,7 @@ impl MySqlBackend {
             .clone()
             .disconnect()
             .await
-            .map_err(|e| into_execution_error(e.into(), "close", &self.inner.secrets))
+            .map_err(|e| self.error(e.into(), "close"))
     }
 
     /// The server identity read at open.
@@ -184,7 +184,7 @@ impl MySqlBackend {
             Ok(read_session_state(&mut conn, &self.inner.server).await?)
         }
         .await;
-        r.map_err(|e: OpError| into_execution_error(e, "session", &self.inner.secrets))
+        r.map_err(|e: OpError| self.error(e, "session"))
     }
 
     /// The pool. Connections taken from it are reset when they go back (unlike [`Self::conn`]).
@@ -257,7 +257,6 @@ impl MySqlBackend {
     /// The transaction runner over this backend's secrets and backoff.
     fn tx(&self) -> Tx<'_> {
         Tx {
-            backend: BACKEND,
             secrets: &self.inner.secrets,
             backoff: self.inner.retry,
         }

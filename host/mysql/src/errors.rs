@@ -144,17 +144,10 @@ pub(crate) fn backend_error(
     tx::backend_error(BACKEND, operation, kind, message, secrets)
 }
 
-/// Turns an [`OpError`] into the public error.
-pub(crate) fn into_execution_error(
-    e: OpError,
-    operation: &'static str,
-    secrets: &[String],
-) -> ExecutionError {
-    tx::into_execution_error(e, BACKEND, operation, secrets)
-}
-
 /// How the shared transaction runner (`onestep_core::store::tx`) reads an [`OpError`].
 impl TxError for OpError {
+    const BACKEND: &'static str = BACKEND;
+
     fn is_retryable_before_commit(&self) -> bool {
         matches!(self, OpError::Db(db) if is_retryable_before_commit(db))
     }

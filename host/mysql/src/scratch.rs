@@ -7,7 +7,9 @@ use mysql_async::{Conn, Opts};
 use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::dsn::parse_dsn;
-use crate::errors::{backend_error, into_execution_error};
+use onestep_core::store::TxError;
+
+use crate::errors::{OpError, backend_error};
 
 /// An empty database created on a server, dropped by [`ScratchDatabase::drop_database`] (not
 /// on drop: dropping needs the server).
@@ -69,7 +71,7 @@ impl ScratchDatabase {
         })?;
         let created = conn.query_drop(format!("CREATE DATABASE `{name}`")).await;
         conn.disconnect().await.ok();
-        created.map_err(|e| into_execution_error(e.into(), op, &secrets))?;
+        created.map_err(|e| OpError::from(e).into_execution_error(op, &secrets))?;
         Ok(ScratchDatabase {
             server: parsed.opts,
             secrets,
@@ -97,7 +99,7 @@ impl ScratchDatabase {
             conn.disconnect().await
         }
         .await;
-        dropped.map_err(|e| into_execution_error(e.into(), "drop_database", &self.secrets))
+        dropped.map_err(|e| OpError::from(e).into_execution_error("drop_database", &self.secrets))
     }
 }
 

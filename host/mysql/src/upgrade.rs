@@ -20,7 +20,7 @@ use onestep_core::ExecutionError;
 use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
 
 use crate::backend::MySqlBackend;
-use crate::errors::{OpError, OpResult, into_execution_error};
+use crate::errors::{OpError, OpResult};
 use crate::schema::{
     CLAIMABLE_COLUMN, IX_STATUS_COLUMNS, IX_STATUS_LIST_COLUMNS, IX_TASK_LIST_COLUMNS, get_lock,
     ix_claimable, ix_expiry, ix_status, ix_status_list, ix_task_list, release_lock,
@@ -288,7 +288,7 @@ impl MySqlBackend {
         }
         .await;
         let created = backend.inner.report.created.clone();
-        let steps = run.map_err(|e| into_execution_error(e, "upgrade", &backend.inner.secrets))?;
+        let steps = run.map_err(|e| backend.error(e, "upgrade"))?;
         Ok(UpgradeReport { created, steps })
     }
 }

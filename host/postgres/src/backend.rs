@@ -9,15 +9,13 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use onestep_core::names::TableNames;
 use onestep_core::store::{
-    SetupError, StoreOptions, TransientBackoff, Tx, for_ddl, settle_at_open,
+    SetupError, StoreOptions, TransientBackoff, Tx, TxError, for_ddl, settle_at_open,
 };
 use onestep_core::time::truncate_micros;
 use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
 
 use crate::dsn::{ParsedDsn, TlsMode, parse_dsn};
-use crate::errors::{
-    BACKEND, OpError, OpResult, backend_error, classify, db_message, into_execution_error,
-};
+use crate::errors::{OpError, OpResult, backend_error, classify, db_message};
 use crate::schema::{SchemaReport, ensure_schema, validate_names};
 
 /// The oldest server accepted (`server_version_num`): PostgreSQL 12.
@@ -186,7 +184,7 @@ impl PgBackend {
             Ok(v) => v,
             Err(e) => {
                 pool.close();
-                return Err(into_execution_error(e, "open", &secrets));
+                return Err(e.into_execution_error("open", &secrets));
             }
         };
         let traces = settle_at_open(&mut report, &opts, &tables, || {
@@ -317,7 +315,6 @@ impl PgBackend {
     /// The transaction runner over this backend's secrets and the default backoff.
     fn tx(&self) -> Tx<'_> {
         Tx {
-            backend: BACKEND,
             secrets: &self.inner.secrets,
             backoff: TransientBackoff::default(),
         }

@@ -151,17 +151,10 @@ pub(crate) fn db_message(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// Turns an [`OpError`] into the public error.
-pub(crate) fn into_execution_error(
-    e: OpError,
-    operation: &'static str,
-    secrets: &[String],
-) -> ExecutionError {
-    tx::into_execution_error(e, BACKEND, operation, secrets)
-}
-
 /// How the shared transaction runner (`onestep_core::store::tx`) reads an [`OpError`].
 impl TxError for OpError {
+    const BACKEND: &'static str = BACKEND;
+
     fn is_retryable_before_commit(&self) -> bool {
         is_retryable_before_commit(self)
     }

@@ -6,7 +6,9 @@
 use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::dsn::parse_dsn;
-use crate::errors::{OpError, backend_error, into_execution_error};
+use onestep_core::store::TxError;
+
+use crate::errors::{OpError, backend_error};
 
 /// An empty database created on a server, dropped by [`ScratchDatabase::drop_database`] (not
 /// on drop: dropping needs the server).
@@ -60,7 +62,7 @@ async fn on_server(server_dsn: &str, sql: &str, op: &'static str) -> Result<(), 
         r
     };
     run.await
-        .map_err(|e| into_execution_error(OpError::Db(e), op, &secrets))
+        .map_err(|e| OpError::Db(e).into_execution_error(op, &secrets))
 }
 
 impl ScratchDatabase {

@@ -14,7 +14,7 @@ use tokio_postgres::GenericClient;
 
 use crate::backend::PgBackend;
 use crate::dsn::ParsedDsn;
-use crate::errors::{OpResult, into_execution_error};
+use crate::errors::OpResult;
 use crate::schema::{
     IX_STATUS_WIDTH, expiry_index_sql, index_info, index_width, ix_expiry, ix_status,
     ix_status_list, ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named,
@@ -175,7 +175,7 @@ impl PgBackend {
         }
         .await;
         let created = backend.schema_report().created.clone();
-        let steps = run.map_err(|e| into_execution_error(e, "upgrade", &backend.inner.secrets))?;
+        let steps = run.map_err(|e| backend.error(e, "upgrade"))?;
         Ok(UpgradeReport { created, steps })
     }
 }
@@ -200,7 +200,7 @@ pub async fn create_reference_shaped(opts: StoreOptions) -> Result<Vec<String>, 
     .await;
     if let Err(e) = run {
         let _ = backend.close().await;
-        return Err(into_execution_error(e, "migrate", &backend.inner.secrets));
+        return Err(backend.error(e, "migrate"));
     }
     backend.close().await?;
     Ok(created)

@@ -31,6 +31,10 @@ pub enum Failure {
 
 /// A backend's error of one attempt at an operation (its `OpError`), as the runner reads it.
 pub trait TxError: Debug + Sized {
+    /// The backend label of every [`BackendError`] (docs/semantics.md#error-object `backend`):
+    /// `mysql`, `postgres`.
+    const BACKEND: &'static str;
+
     /// True for failures that leave nothing half-done and are worth repeating: deadlocks, lock
     /// waits, connection losses before COMMIT (docs/semantics.md#error-classification).
     fn is_retryable_before_commit(&self) -> bool;
@@ -44,6 +48,11 @@ pub trait TxError: Debug + Sized {
 
     /// What the failure is.
     fn into_failure(self) -> Failure;
+
+    /// The public error for `operation`, redacting `secrets`.
+    fn into_execution_error(self, operation: &'static str, secrets: &[String]) -> ExecutionError {
+        into_execution_error(self, operation, secrets)
+    }
 }
 
 /// Builds the public error of `backend` for `operation`, redacting `secrets`.
@@ -62,13 +71,13 @@ pub fn backend_error(
     })
 }
 
-/// Turns a backend's operation error into the public error of `backend` for `operation`.
+/// Turns a backend's operation error into the public error for `operation`.
 pub fn into_execution_error<E: TxError>(
     e: E,
-    backend: &'static str,
     operation: &'static str,
     secrets: &[String],
 ) -> ExecutionError {
+    let backend = E::BACKEND;
     match e.into_failure() {
         Failure::Domain(d) => d,
         Failure::Driver(kind, message) => {
@@ -84,12 +93,10 @@ pub fn into_execution_error<E: TxError>(
     }
 }
 
-/// The transaction plumbing of one opened backend: its label (`mysql`, `postgres`), the secrets
-/// its messages must not carry, and its backoff.
+/// The transaction plumbing of one opened backend: the secrets its messages must not carry,
+/// and its backoff.
 #[derive(Debug, Clone, Copy)]
 pub struct Tx<'a> {
-    /// The backend label of every [`BackendError`] (docs/semantics.md#error-object `backend`).
-    pub backend: &'static str,
     /// The secrets of the DSN ([`crate::store::secrets_of`]).
     pub secrets: &'a [String],
     /// The retry policy of transient failures.
@@ -99,7 +106,7 @@ pub struct Tx<'a> {
 impl Tx<'_> {
     /// The public error for `operation`.
     pub fn error<E: TxError>(&self, e: E, operation: &'static str) -> ExecutionError {
-        into_execution_error(e, self.backend, operation, self.secrets)
+        into_execution_error(e, operation, self.secrets)
     }
 
     /// Runs a whole-transaction `attempt` with bounded, jittered retries of the failures that
@@ -113,7 +120,7 @@ impl Tx<'_> {
         S: Fn(Duration) -> SFut,
         SFut: Future<Output = ()>,
     {
-        let backend = self.backend;
+        let backend = E::BACKEND;
         let transient = |e: &E| {
             let retry = e.is_retryable_before_commit();
             if retry {
@@ -267,6 +274,8 @@ mod tests {
     }
 
     impl TxError for Fake {
+        const BACKEND: &'static str = "fake";
+
         fn is_retryable_before_commit(&self) -> bool {
             matches!(self, Fake::Deadlock)
         }
@@ -290,7 +299,6 @@ mod tests {
 
     fn tx(secrets: &[String]) -> Tx<'_> {
         Tx {
-            backend: "fake",
             secrets,
             backoff: TransientBackoff::default(),
         }
