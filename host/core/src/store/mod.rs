@@ -10,6 +10,7 @@ pub mod errors;
 pub mod options;
 pub mod redact;
 pub mod schema;
+pub mod scratch;
 pub mod tx;
 
 pub use ambiguity::{AMBIGUOUS_ROUNDS, Attempt, Lookup, write_resolving_ambiguity};
@@ -18,4 +19,5 @@ pub use errors::{DecodeError, SetupError};
 pub use options::StoreOptions;
 pub use redact::{MAX_MESSAGE_CHARS, percent_decode, redact, secrets_of};
 pub use schema::{SchemaFeatureSet, SchemaReport, for_ddl, settle_at_open, upgrade_then_close};
+pub use scratch::{ScratchTarget, scratch_name};
 pub use tx::{Failure, Tx, TxError};
