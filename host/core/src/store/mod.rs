@@ -6,6 +6,7 @@
 
 pub mod ambiguity;
 pub mod backoff;
+pub mod dsn;
 pub mod errors;
 pub mod options;
 pub mod redact;
@@ -15,6 +16,7 @@ pub mod tx;
 
 pub use ambiguity::{AMBIGUOUS_ROUNDS, Attempt, Lookup, write_resolving_ambiguity};
 pub use backoff::TransientBackoff;
+pub use dsn::{SplitDsn, split_dsn};
 pub use errors::{DecodeError, SetupError};
 pub use options::StoreOptions;
 pub use redact::{MAX_MESSAGE_CHARS, percent_decode, redact, secrets_of};
