@@ -133,3 +133,68 @@ macro_rules! backend_ports {
         }
     };
 }
+
+#[doc(hidden)]
+pub use async_trait::async_trait as __async_trait;
+
+/// `impl Backend for $t`, written once for every backend: `$t` is cheap to clone, implements
+/// every port itself ([`backend_ports!`](crate::backend_ports)) and has the inherent methods
+/// `schema_report()` (a [`SchemaReport`](crate::store::SchemaReport) whose features have a
+/// `diagnostics_table` flag), `upgrade_tables()`, `session_state()` (with `time_zone` and
+/// `isolation`) and `close()`. `$kind` is [`Backend::kind`]; `|$b| $version` gives
+/// [`Backend::server_version`] of `$b: &$t`.
+#[macro_export]
+macro_rules! impl_backend {
+    ($t:ty, $kind:literal, |$b:ident| $version:expr) => {
+        #[$crate::backend::__async_trait]
+        impl $crate::backend::Backend for $t {
+            fn kind(&self) -> &'static str {
+                $kind
+            }
+
+            fn server_version(&self) -> ::std::string::String {
+                let $b = self;
+                $version
+            }
+
+            fn capabilities(&self) -> $crate::backend::BackendCapabilities {
+                let report = self.schema_report();
+                $crate::backend::BackendCapabilities {
+                    diagnostics_persisted: report.features.diagnostics_table,
+                    schema_current: report.upgrade_command.is_none(),
+                }
+            }
+
+            $crate::backend_ports!();
+
+            fn tables_created(&self) -> ::std::vec::Vec<::std::string::String> {
+                self.schema_report().created.clone()
+            }
+
+            async fn upgrade(
+                &self,
+            ) -> ::std::result::Result<$crate::backend::UpgradeReport, $crate::ExecutionError> {
+                self.upgrade_tables().await
+            }
+
+            fn upgrade_command(&self) -> ::std::option::Option<::std::string::String> {
+                self.schema_report().upgrade_command.clone()
+            }
+
+            async fn session(
+                &self,
+            ) -> ::std::result::Result<$crate::backend::SessionSummary, $crate::ExecutionError>
+            {
+                let s = self.session_state().await?;
+                Ok($crate::backend::SessionSummary {
+                    time_zone: s.time_zone,
+                    isolation: s.isolation,
+                })
+            }
+
+            async fn close(&self) -> ::std::result::Result<(), $crate::ExecutionError> {
+                <$t>::close(self).await
+            }
+        }
+    };
+}

@@ -7,14 +7,12 @@ use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool, Transaction, TxOpts};
 use onestep_core::names::TableNames;
-use onestep_core::store::{Attempt, StoreOptions, TransientBackoff, write_resolving_ambiguity};
+use onestep_core::store::{StoreOptions, TransientBackoff, Tx, TxError, for_ddl, settle_at_open};
 use onestep_core::time::truncate_micros;
 use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
 
 use crate::dsn::parse_dsn;
-use crate::errors::{
-    OpError, OpResult, backend_error, classify, into_execution_error, is_retryable_before_commit,
-};
+use crate::errors::{OpError, OpResult, backend_error, classify};
 use crate::faults::Fault;
 #[cfg(not(feature = "test-support"))]
 use crate::faults::Faults;
@@ -112,50 +110,12 @@ impl MySqlBackend {
             Ok(v) => v,
             Err(e) => {
                 let _ = pool.disconnect().await;
-                return Err(into_execution_error(e, "open", &secrets));
+                return Err(e.into_execution_error("open", &secrets));
             }
         };
-        if !report.features.claimable_column {
-            // docs/schema.md#upgrading-reference-tables
-            let command = crate::upgrade::upgrade_command(&parsed.opts, &tables);
-            tracing::warn!(
-                table = %tables.executions,
-                "execution tables without the claimable column and indexes (created by the \
-                 reference?): claims and expiry walk the finished history; upgrade them online \
-                 with: {command}"
-            );
-            report.upgrade_command = Some(command);
-        } else if !report.features.list_indexes {
-            // docs/schema.md#upgrading-reference-tables
-            let command = crate::upgrade::upgrade_command(&parsed.opts, &tables);
-            tracing::warn!(
-                table = %tables.executions,
-                "execution tables without onestep's filtered-list indexes (created by an older \
-                 onestep?): lists filtered by task or status and purges by status walk the \
-                 namespace's history; add them online with: {command}"
-            );
-            report.upgrade_command = Some(command);
-        }
-        if !opts.diagnostics {
-            report.features.diagnostics_table = false;
-        } else if !report.features.diagnostics_table {
-            // docs/observability.md#attempt-diagnostics
-            tracing::warn!(
-                table = %tables.diagnostics(),
-                "the attempt-diagnostics table is absent: attempts' messages, progress and log \
-                 tails are not persisted; `onestep migrate` creates it (the execution tables \
-                 are not changed)"
-            );
-        }
-        let traces = opts.traces && report.features.traces_table;
-        if opts.traces && !report.features.traces_table {
-            // docs/observability.md#traces
-            tracing::warn!(
-                table = %tables.traces(),
-                "the trace-context table is absent: submits' traceparents are not stored and \
-                 attempts start traces of their own; `onestep migrate` creates it"
-            );
-        }
+        let traces = settle_at_open(&mut report, &opts, &tables, || {
+            crate::upgrade::upgrade_command(&parsed.opts, &tables)
+        });
         Ok(MySqlBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,
             inner: Arc::new(Inner {
@@ -183,16 +143,12 @@ impl MySqlBackend {
 
     /// [`Self::migrate`] with `ddl_style`'s DDL (see [`Self::open_with_ddl`]).
     pub async fn migrate_with_ddl(
-        mut opts: StoreOptions,
+        opts: StoreOptions,
         ddl_style: DdlStyle,
     ) -> Result<SchemaReport, ExecutionError> {
-        opts.auto_create = true;
-        opts.pool_min = 0;
-        opts.pool_max = 1;
-        let backend = MySqlBackend::open_with_ddl(opts, ddl_style).await?;
+        let backend = MySqlBackend::open_with_ddl(for_ddl(opts), ddl_style).await?;
         let report = backend.inner.report.clone();
-        backend.close().await?;
-        Ok(report)
+        backend.close().await.map(|()| report)
     }
 
     /// Disconnects the pool (waits for checked-out connections to come back).
@@ -202,7 +158,7 @@ impl MySqlBackend {
             .clone()
             .disconnect()
             .await
-            .map_err(|e| into_execution_error(e.into(), "close", &self.inner.secrets))
+            .map_err(|e| self.error(e.into(), "close"))
     }
 
     /// The server identity read at open.
@@ -228,7 +184,7 @@ impl MySqlBackend {
             Ok(read_session_state(&mut conn, &self.inner.server).await?)
         }
         .await;
-        r.map_err(|e: OpError| into_execution_error(e, "session", &self.inner.secrets))
+        r.map_err(|e: OpError| self.error(e, "session"))
     }
 
     /// The pool. Connections taken from it are reset when they go back (unlike [`Self::conn`]).
@@ -298,77 +254,17 @@ impl MySqlBackend {
         Ok(conn)
     }
 
-    /// Runs a whole-transaction `attempt` with the retry policy and maps the final error.
-    pub(crate) async fn run<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        attempt: F,
-    ) -> Result<T, ExecutionError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = OpResult<T>>,
-    {
-        self.retry_raw(attempt)
-            .await
-            .map_err(|e| self.error(e, operation))
+    /// The transaction runner over this backend's secrets and backoff.
+    fn tx(&self) -> Tx<'_> {
+        Tx {
+            secrets: &self.inner.secrets,
+            backoff: self.inner.retry,
+        }
     }
 
-    /// Runs a whole-transaction `attempt` with bounded, jittered retries of the failures that
-    /// are safe to repeat (docs/semantics.md#error-classification: deadlock 1213, lock wait
-    /// 1205, connection lost before COMMIT). A failure during COMMIT is
-    /// [`OpError::CommitUnknown`] and never retried here: only the caller can resolve it.
-    pub(crate) async fn retry_raw<T, F, Fut>(&self, attempt: F) -> OpResult<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = OpResult<T>>,
-    {
-        let transient = |e: &OpError| {
-            let retry = matches!(e, OpError::Db(db) if is_retryable_before_commit(db));
-            if retry {
-                tracing::debug!(error = ?e, "retrying a mysql transaction");
-            }
-            retry
-        };
-        self.inner
-            .retry
-            .run(attempt, transient, tokio::time::sleep)
-            .await
-    }
-
-    /// Runs `write` (one whole transaction) with the retry policy; after an ambiguous commit,
-    /// `landed` decides (`onestep_core::store::write_resolving_ambiguity`).
-    pub(crate) async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
-        &self,
-        what: &'static str,
-        write: W,
-        landed: R,
-    ) -> Result<T, ExecutionError>
-    where
-        W: Fn() -> WFut,
-        WFut: std::future::Future<Output = OpResult<T>>,
-        R: Fn() -> RFut,
-        RFut:
-            std::future::Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
-    {
-        let attempt = || async {
-            match self.retry_raw(&write).await {
-                Err(OpError::CommitUnknown(e)) => {
-                    tracing::warn!(error = %e, "{what} commit outcome unknown; re-reading");
-                    Attempt::Unknown
-                }
-                other => Attempt::Known(other.map_err(|e| self.error(e, "submit"))),
-            }
-        };
-        let exhausted = || {
-            let e = mysql_async::Error::Other("repeated ambiguous commits".into());
-            self.error(OpError::CommitUnknown(e), "submit")
-        };
-        write_resolving_ambiguity(attempt, landed, exhausted).await
-    }
-
-    pub(crate) fn error(&self, e: OpError, operation: &'static str) -> ExecutionError {
-        into_execution_error(e, operation, &self.inner.secrets)
-    }
+    // run, retry_raw (deadlock 1213, lock wait 1205 and connection losses before COMMIT are
+    // repeated; docs/semantics.md#error-classification), write_resolving_ambiguity, error.
+    onestep_core::tx_methods!(OpError, tokio::time::sleep);
 }
 
 /// Starts a READ COMMITTED transaction (the session is pinned; stated again for clarity).

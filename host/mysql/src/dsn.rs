@@ -4,7 +4,7 @@
 
 use mysql_async::Opts;
 pub use onestep_core::store::redact::{MAX_MESSAGE_CHARS, redact};
-use onestep_core::store::{SetupError, secrets_of};
+use onestep_core::store::{SetupError, SplitDsn, split_dsn};
 
 /// Query parameters SQLAlchemy URLs commonly carry that mean nothing to `mysql_async` (the
 /// connection is always utf8mb4); they are dropped instead of failing the parse.
@@ -38,22 +38,10 @@ impl ParsedDsn {
 
 /// Parses `dsn`. Errors are messages that never contain the password.
 pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, SetupError> {
-    let dsn = dsn.trim();
-    if dsn.is_empty() {
-        return Err("dsn must be a non-empty string".into());
-    }
-    let secrets = secrets_of(dsn);
-    let Some((scheme, rest)) = dsn.split_once("://") else {
-        return Err("dsn must be a mysql:// URL".into());
-    };
-    let scheme_ok = scheme == "mysql" || scheme.starts_with("mysql+") || scheme == "mariadb";
-    if !scheme_ok {
-        return Err(redact(
-            &format!("unsupported dsn scheme '{scheme}' (expected mysql:// or mysql+<driver>://)"),
-            &secrets,
-        )
-        .into());
-    }
+    let SplitDsn { rest, secrets, .. } =
+        split_dsn(dsn, "mysql://", "mysql:// or mysql+<driver>://", |scheme| {
+            scheme == "mysql" || scheme.starts_with("mysql+") || scheme == "mariadb"
+        })?;
     let (base, query) = match rest.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (rest, None),

@@ -1,12 +1,13 @@
-//! Classification of driver errors into [`BackendError`]s (docs/semantics.md#error-classification) and the crate's internal
+//! Classification of driver errors into [`BackendError`](onestep_core::BackendError)s (docs/semantics.md#error-classification) and the crate's internal
 //! operation error.
 //!
 //! Every message is redacted ([`crate::dsn::redact`]): it never carries the DSN or password.
 
 use mysql_async::{DriverError, Error as DbError, IoError};
-use onestep_core::{BackendError, ConnectorKind, ExecutionError};
+use onestep_core::store::tx::{self, Failure, TxError};
+use onestep_core::{ConnectorKind, ExecutionError};
 
-/// Backend label used in every [`BackendError`] (docs/semantics.md#error-object `backend`).
+/// Backend label used in every [`BackendError`](onestep_core::BackendError) (docs/semantics.md#error-object `backend`).
 pub const BACKEND: &str = "mysql";
 
 /// MySQL/MariaDB server error codes the backend reacts to.
@@ -140,29 +141,34 @@ pub(crate) fn backend_error(
     message: &str,
     secrets: &[String],
 ) -> ExecutionError {
-    ExecutionError::Backend(BackendError {
-        backend: BACKEND,
-        operation,
-        kind,
-        message: crate::dsn::redact(message, secrets),
-    })
+    tx::backend_error(BACKEND, operation, kind, message, secrets)
 }
 
-/// Turns an [`OpError`] into the public error.
-pub(crate) fn into_execution_error(
-    e: OpError,
-    operation: &'static str,
-    secrets: &[String],
-) -> ExecutionError {
-    match e {
-        OpError::Domain(d) => d,
-        OpError::Db(db) => backend_error(operation, classify(&db), &db.to_string(), secrets),
-        OpError::CommitUnknown(db) => backend_error(
-            operation,
-            ConnectorKind::Uncertain,
-            &format!("connection lost during COMMIT, outcome unknown: {db}"),
-            secrets,
-        ),
+/// How the shared transaction runner (`onestep_core::store::tx`) reads an [`OpError`].
+impl TxError for OpError {
+    const BACKEND: &'static str = BACKEND;
+
+    fn is_retryable_before_commit(&self) -> bool {
+        matches!(self, OpError::Db(db) if is_retryable_before_commit(db))
+    }
+
+    fn commit_unknown(&self) -> Option<&dyn std::fmt::Display> {
+        match self {
+            OpError::CommitUnknown(db) => Some(db),
+            _ => None,
+        }
+    }
+
+    fn ambiguous(message: &str) -> Self {
+        OpError::CommitUnknown(DbError::Other(message.into()))
+    }
+
+    fn into_failure(self) -> Failure {
+        match self {
+            OpError::Domain(d) => Failure::Domain(d),
+            OpError::Db(db) => Failure::Driver(classify(&db), db.to_string()),
+            OpError::CommitUnknown(db) => Failure::CommitUnknown(db.to_string()),
+        }
     }
 }
 

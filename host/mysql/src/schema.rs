@@ -16,6 +16,7 @@
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
+use onestep_core::store::SchemaFeatureSet;
 
 use crate::errors::{OpError, OpResult};
 
@@ -83,17 +84,47 @@ pub struct SchemaFeatures {
     pub traces_table: bool,
 }
 
-/// What readiness did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SchemaReport {
-    /// Tables created by this call, executions first.
-    pub created: Vec<String>,
-    /// Detected schema features.
-    pub features: SchemaFeatures,
-    /// Without the `claimable` column (reference-created tables): the exact `onestep migrate
-    /// --upgrade` command that adds it (docs/schema.md#upgrading-reference-tables), which the
-    /// worker's warning and `onestep check --connect` print.
-    pub upgrade_command: Option<String>,
+/// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
+/// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade` command
+/// that adds it (docs/schema.md#upgrading-reference-tables).
+pub type SchemaReport = onestep_core::store::SchemaReport<SchemaFeatures>;
+
+impl SchemaFeatureSet for SchemaFeatures {
+    // docs/observability.md#attempt-diagnostics
+    const DIAGNOSTICS_ABSENT: &'static str = "the attempt-diagnostics table is absent: attempts' \
+        messages, progress and log tails are not persisted; `onestep migrate` creates it (the \
+        execution tables are not changed)";
+
+    // docs/schema.md#upgrading-reference-tables
+    fn upgrade_warning(&self) -> Option<&'static str> {
+        if !self.claimable_column {
+            Some(
+                "execution tables without the claimable column and indexes (created by the \
+                 reference?): claims and expiry walk the finished history; upgrade them online \
+                 with",
+            )
+        } else if !self.list_indexes {
+            Some(
+                "execution tables without onestep's filtered-list indexes (created by an older \
+                 onestep?): lists filtered by task or status and purges by status walk the \
+                 namespace's history; add them online with",
+            )
+        } else {
+            None
+        }
+    }
+
+    fn optional_tables(&mut self) -> (&mut bool, &mut bool) {
+        (&mut self.diagnostics_table, &mut self.traces_table)
+    }
+
+    fn diagnostics_table(names: &TableNames) -> String {
+        names.diagnostics()
+    }
+
+    fn traces_table(names: &TableNames) -> String {
+        names.traces()
+    }
 }
 
 /// Which DDL to emit.
@@ -418,11 +449,7 @@ pub(crate) async fn ensure_schema(
         }
     }
     let features = detect_features(conn, names).await?;
-    Ok(SchemaReport {
-        created,
-        features,
-        upgrade_command: None,
-    })
+    Ok(SchemaReport::new(created, features))
 }
 
 async fn create_missing(

@@ -4,25 +4,23 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
+use onestep_core::store::{ScratchTarget, TxError, scratch_name};
 use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::dsn::parse_dsn;
-use crate::errors::{backend_error, into_execution_error};
+use crate::errors::{OpError, backend_error};
 
 /// An empty database created on a server, dropped by [`ScratchDatabase::drop_database`] (not
 /// on drop: dropping needs the server).
 pub struct ScratchDatabase {
     server: Opts,
     secrets: Vec<String>,
-    name: String,
-    dsn: String,
+    target: ScratchTarget,
 }
 
 impl std::fmt::Debug for ScratchDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScratchDatabase")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+        std::fmt::Debug::fmt(&self.target, f)
     }
 }
 
@@ -34,23 +32,15 @@ impl ScratchDatabase {
     /// Errors ([`ExecutionError::Backend`], operation `create_database`) never carry the
     /// password; a `prefix` that is not a plain identifier is an invalid argument.
     pub async fn create(server_url: &str, prefix: &str) -> Result<Self, ExecutionError> {
-        if prefix.is_empty()
-            || !prefix
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            return Err(ExecutionError::invalid(
-                "the scratch database prefix must be letters, digits and underscores",
-            ));
-        }
+        let name = scratch_name(
+            prefix,
+            |b| b.is_ascii_alphanumeric() || b == b'_',
+            "letters, digits and underscores",
+        )?;
         let op = "create_database";
         let parsed = parse_dsn(server_url)
             .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m.to_string(), &[]))?;
         let secrets = parsed.secrets;
-        let name = format!(
-            "{prefix}{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..12]
-        );
         let dsn = database_dsn(server_url, &name).map_err(|e| {
             backend_error(
                 op,
@@ -69,35 +59,34 @@ impl ScratchDatabase {
         })?;
         let created = conn.query_drop(format!("CREATE DATABASE `{name}`")).await;
         conn.disconnect().await.ok();
-        created.map_err(|e| into_execution_error(e.into(), op, &secrets))?;
+        created.map_err(|e| OpError::from(e).into_execution_error(op, &secrets))?;
         Ok(ScratchDatabase {
             server: parsed.opts,
             secrets,
-            name,
-            dsn,
+            target: ScratchTarget { name, dsn },
         })
     }
 
     /// The database's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.target.name
     }
 
     /// A DSN naming the database (it carries the credentials of the server URL: never log it).
     pub fn dsn(&self) -> &str {
-        &self.dsn
+        &self.target.dsn
     }
 
     /// `DROP DATABASE IF EXISTS` over a new connection.
     pub async fn drop_database(self) -> Result<(), ExecutionError> {
         let dropped = async {
             let mut conn = Conn::new(self.server).await?;
-            conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.name))
+            conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.target.name))
                 .await?;
             conn.disconnect().await
         }
         .await;
-        dropped.map_err(|e| into_execution_error(e.into(), "drop_database", &self.secrets))
+        dropped.map_err(|e| OpError::from(e).into_execution_error("drop_database", &self.secrets))
     }
 }
 

@@ -20,13 +20,13 @@ use onestep_core::ExecutionError;
 use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
 
 use crate::backend::MySqlBackend;
-use crate::errors::{OpError, OpResult, into_execution_error};
+use crate::errors::{OpError, OpResult};
 use crate::schema::{
     CLAIMABLE_COLUMN, IX_STATUS_COLUMNS, IX_STATUS_LIST_COLUMNS, IX_TASK_LIST_COLUMNS, get_lock,
     ix_claimable, ix_expiry, ix_status, ix_status_list, ix_task_list, release_lock,
 };
 pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
-use onestep_core::store::StoreOptions;
+use onestep_core::store::{StoreOptions, for_ddl, upgrade_then_close};
 
 /// Server errors meaning "this ALGORITHM/LOCK is not supported for the operation".
 const UNSUPPORTED_ALGORITHM: [u16; 2] = [1845, 1846];
@@ -263,16 +263,8 @@ impl MySqlBackend {
     /// (module docs), under the
     /// same DDL locks as table creation. Idempotent: on upgraded tables or tables this crate
     /// created it changes nothing and reports no step.
-    pub async fn upgrade(mut opts: StoreOptions) -> Result<UpgradeReport, ExecutionError> {
-        opts.auto_create = true;
-        opts.pool_min = 0;
-        opts.pool_max = 1;
-        let backend = MySqlBackend::open(opts).await?;
-        let report = backend.upgrade_tables().await;
-        let closed = backend.close().await;
-        let report = report?;
-        closed?;
-        Ok(report)
+    pub async fn upgrade(opts: StoreOptions) -> Result<UpgradeReport, ExecutionError> {
+        upgrade_then_close(&MySqlBackend::open(for_ddl(opts)).await?).await
     }
 
     /// The upgrade of [`Self::upgrade`] over this open backend (tables already created).
@@ -296,7 +288,7 @@ impl MySqlBackend {
         }
         .await;
         let created = backend.inner.report.created.clone();
-        let steps = run.map_err(|e| into_execution_error(e, "upgrade", &backend.inner.secrets))?;
+        let steps = run.map_err(|e| backend.error(e, "upgrade"))?;
         Ok(UpgradeReport { created, steps })
     }
 }

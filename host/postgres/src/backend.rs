@@ -9,16 +9,13 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use onestep_core::names::TableNames;
 use onestep_core::store::{
-    Attempt, SetupError, StoreOptions, TransientBackoff, write_resolving_ambiguity,
+    SetupError, StoreOptions, TransientBackoff, Tx, TxError, for_ddl, settle_at_open,
 };
 use onestep_core::time::truncate_micros;
 use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
 
 use crate::dsn::{ParsedDsn, TlsMode, parse_dsn};
-use crate::errors::{
-    OpError, OpResult, backend_error, classify, db_message, into_execution_error,
-    is_retryable_before_commit,
-};
+use crate::errors::{OpError, OpResult, backend_error, classify, db_message};
 use crate::schema::{SchemaReport, ensure_schema, validate_names};
 
 /// The oldest server accepted (`server_version_num`): PostgreSQL 12.
@@ -187,40 +184,12 @@ impl PgBackend {
             Ok(v) => v,
             Err(e) => {
                 pool.close();
-                return Err(into_execution_error(e, "open", &secrets));
+                return Err(e.into_execution_error("open", &secrets));
             }
         };
-        if !(report.features.expiry_index && report.features.list_indexes) {
-            // docs/postgres.md#upgrading-reference-tables
-            let command = crate::upgrade::upgrade_command(&parsed, &tables);
-            tracing::warn!(
-                table = %tables.executions,
-                "execution tables without onestep's expiry and status indexes (created by the \
-                 reference or an older onestep?): expiry reads every live row, and the \
-                 dashboard's counts and lists and purges by status read the namespace's \
-                 history; add them online with: {command}"
-            );
-            report.upgrade_command = Some(command);
-        }
-        if !opts.diagnostics {
-            report.features.diagnostics_table = false;
-        } else if !report.features.diagnostics_table {
-            // docs/observability.md#attempt-diagnostics
-            tracing::warn!(
-                table = %crate::schema::diagnostics_table(&tables),
-                "the attempt-diagnostics table is absent: attempts' messages, progress and log \
-                 lines are not kept; `onestep migrate` creates it"
-            );
-        }
-        let traces = opts.traces && report.features.traces_table;
-        if opts.traces && !report.features.traces_table {
-            // docs/observability.md#traces
-            tracing::warn!(
-                table = %crate::schema::traces_table(&tables),
-                "the trace-context table is absent: submits' traceparents are not stored and \
-                 attempts start traces of their own; `onestep migrate` creates it"
-            );
-        }
+        let traces = settle_at_open(&mut report, &opts, &tables, || {
+            crate::upgrade::upgrade_command(&parsed, &tables)
+        });
         let sql = crate::sql::Statements::new(&tables, opts.reclaim_batch_size);
         Ok(PgBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,
@@ -241,13 +210,10 @@ impl PgBackend {
 
     /// Creates the table pair if missing (the CLI's `onestep migrate`), then closes. Equivalent to
     /// opening with `auto_create = true`. Returns what was created.
-    pub async fn migrate(mut opts: StoreOptions) -> Result<SchemaReport, ExecutionError> {
-        opts.auto_create = true;
-        opts.pool_max = 1;
-        let backend = PgBackend::open(opts).await?;
+    pub async fn migrate(opts: StoreOptions) -> Result<SchemaReport, ExecutionError> {
+        let backend = PgBackend::open(for_ddl(opts)).await?;
         let report = backend.inner.report.clone();
-        backend.close().await?;
-        Ok(report)
+        backend.close().await.map(|()| report)
     }
 
     /// Closes the pool (connections are dropped as they come back).
@@ -346,73 +312,18 @@ impl PgBackend {
         Ok(self.inner.pool.get().await?)
     }
 
-    /// Runs a whole-transaction `attempt` with bounded, jittered retries of the failures that
-    /// are safe to repeat ([`is_retryable_before_commit`]), and maps the final error.
-    pub(crate) async fn run<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        attempt: F,
-    ) -> Result<T, ExecutionError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = OpResult<T>>,
-    {
-        self.retry_raw(attempt)
-            .await
-            .map_err(|e| self.error(e, operation))
+    /// The transaction runner over this backend's secrets and the default backoff.
+    fn tx(&self) -> Tx<'_> {
+        Tx {
+            secrets: &self.inner.secrets,
+            backoff: TransientBackoff::default(),
+        }
     }
 
-    pub(crate) async fn retry_raw<T, F, Fut>(&self, attempt: F) -> OpResult<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = OpResult<T>>,
-    {
-        let transient = |e: &OpError| {
-            let retry = is_retryable_before_commit(e);
-            if retry {
-                tracing::debug!(error = ?e, "retrying a postgres transaction");
-            }
-            retry
-        };
-        TransientBackoff::default()
-            .run(attempt, transient, tokio::time::sleep)
-            .await
-    }
-
-    /// Runs `write` (one whole transaction) with the retry policy; after an ambiguous commit,
-    /// `landed` decides (`onestep_core::store::write_resolving_ambiguity`).
-    pub(crate) async fn write_resolving_ambiguity<T, W, WFut, R, RFut>(
-        &self,
-        what: &'static str,
-        write: W,
-        landed: R,
-    ) -> Result<T, ExecutionError>
-    where
-        W: Fn() -> WFut,
-        WFut: std::future::Future<Output = OpResult<T>>,
-        R: Fn() -> RFut,
-        RFut:
-            std::future::Future<Output = Result<Option<Result<T, ExecutionError>>, ExecutionError>>,
-    {
-        let attempt = || async {
-            match self.retry_raw(&write).await {
-                Err(OpError::CommitUnknown(e)) => {
-                    tracing::warn!(error = %e, "{what} commit outcome unknown; re-reading");
-                    Attempt::Unknown
-                }
-                other => Attempt::Known(other.map_err(|e| self.error(e, "submit"))),
-            }
-        };
-        let exhausted = || {
-            let e = OpError::CommitUnknown("repeated ambiguous commits".into());
-            self.error(e, "submit")
-        };
-        write_resolving_ambiguity(attempt, landed, exhausted).await
-    }
-
-    pub(crate) fn error(&self, e: OpError, operation: &'static str) -> ExecutionError {
-        into_execution_error(e, operation, &self.inner.secrets)
-    }
+    // run, retry_raw (serialization failures, deadlocks, lock timeouts, cancelled statements
+    // and connection losses before COMMIT are repeated: `crate::errors::is_retryable_before_commit`),
+    // write_resolving_ambiguity, error.
+    onestep_core::tx_methods!(OpError, tokio::time::sleep);
 }
 
 /// Commits, telling an ambiguous outcome (connection lost during COMMIT) apart from a failure

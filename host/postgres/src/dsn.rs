@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 pub use onestep_core::store::redact::{MAX_MESSAGE_CHARS, redact};
-use onestep_core::store::{SetupError, percent_decode, secrets_of};
+use onestep_core::store::{SetupError, SplitDsn, percent_decode, split_dsn};
 
 /// The query parameters a DSN may carry.
 pub const ALLOWED_PARAMS: &[&str] = &[
@@ -58,21 +58,13 @@ pub fn is_postgres_scheme(scheme: &str) -> bool {
 
 /// Parses `dsn`. Errors are messages that never contain the password.
 pub fn parse_dsn(dsn: &str) -> Result<ParsedDsn, SetupError> {
-    let dsn = dsn.trim();
-    if dsn.is_empty() {
-        return Err("dsn must be a non-empty string".into());
-    }
-    let secrets = secrets_of(dsn);
+    let SplitDsn { rest, secrets, .. } = split_dsn(
+        dsn,
+        "postgresql://",
+        "postgresql://, postgres:// or postgresql+<driver>://",
+        is_postgres_scheme,
+    )?;
     let fail = |m: String| SetupError(redact(&m, &secrets));
-    let Some((scheme, rest)) = dsn.split_once("://") else {
-        return Err("dsn must be a postgresql:// URL".into());
-    };
-    if !is_postgres_scheme(scheme) {
-        return Err(fail(format!(
-            "unsupported dsn scheme '{scheme}' (expected postgresql://, postgres:// or \
-             postgresql+<driver>://)"
-        )));
-    }
     let url = url::Url::parse(&format!("postgresql://{rest}"))
         .map_err(|e| fail(format!("invalid postgresql dsn: {e}")))?;
     let mut config = tokio_postgres::Config::new();

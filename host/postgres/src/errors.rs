@@ -1,13 +1,14 @@
-//! Classification of driver and pool errors into [`BackendError`]s
+//! Classification of driver and pool errors into [`BackendError`](onestep_core::BackendError)s
 //! (docs/semantics.md#error-classification, docs/postgres.md#error-classification) and the
 //! crate's internal operation error.
 //!
 //! Every message is redacted ([`crate::dsn::redact`]): it never carries the DSN or password.
 
-use onestep_core::{BackendError, ConnectorKind, ExecutionError};
+use onestep_core::store::tx::{self, Failure, TxError};
+use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::error::SqlState;
 
-/// Backend label used in every [`BackendError`] (docs/semantics.md#error-object `backend`).
+/// Backend label used in every [`BackendError`](onestep_core::BackendError) (docs/semantics.md#error-object `backend`).
 pub const BACKEND: &str = "postgres";
 
 /// The error of one attempt at an operation, before it is turned into an [`ExecutionError`].
@@ -130,12 +131,7 @@ pub(crate) fn backend_error(
     message: &str,
     secrets: &[String],
 ) -> ExecutionError {
-    ExecutionError::Backend(BackendError {
-        backend: BACKEND,
-        operation,
-        kind,
-        message: crate::dsn::redact(message, secrets),
-    })
+    tx::backend_error(BACKEND, operation, kind, message, secrets)
 }
 
 /// The message of a driver error: the server's own message and SQLSTATE when there is one.
@@ -155,22 +151,32 @@ pub(crate) fn db_message(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// Turns an [`OpError`] into the public error.
-pub(crate) fn into_execution_error(
-    e: OpError,
-    operation: &'static str,
-    secrets: &[String],
-) -> ExecutionError {
-    match e {
-        OpError::Domain(d) => d,
-        OpError::Db(db) => backend_error(operation, classify(&db), &db_message(&db), secrets),
-        OpError::Pool(kind, m) => backend_error(operation, kind, &m, secrets),
-        OpError::CommitUnknown(m) => backend_error(
-            operation,
-            ConnectorKind::Uncertain,
-            &format!("connection lost during COMMIT, outcome unknown: {m}"),
-            secrets,
-        ),
+/// How the shared transaction runner (`onestep_core::store::tx`) reads an [`OpError`].
+impl TxError for OpError {
+    const BACKEND: &'static str = BACKEND;
+
+    fn is_retryable_before_commit(&self) -> bool {
+        is_retryable_before_commit(self)
+    }
+
+    fn commit_unknown(&self) -> Option<&dyn std::fmt::Display> {
+        match self {
+            OpError::CommitUnknown(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    fn ambiguous(message: &str) -> Self {
+        OpError::CommitUnknown(message.to_owned())
+    }
+
+    fn into_failure(self) -> Failure {
+        match self {
+            OpError::Domain(d) => Failure::Domain(d),
+            OpError::Db(db) => Failure::Driver(classify(&db), db_message(&db)),
+            OpError::Pool(kind, m) => Failure::Driver(kind, m),
+            OpError::CommitUnknown(m) => Failure::CommitUnknown(m),
+        }
     }
 }
 

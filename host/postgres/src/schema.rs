@@ -9,6 +9,7 @@
 //! still never walks finished history.
 
 use onestep_core::names::{TableNames, derived_name, validate_identifier};
+use onestep_core::store::SchemaFeatureSet;
 use sha2::{Digest, Sha256};
 
 use crate::errors::{OpError, OpResult, backend_error};
@@ -34,17 +35,37 @@ pub struct SchemaFeatures {
     pub traces_table: bool,
 }
 
-/// What readiness did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SchemaReport {
-    /// Tables created by this call, executions first.
-    pub created: Vec<String>,
-    /// Detected schema features.
-    pub features: SchemaFeatures,
-    /// Without our indexes (reference-created tables): the exact `onestep migrate --upgrade`
-    /// command that adds them (docs/postgres.md#upgrading-reference-tables), which the open
-    /// warning and `onestep check --connect` print.
-    pub upgrade_command: Option<String>,
+/// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
+/// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that adds
+/// them (docs/postgres.md#upgrading-reference-tables).
+pub type SchemaReport = onestep_core::store::SchemaReport<SchemaFeatures>;
+
+impl SchemaFeatureSet for SchemaFeatures {
+    // docs/observability.md#attempt-diagnostics
+    const DIAGNOSTICS_ABSENT: &'static str = "the attempt-diagnostics table is absent: attempts' \
+        messages, progress and log lines are not kept; `onestep migrate` creates it";
+
+    // docs/postgres.md#upgrading-reference-tables
+    fn upgrade_warning(&self) -> Option<&'static str> {
+        (!(self.expiry_index && self.list_indexes)).then_some(
+            "execution tables without onestep's expiry and status indexes (created by the \
+             reference or an older onestep?): expiry reads every live row, and the dashboard's \
+             counts and lists and purges by status read the namespace's history; add them \
+             online with",
+        )
+    }
+
+    fn optional_tables(&mut self) -> (&mut bool, &mut bool) {
+        (&mut self.diagnostics_table, &mut self.traces_table)
+    }
+
+    fn diagnostics_table(names: &TableNames) -> String {
+        diagnostics_table(names)
+    }
+
+    fn traces_table(names: &TableNames) -> String {
+        traces_table(names)
+    }
 }
 
 /// Validates both table names against PostgreSQL's 63-character limit (TableNames already
@@ -450,11 +471,7 @@ pub(crate) async fn ensure_schema(
         diagnostics_table: table_exists(&*client, &diagnostics_table(names)).await?,
         traces_table: table_exists(&*client, &traces_table(names)).await?,
     };
-    Ok(SchemaReport {
-        created,
-        features,
-        upgrade_command: None,
-    })
+    Ok(SchemaReport::new(created, features))
 }
 
 #[cfg(test)]

@@ -3,25 +3,23 @@
 //! [`ScratchDatabase::drop_database`] removes it. Nothing else in the product creates or drops
 //! databases.
 
+use onestep_core::store::{ScratchTarget, TxError, scratch_name};
 use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::dsn::parse_dsn;
-use crate::errors::{OpError, backend_error, into_execution_error};
+use crate::errors::{OpError, backend_error};
 
 /// An empty database created on a server, dropped by [`ScratchDatabase::drop_database`] (not
 /// on drop: dropping needs the server).
 pub struct ScratchDatabase {
     server_dsn: String,
     secrets: Vec<String>,
-    name: String,
-    dsn: String,
+    target: ScratchTarget,
 }
 
 impl std::fmt::Debug for ScratchDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScratchDatabase")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+        std::fmt::Debug::fmt(&self.target, f)
     }
 }
 
@@ -60,7 +58,7 @@ async fn on_server(server_dsn: &str, sql: &str, op: &'static str) -> Result<(), 
         r
     };
     run.await
-        .map_err(|e| into_execution_error(OpError::Db(e), op, &secrets))
+        .map_err(|e| OpError::Db(e).into_execution_error(op, &secrets))
 }
 
 impl ScratchDatabase {
@@ -69,20 +67,12 @@ impl ScratchDatabase {
     /// The DSN of the new database keeps the scheme, credentials and query parameters of
     /// `server_url`. Scratch connections never use TLS (tests and benchmarks on loopback).
     pub async fn create(server_url: &str, prefix: &str) -> Result<Self, ExecutionError> {
-        if prefix.is_empty()
-            || !prefix
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        {
-            return Err(ExecutionError::invalid(
-                "the scratch database prefix must be lower-case letters, digits and underscores",
-            ));
-        }
+        let name = scratch_name(
+            prefix,
+            |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_',
+            "lower-case letters, digits and underscores",
+        )?;
         let op = "create_database";
-        let name = format!(
-            "{prefix}{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..12]
-        );
         let bad = |e: String| {
             backend_error(
                 op,
@@ -100,19 +90,18 @@ impl ScratchDatabase {
         Ok(ScratchDatabase {
             server_dsn,
             secrets,
-            name,
-            dsn,
+            target: ScratchTarget { name, dsn },
         })
     }
 
     /// The DSN naming the new database.
     pub fn dsn(&self) -> &str {
-        &self.dsn
+        &self.target.dsn
     }
 
     /// The database name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.target.name
     }
 
     /// Drops the database (`WITH (FORCE)`: connections still open to it are ended).
@@ -120,7 +109,10 @@ impl ScratchDatabase {
         let _ = &self.secrets;
         on_server(
             &self.server_dsn,
-            &format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name),
+            &format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.target.name
+            ),
             "drop_database",
         )
         .await

@@ -14,14 +14,14 @@ use tokio_postgres::GenericClient;
 
 use crate::backend::PgBackend;
 use crate::dsn::ParsedDsn;
-use crate::errors::{OpResult, into_execution_error};
+use crate::errors::OpResult;
 use crate::schema::{
     IX_STATUS_WIDTH, expiry_index_sql, index_info, index_width, ix_expiry, ix_status,
     ix_status_list, ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named,
     status_index_sql, status_list_index_sql, task_list_index_sql,
 };
 pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
-use onestep_core::store::StoreOptions;
+use onestep_core::store::{StoreOptions, for_ddl, upgrade_then_close};
 
 /// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
 fn index_defs(names: &TableNames) -> [(String, String); 4] {
@@ -150,15 +150,8 @@ impl PgBackend {
     /// the executions table lacks (module docs) while holding the pair's advisory lock (the key
     /// table creation takes, so two upgrades, or an upgrade and a creator, do not interleave).
     /// Idempotent: on tables this crate created it changes nothing and reports no step.
-    pub async fn upgrade(mut opts: StoreOptions) -> Result<UpgradeReport, ExecutionError> {
-        opts.auto_create = true;
-        opts.pool_max = 1;
-        let backend = PgBackend::open(opts).await?;
-        let report = backend.upgrade_tables().await;
-        let closed = backend.close().await;
-        let report = report?;
-        closed?;
-        Ok(report)
+    pub async fn upgrade(opts: StoreOptions) -> Result<UpgradeReport, ExecutionError> {
+        upgrade_then_close(&PgBackend::open(for_ddl(opts)).await?).await
     }
 
     /// The upgrade of [`Self::upgrade`] over this open backend (tables already created).
@@ -182,7 +175,7 @@ impl PgBackend {
         }
         .await;
         let created = backend.schema_report().created.clone();
-        let steps = run.map_err(|e| into_execution_error(e, "upgrade", &backend.inner.secrets))?;
+        let steps = run.map_err(|e| backend.error(e, "upgrade"))?;
         Ok(UpgradeReport { created, steps })
     }
 }
@@ -190,12 +183,8 @@ impl PgBackend {
 /// For benchmarks and tests (`onestep bench --reference-tables`): creates the table pair if
 /// missing, as the reference creates it — our DDL without the two indexes this module adds.
 /// Tables that already existed are left as they are. Returns the tables created.
-pub async fn create_reference_shaped(
-    mut opts: StoreOptions,
-) -> Result<Vec<String>, ExecutionError> {
-    opts.auto_create = true;
-    opts.pool_max = 1;
-    let backend = PgBackend::open(opts).await?;
+pub async fn create_reference_shaped(opts: StoreOptions) -> Result<Vec<String>, ExecutionError> {
+    let backend = PgBackend::open(for_ddl(opts)).await?;
     let names = backend.tables().clone();
     let created = backend.schema_report().created.clone();
     let run = async {
@@ -211,7 +200,7 @@ pub async fn create_reference_shaped(
     .await;
     if let Err(e) = run {
         let _ = backend.close().await;
-        return Err(into_execution_error(e, "migrate", &backend.inner.secrets));
+        return Err(backend.error(e, "migrate"));
     }
     backend.close().await?;
     Ok(created)
