@@ -13,11 +13,12 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use onestep_core::diagnostics::{
-    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogTail, RunFacts,
+    AttemptDiagnostics, AttemptRecord, LiveDiagnostics, LogTail, RunFacts,
 };
 use onestep_core::execution::LeaseRef;
 use onestep_core::ports::ExecutionStore;
 use onestep_core::store::DecodeError;
+use onestep_core::store::diagnostics::{DiagRow, StoredDiagnostics, attempt_log, with_diagnostics};
 use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -30,16 +31,6 @@ use crate::schema::q;
 /// Rows per write statement (each log tail is capped at 64 KiB, so one statement stays in the
 /// low megabytes).
 const WRITE_CHUNK: usize = 200;
-
-/// One row to write.
-struct DiagRow<'a> {
-    lease: &'a LeaseRef,
-    is_final: bool,
-    message: Option<&'a str>,
-    progress: Option<&'a AttemptProgress>,
-    log: Option<&'a LogTail>,
-    facts: Option<&'a RunFacts>,
-}
 
 /// `BIGINT` holds what a `u64` counter reaches in practice; larger values are stored as the
 /// largest `BIGINT` (docs/postgres.md#diagnostics-and-traces).
@@ -163,17 +154,7 @@ impl PgBackend {
         if items.is_empty() {
             return Ok(());
         }
-        let rows: Vec<DiagRow<'_>> = items
-            .iter()
-            .map(|(lease, d)| DiagRow {
-                lease,
-                is_final: true,
-                message: d.message.as_deref(),
-                progress: d.progress.as_ref(),
-                log: d.log.as_ref(),
-                facts: Some(&d.facts),
-            })
-            .collect();
+        let rows = DiagRow::finals(items);
         tx.batch_execute("SAVEPOINT onestep_diagnostics").await?;
         match write_rows(tx, &table, &rows, now, false).await {
             Ok(()) => {
@@ -205,17 +186,7 @@ impl PgBackend {
         if items.is_empty() {
             return Ok(true);
         }
-        let rows: Vec<DiagRow<'_>> = items
-            .iter()
-            .map(|(lease, live)| DiagRow {
-                lease,
-                is_final: false,
-                message: None,
-                progress: live.progress.as_ref(),
-                log: live.log.as_ref(),
-                facts: None,
-            })
-            .collect();
+        let rows = DiagRow::live(items);
         self.run("diagnostics", || async {
             let now = self.now();
             let conn = self.conn().await?;
@@ -258,22 +229,21 @@ impl PgBackend {
                 Ok((rows, diags))
             })
             .await?;
-        let mut by_attempt: HashMap<Uuid, AttemptDiagnostics> = HashMap::new();
-        for row in &diags {
-            let (attempt, d) = decode_diag(row).map_err(|reason| {
+        let diags = diags
+            .iter()
+            .map(|row| decode_diag(row).map(StoredDiagnostics::into_parts))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| {
                 ExecutionError::Encoding(format!("cannot decode diagnostics of {id}: {reason}"))
             })?;
-            by_attempt.insert(attempt, d);
-        }
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut rec = crate::rows::decode_attempt(row).map_err(|reason| {
+        let attempts = rows
+            .iter()
+            .map(crate::rows::decode_attempt)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| {
                 ExecutionError::Encoding(format!("cannot decode an attempt of {id}: {reason}"))
             })?;
-            rec.diagnostics = by_attempt.remove(&rec.id);
-            out.push(rec);
-        }
-        Ok(Some(out))
+        Ok(Some(with_diagnostics(attempts, diags)))
     }
 
     pub(crate) async fn read_attempt_log(
@@ -312,13 +282,8 @@ impl PgBackend {
                 Ok(Some(tail))
             })
             .await?;
-        Ok(match found {
-            None => None,
-            Some(None) | Some(Some((_, None))) => Some(None),
-            Some(Some((total_lines, Some(text)))) => {
-                Some(Some(LogTail::from_stored(u64_of(total_lines), &text)?))
-            }
-        })
+        let found = found.map(|tail| tail.map(|(lines, text)| (u64_of(lines), text)));
+        attempt_log(found, LogTail::from_stored)
     }
 
     /// The stored traceparents of `ids` (docs/observability.md#traces): one primary-key lookup
@@ -369,40 +334,23 @@ impl PgBackend {
     }
 }
 
-fn decode_diag(row: &Row) -> Result<(Uuid, AttemptDiagnostics), DecodeError> {
-    let attempt: Uuid = get(row, 0, "attempt_id")?;
-    let done: Option<i64> = get(row, 2, "progress_done")?;
-    let total: Option<i64> = get(row, 3, "progress_total")?;
-    let note: Option<String> = get(row, 4, "progress_note")?;
-    let at: Option<DateTime<Utc>> = get(row, 5, "progress_at")?;
-    let lines: i64 = get(row, 6, "log_lines")?;
-    let progress = match (done, at) {
-        (Some(done), Some(at)) => Some(AttemptProgress {
-            done: u64_of(done),
-            total: total.map_or(0, u64_of),
-            note: note.unwrap_or_default(),
-            at,
-        }),
-        _ => None,
-    };
-    Ok((
-        attempt,
-        AttemptDiagnostics {
-            message: get(row, 1, "message")?,
-            progress,
-            // The lines themselves come from the logs route; the count says whether there are any.
-            log: (lines > 0).then(|| LogTail {
-                total_lines: u64_of(lines),
-                lines: Vec::new(),
-            }),
-            facts: RunFacts {
-                trap_kind: get(row, 7, "trap_kind")?,
-                component_digest: get(row, 8, "component_digest")?,
-                fuel_consumed: get::<Option<i64>>(row, 9, "fuel_consumed")?.map(u64_of),
-                peak_memory_bytes: get::<Option<i64>>(row, 10, "peak_memory_bytes")?.map(u64_of),
-            },
+fn decode_diag(row: &Row) -> Result<StoredDiagnostics, DecodeError> {
+    let count = |i: usize, col: &str| get::<Option<i64>>(row, i, col).map(|v| v.map(u64_of));
+    Ok(StoredDiagnostics {
+        attempt_id: get(row, 0, "attempt_id")?,
+        message: get(row, 1, "message")?,
+        progress_done: count(2, "progress_done")?,
+        progress_total: count(3, "progress_total")?,
+        progress_note: get(row, 4, "progress_note")?,
+        progress_at: get(row, 5, "progress_at")?,
+        log_lines: u64_of(get(row, 6, "log_lines")?),
+        facts: RunFacts {
+            trap_kind: get(row, 7, "trap_kind")?,
+            component_digest: get(row, 8, "component_digest")?,
+            fuel_consumed: count(9, "fuel_consumed")?,
+            peak_memory_bytes: count(10, "peak_memory_bytes")?,
         },
-    ))
+    })
 }
 
 #[cfg(test)]
