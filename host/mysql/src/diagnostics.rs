@@ -17,7 +17,9 @@ use onestep_core::diagnostics::{
 use onestep_core::execution::LeaseRef;
 use onestep_core::ports::ExecutionStore;
 use onestep_core::store::DecodeError;
-use onestep_core::store::diagnostics::{DiagRow, StoredDiagnostics, attempt_log, with_diagnostics};
+use onestep_core::store::diagnostics::{
+    DiagRow, LiveWrite, StoredDiagnostics, attempt_log, final_write, with_diagnostics,
+};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
@@ -141,13 +143,9 @@ impl MySqlBackend {
         items: &[(&LeaseRef, &AttemptDiagnostics)],
         now: DateTime<Utc>,
     ) -> OpResult<()> {
-        let Some(table) = self.d() else {
+        let Some((table, rows)) = final_write(self.d(), items) else {
             return Ok(());
         };
-        if items.is_empty() {
-            return Ok(());
-        }
-        let rows = DiagRow::finals(items);
         tx.query_drop("SAVEPOINT onestep_diagnostics").await?;
         match write_rows(tx, &table, &rows, now, false).await {
             Ok(()) => {
@@ -175,13 +173,10 @@ impl MySqlBackend {
         &self,
         items: &[(LeaseRef, LiveDiagnostics)],
     ) -> Result<bool, ExecutionError> {
-        let Some(table) = self.d() else {
-            return Ok(false);
+        let (table, rows) = match LiveWrite::of(self.d(), items) {
+            LiveWrite::Answer(answer) => return Ok(answer),
+            LiveWrite::Rows(table, rows) => (table, rows),
         };
-        if items.is_empty() {
-            return Ok(true);
-        }
-        let rows = DiagRow::live(items);
         self.run("diagnostics", || async {
             let now = self.now();
             let mut conn = self.conn().await?;

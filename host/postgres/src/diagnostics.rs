@@ -18,7 +18,9 @@ use onestep_core::diagnostics::{
 use onestep_core::execution::LeaseRef;
 use onestep_core::ports::ExecutionStore;
 use onestep_core::store::DecodeError;
-use onestep_core::store::diagnostics::{DiagRow, StoredDiagnostics, attempt_log, with_diagnostics};
+use onestep_core::store::diagnostics::{
+    DiagRow, LiveWrite, StoredDiagnostics, attempt_log, final_write, with_diagnostics,
+};
 use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -148,13 +150,9 @@ impl PgBackend {
         items: &[(&LeaseRef, &AttemptDiagnostics)],
         now: DateTime<Utc>,
     ) -> OpResult<()> {
-        let Some(table) = self.d() else {
+        let Some((table, rows)) = final_write(self.d(), items) else {
             return Ok(());
         };
-        if items.is_empty() {
-            return Ok(());
-        }
-        let rows = DiagRow::finals(items);
         tx.batch_execute("SAVEPOINT onestep_diagnostics").await?;
         match write_rows(tx, &table, &rows, now, false).await {
             Ok(()) => {
@@ -180,13 +178,10 @@ impl PgBackend {
         &self,
         items: &[(LeaseRef, LiveDiagnostics)],
     ) -> Result<bool, ExecutionError> {
-        let Some(table) = self.d() else {
-            return Ok(false);
+        let (table, rows) = match LiveWrite::of(self.d(), items) {
+            LiveWrite::Answer(answer) => return Ok(answer),
+            LiveWrite::Rows(table, rows) => (table, rows),
         };
-        if items.is_empty() {
-            return Ok(true);
-        }
-        let rows = DiagRow::live(items);
         self.run("diagnostics", || async {
             let now = self.now();
             let conn = self.conn().await?;

@@ -63,6 +63,38 @@ impl<'a> DiagRow<'a> {
     }
 }
 
+/// The final rows of a completion's attempts, with the table to write them to; `None` when
+/// there is nothing to write (no diagnostics table, or no attempts).
+pub fn final_write<'a>(
+    table: Option<String>,
+    items: &'a [(&'a LeaseRef, &'a AttemptDiagnostics)],
+) -> Option<(String, Vec<DiagRow<'a>>)> {
+    table
+        .filter(|_| !items.is_empty())
+        .map(|t| (t, DiagRow::finals(items)))
+}
+
+/// What the heartbeat's live write of `items` does.
+#[derive(Debug)]
+pub enum LiveWrite<'a> {
+    /// Nothing to write: the answer at once (`false` without a diagnostics table, meaning
+    /// diagnostics are not kept; `true` for no items).
+    Answer(bool),
+    /// Write these rows to this table, then answer `true`.
+    Rows(String, Vec<DiagRow<'a>>),
+}
+
+impl<'a> LiveWrite<'a> {
+    /// The live write of `items` when the diagnostics table is `table`.
+    pub fn of(table: Option<String>, items: &'a [(LeaseRef, LiveDiagnostics)]) -> Self {
+        match table {
+            None => LiveWrite::Answer(false),
+            Some(_) if items.is_empty() => LiveWrite::Answer(true),
+            Some(t) => LiveWrite::Rows(t, DiagRow::live(items)),
+        }
+    }
+}
+
 /// One stored diagnostics row as its driver reads it (counters already unsigned), without the
 /// log lines.
 #[derive(Debug, Clone, PartialEq, Eq)]

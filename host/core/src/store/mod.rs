@@ -12,6 +12,7 @@ pub mod backoff;
 pub mod diagnostics;
 pub mod errors;
 pub mod history;
+pub mod insights;
 pub mod options;
 pub mod purge;
 pub mod redact;
