@@ -7,6 +7,7 @@ use mysql_async::{Params, Row, Value as DbValue};
 use onestep_core::diagnostics::{AttemptRecord, LogTail};
 use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
+use onestep_core::store::diagnostics::AttemptReads;
 use onestep_core::store::submit::{self, CancelStep, MAX_LISTED_TASKS, SubmissionReads};
 use onestep_core::store::{Lookup, window_page};
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};

@@ -7,6 +7,7 @@
 //! the attempts' rows then one multi-row `INSERT` (portable between MariaDB and MySQL, whose
 //! upsert syntaxes differ), chunked so one statement stays far below `max_allowed_packet`.
 
+use async_trait::async_trait;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue, from_value_opt};
@@ -15,10 +16,9 @@ use onestep_core::diagnostics::{
     AttemptDiagnostics, AttemptRecord, LiveDiagnostics, LogLine, LogTail, RunFacts,
 };
 use onestep_core::execution::LeaseRef;
-use onestep_core::ports::ExecutionStore;
 use onestep_core::store::DecodeError;
 use onestep_core::store::diagnostics::{
-    DiagRow, LiveWrite, StoredDiagnostics, attempt_log, final_write, with_diagnostics,
+    AttemptReads, DiagRow, LiveWrite, StoredDiagnostics, final_write,
 };
 use uuid::Uuid;
 
@@ -187,15 +187,14 @@ impl MySqlBackend {
         .await?;
         Ok(true)
     }
+}
 
-    pub(crate) async fn read_attempts(
+#[async_trait]
+impl AttemptReads for MySqlBackend {
+    async fn attempt_rows(
         &self,
-        namespace: &str,
         id: Uuid,
-    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
-        if ExecutionStore::get(self, namespace, id).await?.is_none() {
-            return Ok(None);
-        }
+    ) -> Result<(Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>), ExecutionError> {
         let table = self.d();
         let r = self
             .run("attempts", || async {
@@ -238,58 +237,53 @@ impl MySqlBackend {
             .into_iter()
             .map(decode_attempt)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(with_diagnostics(attempts, diags)))
+        Ok((attempts, diags))
     }
 
-    pub(crate) async fn read_attempt_log(
+    async fn stored_log(
         &self,
-        namespace: &str,
         id: Uuid,
         attempt_no: u32,
-    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
-        if ExecutionStore::get(self, namespace, id).await?.is_none() {
-            return Ok(None);
-        }
+    ) -> Result<Option<Option<(u64, Option<String>)>>, ExecutionError> {
         let table = self.d();
-        let found = self
-            .run("attempt_log", || async {
-                let mut conn = self.conn().await?;
-                let attempt: Option<Row> = conn
-                    .exec_first(
-                        format!(
-                            "SELECT id FROM `{}` WHERE execution_id = ? AND attempt_no = ?",
-                            self.a()
-                        ),
-                        (bind_uuid(id), attempt_no),
-                    )
-                    .await?;
-                let Some(attempt) = attempt else {
-                    return Ok(None);
-                };
-                let Some(d) = &table else {
-                    return Ok(Some(None));
-                };
-                let attempt_id = attempt.as_ref(0).map(parse_uuid).transpose().map_err(|e| {
-                    OpError::Domain(ExecutionError::Undecodable(format!("attempt id: {e}")))
-                })?;
-                let Some(attempt_id) = attempt_id else {
-                    return Ok(Some(None));
-                };
-                let tail: Option<(u64, Option<String>)> = conn
-                    .exec_first(
-                        format!("SELECT log_lines, log_tail FROM `{d}` WHERE attempt_id = ?"),
-                        (bind_uuid(attempt_id),),
-                    )
-                    .await?;
-                Ok(Some(tail))
-            })
-            .await?;
-        attempt_log(found, |total_lines, text| {
-            let lines: Vec<LogLine> = serde_json::from_str(text).map_err(|e| {
-                ExecutionError::Undecodable(format!("cannot decode the log tail: {e}"))
+        self.run("attempt_log", || async {
+            let mut conn = self.conn().await?;
+            let attempt: Option<Row> = conn
+                .exec_first(
+                    format!(
+                        "SELECT id FROM `{}` WHERE execution_id = ? AND attempt_no = ?",
+                        self.a()
+                    ),
+                    (bind_uuid(id), attempt_no),
+                )
+                .await?;
+            let Some(attempt) = attempt else {
+                return Ok(None);
+            };
+            let Some(d) = &table else {
+                return Ok(Some(None));
+            };
+            let attempt_id = attempt.as_ref(0).map(parse_uuid).transpose().map_err(|e| {
+                OpError::Domain(ExecutionError::Undecodable(format!("attempt id: {e}")))
             })?;
-            Ok(LogTail { total_lines, lines })
+            let Some(attempt_id) = attempt_id else {
+                return Ok(Some(None));
+            };
+            let tail: Option<(u64, Option<String>)> = conn
+                .exec_first(
+                    format!("SELECT log_lines, log_tail FROM `{d}` WHERE attempt_id = ?"),
+                    (bind_uuid(attempt_id),),
+                )
+                .await?;
+            Ok(Some(tail))
         })
+        .await
+    }
+
+    fn log_tail(&self, total_lines: u64, text: &str) -> Result<LogTail, ExecutionError> {
+        let lines: Vec<LogLine> = serde_json::from_str(text)
+            .map_err(|e| ExecutionError::Undecodable(format!("cannot decode the log tail: {e}")))?;
+        Ok(LogTail { total_lines, lines })
     }
 }
 

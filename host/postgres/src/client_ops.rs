@@ -8,6 +8,7 @@ use deadpool_postgres::GenericClient;
 use onestep_core::diagnostics::{AttemptRecord, LogTail};
 use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::store::diagnostics::AttemptReads;
 use onestep_core::store::submit::{self, CancelStep, MAX_LISTED_TASKS, SubmissionReads};
 use onestep_core::store::{Lookup, window_page};
 use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage};

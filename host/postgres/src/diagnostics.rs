@@ -10,16 +10,16 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use onestep_core::diagnostics::{
     AttemptDiagnostics, AttemptRecord, LiveDiagnostics, LogTail, RunFacts,
 };
 use onestep_core::execution::LeaseRef;
-use onestep_core::ports::ExecutionStore;
 use onestep_core::store::DecodeError;
 use onestep_core::store::diagnostics::{
-    DiagRow, LiveWrite, StoredDiagnostics, attempt_log, final_write, with_diagnostics,
+    AttemptReads, DiagRow, LiveWrite, StoredDiagnostics, final_write,
 };
 use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::Row;
@@ -191,96 +191,6 @@ impl PgBackend {
         Ok(true)
     }
 
-    /// The attempts of one execution of `namespace`, oldest first, each with its diagnostics
-    /// (without the log lines: [`ExecutionStore::attempt_log`]).
-    pub(crate) async fn read_attempts(
-        &self,
-        namespace: &str,
-        id: Uuid,
-    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
-        if ExecutionStore::get(self, namespace, id).await?.is_none() {
-            return Ok(None);
-        }
-        let sql = format!(
-            "SELECT id, attempt_no, status, worker_id, error, started_at, heartbeat_at, \
-             finished_at FROM {} WHERE execution_id = $1 ORDER BY attempt_no",
-            q(&self.tables().attempts)
-        );
-        let diag_sql = self.d().map(|d| {
-            format!(
-                "SELECT attempt_id, message, progress_done, progress_total, progress_note, \
-                 progress_at, log_lines, trap_kind, component_digest, fuel_consumed, \
-                 peak_memory_bytes FROM {d} WHERE execution_id = $1"
-            )
-        });
-        let (rows, diags) = self
-            .run("attempts", || async {
-                let conn = self.conn().await?;
-                let rows = conn.query(&sql, &[&id]).await?;
-                let diags = match &diag_sql {
-                    Some(s) => conn.query(s, &[&id]).await?,
-                    None => Vec::new(),
-                };
-                Ok((rows, diags))
-            })
-            .await?;
-        let diags = diags
-            .iter()
-            .map(|row| decode_diag(row).map(StoredDiagnostics::into_parts))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|reason| {
-                ExecutionError::Encoding(format!("cannot decode diagnostics of {id}: {reason}"))
-            })?;
-        let attempts = rows
-            .iter()
-            .map(crate::rows::decode_attempt)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|reason| {
-                ExecutionError::Encoding(format!("cannot decode an attempt of {id}: {reason}"))
-            })?;
-        Ok(Some(with_diagnostics(attempts, diags)))
-    }
-
-    pub(crate) async fn read_attempt_log(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        attempt_no: u32,
-    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
-        if ExecutionStore::get(self, namespace, id).await?.is_none() {
-            return Ok(None);
-        }
-        let Ok(no) = i32::try_from(attempt_no) else {
-            return Ok(None);
-        };
-        let attempt_sql = format!(
-            "SELECT id FROM {} WHERE execution_id = $1 AND attempt_no = $2",
-            q(&self.tables().attempts)
-        );
-        let tail_sql = self
-            .d()
-            .map(|d| format!("SELECT log_lines, log_tail FROM {d} WHERE attempt_id = $1"));
-        let found: Option<Option<(i64, Option<String>)>> = self
-            .run("attempt_log", || async {
-                let conn = self.conn().await?;
-                let Some(attempt) = conn.query_opt(&attempt_sql, &[&id, &no]).await? else {
-                    return Ok(None);
-                };
-                let Some(tail_sql) = &tail_sql else {
-                    return Ok(Some(None));
-                };
-                let attempt_id: Uuid = attempt.try_get(0)?;
-                let tail = conn.query_opt(tail_sql, &[&attempt_id]).await?;
-                let tail = tail
-                    .map(|r| Ok::<_, OpError>((r.try_get(0)?, r.try_get(1)?)))
-                    .transpose()?;
-                Ok(Some(tail))
-            })
-            .await?;
-        let found = found.map(|tail| tail.map(|(lines, text)| (u64_of(lines), text)));
-        attempt_log(found, LogTail::from_stored)
-    }
-
     /// The stored traceparents of `ids` (docs/observability.md#traces): one primary-key lookup
     /// per claim batch, and none while traces are off.
     pub(crate) async fn trace_parents<C: GenericClient>(
@@ -326,6 +236,88 @@ impl PgBackend {
             .await?;
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl AttemptReads for PgBackend {
+    async fn attempt_rows(
+        &self,
+        id: Uuid,
+    ) -> Result<(Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>), ExecutionError> {
+        let sql = format!(
+            "SELECT id, attempt_no, status, worker_id, error, started_at, heartbeat_at, \
+             finished_at FROM {} WHERE execution_id = $1 ORDER BY attempt_no",
+            q(&self.tables().attempts)
+        );
+        let diag_sql = self.d().map(|d| {
+            format!(
+                "SELECT attempt_id, message, progress_done, progress_total, progress_note, \
+                 progress_at, log_lines, trap_kind, component_digest, fuel_consumed, \
+                 peak_memory_bytes FROM {d} WHERE execution_id = $1"
+            )
+        });
+        let (rows, diags) = self
+            .run("attempts", || async {
+                let conn = self.conn().await?;
+                let rows = conn.query(&sql, &[&id]).await?;
+                let diags = match &diag_sql {
+                    Some(s) => conn.query(s, &[&id]).await?,
+                    None => Vec::new(),
+                };
+                Ok((rows, diags))
+            })
+            .await?;
+        let diags = diags
+            .iter()
+            .map(|row| decode_diag(row).map(StoredDiagnostics::into_parts))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| {
+                ExecutionError::Encoding(format!("cannot decode diagnostics of {id}: {reason}"))
+            })?;
+        let attempts = rows
+            .iter()
+            .map(crate::rows::decode_attempt)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| {
+                ExecutionError::Encoding(format!("cannot decode an attempt of {id}: {reason}"))
+            })?;
+        Ok((attempts, diags))
+    }
+
+    async fn stored_log(
+        &self,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<(u64, Option<String>)>>, ExecutionError> {
+        let Ok(no) = i32::try_from(attempt_no) else {
+            return Ok(None);
+        };
+        let attempt_sql = format!(
+            "SELECT id FROM {} WHERE execution_id = $1 AND attempt_no = $2",
+            q(&self.tables().attempts)
+        );
+        let tail_sql = self
+            .d()
+            .map(|d| format!("SELECT log_lines, log_tail FROM {d} WHERE attempt_id = $1"));
+        let found: Option<Option<(i64, Option<String>)>> = self
+            .run("attempt_log", || async {
+                let conn = self.conn().await?;
+                let Some(attempt) = conn.query_opt(&attempt_sql, &[&id, &no]).await? else {
+                    return Ok(None);
+                };
+                let Some(tail_sql) = &tail_sql else {
+                    return Ok(Some(None));
+                };
+                let attempt_id: Uuid = attempt.try_get(0)?;
+                let tail = conn.query_opt(tail_sql, &[&attempt_id]).await?;
+                let tail = tail
+                    .map(|r| Ok::<_, OpError>((r.try_get(0)?, r.try_get(1)?)))
+                    .transpose()?;
+                Ok(Some(tail))
+            })
+            .await?;
+        Ok(found.map(|tail| tail.map(|(lines, text)| (u64_of(lines), text))))
     }
 }
 

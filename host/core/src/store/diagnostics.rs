@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -13,6 +14,7 @@ use crate::diagnostics::{
 };
 use crate::error::ExecutionError;
 use crate::execution::LeaseRef;
+use crate::ports::ExecutionStore;
 
 /// One diagnostics row to write (one per attempt).
 #[derive(Debug, Clone, Copy)]
@@ -170,4 +172,58 @@ pub fn attempt_log(
         Some(None) | Some(Some((_, None))) => Some(None),
         Some(Some((total_lines, Some(text)))) => Some(Some(decode(total_lines, &text)?)),
     })
+}
+
+/// The reads behind `ExecutionStore::attempts` and `attempt_log`
+/// (docs/observability.md#attempt-diagnostics): the backend reads the stored rows, and the
+/// provided methods answer (`None` for an execution not in the namespace).
+#[async_trait]
+pub trait AttemptReads: ExecutionStore {
+    /// The attempts of execution `id`, oldest first, without their diagnostics; and the
+    /// diagnostics stored per attempt.
+    async fn attempt_rows(
+        &self,
+        id: Uuid,
+    ) -> Result<(Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>), ExecutionError>;
+
+    /// What is stored of the log of attempt `attempt_no` of `id`: `None` without the attempt,
+    /// `Some(None)` without a stored tail, else `(total_lines, lines_json)`.
+    async fn stored_log(
+        &self,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<(u64, Option<String>)>>, ExecutionError>;
+
+    /// A stored tail decoded ([`LogTail::from_stored`] unless the backend words it otherwise).
+    fn log_tail(&self, total_lines: u64, lines_json: &str) -> Result<LogTail, ExecutionError> {
+        LogTail::from_stored(total_lines, lines_json)
+    }
+
+    /// The attempts of one execution of `namespace`, oldest first, each with its diagnostics
+    /// (without the log lines: [`Self::read_attempt_log`]).
+    async fn read_attempts(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
+        if self.get(namespace, id).await?.is_none() {
+            return Ok(None);
+        }
+        let (attempts, diagnostics) = self.attempt_rows(id).await?;
+        Ok(Some(with_diagnostics(attempts, diagnostics)))
+    }
+
+    /// The log tail of one attempt (see [`attempt_log`]).
+    async fn read_attempt_log(
+        &self,
+        namespace: &str,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
+        if self.get(namespace, id).await?.is_none() {
+            return Ok(None);
+        }
+        let found = self.stored_log(id, attempt_no).await?;
+        attempt_log(found, |total_lines, text| self.log_tail(total_lines, text))
+    }
 }

@@ -16,8 +16,8 @@ use crate::request::{ListSearch, PreparedSubmission};
 use crate::status::ExecutionStatus;
 use crate::store::Lookup;
 
-/// Most task names a key search without a task names in its list of task names (more, and it
-/// filters the namespace's rows instead).
+/// Most task names a key search without a task name lists (with more, it filters the
+/// namespace's rows instead).
 pub const MAX_LISTED_TASKS: usize = 500;
 
 /// The reads of a submission's outcome, on one connection or transaction.
