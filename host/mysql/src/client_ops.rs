@@ -1,23 +1,23 @@
 //! Client operations (docs/semantics.md#client-operations): submit (race-safe idempotency, ambiguous-commit resolution),
 //! submit_many (one transaction, multi-row INSERT), get, list (keyset paging) and cancel.
 
-use std::collections::HashMap;
-
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value as DbValue};
 use onestep_core::diagnostics::{AttemptRecord, LogTail};
 use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
-use onestep_core::store::Lookup;
+use onestep_core::store::diagnostics::AttemptReads;
+use onestep_core::store::submit::{self, CancelStep, MAX_LISTED_TASKS, SubmissionReads};
+use onestep_core::store::{Lookup, window_page};
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin, commit};
-use crate::errors::{OpResult, codes, server_code};
+use crate::errors::{OpError, OpResult, codes, server_code};
 use crate::rows::{
-    EXECUTION_COLUMNS, EXECUTION_COLUMNS_E, bind_opt_time, bind_time, bind_uuid, decode_execution,
-    placeholders, window_columns,
+    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, EXECUTION_COLUMNS_E, bind_opt_time, bind_time,
+    bind_uuid, decode_execution, placeholders, window_columns,
 };
 
 /// Columns written by a submission (T1), in bind order.
@@ -82,21 +82,66 @@ fn residual_search(search: &ListSearch) -> Option<(String, Vec<DbValue>)> {
         terms.push("JSON_TYPE(JSON_EXTRACT(metadata, ?)) = 'STRING'");
         params.push(path.into());
     }
-    if let Some(t) = &search.exception_type {
-        let escaped = t
-            .to_lowercase()
-            .replace('\\', "\\\\")
-            .replace('%', "\\%")
-            .replace('_', "\\_");
+    if let Some(pattern) = submit::exception_type_pattern(search) {
         terms.push("LOWER(JSON_UNQUOTE(JSON_EXTRACT(error, '$.exception_type'))) LIKE ?");
-        params.push(format!("%{escaped}%").into());
+        params.push(pattern.into());
     }
     (!terms.is_empty()).then(|| (terms.join(" AND "), params))
 }
 
-/// Most task names a key search without a task names in its `IN` list (more, and it filters
-/// the namespace's rows instead).
-const MAX_LISTED_TASKS: usize = 500;
+/// [`SubmissionReads`] on one connection or transaction.
+struct Reads<'a, Q> {
+    backend: &'a MySqlBackend,
+    q: &'a mut Q,
+}
+
+#[async_trait]
+impl<'a, Q: Queryable + 'a> SubmissionReads for Reads<'a, Q> {
+    type Error = OpError;
+
+    async fn by_id(&mut self, id: Uuid, namespace: &str) -> OpResult<Option<Execution>> {
+        self.backend
+            .select_by_id(self.q, id, Some(namespace), false)
+            .await
+    }
+
+    async fn key_holder(
+        &mut self,
+        sub: &PreparedSubmission,
+        key: &str,
+    ) -> OpResult<Option<(Execution, Option<String>)>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS}, submission_digest FROM `{}` \
+             WHERE namespace = ? AND task_name = ? AND idempotency_key = ?",
+            self.backend.t()
+        );
+        let row: Option<Row> = self
+            .q
+            .exec_first(sql, (sub.namespace.as_str(), sub.task_name.as_str(), key))
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let digest: Option<String> = row
+            .get::<Option<String>, _>(EXECUTION_COLUMN_COUNT)
+            .flatten();
+        Ok(Some((decode_execution(row)?, digest)))
+    }
+
+    async fn by_ids(&mut self, ids: &[Uuid]) -> OpResult<Vec<Execution>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
+            self.backend.t(),
+            placeholders(ids.len())
+        );
+        let params: Vec<DbValue> = ids.iter().map(|id| bind_uuid(*id)).collect();
+        let rows: Vec<Row> = self.q.exec(sql, Params::Positional(params)).await?;
+        Ok(rows
+            .into_iter()
+            .map(decode_execution)
+            .collect::<Result<_, _>>()?)
+    }
+}
 
 impl MySqlBackend {
     pub(crate) async fn select_by_id<Q: Queryable>(
@@ -122,40 +167,9 @@ impl MySqlBackend {
         Ok(row.map(decode_execution).transpose()?)
     }
 
-    /// Reads the row holding `sub`'s idempotency key and classifies it against `sub`.
+    /// Reads the row holding `sub`'s id or idempotency key and classifies it against `sub`.
     async fn lookup<Q: Queryable>(&self, q: &mut Q, sub: &PreparedSubmission) -> OpResult<Lookup> {
-        if let Some(e) = self
-            .select_by_id(q, sub.id, Some(&sub.namespace), false)
-            .await?
-        {
-            return Ok(Lookup::Inserted(e));
-        }
-        let Some(key) = &sub.idempotency_key else {
-            return Ok(Lookup::Absent);
-        };
-        let sql = format!(
-            "SELECT {EXECUTION_COLUMNS}, submission_digest FROM `{}` \
-             WHERE namespace = ? AND task_name = ? AND idempotency_key = ?",
-            self.t()
-        );
-        let row: Option<Row> = q
-            .exec_first(
-                sql,
-                (sub.namespace.as_str(), sub.task_name.as_str(), key.as_str()),
-            )
-            .await?;
-        let Some(row) = row else {
-            return Ok(Lookup::Absent);
-        };
-        let digest: Option<String> = row
-            .get::<Option<String>, _>(crate::rows::EXECUTION_COLUMN_COUNT)
-            .flatten();
-        let existing = decode_execution(row)?;
-        if digest.as_deref() == Some(sub.digest.as_str()) {
-            Ok(Lookup::Replay(existing))
-        } else {
-            Ok(Lookup::Conflict(existing.id))
-        }
+        Reads { backend: self, q }.lookup(sub).await
     }
 
     async fn submit_once(&self, sub: &PreparedSubmission) -> OpResult<Execution> {
@@ -210,13 +224,7 @@ impl MySqlBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
-        // Insert in key order so that concurrent batches lock unique-index entries in the same
-        // order (fewer deadlocks); results are matched back by id.
-        let mut order: Vec<&PreparedSubmission> = subs.iter().collect();
-        order.sort_by(|a, b| {
-            (&a.task_name, &a.idempotency_key).cmp(&(&b.task_name, &b.idempotency_key))
-        });
-        for chunk in order.chunks(INSERT_CHUNK) {
+        for chunk in submit::insert_order(subs).chunks(INSERT_CHUNK) {
             let row = format!("({})", placeholders(INSERT_WIDTH));
             let sql = format!(
                 "INSERT INTO `{}` ({INSERT_COLUMNS}) VALUES {} ON DUPLICATE KEY UPDATE id = id",
@@ -230,16 +238,7 @@ impl MySqlBackend {
             tx.exec_drop(sql, Params::Positional(params)).await?;
         }
         let results = self.resolve_batch(&mut tx, subs).await?;
-        let out = results
-            .into_iter()
-            .zip(subs)
-            .map(|(r, s)| {
-                r.ok_or_else(|| {
-                    ExecutionError::Encoding(format!("submitted execution {} not found", s.id))
-                })
-                .and_then(|x| x)
-            })
-            .collect();
+        let out = submit::batch_outcomes(results, subs);
         commit(self, tx).await?;
         Ok(out)
     }
@@ -250,29 +249,9 @@ impl MySqlBackend {
         q: &mut Q,
         subs: &[PreparedSubmission],
     ) -> OpResult<Vec<Option<Result<Execution, ExecutionError>>>> {
-        let mut by_id: HashMap<Uuid, Execution> = HashMap::new();
-        for chunk in subs.chunks(INSERT_CHUNK) {
-            let sql = format!(
-                "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
-                self.t(),
-                placeholders(chunk.len())
-            );
-            let params: Vec<DbValue> = chunk.iter().map(|s| bind_uuid(s.id)).collect();
-            let rows: Vec<Row> = q.exec(sql, Params::Positional(params)).await?;
-            for row in rows {
-                let e = decode_execution(row)?;
-                by_id.insert(e.id, e);
-            }
-        }
-        let mut out = Vec::with_capacity(subs.len());
-        for s in subs {
-            if let Some(e) = by_id.get(&s.id) {
-                out.push(Some(Ok(e.clone())));
-                continue;
-            }
-            out.push(self.lookup(q, s).await?.outcome());
-        }
-        Ok(out)
+        Reads { backend: self, q }
+            .resolve_batch(subs, INSERT_CHUNK)
+            .await
     }
 
     /// A windowed search page (docs/semantics.md#search-window), one statement: the newest
@@ -314,21 +293,7 @@ impl MySqlBackend {
                     .await?)
             })
             .await?;
-        let mut matches = Vec::new();
-        let mut boundary = None;
-        for row in rows {
-            let (matched, examined, position) = window_columns(&row)?;
-            if examined >= i64::from(window) {
-                boundary = Some(position);
-            }
-            if matched {
-                matches.push(decode_execution(row)?);
-            }
-        }
-        // A full window's rows all carry `w_rows = window`, so `boundary` ends as the last row
-        // returned: the window's last row whenever `limit` or fewer rows matched (it is
-        // returned after them); with more, the page is full and `from_window` ignores it.
-        Ok(ExecutionPage::from_window(matches, limit, boundary))
+        window_page(rows, window, limit, window_columns, decode_execution)
     }
 
     /// The namespace's distinct task names: one `ORDER BY task_name LIMIT 1` probe per task,
@@ -378,25 +343,26 @@ impl MySqlBackend {
         else {
             return Ok(None);
         };
-        let update = match current.status {
-            ExecutionStatus::Queued | ExecutionStatus::Retrying => Some(format!(
+        let step = CancelStep::of(current.status);
+        let update = match step {
+            CancelStep::Cancel => Some(format!(
                 "UPDATE `{}` SET status = 'cancelled', cancel_reason = ?, cancel_requested_at = ?, \
                  finished_at = ?, updated_at = ?, version = version + 1 WHERE id = ?",
                 self.t()
             )),
-            ExecutionStatus::Running => Some(format!(
+            CancelStep::Request => Some(format!(
                 "UPDATE `{}` SET status = 'cancel_requested', cancel_reason = ?, \
                  cancel_requested_at = ?, updated_at = ?, version = version + 1 WHERE id = ?",
                 self.t()
             )),
-            _ => None,
+            CancelStep::Unchanged => None,
         };
         let Some(sql) = update else {
             commit(self, tx).await?;
             return Ok(Some(current));
         };
         let mut params: Vec<DbValue> = vec![reason.into(), bind_time(now)];
-        if current.status != ExecutionStatus::Running {
+        if step == CancelStep::Cancel {
             params.push(bind_time(now));
         }
         params.push(bind_time(now));
@@ -447,13 +413,7 @@ impl ExecutionStore for MySqlBackend {
                         self.resolve_batch(&mut conn, &subs).await
                     })
                     .await?;
-                // The batch is all or nothing: one item missing means nothing was committed,
-                // and the batch is written again.
-                if resolved.iter().all(Option::is_some) {
-                    Ok(Some(Ok(resolved.into_iter().flatten().collect())))
-                } else {
-                    Ok(None)
-                }
+                Ok(submit::batch_landed(resolved))
             },
         )
         .await

@@ -7,18 +7,19 @@
 //! the attempts' rows then one multi-row `INSERT` (portable between MariaDB and MySQL, whose
 //! upsert syntaxes differ), chunked so one statement stays far below `max_allowed_packet`.
 
-use std::collections::HashMap;
-
+use async_trait::async_trait;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue, from_value_opt};
 use onestep_core::ExecutionError;
 use onestep_core::diagnostics::{
-    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogLine, LogTail, RunFacts,
+    AttemptDiagnostics, AttemptRecord, LiveDiagnostics, LogLine, LogTail, RunFacts,
 };
 use onestep_core::execution::LeaseRef;
-use onestep_core::ports::ExecutionStore;
 use onestep_core::store::DecodeError;
+use onestep_core::store::diagnostics::{
+    AttemptReads, DiagRow, LiveWrite, StoredDiagnostics, final_write,
+};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
@@ -32,16 +33,6 @@ const COLUMNS: &str = "attempt_id, execution_id, is_final, message, progress_don
 const COLUMN_COUNT: usize = 15;
 /// Bytes of bound values per INSERT statement (MariaDB's default `max_allowed_packet` is 16 MiB).
 const STATEMENT_BYTES: usize = 4 * 1024 * 1024;
-
-/// One row to write.
-struct DiagRow<'a> {
-    lease: &'a LeaseRef,
-    is_final: bool,
-    message: Option<&'a str>,
-    progress: Option<&'a AttemptProgress>,
-    log: Option<&'a LogTail>,
-    facts: Option<&'a RunFacts>,
-}
 
 fn tail_json(log: Option<&LogTail>) -> Result<(u64, DbValue), OpError> {
     match log {
@@ -152,23 +143,9 @@ impl MySqlBackend {
         items: &[(&LeaseRef, &AttemptDiagnostics)],
         now: DateTime<Utc>,
     ) -> OpResult<()> {
-        let Some(table) = self.d() else {
+        let Some((table, rows)) = final_write(self.d(), items) else {
             return Ok(());
         };
-        if items.is_empty() {
-            return Ok(());
-        }
-        let rows: Vec<DiagRow<'_>> = items
-            .iter()
-            .map(|(lease, d)| DiagRow {
-                lease,
-                is_final: true,
-                message: d.message.as_deref(),
-                progress: d.progress.as_ref(),
-                log: d.log.as_ref(),
-                facts: Some(&d.facts),
-            })
-            .collect();
         tx.query_drop("SAVEPOINT onestep_diagnostics").await?;
         match write_rows(tx, &table, &rows, now, false).await {
             Ok(()) => {
@@ -196,23 +173,10 @@ impl MySqlBackend {
         &self,
         items: &[(LeaseRef, LiveDiagnostics)],
     ) -> Result<bool, ExecutionError> {
-        let Some(table) = self.d() else {
-            return Ok(false);
+        let (table, rows) = match LiveWrite::of(self.d(), items) {
+            LiveWrite::Answer(answer) => return Ok(answer),
+            LiveWrite::Rows(table, rows) => (table, rows),
         };
-        if items.is_empty() {
-            return Ok(true);
-        }
-        let rows: Vec<DiagRow<'_>> = items
-            .iter()
-            .map(|(lease, live)| DiagRow {
-                lease,
-                is_final: false,
-                message: None,
-                progress: live.progress.as_ref(),
-                log: live.log.as_ref(),
-                facts: None,
-            })
-            .collect();
         self.run("diagnostics", || async {
             let now = self.now();
             let mut conn = self.conn().await?;
@@ -223,15 +187,14 @@ impl MySqlBackend {
         .await?;
         Ok(true)
     }
+}
 
-    pub(crate) async fn read_attempts(
+#[async_trait]
+impl AttemptReads for MySqlBackend {
+    async fn attempt_rows(
         &self,
-        namespace: &str,
         id: Uuid,
-    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
-        if ExecutionStore::get(self, namespace, id).await?.is_none() {
-            return Ok(None);
-        }
+    ) -> Result<(Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>), ExecutionError> {
         let table = self.d();
         let r = self
             .run("attempts", || async {
@@ -266,73 +229,61 @@ impl MySqlBackend {
             })
             .await?;
         let (rows, diags) = r;
-        let mut by_attempt: HashMap<Uuid, AttemptDiagnostics> = HashMap::new();
-        for row in diags {
-            let (attempt, d) = decode_diag(row).map_err(ExecutionError::from)?;
-            by_attempt.insert(attempt, d);
-        }
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let mut rec = decode_attempt(row).map_err(ExecutionError::from)?;
-            rec.diagnostics = by_attempt.remove(&rec.id);
-            out.push(rec);
-        }
-        Ok(Some(out))
+        let diags = diags
+            .into_iter()
+            .map(|row| decode_diag(row).map(StoredDiagnostics::into_parts))
+            .collect::<Result<Vec<_>, _>>()?;
+        let attempts = rows
+            .into_iter()
+            .map(decode_attempt)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((attempts, diags))
     }
 
-    pub(crate) async fn read_attempt_log(
+    async fn stored_log(
         &self,
-        namespace: &str,
         id: Uuid,
         attempt_no: u32,
-    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
-        if ExecutionStore::get(self, namespace, id).await?.is_none() {
-            return Ok(None);
-        }
+    ) -> Result<Option<Option<(u64, Option<String>)>>, ExecutionError> {
         let table = self.d();
-        let found = self
-            .run("attempt_log", || async {
-                let mut conn = self.conn().await?;
-                let attempt: Option<Row> = conn
-                    .exec_first(
-                        format!(
-                            "SELECT id FROM `{}` WHERE execution_id = ? AND attempt_no = ?",
-                            self.a()
-                        ),
-                        (bind_uuid(id), attempt_no),
-                    )
-                    .await?;
-                let Some(attempt) = attempt else {
-                    return Ok(None);
-                };
-                let Some(d) = &table else {
-                    return Ok(Some(None));
-                };
-                let attempt_id = attempt.as_ref(0).map(parse_uuid).transpose().map_err(|e| {
-                    OpError::Domain(ExecutionError::Undecodable(format!("attempt id: {e}")))
-                })?;
-                let Some(attempt_id) = attempt_id else {
-                    return Ok(Some(None));
-                };
-                let tail: Option<(u64, Option<String>)> = conn
-                    .exec_first(
-                        format!("SELECT log_lines, log_tail FROM `{d}` WHERE attempt_id = ?"),
-                        (bind_uuid(attempt_id),),
-                    )
-                    .await?;
-                Ok(Some(tail))
-            })
-            .await?;
-        Ok(match found {
-            None => None,
-            Some(None) | Some(Some((_, None))) => Some(None),
-            Some(Some((total_lines, Some(text)))) => {
-                let lines: Vec<LogLine> = serde_json::from_str(&text).map_err(|e| {
-                    ExecutionError::Undecodable(format!("cannot decode the log tail: {e}"))
-                })?;
-                Some(Some(LogTail { total_lines, lines }))
-            }
+        self.run("attempt_log", || async {
+            let mut conn = self.conn().await?;
+            let attempt: Option<Row> = conn
+                .exec_first(
+                    format!(
+                        "SELECT id FROM `{}` WHERE execution_id = ? AND attempt_no = ?",
+                        self.a()
+                    ),
+                    (bind_uuid(id), attempt_no),
+                )
+                .await?;
+            let Some(attempt) = attempt else {
+                return Ok(None);
+            };
+            let Some(d) = &table else {
+                return Ok(Some(None));
+            };
+            let attempt_id = attempt.as_ref(0).map(parse_uuid).transpose().map_err(|e| {
+                OpError::Domain(ExecutionError::Undecodable(format!("attempt id: {e}")))
+            })?;
+            let Some(attempt_id) = attempt_id else {
+                return Ok(Some(None));
+            };
+            let tail: Option<(u64, Option<String>)> = conn
+                .exec_first(
+                    format!("SELECT log_lines, log_tail FROM `{d}` WHERE attempt_id = ?"),
+                    (bind_uuid(attempt_id),),
+                )
+                .await?;
+            Ok(Some(tail))
         })
+        .await
+    }
+
+    fn log_tail(&self, total_lines: u64, text: &str) -> Result<LogTail, ExecutionError> {
+        let lines: Vec<LogLine> = serde_json::from_str(text)
+            .map_err(|e| ExecutionError::Undecodable(format!("cannot decode the log tail: {e}")))?;
+        Ok(LogTail { total_lines, lines })
     }
 }
 
@@ -370,43 +321,25 @@ fn decode_attempt(mut row: Row) -> Result<AttemptRecord, DecodeError> {
     })
 }
 
-fn decode_diag(mut row: Row) -> Result<(Uuid, AttemptDiagnostics), DecodeError> {
-    let attempt = row
+fn decode_diag(mut row: Row) -> Result<StoredDiagnostics, DecodeError> {
+    let attempt_id = row
         .as_ref(0)
         .ok_or("attempt_id: missing column")
         .map_err(DecodeError::from)
         .and_then(parse_uuid)?;
-    let message = col::<Option<String>>(&mut row, 1, "message")?;
-    let done = col::<Option<u64>>(&mut row, 2, "progress_done")?;
-    let total = col::<Option<u64>>(&mut row, 3, "progress_total")?;
-    let note = col::<Option<String>>(&mut row, 4, "progress_note")?;
-    let at = col::<Option<NaiveDateTime>>(&mut row, 5, "progress_at")?;
-    let lines = col::<u64>(&mut row, 6, "log_lines")?;
-    let progress = match (done, at) {
-        (Some(done), Some(at)) => Some(AttemptProgress {
-            done,
-            total: total.unwrap_or(0),
-            note: note.unwrap_or_default(),
-            at: at.and_utc(),
-        }),
-        _ => None,
-    };
-    Ok((
-        attempt,
-        AttemptDiagnostics {
-            message,
-            progress,
-            // The lines themselves come from the logs route; the count says whether there are any.
-            log: (lines > 0).then(|| LogTail {
-                total_lines: lines,
-                lines: Vec::new(),
-            }),
-            facts: RunFacts {
-                trap_kind: col::<Option<String>>(&mut row, 7, "trap_kind")?,
-                component_digest: col::<Option<String>>(&mut row, 8, "component_digest")?,
-                fuel_consumed: col::<Option<u64>>(&mut row, 9, "fuel_consumed")?,
-                peak_memory_bytes: col::<Option<u64>>(&mut row, 10, "peak_memory_bytes")?,
-            },
+    Ok(StoredDiagnostics {
+        attempt_id,
+        message: col(&mut row, 1, "message")?,
+        progress_done: col(&mut row, 2, "progress_done")?,
+        progress_total: col(&mut row, 3, "progress_total")?,
+        progress_note: col(&mut row, 4, "progress_note")?,
+        progress_at: opt_time(col(&mut row, 5, "progress_at")?),
+        log_lines: col(&mut row, 6, "log_lines")?,
+        facts: RunFacts {
+            trap_kind: col(&mut row, 7, "trap_kind")?,
+            component_digest: col(&mut row, 8, "component_digest")?,
+            fuel_consumed: col(&mut row, 9, "fuel_consumed")?,
+            peak_memory_bytes: col(&mut row, 10, "peak_memory_bytes")?,
         },
-    ))
+    })
 }

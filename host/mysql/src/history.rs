@@ -9,9 +9,9 @@
 //! carrying that millisecond or random UUIDv4, as [`HistoryIds`] asks, computed from SHA-256 of a
 //! per-seed salt so execution and attempt statements agree on them.
 
-use chrono::Duration;
 use mysql_async::prelude::Queryable;
 use onestep_core::ExecutionError;
+use onestep_core::store::history::history_span;
 
 pub use onestep_core::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
 
@@ -71,14 +71,7 @@ impl MySqlBackend {
     /// number of executions written. Not part of the execution protocol: for `onestep bench
     /// --history` only.
     pub async fn seed_history(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
-        if seed.count > MAX_HISTORY_ROWS {
-            return Err(ExecutionError::InvalidArgument(format!(
-                "history of {} rows is over the limit of {MAX_HISTORY_ROWS}",
-                seed.count
-            )));
-        }
-        let count = i64::try_from(seed.count).unwrap_or(i64::MAX);
-        let first = seed.before - Duration::milliseconds(count);
+        let (count, first) = history_span(seed)?;
         // Literals we made ourselves (hex digits, an integer, a formatted instant): inlined, so
         // each expression can repeat them; the caller's names stay bound parameters.
         let first_ms = first.timestamp_millis();

@@ -8,6 +8,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value as DbValue};
 use onestep_core::diagnostics::{PurgeReport, PurgeRequest};
 use onestep_core::ports::Retention;
+use onestep_core::store::purge::{PurgeBatches, purge};
 use onestep_core::{ExecutionError, ExecutionStatus};
 
 use crate::backend::{MySqlBackend, begin, commit};
@@ -17,49 +18,46 @@ use crate::rows::{bind_time, bind_uuid, parse_uuid, placeholders};
 #[async_trait]
 impl Retention for MySqlBackend {
     async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReport, ExecutionError> {
-        let groups = request.status_passes(self.inner.features.list_indexes)?;
-        let namespaces = match &request.namespace {
-            Some(ns) => vec![ns.clone()],
-            None => {
-                self.run("purge", || async {
-                    let mut conn = self.conn().await?;
-                    let ns: Vec<String> = conn
-                        .query(format!("SELECT DISTINCT namespace FROM `{}`", self.t()))
-                        .await?;
-                    Ok(ns)
-                })
-                .await?
-            }
-        };
-        // Named statuses are purged one at a time, each through its range of the status-list
-        // index (docs/schema.md#evidence); `groups` came first, so a bad request fails before
-        // any read.
-        let mut report = PurgeReport::default();
-        for ns in namespaces {
-            for group in &groups {
-                self.purge_namespace(&ns, group, request, &mut report)
-                    .await?;
-            }
-        }
-        Ok(report)
+        purge(self, request).await
     }
 }
 
-impl MySqlBackend {
-    /// Walks `namespace`'s executions created before the cutoff (a finished one was created
-    /// before it finished) through the list index, newest first from the cutoff down, in keyset
-    /// order, one bounded batch per transaction. Newest first is the list index's own order
-    /// (`namespace, created_at DESC, id DESC`): both servers read it as a forward range that
-    /// stops at the LIMIT, whereas MySQL 9 reads an oldest-first walk as a backward scan of the
-    /// whole index, namespaces sorting after this one first (docs/schema.md#evidence). An
-    /// interrupted purge leaves the oldest rows; the next run removes them.
-    async fn purge_namespace(
+/// The list position a purge walk goes on from: `created_at` and the id as read.
+type Position = (NaiveDateTime, String);
+
+#[async_trait]
+impl PurgeBatches for MySqlBackend {
+    type Position = Position;
+
+    fn per_status_index(&self) -> bool {
+        self.inner.features.list_indexes
+    }
+
+    async fn namespaces(&self) -> Result<Vec<String>, ExecutionError> {
+        self.run("purge", || async {
+            let mut conn = self.conn().await?;
+            let ns: Vec<String> = conn
+                .query(format!("SELECT DISTINCT namespace FROM `{}`", self.t()))
+                .await?;
+            Ok(ns)
+        })
+        .await
+    }
+
+    /// One batch of `namespace`'s executions created before the cutoff (a finished one was
+    /// created before it finished) through the list index, newest first from the cutoff down,
+    /// in keyset order. Newest first is the list index's own order (`namespace, created_at
+    /// DESC, id DESC`): both servers read it as a forward range that stops at the LIMIT,
+    /// whereas MySQL 9 reads an oldest-first walk as a backward scan of the whole index,
+    /// namespaces sorting after this one first (docs/schema.md#evidence). An interrupted purge
+    /// leaves the oldest rows; the next run removes them.
+    async fn batch(
         &self,
         namespace: &str,
         statuses: &[ExecutionStatus],
         request: &PurgeRequest,
-        report: &mut PurgeReport,
-    ) -> Result<(), ExecutionError> {
+        after: Option<&Position>,
+    ) -> Result<(Option<Position>, PurgeReport), ExecutionError> {
         let cutoff = request.finished_before;
         let status_sql = placeholders(statuses.len());
         // One named status: its range of the status-list index, forced (both servers prefer
@@ -73,137 +71,118 @@ impl MySqlBackend {
             String::new()
         };
         let hint = hint.as_str();
-        let mut after: Option<(NaiveDateTime, String)> = None;
-        loop {
-            let step = self
-                .run("purge", || {
-                    let after = after.clone();
-                    let status_sql = status_sql.as_str();
-                    async move {
-                        let mut conn = self.conn().await?;
-                        let mut tx = begin(&mut conn).await?;
-                        let mut params: Vec<DbValue> =
-                            vec![DbValue::from(namespace), bind_time(cutoff)];
-                        let keyset = match &after {
-                            Some((c, id)) => {
-                                params.extend([
-                                    DbValue::from(*c),
-                                    DbValue::from(*c),
-                                    DbValue::from(id.as_str()),
-                                ]);
-                                " AND (created_at < ? OR (created_at = ? AND id < ?))"
-                            }
-                            None => "",
-                        };
-                        params.extend(statuses.iter().map(|s| DbValue::from(s.as_str())));
-                        params.push(bind_time(cutoff));
-                        params.push(DbValue::from(request.batch_size));
-                        let lock = if request.dry_run {
-                            ""
-                        } else {
-                            " FOR UPDATE SKIP LOCKED"
-                        };
-                        let rows: Vec<(String, NaiveDateTime)> = tx
-                            .exec(
-                                format!(
-                                    "SELECT id, created_at FROM `{}`{hint} \
+        let status_sql = status_sql.as_str();
+        self.run("purge", || async move {
+            let mut conn = self.conn().await?;
+            let mut tx = begin(&mut conn).await?;
+            let mut params: Vec<DbValue> = vec![DbValue::from(namespace), bind_time(cutoff)];
+            let keyset = match after {
+                Some((c, id)) => {
+                    params.extend([
+                        DbValue::from(*c),
+                        DbValue::from(*c),
+                        DbValue::from(id.as_str()),
+                    ]);
+                    " AND (created_at < ? OR (created_at = ? AND id < ?))"
+                }
+                None => "",
+            };
+            params.extend(statuses.iter().map(|s| DbValue::from(s.as_str())));
+            params.push(bind_time(cutoff));
+            params.push(DbValue::from(request.batch_size));
+            let lock = if request.dry_run {
+                ""
+            } else {
+                " FOR UPDATE SKIP LOCKED"
+            };
+            let rows: Vec<(String, NaiveDateTime)> = tx
+                .exec(
+                    format!(
+                        "SELECT id, created_at FROM `{}`{hint} \
                                      WHERE namespace = ? AND created_at < ?{keyset} \
                                      AND status IN ({status_sql}) AND finished_at < ? \
                                      ORDER BY created_at DESC, id DESC LIMIT ?{lock}",
-                                    self.t()
-                                ),
-                                Params::Positional(params),
-                            )
-                            .await?;
-                        let last = rows.last().map(|(id, c)| (*c, id.clone()));
-                        // Bound as 32-hex like every other write: the text read back is
-                        // hyphenated from MariaDB's native `uuid` columns, and the diagnostics
-                        // table's `CHAR(32)` ids would not match that form.
-                        let ids: Vec<DbValue> = rows
-                            .iter()
-                            .map(|(id, _)| {
-                                parse_uuid(&DbValue::from(id.as_str()))
-                                    .map(bind_uuid)
-                                    .map_err(|e| {
-                                        OpError::Domain(ExecutionError::Undecodable(format!(
-                                            "purge: undecodable execution id {id:?}: {e}"
-                                        )))
-                                    })
-                            })
-                            .collect::<Result<_, _>>()?;
-                        let mut removed = PurgeReport::default();
-                        if ids.is_empty() {
-                            tx.rollback().await?;
-                            return Ok((last, removed));
-                        }
-                        let list = placeholders(ids.len());
-                        if request.dry_run {
-                            removed.executions = ids.len() as u64;
-                            let n: Option<u64> = tx
-                                .exec_first(
-                                    format!(
-                                        "SELECT COUNT(*) FROM `{}` WHERE execution_id IN ({list})",
-                                        self.a()
-                                    ),
-                                    Params::Positional(ids.clone()),
-                                )
-                                .await?;
-                            removed.attempts = n.unwrap_or(0);
-                            if let Some(d) = self.d() {
-                                let n: Option<u64> = tx
-                                    .exec_first(
-                                        format!(
-                                            "SELECT COUNT(*) FROM `{d}` WHERE execution_id IN ({list})"
-                                        ),
-                                        Params::Positional(ids.clone()),
-                                    )
-                                    .await?;
-                                removed.diagnostics = n.unwrap_or(0);
-                            }
-                            tx.rollback().await?;
-                            return Ok((last, removed));
-                        }
-                        if let Some(d) = self.d() {
-                            tx.exec_drop(
-                                format!("DELETE FROM `{d}` WHERE execution_id IN ({list})"),
-                                Params::Positional(ids.clone()),
-                            )
-                            .await?;
-                            removed.diagnostics = tx.affected_rows();
-                        }
-                        if let Some(tr) = self.tr_existing() {
-                            tx.exec_drop(
-                                format!("DELETE FROM `{tr}` WHERE execution_id IN ({list})"),
-                                Params::Positional(ids.clone()),
-                            )
-                            .await?;
-                        }
-                        tx.exec_drop(
-                            format!(
-                                "DELETE FROM `{}` WHERE execution_id IN ({list})",
-                                self.a()
-                            ),
+                        self.t()
+                    ),
+                    Params::Positional(params),
+                )
+                .await?;
+            let last = rows.last().map(|(id, c)| (*c, id.clone()));
+            // Bound as 32-hex like every other write: the text read back is
+            // hyphenated from MariaDB's native `uuid` columns, and the diagnostics
+            // table's `CHAR(32)` ids would not match that form.
+            let ids: Vec<DbValue> = rows
+                .iter()
+                .map(|(id, _)| {
+                    parse_uuid(&DbValue::from(id.as_str()))
+                        .map(bind_uuid)
+                        .map_err(|e| {
+                            OpError::Domain(ExecutionError::Undecodable(format!(
+                                "purge: undecodable execution id {id:?}: {e}"
+                            )))
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+            let mut removed = PurgeReport::default();
+            if ids.is_empty() {
+                tx.rollback().await?;
+                return Ok((last, removed));
+            }
+            let list = placeholders(ids.len());
+            if request.dry_run {
+                removed.executions = ids.len() as u64;
+                let n: Option<u64> = tx
+                    .exec_first(
+                        format!(
+                            "SELECT COUNT(*) FROM `{}` WHERE execution_id IN ({list})",
+                            self.a()
+                        ),
+                        Params::Positional(ids.clone()),
+                    )
+                    .await?;
+                removed.attempts = n.unwrap_or(0);
+                if let Some(d) = self.d() {
+                    let n: Option<u64> = tx
+                        .exec_first(
+                            format!("SELECT COUNT(*) FROM `{d}` WHERE execution_id IN ({list})"),
                             Params::Positional(ids.clone()),
                         )
                         .await?;
-                        removed.attempts = tx.affected_rows();
-                        tx.exec_drop(
-                            format!("DELETE FROM `{}` WHERE id IN ({list})", self.t()),
-                            Params::Positional(ids),
-                        )
-                        .await?;
-                        removed.executions = tx.affected_rows();
-                        commit(self, tx).await?;
-                        Ok((last, removed))
-                    }
-                })
-                .await?;
-            let (last, removed) = step;
-            if last.is_none() {
-                return Ok(());
+                    removed.diagnostics = n.unwrap_or(0);
+                }
+                tx.rollback().await?;
+                return Ok((last, removed));
             }
-            report.add_batch(&removed);
-            after = last;
-        }
+            if let Some(d) = self.d() {
+                tx.exec_drop(
+                    format!("DELETE FROM `{d}` WHERE execution_id IN ({list})"),
+                    Params::Positional(ids.clone()),
+                )
+                .await?;
+                removed.diagnostics = tx.affected_rows();
+            }
+            if let Some(tr) = self.tr_existing() {
+                tx.exec_drop(
+                    format!("DELETE FROM `{tr}` WHERE execution_id IN ({list})"),
+                    Params::Positional(ids.clone()),
+                )
+                .await?;
+            }
+            tx.exec_drop(
+                format!("DELETE FROM `{}` WHERE execution_id IN ({list})", self.a()),
+                Params::Positional(ids.clone()),
+            )
+            .await?;
+            removed.attempts = tx.affected_rows();
+            tx.exec_drop(
+                format!("DELETE FROM `{}` WHERE id IN ({list})", self.t()),
+                Params::Positional(ids),
+            )
+            .await?;
+            removed.executions = tx.affected_rows();
+            commit(self, tx).await?;
+            Ok((last, removed))
+        })
+        .await
     }
 }

@@ -8,9 +8,10 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::{Row, Value as DbValue, from_value_opt};
-use onestep_core::codec::decode_value;
-use onestep_core::store::DecodeError;
-use onestep_core::{ErrorObject, Execution, ExecutionError, ExecutionStatus};
+use onestep_core::store::{
+    DecodeError, StoredExecution, WindowMark, error_object, undecodable_execution,
+};
+use onestep_core::{ErrorObject, Execution, ExecutionError};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -25,7 +26,7 @@ pub const EXECUTION_COLUMNS_E: &str = "e.id, e.namespace, e.task_name, e.status,
     e.cancel_requested_at, e.expires_at, e.created_at, e.version";
 
 /// Number of columns in [`EXECUTION_COLUMNS`].
-pub const EXECUTION_COLUMN_COUNT: usize = 16;
+pub use onestep_core::store::EXECUTION_COLUMN_COUNT;
 
 /// A UUID as bound in SQL: 32 lowercase hex digits.
 pub fn bind_uuid(id: Uuid) -> DbValue {
@@ -50,29 +51,24 @@ pub fn placeholders(n: usize) -> String {
 /// The four columns a windowed search adds after [`EXECUTION_COLUMNS_E`]
 /// (docs/semantics.md#search-window): whether the row matched, how many rows the window
 /// examined, and the row's list position (`created_at`, `id`).
-pub fn window_columns(
-    row: &Row,
-) -> Result<(bool, i64, onestep_core::cursor::Cursor), ExecutionError> {
+pub fn window_columns(row: &Row) -> Result<WindowMark, ExecutionError> {
     let col = |i: usize| {
         row.as_ref(EXECUTION_COLUMN_COUNT + i)
             .cloned()
             .unwrap_or(DbValue::NULL)
     };
-    let read = || -> Result<(bool, i64, onestep_core::cursor::Cursor), DecodeError> {
+    WindowMark::decoded(|| {
         let matched: i64 =
             from_value_opt(col(0)).map_err(|e| DecodeError(format!("w_match: {e}")))?;
         let examined: i64 =
             from_value_opt(col(1)).map_err(|e| DecodeError(format!("w_rows: {e}")))?;
         let created_at = instant(col(2), "w_created")?;
         let id = parse_uuid(&col(3))?;
-        Ok((
-            matched != 0,
+        Ok(WindowMark {
+            matched: matched != 0,
             examined,
-            onestep_core::cursor::Cursor { created_at, id },
-        ))
-    };
-    read().map_err(|reason| {
-        ExecutionError::Undecodable(format!("cannot decode a search window row: {reason}"))
+            position: onestep_core::cursor::Cursor { created_at, id },
+        })
     })
 }
 
@@ -120,12 +116,7 @@ pub fn json_column(v: DbValue, col: &str) -> Result<Option<Value>, DecodeError> 
 
 /// Parses a nullable error-object column (SQL NULL and JSON `null` are both absent).
 pub fn error_column(v: DbValue, col: &str) -> Result<Option<ErrorObject>, DecodeError> {
-    match json_column(v, col)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value(v)
-            .map(Some)
-            .map_err(|e| DecodeError(format!("{col} is not an error object: {e}"))),
-    }
+    error_object(json_column(v, col)?, col)
 }
 
 /// Decodes a row selected with [`EXECUTION_COLUMNS`]. Failures are
@@ -150,62 +141,35 @@ pub fn decode_execution(row: Row) -> Result<Execution, ExecutionError> {
         (Err(_), other) => format!("{other:?}"),
     };
     values.truncate(EXECUTION_COLUMN_COUNT);
-    decode_values(values).map_err(|reason| {
-        ExecutionError::Undecodable(format!("cannot decode execution {label}: {reason}"))
-    })
+    stored_execution(values)
+        .and_then(StoredExecution::into_execution)
+        .map_err(|reason| undecodable_execution(&label, reason))
 }
 
-fn decode_values(values: Vec<DbValue>) -> Result<Execution, DecodeError> {
+/// The columns of [`EXECUTION_COLUMNS`] as read, in order.
+fn stored_execution(values: Vec<DbValue>) -> Result<StoredExecution, DecodeError> {
     let mut it = values.into_iter();
     let mut next = || it.next().unwrap_or(DbValue::NULL);
-    let id = parse_uuid(&next())?;
-    let namespace = text(next(), "namespace")?;
-    let task_name = text(next(), "task_name")?;
-    let status_text = text(next(), "status")?;
-    let status: ExecutionStatus = status_text
-        .parse()
-        .map_err(|_| DecodeError(format!("unknown status '{status_text}'")))?;
-    let payload = json_column(next(), "payload")?.unwrap_or(Value::Null);
-    let payload = decode_value(&payload).map_err(|e| DecodeError(format!("payload: {e}")))?;
-    let metadata = match json_column(next(), "metadata")? {
-        None => serde_json::Map::new(),
-        Some(m) => match decode_value(&m).map_err(|e| DecodeError(format!("metadata: {e}")))? {
-            Value::Object(m) => m,
-            _ => return Err("metadata is not an object".into()),
-        },
+    let int = |v: DbValue, col: &str| {
+        from_value_opt::<i64>(v).map_err(|e| DecodeError(format!("{col}: {e}")))
     };
-    let result = match json_column(next(), "result")? {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(decode_value(&v).map_err(|e| DecodeError(format!("result: {e}")))?),
-    };
-    let error = error_column(next(), "error")?;
-    let attempts: i64 =
-        from_value_opt(next()).map_err(|e| DecodeError(format!("attempts: {e}")))?;
-    let available_at = instant(next(), "available_at")?;
-    let started_at = opt_instant(next(), "started_at")?;
-    let finished_at = opt_instant(next(), "finished_at")?;
-    let cancel_requested_at = opt_instant(next(), "cancel_requested_at")?;
-    let expires_at = opt_instant(next(), "expires_at")?;
-    let created_at = instant(next(), "created_at")?;
-    let version: i64 = from_value_opt(next()).map_err(|e| DecodeError(format!("version: {e}")))?;
-    Ok(Execution {
-        id,
-        namespace,
-        task_name,
-        status,
-        payload,
-        metadata,
-        result,
-        error,
-        attempts: u32::try_from(attempts)
-            .map_err(|_| DecodeError(format!("attempts out of range: {attempts}")))?,
-        created_at,
-        available_at,
-        started_at,
-        finished_at,
-        cancel_requested_at,
-        expires_at,
-        version,
+    Ok(StoredExecution {
+        id: parse_uuid(&next())?,
+        namespace: text(next(), "namespace")?,
+        task_name: text(next(), "task_name")?,
+        status: text(next(), "status")?,
+        payload: json_column(next(), "payload")?,
+        metadata: json_column(next(), "metadata")?,
+        result: json_column(next(), "result")?,
+        error: json_column(next(), "error")?,
+        attempts: int(next(), "attempts")?,
+        available_at: instant(next(), "available_at")?,
+        started_at: opt_instant(next(), "started_at")?,
+        finished_at: opt_instant(next(), "finished_at")?,
+        cancel_requested_at: opt_instant(next(), "cancel_requested_at")?,
+        expires_at: opt_instant(next(), "expires_at")?,
+        created_at: instant(next(), "created_at")?,
+        version: int(next(), "version")?,
     })
 }
 

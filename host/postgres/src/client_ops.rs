@@ -2,16 +2,16 @@
 //! through `ON CONFLICT DO NOTHING`, ambiguous-commit resolution), submit_many (one
 //! transaction, one array-bound INSERT), get, list (keyset paging) and cancel.
 
-use std::collections::HashMap;
-
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use onestep_core::diagnostics::{AttemptRecord, LogTail};
 use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, PreparedSubmission};
-use onestep_core::store::Lookup;
-use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage, ExecutionStatus};
+use onestep_core::store::diagnostics::AttemptReads;
+use onestep_core::store::submit::{self, CancelStep, MAX_LISTED_TASKS, SubmissionReads};
+use onestep_core::store::{Lookup, window_page};
+use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -37,12 +37,51 @@ fn as_submitted(mut x: Execution, sub: &PreparedSubmission) -> Result<Execution,
     Ok(x)
 }
 
-/// Most task names a key search without a task names in its `= ANY` list (more, and it
-/// filters the namespace's rows instead).
-const MAX_LISTED_TASKS: usize = 500;
-
 /// Rows per INSERT statement of `submit_many`.
 const INSERT_CHUNK: usize = 1000;
+
+/// [`SubmissionReads`] on one connection or transaction.
+struct Reads<'a, C> {
+    backend: &'a PgBackend,
+    c: &'a C,
+}
+
+#[async_trait]
+impl<'a, C: GenericClient + Sync + 'a> SubmissionReads for Reads<'a, C> {
+    type Error = OpError;
+
+    async fn by_id(&mut self, id: Uuid, namespace: &str) -> OpResult<Option<Execution>> {
+        self.backend.select_by_id(self.c, id, Some(namespace)).await
+    }
+
+    async fn key_holder(
+        &mut self,
+        sub: &PreparedSubmission,
+        key: &str,
+    ) -> OpResult<Option<(Execution, Option<String>)>> {
+        let st = self.c.prepare_cached(&self.backend.sql().by_key).await?;
+        let Some(row) = self
+            .c
+            .query_opt(&st, &[&sub.namespace, &sub.task_name, &key])
+            .await?
+        else {
+            return Ok(None);
+        };
+        let digest: Option<String> = row
+            .try_get(EXECUTION_COLUMN_COUNT)
+            .map_err(|e| ExecutionError::Undecodable(format!("submission_digest: {e}")))?;
+        Ok(Some((decode_execution(&row)?, digest)))
+    }
+
+    async fn by_ids(&mut self, ids: &[Uuid]) -> OpResult<Vec<Execution>> {
+        let st = self.c.prepare_cached(&self.backend.sql().by_ids).await?;
+        let rows = self.c.query(&st, &[&ids]).await?;
+        Ok(rows
+            .iter()
+            .map(decode_execution)
+            .collect::<Result<_, _>>()?)
+    }
+}
 
 impl PgBackend {
     pub(crate) async fn select_by_id<C: GenericClient>(
@@ -64,29 +103,13 @@ impl PgBackend {
         Ok(row.as_ref().map(decode_execution).transpose()?)
     }
 
-    async fn lookup<C: GenericClient>(&self, c: &C, sub: &PreparedSubmission) -> OpResult<Lookup> {
-        if let Some(e) = self.select_by_id(c, sub.id, Some(&sub.namespace)).await? {
-            return Ok(Lookup::Inserted(e));
-        }
-        let Some(key) = &sub.idempotency_key else {
-            return Ok(Lookup::Absent);
-        };
-        let st = c.prepare_cached(&self.sql().by_key).await?;
-        let Some(row) = c
-            .query_opt(&st, &[&sub.namespace, &sub.task_name, key])
-            .await?
-        else {
-            return Ok(Lookup::Absent);
-        };
-        let digest: Option<String> = row
-            .try_get(EXECUTION_COLUMN_COUNT)
-            .map_err(|e| ExecutionError::Undecodable(format!("submission_digest: {e}")))?;
-        let existing = decode_execution(&row)?;
-        if digest.as_deref() == Some(sub.digest.as_str()) {
-            Ok(Lookup::Replay(existing))
-        } else {
-            Ok(Lookup::Conflict(existing.id))
-        }
+    /// Reads the row holding `sub`'s id or idempotency key and classifies it against `sub`.
+    async fn lookup<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        sub: &PreparedSubmission,
+    ) -> OpResult<Lookup> {
+        Reads { backend: self, c }.lookup(sub).await
     }
 
     async fn submit_once(&self, sub: &PreparedSubmission) -> OpResult<Execution> {
@@ -148,14 +171,8 @@ impl PgBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
-        // Insert in key order so that concurrent batches take unique-index entries in the same
-        // order (fewer deadlocks); results are matched back by id.
-        let mut order: Vec<&PreparedSubmission> = subs.iter().collect();
-        order.sort_by(|a, b| {
-            (&a.task_name, &a.idempotency_key).cmp(&(&b.task_name, &b.idempotency_key))
-        });
         let st = tx.prepare_cached(&self.sql().insert_many).await?;
-        for chunk in order.chunks(INSERT_CHUNK) {
+        for chunk in submit::insert_order(subs).chunks(INSERT_CHUNK) {
             let ids: Vec<Uuid> = chunk.iter().map(|s| s.id).collect();
             let ns: Vec<&str> = chunk.iter().map(|s| s.namespace.as_str()).collect();
             let tasks: Vec<&str> = chunk.iter().map(|s| s.task_name.as_str()).collect();
@@ -178,44 +195,20 @@ impl PgBackend {
             .await?;
         }
         let results = self.resolve_batch(&tx, subs).await?;
-        let out = results
-            .into_iter()
-            .zip(subs)
-            .map(|(r, s)| {
-                r.ok_or_else(|| {
-                    ExecutionError::Encoding(format!("submitted execution {} not found", s.id))
-                })
-                .and_then(|x| x)
-            })
-            .collect();
+        let out = submit::batch_outcomes(results, subs);
         commit(tx).await?;
         Ok(out)
     }
 
     /// Per submission: the row by id, else the key holder (replay or conflict), else `None`.
-    async fn resolve_batch<C: GenericClient>(
+    async fn resolve_batch<C: GenericClient + Sync>(
         &self,
         c: &C,
         subs: &[PreparedSubmission],
     ) -> OpResult<Vec<Option<Result<Execution, ExecutionError>>>> {
-        let mut by_id: HashMap<Uuid, Execution> = HashMap::new();
-        let st = c.prepare_cached(&self.sql().by_ids).await?;
-        for chunk in subs.chunks(INSERT_CHUNK) {
-            let ids: Vec<Uuid> = chunk.iter().map(|s| s.id).collect();
-            for row in c.query(&st, &[&ids]).await? {
-                let e = decode_execution(&row)?;
-                by_id.insert(e.id, e);
-            }
-        }
-        let mut out = Vec::with_capacity(subs.len());
-        for s in subs {
-            if let Some(e) = by_id.get(&s.id) {
-                out.push(Some(Ok(e.clone())));
-                continue;
-            }
-            out.push(self.lookup(c, s).await?.outcome());
-        }
-        Ok(out)
+        Reads { backend: self, c }
+            .resolve_batch(subs, INSERT_CHUNK)
+            .await
     }
 
     /// The distinct task names of the namespace's rows that hold an idempotency key, read as a
@@ -267,10 +260,10 @@ impl PgBackend {
             return Ok(None);
         };
         let current = decode_execution(&row)?;
-        let sql = match current.status {
-            ExecutionStatus::Queued | ExecutionStatus::Retrying => &self.sql().cancel_queued,
-            ExecutionStatus::Running => &self.sql().cancel_running,
-            _ => {
+        let sql = match CancelStep::of(current.status) {
+            CancelStep::Cancel => &self.sql().cancel_queued,
+            CancelStep::Request => &self.sql().cancel_running,
+            CancelStep::Unchanged => {
                 commit(tx).await?;
                 return Ok(Some(current));
             }
@@ -320,11 +313,7 @@ impl ExecutionStore for PgBackend {
                         self.resolve_batch(&conn, &subs).await
                     })
                     .await?;
-                if resolved.iter().all(Option::is_some) {
-                    Ok(Some(Ok(resolved.into_iter().flatten().collect())))
-                } else {
-                    Ok(None)
-                }
+                Ok(submit::batch_landed(resolved))
             },
         )
         .await
@@ -347,16 +336,9 @@ impl ExecutionStore for PgBackend {
         let status = filter.status.map(|s| s.as_str().to_owned());
         let cursor = filter.after.as_ref().map(|c| (c.created_at, c.id));
         let search = &filter.search;
-        // LIKE pattern of the exception-type search: any case, the text's own `%`, `_` and `\`
-        // taken literally (backslash is PostgreSQL's default LIKE escape).
-        let exception_like = search.exception_type.as_ref().map(|t| {
-            let escaped = t
-                .to_lowercase()
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
-            format!("%{escaped}%")
-        });
+        // LIKE pattern of the exception-type search (backslash is PostgreSQL's default LIKE
+        // escape).
+        let exception_like = submit::exception_type_pattern(search);
         // The key is unique per (namespace, task name): without a task, name the namespace's
         // task names so the read is one `uq_<T>_idempotency` lookup per task, not a walk of the
         // namespace's history (docs/postgres.md#evidence).
@@ -476,21 +458,13 @@ impl ExecutionStore for PgBackend {
                 .collect::<Result<Vec<_>, _>>()?;
             return Ok(ExecutionPage::from_overfetched(items, limit));
         };
-        let mut matches = Vec::new();
-        let mut boundary = None;
-        for row in &rows {
-            let (matched, examined, position) = window_columns(row)?;
-            // A full window's rows all carry `w_rows = window`, so `boundary` ends as the last
-            // row returned: the window's last row whenever `limit` or fewer rows matched (it
-            // is returned after them); with more, the page is full and `from_window` ignores it.
-            if examined >= i64::from(window) {
-                boundary = Some(position);
-            }
-            if matched {
-                matches.push(decode_execution(row)?);
-            }
-        }
-        Ok(ExecutionPage::from_window(matches, limit, boundary))
+        window_page(
+            &rows,
+            window,
+            limit,
+            |r| window_columns(r),
+            decode_execution,
+        )
     }
 
     async fn cancel(

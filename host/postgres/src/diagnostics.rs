@@ -10,14 +10,17 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use onestep_core::diagnostics::{
-    AttemptDiagnostics, AttemptProgress, AttemptRecord, LiveDiagnostics, LogTail, RunFacts,
+    AttemptDiagnostics, AttemptRecord, LiveDiagnostics, LogTail, RunFacts,
 };
 use onestep_core::execution::LeaseRef;
-use onestep_core::ports::ExecutionStore;
 use onestep_core::store::DecodeError;
+use onestep_core::store::diagnostics::{
+    AttemptReads, DiagRow, LiveWrite, StoredDiagnostics, final_write,
+};
 use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -30,16 +33,6 @@ use crate::schema::q;
 /// Rows per write statement (each log tail is capped at 64 KiB, so one statement stays in the
 /// low megabytes).
 const WRITE_CHUNK: usize = 200;
-
-/// One row to write.
-struct DiagRow<'a> {
-    lease: &'a LeaseRef,
-    is_final: bool,
-    message: Option<&'a str>,
-    progress: Option<&'a AttemptProgress>,
-    log: Option<&'a LogTail>,
-    facts: Option<&'a RunFacts>,
-}
 
 /// `BIGINT` holds what a `u64` counter reaches in practice; larger values are stored as the
 /// largest `BIGINT` (docs/postgres.md#diagnostics-and-traces).
@@ -157,23 +150,9 @@ impl PgBackend {
         items: &[(&LeaseRef, &AttemptDiagnostics)],
         now: DateTime<Utc>,
     ) -> OpResult<()> {
-        let Some(table) = self.d() else {
+        let Some((table, rows)) = final_write(self.d(), items) else {
             return Ok(());
         };
-        if items.is_empty() {
-            return Ok(());
-        }
-        let rows: Vec<DiagRow<'_>> = items
-            .iter()
-            .map(|(lease, d)| DiagRow {
-                lease,
-                is_final: true,
-                message: d.message.as_deref(),
-                progress: d.progress.as_ref(),
-                log: d.log.as_ref(),
-                facts: Some(&d.facts),
-            })
-            .collect();
         tx.batch_execute("SAVEPOINT onestep_diagnostics").await?;
         match write_rows(tx, &table, &rows, now, false).await {
             Ok(()) => {
@@ -199,23 +178,10 @@ impl PgBackend {
         &self,
         items: &[(LeaseRef, LiveDiagnostics)],
     ) -> Result<bool, ExecutionError> {
-        let Some(table) = self.d() else {
-            return Ok(false);
+        let (table, rows) = match LiveWrite::of(self.d(), items) {
+            LiveWrite::Answer(answer) => return Ok(answer),
+            LiveWrite::Rows(table, rows) => (table, rows),
         };
-        if items.is_empty() {
-            return Ok(true);
-        }
-        let rows: Vec<DiagRow<'_>> = items
-            .iter()
-            .map(|(lease, live)| DiagRow {
-                lease,
-                is_final: false,
-                message: None,
-                progress: live.progress.as_ref(),
-                log: live.log.as_ref(),
-                facts: None,
-            })
-            .collect();
         self.run("diagnostics", || async {
             let now = self.now();
             let conn = self.conn().await?;
@@ -223,102 +189,6 @@ impl PgBackend {
         })
         .await?;
         Ok(true)
-    }
-
-    /// The attempts of one execution of `namespace`, oldest first, each with its diagnostics
-    /// (without the log lines: [`ExecutionStore::attempt_log`]).
-    pub(crate) async fn read_attempts(
-        &self,
-        namespace: &str,
-        id: Uuid,
-    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
-        if ExecutionStore::get(self, namespace, id).await?.is_none() {
-            return Ok(None);
-        }
-        let sql = format!(
-            "SELECT id, attempt_no, status, worker_id, error, started_at, heartbeat_at, \
-             finished_at FROM {} WHERE execution_id = $1 ORDER BY attempt_no",
-            q(&self.tables().attempts)
-        );
-        let diag_sql = self.d().map(|d| {
-            format!(
-                "SELECT attempt_id, message, progress_done, progress_total, progress_note, \
-                 progress_at, log_lines, trap_kind, component_digest, fuel_consumed, \
-                 peak_memory_bytes FROM {d} WHERE execution_id = $1"
-            )
-        });
-        let (rows, diags) = self
-            .run("attempts", || async {
-                let conn = self.conn().await?;
-                let rows = conn.query(&sql, &[&id]).await?;
-                let diags = match &diag_sql {
-                    Some(s) => conn.query(s, &[&id]).await?,
-                    None => Vec::new(),
-                };
-                Ok((rows, diags))
-            })
-            .await?;
-        let mut by_attempt: HashMap<Uuid, AttemptDiagnostics> = HashMap::new();
-        for row in &diags {
-            let (attempt, d) = decode_diag(row).map_err(|reason| {
-                ExecutionError::Encoding(format!("cannot decode diagnostics of {id}: {reason}"))
-            })?;
-            by_attempt.insert(attempt, d);
-        }
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut rec = crate::rows::decode_attempt(row).map_err(|reason| {
-                ExecutionError::Encoding(format!("cannot decode an attempt of {id}: {reason}"))
-            })?;
-            rec.diagnostics = by_attempt.remove(&rec.id);
-            out.push(rec);
-        }
-        Ok(Some(out))
-    }
-
-    pub(crate) async fn read_attempt_log(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        attempt_no: u32,
-    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
-        if ExecutionStore::get(self, namespace, id).await?.is_none() {
-            return Ok(None);
-        }
-        let Ok(no) = i32::try_from(attempt_no) else {
-            return Ok(None);
-        };
-        let attempt_sql = format!(
-            "SELECT id FROM {} WHERE execution_id = $1 AND attempt_no = $2",
-            q(&self.tables().attempts)
-        );
-        let tail_sql = self
-            .d()
-            .map(|d| format!("SELECT log_lines, log_tail FROM {d} WHERE attempt_id = $1"));
-        let found: Option<Option<(i64, Option<String>)>> = self
-            .run("attempt_log", || async {
-                let conn = self.conn().await?;
-                let Some(attempt) = conn.query_opt(&attempt_sql, &[&id, &no]).await? else {
-                    return Ok(None);
-                };
-                let Some(tail_sql) = &tail_sql else {
-                    return Ok(Some(None));
-                };
-                let attempt_id: Uuid = attempt.try_get(0)?;
-                let tail = conn.query_opt(tail_sql, &[&attempt_id]).await?;
-                let tail = tail
-                    .map(|r| Ok::<_, OpError>((r.try_get(0)?, r.try_get(1)?)))
-                    .transpose()?;
-                Ok(Some(tail))
-            })
-            .await?;
-        Ok(match found {
-            None => None,
-            Some(None) | Some(Some((_, None))) => Some(None),
-            Some(Some((total_lines, Some(text)))) => {
-                Some(Some(LogTail::from_stored(u64_of(total_lines), &text)?))
-            }
-        })
     }
 
     /// The stored traceparents of `ids` (docs/observability.md#traces): one primary-key lookup
@@ -369,40 +239,105 @@ impl PgBackend {
     }
 }
 
-fn decode_diag(row: &Row) -> Result<(Uuid, AttemptDiagnostics), DecodeError> {
-    let attempt: Uuid = get(row, 0, "attempt_id")?;
-    let done: Option<i64> = get(row, 2, "progress_done")?;
-    let total: Option<i64> = get(row, 3, "progress_total")?;
-    let note: Option<String> = get(row, 4, "progress_note")?;
-    let at: Option<DateTime<Utc>> = get(row, 5, "progress_at")?;
-    let lines: i64 = get(row, 6, "log_lines")?;
-    let progress = match (done, at) {
-        (Some(done), Some(at)) => Some(AttemptProgress {
-            done: u64_of(done),
-            total: total.map_or(0, u64_of),
-            note: note.unwrap_or_default(),
-            at,
-        }),
-        _ => None,
-    };
-    Ok((
-        attempt,
-        AttemptDiagnostics {
-            message: get(row, 1, "message")?,
-            progress,
-            // The lines themselves come from the logs route; the count says whether there are any.
-            log: (lines > 0).then(|| LogTail {
-                total_lines: u64_of(lines),
-                lines: Vec::new(),
-            }),
-            facts: RunFacts {
-                trap_kind: get(row, 7, "trap_kind")?,
-                component_digest: get(row, 8, "component_digest")?,
-                fuel_consumed: get::<Option<i64>>(row, 9, "fuel_consumed")?.map(u64_of),
-                peak_memory_bytes: get::<Option<i64>>(row, 10, "peak_memory_bytes")?.map(u64_of),
-            },
+#[async_trait]
+impl AttemptReads for PgBackend {
+    async fn attempt_rows(
+        &self,
+        id: Uuid,
+    ) -> Result<(Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>), ExecutionError> {
+        let sql = format!(
+            "SELECT id, attempt_no, status, worker_id, error, started_at, heartbeat_at, \
+             finished_at FROM {} WHERE execution_id = $1 ORDER BY attempt_no",
+            q(&self.tables().attempts)
+        );
+        let diag_sql = self.d().map(|d| {
+            format!(
+                "SELECT attempt_id, message, progress_done, progress_total, progress_note, \
+                 progress_at, log_lines, trap_kind, component_digest, fuel_consumed, \
+                 peak_memory_bytes FROM {d} WHERE execution_id = $1"
+            )
+        });
+        let (rows, diags) = self
+            .run("attempts", || async {
+                let conn = self.conn().await?;
+                let rows = conn.query(&sql, &[&id]).await?;
+                let diags = match &diag_sql {
+                    Some(s) => conn.query(s, &[&id]).await?,
+                    None => Vec::new(),
+                };
+                Ok((rows, diags))
+            })
+            .await?;
+        let diags = diags
+            .iter()
+            .map(|row| decode_diag(row).map(StoredDiagnostics::into_parts))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| {
+                ExecutionError::Encoding(format!("cannot decode diagnostics of {id}: {reason}"))
+            })?;
+        let attempts = rows
+            .iter()
+            .map(crate::rows::decode_attempt)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| {
+                ExecutionError::Encoding(format!("cannot decode an attempt of {id}: {reason}"))
+            })?;
+        Ok((attempts, diags))
+    }
+
+    async fn stored_log(
+        &self,
+        id: Uuid,
+        attempt_no: u32,
+    ) -> Result<Option<Option<(u64, Option<String>)>>, ExecutionError> {
+        let Ok(no) = i32::try_from(attempt_no) else {
+            return Ok(None);
+        };
+        let attempt_sql = format!(
+            "SELECT id FROM {} WHERE execution_id = $1 AND attempt_no = $2",
+            q(&self.tables().attempts)
+        );
+        let tail_sql = self
+            .d()
+            .map(|d| format!("SELECT log_lines, log_tail FROM {d} WHERE attempt_id = $1"));
+        let found: Option<Option<(i64, Option<String>)>> = self
+            .run("attempt_log", || async {
+                let conn = self.conn().await?;
+                let Some(attempt) = conn.query_opt(&attempt_sql, &[&id, &no]).await? else {
+                    return Ok(None);
+                };
+                let Some(tail_sql) = &tail_sql else {
+                    return Ok(Some(None));
+                };
+                let attempt_id: Uuid = attempt.try_get(0)?;
+                let tail = conn.query_opt(tail_sql, &[&attempt_id]).await?;
+                let tail = tail
+                    .map(|r| Ok::<_, OpError>((r.try_get(0)?, r.try_get(1)?)))
+                    .transpose()?;
+                Ok(Some(tail))
+            })
+            .await?;
+        Ok(found.map(|tail| tail.map(|(lines, text)| (u64_of(lines), text))))
+    }
+}
+
+fn decode_diag(row: &Row) -> Result<StoredDiagnostics, DecodeError> {
+    let count = |i: usize, col: &str| get::<Option<i64>>(row, i, col).map(|v| v.map(u64_of));
+    Ok(StoredDiagnostics {
+        attempt_id: get(row, 0, "attempt_id")?,
+        message: get(row, 1, "message")?,
+        progress_done: count(2, "progress_done")?,
+        progress_total: count(3, "progress_total")?,
+        progress_note: get(row, 4, "progress_note")?,
+        progress_at: get(row, 5, "progress_at")?,
+        log_lines: u64_of(get(row, 6, "log_lines")?),
+        facts: RunFacts {
+            trap_kind: get(row, 7, "trap_kind")?,
+            component_digest: get(row, 8, "component_digest")?,
+            fuel_consumed: count(9, "fuel_consumed")?,
+            peak_memory_bytes: count(10, "peak_memory_bytes")?,
         },
-    ))
+    })
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@
 //! from `gen_random_uuid()`, or UUIDv7 built in SQL from the row's Unix millisecond (48 bits, hex)
 //! and the random bits of a `gen_random_uuid()` with the version nibble `7` and variant `8`.
 
-use chrono::Duration;
 use onestep_core::ExecutionError;
 pub use onestep_core::history::{HistoryIds, HistorySeed, MAX_HISTORY_ROWS};
+use onestep_core::store::history::history_span;
 
 use crate::backend::PgBackend;
 use crate::errors::OpError;
@@ -45,14 +45,7 @@ impl PgBackend {
     /// number of executions written. Not part of the execution protocol: for `onestep bench
     /// --history` only.
     pub async fn seed_history(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
-        if seed.count > MAX_HISTORY_ROWS {
-            return Err(ExecutionError::InvalidArgument(format!(
-                "history of {} rows is over the limit of {MAX_HISTORY_ROWS}",
-                seed.count
-            )));
-        }
-        let count = i64::try_from(seed.count).unwrap_or(i64::MAX);
-        let first = seed.before - Duration::milliseconds(count);
+        let (count, first) = history_span(seed)?;
         let first_ms = first.timestamp_millis();
         let exec_id = uuid_expr(seed.ids, "s.r", &format!("({first_ms} + s.n)"));
         let t = q(&self.tables().executions);

@@ -5,11 +5,10 @@
 //!   columns `jsonb`, written from canonical JSON text through `$n::text::jsonb`.
 //! * SQL NULL and JSON `null` both mean "absent" for `result` and `error`.
 
-use chrono::{DateTime, Utc};
-use onestep_core::codec::decode_value;
-use onestep_core::store::DecodeError;
-use onestep_core::{ErrorObject, Execution, ExecutionError, ExecutionStatus};
-use serde_json::Value;
+use onestep_core::store::{
+    DecodeError, StoredExecution, WindowMark, error_object, undecodable_execution,
+};
+use onestep_core::{ErrorObject, Execution, ExecutionError};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -24,7 +23,7 @@ pub const EXECUTION_COLUMNS_E: &str = "e.id, e.namespace, e.task_name, e.status,
     e.cancel_requested_at, e.expires_at, e.created_at, e.version";
 
 /// Number of columns in [`EXECUTION_COLUMNS`].
-pub const EXECUTION_COLUMN_COUNT: usize = 16;
+pub use onestep_core::store::EXECUTION_COLUMN_COUNT;
 
 pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
@@ -36,34 +35,21 @@ pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
 }
 
 /// Parses a nullable error-object value (SQL NULL and JSON `null` are both absent).
-pub fn error_value(v: Option<Value>, col: &str) -> Result<Option<ErrorObject>, DecodeError> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value(v)
-            .map(Some)
-            .map_err(|e| DecodeError(format!("{col} is not an error object: {e}"))),
-    }
-}
+pub use onestep_core::store::error_object as error_value;
 
 /// The four columns a windowed search adds after [`EXECUTION_COLUMNS_E`]
 /// (docs/semantics.md#search-window): whether the row matched, how many rows the window
 /// examined, and the row's list position (`created_at`, `id`).
-pub fn window_columns(
-    row: &Row,
-) -> Result<(bool, i64, onestep_core::cursor::Cursor), ExecutionError> {
-    let read = || -> Result<(bool, i64, onestep_core::cursor::Cursor), DecodeError> {
-        let matched: bool = get(row, EXECUTION_COLUMN_COUNT, "w_match")?;
-        let examined: i64 = get(row, EXECUTION_COLUMN_COUNT + 1, "w_rows")?;
-        let created_at = get(row, EXECUTION_COLUMN_COUNT + 2, "w_created")?;
-        let id = get(row, EXECUTION_COLUMN_COUNT + 3, "w_id")?;
-        Ok((
-            matched,
-            examined,
-            onestep_core::cursor::Cursor { created_at, id },
-        ))
-    };
-    read().map_err(|reason| {
-        ExecutionError::Undecodable(format!("cannot decode a search window row: {reason}"))
+pub fn window_columns(row: &Row) -> Result<WindowMark, ExecutionError> {
+    WindowMark::decoded(|| {
+        Ok(WindowMark {
+            matched: get(row, EXECUTION_COLUMN_COUNT, "w_match")?,
+            examined: get(row, EXECUTION_COLUMN_COUNT + 1, "w_rows")?,
+            position: onestep_core::cursor::Cursor {
+                created_at: get(row, EXECUTION_COLUMN_COUNT + 2, "w_created")?,
+                id: get(row, EXECUTION_COLUMN_COUNT + 3, "w_id")?,
+            },
+        })
     })
 }
 
@@ -75,66 +61,36 @@ pub fn decode_execution(row: &Row) -> Result<Execution, ExecutionError> {
         .try_get::<_, Uuid>(0)
         .map(|u| u.to_string())
         .unwrap_or_else(|_| "?".into());
-    decode_values(row).map_err(|reason| {
-        ExecutionError::Undecodable(format!("cannot decode execution {label}: {reason}"))
-    })
+    stored_execution(row)
+        .and_then(StoredExecution::into_execution)
+        .map_err(|reason| undecodable_execution(&label, reason))
 }
 
-fn decode_values(row: &Row) -> Result<Execution, DecodeError> {
+/// The columns of [`EXECUTION_COLUMNS`] as read, in order.
+fn stored_execution(row: &Row) -> Result<StoredExecution, DecodeError> {
     if row.len() < EXECUTION_COLUMN_COUNT {
         return Err(DecodeError(format!(
             "expected {EXECUTION_COLUMN_COUNT} columns, got {}",
             row.len()
         )));
     }
-    let id: Uuid = get(row, 0, "id")?;
-    let namespace: String = get(row, 1, "namespace")?;
-    let task_name: String = get(row, 2, "task_name")?;
-    let status_text: String = get(row, 3, "status")?;
-    let status: ExecutionStatus = status_text
-        .parse()
-        .map_err(|_| DecodeError(format!("unknown status '{status_text}'")))?;
-    let payload: Option<Value> = get(row, 4, "payload")?;
-    let payload = decode_value(&payload.unwrap_or(Value::Null))
-        .map_err(|e| DecodeError(format!("payload: {e}")))?;
-    let metadata = match get::<Option<Value>>(row, 5, "metadata")? {
-        None => serde_json::Map::new(),
-        Some(m) => match decode_value(&m).map_err(|e| DecodeError(format!("metadata: {e}")))? {
-            Value::Object(m) => m,
-            _ => return Err("metadata is not an object".into()),
-        },
-    };
-    let result = match get::<Option<Value>>(row, 6, "result")? {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(decode_value(&v).map_err(|e| DecodeError(format!("result: {e}")))?),
-    };
-    let error = error_value(get(row, 7, "error")?, "error")?;
-    let attempts: i32 = get(row, 8, "attempts")?;
-    let available_at: DateTime<Utc> = get(row, 9, "available_at")?;
-    let started_at: Option<DateTime<Utc>> = get(row, 10, "started_at")?;
-    let finished_at: Option<DateTime<Utc>> = get(row, 11, "finished_at")?;
-    let cancel_requested_at: Option<DateTime<Utc>> = get(row, 12, "cancel_requested_at")?;
-    let expires_at: Option<DateTime<Utc>> = get(row, 13, "expires_at")?;
-    let created_at: DateTime<Utc> = get(row, 14, "created_at")?;
-    let version: i64 = get(row, 15, "version")?;
-    Ok(Execution {
-        id,
-        namespace,
-        task_name,
-        status,
-        payload,
-        metadata,
-        result,
-        error,
-        attempts: u32::try_from(attempts)
-            .map_err(|_| DecodeError(format!("attempts out of range: {attempts}")))?,
-        created_at,
-        available_at,
-        started_at,
-        finished_at,
-        cancel_requested_at,
-        expires_at,
-        version,
+    Ok(StoredExecution {
+        id: get(row, 0, "id")?,
+        namespace: get(row, 1, "namespace")?,
+        task_name: get(row, 2, "task_name")?,
+        status: get(row, 3, "status")?,
+        payload: get(row, 4, "payload")?,
+        metadata: get(row, 5, "metadata")?,
+        result: get(row, 6, "result")?,
+        error: get(row, 7, "error")?,
+        attempts: i64::from(get::<i32>(row, 8, "attempts")?),
+        available_at: get(row, 9, "available_at")?,
+        started_at: get(row, 10, "started_at")?,
+        finished_at: get(row, 11, "finished_at")?,
+        cancel_requested_at: get(row, 12, "cancel_requested_at")?,
+        expires_at: get(row, 13, "expires_at")?,
+        created_at: get(row, 14, "created_at")?,
+        version: get(row, 15, "version")?,
     })
 }
 
@@ -159,7 +115,7 @@ pub fn decode_attempt(row: &Row) -> Result<onestep_core::diagnostics::AttemptRec
             .map_err(|_| DecodeError(format!("attempt_no {attempt_no} is negative")))?,
         status: get(row, 2, "status")?,
         worker_id: get(row, 3, "worker_id")?,
-        error: error_value(get(row, 4, "error")?, "error")?,
+        error: error_object(get(row, 4, "error")?, "error")?,
         started_at: get(row, 5, "started_at")?,
         heartbeat_at: get(row, 6, "heartbeat_at")?,
         finished_at: get(row, 7, "finished_at")?,

@@ -1,0 +1,78 @@
+//! [`ExecutionInsights`] for every backend (docs/ui.md#overview-queries): the backend's
+//! statements return plain rows ([`OverviewRows`]); turning them into status counts and the
+//! recent-activity sample, and the edge cases, are written once, here.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::error::ExecutionError;
+use crate::ports::{ExecutionInsights, RecentActivity, StatusCount};
+
+/// The grouped rows behind [`ExecutionInsights`], each one statement of the backend.
+#[async_trait]
+pub trait OverviewRows: Send + Sync {
+    /// `(task_name, status, count)` of `namespace`'s executions, by task and status.
+    async fn task_status_rows(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<(String, String, i64)>, ExecutionError>;
+
+    /// `(namespace, task_name, status, count)` of the executions of `namespaces` (never empty),
+    /// by namespace, task and status.
+    async fn namespace_rows(
+        &self,
+        namespaces: &[String],
+    ) -> Result<Vec<(String, String, String, i64)>, ExecutionError>;
+
+    /// `(status, queue wait in µs)` of the newest `limit` executions of `namespace` created at
+    /// or after `since`, newest first.
+    async fn newest_rows(
+        &self,
+        namespace: &str,
+        since: DateTime<Utc>,
+        limit: u64,
+    ) -> Result<Vec<(String, Option<i64>)>, ExecutionError>;
+}
+
+#[async_trait]
+impl<T: OverviewRows> ExecutionInsights for T {
+    async fn counts_by_task_status(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<StatusCount>, ExecutionError> {
+        self.task_status_rows(namespace)
+            .await?
+            .into_iter()
+            .map(|(task_name, status, count)| StatusCount::from_row(task_name, &status, count))
+            .collect()
+    }
+
+    async fn counts_by_namespace(
+        &self,
+        namespaces: &[String],
+    ) -> Result<Vec<(String, StatusCount)>, ExecutionError> {
+        if namespaces.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.namespace_rows(namespaces)
+            .await?
+            .into_iter()
+            .map(|(namespace, task_name, status, count)| {
+                Ok((namespace, StatusCount::from_row(task_name, &status, count)?))
+            })
+            .collect()
+    }
+
+    /// One row more than `max_rows`, so that the sample knows whether it was cut.
+    async fn recent_activity(
+        &self,
+        namespace: &str,
+        since: DateTime<Utc>,
+        max_rows: u32,
+    ) -> Result<RecentActivity, ExecutionError> {
+        let rows = self
+            .newest_rows(namespace, since, u64::from(max_rows) + 1)
+            .await?;
+        Ok(RecentActivity::from_rows(rows, max_rows))
+    }
+}
