@@ -59,8 +59,9 @@ use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_mysql::{DdlStyle, MySqlBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::backend_cases::scale::{
-    NS, Names, OTHER_NS, PER_RESULT, RARE, RARE_ROWS, SLACK, StepMarker, history_seeds, scale_rows,
-    script, strict,
+    BEFORE_THE_SCRIPT, Dialect, NS, Names, OTHER_NS, PER_RESULT, RARE, RARE_ROWS, SLACK,
+    StepMarker, collapse_repeats, history_seeds, ordering, scale_rows, script, shape_literals,
+    strict,
 };
 use onestep_testkit::builders::{claim, prepared};
 use serde_json::json;
@@ -242,20 +243,14 @@ fn list_index(names: &Names) -> String {
 /// carries the run's prefix), so each captured statement is attributed to the call that sent it.
 struct Marker {
     conn: mysql_async::Conn,
-    prefix: String,
+    names: Names,
 }
 
 #[async_trait]
 impl StepMarker for Marker {
     async fn step(&mut self, step: &str) {
-        self.conn
-            .query_drop(format!(
-                "SELECT '{}:step', '{}'",
-                self.prefix,
-                step.replace('\'', "''")
-            ))
-            .await
-            .expect("marker");
+        let sql = self.names.marker_sql(step);
+        self.conn.query_drop(sql).await.expect("marker");
     }
 }
 
@@ -299,7 +294,7 @@ async fn capture(
         .expect("general_log");
     let marker = Marker {
         conn: admin.get_conn().await.expect("marker conn"),
-        prefix: names.prefix.clone(),
+        names: names.clone(),
     };
     let run = tokio::spawn(script(b.clone(), clock.clone(), marker, history_first)).await;
     let off = c.query_drop("SET GLOBAL general_log = OFF").await;
@@ -336,13 +331,11 @@ async fn capture(
     c.query_drop("SELECT RELEASE_LOCK('onestep_scale_general_log')")
         .await
         .expect("unlock");
-    let marker = format!("'{}:step', '", names.prefix);
-    let mut step = String::from("(before the script)");
+    let mut step = String::from(BEFORE_THE_SCRIPT);
     let mut out = Vec::new();
     for (_, sql) in rows {
-        if let Some(i) = sql.find(&marker) {
-            let rest = &sql[i + marker.len()..];
-            step = rest.trim_end().trim_end_matches('\'').replace("''", "'");
+        if let Some(marked) = names.marked_step(&sql) {
+            step = marked;
             continue;
         }
         out.push(Logged {
@@ -357,61 +350,7 @@ async fn capture(
 /// multi-row `VALUES`, `CASE` arms and repeated `OR` groups collapsed to one, whitespace
 /// collapsed. Statements of one shape differ only in their values.
 fn normalize(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    let mut prev = ' ';
-    while let Some(ch) = chars.next() {
-        match ch {
-            '\'' => {
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\\' => {
-                            chars.next();
-                        }
-                        '\'' if chars.peek() == Some(&'\'') => {
-                            chars.next();
-                        }
-                        '\'' => break,
-                        _ => {}
-                    }
-                }
-                out.push('?');
-                prev = '?';
-            }
-            '`' => {
-                out.push(ch);
-                for c in chars.by_ref() {
-                    out.push(c);
-                    if c == '`' {
-                        break;
-                    }
-                }
-                prev = '`';
-            }
-            c if c.is_ascii_digit() && !(prev.is_ascii_alphanumeric() || prev == '_') => {
-                while chars
-                    .peek()
-                    .is_some_and(|c| c.is_ascii_digit() || *c == '.' || *c == '-' || *c == ':')
-                {
-                    chars.next();
-                }
-                out.push('?');
-                prev = '?';
-            }
-            c if c.is_whitespace() => {
-                if prev != ' ' {
-                    out.push(' ');
-                }
-                prev = ' ';
-            }
-            c => {
-                out.push(c);
-                prev = c;
-            }
-        }
-    }
-    let mut s = out
-        .trim()
+    let s = shape_literals(sql, &MYSQL)
         .replace(" ,", ",")
         .replace(", ", ",")
         .replace("IS NOT NULL", "IS_NOT_NULL")
@@ -419,18 +358,25 @@ fn normalize(sql: &str) -> String {
         .replace("NULL", "?")
         .replace("IS_NOT_NULL", "IS NOT NULL")
         .replace("IS_NULL", "IS NULL");
-    for (from, to) in [
-        ("?,?", "?"),
-        ("(?),(?)", "(?)"),
-        ("WHEN ? THEN ? WHEN ? THEN ?", "WHEN ? THEN ?"),
-        ("_binary?", "?"),
-    ] {
-        while s.contains(from) {
-            s = s.replace(from, to);
-        }
-    }
+    let s = collapse_repeats(
+        s,
+        &[
+            ("?,?", "?"),
+            ("(?),(?)", "(?)"),
+            ("WHEN ? THEN ? WHEN ? THEN ?", "WHEN ? THEN ?"),
+            ("_binary?", "?"),
+        ],
+    );
     collapse_or(s)
 }
+
+/// MySQL's and MariaDB's spelling of literals (bare dates and times too) and identifiers.
+const MYSQL: Dialect = Dialect {
+    ident_quote: '`',
+    backslash_escapes: true,
+    number_chars: ".-:",
+    dollar_params: false,
+};
 
 /// `(x) OR (x)` → `(x)` for identical balanced groups (the per-row fences of batched writes).
 fn collapse_or(mut s: String) -> String {
@@ -631,13 +577,7 @@ fn label(shape: &str, sql: &str, names: &Names) -> String {
         out.push_str(&format!(" WHERE {}", cols.join(", ")));
     }
     if let Some(i) = s.find("ORDER BY ") {
-        let rest = &s[i + 9..];
-        let end = [" LIMIT", " FOR ", ")"]
-            .iter()
-            .filter_map(|m| rest.find(m))
-            .min()
-            .unwrap_or(rest.len());
-        let order = rest[..end].replace("e.", "");
+        let order = ordering(&s, i).replace("e.", "");
         out.push_str(&format!(" ORDER BY {order}"));
     }
     if let Some(n) = limit_of(sql) {

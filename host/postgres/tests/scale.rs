@@ -41,8 +41,9 @@ use onestep_postgres::schema::{diagnostics_table, q, traces_table};
 use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::backend_cases::scale::{
-    NS, Names, OTHER_NS, PER_RESULT, RARE, RARE_ROWS, SLACK, StepMarker, history_seeds, scale_rows,
-    script, strict,
+    BEFORE_THE_SCRIPT, Dialect, NS, Names, OTHER_NS, PER_RESULT, RARE, RARE_ROWS, SLACK,
+    StepMarker, collapse_repeats, history_seeds, ordering, scale_rows, script, shape_literals,
+    strict,
 };
 use serde_json::Value;
 
@@ -50,20 +51,14 @@ use serde_json::Value;
 /// marker like any statement.
 struct Marker {
     client: deadpool_postgres::Object,
-    prefix: String,
+    names: Names,
 }
 
 #[async_trait]
 impl StepMarker for Marker {
     async fn step(&mut self, step: &str) {
-        self.client
-            .simple_query(&format!(
-                "SELECT '{}:step', '{}'",
-                self.prefix,
-                step.replace('\'', "''")
-            ))
-            .await
-            .expect("marker");
+        let sql = self.names.marker_sql(step);
+        self.client.simple_query(&sql).await.expect("marker");
     }
 }
 
@@ -102,7 +97,7 @@ struct Logged {
 }
 
 /// Splits the log written after `offset` into `auto_explain` entries of database `db`.
-fn read_plans(path: &str, offset: u64, db: &str, prefix: &str) -> Vec<Logged> {
+fn read_plans(path: &str, offset: u64, db: &str, names: &Names) -> Vec<Logged> {
     let bytes = std::fs::read(path).expect("server log");
     let text = String::from_utf8_lossy(&bytes[usize::try_from(offset).unwrap_or(0)..]);
     let header = format!("@{db} LOG:  duration: ");
@@ -124,20 +119,18 @@ fn read_plans(path: &str, offset: u64, db: &str, prefix: &str) -> Vec<Logged> {
         }
     }
     entries.extend(current);
-    let marker = format!("'{prefix}:step', '");
-    let mut step = String::from("(before the script)");
+    let mut step = String::from(BEFORE_THE_SCRIPT);
     let mut out = Vec::new();
     for e in entries {
         let Ok(v) = serde_json::from_str::<Value>(&e) else {
             continue;
         };
         let q = v["Query Text"].as_str().unwrap_or_default().to_owned();
-        if let Some(i) = q.find(&marker) {
-            let rest = &q[i + marker.len()..];
-            step = rest.trim_end().trim_end_matches('\'').replace("''", "'");
+        if let Some(marked) = names.marked_step(&q) {
+            step = marked;
             continue;
         }
-        if !q.contains(prefix) {
+        if !q.contains(&names.prefix) {
             continue;
         }
         out.push(Logged {
@@ -152,71 +145,19 @@ fn read_plans(path: &str, offset: u64, db: &str, prefix: &str) -> Vec<Logged> {
 /// The shape of a statement: `$n` placeholders and literals as `?`, lists collapsed,
 /// whitespace collapsed.
 fn normalize(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    let mut prev = ' ';
-    while let Some(ch) = chars.next() {
-        match ch {
-            '\'' => {
-                while let Some(c) = chars.next() {
-                    if c == '\'' {
-                        if chars.peek() == Some(&'\'') {
-                            chars.next();
-                        } else {
-                            break;
-                        }
-                    }
-                }
-                out.push('?');
-                prev = '?';
-            }
-            '"' => {
-                out.push(ch);
-                for c in chars.by_ref() {
-                    out.push(c);
-                    if c == '"' {
-                        break;
-                    }
-                }
-                prev = '"';
-            }
-            '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
-                while chars.peek().is_some_and(char::is_ascii_digit) {
-                    chars.next();
-                }
-                out.push('?');
-                prev = '?';
-            }
-            c if c.is_ascii_digit() && !(prev.is_ascii_alphanumeric() || prev == '_') => {
-                while chars
-                    .peek()
-                    .is_some_and(|c| c.is_ascii_digit() || *c == '.')
-                {
-                    chars.next();
-                }
-                out.push('?');
-                prev = '?';
-            }
-            c if c.is_whitespace() => {
-                if prev != ' ' {
-                    out.push(' ');
-                }
-                prev = ' ';
-            }
-            c => {
-                out.push(c);
-                prev = c;
-            }
-        }
-    }
-    let mut s = out.trim().replace(" ,", ",").replace(", ", ",");
-    for (from, to) in [("?,?", "?"), ("(?),(?)", "(?)")] {
-        while s.contains(from) {
-            s = s.replace(from, to);
-        }
-    }
-    s
+    let s = shape_literals(sql, &POSTGRES)
+        .replace(" ,", ",")
+        .replace(", ", ",");
+    collapse_repeats(s, &[("?,?", "?"), ("(?),(?)", "(?)")])
 }
+
+/// PostgreSQL's spelling of literals, identifiers and placeholders.
+const POSTGRES: Dialect = Dialect {
+    ident_quote: '"',
+    backslash_escapes: false,
+    number_chars: ".",
+    dollar_params: true,
+};
 
 /// A short label: the first words up to the first table, the table(s), the WHERE text cut short.
 fn label(shape: &str, names: &Names) -> String {
@@ -266,13 +207,7 @@ fn label(shape: &str, names: &Names) -> String {
         out.push_str(&format!(" WHERE {}", cols.join(", ")));
     }
     if let Some(i) = s.rfind("ORDER BY ") {
-        let rest = &s[i + 9..];
-        let end = [" LIMIT", " FOR ", ")"]
-            .iter()
-            .filter_map(|m| rest.find(m))
-            .min()
-            .unwrap_or(rest.len());
-        out.push_str(&format!(" ORDER BY {}", &rest[..end]));
+        out.push_str(&format!(" ORDER BY {}", ordering(&s, i)));
     }
     if s.contains(" LIMIT ") {
         out.push_str(" LIMIT");
@@ -527,7 +462,7 @@ async fn every_statement_postgres() {
     let b = open(db.dsn(), &clock, &names).await;
     let marker = Marker {
         client: b.test_pool().get().await.expect("marker conn"),
-        prefix: names.prefix.clone(),
+        names: names.clone(),
     };
     let run = tokio::spawn(script(b.clone(), clock.clone(), marker, history_first)).await;
     let _ = b.close().await;
@@ -542,7 +477,7 @@ async fn every_statement_postgres() {
     }
     reset.expect("reset");
     let script_s = scripted.elapsed().as_secs_f64();
-    let logged = read_plans(&path, offset, db.name(), &names.prefix);
+    let logged = read_plans(&path, offset, db.name(), &names);
 
     let list_index = "ix_<T>_list".to_owned();
     // (shape, label, steps, each run's step and cost)
