@@ -1,9 +1,7 @@
-//! The trace-context table on real servers (docs/observability.md#traces), the shared testkit
-//! case (`onestep_testkit::backend_cases::traces`, also run on PostgreSQL): with traces on, a
-//! new submission's traceparent is stored in the submit's transaction, a replay with another
-//! traceparent stays a replay and keeps the first one, the claim returns it with the lease, and
-//! it is never part of the execution's metadata; with traces off nothing is written or read;
-//! `purge` removes the row with its execution.
+//! The trace-context table on MariaDB and MySQL (docs/observability.md#traces): the shared
+//! testkit case (`onestep_testkit::backend_cases::traces`, also run on PostgreSQL: traceparents
+//! stored once per new execution, returned with the lease, never metadata, nothing while off,
+//! purged with the execution), with the backend opened and its table read here.
 #![allow(clippy::expect_used, clippy::panic)]
 
 mod common;

@@ -1,10 +1,7 @@
 //! The trace-context table on PostgreSQL (docs/postgres.md#diagnostics-and-traces,
-//! docs/observability.md#traces), the shared testkit case
-//! (`onestep_testkit::backend_cases::traces`, also run on MariaDB and MySQL): with traces on, a
-//! new submission's traceparent is stored in the submit's transaction, a replay with another
-//! traceparent stays a replay and keeps the first one, the claim returns it with the lease, and
-//! it is never part of the execution's metadata; with traces off nothing is written or read;
-//! `purge` removes the row with its execution.
+//! docs/observability.md#traces): the shared testkit case
+//! (`onestep_testkit::backend_cases::traces`, also run on MariaDB and MySQL), with the backend
+//! opened and its table read here.
 #![allow(clippy::expect_used, clippy::panic)]
 
 mod common;
