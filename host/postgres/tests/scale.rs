@@ -41,10 +41,10 @@ use onestep_postgres::schema::{diagnostics_table, q, traces_table};
 use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::backend_cases::scale::{
-    BEFORE_THE_SCRIPT, Dialect, NS, Names, OTHER_NS, PER_RESULT, RARE, RARE_ROWS, SLACK,
-    StepMarker, collapse_repeats, history_seeds, ordering, scale_rows, script, shape_literals,
-    strict,
+    BEFORE_THE_SCRIPT, NS, Names, OTHER_NS, PER_RESULT, RARE, RARE_ROWS, SLACK, StepMarker,
+    history_seeds, scale_rows, script, strict,
 };
+use onestep_testkit::backend_cases::shapes::{Dialect, collapse_repeats, ordering, shape_literals};
 use serde_json::Value;
 
 /// A connection to the test database that marks the script's steps: `auto_explain` logs the

@@ -4,7 +4,8 @@
 //! tables, its seeder, capturing the statements it sends), it takes a small hook the backend's
 //! test file implements, and the SQL stays there.
 //!
-//! * [`scale`]: the scripted workload of the `every_statement_*` cost checks.
+//! * [`scale`]: the scripted workload of the `every_statement_*` cost checks, and
+//!   [`shapes`]: the statement shapes they group the captured SQL by.
 //! * [`undecodable`]: one undecodable row among good ones ([`undecodable::RawRows`]).
 //! * [`history`]: the history seeder ([`history::HistoryRows`]).
 //! * [`traces`]: the trace-context table ([`traces::TraceRows`]).
@@ -13,5 +14,6 @@
 pub mod history;
 pub mod reference;
 pub mod scale;
+pub mod shapes;
 pub mod traces;
 pub mod undecodable;
