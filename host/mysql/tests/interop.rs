@@ -12,49 +12,14 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use common::{Server, admin_pool, create_db, db_url, drop_db, server_version};
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::request::SubmitRequest;
 use onestep_mysql::{MySqlBackend, StoreOptions};
+use onestep_testkit::backend_cases::reference;
 use onestep_testkit::builders::prepare;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn reference_python() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo_root().join("scripts/ref-venv.sh"))
-        .output()
-        .expect("run scripts/ref-venv.sh");
-    assert!(
-        out.status.success(),
-        "scripts/ref-venv.sh failed (is pip reachable?):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-fn reference(python: &PathBuf, dsn: &str, ns: &str, auto_create: bool, args: &[&str]) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/ref_client.py");
-    let out = Command::new(python)
-        .arg(script)
-        .args([dsn, ns, if auto_create { "1" } else { "0" }])
-        .args(args)
-        .output()
-        .expect("run the reference client");
-    assert!(
-        out.status.success(),
-        "reference client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("reference output is JSON")
-}
 
 fn canon(v: &Value) -> String {
     onestep_core::canonical::to_canonical_string(v)
@@ -64,7 +29,6 @@ async fn run_case(server: Server, tables_by_reference: bool) {
     let Some(url) = server.admin_url() else {
         return;
     };
-    let python = reference_python();
     let admin = admin_pool(&url);
     let version = server_version(&admin).await;
     let db = create_db(&admin).await;
@@ -76,7 +40,7 @@ async fn run_case(server: Server, tables_by_reference: bool) {
     let (p, m) = (payload.to_string(), metadata.to_string());
 
     let backend = if tables_by_reference {
-        let first = reference(&python, &py_dsn, ns, true, &["submit", "t", "k-py", &p, &m]);
+        let first = reference::run(&py_dsn, ns, true, &["submit", "t", "k-py", &p, &m]).await;
         let mut o = StoreOptions::new(&ours_dsn);
         o.auto_create = false;
         let b = MySqlBackend::open(o)
@@ -90,23 +54,11 @@ async fn run_case(server: Server, tables_by_reference: bool) {
             .await
             .expect("open");
         assert!(b.schema_report().features.claimable_column);
-        reference(
-            &python,
-            &py_dsn,
-            ns,
-            false,
-            &["submit", "t", "k-py", &p, &m],
-        );
+        reference::run(&py_dsn, ns, false, &["submit", "t", "k-py", &p, &m]).await;
         b
     };
     // We read what the reference submitted, and replay it with equal content.
-    let py = reference(
-        &python,
-        &py_dsn,
-        ns,
-        false,
-        &["submit", "t", "k-py", &p, &m],
-    );
+    let py = reference::run(&py_dsn, ns, false, &["submit", "t", "k-py", &p, &m]).await;
     let py_id: Uuid = py["id"].as_str().and_then(|s| s.parse().ok()).expect("id");
     let ours = backend.get(ns, py_id).await.expect("get").expect("found");
     assert_eq!(canon(&ours.payload), canon(&payload));
@@ -138,7 +90,7 @@ async fn run_case(server: Server, tables_by_reference: bool) {
     // Our ids are UUIDv7 (docs/semantics.md#time-ordered-ids); the reference reads them unchanged.
     assert_eq!(mine.id.get_version_num(), 7);
     let id = mine.id.to_string();
-    let seen = reference(&python, &py_dsn, ns, false, &["get", &id]);
+    let seen = reference::run(&py_dsn, ns, false, &["get", &id]).await;
     assert_eq!(seen["id"], json!(id));
     assert_eq!(canon(&seen["payload"]), canon(&payload));
     assert_eq!(canon(&seen["metadata"]), canon(&metadata));
@@ -146,13 +98,7 @@ async fn run_case(server: Server, tables_by_reference: bool) {
         (seen["status"].clone(), seen["version"].clone()),
         (json!("queued"), json!(0))
     );
-    let py_replay = reference(
-        &python,
-        &py_dsn,
-        ns,
-        false,
-        &["submit", "t", "k-rs", &p, &m],
-    );
+    let py_replay = reference::run(&py_dsn, ns, false, &["submit", "t", "k-rs", &p, &m]).await;
     assert_eq!(
         py_replay["id"],
         json!(id),
@@ -179,18 +125,17 @@ async fn upgraded_case(server: Server) {
     let Some(url) = server.admin_url() else {
         return;
     };
-    let python = reference_python();
     let admin = admin_pool(&url);
     let version = server_version(&admin).await;
     let db = create_db(&admin).await;
     let ours_dsn = db_url(&url, &db);
     let py_dsn = ours_dsn.replacen("mysql://", "mysql+asyncmy://", 1);
     let ns = "interop";
-    let submit_py = |key: &str, n: i64| {
+    let submit_py = async |key: &str, n: i64| {
         let p = json!({"n": n}).to_string();
-        reference(&python, &py_dsn, ns, true, &["submit", "t", key, &p, "{}"])
+        reference::run(&py_dsn, ns, true, &["submit", "t", key, &p, "{}"]).await
     };
-    let before = submit_py("py-before", 1);
+    let before = submit_py("py-before", 1).await;
     let mut o = StoreOptions::new(&ours_dsn);
     o.auto_create = false;
     let b = MySqlBackend::open(o)
@@ -244,7 +189,7 @@ async fn upgraded_case(server: Server) {
         .as_str()
         .and_then(|s| s.parse().ok())
         .expect("id");
-    let after = submit_py("py-after", 2);
+    let after = submit_py("py-after", 2).await;
     let after_id: Uuid = after["id"]
         .as_str()
         .and_then(|s| s.parse().ok())
@@ -274,7 +219,7 @@ async fn upgraded_case(server: Server) {
     .await
     .expect("complete");
     // The reference worker claims and completes the other two (its and ours).
-    let drained = reference(&python, &py_dsn, ns, false, &["drain", "t", "10"]);
+    let drained = reference::run(&py_dsn, ns, false, &["drain", "t", "10"]).await;
     let drained_ids: Vec<&str> = drained
         .as_array()
         .expect("list")
@@ -290,13 +235,7 @@ async fn upgraded_case(server: Server) {
         done.result,
         Some(json!({"by": "reference", "echo": {"n": 3}}))
     );
-    let seen = reference(
-        &python,
-        &py_dsn,
-        ns,
-        false,
-        &["get", &before_id.to_string()],
-    );
+    let seen = reference::run(&py_dsn, ns, false, &["get", &before_id.to_string()]).await;
     assert_eq!(seen["status"], json!("succeeded"));
     let none = b
         .claim(&onestep_testkit::builders::claim(ns, "t", 10, 30.0, "ours"))

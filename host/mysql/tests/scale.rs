@@ -16,7 +16,8 @@
 //! * Capture: a scripted sequence of real calls through the ports (submit with and without key,
 //!   replay, conflict, `submit_many`, claims running each maintenance step, heartbeats, cancel
 //!   poll, completions, a retry, release, cancels, get, list pages with and without filters,
-//!   attempts, logs, live and final diagnostics, purge) runs with the server's general log on
+//!   attempts, logs, live and final diagnostics, purge; `onestep_testkit::backend_cases::scale`,
+//!   shared with PostgreSQL's `every_statement_postgres`) runs with the server's general log on
 //!   (`log_output = 'TABLE'`, turned off again before anything is asserted). The statements
 //!   naming the run's tables are read back and grouped by shape (literals, lists, `CASE` arms
 //!   and repeated `OR` groups collapsed).
@@ -47,20 +48,22 @@ mod common;
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use common::{Server, admin_pool, create_db, db_url, drop_db, open, server_version};
 use mysql_async::Row;
 use mysql_async::prelude::Queryable;
-use onestep_core::cursor::Cursor;
-use onestep_core::diagnostics::{LiveDiagnostics, PurgeRequest};
+use onestep_core::Limits;
 use onestep_core::names::TableNames;
-use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
-use onestep_core::request::{ClaimRequest, ListFilter, ListSearch, SubmitRequest};
-use onestep_core::{Completion, ExecutionError, ExecutionLease, ExecutionStatus, LeaseRef, Limits};
-use onestep_mysql::history::{HistoryIds, HistorySeed};
+use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_mysql::{DdlStyle, MySqlBackend, StoreOptions};
 use onestep_testkit::ManualClock;
-use onestep_testkit::builders::{claim, keyed, prepare, prepared};
+use onestep_testkit::backend_cases::scale::{
+    BEFORE_THE_SCRIPT, NS, Names, OTHER_NS, PER_RESULT, RARE, RARE_ROWS, SLACK, StepMarker,
+    history_seeds, scale_rows, script, strict,
+};
+use onestep_testkit::backend_cases::shapes::{Dialect, collapse_repeats, ordering, shape_literals};
+use onestep_testkit::builders::{claim, prepared};
 use serde_json::json;
 
 const DIGITS: &str = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
@@ -226,436 +229,29 @@ async fn history_does_not_cost_mysql() {
 // Every statement the backend sends, over a seeded history (issue 15).
 // ---------------------------------------------------------------------------------------------
 
-/// Namespace and task of the seeded history; the live work of the script shares them, so every
-/// index range the live statements read has the history beside it.
-const NS: &str = "scale";
-const TASK: &str = "scale.task";
-/// A second task with a few live rows and no history (the sparse task filter).
-const OTHER: &str = "scale.other";
-/// A second namespace with a tenth of the history and no live work, sorting after [`NS`]: a
-/// read of [`NS`] that is not a range on its namespace prefix walks these rows too.
-const OTHER_NS: &str = "zz.other";
-/// A task with a few old rows deep in the history and none since ([`rare_history`]).
-const RARE: &str = "scale.rare";
-/// Rows of the history [`rare_history`] rewrites (failed ones, then [`RARE`] ones).
-const RARE_ROWS: u64 = 3;
-const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-/// Rows a statement may read beyond [`PER_RESULT`] per result row: this test's own live rows
-/// (about 30), which a range over live rows may visit whatever its result, and a margin. It does
-/// not depend on the history: a read that touches the history reads thousands (100k) or millions
-/// (10M) of rows.
-const SLACK: u64 = 100;
-/// Index reads per result row a bounded statement may do: the row, the sub-query's `eq_ref`
-/// lookup of the latest attempt, the entry that ends the range, the joined attempt.
-const PER_RESULT: u64 = 4;
 /// Reads of in-memory temporary tables per window row a search-window statement
 /// (docs/semantics.md#search-window) may do: its window functions sort and re-read the window
 /// (measured: about 9 per row on MariaDB 10.11 and MySQL 9, at any history).
 const WINDOW_TEMP_PASSES: u64 = 12;
 
-/// Executions (each with one attempt) seeded before the script: `ONESTEP_SCALE_ROWS`, default
-/// 100,000 (cheap enough for every `cargo test`).
-fn scale_rows() -> u64 {
-    match std::env::var("ONESTEP_SCALE_ROWS") {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .replace('_', "")
-            .parse()
-            .expect("ONESTEP_SCALE_ROWS is a row count"),
-        _ => 100_000,
-    }
-}
-
-/// `ONESTEP_SCALE_STRICT=1`: the reported namespace walks fail the test too.
-fn strict() -> bool {
-    std::env::var("ONESTEP_SCALE_STRICT").is_ok_and(|v| v == "1")
-}
-
-/// The table names of one run, to tell its statements apart in the server-wide general log and
-/// to print them as `<T>`, `<A>`.
-#[derive(Clone)]
-struct Names {
-    prefix: String,
-    t: String,
-    a: String,
-}
-
-impl Names {
-    fn new() -> Self {
-        let prefix = format!("scl{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
-        Names {
-            t: format!("{prefix}_exec"),
-            a: format!("{prefix}_att"),
-            prefix,
-        }
-    }
-
-    /// `s` with this run's names replaced by `<T>` (executions) and `<A>` (attempts).
-    fn short(&self, s: &str) -> String {
-        s.replace(&self.a, "<A>").replace(&self.t, "<T>")
-    }
-
-    fn list_index(&self) -> String {
-        TableNames::new(self.t.clone(), self.a.clone())
-            .expect("names")
-            .ix_list()
-    }
+/// The name of the run's list index (`ix_<T>_list`).
+fn list_index(names: &Names) -> String {
+    names.tables().ix_list()
 }
 
 /// Marks the start of a script step in the general log (a statement that names no table but
 /// carries the run's prefix), so each captured statement is attributed to the call that sent it.
-async fn mark(c: &mut mysql_async::Conn, names: &Names, step: &str) {
-    c.query_drop(format!(
-        "SELECT '{}:step', '{}'",
-        names.prefix,
-        step.replace('\'', "''")
-    ))
-    .await
-    .expect("marker");
-}
-
-/// One list call and, when there is a next page, the call for it.
-async fn two_pages(
-    b: &MySqlBackend,
-    m: &mut mysql_async::Conn,
-    names: &Names,
-    label: &str,
-    filter: ListFilter,
-) {
-    let call = if label.is_empty() {
-        "list".to_owned()
-    } else {
-        format!("list {label}")
-    };
-    mark(m, names, &format!("{call}: first page")).await;
-    let first = b.list(NS, &filter).await.expect("list");
-    assert!(!first.items.is_empty(), "{label}: empty first page");
-    if let Some(c) = first.next_cursor {
-        mark(m, names, &format!("{call}: next page")).await;
-        let after = Some(Cursor::decode(&c).expect("cursor"));
-        b.list(NS, &ListFilter { after, ..filter })
-            .await
-            .expect("next page");
-    }
-}
-
-fn filter(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> ListFilter {
-    ListFilter {
-        task_name: task.map(str::to_owned),
-        status,
-        limit,
-        after: None,
-        search: ListSearch::default(),
-        window: onestep_core::request::SEARCH_WINDOW_ROWS,
-    }
-}
-
-/// The scripted sequence of real backend calls whose statements are captured: every client,
-/// worker, maintenance, diagnostics and purge path, each at least once.
-async fn script(
-    b: MySqlBackend,
-    clock: Arc<ManualClock>,
-    mut m: mysql_async::Conn,
+struct Marker {
+    conn: mysql_async::Conn,
     names: Names,
-    history_first: DateTime<Utc>,
-) {
-    let err = || onestep_testkit::builders::handler_error("HandlerError");
-    let diag = |msg: &str| onestep_testkit::diagnostics::diagnostics(&clock, msg);
-    let t0 = clock.now_value();
-    clock.advance(1.0);
-    let mut task_ids = Vec::new();
-    mark(&mut m, &names, "submit").await;
-    for i in 0..8 {
-        let e = b.submit(prepared(NS, TASK, json!({ "i": i }))).await;
-        task_ids.push(e.expect("submit").id);
-    }
-    mark(&mut m, &names, "submit with traceparent").await;
-    let mut traced = prepared(NS, TASK, json!({ "traced": true }));
-    traced.trace_parent = Some(TRACEPARENT.into());
-    task_ids.push(b.submit(traced).await.expect("traced").id);
-    mark(&mut m, &names, "submit with metadata").await;
-    let tagged = prepare(
-        NS,
-        &SubmitRequest {
-            task_name: TASK.into(),
-            payload: json!({ "m": 1 }),
-            metadata: Some(json!({ "tenant": "acme" })),
-            ..SubmitRequest::default()
-        },
-    );
-    task_ids.push(b.submit(tagged).await.expect("tagged").id);
-    mark(&mut m, &names, "submit (other task)").await;
-    for i in 0..3 {
-        let e = b.submit(prepared(NS, OTHER, json!({ "o": i }))).await;
-        e.expect("other");
-    }
-    mark(&mut m, &names, "submit with key").await;
-    let key1 = || keyed(NS, TASK, "scale-key-1", json!({ "k": 1 }));
-    let first = b.submit(key1()).await.expect("keyed");
-    task_ids.push(first.id);
-    mark(&mut m, &names, "submit with key: replay").await;
-    assert_eq!(b.submit(key1()).await.expect("replay").id, first.id);
-    mark(&mut m, &names, "submit with key: conflict").await;
-    let conflict = b
-        .submit(keyed(NS, TASK, "scale-key-1", json!({ "k": 2 })))
-        .await;
-    assert!(
-        matches!(conflict, Err(ExecutionError::Conflict { .. })),
-        "{conflict:?}"
-    );
-    mark(&mut m, &names, "submit_many (two new, one replay)").await;
-    let many = b
-        .submit_many(vec![
-            keyed(NS, TASK, "scale-key-2", json!({ "k": 2 })),
-            keyed(NS, TASK, "scale-key-3", json!({ "k": 3 })),
-            key1(),
-        ])
-        .await
-        .expect("submit_many");
-    for e in many {
-        task_ids.push(e.expect("item").id);
-    }
-    mark(&mut m, &names, "submit expiring").await;
-    let expiring = prepare(
-        NS,
-        &SubmitRequest {
-            task_name: TASK.into(),
-            payload: json!({ "x": 1 }),
-            expires_at: Some((clock.now_value() + chrono::Duration::seconds(5)).fixed_offset()),
-            ..SubmitRequest::default()
-        },
-    );
-    let expiring = b.submit(expiring).await.expect("expiring").id;
+}
 
-    // Claim: the maintenance expires the overdue submission (T5), then 10 leases.
-    clock.advance(10.0);
-    mark(&mut m, &names, "claim (maintenance: expire)").await;
-    let leases = b
-        .claim(&claim(NS, TASK, 10, 30.0, "w1"))
-        .await
-        .expect("claim");
-    assert_eq!(leases.len(), 10);
-    mark(&mut m, &names, "get").await;
-    let e = b.get(NS, expiring).await.expect("get").expect("expiring");
-    assert_eq!(e.status, ExecutionStatus::Expired);
-    let r: Vec<LeaseRef> = leases.iter().map(ExecutionLease::lease_ref).collect();
-    mark(&mut m, &names, "heartbeat").await;
-    b.heartbeat(&r[0], 30.0).await.expect("heartbeat");
-    mark(&mut m, &names, "heartbeat_many").await;
-    let beats = b.heartbeat_many(&r[0..5], 30.0).await.expect("many");
-    assert!(beats.iter().all(Result::is_ok), "{beats:?}");
-    mark(&mut m, &names, "cancel poll").await;
-    assert!(b.cancel_requested(&r).await.expect("poll").is_empty());
-    mark(&mut m, &names, "record_live (diagnostics)").await;
-    let live = LiveDiagnostics {
-        progress: diag("live").progress,
-        log: diag("live").log,
-    };
-    assert!(b.record_live(&[(r[0], live)]).await.expect("live"));
-    mark(&mut m, &names, "complete: success").await;
-    let done = Completion::succeeded(json!({ "ok": true })).with_diagnostics(diag("done"));
-    b.complete(&r[0], &done).await.expect("success");
-    mark(&mut m, &names, "complete: retry").await;
-    let retry = Completion::retrying(err(), 0.0).with_diagnostics(diag("retry"));
-    b.complete(&r[1], &retry).await.expect("retry");
-    mark(&mut m, &names, "complete: failed").await;
-    let failed = Completion::failed(err()).with_diagnostics(diag("failed"));
-    b.complete(&r[2], &failed).await.expect("failed");
-    mark(&mut m, &names, "complete_many").await;
-    let out = b
-        .complete_many(&[
-            (
-                r[3],
-                Completion::succeeded(json!(3)).with_diagnostics(diag("3")),
-            ),
-            (r[4], Completion::failed(err()).with_diagnostics(diag("4"))),
-            (r[5], Completion::retrying(err(), 0.0)),
-        ])
-        .await
-        .expect("complete_many");
-    assert!(out.iter().all(Result::is_ok), "{out:?}");
-    mark(&mut m, &names, "release").await;
-    b.release(&r[6]).await.expect("release");
-    mark(&mut m, &names, "cancel: running").await;
-    let c = b.cancel(NS, r[7].execution_id, Some("scale".into())).await;
-    let c = c.expect("cancel").expect("row");
-    assert_eq!(c.status, ExecutionStatus::CancelRequested);
-    mark(&mut m, &names, "cancel poll").await;
-    let polled = b.cancel_requested(&r[7..]).await.expect("poll");
-    assert_eq!(polled, vec![r[7].execution_id]);
-    mark(&mut m, &names, "heartbeat").await;
-    assert!(b.heartbeat(&r[7], 30.0).await.expect("hb").cancel_requested);
-    let claimed: Vec<uuid::Uuid> = r.iter().map(|l| l.execution_id).collect();
-    let queued = *task_ids
-        .iter()
-        .find(|id| !claimed.contains(id))
-        .expect("an unclaimed submission");
-    mark(&mut m, &names, "cancel: queued").await;
-    let c = b
-        .cancel(NS, queued, None)
-        .await
-        .expect("cancel")
-        .expect("row");
-    assert_eq!(c.status, ExecutionStatus::Cancelled);
-    mark(&mut m, &names, "cancel: finished").await;
-    b.cancel(NS, r[0].execution_id, None).await.expect("cancel");
-    mark(&mut m, &names, "cancel: absent").await;
-    let absent = uuid::Uuid::new_v4();
-    assert!(b.cancel(NS, absent, None).await.expect("cancel").is_none());
-
-    // Leases of r[7] (cancel requested), r[8] and r[9] run out: dead cancel (T6), reclaim (T7),
-    // and the claim takes the retrying (r[1], r[5], and the reclaimed, lease-lost r[8], r[9])
-    // and queued (r[6] released, the two unclaimed submissions left) rows.
-    clock.advance(60.0);
-    mark(&mut m, &names, "claim (maintenance: dead cancel, reclaim)").await;
-    let second = b
-        .claim(&claim(NS, TASK, 10, 30.0, "w2"))
-        .await
-        .expect("claim");
-    assert_eq!(second.len(), 7, "four retrying, three queued rows");
-    mark(&mut m, &names, "get").await;
-    let e = b
-        .get(NS, r[7].execution_id)
-        .await
-        .expect("get")
-        .expect("row");
-    assert_eq!(e.status, ExecutionStatus::Cancelled);
-    mark(&mut m, &names, "complete_many").await;
-    let items: Vec<(LeaseRef, Completion)> = second
-        .iter()
-        .map(|l| (l.lease_ref(), Completion::succeeded(json!(1))))
-        .collect();
-    let out = b.complete_many(&items).await.expect("complete_many");
-    assert!(out.iter().all(Result::is_ok), "{out:?}");
-    mark(&mut m, &names, "claim (two task names)").await;
-    let both = ClaimRequest {
-        namespace: NS.into(),
-        task_names: vec![TASK.into(), OTHER.into()],
-        limit: 5,
-        lease_duration_s: 30.0,
-        worker_id: "w3".into(),
-    };
-    assert_eq!(b.claim(&both).await.expect("claim").len(), 3);
-    mark(&mut m, &names, "claim (nothing to do)").await;
-    let none = b.claim(&claim(NS, TASK, 10, 30.0, "w3")).await;
-    assert!(none.expect("claim").is_empty());
-
-    // Client reads.
-    mark(&mut m, &names, "get").await;
-    assert!(b.get(NS, r[0].execution_id).await.expect("get").is_some());
-    mark(&mut m, &names, "get: absent").await;
-    assert!(b.get(NS, absent).await.expect("get").is_none());
-    mark(&mut m, &names, "get: other namespace").await;
-    assert!(
-        b.get("elsewhere", r[0].execution_id)
-            .await
-            .expect("get")
-            .is_none()
-    );
-    two_pages(&b, &mut m, &names, "", filter(None, None, 5)).await;
-    two_pages(&b, &mut m, &names, "task", filter(Some(TASK), None, 5)).await;
-    let sparse_task = filter(Some(OTHER), None, 2);
-    two_pages(&b, &mut m, &names, "task (no history)", sparse_task).await;
-    let rare = filter(Some(RARE), None, 2);
-    two_pages(&b, &mut m, &names, "task (old rows only)", rare).await;
-    let failed = filter(None, Some(ExecutionStatus::Failed), 2);
-    two_pages(&b, &mut m, &names, "status=failed (old matches)", failed).await;
-    let running = filter(None, Some(ExecutionStatus::Running), 2);
-    two_pages(&b, &mut m, &names, "status=running", running).await;
-    let succeeded = filter(None, Some(ExecutionStatus::Succeeded), 5);
-    two_pages(&b, &mut m, &names, "status=succeeded", succeeded).await;
-    let task_failed = filter(Some(TASK), Some(ExecutionStatus::Failed), 1);
-    two_pages(&b, &mut m, &names, "task+status=failed", task_failed).await;
-    let task_ok = filter(Some(TASK), Some(ExecutionStatus::Succeeded), 5);
-    two_pages(&b, &mut m, &names, "task+status=succeeded", task_ok).await;
-    let searches = [
-        (
-            "created range",
-            ListSearch {
-                created_from: Some(t0),
-                created_before: Some(clock.now_value()),
-                ..ListSearch::default()
-            },
-        ),
-        (
-            "idempotency key",
-            ListSearch {
-                idempotency_key: Some("scale-key-1".into()),
-                ..ListSearch::default()
-            },
-        ),
-        (
-            "metadata",
-            ListSearch {
-                metadata: Some(("tenant".into(), "acme".into())),
-                ..ListSearch::default()
-            },
-        ),
-        (
-            "exception type",
-            ListSearch {
-                exception_type: Some("handler".into()),
-                ..ListSearch::default()
-            },
-        ),
-    ];
-    for (label, search) in searches {
-        let f = ListFilter {
-            search,
-            ..filter(None, None, 1)
-        };
-        two_pages(&b, &mut m, &names, label, f).await;
+#[async_trait]
+impl StepMarker for Marker {
+    async fn step(&mut self, step: &str) {
+        let sql = self.names.marker_sql(step);
+        self.conn.query_drop(sql).await.expect("marker");
     }
-    mark(&mut m, &names, "attempts (diagnostics)").await;
-    let attempts = b.attempts(NS, r[1].execution_id).await.expect("attempts");
-    assert_eq!(attempts.expect("execution").len(), 2);
-    mark(&mut m, &names, "attempt log (diagnostics)").await;
-    let tail = b.attempt_log(NS, r[0].execution_id, 1).await.expect("log");
-    assert!(tail.expect("attempt").is_some());
-    mark(&mut m, &names, "attempt log: absent attempt").await;
-    let tail = b.attempt_log(NS, r[0].execution_id, 9).await.expect("log");
-    assert!(tail.is_none());
-
-    // Purge: the oldest end of the history (rows 0..=248 finished before the cutoff), dry run
-    // then for real, in batches of 100; then across namespaces; then by status, the whole
-    // namespace before the cutoff.
-    let oldest = PurgeRequest {
-        namespace: Some(NS.into()),
-        finished_before: history_first + chrono::Duration::milliseconds(250),
-        statuses: vec![],
-        batch_size: 100,
-        dry_run: true,
-    };
-    mark(&mut m, &names, "purge: dry run").await;
-    assert_eq!(b.purge(&oldest).await.expect("dry run").executions, 249);
-    mark(&mut m, &names, "purge").await;
-    let wet = PurgeRequest {
-        dry_run: false,
-        ..oldest.clone()
-    };
-    let report = b.purge(&wet).await.expect("purge");
-    assert_eq!((report.executions, report.attempts), (249, 249));
-    mark(&mut m, &names, "purge: every namespace").await;
-    let every = PurgeRequest {
-        namespace: None,
-        finished_before: history_first + chrono::Duration::milliseconds(500),
-        ..wet.clone()
-    };
-    assert_eq!(b.purge(&every).await.expect("purge").executions, 250);
-    mark(&mut m, &names, "purge: by status").await;
-    let by_status = PurgeRequest {
-        statuses: vec![
-            ExecutionStatus::Failed,
-            ExecutionStatus::Cancelled,
-            ExecutionStatus::Expired,
-        ],
-        finished_before: clock.now_value() + chrono::Duration::seconds(1),
-        ..wet
-    };
-    let report = b.purge(&by_status).await.expect("purge");
-    // r[2], r[4] failed; r[7], the queued one cancelled; the expiring one expired; the old
-    // failed history rows.
-    assert_eq!(report.executions, 5 + RARE_ROWS, "{report:?}");
 }
 
 /// A statement as the general log recorded it, and the script step that sent it.
@@ -696,15 +292,11 @@ async fn capture(
     c.query_drop("SET GLOBAL general_log = ON")
         .await
         .expect("general_log");
-    let marker = admin.get_conn().await.expect("marker conn");
-    let run = tokio::spawn(script(
-        b.clone(),
-        clock.clone(),
-        marker,
-        names.clone(),
-        history_first,
-    ))
-    .await;
+    let marker = Marker {
+        conn: admin.get_conn().await.expect("marker conn"),
+        names: names.clone(),
+    };
+    let run = tokio::spawn(script(b.clone(), clock.clone(), marker, history_first)).await;
     let off = c.query_drop("SET GLOBAL general_log = OFF").await;
     let restore = c
         .query_drop(format!(
@@ -739,13 +331,11 @@ async fn capture(
     c.query_drop("SELECT RELEASE_LOCK('onestep_scale_general_log')")
         .await
         .expect("unlock");
-    let marker = format!("'{}:step', '", names.prefix);
-    let mut step = String::from("(before the script)");
+    let mut step = String::from(BEFORE_THE_SCRIPT);
     let mut out = Vec::new();
     for (_, sql) in rows {
-        if let Some(i) = sql.find(&marker) {
-            let rest = &sql[i + marker.len()..];
-            step = rest.trim_end().trim_end_matches('\'').replace("''", "'");
+        if let Some(marked) = names.marked_step(&sql) {
+            step = marked;
             continue;
         }
         out.push(Logged {
@@ -760,61 +350,7 @@ async fn capture(
 /// multi-row `VALUES`, `CASE` arms and repeated `OR` groups collapsed to one, whitespace
 /// collapsed. Statements of one shape differ only in their values.
 fn normalize(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    let mut prev = ' ';
-    while let Some(ch) = chars.next() {
-        match ch {
-            '\'' => {
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\\' => {
-                            chars.next();
-                        }
-                        '\'' if chars.peek() == Some(&'\'') => {
-                            chars.next();
-                        }
-                        '\'' => break,
-                        _ => {}
-                    }
-                }
-                out.push('?');
-                prev = '?';
-            }
-            '`' => {
-                out.push(ch);
-                for c in chars.by_ref() {
-                    out.push(c);
-                    if c == '`' {
-                        break;
-                    }
-                }
-                prev = '`';
-            }
-            c if c.is_ascii_digit() && !(prev.is_ascii_alphanumeric() || prev == '_') => {
-                while chars
-                    .peek()
-                    .is_some_and(|c| c.is_ascii_digit() || *c == '.' || *c == '-' || *c == ':')
-                {
-                    chars.next();
-                }
-                out.push('?');
-                prev = '?';
-            }
-            c if c.is_whitespace() => {
-                if prev != ' ' {
-                    out.push(' ');
-                }
-                prev = ' ';
-            }
-            c => {
-                out.push(c);
-                prev = c;
-            }
-        }
-    }
-    let mut s = out
-        .trim()
+    let s = shape_literals(sql, &MYSQL)
         .replace(" ,", ",")
         .replace(", ", ",")
         .replace("IS NOT NULL", "IS_NOT_NULL")
@@ -822,18 +358,25 @@ fn normalize(sql: &str) -> String {
         .replace("NULL", "?")
         .replace("IS_NOT_NULL", "IS NOT NULL")
         .replace("IS_NULL", "IS NULL");
-    for (from, to) in [
-        ("?,?", "?"),
-        ("(?),(?)", "(?)"),
-        ("WHEN ? THEN ? WHEN ? THEN ?", "WHEN ? THEN ?"),
-        ("_binary?", "?"),
-    ] {
-        while s.contains(from) {
-            s = s.replace(from, to);
-        }
-    }
+    let s = collapse_repeats(
+        s,
+        &[
+            ("?,?", "?"),
+            ("(?),(?)", "(?)"),
+            ("WHEN ? THEN ? WHEN ? THEN ?", "WHEN ? THEN ?"),
+            ("_binary?", "?"),
+        ],
+    );
     collapse_or(s)
 }
+
+/// MySQL's and MariaDB's spelling of literals (bare dates and times too) and identifiers.
+const MYSQL: Dialect = Dialect {
+    ident_quote: '`',
+    backslash_escapes: true,
+    number_chars: ".-:",
+    dollar_params: false,
+};
 
 /// `(x) OR (x)` → `(x)` for identical balanced groups (the per-row fences of batched writes).
 fn collapse_or(mut s: String) -> String {
@@ -1034,13 +577,7 @@ fn label(shape: &str, sql: &str, names: &Names) -> String {
         out.push_str(&format!(" WHERE {}", cols.join(", ")));
     }
     if let Some(i) = s.find("ORDER BY ") {
-        let rest = &s[i + 9..];
-        let end = [" LIMIT", " FOR ", ")"]
-            .iter()
-            .filter_map(|m| rest.find(m))
-            .min()
-            .unwrap_or(rest.len());
-        let order = rest[..end].replace("e.", "");
+        let order = ordering(&s, i).replace("e.", "");
         out.push_str(&format!(" ORDER BY {order}"));
     }
     if let Some(n) = limit_of(sql) {
@@ -1439,7 +976,7 @@ async fn every_statement(server: Server) {
     let names = Names::new();
     let mut o = StoreOptions::new(db_url(&url, &db));
     o.clock = clock.clone();
-    o.tables = TableNames::new(names.t.clone(), names.a.clone()).expect("names");
+    o.tables = names.tables();
     o.traces = true;
     let b = MySqlBackend::open(o).await.expect("open backend");
     let features = b.schema_report().features;
@@ -1447,31 +984,10 @@ async fn every_statement(server: Server) {
     assert!(features.list_indexes);
     let before = clock.now_value();
     let seeded = std::time::Instant::now();
-    let written = b
-        .seed_history(&HistorySeed {
-            namespace: NS.into(),
-            task_name: TASK.into(),
-            count: rows,
-            ids: HistoryIds::V7,
-            before,
-            idempotency_keys: true,
-        })
-        .await
-        .expect("seed");
-    assert_eq!(written, rows);
-    let other_rows = (rows / 10).max(1_000);
-    let written = b
-        .seed_history(&HistorySeed {
-            namespace: OTHER_NS.into(),
-            task_name: TASK.into(),
-            count: other_rows,
-            ids: HistoryIds::V7,
-            before,
-            idempotency_keys: true,
-        })
-        .await
-        .expect("seed");
-    assert_eq!(written, other_rows);
+    let [ours, other] = history_seeds(rows, before);
+    assert_eq!(b.seed_history(&ours).await.expect("seed"), rows);
+    let other_rows = other.count;
+    assert_eq!(b.seed_history(&other).await.expect("seed"), other_rows);
     let seed_s = seeded.elapsed().as_secs_f64();
     let mut c = b.test_pool().get_conn().await.expect("conn");
     let tables = b.tables().clone();
@@ -1563,7 +1079,7 @@ async fn every_statement(server: Server) {
     c.query_drop("FLUSH STATUS").await.expect("flush");
     let baseline = handler_sum(&mut c).await;
     let flavor = b.server().flavor;
-    let list_index = names.list_index();
+    let list_index = list_index(&names);
     let mut table = String::new();
     table.push_str(&format!(
         "\n[{}] {version}: {rows} finished executions in `{NS}` + {other_rows} in `{OTHER_NS}`, \

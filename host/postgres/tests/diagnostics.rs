@@ -11,30 +11,16 @@ use std::sync::Arc;
 use chrono::Duration;
 use onestep_core::diagnostics::PurgeRequest;
 use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
-use onestep_core::{Completion, ExecutionLease, ExecutionStatus, time::Clock};
+use onestep_core::{Completion, ExecutionStatus, time::Clock};
 use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::ManualClock;
-use onestep_testkit::builders::{claim, prepared};
+use onestep_testkit::diagnostics::{NS, seed};
 use serde_json::json;
-
-const NS: &str = "ns";
-const TASK: &str = "t";
 
 async fn backend(dsn: &str, clock: Arc<ManualClock>) -> PgBackend {
     let mut o = StoreOptions::new(dsn);
     o.clock = clock;
     PgBackend::open(o).await.expect("open backend")
-}
-
-async fn seed(b: &PgBackend, n: usize) -> Vec<ExecutionLease> {
-    for i in 0..n {
-        b.submit(prepared(NS, TASK, json!({ "i": i })))
-            .await
-            .expect("submit");
-    }
-    b.claim(&claim(NS, TASK, n as u32, 30.0, "w1"))
-        .await
-        .expect("claim")
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Costs that must not grow with history, on PostgreSQL (docs/postgres.md, issue 15): the twin
-//! of `host/mysql/tests/scale.rs` `every_statement_*`.
+//! of `host/mysql/tests/scale.rs` `every_statement_*`, running the same scripted workload
+//! (`onestep_testkit::backend_cases::scale::script`).
 //!
 //! * History: `ONESTEP_SCALE_ROWS` finished executions (default 100,000) seeded by the backend's
 //!   own seeder (`PgBackend::seed_history`, with idempotency keys) in the namespace and task the
@@ -34,413 +35,31 @@ mod common;
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
-use onestep_core::cursor::Cursor;
-use onestep_core::diagnostics::{LiveDiagnostics, PurgeRequest};
+use async_trait::async_trait;
 use onestep_core::names::TableNames;
-use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
-use onestep_core::request::{ClaimRequest, ListFilter, ListSearch, SubmitRequest};
-use onestep_core::{Completion, ExecutionError, ExecutionLease, ExecutionStatus, LeaseRef};
-use onestep_postgres::history::{HistoryIds, HistorySeed};
 use onestep_postgres::schema::{diagnostics_table, q, traces_table};
 use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::ManualClock;
-use onestep_testkit::builders::{claim, keyed, prepare, prepared};
-use serde_json::{Value, json};
-
-const NS: &str = "scale";
-const TASK: &str = "scale.task";
-const OTHER: &str = "scale.other";
-const OTHER_NS: &str = "zz.other";
-/// A task with a few old rows deep in the history and none since ([`rare_history`]).
-const RARE: &str = "scale.rare";
-/// Rows of the history [`rare_history`] rewrites (failed ones, then [`RARE`] ones).
-const RARE_ROWS: u64 = 3;
-const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-/// As in the MySQL test: the test's own live rows (about 30) and a margin.
-const SLACK: u64 = 100;
-/// Index reads per result row a bounded statement may do.
-const PER_RESULT: u64 = 4;
-
-fn scale_rows() -> u64 {
-    match std::env::var("ONESTEP_SCALE_ROWS") {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .replace('_', "")
-            .parse()
-            .expect("ONESTEP_SCALE_ROWS is a row count"),
-        _ => 100_000,
-    }
-}
-
-fn strict() -> bool {
-    std::env::var("ONESTEP_SCALE_STRICT").is_ok_and(|v| v == "1")
-}
-
-#[derive(Clone)]
-struct Names {
-    prefix: String,
-    t: String,
-    a: String,
-}
-
-impl Names {
-    fn new() -> Self {
-        let prefix = format!("scl{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
-        Names {
-            t: format!("{prefix}_exec"),
-            a: format!("{prefix}_att"),
-            prefix,
-        }
-    }
-
-    fn tables(&self) -> TableNames {
-        TableNames::new(self.t.clone(), self.a.clone()).expect("names")
-    }
-
-    fn short(&self, s: &str) -> String {
-        s.replace(&self.a, "<A>").replace(&self.t, "<T>")
-    }
-}
+use onestep_testkit::backend_cases::scale::{
+    BEFORE_THE_SCRIPT, NS, Names, OTHER_NS, PER_RESULT, RARE, RARE_ROWS, SLACK, StepMarker,
+    history_seeds, scale_rows, script, strict,
+};
+use onestep_testkit::backend_cases::shapes::{Dialect, collapse_repeats, ordering, shape_literals};
+use serde_json::Value;
 
 /// A connection to the test database that marks the script's steps: `auto_explain` logs the
 /// marker like any statement.
 struct Marker {
     client: deadpool_postgres::Object,
-    prefix: String,
+    names: Names,
 }
 
-impl Marker {
-    async fn step(&self, step: &str) {
-        self.client
-            .simple_query(&format!(
-                "SELECT '{}:step', '{}'",
-                self.prefix,
-                step.replace('\'', "''")
-            ))
-            .await
-            .expect("marker");
+#[async_trait]
+impl StepMarker for Marker {
+    async fn step(&mut self, step: &str) {
+        let sql = self.names.marker_sql(step);
+        self.client.simple_query(&sql).await.expect("marker");
     }
-}
-
-async fn two_pages(b: &PgBackend, m: &Marker, label: &str, filter: ListFilter) {
-    let call = if label.is_empty() {
-        "list".to_owned()
-    } else {
-        format!("list {label}")
-    };
-    m.step(&format!("{call}: first page")).await;
-    let first = b.list(NS, &filter).await.expect("list");
-    assert!(!first.items.is_empty(), "{label}: empty first page");
-    if let Some(c) = first.next_cursor {
-        m.step(&format!("{call}: next page")).await;
-        let after = Some(Cursor::decode(&c).expect("cursor"));
-        b.list(NS, &ListFilter { after, ..filter })
-            .await
-            .expect("next page");
-    }
-}
-
-fn filter(task: Option<&str>, status: Option<ExecutionStatus>, limit: u32) -> ListFilter {
-    ListFilter {
-        task_name: task.map(str::to_owned),
-        status,
-        limit,
-        after: None,
-        search: ListSearch::default(),
-        window: onestep_core::request::SEARCH_WINDOW_ROWS,
-    }
-}
-
-/// The same scripted sequence as the MySQL test's.
-async fn script(b: PgBackend, clock: Arc<ManualClock>, m: Marker, history_first: DateTime<Utc>) {
-    let err = || onestep_testkit::builders::handler_error("HandlerError");
-    let diag = |msg: &str| onestep_testkit::diagnostics::diagnostics(&clock, msg);
-    let t0 = clock.now_value();
-    clock.advance(1.0);
-    let mut task_ids = Vec::new();
-    m.step("submit").await;
-    for i in 0..8 {
-        let e = b.submit(prepared(NS, TASK, json!({ "i": i }))).await;
-        task_ids.push(e.expect("submit").id);
-    }
-    m.step("submit with traceparent").await;
-    let mut traced = prepared(NS, TASK, json!({ "traced": true }));
-    traced.trace_parent = Some(TRACEPARENT.into());
-    task_ids.push(b.submit(traced).await.expect("traced").id);
-    m.step("submit with metadata").await;
-    let tagged = prepare(
-        NS,
-        &SubmitRequest {
-            task_name: TASK.into(),
-            payload: json!({ "m": 1 }),
-            metadata: Some(json!({ "tenant": "acme" })),
-            ..SubmitRequest::default()
-        },
-    );
-    task_ids.push(b.submit(tagged).await.expect("tagged").id);
-    m.step("submit (other task)").await;
-    for i in 0..3 {
-        let e = b.submit(prepared(NS, OTHER, json!({ "o": i }))).await;
-        e.expect("other");
-    }
-    m.step("submit with key").await;
-    let key1 = || keyed(NS, TASK, "scale-key-1", json!({ "k": 1 }));
-    let first = b.submit(key1()).await.expect("keyed");
-    task_ids.push(first.id);
-    m.step("submit with key: replay").await;
-    assert_eq!(b.submit(key1()).await.expect("replay").id, first.id);
-    m.step("submit with key: conflict").await;
-    let conflict = b
-        .submit(keyed(NS, TASK, "scale-key-1", json!({ "k": 2 })))
-        .await;
-    assert!(
-        matches!(conflict, Err(ExecutionError::Conflict { .. })),
-        "{conflict:?}"
-    );
-    m.step("submit_many (two new, one replay)").await;
-    let many = b
-        .submit_many(vec![
-            keyed(NS, TASK, "scale-key-2", json!({ "k": 2 })),
-            keyed(NS, TASK, "scale-key-3", json!({ "k": 3 })),
-            key1(),
-        ])
-        .await
-        .expect("submit_many");
-    for e in many {
-        task_ids.push(e.expect("item").id);
-    }
-    m.step("submit expiring").await;
-    let expiring = prepare(
-        NS,
-        &SubmitRequest {
-            task_name: TASK.into(),
-            payload: json!({ "x": 1 }),
-            expires_at: Some((clock.now_value() + chrono::Duration::seconds(5)).fixed_offset()),
-            ..SubmitRequest::default()
-        },
-    );
-    let expiring = b.submit(expiring).await.expect("expiring").id;
-
-    clock.advance(10.0);
-    m.step("claim (maintenance: expire)").await;
-    let leases = b
-        .claim(&claim(NS, TASK, 10, 30.0, "w1"))
-        .await
-        .expect("claim");
-    assert_eq!(leases.len(), 10);
-    m.step("get").await;
-    let e = b.get(NS, expiring).await.expect("get").expect("expiring");
-    assert_eq!(e.status, ExecutionStatus::Expired);
-    let r: Vec<LeaseRef> = leases.iter().map(ExecutionLease::lease_ref).collect();
-    m.step("heartbeat").await;
-    b.heartbeat(&r[0], 30.0).await.expect("heartbeat");
-    m.step("heartbeat_many").await;
-    let beats = b.heartbeat_many(&r[0..5], 30.0).await.expect("many");
-    assert!(beats.iter().all(Result::is_ok), "{beats:?}");
-    m.step("cancel poll").await;
-    assert!(b.cancel_requested(&r).await.expect("poll").is_empty());
-    m.step("record_live (diagnostics)").await;
-    let live = LiveDiagnostics {
-        progress: diag("live").progress,
-        log: diag("live").log,
-    };
-    assert!(b.record_live(&[(r[0], live)]).await.expect("live"));
-    m.step("complete: success").await;
-    let done = Completion::succeeded(json!({ "ok": true })).with_diagnostics(diag("done"));
-    b.complete(&r[0], &done).await.expect("success");
-    m.step("complete: retry").await;
-    let retry = Completion::retrying(err(), 0.0).with_diagnostics(diag("retry"));
-    b.complete(&r[1], &retry).await.expect("retry");
-    m.step("complete: failed").await;
-    let failed = Completion::failed(err()).with_diagnostics(diag("failed"));
-    b.complete(&r[2], &failed).await.expect("failed");
-    m.step("complete_many").await;
-    let out = b
-        .complete_many(&[
-            (
-                r[3],
-                Completion::succeeded(json!(3)).with_diagnostics(diag("3")),
-            ),
-            (r[4], Completion::failed(err()).with_diagnostics(diag("4"))),
-            (r[5], Completion::retrying(err(), 0.0)),
-        ])
-        .await
-        .expect("complete_many");
-    assert!(out.iter().all(Result::is_ok), "{out:?}");
-    m.step("release").await;
-    b.release(&r[6]).await.expect("release");
-    m.step("cancel: running").await;
-    let c = b.cancel(NS, r[7].execution_id, Some("scale".into())).await;
-    let c = c.expect("cancel").expect("row");
-    assert_eq!(c.status, ExecutionStatus::CancelRequested);
-    m.step("cancel poll").await;
-    let polled = b.cancel_requested(&r[7..]).await.expect("poll");
-    assert_eq!(polled, vec![r[7].execution_id]);
-    m.step("heartbeat").await;
-    assert!(b.heartbeat(&r[7], 30.0).await.expect("hb").cancel_requested);
-    let claimed: Vec<uuid::Uuid> = r.iter().map(|l| l.execution_id).collect();
-    let queued = *task_ids
-        .iter()
-        .find(|id| !claimed.contains(id))
-        .expect("an unclaimed submission");
-    m.step("cancel: queued").await;
-    let c = b
-        .cancel(NS, queued, None)
-        .await
-        .expect("cancel")
-        .expect("row");
-    assert_eq!(c.status, ExecutionStatus::Cancelled);
-    m.step("cancel: finished").await;
-    b.cancel(NS, r[0].execution_id, None).await.expect("cancel");
-    m.step("cancel: absent").await;
-    let absent = uuid::Uuid::new_v4();
-    assert!(b.cancel(NS, absent, None).await.expect("cancel").is_none());
-
-    clock.advance(60.0);
-    m.step("claim (maintenance: dead cancel, reclaim)").await;
-    let second = b
-        .claim(&claim(NS, TASK, 10, 30.0, "w2"))
-        .await
-        .expect("claim");
-    assert_eq!(second.len(), 7, "four retrying, three queued rows");
-    m.step("get").await;
-    let e = b
-        .get(NS, r[7].execution_id)
-        .await
-        .expect("get")
-        .expect("row");
-    assert_eq!(e.status, ExecutionStatus::Cancelled);
-    m.step("complete_many").await;
-    let items: Vec<(LeaseRef, Completion)> = second
-        .iter()
-        .map(|l| (l.lease_ref(), Completion::succeeded(json!(1))))
-        .collect();
-    let out = b.complete_many(&items).await.expect("complete_many");
-    assert!(out.iter().all(Result::is_ok), "{out:?}");
-    m.step("claim (two task names)").await;
-    let both = ClaimRequest {
-        namespace: NS.into(),
-        task_names: vec![TASK.into(), OTHER.into()],
-        limit: 5,
-        lease_duration_s: 30.0,
-        worker_id: "w3".into(),
-    };
-    assert_eq!(b.claim(&both).await.expect("claim").len(), 3);
-    m.step("claim (nothing to do)").await;
-    let none = b.claim(&claim(NS, TASK, 10, 30.0, "w3")).await;
-    assert!(none.expect("claim").is_empty());
-
-    m.step("get").await;
-    assert!(b.get(NS, r[0].execution_id).await.expect("get").is_some());
-    m.step("get: absent").await;
-    assert!(b.get(NS, absent).await.expect("get").is_none());
-    m.step("get: other namespace").await;
-    assert!(
-        b.get("elsewhere", r[0].execution_id)
-            .await
-            .expect("get")
-            .is_none()
-    );
-    two_pages(&b, &m, "", filter(None, None, 5)).await;
-    two_pages(&b, &m, "task", filter(Some(TASK), None, 5)).await;
-    two_pages(&b, &m, "task (no history)", filter(Some(OTHER), None, 2)).await;
-    two_pages(&b, &m, "task (old rows only)", filter(Some(RARE), None, 2)).await;
-    let failed = filter(None, Some(ExecutionStatus::Failed), 2);
-    two_pages(&b, &m, "status=failed (old matches)", failed).await;
-    let running = filter(None, Some(ExecutionStatus::Running), 2);
-    two_pages(&b, &m, "status=running", running).await;
-    let succeeded = filter(None, Some(ExecutionStatus::Succeeded), 5);
-    two_pages(&b, &m, "status=succeeded", succeeded).await;
-    let task_failed = filter(Some(TASK), Some(ExecutionStatus::Failed), 1);
-    two_pages(&b, &m, "task+status=failed", task_failed).await;
-    let task_ok = filter(Some(TASK), Some(ExecutionStatus::Succeeded), 5);
-    two_pages(&b, &m, "task+status=succeeded", task_ok).await;
-    let searches = [
-        (
-            "created range",
-            ListSearch {
-                created_from: Some(t0),
-                created_before: Some(clock.now_value()),
-                ..ListSearch::default()
-            },
-        ),
-        (
-            "idempotency key",
-            ListSearch {
-                idempotency_key: Some("scale-key-1".into()),
-                ..ListSearch::default()
-            },
-        ),
-        (
-            "metadata",
-            ListSearch {
-                metadata: Some(("tenant".into(), "acme".into())),
-                ..ListSearch::default()
-            },
-        ),
-        (
-            "exception type",
-            ListSearch {
-                exception_type: Some("handler".into()),
-                ..ListSearch::default()
-            },
-        ),
-    ];
-    for (label, search) in searches {
-        let f = ListFilter {
-            search,
-            ..filter(None, None, 1)
-        };
-        two_pages(&b, &m, label, f).await;
-    }
-    m.step("attempts (diagnostics)").await;
-    let attempts = b.attempts(NS, r[1].execution_id).await.expect("attempts");
-    assert_eq!(attempts.expect("execution").len(), 2);
-    m.step("attempt log (diagnostics)").await;
-    let tail = b.attempt_log(NS, r[0].execution_id, 1).await.expect("log");
-    assert!(tail.expect("attempt").is_some());
-    m.step("attempt log: absent attempt").await;
-    let tail = b.attempt_log(NS, r[0].execution_id, 9).await.expect("log");
-    assert!(tail.is_none());
-
-    let oldest = PurgeRequest {
-        namespace: Some(NS.into()),
-        finished_before: history_first + chrono::Duration::milliseconds(250),
-        statuses: vec![],
-        batch_size: 100,
-        dry_run: true,
-    };
-    m.step("purge: dry run").await;
-    assert_eq!(b.purge(&oldest).await.expect("dry run").executions, 249);
-    m.step("purge").await;
-    let wet = PurgeRequest {
-        dry_run: false,
-        ..oldest.clone()
-    };
-    let report = b.purge(&wet).await.expect("purge");
-    assert_eq!((report.executions, report.attempts), (249, 249));
-    m.step("purge: every namespace").await;
-    let every = PurgeRequest {
-        namespace: None,
-        finished_before: history_first + chrono::Duration::milliseconds(500),
-        ..wet.clone()
-    };
-    assert_eq!(b.purge(&every).await.expect("purge").executions, 250);
-    m.step("purge: by status").await;
-    let by_status = PurgeRequest {
-        statuses: vec![
-            ExecutionStatus::Failed,
-            ExecutionStatus::Cancelled,
-            ExecutionStatus::Expired,
-        ],
-        finished_before: clock.now_value() + chrono::Duration::seconds(1),
-        ..wet
-    };
-    let report = b.purge(&by_status).await.expect("purge");
-    // r[2], r[4] failed; r[7], the queued one cancelled; the expiring one expired; the old
-    // failed history rows.
-    assert_eq!(report.executions, 5 + RARE_ROWS, "{report:?}");
 }
 
 /// The server's log file: `ONESTEP_SCALE_PG_LOG`, else the stderr of this session's server
@@ -478,7 +97,7 @@ struct Logged {
 }
 
 /// Splits the log written after `offset` into `auto_explain` entries of database `db`.
-fn read_plans(path: &str, offset: u64, db: &str, prefix: &str) -> Vec<Logged> {
+fn read_plans(path: &str, offset: u64, db: &str, names: &Names) -> Vec<Logged> {
     let bytes = std::fs::read(path).expect("server log");
     let text = String::from_utf8_lossy(&bytes[usize::try_from(offset).unwrap_or(0)..]);
     let header = format!("@{db} LOG:  duration: ");
@@ -500,20 +119,18 @@ fn read_plans(path: &str, offset: u64, db: &str, prefix: &str) -> Vec<Logged> {
         }
     }
     entries.extend(current);
-    let marker = format!("'{prefix}:step', '");
-    let mut step = String::from("(before the script)");
+    let mut step = String::from(BEFORE_THE_SCRIPT);
     let mut out = Vec::new();
     for e in entries {
         let Ok(v) = serde_json::from_str::<Value>(&e) else {
             continue;
         };
         let q = v["Query Text"].as_str().unwrap_or_default().to_owned();
-        if let Some(i) = q.find(&marker) {
-            let rest = &q[i + marker.len()..];
-            step = rest.trim_end().trim_end_matches('\'').replace("''", "'");
+        if let Some(marked) = names.marked_step(&q) {
+            step = marked;
             continue;
         }
-        if !q.contains(prefix) {
+        if !q.contains(&names.prefix) {
             continue;
         }
         out.push(Logged {
@@ -528,71 +145,19 @@ fn read_plans(path: &str, offset: u64, db: &str, prefix: &str) -> Vec<Logged> {
 /// The shape of a statement: `$n` placeholders and literals as `?`, lists collapsed,
 /// whitespace collapsed.
 fn normalize(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    let mut prev = ' ';
-    while let Some(ch) = chars.next() {
-        match ch {
-            '\'' => {
-                while let Some(c) = chars.next() {
-                    if c == '\'' {
-                        if chars.peek() == Some(&'\'') {
-                            chars.next();
-                        } else {
-                            break;
-                        }
-                    }
-                }
-                out.push('?');
-                prev = '?';
-            }
-            '"' => {
-                out.push(ch);
-                for c in chars.by_ref() {
-                    out.push(c);
-                    if c == '"' {
-                        break;
-                    }
-                }
-                prev = '"';
-            }
-            '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
-                while chars.peek().is_some_and(char::is_ascii_digit) {
-                    chars.next();
-                }
-                out.push('?');
-                prev = '?';
-            }
-            c if c.is_ascii_digit() && !(prev.is_ascii_alphanumeric() || prev == '_') => {
-                while chars
-                    .peek()
-                    .is_some_and(|c| c.is_ascii_digit() || *c == '.')
-                {
-                    chars.next();
-                }
-                out.push('?');
-                prev = '?';
-            }
-            c if c.is_whitespace() => {
-                if prev != ' ' {
-                    out.push(' ');
-                }
-                prev = ' ';
-            }
-            c => {
-                out.push(c);
-                prev = c;
-            }
-        }
-    }
-    let mut s = out.trim().replace(" ,", ",").replace(", ", ",");
-    for (from, to) in [("?,?", "?"), ("(?),(?)", "(?)")] {
-        while s.contains(from) {
-            s = s.replace(from, to);
-        }
-    }
-    s
+    let s = shape_literals(sql, &POSTGRES)
+        .replace(" ,", ",")
+        .replace(", ", ",");
+    collapse_repeats(s, &[("?,?", "?"), ("(?),(?)", "(?)")])
 }
+
+/// PostgreSQL's spelling of literals, identifiers and placeholders.
+const POSTGRES: Dialect = Dialect {
+    ident_quote: '"',
+    backslash_escapes: false,
+    number_chars: ".",
+    dollar_params: true,
+};
 
 /// A short label: the first words up to the first table, the table(s), the WHERE text cut short.
 fn label(shape: &str, names: &Names) -> String {
@@ -642,13 +207,7 @@ fn label(shape: &str, names: &Names) -> String {
         out.push_str(&format!(" WHERE {}", cols.join(", ")));
     }
     if let Some(i) = s.rfind("ORDER BY ") {
-        let rest = &s[i + 9..];
-        let end = [" LIMIT", " FOR ", ")"]
-            .iter()
-            .filter_map(|m| rest.find(m))
-            .min()
-            .unwrap_or(rest.len());
-        out.push_str(&format!(" ORDER BY {}", &rest[..end]));
+        out.push_str(&format!(" ORDER BY {}", ordering(&s, i)));
     }
     if s.contains(" LIMIT ") {
         out.push_str(" LIMIT");
@@ -869,16 +428,8 @@ async fn every_statement_postgres() {
             f.expiry_index && f.list_indexes && f.diagnostics_table && f.traces_table,
             "{f:?}"
         );
-        for (ns, count) in [(NS, rows), (OTHER_NS, (rows / 10).max(1_000))] {
-            let seed = HistorySeed {
-                namespace: ns.into(),
-                task_name: TASK.into(),
-                count,
-                ids: HistoryIds::V7,
-                before,
-                idempotency_keys: true,
-            };
-            assert_eq!(b.seed_history(&seed).await.expect("seed"), count);
+        for seed in history_seeds(rows, before) {
+            assert_eq!(b.seed_history(&seed).await.expect("seed"), seed.count);
         }
         let c = b.test_pool().get().await.expect("conn");
         rare_history(&c, &tables).await;
@@ -911,7 +462,7 @@ async fn every_statement_postgres() {
     let b = open(db.dsn(), &clock, &names).await;
     let marker = Marker {
         client: b.test_pool().get().await.expect("marker conn"),
-        prefix: names.prefix.clone(),
+        names: names.clone(),
     };
     let run = tokio::spawn(script(b.clone(), clock.clone(), marker, history_first)).await;
     let _ = b.close().await;
@@ -926,7 +477,7 @@ async fn every_statement_postgres() {
     }
     reset.expect("reset");
     let script_s = scripted.elapsed().as_secs_f64();
-    let logged = read_plans(&path, offset, db.name(), &names.prefix);
+    let logged = read_plans(&path, offset, db.name(), &names);
 
     let list_index = "ix_<T>_list".to_owned();
     // (shape, label, steps, each run's step and cost)

@@ -1,118 +1,59 @@
 //! The trace-context table on PostgreSQL (docs/postgres.md#diagnostics-and-traces,
-//! docs/observability.md#traces), the same checks as the MySQL backend's: with traces on, a new
-//! submission's traceparent is stored in the submit's transaction, a replay with another
-//! traceparent stays a replay and keeps the first one, the claim returns it with the lease, and
-//! it is never part of the execution's metadata; with traces off nothing is written or read;
-//! `purge` removes the row with its execution.
+//! docs/observability.md#traces): the shared testkit case
+//! (`onestep_testkit::backend_cases::traces`, also run on MariaDB and MySQL), with the backend
+//! opened and its table read here.
 #![allow(clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use onestep_core::diagnostics::PurgeRequest;
-use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
-use onestep_core::{Completion, ExecutionStatus};
+use async_trait::async_trait;
 use onestep_postgres::{PgBackend, StoreOptions};
-use onestep_testkit::builders::{claim, keyed};
-use serde_json::json;
+use onestep_testkit::backend_cases::traces::{TraceRows, round_trip};
 use uuid::Uuid;
 
-const NS: &str = "ns";
-const TASK: &str = "t";
-const FIRST: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-const SECOND: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+/// The test database.
+struct Db(String);
 
-async fn backend(dsn: &str, traces: bool) -> PgBackend {
-    let mut o = StoreOptions::new(dsn);
-    o.traces = traces;
-    PgBackend::open(o).await.expect("open backend")
-}
+#[async_trait]
+impl TraceRows for Db {
+    type Store = PgBackend;
 
-/// The rows of the trace-context table, read on a connection of their own.
-async fn stored(dsn: &str) -> Vec<(Uuid, String)> {
-    let b = backend(dsn, false).await;
-    let c = b.test_pool().get().await.expect("conn");
-    let rows = c
-        .query(
-            "SELECT execution_id, traceparent FROM onestep_executions_traces ORDER BY execution_id",
-            &[],
-        )
-        .await
-        .expect("read the traces table");
-    drop(c);
-    b.close().await.expect("close");
-    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    async fn open(&self, traces: bool) -> PgBackend {
+        let mut o = StoreOptions::new(&self.0);
+        o.traces = traces;
+        PgBackend::open(o).await.expect("open backend")
+    }
+
+    fn has_traces_table(store: &PgBackend) -> bool {
+        store.schema_report().features.traces_table
+    }
+
+    /// The rows of the trace-context table, read on a connection of their own.
+    async fn stored(&self) -> Vec<(String, String)> {
+        let b = self.open(false).await;
+        let c = b.test_pool().get().await.expect("conn");
+        let rows = c
+            .query(
+                "SELECT execution_id, traceparent FROM onestep_executions_traces ORDER BY execution_id",
+                &[],
+            )
+            .await
+            .expect("read the traces table");
+        drop(c);
+        b.close().await.expect("close");
+        rows.iter()
+            .map(|r| (r.get::<_, Uuid>(0).to_string(), r.get(1)))
+            .collect()
+    }
+
+    fn stored_id(id: Uuid) -> String {
+        id.to_string()
+    }
 }
 
 #[tokio::test]
 async fn trace_context_round_trip() {
     let db = common::scratch().await;
-    let admin = db.dsn().to_owned();
-
-    // Traces off: the table exists (created with the pair) but nothing is written or read.
-    let off = backend(&admin, false).await;
-    assert!(off.schema_report().features.traces_table);
-    let mut sub = keyed(NS, TASK, "k-off", json!({"n": 0}));
-    sub.trace_parent = Some(FIRST.into());
-    let untraced = off.submit(sub).await.expect("submit");
-    assert!(stored(&admin).await.is_empty(), "written while off");
-    let leases = off
-        .claim(&claim(NS, TASK, 1, 30.0, "w1"))
-        .await
-        .expect("claim");
-    assert_eq!(leases.len(), 1);
-    assert_eq!(leases[0].execution.id, untraced.id);
-    assert_eq!(leases[0].trace_parent, None);
-    off.complete(&leases[0].lease_ref(), &Completion::succeeded(json!(1)))
-        .await
-        .expect("complete");
-    off.close().await.expect("close");
-
-    // Traces on: stored once, with the new execution only.
-    let on = backend(&admin, true).await;
-    let mut sub = keyed(NS, TASK, "k-on", json!({"n": 1}));
-    sub.trace_parent = Some(FIRST.into());
-    let first = on.submit(sub).await.expect("submit");
-    let mut again = keyed(NS, TASK, "k-on", json!({"n": 1}));
-    again.trace_parent = Some(SECOND.into());
-    let replay = on.submit(again).await.expect("a replay, not a conflict");
-    assert_eq!(replay.id, first.id, "another traceparent is still a replay");
-    assert_eq!(stored(&admin).await, vec![(first.id, FIRST.to_owned())]);
-    assert!(
-        !first
-            .metadata
-            .values()
-            .any(|v| v.to_string().contains("4bf92f35")),
-        "{:?}",
-        first.metadata
-    );
-    let fetched = on.get(NS, first.id).await.expect("get").expect("present");
-    assert!(fetched.metadata.is_empty(), "{:?}", fetched.metadata);
-
-    let leases = on
-        .claim(&claim(NS, TASK, 2, 30.0, "w1"))
-        .await
-        .expect("claim");
-    assert_eq!(leases.len(), 1);
-    assert_eq!(leases[0].trace_parent.as_deref(), Some(FIRST));
-    let done = on
-        .complete(&leases[0].lease_ref(), &Completion::succeeded(json!(2)))
-        .await
-        .expect("complete");
-    assert_eq!(done.status, ExecutionStatus::Succeeded);
-
-    // Purge removes the row with its execution.
-    let report = on
-        .purge(&PurgeRequest {
-            namespace: Some(NS.into()),
-            finished_before: chrono::Utc::now() + chrono::Duration::minutes(1),
-            statuses: vec![ExecutionStatus::Succeeded],
-            batch_size: 10,
-            dry_run: false,
-        })
-        .await
-        .expect("purge");
-    assert_eq!(report.executions, 2);
-    assert!(stored(&admin).await.is_empty(), "left after purge");
-    on.close().await.expect("close");
+    round_trip(&Db(db.dsn().to_owned())).await;
     db.drop_database().await.expect("drop");
 }

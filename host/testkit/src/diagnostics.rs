@@ -22,10 +22,13 @@ use serde_json::json;
 use crate::ManualClock;
 use crate::builders::{claim, prepared};
 
-const NS: &str = "ns";
-const TASK: &str = "t";
+/// The namespace of the checks.
+pub const NS: &str = "ns";
+/// The task of the checks.
+pub const TASK: &str = "t";
 
-async fn seed<B: ExecutionStore + LeaseStore>(b: &B, n: usize) -> Vec<ExecutionLease> {
+/// `n` submissions of [`TASK`] in [`NS`], claimed by worker `w1` (30 s leases).
+pub async fn seed<B: ExecutionStore + LeaseStore>(b: &B, n: usize) -> Vec<ExecutionLease> {
     for i in 0..n {
         b.submit(prepared(NS, TASK, json!({ "i": i })))
             .await

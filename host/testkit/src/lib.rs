@@ -11,15 +11,21 @@
 //! * [`memory::MemoryStore`]: the in-memory reference implementation of both storage ports
 //!   (passes the whole suite in milliseconds), with an operation log, injected failures and
 //!   gates for worker tests.
+//! * [`backend_cases`]: integration-test bodies the SQL backends share (the scale workload,
+//!   undecodable rows, the history seeder, trace context, the Python reference client), each
+//!   with a small hook for what only the backend can do (raw SQL, its seeder).
 //! * [`runner::FakeRunner`]: a scripted task runner that records its calls and can block until
 //!   released or cancelled.
 //!
 //! The kit depends only on `onestep-core`, so any host crate (the worker included) can use it as
 //! a dev-dependency without a cycle.
 
-// The conformance cases, the suite harness and the builders report a failed expectation by
-// panicking, exactly like `assert!` (they run inside tests). The in-memory store and the fake
-// runner are held to the production rule: no unwrap, expect or panic.
+// The conformance cases, the shared backend test bodies, the suite harness and the builders
+// report a failed expectation by panicking, exactly like `assert!` (they run inside tests). The
+// in-memory store and the fake runner are held to the production rule: no unwrap, expect or
+// panic.
+#[allow(clippy::expect_used, clippy::panic)]
+pub mod backend_cases;
 #[allow(clippy::expect_used, clippy::panic)]
 pub mod builders;
 #[allow(clippy::expect_used, clippy::panic)]

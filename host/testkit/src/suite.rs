@@ -82,6 +82,53 @@ pub struct Fixture {
     pub handle: String,
 }
 
+impl Fixture {
+    /// The fixture of a backend value that serves both ports itself (a clone behind each).
+    pub fn of<B>(
+        backend: B,
+        probe: Arc<dyn Probe>,
+        clock: Arc<ManualClock>,
+        limits: Limits,
+        handle: String,
+    ) -> Fixture
+    where
+        B: ExecutionStore + LeaseStore + Clone + 'static,
+    {
+        Fixture {
+            store: Arc::new(backend.clone()),
+            leases: Arc::new(backend),
+            probe,
+            clock,
+            limits,
+            handle,
+        }
+    }
+}
+
+/// What a SQL factory keeps per live fixture (its backend, its database), by fixture handle,
+/// until [`FixtureFactory::destroy`] takes it back to close and drop it.
+pub struct LiveFixtures<T>(tokio::sync::Mutex<Vec<(String, T)>>);
+
+impl<T> Default for LiveFixtures<T> {
+    fn default() -> Self {
+        LiveFixtures(tokio::sync::Mutex::new(Vec::new()))
+    }
+}
+
+impl<T> LiveFixtures<T> {
+    /// Keeps `value` for the fixture `handle`.
+    pub async fn insert(&self, handle: String, value: T) {
+        self.0.lock().await.push((handle, value));
+    }
+
+    /// Takes back what was kept for the fixture `handle` (`None` when nothing was).
+    pub async fn take(&self, handle: &str) -> Option<T> {
+        let mut all = self.0.lock().await;
+        let i = all.iter().position(|(h, _)| h == handle)?;
+        Some(all.remove(i).1)
+    }
+}
+
 /// Why a factory could not make a fixture (e.g. the server refused the scratch database).
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]

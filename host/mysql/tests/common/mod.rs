@@ -20,7 +20,7 @@ use onestep_mysql::rows::{bind_uuid, error_column, parse_uuid};
 use onestep_mysql::{DdlStyle, MySqlBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::suite::{
-    AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, Probe,
+    AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, LiveFixtures, Probe,
 };
 use uuid::Uuid;
 
@@ -215,7 +215,8 @@ pub struct MySqlFactory {
     pub style: DdlStyle,
     /// Create reference-shaped tables, then run `MySqlBackend::upgrade` on them.
     pub upgrade: bool,
-    pub backends: tokio::sync::Mutex<Vec<(String, MySqlBackend)>>,
+    /// The backend of each live fixture, by database name.
+    pub backends: LiveFixtures<MySqlBackend>,
 }
 
 impl MySqlFactory {
@@ -225,7 +226,7 @@ impl MySqlFactory {
             admin: admin_pool(admin_url),
             style,
             upgrade: false,
-            backends: tokio::sync::Mutex::new(Vec::new()),
+            backends: LiveFixtures::default(),
         }
     }
 
@@ -278,27 +279,12 @@ impl FixtureFactory for MySqlFactory {
             pool: backend.test_pool().clone(),
             tables,
         });
-        self.backends
-            .lock()
-            .await
-            .push((db.clone(), backend.clone()));
-        Ok(Fixture {
-            store: Arc::new(backend.clone()),
-            leases: Arc::new(backend),
-            probe,
-            clock,
-            limits,
-            handle: db,
-        })
+        self.backends.insert(db.clone(), backend.clone()).await;
+        Ok(Fixture::of(backend, probe, clock, limits, db))
     }
 
     async fn destroy(&self, fixture: Fixture) {
-        let backend = {
-            let mut all = self.backends.lock().await;
-            all.iter()
-                .position(|(db, _)| *db == fixture.handle)
-                .map(|i| all.remove(i).1)
-        };
+        let backend = self.backends.take(&fixture.handle).await;
         let handle = fixture.handle.clone();
         drop(fixture);
         if let Some(b) = backend {

@@ -19,7 +19,7 @@ use onestep_postgres::rows::error_value;
 use onestep_postgres::{PgBackend, ScratchDatabase, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::suite::{
-    AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, Probe,
+    AttemptRow, Fixture, FixtureError, FixtureFactory, LeaseColumns, LiveFixtures, Probe,
 };
 use uuid::Uuid;
 
@@ -140,14 +140,15 @@ pub enum Tables {
 /// Fresh database + backend per case.
 pub struct PgFactory {
     pub tables: Tables,
-    pub live: tokio::sync::Mutex<Vec<(String, PgBackend, ScratchDatabase)>>,
+    /// The backend and database of each live fixture, by database name.
+    pub live: LiveFixtures<(PgBackend, ScratchDatabase)>,
 }
 
 impl PgFactory {
     pub fn new(tables: Tables) -> Self {
         PgFactory {
             tables,
-            live: tokio::sync::Mutex::new(Vec::new()),
+            live: LiveFixtures::default(),
         }
     }
 }
@@ -167,28 +168,15 @@ impl FixtureFactory for PgFactory {
         });
         let handle = db.name().to_owned();
         self.live
-            .lock()
-            .await
-            .push((handle.clone(), backend.clone(), db));
-        Ok(Fixture {
-            store: Arc::new(backend.clone()),
-            leases: Arc::new(backend),
-            probe,
-            clock,
-            limits,
-            handle,
-        })
+            .insert(handle.clone(), (backend.clone(), db))
+            .await;
+        Ok(Fixture::of(backend, probe, clock, limits, handle))
     }
 
     async fn destroy(&self, fixture: Fixture) {
-        let entry = {
-            let mut all = self.live.lock().await;
-            all.iter()
-                .position(|(name, _, _)| *name == fixture.handle)
-                .map(|i| all.remove(i))
-        };
+        let entry = self.live.take(&fixture.handle).await;
         drop(fixture);
-        if let Some((_, backend, db)) = entry {
+        if let Some((backend, db)) = entry {
             let _ = backend.close().await;
             let _ = db.drop_database().await;
         }

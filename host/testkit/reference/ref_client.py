@@ -1,6 +1,11 @@
-"""Reference-side half of host/mysql/tests/interop.rs: drives the Python reference client
-(onestep 1.15.0 + onestep-sql 0.7.1) and prints executions as JSON.
+"""Reference-side half of the backends' interop tests (host/mysql/tests/interop.rs,
+host/postgres/tests: interop and the conformance suite on tables the reference created), driven
+through host/testkit/src/backend_cases/reference.rs: runs the Python reference (onestep 1.15.0 +
+onestep-sql 0.7.1) on the database a DSN names and prints executions as JSON. The reference's
+backend class follows the DSN's scheme (`mysql+asyncmy://`, `postgresql+psycopg://`).
 
+  ref_client.py DSN NAMESPACE AUTO_CREATE create
+    (readiness only: with AUTO_CREATE=1 the reference creates its tables; prints null)
   ref_client.py DSN NAMESPACE AUTO_CREATE submit TASK KEY PAYLOAD_JSON METADATA_JSON
   ref_client.py DSN NAMESPACE AUTO_CREATE get ID
   ref_client.py DSN NAMESPACE AUTO_CREATE drain TASK LIMIT
@@ -11,9 +16,21 @@
 import asyncio
 import json
 import sys
+import uuid
 
 from onestep.execution import ExecutionClient, ExecutionCompletion, ExecutionStatus
-from onestep_sql.mysql import MySQLExecutionBackend
+
+
+def backend_class(dsn):
+    if dsn.startswith("mysql"):
+        from onestep_sql.mysql import MySQLExecutionBackend
+
+        return MySQLExecutionBackend
+    if dsn.startswith("postgresql"):
+        from onestep_sql.postgres import PostgresExecutionBackend
+
+        return PostgresExecutionBackend
+    raise SystemExit(f"no reference backend for {dsn.split(':', 1)[0]}")
 
 
 def dump(e):
@@ -25,6 +42,7 @@ def dump(e):
         "task_name": e.task_name,
         "status": getattr(e.status, "value", e.status),
         "payload": e.payload,
+        "result": e.result,
         "metadata": dict(e.metadata),
         "attempts": e.attempts,
         "version": e.version,
@@ -34,9 +52,12 @@ def dump(e):
 
 async def main(argv):
     dsn, namespace, auto_create, cmd, *rest = argv
-    backend = MySQLExecutionBackend(dsn=dsn, auto_create=auto_create == "1")
+    backend = backend_class(dsn)(dsn=dsn, auto_create=auto_create == "1")
     async with ExecutionClient(backend, namespace=namespace) as client:
-        if cmd == "submit":
+        if cmd == "create":
+            e = await client.get(str(uuid.uuid4()))
+            assert e is None
+        elif cmd == "submit":
             task, key, payload, metadata = rest
             e = await client.submit(
                 task, json.loads(payload), idempotency_key=key, metadata=json.loads(metadata)
