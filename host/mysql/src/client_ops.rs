@@ -4,11 +4,10 @@
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value as DbValue};
-use onestep_core::diagnostics::{AttemptRecord, LogTail};
-use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
-use onestep_core::store::diagnostics::AttemptReads;
-use onestep_core::store::submit::{self, CancelStep, MAX_LISTED_TASKS, SubmissionReads};
+use onestep_core::store::submit::{
+    self, BatchOutcomes, CancelStep, CancelTarget, MAX_LISTED_TASKS, Resolved, SubmissionReads,
+};
 use onestep_core::store::{Lookup, window_page};
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
 use uuid::Uuid;
@@ -17,7 +16,7 @@ use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult, codes, server_code};
 use crate::rows::{
     EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, EXECUTION_COLUMNS_E, bind_opt_time, bind_time,
-    bind_uuid, decode_execution, placeholders, window_columns,
+    bind_uuid, decode_execution, decode_executions, placeholders, window_columns,
 };
 
 /// Columns written by a submission (T1), in bind order.
@@ -136,10 +135,7 @@ impl<'a, Q: Queryable + 'a> SubmissionReads for Reads<'a, Q> {
         );
         let params: Vec<DbValue> = ids.iter().map(|id| bind_uuid(*id)).collect();
         let rows: Vec<Row> = self.q.exec(sql, Params::Positional(params)).await?;
-        Ok(rows
-            .into_iter()
-            .map(decode_execution)
-            .collect::<Result<_, _>>()?)
+        Ok(decode_executions(rows)?)
     }
 }
 
@@ -217,10 +213,7 @@ impl MySqlBackend {
         Ok(inserted)
     }
 
-    async fn submit_many_once(
-        &self,
-        subs: &[PreparedSubmission],
-    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
+    async fn submit_many_once(&self, subs: &[PreparedSubmission]) -> OpResult<BatchOutcomes> {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
@@ -248,7 +241,7 @@ impl MySqlBackend {
         &self,
         q: &mut Q,
         subs: &[PreparedSubmission],
-    ) -> OpResult<Vec<Option<Result<Execution, ExecutionError>>>> {
+    ) -> OpResult<Resolved> {
         Reads { backend: self, q }
             .resolve_batch(subs, INSERT_CHUNK)
             .await
@@ -296,139 +289,8 @@ impl MySqlBackend {
         window_page(rows, window, limit, window_columns, decode_execution)
     }
 
-    /// The namespace's distinct task names: one `ORDER BY task_name LIMIT 1` probe per task,
-    /// each a seek into an index led by `(namespace, task_name)` past the name found last (a
-    /// few index entries per task, not per execution). Separate statements, because neither
-    /// server seeks on an outer reference: `SELECT DISTINCT`, a correlated `MIN()` and a
-    /// recursive CTE all read the namespace's entries. `None` when there are more than
-    /// [`MAX_LISTED_TASKS`], where naming them would cost more than it saves.
-    async fn task_names(&self, namespace: &str) -> Result<Option<Vec<String>>, ExecutionError> {
-        let t = self.t();
-        let first =
-            format!("SELECT task_name FROM `{t}` WHERE namespace = ? ORDER BY task_name LIMIT 1");
-        let next = format!(
-            "SELECT task_name FROM `{t}` WHERE namespace = ? AND task_name > ? \
-             ORDER BY task_name LIMIT 1"
-        );
-        self.run("list", || async {
-            let mut conn = self.conn().await?;
-            let mut tasks: Vec<String> = Vec::new();
-            let mut found: Option<String> = conn.exec_first(first.as_str(), (namespace,)).await?;
-            while let Some(name) = found {
-                if tasks.len() == MAX_LISTED_TASKS {
-                    return Ok(None);
-                }
-                found = conn
-                    .exec_first(next.as_str(), (namespace, name.as_str()))
-                    .await?;
-                tasks.push(name);
-            }
-            Ok(Some(tasks))
-        })
-        .await
-    }
-
-    async fn cancel_once(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        reason: Option<&str>,
-    ) -> OpResult<Option<Execution>> {
-        let now = self.now();
-        let mut conn = self.conn().await?;
-        let mut tx = begin(&mut conn).await?;
-        let Some(current) = self
-            .select_by_id(&mut tx, id, Some(namespace), true)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let step = CancelStep::of(current.status);
-        let update = match step {
-            CancelStep::Cancel => Some(format!(
-                "UPDATE `{}` SET status = 'cancelled', cancel_reason = ?, cancel_requested_at = ?, \
-                 finished_at = ?, updated_at = ?, version = version + 1 WHERE id = ?",
-                self.t()
-            )),
-            CancelStep::Request => Some(format!(
-                "UPDATE `{}` SET status = 'cancel_requested', cancel_reason = ?, \
-                 cancel_requested_at = ?, updated_at = ?, version = version + 1 WHERE id = ?",
-                self.t()
-            )),
-            CancelStep::Unchanged => None,
-        };
-        let Some(sql) = update else {
-            commit(self, tx).await?;
-            return Ok(Some(current));
-        };
-        let mut params: Vec<DbValue> = vec![reason.into(), bind_time(now)];
-        if step == CancelStep::Cancel {
-            params.push(bind_time(now));
-        }
-        params.push(bind_time(now));
-        params.push(bind_uuid(id));
-        tx.exec_drop(sql, Params::Positional(params)).await?;
-        let updated = self.select_by_id(&mut tx, id, None, false).await?;
-        commit(self, tx).await?;
-        Ok(updated)
-    }
-}
-
-#[async_trait]
-impl ExecutionStore for MySqlBackend {
-    /// Submit (docs/semantics.md#submit-and-idempotency). An ambiguous commit is resolved by re-reading through the id and
-    /// the idempotency key; when neither is found, the submission is written again.
-    async fn submit(&self, sub: PreparedSubmission) -> Result<Execution, ExecutionError> {
-        self.write_resolving_ambiguity(
-            "submit",
-            || self.submit_once(&sub),
-            || async {
-                let found = self
-                    .run("submit", || async {
-                        let mut conn = self.conn().await?;
-                        self.lookup(&mut conn, &sub).await
-                    })
-                    .await?;
-                Ok(found.outcome())
-            },
-        )
-        .await
-    }
-
-    /// submit_many: one transaction; duplicates and replays resolved per item.
-    async fn submit_many(
-        &self,
-        subs: Vec<PreparedSubmission>,
-    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
-        if subs.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.write_resolving_ambiguity(
-            "submit_many",
-            || self.submit_many_once(&subs),
-            || async {
-                let resolved = self
-                    .run("submit", || async {
-                        let mut conn = self.conn().await?;
-                        self.resolve_batch(&mut conn, &subs).await
-                    })
-                    .await?;
-                Ok(submit::batch_landed(resolved))
-            },
-        )
-        .await
-    }
-
-    async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
-        self.run("get", || async {
-            let mut conn = self.conn().await?;
-            self.select_by_id(&mut conn, id, Some(namespace), false)
-                .await
-        })
-        .await
-    }
-
-    async fn list(
+    /// One page of `list` (docs/semantics.md#listing-and-cursors).
+    async fn list_page(
         &self,
         namespace: &str,
         filter: &ListFilter,
@@ -510,39 +372,99 @@ impl ExecutionStore for MySqlBackend {
                     .await?)
             })
             .await?;
-        let items = rows
-            .into_iter()
-            .map(decode_execution)
-            .collect::<Result<Vec<_>, _>>()?;
+        let items = decode_executions(rows)?;
         Ok(ExecutionPage::from_overfetched(items, limit))
     }
 
-    async fn cancel(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        reason: Option<String>,
-    ) -> Result<Option<Execution>, ExecutionError> {
-        self.run("cancel", || {
-            self.cancel_once(namespace, id, reason.as_deref())
+    /// The namespace's distinct task names: one `ORDER BY task_name LIMIT 1` probe per task,
+    /// each a seek into an index led by `(namespace, task_name)` past the name found last (a
+    /// few index entries per task, not per execution). Separate statements, because neither
+    /// server seeks on an outer reference: `SELECT DISTINCT`, a correlated `MIN()` and a
+    /// recursive CTE all read the namespace's entries. `None` when there are more than
+    /// [`MAX_LISTED_TASKS`], where naming them would cost more than it saves.
+    async fn task_names(&self, namespace: &str) -> Result<Option<Vec<String>>, ExecutionError> {
+        let t = self.t();
+        let first =
+            format!("SELECT task_name FROM `{t}` WHERE namespace = ? ORDER BY task_name LIMIT 1");
+        let next = format!(
+            "SELECT task_name FROM `{t}` WHERE namespace = ? AND task_name > ? \
+             ORDER BY task_name LIMIT 1"
+        );
+        self.run("list", || async {
+            let mut conn = self.conn().await?;
+            let mut tasks: Vec<String> = Vec::new();
+            let mut found: Option<String> = conn.exec_first(first.as_str(), (namespace,)).await?;
+            while let Some(name) = found {
+                if tasks.len() == MAX_LISTED_TASKS {
+                    return Ok(None);
+                }
+                found = conn
+                    .exec_first(next.as_str(), (namespace, name.as_str()))
+                    .await?;
+                tasks.push(name);
+            }
+            Ok(Some(tasks))
         })
         .await
     }
 
-    async fn attempts(
-        &self,
-        namespace: &str,
-        id: Uuid,
-    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
-        self.read_attempts(namespace, id).await
+    async fn cancel_once(&self, target: CancelTarget<'_>) -> OpResult<Option<Execution>> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let Some(current) = self
+            .select_by_id(&mut tx, target.id, Some(target.namespace), true)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let step = CancelStep::of(current.status);
+        let update = match step {
+            CancelStep::Cancel => Some(format!(
+                "UPDATE `{}` SET status = 'cancelled', cancel_reason = ?, cancel_requested_at = ?, \
+                 finished_at = ?, updated_at = ?, version = version + 1 WHERE id = ?",
+                self.t()
+            )),
+            CancelStep::Request => Some(format!(
+                "UPDATE `{}` SET status = 'cancel_requested', cancel_reason = ?, \
+                 cancel_requested_at = ?, updated_at = ?, version = version + 1 WHERE id = ?",
+                self.t()
+            )),
+            CancelStep::Unchanged => None,
+        };
+        let Some(sql) = update else {
+            commit(self, tx).await?;
+            return Ok(Some(current));
+        };
+        let mut params: Vec<DbValue> = vec![target.reason.into(), bind_time(now)];
+        if step == CancelStep::Cancel {
+            params.push(bind_time(now));
+        }
+        params.push(bind_time(now));
+        params.push(bind_uuid(target.id));
+        tx.exec_drop(sql, Params::Positional(params)).await?;
+        let updated = self.select_by_id(&mut tx, target.id, None, false).await?;
+        commit(self, tx).await?;
+        Ok(updated)
     }
 
-    async fn attempt_log(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        attempt_no: u32,
-    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
-        self.read_attempt_log(namespace, id, attempt_no).await
+    /// The row holding `sub`'s id or key, on a connection of its own.
+    async fn lookup_fresh(&self, sub: &PreparedSubmission) -> OpResult<Lookup> {
+        let mut conn = self.conn().await?;
+        self.lookup(&mut conn, sub).await
+    }
+
+    /// What landed of `subs`, on a connection of its own.
+    async fn resolve_fresh(&self, subs: &[PreparedSubmission]) -> OpResult<Resolved> {
+        let mut conn = self.conn().await?;
+        self.resolve_batch(&mut conn, subs).await
+    }
+
+    async fn get_once(&self, namespace: &str, id: Uuid) -> OpResult<Option<Execution>> {
+        let mut conn = self.conn().await?;
+        self.select_by_id(&mut conn, id, Some(namespace), false)
+            .await
     }
 }
+
+onestep_core::impl_execution_store!(MySqlBackend);

@@ -11,15 +11,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue, from_value_opt};
-use onestep_core::ExecutionError;
-use onestep_core::diagnostics::{
-    AttemptDiagnostics, AttemptRecord, LiveDiagnostics, LogLine, LogTail, RunFacts,
-};
+use onestep_core::diagnostics::{AttemptDiagnostics, AttemptRecord, LogLine, LogTail, RunFacts};
 use onestep_core::execution::LeaseRef;
 use onestep_core::store::DecodeError;
 use onestep_core::store::diagnostics::{
-    AttemptReads, DiagRow, LiveWrite, StoredDiagnostics, final_write,
+    AttemptReads, AttemptRows, DiagRow, StoredDiagnostics, StoredLog, final_kept, final_write,
 };
+use onestep_core::{ConnectorKind, ExecutionError};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
@@ -147,54 +145,38 @@ impl MySqlBackend {
             return Ok(());
         };
         tx.query_drop("SAVEPOINT onestep_diagnostics").await?;
-        match write_rows(tx, &table, &rows, now, false).await {
-            Ok(()) => {
-                tx.query_drop("RELEASE SAVEPOINT onestep_diagnostics")
-                    .await?;
+        let written = write_rows(tx, &table, &rows, now, false).await;
+        let kept = final_kept(written, |e| match e {
+            OpError::Domain(e) => Some(e.to_string()),
+            OpError::Db(e) if crate::errors::classify(e) == ConnectorKind::Permanent => {
+                Some(e.to_string())
             }
-            Err(OpError::Domain(e)) => {
-                tx.query_drop("ROLLBACK TO SAVEPOINT onestep_diagnostics")
-                    .await?;
-                tracing::warn!(error = %e, "attempt diagnostics not written");
-            }
-            Err(OpError::Db(e))
-                if crate::errors::classify(&e) == onestep_core::ConnectorKind::Permanent =>
-            {
-                tx.query_drop("ROLLBACK TO SAVEPOINT onestep_diagnostics")
-                    .await?;
-                tracing::warn!(error = %e, "attempt diagnostics not written");
-            }
-            Err(e) => return Err(e),
-        }
+            _ => None,
+        })?;
+        tx.query_drop(if kept {
+            "RELEASE SAVEPOINT onestep_diagnostics"
+        } else {
+            "ROLLBACK TO SAVEPOINT onestep_diagnostics"
+        })
+        .await?;
         Ok(())
     }
 
-    pub(crate) async fn write_live(
-        &self,
-        items: &[(LeaseRef, LiveDiagnostics)],
-    ) -> Result<bool, ExecutionError> {
-        let (table, rows) = match LiveWrite::of(self.d(), items) {
-            LiveWrite::Answer(answer) => return Ok(answer),
-            LiveWrite::Rows(table, rows) => (table, rows),
-        };
-        self.run("diagnostics", || async {
-            let now = self.now();
-            let mut conn = self.conn().await?;
-            let mut tx = begin(&mut conn).await?;
-            let r = write_rows(&mut tx, &table, &rows, now, true).await;
-            self.finish(tx, r).await
-        })
-        .await?;
-        Ok(true)
+    /// One attempt at writing the live `rows` to `table` ([`onestep_core::impl_live_write!`]).
+    async fn write_live_once(&self, table: &str, rows: &[DiagRow<'_>]) -> OpResult<()> {
+        let now = self.now();
+        let mut conn = self.conn().await?;
+        let mut tx = begin(&mut conn).await?;
+        let r = write_rows(&mut tx, table, rows, now, true).await;
+        self.finish(tx, r).await
     }
 }
 
+onestep_core::impl_live_write!(MySqlBackend);
+
 #[async_trait]
 impl AttemptReads for MySqlBackend {
-    async fn attempt_rows(
-        &self,
-        id: Uuid,
-    ) -> Result<(Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>), ExecutionError> {
+    async fn attempt_rows(&self, id: Uuid) -> Result<AttemptRows, ExecutionError> {
         let table = self.d();
         let r = self
             .run("attempts", || async {
@@ -240,11 +222,7 @@ impl AttemptReads for MySqlBackend {
         Ok((attempts, diags))
     }
 
-    async fn stored_log(
-        &self,
-        id: Uuid,
-        attempt_no: u32,
-    ) -> Result<Option<Option<(u64, Option<String>)>>, ExecutionError> {
+    async fn stored_log(&self, id: Uuid, attempt_no: u32) -> Result<StoredLog, ExecutionError> {
         let table = self.d();
         self.run("attempt_log", || async {
             let mut conn = self.conn().await?;

@@ -59,18 +59,11 @@ fn sequence_sql() -> String {
     )
 }
 
-impl MySqlBackend {
-    /// A handle on the same pool whose claims make attempt ids of version `ids` (`onestep
-    /// bench --ids v4`, docs/benchmarks.md#history); other handles keep making v7 ids.
-    pub fn with_attempt_ids(mut self, ids: onestep_core::ids::IdVersion) -> Self {
-        self.attempt_ids = ids;
-        self
-    }
+onestep_core::impl_history_seed!(MySqlBackend);
 
-    /// Writes `seed.count` finished executions and their attempts (module docs); returns the
-    /// number of executions written. Not part of the execution protocol: for `onestep bench
-    /// --history` only.
-    pub async fn seed_history(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
+impl MySqlBackend {
+    /// The statements of `seed_history`.
+    async fn write_history(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
         let (count, first) = history_span(seed)?;
         // Literals we made ourselves (hex digits, an integer, a formatted instant): inlined, so
         // each expression can repeat them; the caller's names stay bound parameters.

@@ -4,11 +4,12 @@
 //! the rows into counts).
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value as DbValue};
 use onestep_core::ExecutionError;
-use onestep_core::store::insights::OverviewRows;
+use onestep_core::store::insights::{
+    NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
+};
 
 use crate::backend::MySqlBackend;
 use crate::errors::OpError;
@@ -36,10 +37,7 @@ impl OverviewRows for MySqlBackend {
     /// `SELECT task_name, status, COUNT(*) … WHERE namespace = ? GROUP BY task_name, status`:
     /// reads the namespace's range of the `(namespace, task_name, …)` index plus each row's
     /// status (docs/ui.md#overview-queries has its cost).
-    async fn task_status_rows(
-        &self,
-        namespace: &str,
-    ) -> Result<Vec<(String, String, i64)>, ExecutionError> {
+    async fn task_status_rows(&self, namespace: &str) -> Result<TaskStatusRows, ExecutionError> {
         let sql = format!(
             "SELECT task_name, status, COUNT(*) FROM `{}` WHERE namespace = ? \
              GROUP BY task_name, status ORDER BY task_name, status",
@@ -51,10 +49,7 @@ impl OverviewRows for MySqlBackend {
     /// `SELECT namespace, task_name, status, COUNT(*) … WHERE namespace IN (…) GROUP BY
     /// namespace, task_name, status`: one statement; with the `(namespace, task_name, status)`
     /// index it reads only that index's ranges of the namespaces (docs/ui.md#overview-queries).
-    async fn namespace_rows(
-        &self,
-        namespaces: &[String],
-    ) -> Result<Vec<(String, String, String, i64)>, ExecutionError> {
+    async fn namespace_rows(&self, namespaces: &[String]) -> Result<NamespaceRows, ExecutionError> {
         let sql = format!(
             "SELECT namespace, task_name, status, COUNT(*) FROM `{}` WHERE namespace IN ({}) \
              GROUP BY namespace, task_name, status ORDER BY namespace, task_name, status",
@@ -67,18 +62,14 @@ impl OverviewRows for MySqlBackend {
 
     /// The newest `limit` rows of `(namespace, created_at DESC, id DESC)` at or after `since`:
     /// status and queue wait of each.
-    async fn newest_rows(
-        &self,
-        namespace: &str,
-        since: DateTime<Utc>,
-        limit: u64,
-    ) -> Result<Vec<(String, Option<i64>)>, ExecutionError> {
+    async fn newest_rows(&self, newest: Newest<'_>) -> Result<NewestRows, ExecutionError> {
         let sql = format!(
             "SELECT status, TIMESTAMPDIFF(MICROSECOND, available_at, started_at) FROM `{}` \
-             WHERE namespace = ? AND created_at >= ? ORDER BY created_at DESC, id DESC LIMIT {limit}",
-            self.t()
+             WHERE namespace = ? AND created_at >= ? ORDER BY created_at DESC, id DESC LIMIT {}",
+            self.t(),
+            newest.limit
         );
-        let params = vec![DbValue::from(namespace), bind_time(since)];
+        let params = vec![DbValue::from(newest.namespace), bind_time(newest.since)];
         self.overview(sql, params).await
     }
 }

@@ -74,11 +74,7 @@ impl StoreStats for MySqlBackend {
         namespace: &str,
         created_since: Option<DateTime<Utc>>,
     ) -> Result<Vec<ExecutionTiming>, ExecutionError> {
-        let since = if created_since.is_some() {
-            " AND created_at >= ?"
-        } else {
-            ""
-        };
+        let since = created_since.map_or("", |_| " AND created_at >= ?");
         let sql = format!(
             "SELECT TIMESTAMPDIFF(MICROSECOND, available_at, started_at), \
              TIMESTAMPDIFF(MICROSECOND, started_at, finished_at), status = 'succeeded' \

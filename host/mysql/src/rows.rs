@@ -16,14 +16,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 /// The executions columns every read selects, in [`decode_execution`]'s order.
-pub const EXECUTION_COLUMNS: &str = "id, namespace, task_name, status, payload, metadata, \
-    result, error, attempts, available_at, started_at, finished_at, cancel_requested_at, \
-    expires_at, created_at, version";
+pub const EXECUTION_COLUMNS: &str = onestep_core::execution_columns!("");
 
 /// [`EXECUTION_COLUMNS`] qualified with the alias `e.`.
-pub const EXECUTION_COLUMNS_E: &str = "e.id, e.namespace, e.task_name, e.status, e.payload, \
-    e.metadata, e.result, e.error, e.attempts, e.available_at, e.started_at, e.finished_at, \
-    e.cancel_requested_at, e.expires_at, e.created_at, e.version";
+pub const EXECUTION_COLUMNS_E: &str = onestep_core::execution_columns!("e.");
 
 /// Number of columns in [`EXECUTION_COLUMNS`].
 pub use onestep_core::store::EXECUTION_COLUMN_COUNT;
@@ -117,6 +113,11 @@ pub fn json_column(v: DbValue, col: &str) -> Result<Option<Value>, DecodeError> 
 /// Parses a nullable error-object column (SQL NULL and JSON `null` are both absent).
 pub fn error_column(v: DbValue, col: &str) -> Result<Option<ErrorObject>, DecodeError> {
     error_object(json_column(v, col)?, col)
+}
+
+/// Decodes rows selected with [`EXECUTION_COLUMNS`], in order ([`decode_execution`]).
+pub fn decode_executions(rows: Vec<Row>) -> Result<Vec<Execution>, ExecutionError> {
+    rows.into_iter().map(decode_execution).collect()
 }
 
 /// Decodes a row selected with [`EXECUTION_COLUMNS`]. Failures are

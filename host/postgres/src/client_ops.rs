@@ -5,11 +5,10 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use onestep_core::diagnostics::{AttemptRecord, LogTail};
-use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{ListFilter, PreparedSubmission};
-use onestep_core::store::diagnostics::AttemptReads;
-use onestep_core::store::submit::{self, CancelStep, MAX_LISTED_TASKS, SubmissionReads};
+use onestep_core::store::submit::{
+    self, BatchOutcomes, CancelStep, CancelTarget, MAX_LISTED_TASKS, Resolved, SubmissionReads,
+};
 use onestep_core::store::{Lookup, window_page};
 use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage};
 use tokio_postgres::types::ToSql;
@@ -164,10 +163,7 @@ impl PgBackend {
         Ok(out)
     }
 
-    async fn submit_many_once(
-        &self,
-        subs: &[PreparedSubmission],
-    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
+    async fn submit_many_once(&self, subs: &[PreparedSubmission]) -> OpResult<BatchOutcomes> {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
@@ -205,7 +201,7 @@ impl PgBackend {
         &self,
         c: &C,
         subs: &[PreparedSubmission],
-    ) -> OpResult<Vec<Option<Result<Execution, ExecutionError>>>> {
+    ) -> OpResult<Resolved> {
         Reads { backend: self, c }
             .resolve_batch(subs, INSERT_CHUNK)
             .await
@@ -245,17 +241,12 @@ impl PgBackend {
         Ok((tasks.len() <= MAX_LISTED_TASKS).then_some(tasks))
     }
 
-    async fn cancel_once(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        reason: Option<&str>,
-    ) -> OpResult<Option<Execution>> {
+    async fn cancel_once(&self, target: CancelTarget<'_>) -> OpResult<Option<Execution>> {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let st = tx.prepare_cached(&self.sql().by_id_ns_lock).await?;
-        let Some(row) = tx.query_opt(&st, &[&id, &namespace]).await? else {
+        let Some(row) = tx.query_opt(&st, &[&target.id, &target.namespace]).await? else {
             let _ = tx.rollback().await;
             return Ok(None);
         };
@@ -269,65 +260,31 @@ impl PgBackend {
             }
         };
         let st = tx.prepare_cached(sql).await?;
-        let row = tx.query_opt(&st, &[&reason, &now, &id]).await?;
+        let row = tx
+            .query_opt(&st, &[&target.reason, &now, &target.id])
+            .await?;
         let updated = row.as_ref().map(decode_execution).transpose()?;
         commit(tx).await?;
         Ok(updated)
     }
-}
 
-#[async_trait]
-impl ExecutionStore for PgBackend {
-    /// Submit (docs/semantics.md#submit-and-idempotency).
-    async fn submit(&self, sub: PreparedSubmission) -> Result<Execution, ExecutionError> {
-        self.write_resolving_ambiguity(
-            "submit",
-            || self.submit_once(&sub),
-            || async {
-                let found = self
-                    .run("submit", || async {
-                        let conn = self.conn().await?;
-                        self.lookup(&conn, &sub).await
-                    })
-                    .await?;
-                Ok(found.outcome())
-            },
-        )
-        .await
+    /// The row holding `sub`'s id or key, on a connection of its own.
+    async fn lookup_fresh(&self, sub: &PreparedSubmission) -> OpResult<Lookup> {
+        self.lookup(&self.conn().await?, sub).await
     }
 
-    async fn submit_many(
-        &self,
-        subs: Vec<PreparedSubmission>,
-    ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
-        if subs.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.write_resolving_ambiguity(
-            "submit_many",
-            || self.submit_many_once(&subs),
-            || async {
-                let resolved = self
-                    .run("submit", || async {
-                        let conn = self.conn().await?;
-                        self.resolve_batch(&conn, &subs).await
-                    })
-                    .await?;
-                Ok(submit::batch_landed(resolved))
-            },
-        )
-        .await
+    /// What landed of `subs`, on a connection of its own.
+    async fn resolve_fresh(&self, subs: &[PreparedSubmission]) -> OpResult<Resolved> {
+        self.resolve_batch(&self.conn().await?, subs).await
     }
 
-    async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
-        self.run("get", || async {
-            let conn = self.conn().await?;
-            self.select_by_id(&conn, id, Some(namespace)).await
-        })
-        .await
+    async fn get_once(&self, namespace: &str, id: Uuid) -> OpResult<Option<Execution>> {
+        self.select_by_id(&self.conn().await?, id, Some(namespace))
+            .await
     }
 
-    async fn list(
+    /// One page of `list` (docs/semantics.md#listing-and-cursors).
+    async fn list_page(
         &self,
         namespace: &str,
         filter: &ListFilter,
@@ -466,33 +423,6 @@ impl ExecutionStore for PgBackend {
             decode_execution,
         )
     }
-
-    async fn cancel(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        reason: Option<String>,
-    ) -> Result<Option<Execution>, ExecutionError> {
-        self.run("cancel", || {
-            self.cancel_once(namespace, id, reason.as_deref())
-        })
-        .await
-    }
-
-    async fn attempts(
-        &self,
-        namespace: &str,
-        id: Uuid,
-    ) -> Result<Option<Vec<AttemptRecord>>, ExecutionError> {
-        self.read_attempts(namespace, id).await
-    }
-
-    async fn attempt_log(
-        &self,
-        namespace: &str,
-        id: Uuid,
-        attempt_no: u32,
-    ) -> Result<Option<Option<LogTail>>, ExecutionError> {
-        self.read_attempt_log(namespace, id, attempt_no).await
-    }
 }
+
+onestep_core::impl_execution_store!(PgBackend);

@@ -13,13 +13,11 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
-use onestep_core::diagnostics::{
-    AttemptDiagnostics, AttemptRecord, LiveDiagnostics, LogTail, RunFacts,
-};
+use onestep_core::diagnostics::{AttemptDiagnostics, LogTail, RunFacts};
 use onestep_core::execution::LeaseRef;
 use onestep_core::store::DecodeError;
 use onestep_core::store::diagnostics::{
-    AttemptReads, DiagRow, LiveWrite, StoredDiagnostics, final_write,
+    AttemptReads, AttemptRows, DiagRow, StoredDiagnostics, StoredLog, final_kept, final_write,
 };
 use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::Row;
@@ -150,45 +148,22 @@ impl PgBackend {
         items: &[(&LeaseRef, &AttemptDiagnostics)],
         now: DateTime<Utc>,
     ) -> OpResult<()> {
-        let Some((table, rows)) = final_write(self.d(), items) else {
-            return Ok(());
-        };
-        tx.batch_execute("SAVEPOINT onestep_diagnostics").await?;
-        match write_rows(tx, &table, &rows, now, false).await {
-            Ok(()) => {
-                tx.batch_execute("RELEASE SAVEPOINT onestep_diagnostics")
-                    .await?;
-            }
-            Err(OpError::Domain(e)) => {
-                tx.batch_execute("ROLLBACK TO SAVEPOINT onestep_diagnostics")
-                    .await?;
-                tracing::warn!(error = %e, "attempt diagnostics not written");
-            }
-            Err(OpError::Db(e)) if classify(&e) == ConnectorKind::Permanent => {
-                tx.batch_execute("ROLLBACK TO SAVEPOINT onestep_diagnostics")
-                    .await?;
-                tracing::warn!(error = %e, "attempt diagnostics not written");
-            }
-            Err(e) => return Err(e),
+        if let Some((table, rows)) = final_write(self.d(), items) {
+            tx.batch_execute("SAVEPOINT onestep_diagnostics").await?;
+            let written = write_rows(tx, &table, &rows, now, false).await;
+            let end = match final_kept(written, lost)? {
+                true => "RELEASE SAVEPOINT onestep_diagnostics",
+                false => "ROLLBACK TO SAVEPOINT onestep_diagnostics",
+            };
+            tx.batch_execute(end).await?;
         }
         Ok(())
     }
 
-    pub(crate) async fn write_live(
-        &self,
-        items: &[(LeaseRef, LiveDiagnostics)],
-    ) -> Result<bool, ExecutionError> {
-        let (table, rows) = match LiveWrite::of(self.d(), items) {
-            LiveWrite::Answer(answer) => return Ok(answer),
-            LiveWrite::Rows(table, rows) => (table, rows),
-        };
-        self.run("diagnostics", || async {
-            let now = self.now();
-            let conn = self.conn().await?;
-            write_rows(&conn, &table, &rows, now, true).await
-        })
-        .await?;
-        Ok(true)
+    /// One attempt at writing the live `rows` to `table` ([`onestep_core::impl_live_write!`]).
+    async fn write_live_once(&self, table: &str, rows: &[DiagRow<'_>]) -> OpResult<()> {
+        let now = self.now();
+        write_rows(&self.conn().await?, table, rows, now, true).await
     }
 
     /// The stored traceparents of `ids` (docs/observability.md#traces): one primary-key lookup
@@ -239,12 +214,21 @@ impl PgBackend {
     }
 }
 
+onestep_core::impl_live_write!(PgBackend);
+
+/// A failure to write final diagnostics that costs the completion nothing, to be logged: a
+/// domain error (bad values) or a permanent server error.
+fn lost(e: &OpError) -> Option<String> {
+    match e {
+        OpError::Domain(e) => Some(e.to_string()),
+        OpError::Db(e) if classify(e) == ConnectorKind::Permanent => Some(e.to_string()),
+        _ => None,
+    }
+}
+
 #[async_trait]
 impl AttemptReads for PgBackend {
-    async fn attempt_rows(
-        &self,
-        id: Uuid,
-    ) -> Result<(Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>), ExecutionError> {
+    async fn attempt_rows(&self, id: Uuid) -> Result<AttemptRows, ExecutionError> {
         let sql = format!(
             "SELECT id, attempt_no, status, worker_id, error, started_at, heartbeat_at, \
              finished_at FROM {} WHERE execution_id = $1 ORDER BY attempt_no",
@@ -285,11 +269,7 @@ impl AttemptReads for PgBackend {
         Ok((attempts, diags))
     }
 
-    async fn stored_log(
-        &self,
-        id: Uuid,
-        attempt_no: u32,
-    ) -> Result<Option<Option<(u64, Option<String>)>>, ExecutionError> {
+    async fn stored_log(&self, id: Uuid, attempt_no: u32) -> Result<StoredLog, ExecutionError> {
         let Ok(no) = i32::try_from(attempt_no) else {
             return Ok(None);
         };

@@ -33,18 +33,11 @@ fn uuid_expr(ids: HistoryIds, r: &str, ms: &str) -> String {
     }
 }
 
-impl PgBackend {
-    /// A handle on the same pool whose claims make attempt ids of version `ids` (`onestep
-    /// bench --ids v4`, docs/benchmarks.md#history); other handles keep making v7 ids.
-    pub fn with_attempt_ids(mut self, ids: onestep_core::ids::IdVersion) -> Self {
-        self.attempt_ids = ids;
-        self
-    }
+onestep_core::impl_history_seed!(PgBackend);
 
-    /// Writes `seed.count` finished executions and their attempts (module docs); returns the
-    /// number of executions written. Not part of the execution protocol: for `onestep bench
-    /// --history` only.
-    pub async fn seed_history(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
+impl PgBackend {
+    /// The statements of `seed_history`.
+    async fn write_history(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
         let (count, first) = history_span(seed)?;
         let first_ms = first.timestamp_millis();
         let exec_id = uuid_expr(seed.ids, "s.r", &format!("({first_ms} + s.n)"));

@@ -5,9 +5,10 @@
 //! the rows into counts).
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use onestep_core::ExecutionError;
-use onestep_core::store::insights::OverviewRows;
+use onestep_core::store::insights::{
+    NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
+};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -31,10 +32,7 @@ impl PgBackend {
 
 #[async_trait]
 impl OverviewRows for PgBackend {
-    async fn task_status_rows(
-        &self,
-        namespace: &str,
-    ) -> Result<Vec<(String, String, i64)>, ExecutionError> {
+    async fn task_status_rows(&self, namespace: &str) -> Result<TaskStatusRows, ExecutionError> {
         let sql = format!(
             "SELECT task_name, status, COUNT(*) FROM {} WHERE namespace = $1 \
              GROUP BY task_name, status ORDER BY task_name, status",
@@ -46,10 +44,7 @@ impl OverviewRows for PgBackend {
             .collect()
     }
 
-    async fn namespace_rows(
-        &self,
-        namespaces: &[String],
-    ) -> Result<Vec<(String, String, String, i64)>, ExecutionError> {
+    async fn namespace_rows(&self, namespaces: &[String]) -> Result<NamespaceRows, ExecutionError> {
         let sql = format!(
             "SELECT namespace, task_name, status, COUNT(*) FROM {} \
              WHERE namespace = ANY($1::text[]) \
@@ -62,20 +57,17 @@ impl OverviewRows for PgBackend {
             .collect()
     }
 
-    async fn newest_rows(
-        &self,
-        namespace: &str,
-        since: DateTime<Utc>,
-        limit: u64,
-    ) -> Result<Vec<(String, Option<i64>)>, ExecutionError> {
+    async fn newest_rows(&self, newest: Newest<'_>) -> Result<NewestRows, ExecutionError> {
         let sql = format!(
             "SELECT status, (EXTRACT(EPOCH FROM (started_at - available_at)) * 1000000)::BIGINT \
              FROM {} WHERE namespace = $1 AND created_at >= $2 \
              ORDER BY created_at DESC, id DESC LIMIT $3",
             q(&self.tables().executions)
         );
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self.overview(&sql, &[&namespace, &since, &limit]).await?;
+        let limit = i64::try_from(newest.limit).unwrap_or(i64::MAX);
+        let rows = self
+            .overview(&sql, &[&newest.namespace, &newest.since, &limit])
+            .await?;
         rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?))).collect()
     }
 }

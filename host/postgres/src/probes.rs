@@ -79,6 +79,36 @@ impl Readiness for PgBackend {
 
 #[async_trait]
 impl StoreStats for PgBackend {
+    /// The transaction, block and tuple counters of this database's `pg_stat_database` row
+    /// and the server's WAL position in bytes. `pg_stat_database` is updated by each backend
+    /// when its transaction ends (and at most every `stats_fetch_consistency`/flush interval),
+    /// so a reading can trail the work by up to a second.
+    async fn server_counters(&self) -> Result<BTreeMap<String, f64>, ExecutionError> {
+        let row = async {
+            let conn = self.conn().await?;
+            Ok::<_, OpError>(conn.query_opt(COUNTERS, &[]).await?)
+        }
+        .await
+        .map_err(|e| self.error(e, "stats"))?;
+        let mut out = BTreeMap::new();
+        if let Some(row) = row {
+            for (i, name) in COUNTER_NAMES.iter().enumerate() {
+                let v: Option<f64> = match row.try_get::<_, Option<i64>>(i) {
+                    Ok(v) => v.map(|v| v as f64),
+                    Err(_) => row
+                        .try_get::<_, Option<String>>(i)
+                        .ok()
+                        .flatten()
+                        .and_then(|s| s.parse().ok()),
+                };
+                if let Some(v) = v {
+                    out.insert((*name).to_owned(), v);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     async fn execution_timings(
         &self,
         namespace: &str,
@@ -115,36 +145,6 @@ impl StoreStats for PgBackend {
             })
             .collect::<Result<_, tokio_postgres::Error>>()
             .map_err(|e| self.error(OpError::Db(e), "stats"))
-    }
-
-    /// The transaction, block and tuple counters of this database's `pg_stat_database` row
-    /// and the server's WAL position in bytes. `pg_stat_database` is updated by each backend
-    /// when its transaction ends (and at most every `stats_fetch_consistency`/flush interval),
-    /// so a reading can trail the work by up to a second.
-    async fn server_counters(&self) -> Result<BTreeMap<String, f64>, ExecutionError> {
-        let row = async {
-            let conn = self.conn().await?;
-            Ok::<_, OpError>(conn.query_opt(COUNTERS, &[]).await?)
-        }
-        .await
-        .map_err(|e| self.error(e, "stats"))?;
-        let mut out = BTreeMap::new();
-        if let Some(row) = row {
-            for (i, name) in COUNTER_NAMES.iter().enumerate() {
-                let v: Option<f64> = match row.try_get::<_, Option<i64>>(i) {
-                    Ok(v) => v.map(|v| v as f64),
-                    Err(_) => row
-                        .try_get::<_, Option<String>>(i)
-                        .ok()
-                        .flatten()
-                        .and_then(|s| s.parse().ok()),
-                };
-                if let Some(v) = v {
-                    out.insert((*name).to_owned(), v);
-                }
-            }
-        }
-        Ok(out)
     }
 
     /// `count(*)` and `pg_total_relation_size` (heap, indexes and TOAST) of each table. Space

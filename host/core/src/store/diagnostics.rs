@@ -97,6 +97,62 @@ impl<'a> LiveWrite<'a> {
     }
 }
 
+/// Implements the inherent `write_live` of the backend type `$backend` (the
+/// [`LeaseStore::record_live`](crate::ports::LeaseStore::record_live) of
+/// [`impl_lease_store!`](crate::impl_lease_store)): the answer of [`LiveWrite::of`] for its
+/// diagnostics table (`d(&self) -> Option<String>`), else the rows written by its inherent
+/// `write_live_once(&str, &[DiagRow])`, one attempt run under the label `diagnostics`.
+#[macro_export]
+macro_rules! impl_live_write {
+    ($backend:ty) => {
+        impl $backend {
+            /// Writes the live diagnostics of running attempts; `false` when diagnostics are
+            /// not kept.
+            pub(crate) async fn write_live(
+                &self,
+                items: &[($crate::LeaseRef, $crate::diagnostics::LiveDiagnostics)],
+            ) -> ::std::result::Result<bool, $crate::ExecutionError> {
+                use $crate::store::diagnostics::LiveWrite;
+                let (table, rows) = match LiveWrite::of(self.d(), items) {
+                    LiveWrite::Answer(answer) => return Ok(answer),
+                    LiveWrite::Rows(table, rows) => (table, rows),
+                };
+                self.run("diagnostics", || self.write_live_once(&table, &rows))
+                    .await?;
+                Ok(true)
+            }
+        }
+    };
+}
+
+/// Whether the final diagnostics just written under a savepoint are kept: `Ok(true)` when
+/// written; `Ok(false)` when writing them failed for good (`lost` gives the failure to log,
+/// `None` for a failure that fails the completion too), logged, so that the savepoint is
+/// rolled back and the completion goes on; else the error.
+pub fn final_kept<E>(
+    written: Result<(), E>,
+    lost: impl FnOnce(&E) -> Option<String>,
+) -> Result<bool, E> {
+    let Err(e) = written else {
+        return Ok(true);
+    };
+    match lost(&e) {
+        Some(error) => {
+            tracing::warn!(%error, "attempt diagnostics not written");
+            Ok(false)
+        }
+        None => Err(e),
+    }
+}
+
+/// What [`AttemptReads::attempt_rows`] reads: the attempts, oldest first, without their
+/// diagnostics; and the diagnostics stored per attempt.
+pub type AttemptRows = (Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>);
+
+/// What [`AttemptReads::stored_log`] reads: `None` without the attempt, `Some(None)` without a
+/// stored tail, else `(total_lines, lines_json)`.
+pub type StoredLog = Option<Option<(u64, Option<String>)>>;
+
 /// One stored diagnostics row as its driver reads it (counters already unsigned), without the
 /// log lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,18 +237,11 @@ pub fn attempt_log(
 pub trait AttemptReads: ExecutionStore {
     /// The attempts of execution `id`, oldest first, without their diagnostics; and the
     /// diagnostics stored per attempt.
-    async fn attempt_rows(
-        &self,
-        id: Uuid,
-    ) -> Result<(Vec<AttemptRecord>, Vec<(Uuid, AttemptDiagnostics)>), ExecutionError>;
+    async fn attempt_rows(&self, id: Uuid) -> Result<AttemptRows, ExecutionError>;
 
     /// What is stored of the log of attempt `attempt_no` of `id`: `None` without the attempt,
     /// `Some(None)` without a stored tail, else `(total_lines, lines_json)`.
-    async fn stored_log(
-        &self,
-        id: Uuid,
-        attempt_no: u32,
-    ) -> Result<Option<Option<(u64, Option<String>)>>, ExecutionError>;
+    async fn stored_log(&self, id: Uuid, attempt_no: u32) -> Result<StoredLog, ExecutionError>;
 
     /// A stored tail decoded ([`LogTail::from_stored`] unless the backend words it otherwise).
     fn log_tail(&self, total_lines: u64, lines_json: &str) -> Result<LogTail, ExecutionError> {

@@ -20,3 +20,32 @@ pub fn history_span(seed: &HistorySeed) -> Result<(i64, DateTime<Utc>), Executio
     let count = i64::try_from(seed.count).unwrap_or(i64::MAX);
     Ok((count, seed.before - Duration::milliseconds(count)))
 }
+
+/// The public history methods of the backend type `$backend`: `with_attempt_ids` (sets its
+/// `attempt_ids` field) and `seed_history`, over the backend's inherent
+/// `write_history(&HistorySeed) -> Result<u64, ExecutionError>`, which checks the seed with
+/// [`history_span`] and holds the statements.
+#[macro_export]
+macro_rules! impl_history_seed {
+    ($backend:ty) => {
+        impl $backend {
+            /// A handle on the same pool whose claims make attempt ids of version `ids`
+            /// (`onestep bench --ids v4`, docs/benchmarks.md#history); other handles keep
+            /// making v7 ids.
+            pub fn with_attempt_ids(mut self, ids: $crate::ids::IdVersion) -> Self {
+                self.attempt_ids = ids;
+                self
+            }
+
+            /// Writes `seed.count` finished executions and their attempts (module docs);
+            /// returns the number of executions written. Not part of the execution protocol:
+            /// for `onestep bench --history` only.
+            pub async fn seed_history(
+                &self,
+                seed: &$crate::history::HistorySeed,
+            ) -> ::std::result::Result<u64, $crate::ExecutionError> {
+                self.write_history(seed).await
+            }
+        }
+    };
+}

@@ -8,30 +8,40 @@ use chrono::{DateTime, Utc};
 use crate::error::ExecutionError;
 use crate::ports::{ExecutionInsights, RecentActivity, StatusCount};
 
+/// `(task_name, status, count)` rows: the executions of one task in one status.
+pub type TaskStatusRows = Vec<(String, String, i64)>;
+
+/// `(namespace, task_name, status, count)` rows: the executions of one task of one namespace
+/// in one status.
+pub type NamespaceRows = Vec<(String, String, String, i64)>;
+
+/// `(status, queue wait in µs)` rows, one per execution.
+pub type NewestRows = Vec<(String, Option<i64>)>;
+
+/// The newest executions asked for: those of `namespace` created at or after `since`, newest
+/// first, at most `limit`.
+#[derive(Debug, Clone, Copy)]
+pub struct Newest<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The earliest creation instant.
+    pub since: DateTime<Utc>,
+    /// The most rows.
+    pub limit: u64,
+}
+
 /// The grouped rows behind [`ExecutionInsights`], each one statement of the backend.
 #[async_trait]
 pub trait OverviewRows: Send + Sync {
-    /// `(task_name, status, count)` of `namespace`'s executions, by task and status.
-    async fn task_status_rows(
-        &self,
-        namespace: &str,
-    ) -> Result<Vec<(String, String, i64)>, ExecutionError>;
+    /// The [`TaskStatusRows`]s of `namespace`'s executions, by task and status.
+    async fn task_status_rows(&self, namespace: &str) -> Result<TaskStatusRows, ExecutionError>;
 
-    /// `(namespace, task_name, status, count)` of the executions of `namespaces` (never empty),
-    /// by namespace, task and status.
-    async fn namespace_rows(
-        &self,
-        namespaces: &[String],
-    ) -> Result<Vec<(String, String, String, i64)>, ExecutionError>;
+    /// The [`NamespaceRows`]s of the executions of `namespaces` (never empty), by namespace,
+    /// task and status.
+    async fn namespace_rows(&self, namespaces: &[String]) -> Result<NamespaceRows, ExecutionError>;
 
-    /// `(status, queue wait in µs)` of the newest `limit` executions of `namespace` created at
-    /// or after `since`, newest first.
-    async fn newest_rows(
-        &self,
-        namespace: &str,
-        since: DateTime<Utc>,
-        limit: u64,
-    ) -> Result<Vec<(String, Option<i64>)>, ExecutionError>;
+    /// The [`NewestRows`]s of the executions `newest` asks for, newest first.
+    async fn newest_rows(&self, newest: Newest<'_>) -> Result<NewestRows, ExecutionError>;
 }
 
 #[async_trait]
@@ -70,9 +80,12 @@ impl<T: OverviewRows> ExecutionInsights for T {
         since: DateTime<Utc>,
         max_rows: u32,
     ) -> Result<RecentActivity, ExecutionError> {
-        let rows = self
-            .newest_rows(namespace, since, u64::from(max_rows) + 1)
-            .await?;
+        let newest = Newest {
+            namespace,
+            since,
+            limit: u64::from(max_rows) + 1,
+        };
+        let rows = self.newest_rows(newest).await?;
         Ok(RecentActivity::from_rows(rows, max_rows))
     }
 }

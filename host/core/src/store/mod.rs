@@ -10,13 +10,15 @@
 //!   ([`ambiguity`]);
 //! - the client side: stored rows into executions ([`rows`]), the decisions of submit and
 //!   cancel ([`submit`]), attempt diagnostics ([`diagnostics`]), the dashboard's figures
-//!   ([`insights`]), purge ([`purge`]), history seeding ([`history`]);
+//!   ([`insights`]), purge ([`purge`]), history seeding ([`history`]) and the client port
+//!   written once for every backend ([`client_port`]);
 //! - the worker side: the batched completion ([`batch`]), the lease arithmetic of claim and
 //!   heartbeat ([`lease`]) and the worker port written once for every backend ([`lease_port`]).
 
 pub mod ambiguity;
 pub mod backoff;
 pub mod batch;
+pub mod client_port;
 pub mod diagnostics;
 pub mod dsn;
 pub mod errors;

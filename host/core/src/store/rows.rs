@@ -57,6 +57,49 @@ pub struct StoredExecution {
 /// Number of columns of a stored execution, in [`StoredExecution`]'s field order.
 pub const EXECUTION_COLUMN_COUNT: usize = 16;
 
+/// The names of the executions columns every read selects, in [`StoredExecution`]'s field
+/// order, as one comma-separated `&'static str`, each name led by the literal `$prefix` (`""`,
+/// or a table alias such as `"e."`); a backend writes them into its SQL.
+#[macro_export]
+macro_rules! execution_columns {
+    ($p:literal) => {
+        concat!(
+            $p,
+            "id, ",
+            $p,
+            "namespace, ",
+            $p,
+            "task_name, ",
+            $p,
+            "status, ",
+            $p,
+            "payload, ",
+            $p,
+            "metadata, ",
+            $p,
+            "result, ",
+            $p,
+            "error, ",
+            $p,
+            "attempts, ",
+            $p,
+            "available_at, ",
+            $p,
+            "started_at, ",
+            $p,
+            "finished_at, ",
+            $p,
+            "cancel_requested_at, ",
+            $p,
+            "expires_at, ",
+            $p,
+            "created_at, ",
+            $p,
+            "version"
+        )
+    };
+}
+
 impl StoredExecution {
     /// The execution these columns hold: values decoded, the status and the error object
     /// checked; a failure names the column.
@@ -171,6 +214,17 @@ pub fn window_page<R>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn execution_columns_are_counted_and_prefixed() {
+        let plain: Vec<&str> = crate::execution_columns!("").split(", ").collect();
+        assert_eq!(plain.len(), EXECUTION_COLUMN_COUNT);
+        assert_eq!((plain[0], plain[15]), ("id", "version"));
+        assert_eq!(
+            crate::execution_columns!("e.").split(", ").nth(12),
+            Some("e.cancel_requested_at")
+        );
+    }
 
     fn stored() -> StoredExecution {
         let now = Utc::now();

@@ -20,6 +20,25 @@ use crate::store::Lookup;
 /// namespace's rows instead).
 pub const MAX_LISTED_TASKS: usize = 500;
 
+/// The per-item outcomes of `submit_many`: each submission's execution (new or replayed) or
+/// its own error.
+pub type BatchOutcomes = Vec<Result<Execution, ExecutionError>>;
+
+/// Per submission of a batch, what a read found ([`SubmissionReads::resolve_batch`]): `None`
+/// when neither its id nor its key is held.
+pub type Resolved = Vec<Option<Result<Execution, ExecutionError>>>;
+
+/// The execution a `cancel` names, and its reason.
+#[derive(Debug, Clone, Copy)]
+pub struct CancelTarget<'a> {
+    /// The namespace the execution must be in.
+    pub namespace: &'a str,
+    /// The execution's id.
+    pub id: Uuid,
+    /// The reason stored with the cancellation.
+    pub reason: Option<&'a str>,
+}
+
 /// The reads of a submission's outcome, on one connection or transaction.
 #[async_trait]
 pub trait SubmissionReads: Send {
@@ -65,7 +84,7 @@ pub trait SubmissionReads: Send {
         &mut self,
         subs: &[PreparedSubmission],
         chunk: usize,
-    ) -> Result<Vec<Option<Result<Execution, ExecutionError>>>, Self::Error> {
+    ) -> Result<Resolved, Self::Error> {
         let mut by_id: HashMap<Uuid, Execution> = HashMap::new();
         for part in subs.chunks(chunk.max(1)) {
             let ids: Vec<Uuid> = part.iter().map(|s| s.id).collect();
@@ -98,10 +117,7 @@ pub fn insert_order(subs: &[PreparedSubmission]) -> Vec<&PreparedSubmission> {
 /// The per-item outcomes of a batch just written ([`SubmissionReads::resolve_batch`] in its
 /// transaction): a
 /// submission found nowhere is an encoding error.
-pub fn batch_outcomes(
-    resolved: Vec<Option<Result<Execution, ExecutionError>>>,
-    subs: &[PreparedSubmission],
-) -> Vec<Result<Execution, ExecutionError>> {
+pub fn batch_outcomes(resolved: Resolved, subs: &[PreparedSubmission]) -> BatchOutcomes {
     resolved
         .into_iter()
         .zip(subs)
@@ -116,9 +132,7 @@ pub fn batch_outcomes(
 
 /// Whether a batch whose commit was ambiguous landed: the batch is all or nothing, so one item
 /// missing means nothing was committed (`None`: write it again).
-pub fn batch_landed(
-    resolved: Vec<Option<Result<Execution, ExecutionError>>>,
-) -> Option<Result<Vec<Result<Execution, ExecutionError>>, ExecutionError>> {
+pub fn batch_landed(resolved: Resolved) -> Option<Result<BatchOutcomes, ExecutionError>> {
     resolved
         .iter()
         .all(Option::is_some)
