@@ -43,6 +43,6 @@ pub use rows::{
     EXECUTION_COLUMN_COUNT, StoredExecution, WindowMark, error_object, undecodable_execution,
     window_page,
 };
-pub use schema::{SchemaFeatureSet, SchemaReport, for_ddl, settle_at_open, upgrade_then_close};
+pub use schema::{CommonFeatures, SchemaFeatureSet, SchemaReport, for_ddl, settle_at_open, upgrade_then_close};
 pub use scratch::{ScratchTarget, scratch_name};
 pub use tx::{Failure, Tx, TxError};
