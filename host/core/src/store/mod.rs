@@ -16,6 +16,7 @@
 
 pub mod ambiguity;
 pub mod backoff;
+pub mod base;
 pub mod batch;
 pub mod diagnostics;
 pub mod dsn;
@@ -35,6 +36,7 @@ pub mod tx;
 
 pub use ambiguity::{AMBIGUOUS_ROUNDS, Attempt, Lookup, write_resolving_ambiguity};
 pub use backoff::TransientBackoff;
+pub use base::StoreCore;
 pub use dsn::{SplitDsn, split_dsn};
 pub use errors::{DecodeError, SetupError};
 pub use options::StoreOptions;
@@ -43,6 +45,8 @@ pub use rows::{
     EXECUTION_COLUMN_COUNT, StoredExecution, WindowMark, error_object, undecodable_execution,
     window_page,
 };
-pub use schema::{CommonFeatures, SchemaFeatureSet, SchemaReport, for_ddl, settle_at_open, upgrade_then_close};
+pub use schema::{
+    CommonFeatures, SchemaFeatureSet, SchemaReport, for_ddl, settle_at_open, upgrade_then_close,
+};
 pub use scratch::{ScratchTarget, scratch_name};
 pub use tx::{Failure, Tx, TxError};
