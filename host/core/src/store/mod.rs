@@ -18,6 +18,7 @@ pub mod ambiguity;
 pub mod backoff;
 pub mod base;
 pub mod batch;
+pub mod completion;
 pub mod diagnostics;
 pub mod dsn;
 pub mod errors;
