@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool, Transaction, TxOpts};
-use onestep_core::store::{
-    StoreCore, StoreOptions, TransientBackoff, Tx, TxError, for_ddl, settle_at_open,
-};
+use onestep_core::store::{StoreCore, StoreOptions, TransientBackoff, Tx, TxError, for_ddl};
 use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::dsn::parse_dsn;
@@ -90,34 +88,30 @@ impl MySqlBackend {
             Ok::<_, OpError>((server, report))
         }
         .await;
-        let (server, mut report) = match ready {
+        let ready = match ready {
             Ok(v) => v,
             Err(e) => {
                 let _ = pool.disconnect().await;
                 return Err(e.into_execution_error("open", &secrets));
             }
         };
-        let traces = settle_at_open(&mut report, &opts, &tables, || {
-            crate::upgrade::upgrade_command(&parsed.opts, &tables)
-        });
+        let upgrade_command = |t: &_| crate::upgrade::upgrade_command(&parsed.opts, t);
+        let own = |features: &SchemaFeatures| Own {
+            features: *features,
+            retry: TransientBackoff::default(),
+            faults: Faults::default(),
+        };
         Ok(MySqlBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,
-            inner: Arc::new(StoreCore {
-                traces,
+            inner: Arc::new(StoreCore::settle(
+                opts,
+                tables,
                 pool,
-                names: tables,
-                limits: opts.limits,
-                reclaim_batch_size: opts.reclaim_batch_size,
-                clock: opts.clock,
-                server,
                 secrets,
-                own: Own {
-                    features: report.features,
-                    retry: TransientBackoff::default(),
-                    faults: Faults::default(),
-                },
-                report,
-            }),
+                ready,
+                upgrade_command,
+                own,
+            )),
         })
     }
 

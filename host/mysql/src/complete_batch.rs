@@ -12,7 +12,7 @@ use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::Execution;
 use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::status::attempt_status_for;
-use onestep_core::store::batch::{CompletionTx, LockedRow, LockedRows, SetItem};
+use onestep_core::store::batch::{CompletionTx, LockedRow, LockedRows, SetItem, SetWrite};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
@@ -95,12 +95,8 @@ impl CompletionTx for Completing<'_, '_> {
 
     /// The two set-based CAS writes (per-row values through `CASE`), then one read-back;
     /// `None` when a count differs from the items.
-    async fn write_set(
-        &mut self,
-        items: &[(LeaseRef, Completion)],
-        set: &[SetItem],
-        now: DateTime<Utc>,
-    ) -> OpResult<Option<Vec<Execution>>> {
+    async fn write_set(&mut self, write: SetWrite<'_>) -> OpResult<Option<Vec<Execution>>> {
+        let SetWrite { items, set, now } = write;
         if !self.write_executions(items, set, now).await?
             || !self.write_attempts(items, set, now).await?
         {

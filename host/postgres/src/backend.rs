@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use onestep_core::store::{
-    SetupError, StoreCore, StoreOptions, TransientBackoff, Tx, TxError, for_ddl, settle_at_open,
+    SetupError, StoreCore, StoreOptions, TransientBackoff, Tx, TxError, for_ddl,
 };
 use onestep_core::{ConnectorKind, ExecutionError};
 
@@ -162,31 +162,26 @@ impl PgBackend {
             Ok::<_, OpError>((server, report))
         }
         .await;
-        let (server, mut report) = match ready {
+        let ready = match ready {
             Ok(v) => v,
             Err(e) => {
                 pool.close();
                 return Err(e.into_execution_error("open", &secrets));
             }
         };
-        let traces = settle_at_open(&mut report, &opts, &tables, || {
-            crate::upgrade::upgrade_command(&parsed, &tables)
-        });
         let sql = crate::sql::Statements::new(&tables, opts.reclaim_batch_size);
+        let inner = StoreCore::settle(
+            opts,
+            tables,
+            pool,
+            secrets,
+            ready,
+            |t| crate::upgrade::upgrade_command(&parsed, t),
+            |_| Own { sql },
+        );
         Ok(PgBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,
-            inner: Arc::new(StoreCore {
-                pool,
-                names: tables,
-                limits: opts.limits,
-                reclaim_batch_size: opts.reclaim_batch_size,
-                clock: opts.clock,
-                server,
-                secrets,
-                report,
-                own: Own { sql },
-                traces,
-            }),
+            inner: Arc::new(inner),
         })
     }
 

@@ -15,7 +15,7 @@ use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
-use onestep_core::store::batch::{CompletionTx, LockedRow, LockedRows, SetItem};
+use onestep_core::store::batch::{CompletionTx, LockedRow, LockedRows, SetItem, SetWrite};
 use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -320,12 +320,8 @@ impl CompletionTx for Completing<'_, '_> {
     /// One statement writes the executions and their attempts (each row still fenced by its
     /// own token, its locked status and its live lease) and returns the new rows; `None` when
     /// the counts differ from the items.
-    async fn write_set(
-        &mut self,
-        items: &[(LeaseRef, Completion)],
-        set: &[SetItem],
-        now: DateTime<Utc>,
-    ) -> OpResult<Option<Vec<Execution>>> {
+    async fn write_set(&mut self, write: SetWrite<'_>) -> OpResult<Option<Vec<Execution>>> {
+        let SetWrite { items, set, now } = write;
         let lease = |s: &SetItem| &items[s.index].0;
         let ids: Vec<Uuid> = set.iter().map(|s| lease(s).execution_id).collect();
         let tokens: Vec<Uuid> = set.iter().map(|s| lease(s).lease_token).collect();

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use crate::limits::Limits;
 use crate::names::TableNames;
-use crate::store::schema::SchemaReport;
+use crate::store::options::StoreOptions;
+use crate::store::schema::{SchemaFeatureSet, SchemaReport, settle_at_open};
 use crate::time::Clock;
 
 /// What one opened backend shares between its clones: the pool `P`, the server identity `S`,
@@ -36,6 +37,36 @@ pub struct StoreCore<P, S, F, X> {
     pub traces: bool,
     /// The backend's own state.
     pub own: X,
+}
+
+impl<P, S, F: SchemaFeatureSet, X> StoreCore<P, S, F, X> {
+    /// The state of a backend opened with `opts` over `pool`, whose readiness found `server`
+    /// and `report`: settles the report against `opts` ([`settle_at_open`], with the upgrade
+    /// command built by `upgrade_command`), then builds the backend's own state from the
+    /// settled features with `own`.
+    pub fn settle(
+        opts: StoreOptions,
+        names: TableNames,
+        pool: P,
+        secrets: Vec<String>,
+        (server, mut report): (S, SchemaReport<F>),
+        upgrade_command: impl FnOnce(&TableNames) -> String,
+        own: impl FnOnce(&F) -> X,
+    ) -> Self {
+        let traces = settle_at_open(&mut report, &opts, &names, || upgrade_command(&names));
+        StoreCore {
+            own: own(&report.features),
+            pool,
+            names,
+            limits: opts.limits,
+            reclaim_batch_size: opts.reclaim_batch_size,
+            clock: opts.clock,
+            server,
+            secrets,
+            report,
+            traces,
+        }
+    }
 }
 
 impl<P, S, F, X> Deref for StoreCore<P, S, F, X> {
