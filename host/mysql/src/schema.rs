@@ -65,25 +65,21 @@ pub fn ix_task_list(names: &TableNames) -> String {
 /// The columns of [`ix_task_list`].
 pub const IX_TASK_LIST_COLUMNS: &str = "namespace, task_name, created_at DESC, id DESC";
 
-/// Which optional schema additions the opened tables have (detected once at open): the
-/// [`CommonFeatures`] (filtered-list indexes — [`ix_status`] at its full width, [`ix_status_list`]
-/// and [`ix_task_list`] —, diagnostics and trace tables), reached through `Deref`, plus the
-/// `claimable` column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SchemaFeatures {
-    /// The executions table has the `claimable` column and both its indexes (created by this
-    /// crate, or reference tables after `onestep migrate --upgrade`).
-    pub claimable_column: bool,
-    /// The features every backend detects.
-    pub common: CommonFeatures,
+onestep_core::schema_features! {
+    /// Which optional schema additions the opened tables have (detected once at open): the
+    /// [`CommonFeatures`] (filtered-list indexes — [`ix_status`] at its full width,
+    /// [`ix_status_list`] and [`ix_task_list`] —, diagnostics and trace tables), reached
+    /// through `Deref`, plus the `claimable` column.
+    pub struct SchemaFeatures {
+        /// The executions table has the `claimable` column and both its indexes (created by this
+        /// crate, or reference tables after `onestep migrate --upgrade`).
+        pub claimable_column: bool,
+    }
+    /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
+    /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
+    /// command that adds it (docs/schema.md#upgrading-reference-tables).
+    pub type SchemaReport;
 }
-
-onestep_core::deref_common_features!(SchemaFeatures);
-
-/// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
-/// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade` command
-/// that adds it (docs/schema.md#upgrading-reference-tables).
-pub type SchemaReport = onestep_core::store::SchemaReport<SchemaFeatures>;
 
 impl SchemaFeatureSet for SchemaFeatures {
     // docs/observability.md#attempt-diagnostics

@@ -17,24 +17,21 @@ use crate::errors::{OpError, OpResult, backend_error};
 /// PostgreSQL's identifier length limit (NAMEDATALEN - 1).
 pub const PG_NAME_LIMIT: usize = 63;
 
-/// Which optional schema additions the opened tables have (detected once at open): the
-/// [`CommonFeatures`] (filtered-list indexes — `ix_<T>_status` at its full width,
-/// `ix_<T>_status_list` and `ix_<T>_task_list`; the tables `<A>_diagnostics` and `<T>_traces`,
-/// docs/postgres.md#diagnostics-and-traces), reached through `Deref`, plus the expiry index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SchemaFeatures {
-    /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
-    pub expiry_index: bool,
-    /// The features every backend detects.
-    pub common: CommonFeatures,
+onestep_core::schema_features! {
+    /// Which optional schema additions the opened tables have (detected once at open): the
+    /// [`CommonFeatures`] (filtered-list indexes — `ix_<T>_status` at its full width,
+    /// `ix_<T>_status_list` and `ix_<T>_task_list`; the tables `<A>_diagnostics` and
+    /// `<T>_traces`, docs/postgres.md#diagnostics-and-traces), reached through `Deref`, plus the
+    /// expiry index.
+    pub struct SchemaFeatures {
+        /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
+        pub expiry_index: bool,
+    }
+    /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
+    /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
+    /// adds them (docs/postgres.md#upgrading-reference-tables).
+    pub type SchemaReport;
 }
-
-onestep_core::deref_common_features!(SchemaFeatures);
-
-/// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
-/// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that adds
-/// them (docs/postgres.md#upgrading-reference-tables).
-pub type SchemaReport = onestep_core::store::SchemaReport<SchemaFeatures>;
 
 impl SchemaFeatureSet for SchemaFeatures {
     // docs/observability.md#attempt-diagnostics

@@ -124,8 +124,8 @@ pub trait CompletionTx: Send {
     ) -> impl Future<Output = Result<LockedRows, Self::Error>> + Send;
 
     /// The set-based writes of `write.set` (at least two items of `write.items`), each row
-    /// still fenced by its own token, its status and its live lease: the written executions, or `None`
-    /// when a matched-row count differs from the items (the caller rolls back to
+    /// still fenced by its own token, its status and its live lease: the written executions,
+    /// or `None` when a matched-row count differs from the items (the caller rolls back to
     /// [`Savepoint::Batch`] and every item takes the per-item path).
     fn write_set(
         &mut self,

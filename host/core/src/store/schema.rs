@@ -42,12 +42,31 @@ pub struct CommonFeatures {
     pub traces_table: bool,
 }
 
-/// Makes a backend's feature set `$features` (with a `common: CommonFeatures` field)
-/// dereference to its [`CommonFeatures`].
+/// Declares a backend's feature set `$name`: its own flags, then `common`
+/// ([`CommonFeatures`], which `$name` dereferences to), and its report type
+/// `$report` = [`SchemaReport<$name>`](SchemaReport).
 #[macro_export]
-macro_rules! deref_common_features {
-    ($features:ty) => {
-        impl ::std::ops::Deref for $features {
+macro_rules! schema_features {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: bool,)*
+        }
+        $(#[$report_meta:meta])*
+        pub type $report:ident;
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: bool,)*
+            /// The features every backend detects.
+            pub common: $crate::store::CommonFeatures,
+        }
+
+        $(#[$report_meta])*
+        pub type $report = $crate::store::SchemaReport<$name>;
+
+        impl ::std::ops::Deref for $name {
             type Target = $crate::store::CommonFeatures;
 
             fn deref(&self) -> &$crate::store::CommonFeatures {
@@ -55,7 +74,7 @@ macro_rules! deref_common_features {
             }
         }
 
-        impl ::std::ops::DerefMut for $features {
+        impl ::std::ops::DerefMut for $name {
             fn deref_mut(&mut self) -> &mut $crate::store::CommonFeatures {
                 &mut self.common
             }
