@@ -3,13 +3,10 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool, Transaction, TxOpts};
-use onestep_core::names::TableNames;
-use onestep_core::store::{StoreOptions, TransientBackoff, Tx, TxError, for_ddl, settle_at_open};
-use onestep_core::time::truncate_micros;
-use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
+use onestep_core::store::{StoreCore, StoreOptions, TransientBackoff, Tx, TxError, for_ddl};
+use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::dsn::parse_dsn;
 use crate::errors::{OpError, OpResult, backend_error, classify};
@@ -25,40 +22,25 @@ use crate::session::{
 #[cfg(feature = "test-support")]
 pub use crate::faults::Faults;
 
-pub(crate) struct Inner {
-    pub(crate) pool: Pool,
-    pub(crate) names: TableNames,
-    pub(crate) limits: Limits,
-    pub(crate) reclaim_batch_size: u32,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) server: ServerInfo,
+/// What a [`MySqlBackend`] shares between its clones: the state of every backend plus
+/// [`Own`].
+pub(crate) type Inner = StoreCore<Pool, ServerInfo, SchemaFeatures, Own>;
+
+/// This backend's own shared state.
+pub(crate) struct Own {
+    /// The features of `report`, copied at open.
     pub(crate) features: SchemaFeatures,
-    /// Traceparents are written and read (`StoreOptions::traces` and the table exists).
-    pub(crate) traces: bool,
-    pub(crate) secrets: Vec<String>,
     pub(crate) retry: TransientBackoff,
     pub(crate) faults: Faults,
-    pub(crate) report: SchemaReport,
 }
 
-/// The MySQL/MariaDB backend: implements [`onestep_core::ports::ExecutionStore`] and
-/// [`onestep_core::ports::LeaseStore`]. Cheap to clone (shared pool).
-#[derive(Clone)]
-pub struct MySqlBackend {
-    pub(crate) inner: Arc<Inner>,
-    /// The version of the attempt ids this handle's claims make: v7 except on a benchmark's
-    /// handle (`with_attempt_ids`, feature `bench-support`; docs/semantics.md#time-ordered-ids).
-    pub(crate) attempt_ids: onestep_core::ids::IdVersion,
-}
-
-impl std::fmt::Debug for MySqlBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlBackend")
-            .field("tables", &self.inner.names)
-            .field("server", &self.inner.server.version_string)
-            .field("features", &self.inner.features)
-            .finish_non_exhaustive()
-    }
+onestep_core::store_handle! {
+    /// The MySQL/MariaDB backend: implements [`onestep_core::ports::ExecutionStore`] and
+    /// [`onestep_core::ports::LeaseStore`]. Cheap to clone (shared pool).
+    pub struct MySqlBackend(Arc<Inner>);
+    server: ServerInfo,
+    report: SchemaReport,
+    debug: [features],
 }
 
 impl MySqlBackend {
@@ -106,32 +88,30 @@ impl MySqlBackend {
             Ok::<_, OpError>((server, report))
         }
         .await;
-        let (server, mut report) = match ready {
+        let ready = match ready {
             Ok(v) => v,
             Err(e) => {
                 let _ = pool.disconnect().await;
                 return Err(e.into_execution_error("open", &secrets));
             }
         };
-        let traces = settle_at_open(&mut report, &opts, &tables, || {
-            crate::upgrade::upgrade_command(&parsed.opts, &tables)
-        });
+        let upgrade_command = |t: &_| crate::upgrade::upgrade_command(&parsed.opts, t);
+        let own = |features: &SchemaFeatures| Own {
+            features: *features,
+            retry: TransientBackoff::default(),
+            faults: Faults::default(),
+        };
         Ok(MySqlBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,
-            inner: Arc::new(Inner {
-                traces,
+            inner: Arc::new(StoreCore::settle(
+                opts,
+                tables,
                 pool,
-                names: tables,
-                limits: opts.limits,
-                reclaim_batch_size: opts.reclaim_batch_size,
-                clock: opts.clock,
-                features: report.features,
-                server,
                 secrets,
-                retry: TransientBackoff::default(),
-                faults: Faults::default(),
-                report,
-            }),
+                ready,
+                upgrade_command,
+                own,
+            )),
         })
     }
 
@@ -159,21 +139,6 @@ impl MySqlBackend {
             .disconnect()
             .await
             .map_err(|e| self.error(e.into(), "close"))
-    }
-
-    /// The server identity read at open.
-    pub fn server(&self) -> &ServerInfo {
-        &self.inner.server
-    }
-
-    /// The schema features detected at open and the tables created by it.
-    pub fn schema_report(&self) -> &SchemaReport {
-        &self.inner.report
-    }
-
-    /// The table pair.
-    pub fn tables(&self) -> &TableNames {
-        &self.inner.names
     }
 
     /// The session state of a pooled connection (time zone, isolation, connection id); for
@@ -205,11 +170,6 @@ impl MySqlBackend {
     #[doc(hidden)]
     pub fn faults(&self) -> &Faults {
         &self.inner.faults
-    }
-
-    /// "Now" for one transaction (docs/semantics.md#time), truncated to microseconds.
-    pub(crate) fn now(&self) -> DateTime<Utc> {
-        truncate_micros(self.inner.clock.now())
     }
 
     pub(crate) fn t(&self) -> &str {

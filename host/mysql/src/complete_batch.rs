@@ -9,13 +9,10 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
+use onestep_core::Execution;
 use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::status::attempt_status_for;
-use onestep_core::store::batch::{
-    self, CompletionTx, DomainOutcome, FinalDiagnostics, LockedRow, LockedRows, Savepoint,
-    SavepointStep, SetItem,
-};
-use onestep_core::{Execution, ExecutionError};
+use onestep_core::store::batch::{CompletionTx, LockedRow, LockedRows, SetItem, SetWrite};
 use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
@@ -26,14 +23,7 @@ use crate::rows::{
     parse_uuid, placeholders,
 };
 
-impl DomainOutcome for OpError {
-    fn into_domain(self) -> Result<ExecutionError, Self> {
-        match self {
-            OpError::Domain(e) => Ok(e),
-            e => Err(e),
-        }
-    }
-}
+onestep_core::impl_domain_outcome!(OpError);
 
 /// One open transaction of this backend, as the shared completion bookkeeping drives it.
 struct Completing<'a, 'c> {
@@ -47,63 +37,21 @@ impl MySqlBackend {
         Completing { backend: self, tx }
     }
 
-    pub(crate) async fn complete_once(
-        &self,
-        lease: &LeaseRef,
-        completion: &Completion,
-    ) -> OpResult<Execution> {
-        let now = self.now();
-        let mut conn = self.conn().await?;
-        let mut tx = begin(&mut conn).await?;
-        let outcome =
-            batch::complete_one(&mut self.completing(&mut tx), lease, completion, now).await;
-        self.finish(tx, outcome).await
-    }
-
-    pub(crate) async fn complete_many_once(
-        &self,
-        items: &[(LeaseRef, Completion)],
-    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
-        let now = self.now();
-        let mut conn = self.conn().await?;
-        let mut tx = begin(&mut conn).await?;
-        // Any failure rolls back at once, so no row lock outlives the call
-        // (docs/lease-protocol.md#refused-writes).
-        let limit = self.inner.limits.max_result_bytes;
-        let outcome = batch::complete_many(&mut self.completing(&mut tx), items, now, limit).await;
-        self.finish(tx, outcome).await
-    }
-}
-
-/// The statement of `step` on `savepoint` (a static text: no allocation per item).
-fn savepoint_sql(step: SavepointStep, savepoint: Savepoint) -> &'static str {
-    match (savepoint, step) {
-        (Savepoint::Item, SavepointStep::Set) => "SAVEPOINT onestep_item",
-        (Savepoint::Item, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_item",
-        (Savepoint::Item, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_item",
-        (Savepoint::Batch, SavepointStep::Set) => "SAVEPOINT onestep_batch",
-        (Savepoint::Batch, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_batch",
-        (Savepoint::Batch, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_batch",
-    }
+    // complete_once, complete_many_once
+    onestep_core::complete_once_methods!(
+        OpError,
+        |conn| begin(&mut conn).await?,
+        |b, tx| b.completing(&mut tx),
+        |outcome| b.finish(tx, outcome).await
+    );
 }
 
 impl CompletionTx for Completing<'_, '_> {
-    type Error = OpError;
-
-    async fn savepoint(&mut self, step: SavepointStep, savepoint: Savepoint) -> OpResult<()> {
-        Ok(self.tx.query_drop(savepoint_sql(step, savepoint)).await?)
-    }
-
-    async fn complete_one(
-        &mut self,
-        lease: &LeaseRef,
-        completion: &Completion,
-        now: DateTime<Utc>,
-    ) -> OpResult<Execution> {
-        self.backend
-            .complete_in_tx(self.tx, lease, completion, now)
-            .await
-    }
+    // type Error, savepoint, complete_one, write_final_diagnostics
+    onestep_core::completion_tx_common!(
+        OpError,
+        query_drop("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
+    );
 
     /// One locking read of every row; an undecodable row is left out
     /// (docs/semantics.md#undecodable-rows).
@@ -147,12 +95,8 @@ impl CompletionTx for Completing<'_, '_> {
 
     /// The two set-based CAS writes (per-row values through `CASE`), then one read-back;
     /// `None` when a count differs from the items.
-    async fn write_set(
-        &mut self,
-        items: &[(LeaseRef, Completion)],
-        set: &[SetItem],
-        now: DateTime<Utc>,
-    ) -> OpResult<Option<Vec<Execution>>> {
+    async fn write_set(&mut self, write: SetWrite<'_>) -> OpResult<Option<Vec<Execution>>> {
+        let SetWrite { items, set, now } = write;
         if !self.write_executions(items, set, now).await?
             || !self.write_attempts(items, set, now).await?
         {
@@ -173,16 +117,6 @@ impl CompletionTx for Completing<'_, '_> {
             written.push(decode_execution(r)?);
         }
         Ok(Some(written))
-    }
-
-    async fn write_final_diagnostics(
-        &mut self,
-        written: &FinalDiagnostics<'_>,
-        now: DateTime<Utc>,
-    ) -> OpResult<()> {
-        self.backend
-            .write_final_diagnostics(self.tx, written, now)
-            .await
     }
 }
 

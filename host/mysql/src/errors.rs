@@ -4,7 +4,7 @@
 //! Every message is redacted ([`crate::dsn::redact`]): it never carries the DSN or password.
 
 use mysql_async::{DriverError, Error as DbError, IoError};
-use onestep_core::store::tx::{self, Failure, TxError};
+use onestep_core::store::tx::{Failure, TxError};
 use onestep_core::{ConnectorKind, ExecutionError};
 
 /// Backend label used in every [`BackendError`](onestep_core::BackendError) (docs/semantics.md#error-object `backend`).
@@ -134,15 +134,8 @@ pub(crate) fn is_retryable_before_commit(e: &DbError) -> bool {
         )
 }
 
-/// Builds the public error for `operation`, redacting `secrets`.
-pub(crate) fn backend_error(
-    operation: &'static str,
-    kind: ConnectorKind,
-    message: &str,
-    secrets: &[String],
-) -> ExecutionError {
-    tx::backend_error(BACKEND, operation, kind, message, secrets)
-}
+// backend_error(operation, kind, message, secrets): the public error, redacted.
+onestep_core::backend_error_fn!(BACKEND);
 
 /// How the shared transaction runner (`onestep_core::store::tx`) reads an [`OpError`].
 impl TxError for OpError {

@@ -16,7 +16,7 @@
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
-use onestep_core::store::SchemaFeatureSet;
+use onestep_core::store::{CommonFeatures, SchemaFeatureSet};
 
 use crate::errors::{OpError, OpResult};
 
@@ -65,29 +65,21 @@ pub fn ix_task_list(names: &TableNames) -> String {
 /// The columns of [`ix_task_list`].
 pub const IX_TASK_LIST_COLUMNS: &str = "namespace, task_name, created_at DESC, id DESC";
 
-/// Which optional schema additions the opened tables have (detected once at open).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SchemaFeatures {
-    /// The executions table has the `claimable` column and both its indexes (created by this
-    /// crate, or reference tables after `onestep migrate --upgrade`).
-    pub claimable_column: bool,
-    /// The executions table has the filtered-list indexes, [`ix_status`] at its full width,
-    /// [`ix_status_list`] and [`ix_task_list`]; without them lists filtered by task or status
-    /// and purges by status walk the namespace's history (tables of the reference or of an
-    /// older onestep, until `onestep migrate --upgrade`).
-    pub list_indexes: bool,
-    /// The attempt-diagnostics table exists (docs/schema.md#attempt-diagnostics); without it the
-    /// worker persists no diagnostics.
-    pub diagnostics_table: bool,
-    /// The trace-context table exists (docs/schema.md#trace-context); without it no submit's
-    /// traceparent is stored and attempts start traces of their own.
-    pub traces_table: bool,
+onestep_core::schema_features! {
+    /// Which optional schema additions the opened tables have (detected once at open): the
+    /// [`CommonFeatures`] (filtered-list indexes — [`ix_status`] at its full width,
+    /// [`ix_status_list`] and [`ix_task_list`] —, diagnostics and trace tables), reached
+    /// through `Deref`, plus the `claimable` column.
+    pub struct SchemaFeatures {
+        /// The executions table has the `claimable` column and both its indexes (created by this
+        /// crate, or reference tables after `onestep migrate --upgrade`).
+        pub claimable_column: bool,
+    }
+    /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
+    /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
+    /// command that adds it (docs/schema.md#upgrading-reference-tables).
+    pub type SchemaReport;
 }
-
-/// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
-/// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade` command
-/// that adds it (docs/schema.md#upgrading-reference-tables).
-pub type SchemaReport = onestep_core::store::SchemaReport<SchemaFeatures>;
 
 impl SchemaFeatureSet for SchemaFeatures {
     // docs/observability.md#attempt-diagnostics
@@ -112,10 +104,6 @@ impl SchemaFeatureSet for SchemaFeatures {
         } else {
             None
         }
-    }
-
-    fn optional_tables(&mut self) -> (&mut bool, &mut bool) {
-        (&mut self.diagnostics_table, &mut self.traces_table)
     }
 
     fn diagnostics_table(names: &TableNames) -> String {
@@ -366,9 +354,11 @@ async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
 async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<SchemaFeatures> {
     Ok(SchemaFeatures {
         claimable_column: crate::upgrade::is_upgraded(conn, names).await?,
-        list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
-        diagnostics_table: table_exists(conn, &names.diagnostics()).await?,
-        traces_table: table_exists(conn, &names.traces()).await?,
+        common: CommonFeatures {
+            list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
+            diagnostics_table: table_exists(conn, &names.diagnostics()).await?,
+            traces_table: table_exists(conn, &names.traces()).await?,
+        },
     })
 }
 

@@ -5,18 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use onestep_core::names::TableNames;
 use onestep_core::store::{
-    SetupError, StoreOptions, TransientBackoff, Tx, TxError, for_ddl, settle_at_open,
+    SetupError, StoreCore, StoreOptions, TransientBackoff, Tx, TxError, for_ddl,
 };
-use onestep_core::time::truncate_micros;
-use onestep_core::{Clock, ConnectorKind, ExecutionError, Limits};
+use onestep_core::{ConnectorKind, ExecutionError};
 
 use crate::dsn::{ParsedDsn, TlsMode, parse_dsn};
 use crate::errors::{OpError, OpResult, backend_error, classify, db_message};
-use crate::schema::{SchemaReport, ensure_schema, validate_names};
+use crate::schema::{SchemaFeatures, SchemaReport, ensure_schema, validate_names};
 
 /// The oldest server accepted (`server_version_num`): PostgreSQL 12.
 pub const MIN_SERVER_VERSION_NUM: i32 = 120000;
@@ -41,37 +38,22 @@ pub struct SessionState {
     pub backend_pid: i32,
 }
 
-pub(crate) struct Inner {
-    pub(crate) pool: Pool,
-    pub(crate) names: TableNames,
-    pub(crate) limits: Limits,
-    pub(crate) reclaim_batch_size: u32,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) server: ServerInfo,
-    pub(crate) secrets: Vec<String>,
-    pub(crate) report: SchemaReport,
+/// What a [`PgBackend`] shares between its clones: the state of every backend plus [`Own`].
+pub(crate) type Inner = StoreCore<Pool, ServerInfo, SchemaFeatures, Own>;
+
+/// This backend's own shared state.
+pub(crate) struct Own {
+    /// The statements prepared from the table names at open.
     pub(crate) sql: crate::sql::Statements,
-    /// Traceparents are written and read (`StoreOptions::traces` and the table exists).
-    pub(crate) traces: bool,
 }
 
-/// The PostgreSQL backend: implements the storage ports of `onestep_core::ports`. Cheap to
-/// clone (shared pool).
-#[derive(Clone)]
-pub struct PgBackend {
-    pub(crate) inner: Arc<Inner>,
-    /// The version of the attempt ids this handle's claims make: v7 except on a benchmark's
-    /// handle (`with_attempt_ids`, feature `bench-support`; docs/semantics.md#time-ordered-ids).
-    pub(crate) attempt_ids: onestep_core::ids::IdVersion,
-}
-
-impl std::fmt::Debug for PgBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgBackend")
-            .field("tables", &self.inner.names)
-            .field("server", &self.inner.server.version_string)
-            .finish_non_exhaustive()
-    }
+onestep_core::store_handle! {
+    /// The PostgreSQL backend: implements the storage ports of `onestep_core::ports`. Cheap to
+    /// clone (shared pool).
+    pub struct PgBackend(Arc<Inner>);
+    server: ServerInfo,
+    report: SchemaReport,
+    debug: [],
 }
 
 /// The rustls client configuration: the webpki roots plus the PEM file `root_cert`.
@@ -180,31 +162,26 @@ impl PgBackend {
             Ok::<_, OpError>((server, report))
         }
         .await;
-        let (server, mut report) = match ready {
+        let ready = match ready {
             Ok(v) => v,
             Err(e) => {
                 pool.close();
                 return Err(e.into_execution_error("open", &secrets));
             }
         };
-        let traces = settle_at_open(&mut report, &opts, &tables, || {
-            crate::upgrade::upgrade_command(&parsed, &tables)
-        });
         let sql = crate::sql::Statements::new(&tables, opts.reclaim_batch_size);
+        let inner = StoreCore::settle(
+            opts,
+            tables,
+            pool,
+            secrets,
+            ready,
+            |t| crate::upgrade::upgrade_command(&parsed, t),
+            |_| Own { sql },
+        );
         Ok(PgBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,
-            inner: Arc::new(Inner {
-                pool,
-                names: tables,
-                limits: opts.limits,
-                reclaim_batch_size: opts.reclaim_batch_size,
-                clock: opts.clock,
-                server,
-                secrets,
-                report,
-                sql,
-                traces,
-            }),
+            inner: Arc::new(inner),
         })
     }
 
@@ -220,21 +197,6 @@ impl PgBackend {
     pub async fn close(&self) -> Result<(), ExecutionError> {
         self.inner.pool.close();
         Ok(())
-    }
-
-    /// The server identity read at open.
-    pub fn server(&self) -> &ServerInfo {
-        &self.inner.server
-    }
-
-    /// The schema features detected at open and the tables created by it.
-    pub fn schema_report(&self) -> &SchemaReport {
-        &self.inner.report
-    }
-
-    /// The table pair.
-    pub fn tables(&self) -> &TableNames {
-        &self.inner.names
     }
 
     /// The per-claim cap of each maintenance step.
@@ -270,11 +232,6 @@ impl PgBackend {
     #[doc(hidden)]
     pub fn test_pool(&self) -> &Pool {
         &self.inner.pool
-    }
-
-    /// "Now" for one transaction (docs/semantics.md#time), truncated to microseconds.
-    pub(crate) fn now(&self) -> DateTime<Utc> {
-        truncate_micros(self.inner.clock.now())
     }
 
     /// The attempt-diagnostics table (quoted), when it exists and diagnostics are kept.

@@ -4,7 +4,7 @@
 //!
 //! Every message is redacted ([`crate::dsn::redact`]): it never carries the DSN or password.
 
-use onestep_core::store::tx::{self, Failure, TxError};
+use onestep_core::store::tx::{Failure, TxError};
 use onestep_core::{ConnectorKind, ExecutionError};
 use tokio_postgres::error::SqlState;
 
@@ -124,15 +124,8 @@ pub(crate) fn is_retryable_before_commit(e: &OpError) -> bool {
     }
 }
 
-/// Builds the public error for `operation`, redacting `secrets`.
-pub(crate) fn backend_error(
-    operation: &'static str,
-    kind: ConnectorKind,
-    message: &str,
-    secrets: &[String],
-) -> ExecutionError {
-    tx::backend_error(BACKEND, operation, kind, message, secrets)
-}
+// backend_error(operation, kind, message, secrets): the public error, redacted.
+onestep_core::backend_error_fn!(BACKEND);
 
 /// The message of a driver error: the server's own message and SQLSTATE when there is one.
 pub(crate) fn db_message(e: &tokio_postgres::Error) -> String {

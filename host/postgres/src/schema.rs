@@ -9,7 +9,7 @@
 //! still never walks finished history.
 
 use onestep_core::names::{TableNames, derived_name, validate_identifier};
-use onestep_core::store::SchemaFeatureSet;
+use onestep_core::store::{CommonFeatures, SchemaFeatureSet};
 use sha2::{Digest, Sha256};
 
 use crate::errors::{OpError, OpResult, backend_error};
@@ -17,28 +17,21 @@ use crate::errors::{OpError, OpResult, backend_error};
 /// PostgreSQL's identifier length limit (NAMEDATALEN - 1).
 pub const PG_NAME_LIMIT: usize = 63;
 
-/// Which optional schema additions the opened tables have (detected once at open).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SchemaFeatures {
-    /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
-    pub expiry_index: bool,
-    /// The executions table has the filtered-list indexes: `ix_<T>_status` at its full width,
-    /// `ix_<T>_status_list` and `ix_<T>_task_list` (created by this crate, or added by `onestep
-    /// migrate --upgrade`); without them the grouped counts read the namespace's rows and lists
-    /// by task or status and purges by status walk its history.
-    pub list_indexes: bool,
-    /// The attempt-diagnostics table `<A>_diagnostics` exists (docs/postgres.md#diagnostics-and-traces);
-    /// without it the worker persists no diagnostics.
-    pub diagnostics_table: bool,
-    /// The trace-context table `<T>_traces` exists (docs/postgres.md#diagnostics-and-traces);
-    /// without it no submit's traceparent is stored.
-    pub traces_table: bool,
+onestep_core::schema_features! {
+    /// Which optional schema additions the opened tables have (detected once at open): the
+    /// [`CommonFeatures`] (filtered-list indexes — `ix_<T>_status` at its full width,
+    /// `ix_<T>_status_list` and `ix_<T>_task_list`; the tables `<A>_diagnostics` and
+    /// `<T>_traces`, docs/postgres.md#diagnostics-and-traces), reached through `Deref`, plus the
+    /// expiry index.
+    pub struct SchemaFeatures {
+        /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
+        pub expiry_index: bool,
+    }
+    /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
+    /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
+    /// adds them (docs/postgres.md#upgrading-reference-tables).
+    pub type SchemaReport;
 }
-
-/// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
-/// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that adds
-/// them (docs/postgres.md#upgrading-reference-tables).
-pub type SchemaReport = onestep_core::store::SchemaReport<SchemaFeatures>;
 
 impl SchemaFeatureSet for SchemaFeatures {
     // docs/observability.md#attempt-diagnostics
@@ -53,10 +46,6 @@ impl SchemaFeatureSet for SchemaFeatures {
              counts and lists and purges by status read the namespace's history; add them \
              online with",
         )
-    }
-
-    fn optional_tables(&mut self) -> (&mut bool, &mut bool) {
-        (&mut self.diagnostics_table, &mut self.traces_table)
     }
 
     fn diagnostics_table(names: &TableNames) -> String {
@@ -465,11 +454,13 @@ pub(crate) async fn ensure_schema(
     }
     let features = SchemaFeatures {
         expiry_index: index_exists(&*client, &ix_expiry(names)).await?,
-        list_indexes: index_width(&*client, &ix_status(names)).await? >= IX_STATUS_WIDTH
-            && index_exists(&*client, &ix_status_list(names)).await?
-            && index_exists(&*client, &ix_task_list(names)).await?,
-        diagnostics_table: table_exists(&*client, &diagnostics_table(names)).await?,
-        traces_table: table_exists(&*client, &traces_table(names)).await?,
+        common: CommonFeatures {
+            list_indexes: index_width(&*client, &ix_status(names)).await? >= IX_STATUS_WIDTH
+                && index_exists(&*client, &ix_status_list(names)).await?
+                && index_exists(&*client, &ix_task_list(names)).await?,
+            diagnostics_table: table_exists(&*client, &diagnostics_table(names)).await?,
+            traces_table: table_exists(&*client, &traces_table(names)).await?,
+        },
     };
     Ok(SchemaReport::new(created, features))
 }

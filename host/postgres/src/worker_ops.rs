@@ -15,10 +15,7 @@ use onestep_core::execution::{Completion, LeaseRef};
 use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
-use onestep_core::store::batch::{
-    self, CompletionTx, DomainOutcome, FinalDiagnostics, LockedRow, LockedRows, Savepoint,
-    SavepointStep, SetItem,
-};
+use onestep_core::store::batch::{CompletionTx, LockedRow, LockedRows, SetItem, SetWrite};
 use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -225,30 +222,13 @@ impl PgBackend {
         Ok(decode_execution(&row)?)
     }
 
-    pub(crate) async fn complete_once(
-        &self,
-        lease: &LeaseRef,
-        completion: &Completion,
-    ) -> OpResult<Execution> {
-        let now = self.now();
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        let outcome = batch::complete_one(&mut self.completing(&tx), lease, completion, now).await;
-        finish(tx, outcome).await
-    }
-
-    pub(crate) async fn complete_many_once(
-        &self,
-        items: &[(LeaseRef, Completion)],
-    ) -> OpResult<Vec<Result<Execution, ExecutionError>>> {
-        let now = self.now();
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
-        let limit = self.inner.limits.max_result_bytes;
-        let outcome = batch::complete_many(&mut self.completing(&tx), items, now, limit).await;
-        finish(tx, outcome).await
-    }
+    // complete_once, complete_many_once
+    onestep_core::complete_once_methods!(
+        OpError,
+        |conn| conn.transaction().await?,
+        |b, tx| b.completing(&tx),
+        |outcome| finish(tx, outcome).await
+    );
 
     /// `tx`, for the completion bookkeeping of `onestep_core::store::batch`.
     fn completing<'a, 't>(&'a self, tx: &'a Transaction<'t>) -> Completing<'a, 't> {
@@ -295,14 +275,7 @@ impl PgBackend {
 
 onestep_core::impl_lease_store!(PgBackend);
 
-impl DomainOutcome for OpError {
-    fn into_domain(self) -> Result<ExecutionError, Self> {
-        match self {
-            OpError::Domain(e) => Ok(e),
-            e => Err(e),
-        }
-    }
-}
+onestep_core::impl_domain_outcome!(OpError);
 
 /// One open transaction of this backend, as the shared completion bookkeeping drives it.
 struct Completing<'a, 't> {
@@ -310,38 +283,12 @@ struct Completing<'a, 't> {
     tx: &'a Transaction<'t>,
 }
 
-/// The statement of `step` on `savepoint` (a static text: no allocation per item).
-fn savepoint_sql(step: SavepointStep, savepoint: Savepoint) -> &'static str {
-    match (savepoint, step) {
-        (Savepoint::Item, SavepointStep::Set) => "SAVEPOINT onestep_item",
-        (Savepoint::Item, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_item",
-        (Savepoint::Item, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_item",
-        (Savepoint::Batch, SavepointStep::Set) => "SAVEPOINT onestep_batch",
-        (Savepoint::Batch, SavepointStep::Release) => "RELEASE SAVEPOINT onestep_batch",
-        (Savepoint::Batch, SavepointStep::RollbackTo) => "ROLLBACK TO SAVEPOINT onestep_batch",
-    }
-}
-
 impl CompletionTx for Completing<'_, '_> {
-    type Error = OpError;
-
-    async fn savepoint(&mut self, step: SavepointStep, savepoint: Savepoint) -> OpResult<()> {
-        Ok(self
-            .tx
-            .batch_execute(savepoint_sql(step, savepoint))
-            .await?)
-    }
-
-    async fn complete_one(
-        &mut self,
-        lease: &LeaseRef,
-        completion: &Completion,
-        now: DateTime<Utc>,
-    ) -> OpResult<Execution> {
-        self.backend
-            .complete_in_tx(self.tx, lease, completion, now)
-            .await
-    }
+    // type Error, savepoint, complete_one, write_final_diagnostics
+    onestep_core::completion_tx_common!(
+        OpError,
+        batch_execute("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
+    );
 
     /// One locking read of every row, in id order; an undecodable row is left out
     /// (docs/semantics.md#undecodable-rows).
@@ -373,12 +320,8 @@ impl CompletionTx for Completing<'_, '_> {
     /// One statement writes the executions and their attempts (each row still fenced by its
     /// own token, its locked status and its live lease) and returns the new rows; `None` when
     /// the counts differ from the items.
-    async fn write_set(
-        &mut self,
-        items: &[(LeaseRef, Completion)],
-        set: &[SetItem],
-        now: DateTime<Utc>,
-    ) -> OpResult<Option<Vec<Execution>>> {
+    async fn write_set(&mut self, write: SetWrite<'_>) -> OpResult<Option<Vec<Execution>>> {
+        let SetWrite { items, set, now } = write;
         let lease = |s: &SetItem| &items[s.index].0;
         let ids: Vec<Uuid> = set.iter().map(|s| lease(s).execution_id).collect();
         let tokens: Vec<Uuid> = set.iter().map(|s| lease(s).lease_token).collect();
@@ -420,15 +363,5 @@ impl CompletionTx for Completing<'_, '_> {
             written.push(decode_execution(r)?);
         }
         Ok(Some(written))
-    }
-
-    async fn write_final_diagnostics(
-        &mut self,
-        written: &FinalDiagnostics<'_>,
-        now: DateTime<Utc>,
-    ) -> OpResult<()> {
-        self.backend
-            .write_final_diagnostics(self.tx, written, now)
-            .await
     }
 }

@@ -24,10 +24,6 @@ struct Rows<'a>(&'a PgBackend);
 
 #[async_trait]
 impl HistoryRows for Rows<'_> {
-    async fn seed(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
-        self.0.seed_history(seed).await
-    }
-
     async fn check_rows(&self, seed: &HistorySeed) {
         let (ids, count) = (seed.ids, seed.count);
         let c = self.0.test_pool().get().await.expect("conn");
@@ -96,6 +92,10 @@ impl HistoryRows for Rows<'_> {
             assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (0, 0));
         }
         drop(c);
+    }
+
+    async fn seed(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
+        self.0.seed_history(seed).await
     }
 }
 

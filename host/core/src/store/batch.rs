@@ -73,6 +73,17 @@ pub struct SetItem {
     pub current: ExecutionStatus,
 }
 
+/// What [`CompletionTx::write_set`] writes: the items of `set` (indexes into `items`) at `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct SetWrite<'a> {
+    /// The call's items.
+    pub items: &'a [(LeaseRef, Completion)],
+    /// The items written set-based (at least two).
+    pub set: &'a [SetItem],
+    /// The transaction's "now".
+    pub now: DateTime<Utc>,
+}
+
 /// The result of one item of `complete_many`.
 pub type ItemOutcome = Result<Execution, ExecutionError>;
 
@@ -112,15 +123,13 @@ pub trait CompletionTx: Send {
         ids: &[Uuid],
     ) -> impl Future<Output = Result<LockedRows, Self::Error>> + Send;
 
-    /// The set-based writes of `set` (at least two items of `items`), each row still fenced
-    /// by its own token, its status and its live lease: the written executions, or `None`
-    /// when a matched-row count differs from the items (the caller rolls back to
+    /// The set-based writes of `write.set` (at least two items of `write.items`), each row
+    /// still fenced by its own token, its status and its live lease: the written executions,
+    /// or `None` when a matched-row count differs from the items (the caller rolls back to
     /// [`Savepoint::Batch`] and every item takes the per-item path).
     fn write_set(
         &mut self,
-        items: &[(LeaseRef, Completion)],
-        set: &[SetItem],
-        now: DateTime<Utc>,
+        write: SetWrite<'_>,
     ) -> impl Future<Output = Result<Option<Vec<Execution>>, Self::Error>> + Send;
 
     /// Writes the final diagnostics of the completions that wrote
@@ -256,7 +265,12 @@ async fn complete_set<T: CompletionTx>(
         return Ok(rest);
     }
     tx.savepoint(SavepointStep::Set, Savepoint::Batch).await?;
-    let Some(written) = tx.write_set(items, &set, now).await? else {
+    let write = SetWrite {
+        items,
+        set: &set,
+        now,
+    };
+    let Some(written) = tx.write_set(write).await? else {
         tx.savepoint(SavepointStep::RollbackTo, Savepoint::Batch)
             .await?;
         rest.extend(set.into_iter().map(|s| s.index));
@@ -352,9 +366,7 @@ mod tests {
 
         async fn write_set(
             &mut self,
-            items: &[(LeaseRef, Completion)],
-            set: &[SetItem],
-            _: DateTime<Utc>,
+            SetWrite { items, set, .. }: SetWrite<'_>,
         ) -> Result<Option<Vec<Execution>>, FakeError> {
             self.log.push(format!("set {}", set.len()));
             Ok(self.set_matches.then(|| {

@@ -2,7 +2,8 @@
 //! "Adding a backend"). Each backend keeps its own DSN parsing, SQL, driver decoding and error
 //! classification and calls into these:
 //!
-//! - opening: the options every backend opens with and their defaults ([`options`]), the first
+//! - opening: the state every backend handle holds ([`base`]), the options every backend opens
+//!   with and their defaults ([`options`]), the first
 //!   steps of DSN parsing ([`dsn`]), redaction of DSN secrets ([`redact`]), the schema report
 //!   and open-time checks ([`schema`]), scratch database names ([`scratch`]);
 //! - transactions: the runner with its retries and error mapping ([`tx`]), the bounded backoff
@@ -12,13 +13,15 @@
 //!   cancel ([`submit`]), attempt diagnostics ([`diagnostics`]), the dashboard's figures
 //!   ([`insights`]), purge ([`purge`]), history seeding ([`history`]) and the client port
 //!   written once for every backend ([`client_port`]);
-//! - the worker side: the batched completion ([`batch`]), the lease arithmetic of claim and
+//! - the worker side: the batched completion ([`batch`], [`completion`]), the lease arithmetic of claim and
 //!   heartbeat ([`lease`]) and the worker port written once for every backend ([`lease_port`]).
 
 pub mod ambiguity;
 pub mod backoff;
+pub mod base;
 pub mod batch;
 pub mod client_port;
+pub mod completion;
 pub mod diagnostics;
 pub mod dsn;
 pub mod errors;
@@ -37,6 +40,7 @@ pub mod tx;
 
 pub use ambiguity::{AMBIGUOUS_ROUNDS, Attempt, Lookup, write_resolving_ambiguity};
 pub use backoff::TransientBackoff;
+pub use base::StoreCore;
 pub use dsn::{SplitDsn, split_dsn};
 pub use errors::{DecodeError, SetupError};
 pub use options::StoreOptions;
@@ -45,6 +49,8 @@ pub use rows::{
     EXECUTION_COLUMN_COUNT, StoredExecution, WindowMark, error_object, undecodable_execution,
     window_page,
 };
-pub use schema::{SchemaFeatureSet, SchemaReport, for_ddl, settle_at_open, upgrade_then_close};
+pub use schema::{
+    CommonFeatures, SchemaFeatureSet, SchemaReport, for_ddl, settle_at_open, upgrade_then_close,
+};
 pub use scratch::{ScratchTarget, scratch_name};
 pub use tx::{Failure, Tx, TxError};

@@ -25,18 +25,72 @@ pub struct SchemaReport<F> {
     pub upgrade_command: Option<String>,
 }
 
+/// The schema features every backend detects at open. Each backend's own feature set embeds
+/// them and dereferences to them, so `features.diagnostics_table` reads the same everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommonFeatures {
+    /// The executions table has the filtered-list indexes (the backend's status, status-list
+    /// and task-list indexes at their full width); without them lists filtered by task or
+    /// status and purges by status walk the namespace's history (tables of the reference or of
+    /// an older onestep, until `onestep migrate --upgrade`).
+    pub list_indexes: bool,
+    /// The attempt-diagnostics table exists (docs/schema.md#attempt-diagnostics); without it the
+    /// worker persists no diagnostics.
+    pub diagnostics_table: bool,
+    /// The trace-context table exists (docs/schema.md#trace-context); without it no submit's
+    /// traceparent is stored and attempts start traces of their own.
+    pub traces_table: bool,
+}
+
+/// Declares a backend's feature set `$name`: its own flags, then `common`
+/// ([`CommonFeatures`], which `$name` dereferences to), and its report type
+/// `$report` = [`SchemaReport<$name>`](SchemaReport).
+#[macro_export]
+macro_rules! schema_features {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: bool,)*
+        }
+        $(#[$report_meta:meta])*
+        pub type $report:ident;
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: bool,)*
+            /// The features every backend detects.
+            pub common: $crate::store::CommonFeatures,
+        }
+
+        $(#[$report_meta])*
+        pub type $report = $crate::store::SchemaReport<$name>;
+
+        impl ::std::ops::Deref for $name {
+            type Target = $crate::store::CommonFeatures;
+
+            fn deref(&self) -> &$crate::store::CommonFeatures {
+                &self.common
+            }
+        }
+
+        impl ::std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut $crate::store::CommonFeatures {
+                &mut self.common
+            }
+        }
+    };
+}
+
 /// The schema features of one backend (detected once at open), as the open-time checks read
-/// them.
-pub trait SchemaFeatureSet {
+/// them: the [`CommonFeatures`] it dereferences to plus its own.
+pub trait SchemaFeatureSet: std::ops::DerefMut<Target = CommonFeatures> {
     /// The open warning about the attempt-diagnostics table being absent.
     const DIAGNOSTICS_ABSENT: &'static str;
 
     /// When the executions table lacks something this build's queries use: the open warning
     /// (what is missing and what it costs), to which `: <upgrade command>` is appended.
     fn upgrade_warning(&self) -> Option<&'static str>;
-
-    /// The "attempt-diagnostics table exists" and "trace-context table exists" flags.
-    fn optional_tables(&mut self) -> (&mut bool, &mut bool);
 
     /// The name of the attempt-diagnostics table of `names`.
     fn diagnostics_table(names: &TableNames) -> String;
@@ -60,7 +114,8 @@ pub fn settle_at_open<F: SchemaFeatureSet>(
         tracing::warn!(table = %names.executions, "{warning}: {command}");
         report.upgrade_command = Some(command);
     }
-    let (diagnostics, traces) = report.features.optional_tables();
+    let common: &mut CommonFeatures = &mut report.features;
+    let (diagnostics, traces) = (&mut common.diagnostics_table, &mut common.traces_table);
     if !opts.diagnostics {
         *diagnostics = false;
     } else if !*diagnostics {

@@ -71,6 +71,23 @@ pub fn backend_error(
     })
 }
 
+/// Defines a backend's `backend_error(operation, kind, message, secrets)`: [`backend_error`]
+/// with the backend label `$backend`.
+#[macro_export]
+macro_rules! backend_error_fn {
+    ($backend:expr) => {
+        /// Builds the public error for `operation`, redacting `secrets`.
+        pub(crate) fn backend_error(
+            operation: &'static str,
+            kind: $crate::ConnectorKind,
+            message: &str,
+            secrets: &[::std::string::String],
+        ) -> $crate::ExecutionError {
+            $crate::store::tx::backend_error($backend, operation, kind, message, secrets)
+        }
+    };
+}
+
 /// Turns a backend's operation error into the public error for `operation`.
 pub fn into_execution_error<E: TxError>(
     e: E,
