@@ -119,17 +119,14 @@ type Prepared = (Store, ApiState, SocketAddr);
 /// Builds the backend and the state from the config; errors are `(exit code, message)`.
 async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepared, (u8, String)> {
     let usage = |m: String| (2u8, m);
-    let api = config
-        .api
-        .as_ref()
-        .ok_or_else(|| {
-            usage(
-                "the app file has no `api:` section; add one naming the connector and the \
+    let api = config.api.as_ref().ok_or_else(|| {
+        usage(
+            "the app file has no `api:` section; add one naming the connector and the \
                  namespace clients use, e.g. `api: {connector: db, namespace: default}` \
                  (docs/configuration.md#api-for-onestep-serve)"
-                    .into(),
-            )
-        })?;
+                .into(),
+        )
+    })?;
     let connector = config.connectors.get(&api.connector).ok_or_else(|| {
         usage(format!(
             "api.connector: unknown connector resource '{}'",
