@@ -202,7 +202,13 @@ pub struct NetworkSettings {
     /// a file descriptor of the worker); a request that needs one more, while all are in use,
     /// waits up to the connect timeout, then fails with `connection-limit-reached`.
     pub max_connections: u32,
+    /// `max_requests`: requests one attempt may send in all (a cost cap: an agent looping on
+    /// an API stops there); one more fails with `HTTP-request-denied`.
+    pub max_requests: u64,
 }
+
+/// Requests one attempt may send in all (`sandbox.network.max_requests`).
+pub const DEFAULT_MAX_REQUESTS: u64 = 10_000;
 
 impl Default for NetworkSettings {
     fn default() -> Self {
@@ -214,6 +220,7 @@ impl Default for NetworkSettings {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_requests: DEFAULT_MAX_REQUESTS,
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::model::{AllowedOrigin, MAX_CONNECTIONS_LIMIT, NetworkSettings, Origin
 use crate::node::{Node, Value};
 
 /// `sandbox.network` keys (strict validation).
-pub const NETWORK_KEYS: [&str; 8] = [
+pub const NETWORK_KEYS: [&str; 9] = [
     "allow",
     "headers",
     "max_response_bytes",
@@ -22,6 +22,7 @@ pub const NETWORK_KEYS: [&str; 8] = [
     "request_timeout_s",
     "max_concurrent_requests",
     "max_connections",
+    "max_requests",
 ];
 
 /// Builds `sandbox.network` at `path` (e.g. `tasks[0].sandbox.network`).
@@ -115,6 +116,19 @@ pub fn build_network(node: &Node, path: &str) -> Result<NetworkSettings, ConfigE
             }
         },
     };
+    let max_requests = match node.get_set("max_requests") {
+        None => d.max_requests,
+        Some(n) => match integer(n).and_then(|i| u64::try_from(i).ok()) {
+            Some(v) if v >= 1 => v,
+            _ => {
+                return Err(ConfigError::at(
+                    n,
+                    path,
+                    "max_requests must be an integer >= 1",
+                ));
+            }
+        },
+    };
     Ok(NetworkSettings {
         allow,
         max_response_bytes: bytes("max_response_bytes", d.max_response_bytes)?,
@@ -123,6 +137,7 @@ pub fn build_network(node: &Node, path: &str) -> Result<NetworkSettings, ConfigE
         request_timeout: secs("request_timeout_s", d.request_timeout)?,
         max_concurrent_requests,
         max_connections,
+        max_requests,
     })
 }
 

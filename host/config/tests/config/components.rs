@@ -705,7 +705,7 @@ fn sandbox_network() {
         ..LoadOptions::default()
     };
     let full = format!(
-        "{plain}    sandbox:\n      network:\n        allow:\n          - https://api.example.com\n          - https://*.example.org:8443\n          - http://127.0.0.1:18080\n        headers:\n          https://api.example.com:443: {{Authorization: \"Bearer ${{API_KEY}}\", X-N: 3}}\n        max_response_bytes: 1000\n        max_request_bytes: 2000\n        connect_timeout_s: 1.5\n        request_timeout_s: 30\n        max_concurrent_requests: 4\n        max_connections: 6\n"
+        "{plain}    sandbox:\n      network:\n        allow:\n          - https://api.example.com\n          - https://*.example.org:8443\n          - http://127.0.0.1:18080\n        headers:\n          https://api.example.com:443: {{Authorization: \"Bearer ${{API_KEY}}\", X-N: 3}}\n        max_response_bytes: 1000\n        max_request_bytes: 2000\n        connect_timeout_s: 1.5\n        request_timeout_s: 30\n        max_concurrent_requests: 4\n        max_connections: 6\n        max_requests: 7\n"
     );
     let cfg = load(&dir.write("full.yaml", &full), &opts).expect("loads");
     let n = &cfg.tasks[0].sandbox.network;
@@ -731,6 +731,11 @@ fn sandbox_network() {
             n.max_concurrent_requests
         ),
         (1000, 2000, 4)
+    );
+    assert_eq!(n.max_requests, 7);
+    assert_eq!(
+        cfg.tasks[0].sandbox.network.max_requests, 7,
+        "sandbox.network.max_requests"
     );
     assert_eq!(n.connect_timeout, std::time::Duration::from_millis(1500));
     assert_eq!(n.request_timeout, std::time::Duration::from_secs(30));
@@ -861,6 +866,15 @@ fn sandbox_network() {
             .to_string(),
         "app.sandbox: network grants a capability and is set per task (tasks[].sandbox.network); app.sandbox holds only default limits (line 1, column 35)"
     );
+    for v in ["0", "-1", "2.5", "many"] {
+        let e = bad(&format!(
+            "        allow: [https://a.example.com]\n        max_requests: {v}\n"
+        ));
+        assert!(
+            e.contains("max_requests must be an integer >= 1"),
+            "{v}: {e}"
+        );
+    }
     // Strict keys.
     assert_eq!(
         bad("        allow: [https://a.example.com]\n        allowed: []\n"),

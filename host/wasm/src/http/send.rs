@@ -3,7 +3,7 @@
 //! (denied: `HTTP-request-denied`, a value, and one log line naming the
 //! origin), replaces the host-injected headers, caps the request and response
 //! bodies, applies the connect and request timeouts (the latter capped by the
-//! attempt's deadline) and the per-attempt request limit, and sends it
+//! attempt's deadline) and the per-attempt limits (requests in flight, requests in all), and sends it
 //! through the process's shared pool. Redirects are never followed. See
 //! `docs/security.md#network`.
 
@@ -69,6 +69,9 @@ pub(crate) struct Hooks {
 #[derive(Debug, Default)]
 pub(crate) struct HttpCounters {
     requests: AtomicU64,
+    /// Requests admitted past the allow-list and the concurrency limit, counted against
+    /// `max_requests`.
+    admitted: AtomicU64,
     denied: AtomicU64,
     refused: AtomicU64,
     failed: AtomicU64,
@@ -240,6 +243,18 @@ impl WasiHttpHooks for Hooks {
             }
             return self.refuse(request, Error::ConnectionLimitReached);
         };
+        if self.counters.admitted.fetch_add(1, Ordering::Relaxed) >= self.policy.max_requests {
+            drop(permit);
+            if self.log.admit(tracing::Level::INFO, "").is_some() {
+                tracing::info!(
+                    execution_id = %self.ids.execution_id,
+                    attempt_id = %self.ids.attempt_id,
+                    limit = self.policy.max_requests,
+                    "outbound HTTP request refused: max_requests reached"
+                );
+            }
+            return self.refuse(request, Error::HttpRequestDenied);
+        }
         for (name, value) in &entry.headers {
             let (Ok(name), Ok(mut value)) = (
                 HeaderName::from_bytes(name.as_bytes()),

@@ -124,3 +124,28 @@ async fn an_attempt_holds_at_most_max_connections_case() {
     let out = output(&run(&sb, json!({"urls": urls, "hold": true})).await);
     assert_eq!(out["results"], json!([200, 200]), "{out}");
 }
+
+/// `sandbox.network.max_requests`: an attempt sends at most that many requests in all; each one
+/// more fails with `HTTP-request-denied` (a value the guest sees) and one log line says why.
+#[test]
+fn an_attempt_sends_at_most_max_requests() {
+    guarded(false, an_attempt_sends_at_most_max_requests_case());
+}
+
+async fn an_attempt_sends_at_most_max_requests_case() {
+    let s = server().await;
+    let mut sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
+    sb.network.max_requests = 5;
+    let (outcome, log) = logged(|| run(&sb, json!({"url": s.url("/ok"), "repeat": 8}))).await;
+    let out = output(&outcome);
+    assert_eq!(out["ok"], 5, "{out}");
+    assert_eq!(out["errors"]["HttpRequestDenied"], 3, "{out}");
+    assert!(
+        log.contains("outbound HTTP request refused: max_requests reached"),
+        "{log}"
+    );
+    // The default leaves such a loop alone.
+    let sb = sandbox(&[&format!("http://127.0.0.1:{}", s.port())]);
+    let out = output(&run(&sb, json!({"url": s.url("/ok"), "repeat": 8})).await);
+    assert_eq!(out["ok"], 8, "{out}");
+}
