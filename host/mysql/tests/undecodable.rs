@@ -47,7 +47,7 @@ impl RawRows for Rows {
         .expect("row")
     }
 
-    async fn lock_nowait(&self, id: Uuid) -> Result<(), String> {
+    async fn lock_nowait(&self, id: Uuid) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let mut c = self.0.get_conn().await.expect("conn");
         c.query_drop("START TRANSACTION").await.expect("begin");
         let r: Result<Vec<mysql_async::Row>, _> = c
@@ -57,7 +57,7 @@ impl RawRows for Rows {
             )
             .await;
         c.query_drop("ROLLBACK").await.expect("rollback");
-        r.map(drop).map_err(|e| e.to_string())
+        r.map(drop).map_err(Into::into)
     }
 
     async fn deferred_s(&self, id: Uuid) -> i64 {

@@ -23,12 +23,10 @@ impl std::fmt::Debug for ScratchDatabase {
     }
 }
 
-/// `url` with its database replaced by `db` (scheme, credentials and query kept).
-fn with_database(url: &str, db: &str) -> Result<String, String> {
-    let (scheme, rest) = url
-        .trim()
-        .split_once("://")
-        .ok_or_else(|| "not a URL".to_owned())?;
+/// `url` with its database replaced by `db` (scheme, credentials and query kept); `None` when
+/// `url` is not a URL.
+fn with_database(url: &str, db: &str) -> Option<String> {
+    let (scheme, rest) = url.trim().split_once("://")?;
     let (base, query) = match rest.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (rest, None),
@@ -39,7 +37,7 @@ fn with_database(url: &str, db: &str) -> Result<String, String> {
         out.push('?');
         out.push_str(q);
     }
-    Ok(out)
+    Some(out)
 }
 
 async fn on_server(server_dsn: &str, sql: &str, op: &'static str) -> Result<(), ExecutionError> {
@@ -73,7 +71,7 @@ impl ScratchDatabase {
             "lower-case letters, digits and underscores",
         )?;
         let op = "create_database";
-        let bad = |e: String| {
+        let bad = |e: &str| {
             backend_error(
                 op,
                 ConnectorKind::Misconfigured,
@@ -81,8 +79,8 @@ impl ScratchDatabase {
                 &[],
             )
         };
-        let server_dsn = with_database(server_url, "postgres").map_err(bad)?;
-        let dsn = with_database(server_url, &name).map_err(bad)?;
+        let server_dsn = with_database(server_url, "postgres").ok_or_else(|| bad("not a URL"))?;
+        let dsn = with_database(server_url, &name).ok_or_else(|| bad("not a URL"))?;
         let secrets = parse_dsn(&server_dsn)
             .map_err(|m| backend_error(op, ConnectorKind::Misconfigured, &m.to_string(), &[]))?
             .secrets;

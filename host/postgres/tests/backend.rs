@@ -53,7 +53,7 @@ impl RawRows for Rows {
         .get(0)
     }
 
-    async fn lock_nowait(&self, id: Uuid) -> Result<(), String> {
+    async fn lock_nowait(&self, id: Uuid) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let mut c = self.0.get().await.expect("conn");
         let tx = c.transaction().await.expect("begin");
         let r = tx
@@ -63,7 +63,7 @@ impl RawRows for Rows {
             )
             .await;
         tx.rollback().await.expect("rollback");
-        r.map(drop).map_err(|e| e.to_string())
+        r.map(drop).map_err(Into::into)
     }
 
     async fn deferred_s(&self, id: Uuid) -> i64 {

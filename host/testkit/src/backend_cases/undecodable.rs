@@ -28,8 +28,8 @@ pub trait RawRows: Send + Sync {
     /// The stored status of execution `id`.
     async fn status(&self, id: Uuid) -> String;
     /// Locks the row of `id` with `FOR UPDATE NOWAIT` in a transaction of a connection of its
-    /// own, then rolls back: an error (as text) while any other transaction holds the row.
-    async fn lock_nowait(&self, id: Uuid) -> Result<(), String>;
+    /// own, then rolls back: the driver's error while any other transaction holds the row.
+    async fn lock_nowait(&self, id: Uuid) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
     /// Whole seconds from `created_at` to `available_at` of execution `id`.
     async fn deferred_s(&self, id: Uuid) -> i64;
 }
