@@ -77,19 +77,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_support::block_on;
     use std::cell::Cell;
-    use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
-
-    fn block_on<F: Future>(f: F) -> F::Output {
-        let mut f = pin!(f);
-        let mut cx = Context::from_waker(Waker::noop());
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-        }
-    }
 
     #[test]
     fn a_write_that_landed_is_not_repeated() {

@@ -76,19 +76,8 @@ impl TransientBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_support::block_on;
     use std::cell::Cell;
-
-    fn block_on<F: Future>(f: F) -> F::Output {
-        use std::pin::pin;
-        use std::task::{Context, Poll, Waker};
-        let mut f = pin!(f);
-        let mut cx = Context::from_waker(Waker::noop());
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-        }
-    }
 
     #[test]
     fn delays_grow_capped_with_jitter() {

@@ -293,19 +293,8 @@ async fn complete_set<T: CompletionTx>(
 mod tests {
     use super::*;
     use crate::error_object::ErrorObject;
+    use crate::store::test_support::block_on;
     use serde_json::json;
-    use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
-
-    fn block_on<F: Future>(f: F) -> F::Output {
-        let mut f = pin!(f);
-        let mut cx = Context::from_waker(Waker::noop());
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-        }
-    }
 
     #[derive(Debug)]
     enum FakeError {

@@ -54,3 +54,22 @@ pub use schema::{
 };
 pub use scratch::{ScratchTarget, scratch_name};
 pub use tx::{Failure, Tx, TxError};
+
+/// Helpers of this module's unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// Polls `f` to completion on this thread (the futures under test never wait on I/O).
+    pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
+        let mut f = pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+}

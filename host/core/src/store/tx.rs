@@ -269,19 +269,8 @@ macro_rules! tx_methods {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_support::block_on;
     use std::cell::Cell;
-    use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
-
-    fn block_on<F: Future>(f: F) -> F::Output {
-        let mut f = pin!(f);
-        let mut cx = Context::from_waker(Waker::noop());
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-        }
-    }
 
     #[derive(Debug)]
     enum Fake {
