@@ -1,0 +1,411 @@
+//! Client operations (docs/semantics.md#client-operations): submit (idempotency through the
+//! unique key index and `ON CONFLICT DO NOTHING`, in one `BEGIN IMMEDIATE` transaction),
+//! submit_many (one transaction), get, list (keyset paging, the search window) and cancel.
+//! The port itself is written by `onestep_core::impl_execution_store!`.
+
+use async_trait::async_trait;
+use onestep_core::cursor::Cursor;
+use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
+use onestep_core::store::submit::{
+    self, BatchOutcomes, CancelStep, CancelTarget, MAX_LISTED_TASKS, Resolved, SubmissionReads,
+};
+use onestep_core::store::{Lookup, WindowMark, window_page};
+use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage};
+use rusqlite::types::Value as Sql;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::backend::SqliteBackend;
+use crate::errors::{OpError, OpResult, backend_error};
+use crate::rows::{
+    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, decode_execution, json, opt_json, ots, time, ts,
+    uid, uuid,
+};
+
+/// Ids per `IN (SELECT value FROM json_each(?))` read.
+pub(crate) const ID_CHUNK: usize = 1000;
+
+/// The ids as one JSON array of stored UUID texts (bound to `json_each`).
+pub(crate) fn id_array(ids: impl IntoIterator<Item = Uuid>) -> String {
+    Value::Array(ids.into_iter().map(|u| Value::String(uid(u))).collect()).to_string()
+}
+
+/// The execution with `id` (in `namespace`, when given).
+pub(crate) fn select_by_id(
+    b: &SqliteBackend,
+    c: &Connection,
+    id: Uuid,
+    namespace: Option<&str>,
+) -> OpResult<Option<Execution>> {
+    let t = b.t();
+    let row = match namespace {
+        Some(ns) => c
+            .prepare_cached(&format!(
+                "SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = ?1 AND namespace = ?2"
+            ))?
+            .query_row(params![uid(id), ns], |r| Ok(decode_execution(r)))
+            .optional()?,
+        None => c
+            .prepare_cached(&format!("SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = ?1"))?
+            .query_row(params![uid(id)], |r| Ok(decode_execution(r)))
+            .optional()?,
+    };
+    Ok(row.transpose()?)
+}
+
+/// [`SubmissionReads`] on the writer's open transaction.
+struct Reads<'a> {
+    b: &'a SqliteBackend,
+    c: &'a mut Connection,
+}
+
+#[async_trait]
+impl SubmissionReads for Reads<'_> {
+    type Error = OpError;
+
+    async fn by_id(&mut self, id: Uuid, namespace: &str) -> OpResult<Option<Execution>> {
+        select_by_id(self.b, self.c, id, Some(namespace))
+    }
+
+    async fn key_holder(
+        &mut self,
+        sub: &PreparedSubmission,
+        key: &str,
+    ) -> OpResult<Option<(Execution, Option<String>)>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS}, submission_digest FROM {} \
+             WHERE namespace = ?1 AND task_name = ?2 AND idempotency_key = ?3",
+            self.b.t()
+        );
+        let found = self
+            .c
+            .prepare_cached(&sql)?
+            .query_row(params![sub.namespace, sub.task_name, key], |r| {
+                Ok((
+                    decode_execution(r),
+                    r.get::<_, Option<String>>(EXECUTION_COLUMN_COUNT),
+                ))
+            })
+            .optional()?;
+        match found {
+            None => Ok(None),
+            Some((x, digest)) => Ok(Some((x?, digest?))),
+        }
+    }
+
+    async fn by_ids(&mut self, ids: &[Uuid]) -> OpResult<Vec<Execution>> {
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM {} WHERE id IN (SELECT value FROM json_each(?1))",
+            self.b.t()
+        );
+        let mut st = self.c.prepare_cached(&sql)?;
+        let rows = st.query_map(params![id_array(ids.iter().copied())], |r| {
+            Ok(decode_execution(r))
+        })?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r??);
+        }
+        Ok(out)
+    }
+}
+
+fn vanished() -> OpError {
+    OpError::Domain(backend_error(
+        "submit",
+        ConnectorKind::Transient,
+        "the row holding this submission's id or key vanished; retry",
+        &[],
+    ))
+}
+
+/// Inserts `sub` unless its id or key is taken; the new row, or `None`.
+fn insert(
+    b: &SqliteBackend,
+    c: &Connection,
+    sub: &PreparedSubmission,
+    now: chrono::DateTime<chrono::Utc>,
+) -> OpResult<Option<Execution>> {
+    let sql = format!(
+        "INSERT INTO {} (id, namespace, task_name, status, payload, metadata, idempotency_key, \
+         submission_digest, attempts, available_at, created_at, updated_at, expires_at, version) \
+         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, 0, ?8, ?9, ?9, ?10, 0) \
+         ON CONFLICT DO NOTHING RETURNING {EXECUTION_COLUMNS}",
+        b.t()
+    );
+    let digest = sub.idempotency_key.as_ref().map(|_| sub.digest.clone());
+    let row = c
+        .prepare_cached(&sql)?
+        .query_row(
+            params![
+                uid(sub.id),
+                sub.namespace,
+                sub.task_name,
+                json(&sub.payload),
+                json(&sub.metadata),
+                sub.idempotency_key,
+                digest,
+                ts(now + sub.delay),
+                ts(now),
+                ots(sub.expires_at),
+            ],
+            |r| Ok(decode_execution(r)),
+        )
+        .optional()?;
+    Ok(row.transpose()?)
+}
+
+impl SqliteBackend {
+    pub(crate) async fn submit_once(&self, sub: &PreparedSubmission) -> OpResult<Execution> {
+        let sub = sub.clone();
+        self.write(move |b, c| {
+            let now = b.now();
+            if let Some(x) = insert(b, c, &sub, now)? {
+                // Only a newly created execution gets the submit's trace context.
+                b.store_trace_parent(c, sub.id, sub.trace_parent.as_deref(), now)?;
+                return Ok(x);
+            }
+            match futures::executor::block_on(Reads { b, c }.lookup(&sub))? {
+                Lookup::Inserted(x) | Lookup::Replay(x) => Ok(x),
+                Lookup::Conflict(existing_id) => {
+                    Err(ExecutionError::Conflict { existing_id }.into())
+                }
+                Lookup::Absent => Err(vanished()),
+            }
+        })
+        .await
+    }
+
+    pub(crate) async fn submit_many_once(
+        &self,
+        subs: &[PreparedSubmission],
+    ) -> OpResult<BatchOutcomes> {
+        let subs = subs.to_vec();
+        self.write(move |b, c| {
+            let now = b.now();
+            for sub in submit::insert_order(&subs) {
+                insert(b, c, sub, now)?;
+            }
+            let resolved = futures::executor::block_on(Reads { b, c }.resolve_batch(&subs, ID_CHUNK))?;
+            Ok(submit::batch_outcomes(resolved, &subs))
+        })
+        .await
+    }
+
+    /// The row holding `sub`'s id or key (after an ambiguous commit; SQLite never reports
+    /// one, see `errors.rs`).
+    pub(crate) async fn lookup_fresh(&self, sub: &PreparedSubmission) -> OpResult<Lookup> {
+        let sub = sub.clone();
+        self.write(move |b, c| futures::executor::block_on(Reads { b, c }.lookup(&sub)))
+            .await
+    }
+
+    /// What landed of `subs`.
+    pub(crate) async fn resolve_fresh(&self, subs: &[PreparedSubmission]) -> OpResult<Resolved> {
+        let subs = subs.to_vec();
+        self.write(move |b, c| {
+            futures::executor::block_on(Reads { b, c }.resolve_batch(&subs, ID_CHUNK))
+        })
+        .await
+    }
+
+    pub(crate) async fn get_once(&self, namespace: &str, id: Uuid) -> OpResult<Option<Execution>> {
+        let ns = namespace.to_owned();
+        self.read(move |b, c| select_by_id(b, c, id, Some(&ns))).await
+    }
+
+    pub(crate) async fn cancel_once(&self, target: CancelTarget<'_>) -> OpResult<Option<Execution>> {
+        let (ns, id) = (target.namespace.to_owned(), target.id);
+        let reason = target.reason.map(str::to_owned);
+        self.write(move |b, c| {
+            let now = b.now();
+            let Some(current) = select_by_id(b, c, id, Some(&ns))? else {
+                return Ok(None);
+            };
+            let set = match CancelStep::of(current.status) {
+                CancelStep::Cancel => "status = 'cancelled', finished_at = ?2,",
+                CancelStep::Request => "status = 'cancel_requested',",
+                CancelStep::Unchanged => return Ok(Some(current)),
+            };
+            let sql = format!(
+                "UPDATE {} SET {set} cancel_reason = ?1, cancel_requested_at = ?2, \
+                 updated_at = ?2, version = version + 1 WHERE id = ?3 \
+                 RETURNING {EXECUTION_COLUMNS}",
+                b.t()
+            );
+            let row = c
+                .prepare_cached(&sql)?
+                .query_row(params![reason, ts(now), uid(id)], |r| {
+                    Ok(decode_execution(r))
+                })
+                .optional()?;
+            Ok(row.transpose()?)
+        })
+        .await
+    }
+
+    /// The distinct task names of the namespace's keyed rows; `None` when more than
+    /// [`MAX_LISTED_TASKS`].
+    async fn keyed_task_names(&self, namespace: &str) -> Result<Option<Vec<String>>, ExecutionError> {
+        let ns = namespace.to_owned();
+        let tasks = self
+            .run("list", || {
+                let ns = ns.clone();
+                self.read(move |b, c| {
+                    let sql = format!(
+                        "SELECT DISTINCT task_name FROM {} WHERE namespace = ?1 \
+                         AND idempotency_key IS NOT NULL LIMIT {}",
+                        b.t(),
+                        MAX_LISTED_TASKS + 1
+                    );
+                    let mut st = c.prepare_cached(&sql)?;
+                    let rows = st.query_map(params![ns], |r| r.get::<_, String>(0))?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })
+            })
+            .await?;
+        Ok((tasks.len() <= MAX_LISTED_TASKS).then_some(tasks))
+    }
+
+    /// One page of `list` (docs/semantics.md#listing-and-cursors). The metadata and
+    /// exception-type filters, which no index holds, are evaluated on the rows of the range
+    /// (through the search window when no key is given).
+    pub(crate) async fn list_page(
+        &self,
+        namespace: &str,
+        filter: &ListFilter,
+    ) -> Result<ExecutionPage, ExecutionError> {
+        let limit = filter.limit as usize;
+        let search = &filter.search;
+        let tasks = match (&filter.task_name, &search.idempotency_key) {
+            (None, Some(_)) => match self.keyed_task_names(namespace).await? {
+                Some(t) if t.is_empty() => {
+                    return Ok(ExecutionPage::from_overfetched(vec![], limit));
+                }
+                other => other,
+            },
+            _ => None,
+        };
+        let mut range = String::from("namespace = ?");
+        let mut params: Vec<Sql> = vec![Sql::Text(namespace.to_owned())];
+        if let Some(t) = &filter.task_name {
+            range.push_str(" AND task_name = ?");
+            params.push(Sql::Text(t.clone()));
+        } else if let Some(t) = &tasks {
+            range.push_str(" AND task_name IN (SELECT value FROM json_each(?))");
+            params.push(Sql::Text(serde_json::to_string(t).unwrap_or_default()));
+        }
+        if let Some(s) = filter.status {
+            range.push_str(" AND status = ?");
+            params.push(Sql::Text(s.as_str().to_owned()));
+        }
+        if let Some(t) = search.created_from {
+            range.push_str(" AND created_at >= ?");
+            params.push(Sql::Text(ts(t)));
+        }
+        if let Some(t) = search.created_before {
+            range.push_str(" AND created_at < ?");
+            params.push(Sql::Text(ts(t)));
+        }
+        if let Some(k) = &search.idempotency_key {
+            range.push_str(" AND idempotency_key = ?");
+            params.push(Sql::Text(k.clone()));
+        }
+        if let Some(cur) = &filter.after {
+            range.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+            params.push(Sql::Text(ts(cur.created_at)));
+            params.push(Sql::Text(ts(cur.created_at)));
+            params.push(Sql::Text(uid(cur.id)));
+        }
+        let residual = search.metadata.is_some() || search.exception_type.is_some();
+        let window = filter.window_rows();
+        let cap = match (window, residual) {
+            (Some(w), _) => format!(" LIMIT {w}"),
+            (None, false) => format!(" LIMIT {}", limit + 1),
+            (None, true) => String::new(),
+        };
+        let sql = format!(
+            "SELECT {EXECUTION_COLUMNS} FROM {} WHERE {range} \
+             ORDER BY created_at DESC, id DESC{cap}",
+            self.t()
+        );
+        let search = search.clone();
+        let rows: Vec<(bool, Cursor, Result<Execution, ExecutionError>)> = self
+            .run("list", || {
+                let (sql, params, search) = (sql.clone(), params.clone(), search.clone());
+                self.read(move |_, c| {
+                    let mut st = c.prepare(&sql)?;
+                    let rows = st.query_map(rusqlite::params_from_iter(params), |r| {
+                        Ok(list_row(r, &search))
+                    })?;
+                    let mut out = Vec::new();
+                    for r in rows {
+                        out.push(r??);
+                    }
+                    Ok(out)
+                })
+            })
+            .await?;
+        match window {
+            Some(window) => {
+                let examined = rows.len() as i64;
+                window_page(
+                    rows,
+                    window,
+                    limit,
+                    |(matched, position, _)| {
+                        Ok(WindowMark {
+                            matched: *matched,
+                            examined,
+                            position: *position,
+                        })
+                    },
+                    |(_, _, x)| x,
+                )
+            }
+            None => {
+                let items = rows
+                    .into_iter()
+                    .filter(|(matched, _, _)| *matched)
+                    .take(limit + 1)
+                    .map(|(_, _, x)| x)
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(ExecutionPage::from_overfetched(items, limit))
+            }
+        }
+    }
+}
+
+/// One row of a list read: whether it matches the residual filters, its list position and its
+/// decoding.
+fn list_row(
+    r: &rusqlite::Row<'_>,
+    search: &ListSearch,
+) -> OpResult<(bool, Cursor, Result<Execution, ExecutionError>)> {
+    let position = Cursor {
+        created_at: time(r, 14, "created_at")?,
+        id: uuid(r, 0, "id")?,
+    };
+    let mut matched = true;
+    if let Some((key, value)) = &search.metadata {
+        let meta = opt_json(r, 5, "metadata").ok().flatten();
+        matched &= meta
+            .as_ref()
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            == Some(value.as_str());
+    }
+    if let Some(t) = &search.exception_type {
+        let error = opt_json(r, 7, "error").ok().flatten();
+        let needle = t.to_lowercase();
+        matched &= error
+            .as_ref()
+            .and_then(|e| e.get("exception_type"))
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.to_lowercase().contains(&needle));
+    }
+    Ok((matched, position, decode_execution(r)))
+}
+
+onestep_core::impl_execution_store!(SqliteBackend);

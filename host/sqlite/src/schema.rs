@@ -1,0 +1,341 @@
+//! Table DDL and schema readiness (docs/sqlite.md#schema): the same two tables as on MySQL and
+//! PostgreSQL (same columns, same meaning; SQLite types: `TEXT` for UUIDs, instants and JSON),
+//! the same partial indexes, plus `<A>_diagnostics` and `<T>_traces`. Creation runs in one
+//! `BEGIN IMMEDIATE` transaction, so two processes opening one new file create the tables once.
+
+use onestep_core::names::{TableNames, derived_name, validate_identifier};
+use onestep_core::store::{CommonFeatures, SchemaFeatureSet};
+use rusqlite::Connection;
+
+use crate::errors::{OpError, OpResult, backend_error};
+
+/// The longest table name accepted (the other backends' limit, so a pair moves between them).
+pub const NAME_LIMIT: usize = 63;
+
+onestep_core::schema_features! {
+    /// Which schema parts the opened tables have (detected once at open): the
+    /// [`CommonFeatures`] plus the expiry index.
+    pub struct SchemaFeatures {
+        /// The executions table has the `ix_<T>_expiry` partial index.
+        pub expiry_index: bool,
+    }
+    /// What readiness did: the tables created and the [`SchemaFeatures`] detected.
+    pub type SchemaReport;
+}
+
+impl SchemaFeatureSet for SchemaFeatures {
+    const DIAGNOSTICS_ABSENT: &'static str = "the attempt-diagnostics table is absent: attempts' \
+        messages, progress and log lines are not kept; `onestep migrate` creates it";
+
+    fn upgrade_warning(&self) -> Option<&'static str> {
+        (!(self.expiry_index && self.list_indexes)).then_some(
+            "execution tables without onestep's expiry and status indexes: expiry reads every \
+             live row, and the dashboard's counts and lists read the namespace's history; add \
+             them with",
+        )
+    }
+
+    fn diagnostics_table(names: &TableNames) -> String {
+        diagnostics_table(names)
+    }
+
+    fn traces_table(names: &TableNames) -> String {
+        traces_table(names)
+    }
+}
+
+/// Validates both table names against [`NAME_LIMIT`].
+pub fn validate_names(names: &TableNames) -> Result<(), onestep_core::ExecutionError> {
+    validate_identifier("executions_table", &names.executions, NAME_LIMIT)?;
+    validate_identifier("attempts_table", &names.attempts, NAME_LIMIT)
+}
+
+fn derived(table: &str, prefix: &str, suffix: &str) -> String {
+    derived_name(prefix, table, suffix, NAME_LIMIT)
+}
+
+/// The attempt-diagnostics table: `<A>_diagnostics`.
+pub fn diagnostics_table(names: &TableNames) -> String {
+    derived(&names.attempts, "", "diagnostics")
+}
+
+/// The trace-context table: `<T>_traces`.
+pub fn traces_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "traces")
+}
+
+/// `"name"`: a validated identifier, quoted.
+pub fn q(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The indexes of the executions table beyond the primary key: `(name, definition)`.
+pub fn execution_indexes(names: &TableNames) -> Vec<(String, String)> {
+    let t = &names.executions;
+    let qt = q(t);
+    let ix = |suffix: &str| derived(t, "ix_", suffix);
+    vec![
+        (
+            derived(t, "uq_", "idempotency"),
+            format!(
+                "CREATE UNIQUE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, task_name, \
+                 idempotency_key) WHERE idempotency_key IS NOT NULL"
+            ),
+        ),
+        (
+            ix("claim"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, task_name, available_at, \
+                 created_at, id) WHERE status IN ('queued', 'retrying')"
+            ),
+        ),
+        (
+            ix("lease"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (lease_expires_at, id) \
+                 WHERE status IN ('running', 'cancel_requested')"
+            ),
+        ),
+        (
+            ix("list"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, created_at DESC, id DESC)"
+            ),
+        ),
+        (
+            ix("expiry"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (expires_at, id) \
+                 WHERE status IN ('queued', 'retrying') AND expires_at IS NOT NULL"
+            ),
+        ),
+        (
+            ix("status"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, task_name, status, \
+                 created_at DESC, id DESC)"
+            ),
+        ),
+        (
+            ix("status_list"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, status, created_at DESC, \
+                 id DESC)"
+            ),
+        ),
+        (
+            ix("task_list"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, task_name, created_at DESC, \
+                 id DESC)"
+            ),
+        ),
+    ]
+}
+
+/// The statement creating index `name` from its [`execution_indexes`] definition.
+pub fn index_sql(name: &str, definition: &str) -> String {
+    definition.replacen("{}", &q(name), 1)
+}
+
+/// `CREATE TABLE` for the executions table (its indexes: [`execution_indexes`]).
+pub fn executions_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  id TEXT NOT NULL PRIMARY KEY,\n\
+  namespace TEXT NOT NULL,\n\
+  task_name TEXT NOT NULL,\n\
+  status TEXT NOT NULL,\n\
+  payload TEXT NOT NULL,\n\
+  metadata TEXT DEFAULT '{{}}' NOT NULL,\n\
+  result TEXT,\n\
+  error TEXT,\n\
+  idempotency_key TEXT,\n\
+  submission_digest TEXT,\n\
+  attempts INTEGER DEFAULT 0 NOT NULL,\n\
+  available_at TEXT NOT NULL,\n\
+  lease_token TEXT,\n\
+  lease_expires_at TEXT,\n\
+  worker_id TEXT,\n\
+  cancel_reason TEXT,\n\
+  cancel_requested_at TEXT,\n\
+  expires_at TEXT,\n\
+  created_at TEXT NOT NULL,\n\
+  updated_at TEXT NOT NULL,\n\
+  started_at TEXT,\n\
+  finished_at TEXT,\n\
+  version INTEGER DEFAULT 0 NOT NULL,\n\
+  CONSTRAINT ck_onestep_execution_status CHECK (status IN ('queued', 'running', 'retrying', 'succeeded', 'failed', 'cancel_requested', 'cancelled', 'expired')),\n\
+  CONSTRAINT ck_onestep_execution_idempotency CHECK ((idempotency_key IS NULL AND submission_digest IS NULL) OR (idempotency_key IS NOT NULL AND submission_digest IS NOT NULL))\n\
+)",
+        q(&names.executions)
+    )
+}
+
+/// `CREATE TABLE` + `CREATE INDEX` for the attempts table.
+pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
+    let a = &names.attempts;
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {qa} (\n\
+  id TEXT NOT NULL PRIMARY KEY,\n\
+  execution_id TEXT NOT NULL REFERENCES {qt} (id) ON DELETE CASCADE,\n\
+  attempt_no INTEGER NOT NULL,\n\
+  lease_token TEXT NOT NULL,\n\
+  worker_id TEXT NOT NULL,\n\
+  status TEXT NOT NULL,\n\
+  error TEXT,\n\
+  started_at TEXT NOT NULL,\n\
+  heartbeat_at TEXT NOT NULL,\n\
+  finished_at TEXT,\n\
+  CONSTRAINT {uq} UNIQUE (execution_id, attempt_no),\n\
+  CONSTRAINT ck_onestep_attempt_status CHECK (status IN ('running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost'))\n\
+)",
+            qa = q(a),
+            qt = q(&names.executions),
+            uq = q(&derived(a, "uq_", "execution_attempt")),
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {} (execution_id, attempt_no DESC)",
+            q(&derived(a, "ix_", "execution")),
+            q(a)
+        ),
+    ]
+}
+
+/// `CREATE TABLE` + `CREATE INDEX` for the attempt-diagnostics table (one row per attempt that
+/// wrote diagnostics; `purge` deletes its rows with their execution).
+pub fn diagnostics_ddl(names: &TableNames) -> Vec<String> {
+    let d = diagnostics_table(names);
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+  attempt_id TEXT NOT NULL PRIMARY KEY,\n\
+  execution_id TEXT NOT NULL,\n\
+  is_final INTEGER DEFAULT 0 NOT NULL,\n\
+  message TEXT,\n\
+  progress_done INTEGER,\n\
+  progress_total INTEGER,\n\
+  progress_note TEXT,\n\
+  progress_at TEXT,\n\
+  log_lines INTEGER DEFAULT 0 NOT NULL,\n\
+  log_tail TEXT,\n\
+  trap_kind TEXT,\n\
+  component_digest TEXT,\n\
+  fuel_consumed INTEGER,\n\
+  peak_memory_bytes INTEGER,\n\
+  updated_at TEXT NOT NULL\n\
+)",
+            q(&d)
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {} (execution_id)",
+            q(&derived(&names.attempts, "ix_", "diagnostics_execution")),
+            q(&d)
+        ),
+    ]
+}
+
+/// `CREATE TABLE` for the trace-context table (the submit's W3C `traceparent`, one row per
+/// execution, written only while traces are on).
+pub fn traces_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  execution_id TEXT NOT NULL PRIMARY KEY,\n\
+  traceparent TEXT NOT NULL,\n\
+  created_at TEXT NOT NULL\n\
+)",
+        q(&traces_table(names))
+    )
+}
+
+fn exists(c: &Connection, kind: &str, name: &str) -> OpResult<bool> {
+    let n: i64 = c.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
+        rusqlite::params![kind, name],
+        |r| r.get(0),
+    )?;
+    Ok(n > 0)
+}
+
+/// Readiness on the writer connection: with `auto_create`, one `BEGIN IMMEDIATE` transaction
+/// creates each missing table (executions first) with its indexes; without it, fail with
+/// `missing execution tables: a, b`. Then detect [`SchemaFeatures`].
+pub(crate) fn ensure_schema(
+    c: &mut Connection,
+    names: &TableNames,
+    auto_create: bool,
+) -> OpResult<SchemaReport> {
+    let mut created = Vec::new();
+    if auto_create {
+        let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        if !exists(&tx, "table", &names.executions)? {
+            tx.execute_batch(&executions_ddl(names))?;
+            for (name, def) in execution_indexes(names) {
+                tx.execute_batch(&index_sql(&name, &def))?;
+            }
+            created.push(names.executions.clone());
+        }
+        if !exists(&tx, "table", &names.attempts)? {
+            for stmt in attempts_ddl(names) {
+                tx.execute_batch(&stmt)?;
+            }
+            created.push(names.attempts.clone());
+        }
+        let d = diagnostics_table(names);
+        if !exists(&tx, "table", &d)? {
+            for stmt in diagnostics_ddl(names) {
+                tx.execute_batch(&stmt)?;
+            }
+            created.push(d);
+        }
+        let tr = traces_table(names);
+        if !exists(&tx, "table", &tr)? {
+            tx.execute_batch(&traces_ddl(names))?;
+            created.push(tr);
+        }
+        tx.commit()?;
+    } else {
+        let mut missing = Vec::new();
+        for table in [&names.executions, &names.attempts] {
+            if !exists(c, "table", table)? {
+                missing.push(table.clone());
+            }
+        }
+        if !missing.is_empty() {
+            return Err(OpError::Domain(backend_error(
+                "open",
+                onestep_core::ConnectorKind::Misconfigured,
+                &format!("missing execution tables: {}", missing.join(", ")),
+                &[],
+            )));
+        }
+    }
+    let t = &names.executions;
+    let features = SchemaFeatures {
+        expiry_index: exists(c, "index", &derived(t, "ix_", "expiry"))?,
+        common: CommonFeatures {
+            list_indexes: exists(c, "index", &derived(t, "ix_", "status"))?
+                && exists(c, "index", &derived(t, "ix_", "status_list"))?
+                && exists(c, "index", &derived(t, "ix_", "task_list"))?,
+            diagnostics_table: exists(c, "table", &diagnostics_table(names))?,
+            traces_table: exists(c, "table", &traces_table(names))?,
+        },
+    };
+    Ok(SchemaReport::new(created, features))
+}
+
+/// `onestep migrate --upgrade`: the indexes of [`execution_indexes`] the executions table lacks,
+/// created in one `BEGIN IMMEDIATE` transaction; returns the names added.
+pub(crate) fn add_missing_indexes(c: &mut Connection, names: &TableNames) -> OpResult<Vec<String>> {
+    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut added = Vec::new();
+    for (name, def) in execution_indexes(names) {
+        if !exists(&tx, "index", &name)? {
+            tx.execute_batch(&index_sql(&name, &def))?;
+            added.push(name);
+        }
+    }
+    tx.commit()?;
+    Ok(added)
+}
