@@ -39,7 +39,7 @@ pub struct BenchArgs {
     #[arg(long, env = "ONESTEP_BENCH_DSN")]
     pub dsn: Option<String>,
     /// Server on which the throw-away database is created (without a database name): a
-    /// `mysql://` or a `postgres://` URL.
+    /// `mysql://` or a `postgres://` URL, or `sqlite://` (a file in a new temporary directory).
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306/")]
     pub server_url: String,
     /// Keep the throw-away database instead of dropping it.

@@ -14,6 +14,7 @@ use onestep_core::store::StoreOptions;
 use onestep_core::{Backend, ExecutionError};
 use onestep_mysql::{DdlStyle, Flavor, MySqlBackend};
 use onestep_postgres::PgBackend;
+use onestep_sqlite::SqliteBackend;
 
 use crate::cpu;
 use crate::retention::UpgradeFigures;
@@ -23,6 +24,11 @@ use crate::retention::UpgradeFigures;
 fn is_postgres(dsn: &str) -> bool {
     let scheme = dsn.trim().split_once("://").map_or("", |(s, _)| s);
     onestep_postgres::dsn::is_postgres_scheme(scheme)
+}
+
+/// Whether a DSN names an embedded SQLite file (`sqlite://`).
+fn is_sqlite(dsn: &str) -> bool {
+    dsn.trim().starts_with("sqlite://")
 }
 
 /// How one round opens the backend.
@@ -45,11 +51,21 @@ pub(crate) struct OpenOptions {
 pub(crate) enum BenchStore {
     Mysql(MySqlBackend),
     Postgres(PgBackend),
+    Sqlite(SqliteBackend),
 }
 
 impl BenchStore {
     /// Opens the backend the DSN names, creating missing tables.
     pub async fn open(o: &OpenOptions) -> Result<Self> {
+        if is_sqlite(&o.dsn) {
+            let mut opts = StoreOptions::new(o.dsn.clone());
+            opts.pool_max = o.pool_max;
+            opts.diagnostics = o.diagnostics;
+            let b = SqliteBackend::open(opts)
+                .await
+                .context("cannot open the backend")?;
+            return Ok(BenchStore::Sqlite(b.with_attempt_ids(o.attempt_ids)));
+        }
         if is_postgres(&o.dsn) {
             let mut opts = StoreOptions::new(o.dsn.clone());
             opts.pool_max = o.pool_max;
@@ -86,6 +102,7 @@ impl BenchStore {
         match self {
             BenchStore::Mysql(b) => b.schema_report().features.claimable_column,
             BenchStore::Postgres(b) => b.schema_report().upgrade_command.is_none(),
+            BenchStore::Sqlite(b) => b.schema_report().upgrade_command.is_none(),
         }
     }
 
@@ -94,6 +111,7 @@ impl BenchStore {
         match self {
             BenchStore::Mysql(b) => b.seed_history(seed).await,
             BenchStore::Postgres(b) => b.seed_history(seed).await,
+            BenchStore::Sqlite(b) => b.seed_history(seed).await,
         }
     }
 
@@ -106,6 +124,8 @@ impl BenchStore {
                 cpu::find_server(port, b.server().flavor == Flavor::MariaDb)
             }
             BenchStore::Postgres(_) => cpu::postgres_processes(),
+            // Embedded: its CPU is the benchmark process's own.
+            BenchStore::Sqlite(_) => None,
         }
     }
 
@@ -114,6 +134,7 @@ impl BenchStore {
         match self {
             BenchStore::Mysql(_) => cpu::process_cpu_ms(&process.pid),
             BenchStore::Postgres(_) => cpu::postgres_cpu_ms(),
+            BenchStore::Sqlite(_) => None,
         }
     }
 }
@@ -126,6 +147,7 @@ impl std::ops::Deref for BenchStore {
         match self {
             BenchStore::Mysql(b) => b,
             BenchStore::Postgres(b) => b,
+            BenchStore::Sqlite(b) => b,
         }
     }
 }
@@ -133,7 +155,15 @@ impl std::ops::Deref for BenchStore {
 /// `onestep migrate --upgrade` on the benchmark's tables (`--upgrade-after-round`).
 pub(crate) async fn upgrade(dsn: &str) -> Result<UpgradeFigures> {
     let started = Instant::now();
-    let steps: Vec<String> = if is_postgres(dsn) {
+    let steps: Vec<String> = if is_sqlite(dsn) {
+        SqliteBackend::upgrade(StoreOptions::new(dsn))
+            .await
+            .context("migrate --upgrade failed")?
+            .steps
+            .iter()
+            .map(|s| format!("{} ({})", s.added, s.form))
+            .collect()
+    } else if is_postgres(dsn) {
         PgBackend::upgrade(StoreOptions::new(dsn))
             .await
             .context("migrate --upgrade failed")?
@@ -160,13 +190,24 @@ pub(crate) async fn upgrade(dsn: &str) -> Result<UpgradeFigures> {
 pub(crate) enum Scratch {
     Mysql(onestep_mysql::ScratchDatabase),
     Postgres(onestep_postgres::ScratchDatabase),
+    /// A new directory under the system's temporary one holding `bench.db`, for
+    /// `--server-url sqlite://` (removed by `drop_database`, kept with `--keep`).
+    Sqlite(std::path::PathBuf, String),
 }
 
 impl Scratch {
     /// Creates `onestep_bench_<random>` on `server_url`.
     pub async fn create(server_url: &str) -> Result<Self> {
         let what = "cannot create the benchmark database on --server-url";
-        Ok(if is_postgres(server_url) {
+        Ok(if is_sqlite(server_url) {
+            let dir = tempfile::Builder::new()
+                .prefix("onestep_bench_")
+                .tempdir()
+                .context(what)?
+                .keep();
+            let dsn = format!("sqlite://{}", dir.join("bench.db").display());
+            Scratch::Sqlite(dir, dsn)
+        } else if is_postgres(server_url) {
             Scratch::Postgres(
                 onestep_postgres::ScratchDatabase::create(server_url, "onestep_bench_")
                     .await
@@ -186,6 +227,7 @@ impl Scratch {
         match self {
             Scratch::Mysql(d) => d.dsn(),
             Scratch::Postgres(d) => d.dsn(),
+            Scratch::Sqlite(_, dsn) => dsn,
         }
     }
 
@@ -194,6 +236,7 @@ impl Scratch {
         match self {
             Scratch::Mysql(d) => d.name().to_owned(),
             Scratch::Postgres(d) => d.name().to_owned(),
+            Scratch::Sqlite(d, _) => d.display().to_string(),
         }
     }
 
@@ -202,6 +245,9 @@ impl Scratch {
         match self {
             Scratch::Mysql(d) => d.drop_database().await,
             Scratch::Postgres(d) => d.drop_database().await,
+            Scratch::Sqlite(d, _) => std::fs::remove_dir_all(&d).map_err(|e| {
+                ExecutionError::invalid(format!("cannot remove {}: {e}", d.display()))
+            }),
         }
     }
 }

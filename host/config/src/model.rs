@@ -166,14 +166,17 @@ pub enum DatabaseKind {
     Mysql,
     /// PostgreSQL (`type: postgres`, `postgres_execution_source`; docs/postgres.md).
     Postgres,
+    /// Embedded SQLite (`type: sqlite`, `sqlite_execution_source`; docs/sqlite.md).
+    Sqlite,
 }
 
 impl DatabaseKind {
-    /// The connector display type (`MySQLConnector`, `PostgresConnector`).
+    /// The connector display type (`MySQLConnector`, `PostgresConnector`, `SQLiteConnector`).
     pub fn connector_display(self) -> &'static str {
         match self {
             DatabaseKind::Mysql => "MySQLConnector",
             DatabaseKind::Postgres => "PostgresConnector",
+            DatabaseKind::Sqlite => "SQLiteConnector",
         }
     }
 
@@ -182,6 +185,7 @@ impl DatabaseKind {
         match self {
             DatabaseKind::Mysql => "MySQLExecutionSource",
             DatabaseKind::Postgres => "PostgresExecutionSource",
+            DatabaseKind::Sqlite => "SQLiteExecutionSource",
         }
     }
 }
@@ -273,6 +277,7 @@ impl ExecutionSourceConfig {
         match self.kind {
             DatabaseKind::Mysql => format!("mysql.execution:{}", self.namespace),
             DatabaseKind::Postgres => format!("postgres.execution:{}", self.namespace),
+            DatabaseKind::Sqlite => format!("sqlite.execution:{}", self.namespace),
         }
     }
 }

@@ -115,7 +115,7 @@ mod tests {
             ("sqlite://:memory:", "in-memory"),
             ("sqlite://x.db?foo=1", "unsupported dsn parameter 'foo'"),
             ("sqlite://x.db?synchronous=off", "unsupported synchronous 'off'"),
-            ("mysql://u@h/db", "unsupported dsn scheme 'mysql'"),
+            ("mysql://host/db", "unsupported dsn scheme 'mysql'"),
         ] {
             let e = parse_dsn(dsn).unwrap_err().to_string();
             assert!(e.contains(needle), "{dsn}: {e}");

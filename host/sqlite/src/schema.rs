@@ -326,16 +326,14 @@ pub(crate) fn ensure_schema(
 }
 
 /// `onestep migrate --upgrade`: the indexes of [`execution_indexes`] the executions table lacks,
-/// created in one `BEGIN IMMEDIATE` transaction; returns the names added.
-pub(crate) fn add_missing_indexes(c: &mut Connection, names: &TableNames) -> OpResult<Vec<String>> {
-    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+/// created in the caller's `BEGIN IMMEDIATE` transaction; returns the names added.
+pub(crate) fn add_missing_indexes(c: &Connection, names: &TableNames) -> OpResult<Vec<String>> {
     let mut added = Vec::new();
     for (name, def) in execution_indexes(names) {
-        if !exists(&tx, "index", &name)? {
-            tx.execute_batch(&index_sql(&name, &def))?;
+        if !exists(c, "index", &name)? {
+            c.execute_batch(&index_sql(&name, &def))?;
             added.push(name);
         }
     }
-    tx.commit()?;
     Ok(added)
 }

@@ -58,6 +58,8 @@
 //! * [`postgres`]: `onestep migrate`, the client commands and a real worker with real components
 //!   on PostgreSQL; a connector of the wrong kind is a load error.
 //! * [`render`]: `onestep render` of a config, as text and as a Mermaid flowchart.
+//! * [`sqlite`]: three workers on one SQLite file drain 200 executions while one is killed
+//!   with SIGKILL: none lost, attempts consistent, no completion by a fenced-out lease.
 //! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
 //!   outside the repository and passes `check --strict` and `task run`; bad input.
 //! * [`schemathesis`]: schemathesis against `onestep serve`'s `/openapi.json` with generated
@@ -107,6 +109,7 @@ mod runtime;
 mod scaffold;
 mod schemathesis;
 mod smoke;
+mod sqlite;
 mod task_run;
 mod traces;
 mod ui_browser;

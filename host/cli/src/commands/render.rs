@@ -57,6 +57,7 @@ fn endpoint(connector: &MysqlConnectorConfig) -> String {
     let kind = match connector.kind {
         onestep_config::DatabaseKind::Mysql => "mysql",
         onestep_config::DatabaseKind::Postgres => "postgres",
+        onestep_config::DatabaseKind::Sqlite => "sqlite",
     };
     format!("{kind} {rest}")
 }

@@ -46,11 +46,13 @@ impl StoreOptions {
 }
 
 /// The database kind a DSN names by its scheme (`postgres://`, `postgresql[+driver]://` →
-/// PostgreSQL, anything else MySQL, whose parser reports a bad scheme).
+/// PostgreSQL, `sqlite://` → SQLite, anything else MySQL, whose parser reports a bad scheme).
 pub(crate) fn kind_of_dsn(dsn: &str) -> DatabaseKind {
     let scheme = dsn.trim().split_once("://").map_or("", |(s, _)| s);
     if onestep_postgres::dsn::is_postgres_scheme(scheme) {
         DatabaseKind::Postgres
+    } else if scheme == "sqlite" {
+        DatabaseKind::Sqlite
     } else {
         DatabaseKind::Mysql
     }
@@ -64,6 +66,7 @@ async fn open_backend(
     Ok(match kind {
         DatabaseKind::Mysql => Arc::new(onestep_mysql::MySqlBackend::open(opts).await?),
         DatabaseKind::Postgres => Arc::new(onestep_postgres::PgBackend::open(opts).await?),
+        DatabaseKind::Sqlite => Arc::new(onestep_sqlite::SqliteBackend::open(opts).await?),
     })
 }
 
@@ -136,6 +139,8 @@ mod tests {
             ),
             ("postgresql+psycopg://u@h/db", DatabaseKind::Postgres),
             ("postgresql://u@h/db", DatabaseKind::Postgres),
+            ("sqlite://./dev/x.db", DatabaseKind::Sqlite),
+            ("sqlite:///abs/x.db", DatabaseKind::Sqlite),
         ] {
             assert_eq!(kind_of_dsn(dsn), kind, "{dsn}");
             assert_eq!(StoreOptions::new(dsn).kind, kind);

@@ -171,13 +171,13 @@ pub fn build(
     let mut sources = BTreeMap::new();
     for (name, e) in &entries {
         match e.kind {
-            ResourceKind::Mysql | ResourceKind::Postgres => {
+            ResourceKind::Mysql | ResourceKind::Postgres | ResourceKind::Sqlite => {
                 connectors.insert(
                     name.clone(),
                     resources::build_connector(e, ctx.require_dsn)?,
                 );
             }
-            ResourceKind::MysqlSource | ResourceKind::PostgresSource => {
+            ResourceKind::MysqlSource | ResourceKind::PostgresSource | ResourceKind::SqliteSource => {
                 sources.insert(name.clone(), resources::build_source(e, &entries)?);
             }
         }

@@ -43,6 +43,10 @@ pub enum ResourceKind {
     Postgres,
     /// `postgres_execution_source`.
     PostgresSource,
+    /// `sqlite` connector (docs/sqlite.md).
+    Sqlite,
+    /// `sqlite_execution_source`.
+    SqliteSource,
 }
 
 impl ResourceKind {
@@ -53,6 +57,8 @@ impl ResourceKind {
             "mysql_execution_source" => Some(ResourceKind::MysqlSource),
             "postgres" => Some(ResourceKind::Postgres),
             "postgres_execution_source" => Some(ResourceKind::PostgresSource),
+            "sqlite" => Some(ResourceKind::Sqlite),
+            "sqlite_execution_source" => Some(ResourceKind::SqliteSource),
             _ => None,
         }
     }
@@ -69,8 +75,12 @@ impl ResourceKind {
     /// The strict allow-list of the type (docs/configuration.md#resources).
     pub fn allowed_fields(self) -> &'static [&'static str] {
         match self {
-            ResourceKind::Mysql | ResourceKind::Postgres => &["type", "dsn", "engine_options"],
-            ResourceKind::MysqlSource | ResourceKind::PostgresSource => &SOURCE_FIELDS,
+            ResourceKind::Mysql | ResourceKind::Postgres | ResourceKind::Sqlite => {
+                &["type", "dsn", "engine_options"]
+            }
+            ResourceKind::MysqlSource | ResourceKind::PostgresSource | ResourceKind::SqliteSource => {
+                &SOURCE_FIELDS
+            }
         }
     }
 
@@ -79,19 +89,23 @@ impl ResourceKind {
         match self {
             ResourceKind::Mysql | ResourceKind::MysqlSource => DatabaseKind::Mysql,
             ResourceKind::Postgres | ResourceKind::PostgresSource => DatabaseKind::Postgres,
+            ResourceKind::Sqlite | ResourceKind::SqliteSource => DatabaseKind::Sqlite,
         }
     }
 
     /// True for the connector types.
     pub fn is_connector(self) -> bool {
-        matches!(self, ResourceKind::Mysql | ResourceKind::Postgres)
+        matches!(
+            self,
+            ResourceKind::Mysql | ResourceKind::Postgres | ResourceKind::Sqlite
+        )
     }
 
     /// True for the source types.
     pub fn is_source(self) -> bool {
         matches!(
             self,
-            ResourceKind::MysqlSource | ResourceKind::PostgresSource
+            ResourceKind::MysqlSource | ResourceKind::PostgresSource | ResourceKind::SqliteSource
         )
     }
 }
@@ -477,7 +491,10 @@ pub fn connector_ref(
             path,
             match want {
                 Some(k) => format!("resource '{name}' must be a {}", k.connector_display()),
-                None => format!("resource '{name}' must be a MySQLConnector or PostgresConnector"),
+                None => format!(
+                    "resource '{name}' must be a MySQLConnector, PostgresConnector or \
+                     SQLiteConnector"
+                ),
             },
         )),
         Some(r) if want.is_some_and(|k| k != r.kind.database()) => Err(ConfigError::at(
@@ -487,10 +504,10 @@ pub fn connector_ref(
                 "resource '{name}' must be a {} (it is a {}, which a {} cannot use)",
                 want.map_or("", DatabaseKind::connector_display),
                 r.kind.display(),
-                if want == Some(DatabaseKind::Postgres) {
-                    "postgres_execution_source"
-                } else {
-                    "mysql_execution_source"
+                match want {
+                    Some(DatabaseKind::Postgres) => "postgres_execution_source",
+                    Some(DatabaseKind::Sqlite) => "sqlite_execution_source",
+                    _ => "mysql_execution_source",
                 }
             ),
         )),
