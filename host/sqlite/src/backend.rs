@@ -249,7 +249,8 @@ impl SqliteBackend {
         let readers = std::mem::take(&mut *lock(&pool.readers));
         drop(readers);
         if let Some(c) = writer {
-            c.close().map_err(|(_, e)| self.error(OpError::Db(e), "close"))?;
+            c.close()
+                .map_err(|(_, e)| self.error(OpError::Db(e), "close"))?;
         }
         Ok(())
     }

@@ -47,7 +47,9 @@ pub(crate) fn select_by_id(
             .query_row(params![uid(id), ns], |r| Ok(decode_execution(r)))
             .optional()?,
         None => c
-            .prepare_cached(&format!("SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = ?1"))?
+            .prepare_cached(&format!(
+                "SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = ?1"
+            ))?
             .query_row(params![uid(id)], |r| Ok(decode_execution(r)))
             .optional()?,
     };
@@ -187,7 +189,8 @@ impl SqliteBackend {
             for sub in submit::insert_order(&subs) {
                 insert(b, c, sub, now)?;
             }
-            let resolved = futures::executor::block_on(Reads { b, c }.resolve_batch(&subs, ID_CHUNK))?;
+            let resolved =
+                futures::executor::block_on(Reads { b, c }.resolve_batch(&subs, ID_CHUNK))?;
             Ok(submit::batch_outcomes(resolved, &subs))
         })
         .await
@@ -212,10 +215,14 @@ impl SqliteBackend {
 
     pub(crate) async fn get_once(&self, namespace: &str, id: Uuid) -> OpResult<Option<Execution>> {
         let ns = namespace.to_owned();
-        self.read(move |b, c| select_by_id(b, c, id, Some(&ns))).await
+        self.read(move |b, c| select_by_id(b, c, id, Some(&ns)))
+            .await
     }
 
-    pub(crate) async fn cancel_once(&self, target: CancelTarget<'_>) -> OpResult<Option<Execution>> {
+    pub(crate) async fn cancel_once(
+        &self,
+        target: CancelTarget<'_>,
+    ) -> OpResult<Option<Execution>> {
         let (ns, id) = (target.namespace.to_owned(), target.id);
         let reason = target.reason.map(str::to_owned);
         self.write(move |b, c| {
@@ -247,7 +254,10 @@ impl SqliteBackend {
 
     /// The distinct task names of the namespace's keyed rows; `None` when more than
     /// [`MAX_LISTED_TASKS`].
-    async fn keyed_task_names(&self, namespace: &str) -> Result<Option<Vec<String>>, ExecutionError> {
+    async fn keyed_task_names(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<Vec<String>>, ExecutionError> {
         let ns = namespace.to_owned();
         let tasks = self
             .run("list", || {

@@ -114,7 +114,10 @@ mod tests {
             ("sqlite://", "must name a database file"),
             ("sqlite://:memory:", "in-memory"),
             ("sqlite://x.db?foo=1", "unsupported dsn parameter 'foo'"),
-            ("sqlite://x.db?synchronous=off", "unsupported synchronous 'off'"),
+            (
+                "sqlite://x.db?synchronous=off",
+                "unsupported synchronous 'off'",
+            ),
             ("mysql://host/db", "unsupported dsn scheme 'mysql'"),
         ] {
             let e = parse_dsn(dsn).unwrap_err().to_string();

@@ -72,10 +72,7 @@ impl OverviewRows for SqliteBackend {
                     b.t()
                 ))?;
                 let rows = st.query_map(params![ns, since, limit], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        micros_between(r.get(1)?, r.get(2)?),
-                    ))
+                    Ok((r.get::<_, String>(0)?, micros_between(r.get(1)?, r.get(2)?)))
                 })?;
                 Ok(rows.collect::<Result<_, _>>()?)
             })

@@ -111,9 +111,7 @@ pub fn opt_json(row: &Row<'_>, i: usize, col: &str) -> Result<Option<Value>, Dec
 /// Decodes a row selected with [`EXECUTION_COLUMNS`] (at index 0). Failures are
 /// `cannot decode execution <id>: <reason>` (docs/semantics.md#undecodable-rows).
 pub fn decode_execution(row: &Row<'_>) -> Result<Execution, ExecutionError> {
-    let label = row
-        .get::<_, String>(0)
-        .unwrap_or_else(|_| "?".to_owned());
+    let label = row.get::<_, String>(0).unwrap_or_else(|_| "?".to_owned());
     stored_execution(row)
         .and_then(StoredExecution::into_execution)
         .map_err(|reason| undecodable_execution(&label, reason))

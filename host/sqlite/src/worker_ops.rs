@@ -63,7 +63,12 @@ impl SqliteBackend {
         ))?
         .execute(params![now])?;
         for (from, to, attempt_to, extra) in [
-            ("cancel_requested", "cancelled", "cancelled", "finished_at = ?1,"),
+            (
+                "cancel_requested",
+                "cancelled",
+                "cancelled",
+                "finished_at = ?1,",
+            ),
             ("running", "retrying", "lease_lost", "available_at = ?1,"),
         ] {
             let picked: Vec<(String, Option<String>)> = {
@@ -120,16 +125,20 @@ impl SqliteBackend {
             )?;
             rows.collect::<Result<_, _>>()?
         };
-        let (mut leases, deferred) =
-            claim_rows(rows.into_iter(), self.attempt_ids, lease_expires_at, now, |e| {
+        let (mut leases, deferred) = claim_rows(
+            rows.into_iter(),
+            self.attempt_ids,
+            lease_expires_at,
+            now,
+            |e| {
                 tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
                     "claim skipped an undecodable row and deferred it");
-            });
+            },
+        );
         if !deferred.is_empty() {
             let until = add_seconds(now, "undecodable defer", UNDECODABLE_DEFER_S)?;
-            let mut st = c.prepare_cached(&format!(
-                "UPDATE {t} SET available_at = ?1 WHERE id = ?2"
-            ))?;
+            let mut st =
+                c.prepare_cached(&format!("UPDATE {t} SET available_at = ?1 WHERE id = ?2"))?;
             for id in deferred {
                 st.execute(params![ts(until), id])?;
             }
@@ -144,7 +153,13 @@ impl SqliteBackend {
                      started_at = COALESCE(started_at, ?4), updated_at = ?4, \
                      version = version + 1 WHERE id = ?5"
                 ))?
-                .execute(params![uid(l.lease_token), expiry, req.worker_id, now_s, id])?;
+                .execute(params![
+                    uid(l.lease_token),
+                    expiry,
+                    req.worker_id,
+                    now_s,
+                    id
+                ])?;
             c.prepare_cached(&format!(
                 "INSERT INTO {a} (id, execution_id, attempt_no, lease_token, worker_id, status, \
                  started_at, heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6)"
@@ -435,7 +450,10 @@ impl SqliteBackend {
              WHERE execution_id IN (SELECT value FROM json_each(?1))"
         ))?;
         let rows = st.query_map(params![id_array(ids.iter().copied())], |r| {
-            Ok((crate::rows::uuid(r, 0, "execution_id"), text(r, 1, "traceparent")))
+            Ok((
+                crate::rows::uuid(r, 0, "execution_id"),
+                text(r, 1, "traceparent"),
+            ))
         })?;
         let mut out = HashMap::new();
         for r in rows {

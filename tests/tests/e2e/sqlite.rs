@@ -21,7 +21,10 @@ const LIMIT: Duration = Duration::from_secs(180);
 async fn three_workers_share_one_file_and_survive_a_sigkill() -> Result<()> {
     guest("countdown")?;
     let dir = tempfile::tempdir()?;
-    let dsn = format!("sqlite://{}", dir.path().join("data").join("e2e.db").display());
+    let dsn = format!(
+        "sqlite://{}",
+        dir.path().join("data").join("e2e.db").display()
+    );
     let (code, out, err) = run_cli(&["migrate", "--dsn", &dsn], &[])?;
     ensure!(code == 0, "migrate exited {code}: {out}{err}");
 
@@ -100,21 +103,37 @@ async fn three_workers_share_one_file_and_survive_a_sigkill() -> Result<()> {
             .get(*id)
             .await?
             .ok_or_else(|| anyhow::anyhow!("execution {id} lost"))?;
-        ensure!(x.status == S::Succeeded, "{id}: {:?} {:?}", x.status, x.error);
+        ensure!(
+            x.status == S::Succeeded,
+            "{id}: {:?} {:?}",
+            x.status,
+            x.error
+        );
         let attempts = client.attempts(*id).await?.unwrap_or_default();
         ensure!(attempts.len() == x.attempts as usize, "{id}: {attempts:?}");
         let numbers: Vec<u32> = attempts.iter().map(|a| a.attempt_no).collect();
         let expected: Vec<u32> = (1..=x.attempts).collect();
         ensure!(numbers == expected, "{id}: attempt numbers {numbers:?}");
-        let (last, earlier) = attempts.split_last().ok_or_else(|| anyhow::anyhow!("{id}: no attempt"))?;
-        ensure!(last.status == "succeeded" && last.worker_id != "w2", "{id}: {last:?}");
+        let (last, earlier) = attempts
+            .split_last()
+            .ok_or_else(|| anyhow::anyhow!("{id}: no attempt"))?;
+        ensure!(
+            last.status == "succeeded" && last.worker_id != "w2",
+            "{id}: {last:?}"
+        );
         for a in earlier {
             // Only the killed worker lost leases; none of its attempts completed.
-            ensure!(a.status == "lease_lost" && a.worker_id == "w2", "{id}: {a:?}");
+            ensure!(
+                a.status == "lease_lost" && a.worker_id == "w2",
+                "{id}: {a:?}"
+            );
             lease_lost += 1;
         }
     }
-    ensure!(lease_lost >= 1, "no attempt of the killed worker was reclaimed");
+    ensure!(
+        lease_lost >= 1,
+        "no attempt of the killed worker was reclaimed"
+    );
     let reclaimed = client.attempts(held).await?.unwrap_or_default();
     ensure!(
         reclaimed.first().is_some_and(|a| a.status == "lease_lost"),

@@ -177,7 +177,9 @@ pub fn build(
                     resources::build_connector(e, ctx.require_dsn)?,
                 );
             }
-            ResourceKind::MysqlSource | ResourceKind::PostgresSource | ResourceKind::SqliteSource => {
+            ResourceKind::MysqlSource
+            | ResourceKind::PostgresSource
+            | ResourceKind::SqliteSource => {
                 sources.insert(name.clone(), resources::build_source(e, &entries)?);
             }
         }

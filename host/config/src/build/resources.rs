@@ -78,9 +78,9 @@ impl ResourceKind {
             ResourceKind::Mysql | ResourceKind::Postgres | ResourceKind::Sqlite => {
                 &["type", "dsn", "engine_options"]
             }
-            ResourceKind::MysqlSource | ResourceKind::PostgresSource | ResourceKind::SqliteSource => {
-                &SOURCE_FIELDS
-            }
+            ResourceKind::MysqlSource
+            | ResourceKind::PostgresSource
+            | ResourceKind::SqliteSource => &SOURCE_FIELDS,
         }
     }
 

@@ -65,8 +65,11 @@ impl Probe for SqlProbe {
                     .expect("status"),
                 lease_token: uuid(r, 3, "lease_token").expect("token"),
                 worker_id: r.get(4)?,
-                error: onestep_core::store::error_object(opt_json(r, 5, "error").expect("json"), "error")
-                    .expect("error"),
+                error: onestep_core::store::error_object(
+                    opt_json(r, 5, "error").expect("json"),
+                    "error",
+                )
+                .expect("error"),
                 started_at: time(r, 6, "started_at").expect("started"),
                 heartbeat_at: time(r, 7, "heartbeat_at").expect("heartbeat"),
                 finished_at: opt_time(r, 8, "finished_at").expect("finished"),
@@ -120,7 +123,9 @@ impl FixtureFactory for SqliteFactory {
         let backend = open(&dsn, clock.clone(), limits).await;
         let probe = Arc::new(SqlProbe::of(&backend));
         let handle = dir.path().display().to_string();
-        self.live.insert(handle.clone(), (backend.clone(), dir)).await;
+        self.live
+            .insert(handle.clone(), (backend.clone(), dir))
+            .await;
         Ok(Fixture::of(backend, probe, clock, limits, handle))
     }
 
@@ -136,5 +141,7 @@ impl FixtureFactory for SqliteFactory {
 
 /// Instant helper for tests.
 pub fn at(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s).expect("instant").with_timezone(&Utc)
+    DateTime::parse_from_rfc3339(s)
+        .expect("instant")
+        .with_timezone(&Utc)
 }

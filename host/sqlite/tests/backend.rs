@@ -1,0 +1,213 @@
+//! The shared SQL-backend cases of `onestep_testkit::backend_cases` on SQLite, through this
+//! backend's small hooks: one undecodable row among good ones, history seeding (both id
+//! versions, keys and none, two chunks) and the trace-context round trip. The statement-shape
+//! checks at scale (`scale`, `shapes`) capture a server's statement log and the reference
+//! client needs the reference's own tables: neither applies to an embedded file
+//! (docs/sqlite.md#schema).
+#![allow(clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use onestep_core::ExecutionError;
+use onestep_core::Limits;
+use onestep_sqlite::history::{HISTORY_CHUNK, HistoryIds, HistorySeed};
+use onestep_sqlite::{SqliteBackend, StoreOptions};
+use onestep_testkit::ManualClock;
+use onestep_testkit::backend_cases::history::{self, HistoryRows};
+use onestep_testkit::backend_cases::traces::{TraceRows, round_trip};
+use onestep_testkit::backend_cases::undecodable::{self, RawRows};
+use rusqlite::{Connection, params};
+use uuid::Uuid;
+
+/// Raw SQL on a connection of its own.
+struct Rows(std::sync::Mutex<Connection>);
+
+impl Rows {
+    fn of(b: &SqliteBackend) -> Self {
+        Rows(std::sync::Mutex::new(
+            b.test_connection().expect("connection"),
+        ))
+    }
+}
+
+#[async_trait]
+impl RawRows for Rows {
+    async fn set_payload(&self, id: Uuid, payload: &str) {
+        let c = self.0.lock().expect("lock");
+        c.execute(
+            "UPDATE onestep_executions SET payload = ?1 WHERE id = ?2",
+            params![payload, id.to_string()],
+        )
+        .expect("corrupt");
+    }
+
+    async fn status(&self, id: Uuid) -> String {
+        let c = self.0.lock().expect("lock");
+        c.query_row(
+            "SELECT status FROM onestep_executions WHERE id = ?1",
+            params![id.to_string()],
+            |r| r.get(0),
+        )
+        .expect("status")
+    }
+
+    /// SQLite locks the file, not a row: `BEGIN IMMEDIATE` without waiting fails while any
+    /// other connection holds a write transaction.
+    async fn lock_nowait(&self, _id: Uuid) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let c = self.0.lock().expect("lock");
+        c.busy_timeout(std::time::Duration::ZERO)?;
+        c.execute_batch("BEGIN IMMEDIATE")?;
+        c.execute_batch("ROLLBACK")?;
+        Ok(())
+    }
+
+    async fn deferred_s(&self, id: Uuid) -> i64 {
+        let c = self.0.lock().expect("lock");
+        c.query_row(
+            "SELECT CAST(round((julianday(available_at) - julianday(created_at)) * 86400) AS INTEGER) \
+             FROM onestep_executions WHERE id = ?1",
+            params![id.to_string()],
+            |r| r.get(0),
+        )
+        .expect("available_at")
+    }
+}
+
+#[tokio::test]
+async fn one_undecodable_row_alone() {
+    let (_dir, dsn) = common::scratch();
+    let clock = Arc::new(ManualClock::default());
+    let b = common::open(&dsn, clock.clone(), Limits::default()).await;
+    let rows = Rows::of(&b);
+    undecodable::one_undecodable_row_alone(&b, &clock, &rows).await;
+    b.close().await.expect("close");
+}
+
+/// The seeder and the stored rows.
+struct Seeded<'a>(&'a SqliteBackend);
+
+#[async_trait]
+impl HistoryRows for Seeded<'_> {
+    async fn check_rows(&self, seed: &HistorySeed) {
+        let c = self.0.test_connection().expect("connection");
+        let version = match seed.ids {
+            HistoryIds::V7 => "7",
+            HistoryIds::V4 => "4",
+        };
+        let got: Vec<i64> = c
+            .query_row(
+                "SELECT count(*), \
+                 sum(status = 'succeeded' AND attempts = 1 AND version = 2 \
+                   AND lease_token IS NULL AND finished_at > started_at), \
+                 sum(namespace = 'bench' AND task_name = 'bench.noop'), \
+                 sum(substr(id, 15, 1) = ?1), \
+                 (SELECT count(*) FROM onestep_execution_attempts x \
+                   JOIN onestep_executions e ON e.id = x.execution_id \
+                   WHERE x.attempt_no = 1 AND x.status = 'succeeded' AND substr(x.id, 15, 1) = ?1) \
+                 FROM onestep_executions",
+                params![version],
+                |r| (0..5).map(|i| r.get(i)).collect(),
+            )
+            .expect("count");
+        let n = seed.count as i64;
+        assert_eq!(got, vec![n; 5], "every row finished, one attempt each");
+        let keys: (i64, i64) = c
+            .query_row(
+                "SELECT count(DISTINCT idempotency_key), \
+                 count(*) FILTER (WHERE length(idempotency_key) = 32 \
+                   AND length(submission_digest) = 64) FROM onestep_executions",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("keys");
+        let keyed = if seed.idempotency_keys { n } else { 0 };
+        assert_eq!(keys, (keyed, keyed));
+        if seed.ids == HistoryIds::V7 {
+            // Id order is creation order.
+            let out_of_order: i64 = c
+                .query_row(
+                    "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY created_at) AS prev \
+                     FROM onestep_executions) WHERE prev > id",
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("order");
+            assert_eq!(out_of_order, 0);
+        }
+    }
+
+    async fn seed(&self, seed: &HistorySeed) -> Result<u64, ExecutionError> {
+        self.0.seed_history(seed).await
+    }
+}
+
+async fn seeded(ids: HistoryIds, count: u64) {
+    let (_dir, dsn) = common::scratch();
+    let clock = Arc::new(ManualClock::default());
+    let b = common::open(&dsn, clock.clone(), Limits::default()).await;
+    history::seeded(&b, &clock, &Seeded(&b), ids, count).await;
+    b.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn history_two_chunks_v7() {
+    seeded(HistoryIds::V7, HISTORY_CHUNK as u64 + 250).await;
+}
+
+#[tokio::test]
+async fn history_v4() {
+    seeded(HistoryIds::V4, 3_000).await;
+}
+
+/// One database file.
+struct Db(String);
+
+#[async_trait]
+impl TraceRows for Db {
+    type Store = SqliteBackend;
+
+    async fn open(&self, traces: bool) -> SqliteBackend {
+        let mut o = StoreOptions::new(&self.0);
+        o.traces = traces;
+        SqliteBackend::open(o).await.expect("open backend")
+    }
+
+    fn has_traces_table(store: &SqliteBackend) -> bool {
+        store.schema_report().features.traces_table
+    }
+
+    async fn stored(&self) -> Vec<(String, String)> {
+        let b = self.open(false).await;
+        let rows = read_traces(&b);
+        b.close().await.expect("close");
+        rows
+    }
+
+    fn stored_id(id: Uuid) -> String {
+        id.to_string()
+    }
+}
+
+/// The rows of the trace-context table, on a connection of their own.
+fn read_traces(b: &SqliteBackend) -> Vec<(String, String)> {
+    let c = b.test_connection().expect("connection");
+    let mut st = c
+        .prepare(
+            "SELECT execution_id, traceparent FROM onestep_executions_traces \
+             ORDER BY execution_id",
+        )
+        .expect("prepare");
+    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("read the traces table")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("rows")
+}
+
+#[tokio::test]
+async fn trace_context_round_trip() {
+    let (_dir, dsn) = common::scratch();
+    round_trip(&Db(dsn)).await;
+}
