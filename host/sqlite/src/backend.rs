@@ -134,10 +134,11 @@ pub(crate) fn immediate<T>(
         c.execute_batch("COMMIT")?;
         Ok(v)
     });
-    if out.is_err() && !c.is_autocommit() {
-        if let Err(e) = c.execute_batch("ROLLBACK") {
-            tracing::debug!(error = %e, "rollback failed");
-        }
+    if out.is_err()
+        && !c.is_autocommit()
+        && let Err(e) = c.execute_batch("ROLLBACK")
+    {
+        tracing::debug!(error = %e, "rollback failed");
     }
     out
 }
