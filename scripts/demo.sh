@@ -1,45 +1,82 @@
 #!/usr/bin/env bash
-# The main job end to end (README command 1), on a fresh machine of this kind:
-#   1. starts the local MariaDB if it is down and creates the database `onestep_demo`,
-#   2. builds the example guest components and the `onestep` binary,
-#   3. creates the execution tables (`onestep migrate`),
-#   4. starts a worker on config/quickstart.yaml,
-#   5. submits the `summarize` handler over real documents (licence texts the OS ships under
+# The main job end to end (README command 1), on a fresh machine of this kind, with NO database
+# server: the execution store is an embedded SQLite file (docs/sqlite.md).
+#   1. builds the `onestep` release binary (the install step: `cargo install --path host/cli
+#      --locked` builds the same binary) and the example guest components,
+#   2. creates the execution tables (`onestep migrate`) in target/demo/quickstart.db,
+#   3. starts a worker on config/quickstart.yaml,
+#   4. submits the `summarize` handler over real documents (licence texts the OS ships under
 #      /usr/share/common-licenses, and this repository's docs/), one `flaky` execution that
 #      succeeds on its third attempt, and one `fetch` execution whose handler calls a local HTTP
 #      service over wasi:http (the worker's own /healthz, the only origin its sandbox allows),
 #      and one that tries hostile spellings of that origin (a userinfo URL, an IP literal with a
 #      trailing dot): the host refuses them and the handler sees an error value
 #      (docs/security.md#hostile-tenants-and-clients-the-limits-at-a-glance),
-#   6. waits for each, prints its status, attempts and result, and shows with `onestep attempts`
+#   5. waits for each, prints its status, attempts and result, and shows with `onestep attempts`
 #      and `onestep logs` why the flaky one needed three attempts (messages, log lines, build digest),
-#   7. reads the worker's Prometheus metrics and health (app.metrics_addr, docs/observability.md),
-#   8. stops the worker with SIGTERM (graceful drain) and reports its exit code.
-# Environment: ONESTEP_DSN overrides the database (default mysql://root@127.0.0.1:3306/onestep_demo).
+#   6. reads the worker's Prometheus metrics and health (app.metrics_addr, docs/observability.md),
+#   7. stops the worker with SIGTERM (graceful drain) and reports its exit code.
+# The same demo on a database server: `scripts/demo.sh --db mariadb` (the local MariaDB on
+# 127.0.0.1:3306) or `--db postgres` (127.0.0.1:5432); it creates the database `onestep_demo`
+# there and changes nothing else on the server. ONESTEP_DSN overrides the DSN of the chosen kind.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 log() { printf '\n== %s\n' "$*" >&2; }
 
-log "database"
-scripts/test-db.sh up mariadb >/dev/null
-if [ -z "${ONESTEP_DSN:-}" ]; then
-    mariadb -h127.0.0.1 -P3306 -uroot -e 'CREATE DATABASE IF NOT EXISTS onestep_demo CHARACTER SET utf8mb4'
-    export ONESTEP_DSN="mysql://root@127.0.0.1:3306/onestep_demo"
-fi
-echo "database ready (DSN from ONESTEP_DSN, not printed)" >&2
+DB=sqlite
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --db) DB="${2:-}"; shift 2 ;;
+        --db=*) DB="${1#--db=}"; shift ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        *) echo "demo.sh: unknown argument '$1' (allowed: --db sqlite|mariadb|postgres)" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$ROOT/target/demo"
 
-log "guest components and the onestep binary"
+log "the onestep binary (release) and the guest components"
+t0=$(date +%s)
+cargo build --release --locked -p onestep-cli >&2
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/onestep"
+echo "onestep release binary ready in $(( $(date +%s) - t0 )) s: $BIN" >&2
 SKIP_PYTHON=1 SKIP_JS=1 scripts/build-guests.sh >&2
-cargo build -p onestep-cli >&2
-BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onestep"
 CONFIG="$ROOT/config/quickstart.yaml"
+
+log "database ($DB)"
+case "$DB" in
+    sqlite)
+        export ONESTEP_DB_TYPE=sqlite
+        rm -f "$ROOT/target/demo/quickstart.db" "$ROOT/target/demo/quickstart.db-wal" "$ROOT/target/demo/quickstart.db-shm"
+        export ONESTEP_DSN="${ONESTEP_DSN:-sqlite://$ROOT/target/demo/quickstart.db}"
+        echo "embedded SQLite file target/demo/quickstart.db (no server)" >&2
+        ;;
+    mariadb|mysql)
+        export ONESTEP_DB_TYPE=mysql
+        if [ -z "${ONESTEP_DSN:-}" ]; then
+            mariadb --no-defaults -h127.0.0.1 -P3306 -uroot \
+                -e 'CREATE DATABASE IF NOT EXISTS onestep_demo CHARACTER SET utf8mb4' ||
+                { echo "demo.sh: no MariaDB answers on 127.0.0.1:3306 as root (start it, or set ONESTEP_DSN)" >&2; exit 1; }
+            export ONESTEP_DSN="mysql://root@127.0.0.1:3306/onestep_demo"
+        fi
+        ;;
+    postgres)
+        export ONESTEP_DB_TYPE=postgres
+        if [ -z "${ONESTEP_DSN:-}" ]; then
+            if ! psql -h127.0.0.1 -Upostgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'onestep_demo'" | grep -q 1; then
+                psql -h127.0.0.1 -Upostgres -c 'CREATE DATABASE onestep_demo' >/dev/null ||
+                    { echo "demo.sh: no PostgreSQL answers on 127.0.0.1:5432 as postgres (start it, or set ONESTEP_DSN)" >&2; exit 1; }
+            fi
+            export ONESTEP_DSN="postgres://postgres@127.0.0.1:5432/onestep_demo"
+        fi
+        ;;
+    *) echo "demo.sh: --db must be sqlite, mariadb or postgres (got '$DB')" >&2; exit 2 ;;
+esac
 
 log "tables"
 "$BIN" migrate "$CONFIG"
 
 log "worker"
-mkdir -p "$ROOT/target/demo"
 WORKER_LOG="$ROOT/target/demo/worker.log"
 # The worker's metrics listener (app.metrics_addr), on a free loopback port; the `fetch` task's
 # network allow-list names the same origin.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test-db.sh: bring up the databases onestep's tests run against, idempotently.
 #
-#   MariaDB      127.0.0.1:3306  the system's mariadb-server (installed with apt-get if
-#                                missing, started with start-stop-daemon if down)
+#   MariaDB      127.0.0.1:3308  a private server run from the system's mariadb-server
+#                                binaries (installed with apt-get if missing), its own data
+#                                dir; the machine's shared MariaDB (3306) is never changed,
+#                                see scripts/lib/test-db-mariadb.sh
 #   Oracle MySQL 127.0.0.1:3307  a private server: Debian trixie/sid's mysql-server-core
 #                                (9.x), unpacked into a cache folder without installing
 #                                anything into the system, see scripts/lib/test-db-mysql.sh
@@ -17,15 +19,15 @@
 # Usage:  scripts/test-db.sh COMMAND [mariadb] [mysql] [postgres]
 #   up [SERVER...]       start the servers (default: all three), wait until they answer,
 #                        check root over TCP, then print the env lines on stdout:
-#                          ONESTEP_TEST_MARIADB_URL=mysql://root@127.0.0.1:3306/
+#                          ONESTEP_TEST_MARIADB_URL=mysql://root@127.0.0.1:3308/
 #                          ONESTEP_TEST_MYSQL_URL=mysql://root@127.0.0.1:3307/
 #                          ONESTEP_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/
 #                        Progress, versions and timings go to stderr. Exit != 0 when
 #                        a server cannot be brought up.
-#   down [SERVER...]     stop servers. Default: only mysql (the private server this
-#                        script owns); `down mariadb` / `down postgres` / `down all` also stop the
-#                        system MariaDB.
-#   restart [SERVER...]  down + up (default: mysql), e.g. to apply changed options.
+#   down [SERVER...]     stop servers. Default: mariadb and mysql (the private servers this
+#                        script owns); `down postgres` / `down all` also stop the system
+#                        PostgreSQL.
+#   restart [SERVER...]  down + up (default: mariadb mysql), e.g. to apply changed options.
 #   status [SERVER...]   print state and version; exit 0 if all named are up, else 3.
 #   env [SERVER...]      print the env lines only (no checks).
 #   client SERVER [ARGS] run a client as root over TCP (mariadb, or the unpacked mysql).
@@ -34,7 +36,7 @@
 #   set -a; eval "$(scripts/test-db.sh up)"; set +a; cargo test
 #
 # Environment (all optional): see docs/test-databases.md.
-#   ONESTEP_MARIADB_PORT (3306)   ONESTEP_MYSQL_PORT (3307)   ONESTEP_POSTGRES_PORT (5432)
+#   ONESTEP_MARIADB_PORT (3308)   ONESTEP_MYSQL_PORT (3307)   ONESTEP_POSTGRES_PORT (5432)
 #   ONESTEP_MYSQL_CACHE (/var/cache/onestep-mysql)   ONESTEP_DB_MAX_CONNECTIONS (500)
 #   ONESTEP_DB_START_TIMEOUT (180 s)
 set -euo pipefail
@@ -116,8 +118,8 @@ main() {
   [[ $# -gt 0 ]] && shift
   case "$cmd" in
     up) parse_servers "mariadb mysql postgres" "$@"; cmd_up ;;
-    down) parse_servers "mysql" "$@"; cmd_down ;;
-    restart) parse_servers "mysql" "$@"; cmd_down; cmd_up ;;
+    down) parse_servers "mariadb mysql" "$@"; cmd_down ;;
+    restart) parse_servers "mariadb mysql" "$@"; cmd_down; cmd_up ;;
     status) parse_servers "mariadb mysql postgres" "$@"; cmd_status ;;
     env) parse_servers "mariadb mysql postgres" "$@"; local s; for s in "${SERVERS[@]}"; do env_line "$s"; done ;;
     client)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every onestep test on a fresh machine of this kind (README command 2):
-#   1. brings up the test databases (MariaDB on 3306, a real Oracle MySQL on 3307, PostgreSQL
+#   1. brings up the test databases (a private MariaDB on 3308, a real Oracle MySQL on 3307, PostgreSQL
 #      on 5432),
 #   2. installs Debian's chromium + chromium-driver for the dashboard's browser tests (apt, once),
 #   3. builds the example guest components (wasm32-wasip2; the Python one with componentize-py),
