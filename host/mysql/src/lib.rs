@@ -44,6 +44,7 @@ pub mod probes;
 
 mod handle;
 mod purge;
+mod transfer;
 pub mod rows;
 pub mod schema;
 #[cfg(feature = "bench-support")]

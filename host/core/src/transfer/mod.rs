@@ -200,9 +200,10 @@ pub struct ImportCounts {
 /// validation beyond what the target's columns enforce).
 #[async_trait]
 pub trait Transfer: Send + Sync {
-    /// What names this store for the same-store check: the backend kind, server address,
-    /// database and executions table, normalised (host lowercased, default port filled in).
-    fn location(&self) -> String;
+    /// What names this store for the same-store check, as the server reports it (so that two
+    /// URLs naming one server, `localhost` and `127.0.0.1`, name one store): the backend kind,
+    /// the server's identity, the database and the executions table.
+    async fn location(&self) -> Result<String, ExecutionError>;
 
     /// Up to `limit` records with an execution id after `after` (all when `None`), in the
     /// backend's id order, each with its attempts, diagnostics and trace rows.

@@ -133,7 +133,7 @@ pub async fn copy(
             opts.page_size
         )));
     }
-    let (from, to) = (source.location(), target.location());
+    let (from, to) = (source.location().await?, target.location().await?);
     if from == to {
         return Err(CopyError::SameStore(from));
     }

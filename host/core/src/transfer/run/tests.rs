@@ -38,8 +38,8 @@ impl Memory {
 
 #[async_trait]
 impl Transfer for Memory {
-    fn location(&self) -> String {
-        self.name.into()
+    async fn location(&self) -> Result<String, ExecutionError> {
+        Ok(self.name.into())
     }
 
     async fn export_page(
