@@ -1,4 +1,4 @@
-//! `onestep copy` (docs/cli.md#copy): [`Transfer`] for [`MySqlBackend`], raw rows of the four
+//! `onestep copy` (docs/cli.md#onestep-copy): [`Transfer`] for [`MySqlBackend`], raw rows of the four
 //! tables out in id order and in with every column as given, one transaction per imported
 //! page, multi-row inserts bounded in placeholders and bytes.
 

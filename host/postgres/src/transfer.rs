@@ -1,4 +1,4 @@
-//! `onestep copy` on PostgreSQL (docs/cli.md#copy): [`Transfer`] for [`PgBackend`], raw rows of
+//! `onestep copy` on PostgreSQL (docs/cli.md#onestep-copy): [`Transfer`] for [`PgBackend`], raw rows of
 //! the four tables out in id order and in with every column as given, one transaction per
 //! imported page, one `INSERT … SELECT FROM UNNEST(arrays)` per table.
 

@@ -1,4 +1,4 @@
-//! Moving a whole store between backends (`onestep copy`, docs/cli.md#copy): the
+//! Moving a whole store between backends (`onestep copy`, docs/cli.md#onestep-copy): the
 //! [`Transfer`] port every backend serves, the raw rows it moves ([`ExecutionRecord`]), and the
 //! copy loop written once for every pair of backends ([`copy`]).
 //!

@@ -1,4 +1,4 @@
-//! The copy loop of `onestep copy` (docs/cli.md#copy), once for every pair of backends: the
+//! The copy loop of `onestep copy` (docs/cli.md#onestep-copy), once for every pair of backends: the
 //! same-store check, the live-lease check, paging through the source in id order, the lease
 //! release rule, the counts and the final verification.
 
