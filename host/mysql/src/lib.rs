@@ -44,12 +44,12 @@ pub mod probes;
 
 mod handle;
 mod purge;
-mod transfer;
 pub mod rows;
 pub mod schema;
 #[cfg(feature = "bench-support")]
 pub mod scratch;
 pub mod session;
+mod transfer;
 pub mod upgrade;
 
 pub use backend::MySqlBackend;

@@ -11,8 +11,8 @@ use mysql_async::{Params, Row, Value as DbValue, from_value_opt};
 use onestep_core::ExecutionError;
 use onestep_core::store::DecodeError;
 use onestep_core::transfer::{
-    AttemptRow, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts, TableCounts,
-    TraceRow, Transfer,
+    AttemptRow, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts, TableCounts, TraceRow,
+    Transfer,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -266,9 +266,9 @@ async fn insert_rows<Q: Queryable>(
     let mut rows = rows.into_iter().peekable();
     while rows.peek().is_some() {
         let (mut params, mut n, mut bytes) = (Vec::new(), 0usize, 0usize);
-        while let Some(row) = rows.next_if(|_| {
-            n == 0 || (params.len() + width <= MAX_PARAMS && bytes < STATEMENT_BYTES)
-        }) {
+        while let Some(row) = rows
+            .next_if(|_| n == 0 || (params.len() + width <= MAX_PARAMS && bytes < STATEMENT_BYTES))
+        {
             bytes += row.iter().map(size).sum::<usize>();
             params.extend(row);
             n += 1;
@@ -368,10 +368,17 @@ impl Transfer for MySqlBackend {
                 });
             }
             let ids: Vec<Uuid> = records.iter().map(ExecutionRecord::id).collect();
-            let at: BTreeMap<Uuid, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-            let mut attempts =
-                select_by_ids(&mut conn, a, ATTEMPT_COLUMNS, "execution_id", &ids, attempt_row)
-                    .await?;
+            let at: BTreeMap<Uuid, usize> =
+                ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+            let mut attempts = select_by_ids(
+                &mut conn,
+                a,
+                ATTEMPT_COLUMNS,
+                "execution_id",
+                &ids,
+                attempt_row,
+            )
+            .await?;
             attempts.sort_by_key(|x| (x.execution_id, x.attempt_no));
             for x in attempts {
                 if let Some(&i) = at.get(&x.execution_id) {
@@ -395,9 +402,15 @@ impl Transfer for MySqlBackend {
                 }
             }
             if let Some(tr) = &tr {
-                let rows =
-                    select_by_ids(&mut conn, tr, TRACE_COLUMNS, "execution_id", &ids, trace_row)
-                        .await?;
+                let rows = select_by_ids(
+                    &mut conn,
+                    tr,
+                    TRACE_COLUMNS,
+                    "execution_id",
+                    &ids,
+                    trace_row,
+                )
+                .await?;
                 for x in rows {
                     if let Some(&i) = at.get(&x.execution_id) {
                         records[i].trace = Some(x);
@@ -415,11 +428,10 @@ impl Transfer for MySqlBackend {
             let mut conn = self.conn().await?;
             let mut tx = begin(&mut conn).await?;
             let ids: Vec<Uuid> = records.iter().map(ExecutionRecord::id).collect();
-            let existing: HashSet<Uuid> =
-                select_by_ids(&mut tx, t, "id", "id", &ids, uuid_only)
-                    .await?
-                    .into_iter()
-                    .collect();
+            let existing: HashSet<Uuid> = select_by_ids(&mut tx, t, "id", "id", &ids, uuid_only)
+                .await?
+                .into_iter()
+                .collect();
             let mut counts = ImportCounts::default();
             let (mut e, mut at, mut di, mut trs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for r in records {

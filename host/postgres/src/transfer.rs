@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use onestep_core::ExecutionError;
 use onestep_core::store::DecodeError;
 use onestep_core::transfer::{
-    AttemptRow, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts, TableCounts,
-    TraceRow, Transfer,
+    AttemptRow, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts, TableCounts, TraceRow,
+    Transfer,
 };
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -159,7 +159,9 @@ fn select_list(n: usize, json: &[usize]) -> Vec<String> {
 type Params = Vec<Box<dyn ToSql + Sync + Send>>;
 
 fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
-    p.iter().map(|b| b.as_ref() as &(dyn ToSql + Sync)).collect()
+    p.iter()
+        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+        .collect()
 }
 
 fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
@@ -171,7 +173,10 @@ fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
     let t = |f: fn(&ExecutionRow) -> DateTime<Utc>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
     let attempts = rows
         .iter()
-        .map(|r| i32::try_from(r.stored.attempts).map_err(|_| out_of_range("attempts", r.stored.attempts)))
+        .map(|r| {
+            i32::try_from(r.stored.attempts)
+                .map_err(|_| out_of_range("attempts", r.stored.attempts))
+        })
         .collect::<Result<Vec<i32>, _>>()?;
     Ok(vec![
         Box::new(rows.iter().map(|r| r.stored.id).collect::<Vec<Uuid>>()),
@@ -192,7 +197,11 @@ fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
         Box::new(rows.iter().map(|r| r.stored.version).collect::<Vec<i64>>()),
         Box::new(os(|r| r.idempotency_key.clone())),
         Box::new(os(|r| r.submission_digest.clone())),
-        Box::new(rows.iter().map(|r| r.lease_token).collect::<Vec<Option<Uuid>>>()),
+        Box::new(
+            rows.iter()
+                .map(|r| r.lease_token)
+                .collect::<Vec<Option<Uuid>>>(),
+        ),
         Box::new(ot(|r| r.lease_expires_at)),
         Box::new(os(|r| r.worker_id.clone())),
         Box::new(os(|r| r.cancel_reason.clone())),
@@ -201,9 +210,29 @@ fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
 }
 
 const EXECUTION_TYPES: [&str; 23] = [
-    "uuid", "text", "text", "text", "text", "text", "text", "text", "int4", "timestamptz",
-    "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "int8", "text",
-    "text", "uuid", "timestamptz", "text", "text", "timestamptz",
+    "uuid",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "int4",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "int8",
+    "text",
+    "text",
+    "uuid",
+    "timestamptz",
+    "text",
+    "text",
+    "timestamptz",
 ];
 
 fn attempt_params(rows: &[&AttemptRow]) -> Result<Params, OpError> {
@@ -218,7 +247,11 @@ fn attempt_params(rows: &[&AttemptRow]) -> Result<Params, OpError> {
         Box::new(rows.iter().map(|r| r.lease_token).collect::<Vec<_>>()),
         Box::new(rows.iter().map(|r| r.worker_id.clone()).collect::<Vec<_>>()),
         Box::new(rows.iter().map(|r| r.status.clone()).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| json(r.error.as_ref())).collect::<Vec<_>>()),
+        Box::new(
+            rows.iter()
+                .map(|r| json(r.error.as_ref()))
+                .collect::<Vec<_>>(),
+        ),
         Box::new(rows.iter().map(|r| r.started_at).collect::<Vec<_>>()),
         Box::new(rows.iter().map(|r| r.heartbeat_at).collect::<Vec<_>>()),
         Box::new(rows.iter().map(|r| r.finished_at).collect::<Vec<_>>()),
@@ -226,12 +259,21 @@ fn attempt_params(rows: &[&AttemptRow]) -> Result<Params, OpError> {
 }
 
 const ATTEMPT_TYPES: [&str; 10] = [
-    "uuid", "uuid", "int4", "uuid", "text", "text", "text", "timestamptz", "timestamptz",
+    "uuid",
+    "uuid",
+    "int4",
+    "uuid",
+    "text",
+    "text",
+    "text",
+    "timestamptz",
+    "timestamptz",
     "timestamptz",
 ];
 
 fn diagnostics_params(rows: &[&DiagnosticsRow]) -> Params {
-    let os = |f: fn(&DiagnosticsRow) -> Option<String>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let os =
+        |f: fn(&DiagnosticsRow) -> Option<String>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
     let oi = |f: fn(&DiagnosticsRow) -> Option<i64>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
     vec![
         Box::new(rows.iter().map(|r| r.attempt_id).collect::<Vec<_>>()),
@@ -253,14 +295,31 @@ fn diagnostics_params(rows: &[&DiagnosticsRow]) -> Params {
 }
 
 const DIAGNOSTICS_TYPES: [&str; 15] = [
-    "uuid", "uuid", "bool", "text", "int8", "int8", "text", "timestamptz", "int8", "text", "text",
-    "text", "int8", "int8", "timestamptz",
+    "uuid",
+    "uuid",
+    "bool",
+    "text",
+    "int8",
+    "int8",
+    "text",
+    "timestamptz",
+    "int8",
+    "text",
+    "text",
+    "text",
+    "int8",
+    "int8",
+    "timestamptz",
 ];
 
 fn trace_params(rows: &[&TraceRow]) -> Params {
     vec![
         Box::new(rows.iter().map(|r| r.execution_id).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.traceparent.clone()).collect::<Vec<_>>()),
+        Box::new(
+            rows.iter()
+                .map(|r| r.traceparent.clone())
+                .collect::<Vec<_>>(),
+        ),
         Box::new(rows.iter().map(|r| r.created_at).collect::<Vec<_>>()),
     ]
 }
@@ -350,9 +409,15 @@ impl Transfer for PgBackend {
             let ids: Vec<Uuid> = records.iter().map(ExecutionRecord::id).collect();
             let at: BTreeMap<Uuid, usize> =
                 ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-            let mut attempts =
-                select_by_ids(&**conn, &a, ATTEMPT_COLUMNS, "execution_id", &ids, attempt_row)
-                    .await?;
+            let mut attempts = select_by_ids(
+                &**conn,
+                &a,
+                ATTEMPT_COLUMNS,
+                "execution_id",
+                &ids,
+                attempt_row,
+            )
+            .await?;
             attempts.sort_by_key(|x| (x.execution_id, x.attempt_no));
             for x in attempts {
                 if let Some(&i) = at.get(&x.execution_id) {

@@ -87,8 +87,9 @@ async fn copy_command_mariadb_to_postgres_and_back() -> Result<()> {
     let (code, _, err) = copy_cli(&["--from", from, "--to", to])?;
     ensure!(code == 2, "exit {code}: {err}");
     ensure!(
-        err.contains("the source has 2 execution(s) with a live lease (cancel_requested: 1, running: 1)")
-            && err.contains("--release-leases"),
+        err.contains(
+            "the source has 2 execution(s) with a live lease (cancel_requested: 1, running: 1)"
+        ) && err.contains("--release-leases"),
         "{err}"
     );
     ensure!(everything(pg.as_ref()).await.is_empty(), "written anyway");
@@ -97,10 +98,21 @@ async fn copy_command_mariadb_to_postgres_and_back() -> Result<()> {
     let alias = from.replacen("127.0.0.1", "localhost", 1);
     ensure!(alias != from, "the test URL names 127.0.0.1: {from}");
     let (code, _, err) = copy_cli(&["--from", from, "--to", &alias, "--release-leases"])?;
-    ensure!(code == 2 && err.contains("same store"), "exit {code}: {err}");
+    ensure!(
+        code == 2 && err.contains("same store"),
+        "exit {code}: {err}"
+    );
 
     // Copied, counted and verified.
-    let (code, out, err) = copy_cli(&["--from", from, "--to", to, "--release-leases", "--batch-size", "4"])?;
+    let (code, out, err) = copy_cli(&[
+        "--from",
+        from,
+        "--to",
+        to,
+        "--release-leases",
+        "--batch-size",
+        "4",
+    ])?;
     ensure!(code == 0, "exit {code}: {out}{err}");
     ensure!(err.contains("copy: page 2: 2 executions"), "{err}");
     ensure!(
@@ -115,7 +127,9 @@ async fn copy_command_mariadb_to_postgres_and_back() -> Result<()> {
     ensure!(code == 0, "exit {code}: {out}{err}");
     ensure!(
         out.contains("copied: 0 executions, 0 attempts, 0 diagnostics, 0 traces")
-            && out.contains("skipped (already in the target): 6 executions, 5 attempts, 3 diagnostics, 1 traces"),
+            && out.contains(
+                "skipped (already in the target): 6 executions, 5 attempts, 3 diagnostics, 1 traces"
+            ),
         "{out}"
     );
 
@@ -127,13 +141,21 @@ async fn copy_command_mariadb_to_postgres_and_back() -> Result<()> {
     let returned = everything(back.as_ref()).await;
     let copied = everything(pg.as_ref()).await;
     ensure!(returned == copied, "PostgreSQL → MariaDB changed a row");
-    ensure!(returned.len() == original.len(), "{} rows back", returned.len());
+    ensure!(
+        returned.len() == original.len(),
+        "{} rows back",
+        returned.len()
+    );
     for (o, r) in original.iter().zip(&returned) {
         let mut expected = o.clone();
         if [seeded.running, seeded.cancel_requested].contains(&o.id()) {
             expected.execution.lease_expires_at = r.execution.lease_expires_at;
         }
-        ensure!(&expected == r, "execution {} changed on the round trip", o.id());
+        ensure!(
+            &expected == r,
+            "execution {} changed on the round trip",
+            o.id()
+        );
     }
     for b in [maria, pg, back] {
         b.close().await?;

@@ -178,7 +178,9 @@ pub(crate) async fn run(args: CopyArgs) -> u8 {
             2
         }
         Err(e) => {
-            eprintln!("onestep: {e}; running the same command again resumes (copied executions are skipped)");
+            eprintln!(
+                "onestep: {e}; running the same command again resumes (copied executions are skipped)"
+            );
             1
         }
     }
@@ -204,6 +206,9 @@ fn print_report(report: &CopyReport, dry_run: bool) {
         );
     }
     if let Some(held) = report.target {
-        println!("verified: the target holds {held}; the source held {}", report.source);
+        println!(
+            "verified: the target holds {held}; the source held {}",
+            report.source
+        );
     }
 }

@@ -91,7 +91,10 @@ pub async fn seed(store: &dyn Backend) -> Seeded {
     let l = take(30.0).await;
     let mut done = Completion::succeeded(json!({"answer": 42, "list": [true, null]}));
     done.diagnostics = Some(diagnostics(None));
-    leases.complete(&l.lease_ref(), &done).await.expect("complete a");
+    leases
+        .complete(&l.lease_ref(), &done)
+        .await
+        .expect("complete a");
 
     // A retry, then a failure with diagnostics.
     ex.submit(prepared(NS, TASK, json!({"n": 2})))
@@ -99,14 +102,20 @@ pub async fn seed(store: &dyn Backend) -> Seeded {
         .expect("submit b");
     let l = take(30.0).await;
     leases
-        .complete(&l.lease_ref(), &Completion::retrying(handler_error("Flaky"), 0.0))
+        .complete(
+            &l.lease_ref(),
+            &Completion::retrying(handler_error("Flaky"), 0.0),
+        )
         .await
         .expect("retry b");
     let l = take(30.0).await;
     assert_eq!(l.attempt_no, 2);
     let mut failed = Completion::failed(handler_error("Broken"));
     failed.diagnostics = Some(diagnostics(Some("it broke")));
-    leases.complete(&l.lease_ref(), &failed).await.expect("fail b");
+    leases
+        .complete(&l.lease_ref(), &failed)
+        .await
+        .expect("fail b");
 
     // Cancelled while queued.
     let c = ex
@@ -185,13 +194,30 @@ pub async fn round_trip(source: &dyn Backend, target: &dyn Backend) {
     let seeded = seed(source).await;
     let (from, to) = (source.transfer(), target.transfer());
 
-    let same = copy(from.as_ref(), from.as_ref(), &SystemClock, opts(true), |_| {}).await;
+    let same = copy(
+        from.as_ref(),
+        from.as_ref(),
+        &SystemClock,
+        opts(true),
+        |_| {},
+    )
+    .await;
     assert!(matches!(same, Err(CopyError::SameStore(_))), "{same:?}");
 
-    let refused = copy(from.as_ref(), to.as_ref(), &SystemClock, opts(false), |_| {}).await;
+    let refused = copy(
+        from.as_ref(),
+        to.as_ref(),
+        &SystemClock,
+        opts(false),
+        |_| {},
+    )
+    .await;
     match refused {
         Err(CopyError::LiveLeases { total, by_status }) => {
-            assert_eq!((total, by_status.as_str()), (2, "cancel_requested: 1, running: 1"));
+            assert_eq!(
+                (total, by_status.as_str()),
+                (2, "cancel_requested: 1, running: 1")
+            );
         }
         other => panic!("expected a live-lease refusal, got {other:?}"),
     }
@@ -271,7 +297,9 @@ pub async fn round_trip(source: &dyn Backend, target: &dyn Backend) {
         .await
         .expect("claim on the target");
     assert!(
-        claimed.iter().any(|l| l.execution.id == seeded.running && l.attempt_no == 2),
+        claimed
+            .iter()
+            .any(|l| l.execution.id == seeded.running && l.attempt_no == 2),
         "the running execution is retried: {claimed:?}"
     );
     let tx = target.executions();

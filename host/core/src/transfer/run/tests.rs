@@ -157,8 +157,8 @@ fn every_record_is_copied_page_by_page_and_a_rerun_skips_them_all() {
     assert_eq!((report.copied.executions, report.copied.traces), (5, 5));
     assert_eq!(report.target, Some(report.source));
 
-    let again = block_on(copy(&source, &target, &Fixed(now()), opts(false), |_| {}))
-        .expect("copies again");
+    let again =
+        block_on(copy(&source, &target, &Fixed(now()), opts(false), |_| {})).expect("copies again");
     assert_eq!(again.copied, TableCounts::default());
     assert_eq!(again.skipped.executions, 5);
 }
@@ -174,8 +174,8 @@ fn live_leases_are_refused_unless_released_and_then_written_expired() {
         ],
     );
     let target = Memory::new("b", Vec::new());
-    let err = block_on(copy(&source, &target, &Fixed(now()), opts(false), |_| {}))
-        .expect_err("refused");
+    let err =
+        block_on(copy(&source, &target, &Fixed(now()), opts(false), |_| {})).expect_err("refused");
     assert_eq!(
         err.to_string(),
         "the source has 2 execution(s) with a live lease (cancel_requested: 1, running: 1): \
@@ -183,32 +183,37 @@ fn live_leases_are_refused_unless_released_and_then_written_expired() {
     );
     assert!(target.all().is_empty());
 
-    let report = block_on(copy(&source, &target, &Fixed(now()), opts(true), |_| {}))
-        .expect("copies");
+    let report =
+        block_on(copy(&source, &target, &Fixed(now()), opts(true), |_| {})).expect("copies");
     assert_eq!(report.released.values().sum::<u64>(), 2);
     let copied = target.all();
     assert_eq!(copied[0].execution.lease_expires_at, Some(now()));
     assert_eq!(copied[1].execution.lease_expires_at, Some(now()));
     // An already expired lease is copied as it is; nothing else changes.
     assert_eq!(copied[2], source.all()[2]);
-    assert_eq!(copied[0].execution.lease_token, source.all()[0].execution.lease_token);
+    assert_eq!(
+        copied[0].execution.lease_token,
+        source.all()[0].execution.lease_token
+    );
 }
 
 #[test]
 fn a_store_is_not_copied_onto_itself_and_a_dry_run_writes_nothing() {
     let source = Memory::new("same", vec![record(1, "queued", None)]);
     let target = Memory::new("same", Vec::new());
-    let err = block_on(copy(&source, &target, &Fixed(now()), opts(false), |_| {}))
-        .expect_err("refused");
-    assert!(matches!(err, CopyError::SameStore(ref s) if s == "same"), "{err}");
+    let err =
+        block_on(copy(&source, &target, &Fixed(now()), opts(false), |_| {})).expect_err("refused");
+    assert!(
+        matches!(err, CopyError::SameStore(ref s) if s == "same"),
+        "{err}"
+    );
 
     let target = Memory::new("other", Vec::new());
     let dry = CopyOptions {
         dry_run: true,
         ..opts(false)
     };
-    let report =
-        block_on(copy(&source, &target, &Fixed(now()), dry, |_| {})).expect("dry run");
+    let report = block_on(copy(&source, &target, &Fixed(now()), dry, |_| {})).expect("dry run");
     assert_eq!(report.copied.executions, 1);
     assert_eq!(report.target, None);
     assert!(target.all().is_empty());
