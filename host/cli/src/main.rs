@@ -30,6 +30,8 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Create the execution tables (with a DDL-capable DSN).
     Migrate(commands::migrate::MigrateArgs),
+    /// Copy every execution, attempt, diagnostics and trace row to another database.
+    Copy(commands::copy::CopyArgs),
     /// Serve the HTTP API declared in the `api:` section of a YAML app file.
     Serve(commands::serve::ServeArgs),
     /// Submit an execution.
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
             Command::Check(a) => commands::check::run(a).await,
             Command::Run(a) => commands::run::run(a).await,
             Command::Migrate(a) => commands::migrate::run(a).await,
+            Command::Copy(a) => commands::copy::run(a).await,
             Command::Serve(a) => commands::serve::run(a).await,
             Command::Submit(a) => commands::client::submit(a).await,
             Command::Get(a) => commands::client::get(a).await,

@@ -88,6 +88,9 @@ pub trait Backend: Send + Sync + Debug {
     /// Read-only figures for benchmarks and diagnostics.
     fn stats(&self) -> Arc<dyn StoreStats>;
 
+    /// Raw rows in and out, for `onestep copy` ([`crate::transfer`]).
+    fn transfer(&self) -> Arc<dyn crate::transfer::Transfer>;
+
     /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
     fn tables_created(&self) -> Vec<String>;
 
@@ -107,7 +110,7 @@ pub trait Backend: Send + Sync + Debug {
     async fn close(&self) -> Result<(), ExecutionError>;
 }
 
-/// The six port methods of [`Backend`] for a backend type that is cheap to clone and
+/// The seven port methods of [`Backend`] for a backend type that is cheap to clone and
 /// implements every port itself: each hands out a clone behind an `Arc`. Use inside
 /// `impl Backend for T { … }`.
 #[macro_export]
@@ -129,6 +132,9 @@ macro_rules! backend_ports {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
         fn stats(&self) -> ::std::sync::Arc<dyn $crate::ports::StoreStats> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn transfer(&self) -> ::std::sync::Arc<dyn $crate::transfer::Transfer> {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
     };

@@ -41,6 +41,7 @@ pub mod store;
 pub mod text;
 pub mod time;
 pub mod timefmt;
+pub mod transfer;
 
 pub use api_settings::ApiSettings;
 pub use backend::{Backend, BackendCapabilities, SessionSummary, UpgradeReport, UpgradeStep};

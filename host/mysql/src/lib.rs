@@ -49,6 +49,7 @@ pub mod schema;
 #[cfg(feature = "bench-support")]
 pub mod scratch;
 pub mod session;
+mod transfer;
 pub mod upgrade;
 
 pub use backend::MySqlBackend;

@@ -82,17 +82,17 @@ pub fn parse_uuid(v: &DbValue) -> Result<Uuid, DecodeError> {
     }
 }
 
-fn text(v: DbValue, col: &str) -> Result<String, DecodeError> {
+pub(crate) fn text(v: DbValue, col: &str) -> Result<String, DecodeError> {
     from_value_opt::<String>(v).map_err(|e| DecodeError(format!("{col}: {e}")))
 }
 
-fn instant(v: DbValue, col: &str) -> Result<DateTime<Utc>, DecodeError> {
+pub(crate) fn instant(v: DbValue, col: &str) -> Result<DateTime<Utc>, DecodeError> {
     from_value_opt::<NaiveDateTime>(v)
         .map(|n| n.and_utc())
         .map_err(|e| DecodeError(format!("{col}: {e}")))
 }
 
-fn opt_instant(v: DbValue, col: &str) -> Result<Option<DateTime<Utc>>, DecodeError> {
+pub(crate) fn opt_instant(v: DbValue, col: &str) -> Result<Option<DateTime<Utc>>, DecodeError> {
     match v {
         DbValue::NULL => Ok(None),
         v => instant(v, col).map(Some),
@@ -148,7 +148,7 @@ pub fn decode_execution(row: Row) -> Result<Execution, ExecutionError> {
 }
 
 /// The columns of [`EXECUTION_COLUMNS`] as read, in order.
-fn stored_execution(values: Vec<DbValue>) -> Result<StoredExecution, DecodeError> {
+pub(crate) fn stored_execution(values: Vec<DbValue>) -> Result<StoredExecution, DecodeError> {
     let mut it = values.into_iter();
     let mut next = || it.next().unwrap_or(DbValue::NULL);
     let int = |v: DbValue, col: &str| {

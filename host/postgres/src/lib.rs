@@ -43,6 +43,7 @@ pub mod schema;
 #[cfg(feature = "bench-support")]
 pub mod scratch;
 mod sql;
+mod transfer;
 pub mod upgrade;
 mod worker_ops;
 

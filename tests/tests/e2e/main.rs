@@ -8,6 +8,8 @@
 //!   and exact messages, one case per rule group of docs/configuration.md#strict-validation).
 //! * [`check_vs_run`]: every file `onestep run` rejects at load time, `check --strict` rejects
 //!   too (and `check` with the same message).
+//! * [`copy`]: `onestep copy` between MariaDB, MySQL and PostgreSQL, every column compared;
+//!   the live-lease and same-store refusals, the re-run, the round trip.
 //! * [`upgrade`]: reference-created tables: one warning from `onestep run` and
 //!   `schema=needs-upgrade` from `check --connect`, then `onestep migrate --upgrade` adds the
 //!   column and indexes online (MySQL family) or builds our indexes concurrently (PostgreSQL).
@@ -87,6 +89,7 @@ mod bench;
 mod bench_rounds;
 mod check;
 mod check_vs_run;
+mod copy;
 mod diagnostics;
 mod health_db;
 mod http_fetch;

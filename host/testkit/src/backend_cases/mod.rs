@@ -7,10 +7,12 @@
 //! * [`scale`]: the scripted workload of the `every_statement_*` cost checks, and
 //!   [`shapes`]: the statement shapes they group the captured SQL by.
 //! * [`undecodable`]: one undecodable row among good ones ([`undecodable::RawRows`]).
+//! * [`copy`]: `onestep copy` between two stores, every column compared.
 //! * [`history`]: the history seeder ([`history::HistoryRows`]).
 //! * [`traces`]: the trace-context table ([`traces::TraceRows`]).
 //! * [`reference`]: the Python reference client the interop tests drive.
 
+pub mod copy;
 pub mod history;
 pub mod reference;
 pub mod scale;

@@ -1,0 +1,596 @@
+//! `onestep copy` on PostgreSQL (docs/cli.md#onestep-copy): [`Transfer`] for [`PgBackend`], raw rows of
+//! the four tables out in id order and in with every column as given, one transaction per
+//! imported page, one `INSERT … SELECT FROM UNNEST(arrays)` per table.
+
+use std::collections::{BTreeMap, HashSet};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use onestep_core::ExecutionError;
+use onestep_core::store::DecodeError;
+use onestep_core::transfer::{
+    AttemptRow, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts, TableCounts, TraceRow,
+    Transfer,
+};
+use serde_json::Value;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use crate::backend::{PgBackend, commit};
+use crate::diagnostics::u64_of;
+use crate::errors::OpError;
+use crate::rows::{EXECUTION_COLUMNS, get};
+use crate::schema::q;
+
+/// The executions columns after [`EXECUTION_COLUMNS`] that a copy moves too.
+const EXTRA_COLUMNS: &str = "idempotency_key, submission_digest, lease_token, lease_expires_at, \
+     worker_id, cancel_reason, updated_at";
+const ATTEMPT_COLUMNS: &str = "id, execution_id, attempt_no, lease_token, worker_id, status, \
+     error, started_at, heartbeat_at, finished_at";
+const DIAGNOSTICS_COLUMNS: &str = "attempt_id, execution_id, is_final, message, progress_done, \
+     progress_total, progress_note, progress_at, log_lines, log_tail, trap_kind, \
+     component_digest, fuel_consumed, peak_memory_bytes, updated_at";
+const TRACE_COLUMNS: &str = "execution_id, traceparent, created_at";
+
+fn undecodable(table: &str, e: DecodeError) -> OpError {
+    OpError::Domain(ExecutionError::Undecodable(format!(
+        "copy: cannot decode a row of {table}: {}",
+        e.0
+    )))
+}
+
+fn out_of_range(what: &str, v: i64) -> OpError {
+    OpError::Domain(ExecutionError::invalid(format!(
+        "copy: {what} {v} does not fit PostgreSQL's INTEGER column"
+    )))
+}
+
+fn execution_row(row: &Row) -> Result<ExecutionRow, DecodeError> {
+    let n = onestep_core::store::EXECUTION_COLUMN_COUNT;
+    Ok(ExecutionRow {
+        stored: onestep_core::store::StoredExecution {
+            id: get(row, 0, "id")?,
+            namespace: get(row, 1, "namespace")?,
+            task_name: get(row, 2, "task_name")?,
+            status: get(row, 3, "status")?,
+            payload: get(row, 4, "payload")?,
+            metadata: get(row, 5, "metadata")?,
+            result: get(row, 6, "result")?,
+            error: get(row, 7, "error")?,
+            attempts: i64::from(get::<i32>(row, 8, "attempts")?),
+            available_at: get(row, 9, "available_at")?,
+            started_at: get(row, 10, "started_at")?,
+            finished_at: get(row, 11, "finished_at")?,
+            cancel_requested_at: get(row, 12, "cancel_requested_at")?,
+            expires_at: get(row, 13, "expires_at")?,
+            created_at: get(row, 14, "created_at")?,
+            version: get(row, 15, "version")?,
+        },
+        idempotency_key: get(row, n, "idempotency_key")?,
+        submission_digest: get(row, n + 1, "submission_digest")?,
+        lease_token: get(row, n + 2, "lease_token")?,
+        lease_expires_at: get(row, n + 3, "lease_expires_at")?,
+        worker_id: get(row, n + 4, "worker_id")?,
+        cancel_reason: get(row, n + 5, "cancel_reason")?,
+        updated_at: get(row, n + 6, "updated_at")?,
+    })
+}
+
+fn attempt_row(row: &Row) -> Result<AttemptRow, DecodeError> {
+    Ok(AttemptRow {
+        id: get(row, 0, "id")?,
+        execution_id: get(row, 1, "execution_id")?,
+        attempt_no: i64::from(get::<i32>(row, 2, "attempt_no")?),
+        lease_token: get(row, 3, "lease_token")?,
+        worker_id: get(row, 4, "worker_id")?,
+        status: get(row, 5, "status")?,
+        error: get(row, 6, "error")?,
+        started_at: get(row, 7, "started_at")?,
+        heartbeat_at: get(row, 8, "heartbeat_at")?,
+        finished_at: get(row, 9, "finished_at")?,
+    })
+}
+
+fn diagnostics_row(row: &Row) -> Result<DiagnosticsRow, DecodeError> {
+    Ok(DiagnosticsRow {
+        attempt_id: get(row, 0, "attempt_id")?,
+        execution_id: get(row, 1, "execution_id")?,
+        is_final: get(row, 2, "is_final")?,
+        message: get(row, 3, "message")?,
+        progress_done: get(row, 4, "progress_done")?,
+        progress_total: get(row, 5, "progress_total")?,
+        progress_note: get(row, 6, "progress_note")?,
+        progress_at: get(row, 7, "progress_at")?,
+        log_lines: get(row, 8, "log_lines")?,
+        log_tail: get(row, 9, "log_tail")?,
+        trap_kind: get(row, 10, "trap_kind")?,
+        component_digest: get(row, 11, "component_digest")?,
+        fuel_consumed: get(row, 12, "fuel_consumed")?,
+        peak_memory_bytes: get(row, 13, "peak_memory_bytes")?,
+        updated_at: get(row, 14, "updated_at")?,
+    })
+}
+
+fn trace_row(row: &Row) -> Result<TraceRow, DecodeError> {
+    Ok(TraceRow {
+        execution_id: get(row, 0, "execution_id")?,
+        traceparent: get(row, 1, "traceparent")?,
+        created_at: get(row, 2, "created_at")?,
+    })
+}
+
+/// JSON text that survives `jsonb` (docs/postgres.md#json-numbers).
+fn json(v: Option<&Value>) -> Option<String> {
+    v.map(crate::json_text::to_text)
+}
+
+/// `INSERT INTO table (columns) SELECT <select> FROM UNNEST($1::t1[], …) AS u(c1, …)`: one
+/// statement whatever the number of rows; `types` are the arrays' element types and `select`
+/// the expressions over `u.cN` (casts of JSON text to `jsonb`).
+fn unnest_insert(table: &str, columns: &str, types: &[&str], select: &[String]) -> String {
+    let arrays: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("${}::{t}[]", i + 1))
+        .collect();
+    let names: Vec<String> = (1..=types.len()).map(|i| format!("c{i}")).collect();
+    format!(
+        "INSERT INTO {table} ({columns}) SELECT {} FROM UNNEST({}) AS u({})",
+        select.join(", "),
+        arrays.join(", "),
+        names.join(", ")
+    )
+}
+
+/// `u.cN` for each column, `u.cN::jsonb` for the (1-based) `json` ones.
+fn select_list(n: usize, json: &[usize]) -> Vec<String> {
+    (1..=n)
+        .map(|i| {
+            if json.contains(&i) {
+                format!("u.c{i}::jsonb")
+            } else {
+                format!("u.c{i}")
+            }
+        })
+        .collect()
+}
+
+type Params = Vec<Box<dyn ToSql + Sync + Send>>;
+
+fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
+    p.iter()
+        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
+    let s = |f: fn(&ExecutionRow) -> String| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let os = |f: fn(&ExecutionRow) -> Option<String>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let ot = |f: fn(&ExecutionRow) -> Option<DateTime<Utc>>| {
+        rows.iter().map(|r| f(r)).collect::<Vec<_>>()
+    };
+    let t = |f: fn(&ExecutionRow) -> DateTime<Utc>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let attempts = rows
+        .iter()
+        .map(|r| {
+            i32::try_from(r.stored.attempts)
+                .map_err(|_| out_of_range("attempts", r.stored.attempts))
+        })
+        .collect::<Result<Vec<i32>, _>>()?;
+    Ok(vec![
+        Box::new(rows.iter().map(|r| r.stored.id).collect::<Vec<Uuid>>()),
+        Box::new(s(|r| r.stored.namespace.clone())),
+        Box::new(s(|r| r.stored.task_name.clone())),
+        Box::new(s(|r| r.stored.status.clone())),
+        Box::new(os(|r| json(r.stored.payload.as_ref()))),
+        Box::new(os(|r| json(r.stored.metadata.as_ref()))),
+        Box::new(os(|r| json(r.stored.result.as_ref()))),
+        Box::new(os(|r| json(r.stored.error.as_ref()))),
+        Box::new(attempts),
+        Box::new(t(|r| r.stored.available_at)),
+        Box::new(ot(|r| r.stored.started_at)),
+        Box::new(ot(|r| r.stored.finished_at)),
+        Box::new(ot(|r| r.stored.cancel_requested_at)),
+        Box::new(ot(|r| r.stored.expires_at)),
+        Box::new(t(|r| r.stored.created_at)),
+        Box::new(rows.iter().map(|r| r.stored.version).collect::<Vec<i64>>()),
+        Box::new(os(|r| r.idempotency_key.clone())),
+        Box::new(os(|r| r.submission_digest.clone())),
+        Box::new(
+            rows.iter()
+                .map(|r| r.lease_token)
+                .collect::<Vec<Option<Uuid>>>(),
+        ),
+        Box::new(ot(|r| r.lease_expires_at)),
+        Box::new(os(|r| r.worker_id.clone())),
+        Box::new(os(|r| r.cancel_reason.clone())),
+        Box::new(t(|r| r.updated_at)),
+    ])
+}
+
+const EXECUTION_TYPES: [&str; 23] = [
+    "uuid",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "int4",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+    "int8",
+    "text",
+    "text",
+    "uuid",
+    "timestamptz",
+    "text",
+    "text",
+    "timestamptz",
+];
+
+fn attempt_params(rows: &[&AttemptRow]) -> Result<Params, OpError> {
+    let nos = rows
+        .iter()
+        .map(|r| i32::try_from(r.attempt_no).map_err(|_| out_of_range("attempt_no", r.attempt_no)))
+        .collect::<Result<Vec<i32>, _>>()?;
+    Ok(vec![
+        Box::new(rows.iter().map(|r| r.id).collect::<Vec<_>>()),
+        Box::new(rows.iter().map(|r| r.execution_id).collect::<Vec<_>>()),
+        Box::new(nos),
+        Box::new(rows.iter().map(|r| r.lease_token).collect::<Vec<_>>()),
+        Box::new(rows.iter().map(|r| r.worker_id.clone()).collect::<Vec<_>>()),
+        Box::new(rows.iter().map(|r| r.status.clone()).collect::<Vec<_>>()),
+        Box::new(
+            rows.iter()
+                .map(|r| json(r.error.as_ref()))
+                .collect::<Vec<_>>(),
+        ),
+        Box::new(rows.iter().map(|r| r.started_at).collect::<Vec<_>>()),
+        Box::new(rows.iter().map(|r| r.heartbeat_at).collect::<Vec<_>>()),
+        Box::new(rows.iter().map(|r| r.finished_at).collect::<Vec<_>>()),
+    ])
+}
+
+const ATTEMPT_TYPES: [&str; 10] = [
+    "uuid",
+    "uuid",
+    "int4",
+    "uuid",
+    "text",
+    "text",
+    "text",
+    "timestamptz",
+    "timestamptz",
+    "timestamptz",
+];
+
+fn diagnostics_params(rows: &[&DiagnosticsRow]) -> Params {
+    let os =
+        |f: fn(&DiagnosticsRow) -> Option<String>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let oi = |f: fn(&DiagnosticsRow) -> Option<i64>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
+    vec![
+        Box::new(rows.iter().map(|r| r.attempt_id).collect::<Vec<_>>()),
+        Box::new(rows.iter().map(|r| r.execution_id).collect::<Vec<_>>()),
+        Box::new(rows.iter().map(|r| r.is_final).collect::<Vec<_>>()),
+        Box::new(os(|r| r.message.clone())),
+        Box::new(oi(|r| r.progress_done)),
+        Box::new(oi(|r| r.progress_total)),
+        Box::new(os(|r| r.progress_note.clone())),
+        Box::new(rows.iter().map(|r| r.progress_at).collect::<Vec<_>>()),
+        Box::new(rows.iter().map(|r| r.log_lines).collect::<Vec<_>>()),
+        Box::new(os(|r| r.log_tail.clone())),
+        Box::new(os(|r| r.trap_kind.clone())),
+        Box::new(os(|r| r.component_digest.clone())),
+        Box::new(oi(|r| r.fuel_consumed)),
+        Box::new(oi(|r| r.peak_memory_bytes)),
+        Box::new(rows.iter().map(|r| r.updated_at).collect::<Vec<_>>()),
+    ]
+}
+
+const DIAGNOSTICS_TYPES: [&str; 15] = [
+    "uuid",
+    "uuid",
+    "bool",
+    "text",
+    "int8",
+    "int8",
+    "text",
+    "timestamptz",
+    "int8",
+    "text",
+    "text",
+    "text",
+    "int8",
+    "int8",
+    "timestamptz",
+];
+
+fn trace_params(rows: &[&TraceRow]) -> Params {
+    vec![
+        Box::new(rows.iter().map(|r| r.execution_id).collect::<Vec<_>>()),
+        Box::new(
+            rows.iter()
+                .map(|r| r.traceparent.clone())
+                .collect::<Vec<_>>(),
+        ),
+        Box::new(rows.iter().map(|r| r.created_at).collect::<Vec<_>>()),
+    ]
+}
+
+const TRACE_TYPES: [&str; 3] = ["uuid", "text", "timestamptz"];
+
+/// Rows of `table` whose `key` is one of `ids`, decoded by `decode`.
+async fn select_by_ids<C: tokio_postgres::GenericClient, T>(
+    c: &C,
+    table: &str,
+    columns: &str,
+    key: &str,
+    ids: &[Uuid],
+    decode: fn(&Row) -> Result<T, DecodeError>,
+) -> Result<Vec<T>, OpError> {
+    let rows = c
+        .query(
+            &format!("SELECT {columns} FROM {table} WHERE {key} = ANY($1)"),
+            &[&ids],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| decode(r).map_err(|e| undecodable(table, e)))
+        .collect()
+}
+
+#[async_trait]
+impl Transfer for PgBackend {
+    async fn location(&self) -> Result<String, ExecutionError> {
+        self.run("copy", || async {
+            let conn = self.conn().await?;
+            let row = conn
+                .query_one(
+                    "SELECT pg_postmaster_start_time()::text, current_setting('port'), \
+                     current_database()",
+                    &[],
+                )
+                .await?;
+            let started: String = row.try_get(0)?;
+            let port: String = row.try_get(1)?;
+            let db: String = row.try_get(2)?;
+            Ok(format!(
+                "postgres server on port {port} started {started} database {db} table {}",
+                self.tables().executions
+            ))
+        })
+        .await
+    }
+
+    async fn export_page(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, ExecutionError> {
+        let t = self.sql().t.clone();
+        let a = q(&self.tables().attempts);
+        let (d, tr) = (self.d(), self.tr_existing());
+        let limit = i64::from(limit);
+        self.run("copy", || async {
+            let conn = self.conn().await?;
+            let cols = format!("{EXECUTION_COLUMNS}, {EXTRA_COLUMNS}");
+            let rows = match after {
+                Some(id) => {
+                    conn.query(
+                        &format!("SELECT {cols} FROM {t} WHERE id > $1 ORDER BY id LIMIT $2"),
+                        &[&id, &limit],
+                    )
+                    .await?
+                }
+                None => {
+                    conn.query(
+                        &format!("SELECT {cols} FROM {t} ORDER BY id LIMIT $1"),
+                        &[&limit],
+                    )
+                    .await?
+                }
+            };
+            let mut records = Vec::with_capacity(rows.len());
+            for row in &rows {
+                records.push(ExecutionRecord {
+                    execution: execution_row(row).map_err(|e| undecodable(&t, e))?,
+                    attempts: Vec::new(),
+                    diagnostics: Vec::new(),
+                    trace: None,
+                });
+            }
+            let ids: Vec<Uuid> = records.iter().map(ExecutionRecord::id).collect();
+            let at: BTreeMap<Uuid, usize> =
+                ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+            let mut attempts = select_by_ids(
+                &**conn,
+                &a,
+                ATTEMPT_COLUMNS,
+                "execution_id",
+                &ids,
+                attempt_row,
+            )
+            .await?;
+            attempts.sort_by_key(|x| (x.execution_id, x.attempt_no));
+            for x in attempts {
+                if let Some(&i) = at.get(&x.execution_id) {
+                    records[i].attempts.push(x);
+                }
+            }
+            if let Some(d) = &d {
+                let rows = select_by_ids(
+                    &**conn,
+                    d,
+                    DIAGNOSTICS_COLUMNS,
+                    "execution_id",
+                    &ids,
+                    diagnostics_row,
+                )
+                .await?;
+                for x in rows {
+                    if let Some(&i) = at.get(&x.execution_id) {
+                        records[i].diagnostics.push(x);
+                    }
+                }
+            }
+            if let Some(tr) = &tr {
+                let rows =
+                    select_by_ids(&**conn, tr, TRACE_COLUMNS, "execution_id", &ids, trace_row)
+                        .await?;
+                for x in rows {
+                    if let Some(&i) = at.get(&x.execution_id) {
+                        records[i].trace = Some(x);
+                    }
+                }
+            }
+            Ok(records)
+        })
+        .await
+    }
+
+    async fn import(&self, records: &[ExecutionRecord]) -> Result<ImportCounts, ExecutionError> {
+        let t = self.sql().t.clone();
+        let a = q(&self.tables().attempts);
+        let (d, tr) = (self.d(), self.tr_existing());
+        let insert_e = unnest_insert(
+            &t,
+            &format!("{EXECUTION_COLUMNS}, {EXTRA_COLUMNS}"),
+            &EXECUTION_TYPES,
+            &select_list(EXECUTION_TYPES.len(), &[5, 6, 7, 8]),
+        );
+        let insert_a = unnest_insert(
+            &a,
+            ATTEMPT_COLUMNS,
+            &ATTEMPT_TYPES,
+            &select_list(ATTEMPT_TYPES.len(), &[7]),
+        );
+        self.run("copy", || async {
+            let mut conn = self.conn().await?;
+            let tx = conn.transaction().await?;
+            let ids: Vec<Uuid> = records.iter().map(ExecutionRecord::id).collect();
+            let existing: HashSet<Uuid> = tx
+                .query(&format!("SELECT id FROM {t} WHERE id = ANY($1)"), &[&ids])
+                .await?
+                .iter()
+                .map(|r| r.try_get::<_, Uuid>(0))
+                .collect::<Result<_, _>>()?;
+            let mut counts = ImportCounts::default();
+            let fresh: Vec<&ExecutionRecord> = records
+                .iter()
+                .filter(|r| {
+                    let old = existing.contains(&r.id());
+                    if old {
+                        counts.skipped.add(r.counts());
+                    } else {
+                        counts.copied.add(r.counts());
+                    }
+                    !old
+                })
+                .collect();
+            if fresh.is_empty() {
+                tx.rollback().await?;
+                return Ok(counts);
+            }
+            let e: Vec<&ExecutionRow> = fresh.iter().map(|r| &r.execution).collect();
+            tx.execute(&insert_e, &refs(&execution_params(&e)?)).await?;
+            let at: Vec<&AttemptRow> = fresh.iter().flat_map(|r| &r.attempts).collect();
+            tx.execute(&insert_a, &refs(&attempt_params(&at)?)).await?;
+            let di: Vec<&DiagnosticsRow> = fresh.iter().flat_map(|r| &r.diagnostics).collect();
+            match &d {
+                Some(d) => {
+                    let sql = unnest_insert(
+                        d,
+                        DIAGNOSTICS_COLUMNS,
+                        &DIAGNOSTICS_TYPES,
+                        &select_list(DIAGNOSTICS_TYPES.len(), &[]),
+                    );
+                    tx.execute(&sql, &refs(&diagnostics_params(&di))).await?;
+                }
+                None => {
+                    counts.skipped.diagnostics += counts.copied.diagnostics;
+                    counts.copied.diagnostics = 0;
+                }
+            }
+            let trs: Vec<&TraceRow> = fresh.iter().filter_map(|r| r.trace.as_ref()).collect();
+            match &tr {
+                Some(tr) => {
+                    let sql = unnest_insert(
+                        tr,
+                        TRACE_COLUMNS,
+                        &TRACE_TYPES,
+                        &select_list(TRACE_TYPES.len(), &[]),
+                    );
+                    tx.execute(&sql, &refs(&trace_params(&trs))).await?;
+                }
+                None => {
+                    counts.skipped.traces += counts.copied.traces;
+                    counts.copied.traces = 0;
+                }
+            }
+            commit(tx).await?;
+            Ok(counts)
+        })
+        .await
+    }
+
+    async fn live_leases(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<BTreeMap<String, u64>, ExecutionError> {
+        let t = self.sql().t.clone();
+        self.run("copy", || async {
+            let conn = self.conn().await?;
+            let rows = conn
+                .query(
+                    &format!(
+                        "SELECT status, count(*) FROM {t} WHERE lease_expires_at > $1 \
+                         GROUP BY status"
+                    ),
+                    &[&now],
+                )
+                .await?;
+            let mut out = BTreeMap::new();
+            for r in &rows {
+                out.insert(r.try_get::<_, String>(0)?, u64_of(r.try_get(1)?));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn counts(&self) -> Result<TableCounts, ExecutionError> {
+        let t = self.sql().t.clone();
+        let a = q(&self.tables().attempts);
+        let (d, tr) = (self.d(), self.tr_existing());
+        self.run("copy", || async {
+            let conn = self.conn().await?;
+            let mut n = [0u64; 4];
+            for (i, table) in [Some(&t), Some(&a), d.as_ref(), tr.as_ref()]
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(table) = table {
+                    let c: i64 = conn
+                        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                        .await?
+                        .try_get(0)?;
+                    n[i] = u64_of(c);
+                }
+            }
+            Ok(TableCounts {
+                executions: n[0],
+                attempts: n[1],
+                diagnostics: n[2],
+                traces: n[3],
+            })
+        })
+        .await
+    }
+}
