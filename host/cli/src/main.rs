@@ -32,6 +32,8 @@ enum Command {
     Migrate(commands::migrate::MigrateArgs),
     /// Serve the HTTP API declared in the `api:` section of a YAML app file.
     Serve(commands::serve::ServeArgs),
+    /// API, dashboard and workers in one process on a local database, for development.
+    Dev(commands::dev::DevArgs),
     /// Submit an execution.
     Submit(commands::client::SubmitArgs),
     /// Show one execution.
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
             Command::Run(a) => commands::run::run(a).await,
             Command::Migrate(a) => commands::migrate::run(a).await,
             Command::Serve(a) => commands::serve::run(a).await,
+            Command::Dev(a) => commands::dev::run(a).await,
             Command::Submit(a) => commands::client::submit(a).await,
             Command::Get(a) => commands::client::get(a).await,
             Command::List(a) => commands::client::list(a).await,
