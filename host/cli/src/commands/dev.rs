@@ -343,6 +343,9 @@ impl Session {
         for w in &cfg.warnings {
             tracing::warn!("{w}");
         }
+        // Signals drain from here on (before the start line tells anyone the process is up).
+        let shutdown = CancellationToken::new();
+        spawn_signal_listener(shutdown.clone());
         let fail = |code: u8, m: String| {
             tracing::error!("{m}");
             eprintln!("onestep dev: {m}");
@@ -389,8 +392,6 @@ impl Session {
         };
         let local = listener.local_addr().unwrap_or(self.listen);
         self.print_start(local, cfg);
-        let shutdown = CancellationToken::new();
-        spawn_signal_listener(shutdown.clone());
         let api_task = tokio::spawn(serve_on(
             listener,
             state,

@@ -211,28 +211,38 @@ pub(crate) fn raise_open_files_limit() {
     }
 }
 
-/// Cancels `shutdown` on the first SIGINT or SIGTERM.
+/// Cancels `shutdown` on the first SIGINT or SIGTERM. On Unix both handlers are installed
+/// before it returns, so a signal that arrives right after (e.g. once `onestep dev` printed its
+/// start line) drains instead of killing the process.
 pub(crate) fn spawn_signal_listener(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    let streams = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
+    };
     tokio::spawn(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! {
-                        _ = ctrl_c => {}
-                        _ = term.recv() => {}
+            let (int, term) = streams;
+            let next = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
                     }
+                    None => std::future::pending::<()>().await,
                 }
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                }
+            };
+            tokio::select! {
+                () = next(int) => {}
+                () = next(term) => {}
             }
         }
         #[cfg(not(unix))]
         {
-            let _ = ctrl_c.await;
+            let _ = tokio::signal::ctrl_c().await;
         }
         tracing::info!("shutdown signal received: draining");
         shutdown.cancel();
