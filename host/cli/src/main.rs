@@ -34,6 +34,8 @@ enum Command {
     Copy(commands::copy::CopyArgs),
     /// Serve the HTTP API declared in the `api:` section of a YAML app file.
     Serve(commands::serve::ServeArgs),
+    /// API, dashboard and workers in one process on a local database, for development.
+    Dev(commands::dev::DevArgs),
     /// Submit an execution.
     Submit(commands::client::SubmitArgs),
     /// Show one execution.
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
             Command::Migrate(a) => commands::migrate::run(a).await,
             Command::Copy(a) => commands::copy::run(a).await,
             Command::Serve(a) => commands::serve::run(a).await,
+            Command::Dev(a) => commands::dev::run(a).await,
             Command::Submit(a) => commands::client::submit(a).await,
             Command::Get(a) => commands::client::get(a).await,
             Command::List(a) => commands::client::list(a).await,

@@ -66,6 +66,9 @@
 //!   outside the repository and passes `check --strict` and `task run`; bad input.
 //! * [`schemathesis`]: schemathesis against `onestep serve`'s `/openapi.json` with generated
 //!   valid and invalid input, with a token and without: no 5xx, no panic, the server stays up.
+//! * [`dev`]: `onestep dev`: API, dashboard and workers in one process on a `--dsn` database
+//!   (tables created, token printed and kept, 401 without it, a rebuilt component reloaded,
+//!   SIGTERM exits 0).
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
 //! * [`ui_browser`]: the dashboard in a real headless Chromium over WebDriver: log in, list,
 //!   filter, detail, cancel, retry, bulk cancel, a read token without actions, page loads on
@@ -90,6 +93,7 @@ mod bench_rounds;
 mod check;
 mod check_vs_run;
 mod copy;
+mod dev;
 mod diagnostics;
 mod health_db;
 mod http_fetch;

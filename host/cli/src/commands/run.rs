@@ -54,12 +54,9 @@ pub(crate) struct RunArgs {
 /// whose component cannot be loaded (or is missing) does not stop the start: it is quarantined
 /// (docs/security.md#one-tenants-bad-deploy).
 pub(crate) async fn run(args: RunArgs) -> u8 {
-    let reload_interval = match std::time::Duration::try_from_secs_f64(args.reload_interval) {
-        Ok(d) if d >= std::time::Duration::from_millis(100) => d,
-        _ => {
-            eprintln!("onestep: --reload-interval must be a number of seconds, at least 0.1");
-            return 2;
-        }
+    let Some(reload_interval) = reload_interval(args.reload_interval) else {
+        eprintln!("onestep: --reload-interval must be a number of seconds, at least 0.1");
+        return 2;
     };
     // A missing component file quarantines its task instead (docs/security.md#one-tenants-bad-deploy).
     let cfg = match load_with(&args.target, false, &args.env, false) {
@@ -91,6 +88,13 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     code
 }
 
+/// The `--reload-interval` of `run` and `dev`: at least 0.1 s (`None` otherwise).
+pub(crate) fn reload_interval(secs: f64) -> Option<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| *d >= std::time::Duration::from_millis(100))
+}
+
 /// Runs the loaded worker (see [`run`]).
 async fn run_loaded(
     args: &RunArgs,
@@ -101,15 +105,40 @@ async fn run_loaded(
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
-    let target = args.target.display().to_string();
-    let fail = |e: anyhow::Error| {
-        eprintln!("onestep: {target} failed while running: {e:#}");
-        1
-    };
-
     let shutdown = CancellationToken::new();
     spawn_signal_listener(shutdown.clone());
+    let opts = WorkerOptions {
+        metrics_addr: args.metrics_addr,
+        reload: (!args.no_reload).then_some(reload_interval),
+    };
+    match run_worker(&cfg, &opts, shutdown).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!(
+                "onestep: {} failed while running: {e:#}",
+                args.target.display()
+            );
+            1
+        }
+    }
+}
 
+/// How [`run_worker`] runs besides the file: `onestep run`'s flags (and `onestep dev`'s).
+pub(crate) struct WorkerOptions {
+    /// `--metrics-addr` (else the file's `app.metrics_addr`).
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// The period of the component-file watch; `None`: no reload (`--no-reload`).
+    pub(crate) reload: Option<std::time::Duration>,
+}
+
+/// Runs the worker of `cfg` until `shutdown` is cancelled, then drains: metrics and health
+/// first, the backends, the runtime, the task bindings, the reload watch, the worker; the
+/// backends are closed on the way out. `onestep run` and `onestep dev`.
+pub(crate) async fn run_worker(
+    cfg: &onestep_config::AppConfig,
+    opts: &WorkerOptions,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     // Metrics and health first, so that /healthz and /readyz answer while the sources open
     // (docs/observability.md).
     let metrics = Arc::new(Metrics::new(
@@ -122,43 +151,24 @@ async fn run_loaded(
     ));
     let stop_metrics = CancellationToken::new();
     let _stop_metrics_on_return = stop_metrics.clone().drop_guard();
-    if let Some(addr) = args.metrics_addr.or(cfg.metrics_addr) {
-        match metrics::serve(addr, Arc::clone(&metrics), stop_metrics.clone()).await {
-            Ok(bound) => tracing::info!(addr = %bound, "metrics server listening on {bound}"),
-            Err(e) => return fail(e),
-        }
+    if let Some(addr) = opts.metrics_addr.or(cfg.metrics_addr) {
+        let bound = metrics::serve(addr, Arc::clone(&metrics), stop_metrics.clone()).await?;
+        tracing::info!(addr = %bound, "metrics server listening on {bound}");
     }
 
-    let backends = match open_backends(&cfg).await {
-        Ok(b) => b,
-        Err(e) => return fail(e),
-    };
-    let runtime = match build_runtime(&cfg) {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
-    let (bindings, reload_targets) = match task_bindings(&cfg, &backends, &runtime, Some(&metrics))
-    {
-        Ok(b) => b,
-        Err(e) => return fail(e),
-    };
-    if !args.no_reload {
-        crate::wiring::reload::spawn(
-            runtime.clone(),
-            reload_targets,
-            reload_interval,
-            shutdown.clone(),
-        );
+    let backends = open_backends(cfg).await?;
+    let runtime = build_runtime(cfg)?;
+    let (bindings, reload_targets) = task_bindings(cfg, &backends, &runtime, Some(&metrics))?;
+    if let Some(interval) = opts.reload {
+        crate::wiring::reload::spawn(runtime.clone(), reload_targets, interval, shutdown.clone());
     }
     metrics.set_ready();
     let settings = WorkerSettings {
         shutdown_timeout: cfg.shutdown_timeout,
         ..WorkerSettings::default()
     };
-    let worker = match Worker::new(bindings, settings) {
-        Ok(w) => w.with_observer(Arc::clone(&metrics) as Arc<dyn onestep_worker::WorkerObserver>),
-        Err(e) => return fail(e.into()),
-    };
+    let worker = Worker::new(bindings, settings)?
+        .with_observer(Arc::clone(&metrics) as Arc<dyn onestep_worker::WorkerObserver>);
     tracing::info!(app = %cfg.name, tasks = cfg.tasks.len(), "onestep worker running");
     let outcome = worker.run(shutdown).await;
     for backend in backends.values() {
@@ -166,17 +176,14 @@ async fn run_loaded(
             tracing::warn!(error = %e, "closing a backend failed");
         }
     }
-    match outcome {
-        Ok(()) => 0,
-        Err(e) => fail(e.into()),
-    }
+    Ok(outcome?)
 }
 
 /// Raises this process's soft limit on open files (`RLIMIT_NOFILE`) to its hard limit and logs
 /// both values: every attempt may hold up to its sandbox's `max_open_handles` files, so the
 /// worker uses all the descriptors the operator allows (docs/security.md#open-files-and-handles).
 /// A refusal is logged and the worker runs on with the old limit.
-fn raise_open_files_limit() {
+pub(crate) fn raise_open_files_limit() {
     #[cfg(unix)]
     {
         use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
@@ -204,28 +211,38 @@ fn raise_open_files_limit() {
     }
 }
 
-/// Cancels `shutdown` on the first SIGINT or SIGTERM.
-fn spawn_signal_listener(shutdown: CancellationToken) {
+/// Cancels `shutdown` on the first SIGINT or SIGTERM. On Unix both handlers are installed
+/// before it returns, so a signal that arrives right after (e.g. once `onestep dev` printed its
+/// start line) drains instead of killing the process.
+pub(crate) fn spawn_signal_listener(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    let streams = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
+    };
     tokio::spawn(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! {
-                        _ = ctrl_c => {}
-                        _ = term.recv() => {}
+            let (int, term) = streams;
+            let next = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
                     }
+                    None => std::future::pending::<()>().await,
                 }
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                }
+            };
+            tokio::select! {
+                () = next(int) => {}
+                () = next(term) => {}
             }
         }
         #[cfg(not(unix))]
         {
-            let _ = ctrl_c.await;
+            let _ = tokio::signal::ctrl_c().await;
         }
         tracing::info!("shutdown signal received: draining");
         shutdown.cancel();

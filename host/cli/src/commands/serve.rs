@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use crate::wiring::store::{Store, StoreOptions};
 use onestep_api::{ApiState, Role, ServerLimits, Tenancy, TokenTable};
-use onestep_config::{ApiAuth, AppConfig, LoadOptions, LogFormat};
+use onestep_config::{ApiAuth, ApiConfig, AppConfig, LoadOptions, LogFormat};
 use onestep_core::names::TableNames;
 
 use crate::logging;
@@ -96,19 +96,7 @@ async fn serve(config: &AppConfig, listen: Option<SocketAddr>) -> u8 {
     };
     let local = listener.local_addr().map_or(listen, |a| a);
     tracing::info!(address = %local, "onestep API listening on http://{local}");
-    let limits = ServerLimits::default();
-    tracing::info!(
-        max_connections = limits.max_connections,
-        header_read_timeout_s = limits.header_read_timeout.as_secs(),
-        "connection limits (docs/security.md#api-connections)"
-    );
-    onestep_api::serve(
-        listener,
-        onestep_api::router(state),
-        limits,
-        shutdown_signal(),
-    )
-    .await;
+    serve_on(listener, state, shutdown_signal()).await;
     let _ = backend.close().await;
     tracing::info!("onestep API stopped");
     0
@@ -127,13 +115,30 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
                 .into(),
         )
     })?;
-    let connector = config.connectors.get(&api.connector).ok_or_else(|| {
-        usage(format!(
-            "api.connector: unknown connector resource '{}'",
-            api.connector
-        ))
-    })?;
-    let tenancy = match &api.auth {
+    let tenancy = file_tenancy(config, api).map_err(usage)?;
+    let (backend, state) = open_api(config, api, tenancy).await?;
+    Ok((backend, state, listen.unwrap_or(api.listen)))
+}
+
+/// Serves `state`'s router on `listener` with the default connection limits until `shutdown`
+/// resolves (in-flight requests finish); `onestep serve` and `onestep dev`.
+pub(crate) async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let limits = ServerLimits::default();
+    tracing::info!(
+        max_connections = limits.max_connections,
+        header_read_timeout_s = limits.header_read_timeout.as_secs(),
+        "connection limits (docs/security.md#api-connections)"
+    );
+    onestep_api::serve(listener, onestep_api::router(state), limits, shutdown).await;
+}
+
+/// The tenancy the `api:` section configures: its tokens, or its one namespace.
+fn file_tenancy(config: &AppConfig, api: &ApiConfig) -> Result<Tenancy, String> {
+    Ok(match &api.auth {
         ApiAuth::Namespace(ns) => {
             tracing::warn!(
                 namespace = %ns,
@@ -145,7 +150,7 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
         ApiAuth::TokensFile(_) | ApiAuth::TokensEnv(_) => {
             let tokens = api
                 .load_tokens(&config.env)
-                .map_err(|e| usage(e.to_string()))?
+                .map_err(|e| e.to_string())?
                 .unwrap_or_default();
             let table = TokenTable::from_entries(tokens.iter().map(|t| {
                 let role = t
@@ -155,7 +160,7 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
                     .unwrap_or(Role::Default);
                 (t.token.expose(), t.namespace.as_str(), role)
             }))
-            .map_err(|e| usage(format!("api tokens: {e}")))?;
+            .map_err(|e| format!("api tokens: {e}"))?;
             if table.short_tokens() > 0 {
                 tracing::warn!(
                     count = table.short_tokens(),
@@ -170,7 +175,23 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
             );
             Tenancy::Tokens(table)
         }
-    };
+    })
+}
+
+/// Opens the store of the `api:` section `api` (its connector, tables, limits, pool bounds) and
+/// the API state on it with `tenancy`; errors are `(exit code, message)`.
+pub(crate) async fn open_api(
+    config: &AppConfig,
+    api: &ApiConfig,
+    tenancy: Tenancy,
+) -> Result<(Store, ApiState), (u8, String)> {
+    let usage = |m: String| (2u8, m);
+    let connector = config.connectors.get(&api.connector).ok_or_else(|| {
+        usage(format!(
+            "api.connector: unknown connector resource '{}'",
+            api.connector
+        ))
+    })?;
     let mut opts = StoreOptions::new(connector.dsn.expose());
     opts.kind = connector.kind;
     opts.tables = TableNames::new(api.table.clone(), api.attempts_table.clone())
@@ -204,7 +225,7 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     .map_err(|e| usage(format!("api: {e}")))?;
     // The dashboard's overview figures.
     let state = state.with_insights(backend.insights());
-    Ok((backend, state, listen.unwrap_or(api.listen)))
+    Ok((backend, state))
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
