@@ -59,7 +59,8 @@
 //!   on PostgreSQL; a connector of the wrong kind is a load error.
 //! * [`render`]: `onestep render` of a config, as text and as a Mermaid flowchart.
 //! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
-//!   outside the repository and passes `check --strict` and `task run`; bad input.
+//!   outside the repository and passes `check --strict` and `task run`; the Rust `agent`
+//!   template against a loopback fake endpoint with the host-injected key; bad input.
 //! * [`schemathesis`]: schemathesis against `onestep serve`'s `/openapi.json` with generated
 //!   valid and invalid input, with a token and without: no 5xx, no panic, the server stays up.
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
