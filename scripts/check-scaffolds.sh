@@ -18,8 +18,13 @@
 # (SCAFFOLD_TARGET_DIR, default target/scaffold, as tests/tests/e2e/scaffold.rs), the
 # componentize-py venv and the componentize-js node_modules that scripts/build-guests.sh installs
 # under guest-examples/ (the same pinned versions the scaffolds name; a unit test of
-# host/cli/src/commands/new checks they match). The first `task run` of a Python or JavaScript
-# component compiles it (slow in a debug binary); later runs take it from the compile cache.
+# host/cli/src/commands/new checks they match).
+#
+# The first `task run` of a Python or JavaScript component compiles it (CPython or SpiderMonkey,
+# 13-18 MB): seconds in a release binary, up to ten minutes each in a debug one on a busy
+# machine (later runs take it from the compile cache). So the Python and JavaScript task runs use
+# ONESTEP_GUEST_BIN, default target/release/onestep when it exists (else ONESTEP_BIN); scaffolding
+# and the Rust runs always use ONESTEP_BIN.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +38,13 @@ NODE_MODULES="$ROOT/guest-examples/node_modules"
 
 die() { echo "check-scaffolds: $*" >&2; exit 1; }
 [[ -x "$BIN" ]] || die "no onestep binary at $BIN (cargo build -p onestep-cli, or set ONESTEP_BIN)"
+GUEST_BIN="${ONESTEP_GUEST_BIN:-}"
+if [[ -z "$GUEST_BIN" ]]; then
+    GUEST_BIN="$BIN"
+    [[ -x "$ROOT/target/release/onestep" ]] && GUEST_BIN="$ROOT/target/release/onestep"
+fi
+case "$GUEST_BIN" in /*) ;; *) GUEST_BIN="$ROOT/$GUEST_BIN" ;; esac
+[[ -x "$GUEST_BIN" ]] || die "no onestep binary at $GUEST_BIN (ONESTEP_GUEST_BIN)"
 for lang in "${LANGS[@]}"; do
     case "$lang" in
     python) [[ -x "$VENV/bin/componentize-py" ]] || die "no $VENV/bin/componentize-py: run scripts/build-guests.sh" ;;
@@ -111,14 +123,15 @@ build() { # lang template name dir
     esac
 }
 
-run() { # name dir env... -- task-run-args...
-    local name="$1" dir="$2"
-    shift 2
+run() { # lang name dir env... -- task-run-args...
+    local bin="$GUEST_BIN" name="$2" dir="$3"
+    [[ "$1" == rust ]] && bin="$BIN"
+    shift 3
     local envs=()
     while [[ "$1" != "--" ]]; do envs+=("$1"); shift; done
     shift
     set +e
-    (cd "$dir" && env "${envs[@]}" "$BIN" task run handler.yaml "$name" --json --log-level warn "$@" \
+    (cd "$dir" && env "${envs[@]}" "$bin" task run handler.yaml "$name" --json --log-level warn "$@" \
         >"$WORK/report.json" 2>"$WORK/report.err")
     local code=$?
     set -e
@@ -138,22 +151,22 @@ for lang in "${LANGS[@]}"; do
         report="$WORK/report.json"
         case "$template" in
         compute)
-            code="$(run "$name" "$dir" -- --payload @payload.json)"
+            code="$(run "$lang" "$name" "$dir" -- --payload @payload.json)"
             expect "$name" "$report" "$code" \
                 'code == 0 and r["result"] == {"message": "Hello, world!", "attempt": 1}'
             ;;
         http)
             origin="http://127.0.0.1:$WWW_PORT"
-            code="$(run "$name" "$dir" "FETCH_ORIGIN=$origin" -- --payload "{\"url\": \"$origin/hello.txt\"}")"
+            code="$(run "$lang" "$name" "$dir" "FETCH_ORIGIN=$origin" -- --payload "{\"url\": \"$origin/hello.txt\"}")"
             expect "$name" "$report" "$code" \
                 "code == 0 and r['result']['status'] == 200 and r['result']['text'] == 'hello from check-scaffolds\n' and r['result']['url'] == '$origin/hello.txt'"
             ;;
         agent)
             envs=("LLM_ORIGIN=http://127.0.0.1:$LLM_PORT" "OPENAI_API_KEY=$KEY")
-            code="$(run "$name" "$dir" "${envs[@]}" -- --payload @payload.json)"
+            code="$(run "$lang" "$name" "$dir" "${envs[@]}" -- --payload @payload.json)"
             expect "$name" "$report" "$code" \
                 'code == 0 and r["result"] == {"answer": "echo: Name three prime numbers.", "model": "gpt-4o-mini", "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}'
-            code="$(run "$name" "$dir" "${envs[@]}" -- --payload '{"prompt": "status:429"}')"
+            code="$(run "$lang" "$name" "$dir" "${envs[@]}" -- --payload '{"prompt": "status:429"}')"
             expect "$name (429)" "$report" "$code" \
                 'code == 3 and r["error"]["retryable"] is True and r["error"]["retry_after_ms"] == 7000 and "429" in r["error"]["message"]'
             ;;
@@ -162,4 +175,4 @@ for lang in "${LANGS[@]}"; do
     done
 done
 printf 'check-scaffolds: %d scaffolds built and ran in %ss (%s)\n' \
-    "$((${#LANGS[@]} * ${#TEMPLATES[@]}))" "$((SECONDS - started))" "$BIN" >&2
+    "$((${#LANGS[@]} * ${#TEMPLATES[@]}))" "$((SECONDS - started))" "$BIN; python/js task runs: $GUEST_BIN" >&2
