@@ -45,6 +45,7 @@ echo "== build: the onestep binary (shared by the end-to-end tests) and every te
 cargo build --workspace --all-targets
 ONESTEP_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onestep"
 export ONESTEP_BIN
+scripts/check-scaffolds.sh >&2   # the nine `onestep new handler` scaffolds build and run one payload
 
 echo "== cargo test" >&2
 log="$(mktemp)"

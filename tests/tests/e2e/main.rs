@@ -63,7 +63,8 @@
 //! * [`sqlite`]: three workers on one SQLite file drain 200 executions while one is killed
 //!   with SIGKILL: none lost, attempts consistent, no completion by a fenced-out lease.
 //! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
-//!   outside the repository and passes `check --strict` and `task run`; bad input.
+//!   outside the repository and passes `check --strict` and `task run`; the Rust `agent`
+//!   template against a loopback fake endpoint with the host-injected key; bad input.
 //! * [`schemathesis`]: schemathesis against `onestep serve`'s `/openapi.json` with generated
 //!   valid and invalid input, with a token and without: no 5xx, no panic, the server stays up.
 //! * [`dev`]: `onestep dev`: API, dashboard and workers in one process on a `--dsn` database

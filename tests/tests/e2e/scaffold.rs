@@ -4,6 +4,11 @@
 //! `onestep task run` on its sample payload. Build tools: cargo with a target directory shared
 //! by the runs (`target/scaffold`), the componentize-py of `scripts/build-guests.sh`'s venv, and
 //! componentize-js installed by `npm install` into the project's own `node_modules`.
+//!
+//! The `agent` template in Rust (`--template agent`) builds the same way and asks
+//! `scripts/lib/fake-openai.py` on loopback, which answers only with the key the host injects and
+//! a body with `Content-Length`; `check --strict` refuses it while the key's variable is empty.
+//! Every language × template is built and run by `scripts/check-scaffolds.sh` (scripts/test.sh).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,10 +43,25 @@ fn run_in(dir: &Path, program: &str, args: &[&str], envs: &[(&str, &Path)]) -> R
 
 /// `onestep new handler NAME --lang LANG --dir <tmp>/NAME`: the project directory.
 fn scaffold(tmp: &Path, name: &str, lang: &str) -> Result<PathBuf> {
+    scaffold_template(tmp, name, lang, "compute")
+}
+
+/// `onestep new handler NAME --lang LANG --template TEMPLATE --dir <tmp>/NAME`.
+fn scaffold_template(tmp: &Path, name: &str, lang: &str, template: &str) -> Result<PathBuf> {
     let dir = tmp.join(name);
     let dir_arg = dir.display().to_string();
     let (code, stdout, stderr) = run_cli(
-        &["new", "handler", name, "--lang", lang, "--dir", &dir_arg],
+        &[
+            "new",
+            "handler",
+            name,
+            "--lang",
+            lang,
+            "--template",
+            template,
+            "--dir",
+            &dir_arg,
+        ],
         &[],
     )?;
     ensure!(code == 0, "new handler exited {code}: {stdout} {stderr}");
@@ -104,20 +124,141 @@ fn runs(dir: &Path, name: &str) -> Result<()> {
 fn rust_scaffold_builds_outside_the_repository_and_runs() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = scaffold(tmp.path(), "greet-rs", "rust")?;
-    // One target directory for every run of this test (dependencies compile once).
+    build_rust(&dir, "greet_rs")?;
+    runs(&dir, "greet-rs")
+}
+
+/// Builds a Rust project with the target directory every Rust scaffold test (and
+/// `scripts/check-scaffolds.sh`) shares, so dependencies compile once, and copies the component
+/// where its `handler.yaml` expects it.
+fn build_rust(dir: &Path, crate_name: &str) -> Result<()> {
     let target = repo_root().join("target").join("scaffold");
     run_in(
-        &dir,
+        dir,
         "cargo",
         &["build", "--target", "wasm32-wasip2", "--release"],
         &[("CARGO_TARGET_DIR", &target)],
     )?;
-    let built = target.join("wasm32-wasip2/release/greet_rs.wasm");
-    let expected = dir.join("target/wasm32-wasip2/release/greet_rs.wasm");
+    let file = format!("wasm32-wasip2/release/{crate_name}.wasm");
+    let built = target.join(&file);
+    let expected = dir.join("target").join(&file);
     std::fs::create_dir_all(expected.parent().context("no parent")?)?;
     std::fs::copy(&built, &expected)
         .with_context(|| format!("cargo built no {}", built.display()))?;
-    runs(&dir, "greet-rs")
+    Ok(())
+}
+
+/// `scripts/lib/fake-openai.py` on a free loopback port, killed when dropped.
+struct FakeOpenAi {
+    child: std::process::Child,
+    origin: String,
+}
+
+impl FakeOpenAi {
+    fn start(key: &str) -> Result<Self> {
+        use std::io::BufRead as _;
+        let mut child = Command::new("python3")
+            .arg(repo_root().join("scripts/lib/fake-openai.py"))
+            .args(["--key", key])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("cannot start python3 scripts/lib/fake-openai.py")?;
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            std::io::BufReader::new(out).read_line(&mut line)?;
+        }
+        let Some(port) = line.trim().strip_prefix("port ") else {
+            let _ = child.kill();
+            bail!("fake-openai printed {line:?}, not its port");
+        };
+        let origin = format!("http://127.0.0.1:{port}");
+        Ok(Self { child, origin })
+    }
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn rust_agent_scaffold_asks_with_the_injected_key_only() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = scaffold_template(tmp.path(), "ask-rs", "rust", "agent")?;
+    let cargo = std::fs::read_to_string(dir.join("Cargo.toml"))?;
+    ensure!(cargo.contains("wstd = "), "{cargo}");
+    build_rust(&dir, "ask_rs")?;
+    let fake = FakeOpenAi::start("sk-e2e-scaffold")?;
+    let yaml = dir.join("handler.yaml").display().to_string();
+
+    // The key's variable empty: strict loading names it; set, the component loads with network.
+    let no_key = [("LLM_ORIGIN", fake.origin.as_str()), ("OPENAI_API_KEY", "")];
+    let (code, stdout, stderr) = run_cli(&["check", "--strict", &yaml], &no_key)?;
+    ensure!(
+        code == 2
+            && stderr.contains("the injected header's variable OPENAI_API_KEY is unset or empty"),
+        "{code} {stdout} {stderr}"
+    );
+    let env = [
+        ("LLM_ORIGIN", fake.origin.as_str()),
+        ("OPENAI_API_KEY", "sk-e2e-scaffold"),
+    ];
+    let (code, stdout, stderr) = run_cli(&["check", "--strict", &yaml], &env)?;
+    ensure!(code == 0, "check --strict: {code} {stdout} {stderr}");
+    ensure!(
+        stdout.contains("world=onestep:handler@0.2.0 network="),
+        "{stdout}"
+    );
+
+    let task_run = |payload: &str, env: &[(&str, &str)]| -> Result<(i32, Value)> {
+        let (code, stdout, stderr) = run_cli(
+            &[
+                "task",
+                "run",
+                &yaml,
+                "ask-rs",
+                "--payload",
+                payload,
+                "--json",
+            ],
+            env,
+        )?;
+        let report: Value = serde_json::from_str(stdout.trim())
+            .with_context(|| format!("task run printed {stdout:?} {stderr}"))?;
+        Ok((code, report))
+    };
+    let payload = format!("@{}", dir.join("payload.json").display());
+    let (code, r) = task_run(&payload, &env)?;
+    ensure!(
+        code == 0
+            && r["result"]
+                == json!({
+                    "answer": "echo: Name three prime numbers.",
+                    "model": "gpt-4o-mini",
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+                }),
+        "{code} {r}"
+    );
+    // A wrong key is the server's 401: fatal, with the server's message.
+    let wrong = [
+        ("LLM_ORIGIN", fake.origin.as_str()),
+        ("OPENAI_API_KEY", "sk-wrong"),
+    ];
+    let (code, r) = task_run(&payload, &wrong)?;
+    ensure!(
+        code == 3
+            && r["error"]["retryable"] == false
+            && r["error"]["message"]
+                == "chat completions answered 401 Unauthorized: Incorrect API key provided",
+        "{code} {r}"
+    );
+    // 5xx: retryable.
+    let (code, r) = task_run(r#"{"prompt": "status:503"}"#, &env)?;
+    ensure!(code == 3 && r["error"]["retryable"] == true, "{code} {r}");
+    Ok(())
 }
 
 #[test]

@@ -1,8 +1,10 @@
-//! `onestep new handler NAME --lang rust|python|js [--dir D] [--force]`: writes a handler
-//! project that builds outside this repository (docs/cli.md#onestep-new-handler): its own copy
-//! of the WIT this binary serves (`onestep:handler@0.2.0`, embedded at build time), the build
-//! files of its language with the build tool pinned, the handler source, a `handler.yaml` task,
-//! a sample payload and a README with the build, run-locally and deploy commands.
+//! `onestep new handler NAME --lang rust|python|js [--template compute|http|agent] [--dir D]
+//! [--force]`: writes a handler project that builds outside this repository
+//! (docs/cli.md#onestep-new-handler): its own copy of the WIT this binary serves
+//! (`onestep:handler@0.2.0`, embedded at build time), the build files of its language with the
+//! build tool pinned, the handler source (a greeting, an HTTP fetch, or an OpenAI-compatible
+//! chat-completions call with a host-injected key), a `handler.yaml` app file with an `api:`
+//! section, a sample payload and a README with the build, run-locally, dev and deploy commands.
 //!
 //! A new directory is written beside its destination and renamed into place, so a failure
 //! leaves nothing half-written; an existing directory is refused unless `--force`, which
@@ -20,46 +22,9 @@ pub(crate) const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 /// The componentize-js a JavaScript handler builds with (as `guest-examples/package.json`).
 pub(crate) const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
 
-/// The WIT written into every project: `wit/v0.2` of this repository, the newest version this
-/// binary serves (`onestep_wasm::WIT_PACKAGES`).
-const WIT: &[(&str, &str)] = &[
-    (
-        "wit/handler.wit",
-        include_str!("../../../../../wit/v0.2/handler.wit"),
-    ),
-    (
-        "wit/deps/cli.wit",
-        include_str!("../../../../../wit/v0.2/deps/cli.wit"),
-    ),
-    (
-        "wit/deps/clocks.wit",
-        include_str!("../../../../../wit/v0.2/deps/clocks.wit"),
-    ),
-    (
-        "wit/deps/filesystem.wit",
-        include_str!("../../../../../wit/v0.2/deps/filesystem.wit"),
-    ),
-    (
-        "wit/deps/http.wit",
-        include_str!("../../../../../wit/v0.2/deps/http.wit"),
-    ),
-    (
-        "wit/deps/io.wit",
-        include_str!("../../../../../wit/v0.2/deps/io.wit"),
-    ),
-    (
-        "wit/deps/random.wit",
-        include_str!("../../../../../wit/v0.2/deps/random.wit"),
-    ),
-    (
-        "wit/deps/sockets.wit",
-        include_str!("../../../../../wit/v0.2/deps/sockets.wit"),
-    ),
-];
+mod templates;
 
-const README: &str = include_str!("templates/README.md");
-const HANDLER_YAML: &str = include_str!("templates/handler.yaml");
-const PAYLOAD: &str = include_str!("templates/payload.json");
+pub(crate) use templates::project_files;
 
 /// `onestep new …`.
 #[derive(Debug, clap::Subcommand)]
@@ -79,6 +44,28 @@ pub(crate) enum Lang {
     Js,
 }
 
+/// What a new handler does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum Template {
+    /// Pure computation: a greeting (world `compute`, no network).
+    #[default]
+    Compute,
+    /// Fetches a URL over HTTP (world `handler`, `sandbox.network.allow`).
+    Http,
+    /// Asks an OpenAI-compatible chat-completions endpoint, with a host-injected API key.
+    Agent,
+}
+
+impl Template {
+    /// The world of `onestep:handler@0.2.0` the handler is built against.
+    fn world(self) -> &'static str {
+        match self {
+            Template::Compute => "compute",
+            Template::Http | Template::Agent => "handler",
+        }
+    }
+}
+
 /// Arguments of `onestep new handler`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct NewHandlerArgs {
@@ -88,6 +75,10 @@ pub(crate) struct NewHandlerArgs {
     /// The language of the handler.
     #[arg(long, value_enum)]
     pub(crate) lang: Lang,
+    /// What the handler does: `compute` (no network), `http` (fetches a URL) or `agent` (calls
+    /// an OpenAI-compatible chat-completions API with a key the host injects).
+    #[arg(long, value_enum, default_value_t = Template::Compute)]
+    pub(crate) template: Template,
     /// Where to write the project (default: ./NAME). Must not exist, unless --force.
     #[arg(long, value_name = "DIR")]
     pub(crate) dir: Option<PathBuf>,
@@ -122,100 +113,6 @@ pub(crate) fn check_name(name: &str) -> Result<(), InvalidName> {
         return Err(InvalidName(name.to_owned()));
     }
     Ok(())
-}
-
-/// Replaces every `{{key}}` of `template`.
-fn render(template: &str, vars: &[(&str, &str)]) -> String {
-    vars.iter().fold(template.to_owned(), |text, (key, value)| {
-        text.replace(&format!("{{{{{key}}}}}"), value)
-    })
-}
-
-/// The files of a project: (relative path, contents).
-pub(crate) fn project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
-    let crate_file = format!("{}.wasm", name.replace('-', "_"));
-    let (language, source, component, build, files, sources): (
-        &str,
-        &str,
-        String,
-        String,
-        &str,
-        Vec<(&str, &str)>,
-    ) = match lang {
-        Lang::Rust => (
-            "Rust",
-            "src/lib.rs",
-            format!("target/wasm32-wasip2/release/{crate_file}"),
-            "cargo build --release                         # -> target/wasm32-wasip2/release/"
-                .to_owned()
-                + &crate_file,
-            "| `Cargo.toml`, `.cargo/config.toml` | the crate (a `cdylib`, size-optimised release profile) and its default target, `wasm32-wasip2` |\n",
-            vec![
-                ("Cargo.toml", include_str!("templates/rust/Cargo.toml")),
-                (
-                    ".cargo/config.toml",
-                    include_str!("templates/rust/cargo-config.toml"),
-                ),
-                ("src/lib.rs", include_str!("templates/rust/lib.rs")),
-                (".gitignore", include_str!("templates/rust/gitignore")),
-            ],
-        ),
-        Lang::Python => (
-            "Python",
-            "app.py",
-            format!("{name}.wasm"),
-            format!(
-                "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt\n\
-                 .venv/bin/componentize-py -d wit -w compute componentize app -o {name}.wasm"
-            ),
-            "| `requirements.txt` | the build tool, componentize-py, pinned |\n",
-            vec![
-                ("app.py", include_str!("templates/python/app.py")),
-                (
-                    "requirements.txt",
-                    include_str!("templates/python/requirements.txt"),
-                ),
-                (".gitignore", include_str!("templates/python/gitignore")),
-            ],
-        ),
-        Lang::Js => (
-            "JavaScript",
-            "handler.js",
-            format!("{name}.wasm"),
-            format!("npm install && npm run build                  # -> {name}.wasm"),
-            "| `package.json` | the build tool, componentize-js, pinned, and `npm run build` |\n",
-            vec![
-                ("package.json", include_str!("templates/js/package.json")),
-                ("handler.js", include_str!("templates/js/handler.js")),
-                (".gitignore", include_str!("templates/js/gitignore")),
-            ],
-        ),
-    };
-    let vars = [
-        ("name", name),
-        ("language", language),
-        ("source", source),
-        ("component", component.as_str()),
-        ("build", build.as_str()),
-        ("files", files),
-        ("wit_bindgen", WIT_BINDGEN_VERSION),
-        ("componentize_py", COMPONENTIZE_PY_VERSION),
-        ("componentize_js", COMPONENTIZE_JS_VERSION),
-    ];
-    let mut out: Vec<(String, String)> = sources
-        .into_iter()
-        .chain([
-            ("README.md", README),
-            ("handler.yaml", HANDLER_YAML),
-            ("payload.json", PAYLOAD),
-        ])
-        .map(|(path, text)| (path.to_owned(), render(text, &vars)))
-        .collect();
-    out.extend(
-        WIT.iter()
-            .map(|(path, text)| ((*path).to_owned(), (*text).to_owned())),
-    );
-    out
 }
 
 /// Writes `files` under `root`, creating directories.
@@ -291,14 +188,15 @@ fn write_new(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
 }
 
 /// The command line that builds the project (the README's first command).
-fn build_hint(lang: Lang) -> &'static str {
+fn build_hint(lang: Lang, template: Template, name: &str) -> String {
     match lang {
-        Lang::Rust => "cargo build --release",
-        Lang::Python => {
+        Lang::Rust => "cargo build --release".into(),
+        Lang::Python => format!(
             "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt && \
-             .venv/bin/componentize-py -d wit -w compute componentize app -o NAME.wasm"
-        }
-        Lang::Js => "npm install && npm run build",
+             .venv/bin/componentize-py -d wit -w {} componentize app -o {name}.wasm",
+            template.world()
+        ),
+        Lang::Js => "npm install && npm run build".into(),
     }
 }
 
@@ -312,7 +210,7 @@ pub(crate) fn new_handler(args: NewHandlerArgs) -> u8 {
         .dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(&args.name));
-    let files = project_files(&args.name, args.lang);
+    let files = project_files(&args.name, args.lang, args.template);
     let written = if dir.exists() {
         if !args.force {
             eprintln!(
@@ -335,7 +233,7 @@ pub(crate) fn new_handler(args: NewHandlerArgs) -> u8 {
         return USAGE;
     }
     println!(
-        "created {} ({} handler '{}', world onestep:handler/compute@0.2.0, {} files)",
+        "created {} ({} handler '{}', template {}, world onestep:handler/{}@0.2.0, {} files)",
         dir.display(),
         match args.lang {
             Lang::Rust => "Rust",
@@ -343,21 +241,39 @@ pub(crate) fn new_handler(args: NewHandlerArgs) -> u8 {
             Lang::Js => "JavaScript",
         },
         args.name,
+        match args.template {
+            Template::Compute => "compute",
+            Template::Http => "http",
+            Template::Agent => "agent",
+        },
+        args.template.world(),
         files.len()
     );
     println!("next, in {}:", dir.display());
-    println!("  {}", build_hint(args.lang).replace("NAME", &args.name));
+    println!("  {}", build_hint(args.lang, args.template, &args.name));
     println!(
         "  onestep task run handler.yaml {} --payload @payload.json",
         args.name
     );
-    println!("  (README.md has the deploy commands)");
+    println!("  onestep dev handler.yaml");
+    println!("  (README.md has the submit and deploy commands)");
     0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LANGS: [Lang; 3] = [Lang::Rust, Lang::Python, Lang::Js];
+    const TEMPLATES: [Template; 3] = [Template::Compute, Template::Http, Template::Agent];
+
+    fn file(lang: Lang, template: Template, path: &str) -> String {
+        project_files("my-handler", lang, template)
+            .into_iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, t)| t)
+            .unwrap_or_default()
+    }
 
     #[test]
     fn names_are_checked() {
@@ -372,16 +288,18 @@ mod tests {
 
     #[test]
     fn every_placeholder_is_filled() {
-        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
-            for (path, text) in project_files("my-handler", lang) {
-                assert!(!text.contains("{{"), "{lang:?} {path}: {text}");
+        for lang in LANGS {
+            for template in TEMPLATES {
+                for (path, text) in project_files("my-handler", lang, template) {
+                    assert!(!text.contains("{{"), "{lang:?} {template:?} {path}: {text}");
+                }
             }
         }
     }
 
     #[test]
     fn the_wit_is_the_newest_version_served() {
-        let files = project_files("h", Lang::Rust);
+        let files = project_files("h", Lang::Rust, Template::Compute);
         let wit = files
             .iter()
             .find(|(p, _)| p == "wit/handler.wit")
@@ -411,18 +329,61 @@ mod tests {
 
     #[test]
     fn handler_yaml_names_the_built_component() {
-        let yaml = |lang| {
-            project_files("my-handler", lang)
-                .into_iter()
-                .find(|(p, _)| p == "handler.yaml")
-                .map(|(_, t)| t)
-                .unwrap_or_default()
-        };
-        assert!(
-            yaml(Lang::Rust).contains("component: target/wasm32-wasip2/release/my_handler.wasm")
-        );
-        assert!(yaml(Lang::Python).contains("component: my-handler.wasm"));
-        assert!(yaml(Lang::Js).contains("task_names: [my-handler]"));
+        for template in TEMPLATES {
+            let yaml = |lang| file(lang, template, "handler.yaml");
+            assert!(
+                yaml(Lang::Rust)
+                    .contains("component: target/wasm32-wasip2/release/my_handler.wasm")
+            );
+            assert!(yaml(Lang::Python).contains("component: my-handler.wasm"));
+            assert!(yaml(Lang::Js).contains("task_names: [my-handler]"));
+        }
+    }
+
+    /// Every template's file has the `api:` section `serve` and `dev` need; the network
+    /// templates grant their origin, and only the agent injects a key.
+    #[test]
+    fn every_handler_yaml_has_an_api_section_and_its_network() {
+        for lang in LANGS {
+            for template in TEMPLATES {
+                let yaml = file(lang, template, "handler.yaml");
+                assert!(yaml.contains("\napi:\n  listen: 127.0.0.1:8080\n  connector: db\n  namespace: default\n  allowed_tasks: [my-handler]\n"), "{yaml}");
+                assert_eq!(
+                    yaml.contains("allow: [\"${"),
+                    template != Template::Compute,
+                    "{lang:?} {template:?}: {yaml}"
+                );
+                assert_eq!(
+                    yaml.contains("{Authorization: \"Bearer ${OPENAI_API_KEY}\"}"),
+                    template == Template::Agent,
+                    "{lang:?} {template:?}: {yaml}"
+                );
+            }
+        }
+    }
+
+    /// The network templates build against world `handler` (it imports `wasi:http`), the
+    /// compute one against `compute`, in every language's build command.
+    #[test]
+    fn the_world_follows_the_template() {
+        for template in TEMPLATES {
+            let world = format!("world: \"onestep:handler/{}@0.2.0\"", template.world());
+            assert!(file(Lang::Rust, template, "src/lib.rs").contains(&world));
+            let cmd = format!("-w {} componentize", template.world());
+            assert!(file(Lang::Python, template, "README.md").contains(&cmd));
+            let npm = format!("-n {} -d http", template.world());
+            assert!(file(Lang::Js, template, "package.json").contains(&npm));
+            let helper = template != Template::Compute;
+            assert_eq!(
+                !file(Lang::Python, template, "wasi_http.py").is_empty(),
+                helper
+            );
+            assert_eq!(!file(Lang::Js, template, "wasi_http.js").is_empty(), helper);
+            assert_eq!(
+                file(Lang::Rust, template, "Cargo.toml").contains("wstd = "),
+                helper
+            );
+        }
     }
 
     #[test]
@@ -433,6 +394,7 @@ mod tests {
         let args = |force| NewHandlerArgs {
             name: "h".into(),
             lang: Lang::Js,
+            template: Template::Compute,
             dir: Some(dir.clone()),
             force,
         };
