@@ -174,7 +174,7 @@ pub fn build(
             ResourceKind::Mysql | ResourceKind::Postgres | ResourceKind::Sqlite => {
                 connectors.insert(
                     name.clone(),
-                    resources::build_connector(e, ctx.require_dsn)?,
+                    resources::build_connector(e, ctx.require_dsn, ctx.base_dir)?,
                 );
             }
             ResourceKind::MysqlSource

@@ -219,6 +219,7 @@ pub fn collect(root: &Node) -> Result<BTreeMap<String, ResourceEntry<'_>>, Confi
 pub fn build_connector(
     e: &ResourceEntry<'_>,
     require_dsn: bool,
+    base_dir: &std::path::Path,
 ) -> Result<MysqlConnectorConfig, ConfigError> {
     let path = e.path();
     let dsn = match e.node.get("dsn").and_then(non_empty_str) {
@@ -273,9 +274,30 @@ pub fn build_connector(
     Ok(MysqlConnectorConfig {
         name: e.name.clone(),
         kind: e.kind.database(),
-        dsn: Secret::new(dsn.trim()),
+        dsn: Secret::new(sqlite_dsn_beside(e.kind.database(), dsn.trim(), base_dir)),
         engine_options,
     })
+}
+
+/// A `sqlite://` DSN whose path is relative is made relative to the configuration file's
+/// directory, like every other relative path in the file (docs/sqlite.md#dsn); the directory is
+/// percent-encoded, since the backend percent-decodes the path. Other DSNs are returned as given.
+fn sqlite_dsn_beside(kind: DatabaseKind, dsn: &str, base_dir: &std::path::Path) -> String {
+    const PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+        .add(b' ')
+        .add(b'%')
+        .add(b'?')
+        .add(b'#');
+    let Some(rest) = dsn.strip_prefix("sqlite://") else {
+        return dsn.to_owned();
+    };
+    if kind != DatabaseKind::Sqlite || rest.starts_with('/') || base_dir.as_os_str().is_empty() {
+        return dsn.to_owned();
+    }
+    let rest = rest.strip_prefix("./").unwrap_or(rest);
+    let dir = base_dir.to_string_lossy();
+    let dir = percent_encoding::utf8_percent_encode(dir.trim_end_matches('/'), PATH);
+    format!("sqlite://{dir}/{rest}")
 }
 
 /// The source options (docs/semantics.md#worker-settings), validated in the reference's order.

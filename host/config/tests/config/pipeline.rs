@@ -6,7 +6,7 @@ use std::path::Path;
 use onestep_config::env::{parse_dotenv_line, read_dotenv};
 use onestep_config::{ConfigError, EnvLookup, LoadOptions, format_load_error, load};
 
-use crate::common::{BASE, TempDir, err, load_text};
+use crate::common::{BASE, TempDir, err, load_text, opts};
 
 fn isolated(vars: &[(&str, &str)]) -> LoadOptions {
     LoadOptions {
@@ -282,4 +282,29 @@ fn text_and_json_summary() {
     );
     assert_eq!(json["tasks"][0]["source"]["heartbeat_interval_s"], 30.0);
     assert_eq!(json["tasks"][0]["source"]["cancel_poll_interval_s"], 1.0);
+}
+
+/// A relative `sqlite://` path is relative to the file's directory (percent-encoded), like every
+/// other relative path; absolute paths and other backends' DSNs are kept as written.
+#[test]
+fn relative_sqlite_paths_are_beside_the_file() {
+    let doc = |dsn: &str| {
+        BASE.replace("type: mysql\n", "type: sqlite\n")
+            .replace("type: mysql_execution_source", "type: sqlite_execution_source")
+            .replace("dsn: mysql://root@127.0.0.1/x", &format!("dsn: \"{dsn}\""))
+    };
+    let load = |dsn: &str, at: &str| {
+        let cfg = onestep_config::load_str(&doc(dsn), Path::new(at), &opts(true))
+            .unwrap_or_else(|e| panic!("{dsn}: {e}"));
+        cfg.connectors["db"].dsn.expose().to_owned()
+    };
+    assert_eq!(
+        load("sqlite://.onestep/q.db", "/srv/app/app.yaml"),
+        "sqlite:///srv/app/.onestep/q.db"
+    );
+    assert_eq!(
+        load("sqlite://./q.db", "/srv/my app%/app.yaml"),
+        "sqlite:///srv/my%20app%25/q.db"
+    );
+    assert_eq!(load("sqlite:///var/q.db", "/srv/app/app.yaml"), "sqlite:///var/q.db");
 }
