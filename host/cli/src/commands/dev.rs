@@ -143,13 +143,15 @@ fn default_api(cfg: &AppConfig) -> Result<ApiConfig, String> {
     let listen = onestep_config::model::DEFAULT_API_LISTEN
         .parse()
         .map_err(|e| format!("the default listen address: {e}"))?;
-    let mut settings = onestep_core::ApiSettings::default();
-    settings.allowed_tasks = cfg
-        .tasks
-        .iter()
-        .filter_map(|t| cfg.sources.get(&t.source))
-        .map(|s| s.task_name.clone())
-        .collect();
+    let settings = onestep_core::ApiSettings {
+        allowed_tasks: cfg
+            .tasks
+            .iter()
+            .filter_map(|t| cfg.sources.get(&t.source))
+            .map(|s| s.task_name.clone())
+            .collect(),
+        ..onestep_core::ApiSettings::default()
+    };
     Ok(ApiConfig {
         listen,
         connector: source.connector.clone(),
@@ -359,7 +361,7 @@ impl Session {
             Ok(t) => Tenancy::Tokens(t),
             Err(e) => return fail(2, format!("the dev token: {e}")),
         };
-        let other: Vec<&str> = cfg
+        let other: std::collections::BTreeSet<&str> = cfg
             .sources
             .values()
             .map(|s| s.namespace.as_str())
