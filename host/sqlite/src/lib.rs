@@ -33,6 +33,7 @@ mod probes;
 mod purge;
 pub mod rows;
 pub mod schema;
+mod transfer;
 mod worker_ops;
 
 pub use backend::{ServerInfo, SessionState, SqliteBackend};
