@@ -60,11 +60,12 @@ impl Transfer for Memory {
         let mut rows = self.rows.lock().expect("lock");
         let mut out = ImportCounts::default();
         for r in records {
-            if rows.contains_key(&r.id()) {
-                out.skipped.add(r.counts());
-            } else {
-                out.copied.add(r.counts());
-                rows.insert(r.id(), r.clone());
+            match rows.entry(r.id()) {
+                std::collections::btree_map::Entry::Occupied(_) => out.skipped.add(r.counts()),
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    out.copied.add(r.counts());
+                    v.insert(r.clone());
+                }
             }
         }
         Ok(out)
