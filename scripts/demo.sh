@@ -15,7 +15,12 @@
 #   5. waits for each, prints its status, attempts and result, and shows with `onestep attempts`
 #      and `onestep logs` why the flaky one needed three attempts (messages, log lines, build digest),
 #   6. reads the worker's Prometheus metrics and health (app.metrics_addr, docs/observability.md),
-#   7. stops the worker with SIGTERM (graceful drain) and reports its exit code.
+#   7. scaffolds your own handler (`onestep new handler my-agent --lang rust --template agent`),
+#      builds it, runs it under `onestep dev` (API, dashboard and worker in one process on an
+#      embedded database beside it) against a loopback fake of an OpenAI-compatible endpoint
+#      whose key only the host holds, submits over HTTP with the local token and prints the
+#      answer,
+#   8. stops the worker with SIGTERM (graceful drain) and reports its exit code.
 # The same demo on a database server: `scripts/demo.sh --db mariadb` (the local MariaDB on
 # 127.0.0.1:3306) or `--db postgres` (127.0.0.1:5432); it creates the database `onestep_demo`
 # there and changes nothing else on the server. ONESTEP_DSN overrides the DSN of the chosen kind.
@@ -154,13 +159,76 @@ curl -sS "$METRICS/metrics" | grep -E '^onestep_(tasks_processed_total|tasks_ret
 curl -sS "$METRICS/healthz"; echo
 curl -sS "$METRICS/readyz"; echo
 
+log "your own handler: scaffold an LLM agent, run it under onestep dev (API + dashboard + worker, embedded database), submit over HTTP"
+# Outside the repository (a scaffold is its own Cargo project); one shared cargo target dir.
+AGENT_WORK="$(mktemp -d "${TMPDIR:-/tmp}/onestep-demo-agent.XXXXXX")"
+AGENT_DIR="$AGENT_WORK/my-agent"
+"$BIN" new handler my-agent --lang rust --template agent --dir "$AGENT_DIR" >&2
+t0=$(date +%s)
+(cd "$AGENT_DIR" && env -u CARGO_TARGET_DIR cargo build --quiet --release --target-dir "$ROOT/target/scaffold")
+mkdir -p "$AGENT_DIR/target/wasm32-wasip2/release"
+cp "$ROOT/target/scaffold/wasm32-wasip2/release/my_agent.wasm" "$AGENT_DIR/target/wasm32-wasip2/release/"
+echo "scaffold built in $(( $(date +%s) - t0 )) s: $AGENT_DIR" >&2
+# A loopback stand-in for an OpenAI-compatible endpoint: it answers only requests that carry the
+# key, which the host injects (sandbox.network.headers); the handler never sees it.
+export OPENAI_API_KEY="sk-demo-$RANDOM$RANDOM"
+python3 -u scripts/lib/fake-openai.py --key "$OPENAI_API_KEY" >"$AGENT_WORK/llm.out" 2>"$AGENT_WORK/llm.err" &
+LLM_PID=$!
+LLM_PORT=""
+for _ in $(seq 1 100); do
+    LLM_PORT="$(sed -n 's/^port \([0-9]*\).*/\1/p' "$AGENT_WORK/llm.out" | head -n 1)"
+    [ -n "$LLM_PORT" ] && break
+    sleep 0.1
+done
+export LLM_ORIGIN="http://127.0.0.1:$LLM_PORT"
+DEV_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+(cd "$AGENT_DIR" && exec "$BIN" dev handler.yaml --listen "127.0.0.1:$DEV_PORT" --log-level warn) \
+    >"$AGENT_WORK/dev.out" 2>"$AGENT_WORK/dev.err" &
+DEV_PID=$!
+stop_all() {
+    stop_worker
+    kill -TERM "$DEV_PID" "$LLM_PID" 2>/dev/null || true
+    rm -rf "$AGENT_WORK"
+}
+trap stop_all EXIT
+TOKEN=""
+for _ in $(seq 1 300); do
+    TOKEN="$(sed -n 's/^onestep dev: dashboard .* token \([0-9a-f]*\) .*/\1/p' "$AGENT_WORK/dev.out" | head -n 1)"
+    [ -n "$TOKEN" ] && break
+    kill -0 "$DEV_PID" 2>/dev/null || { cat "$AGENT_WORK/dev.err" >&2; echo "onestep dev exited" >&2; exit 1; }
+    sleep 0.1
+done
+[ -n "$TOKEN" ] || { cat "$AGENT_WORK/dev.err" >&2; echo "onestep dev printed no start line" >&2; exit 1; }
+sed -n '1p' "$AGENT_WORK/dev.out" | sed "s/$TOKEN/<token>/" >&2
+API="http://127.0.0.1:$DEV_PORT"
+AGENT_ID="$(curl -fsS -X POST "$API/v1/executions" -H "Authorization: Bearer $TOKEN" \
+    -H "Idempotency-Key: demo-$RUN-agent" -H 'Content-Type: application/json' \
+    -d '{"task_name": "my-agent", "payload": {"prompt": "Name three prime numbers."}}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
+echo "submitted my-agent over HTTP -> $AGENT_ID" >&2
+AGENT_STATUS=""
+for _ in $(seq 1 600); do
+    AGENT_STATUS="$(curl -fsS "$API/v1/executions/$AGENT_ID" -H "Authorization: Bearer $TOKEN" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')"
+    case "$AGENT_STATUS" in succeeded|failed|cancelled|expired) break ;; esac
+    sleep 0.2
+done
+echo "$AGENT_ID  my-agent  $AGENT_STATUS  result=$(curl -fsS "$API/v1/executions/$AGENT_ID/result" -H "Authorization: Bearer $TOKEN")"
+[ "$AGENT_STATUS" = succeeded ] || status=1
+kill -TERM "$DEV_PID"
+set +e
+wait "$DEV_PID"
+dev_exit=$?
+set -e
+echo "onestep dev exited with code $dev_exit (SIGTERM: API stopped, worker drained)" >&2
+[ "$dev_exit" -eq 0 ] || status=1
+
 log "stopping the worker (SIGTERM, graceful drain)"
 kill -TERM "$WORKER_PID"
 set +e
 wait "$WORKER_PID"
 worker_exit=$?
 set -e
-trap - EXIT
 echo "worker exited with code $worker_exit" >&2
 tail -n 3 "$WORKER_LOG" >&2
 [ "$worker_exit" -eq 0 ] || status=1
