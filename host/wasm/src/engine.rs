@@ -14,8 +14,8 @@ use crate::settings::{PoolingMode, RuntimeSettings};
 
 /// Soft bound of the disk cache's total size: past it, wasmtime's cache
 /// worker (a background thread) deletes the least recently used artifacts
-/// down to 70% of it. A CPython component's artifact is ~25 MB compressed, a
-/// Rust one well under 1 MB.
+/// down to 70% of it. A CPython or SpiderMonkey component's artifact is ~12 MB
+/// compressed, a Rust one well under 1 MB.
 pub(crate) const CACHE_SIZE_SOFT_LIMIT_BYTES: u64 = 512 << 20;
 
 /// Soft bound of the number of files in the disk cache (an artifact and its
