@@ -12,6 +12,16 @@ use wasmtime::{
 use crate::error::Error;
 use crate::settings::{PoolingMode, RuntimeSettings};
 
+/// Soft bound of the disk cache's total size: past it, wasmtime's cache
+/// worker (a background thread) deletes the least recently used artifacts
+/// down to 70% of it. A CPython or SpiderMonkey component's artifact is ~12 MB
+/// compressed, a Rust one well under 1 MB.
+pub(crate) const CACHE_SIZE_SOFT_LIMIT_BYTES: u64 = 512 << 20;
+
+/// Soft bound of the number of files in the disk cache (an artifact and its
+/// usage-statistics file each), enforced the same way.
+pub(crate) const CACHE_FILE_COUNT_SOFT_LIMIT: u64 = 10_000;
+
 /// A configured engine plus what was decided while building it.
 pub(crate) struct BuiltEngine {
     pub(crate) engine: Engine,
@@ -71,7 +81,9 @@ pub(crate) fn build(s: &RuntimeSettings) -> Result<BuiltEngine, Error> {
                 message: e.to_string(),
             })?;
             let mut cc = CacheConfig::new();
-            cc.with_directory(&dir);
+            cc.with_directory(&dir)
+                .with_files_total_size_soft_limit(CACHE_SIZE_SOFT_LIMIT_BYTES)
+                .with_file_count_soft_limit(CACHE_FILE_COUNT_SOFT_LIMIT);
             Some(Cache::new(cc).map_err(|e| Error::Cache {
                 path: dir,
                 message: e.to_string(),
