@@ -25,7 +25,9 @@ set +a
 SKIP_PYTHON=1 scripts/build-guests.sh >&2
 
 echo "== release build (one build shared by the benchmarks)" >&2
+t0=$SECONDS
 cargo build --release -p onestep-cli -p onestep-bench --bins
+echo "release build: $((SECONDS - t0)) s"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 
 echo "== wasm runtime"
@@ -48,14 +50,37 @@ echo "== the same without attempt diagnostics (their cost: compare completed/s w
 echo "== worker throughput (onestep bench, PostgreSQL; same N and flags)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_POSTGRES_URL"
 
+echo "== worker throughput (onestep bench, embedded SQLite file; same N and flags)"
+"$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url sqlite://
+
+echo "== SQLite: 3 processes on one file, each submitting and draining N/3 in its own namespace"
+SQLITE_DIR="$(mktemp -d)"
+SQLITE_DSN="sqlite://$SQLITE_DIR/bench.db"
+"$TARGET/onestep" migrate --dsn "$SQLITE_DSN" >/dev/null
+t0=$(date +%s%N)
+pids=()
+for i in 1 2 3; do
+    "$TARGET/onestep" bench -n "$(( ${BENCH_EXECUTIONS:-10000} / 3 ))" --dsn "$SQLITE_DSN" \
+        --namespace "bench-$i" >"$SQLITE_DIR/p$i.out" 2>&1 &
+    pids+=("$!")
+done
+ok=1
+for pid in "${pids[@]}"; do wait "$pid" || ok=0; done
+t1=$(date +%s%N)
+for i in 1 2 3; do grep -E "completed/s|submitted" "$SQLITE_DIR/p$i.out" | sed "s/^/  process $i: /"; done
+echo "  3 processes: $(( ${BENCH_EXECUTIONS:-10000} / 3 * 3 )) executions submitted and drained in $(( (t1 - t0) / 1000000 )) ms wall (all ok: $ok)"
+rm -rf "$SQLITE_DIR"
+
 # The small-history variant of docs/benchmarks.md#history-at-scale (scripts/bench-history.sh
 # runs 1M and 10M): the same runs with BENCH_HISTORY finished rows already in the table; compare
 # completed/s and the buffer-pool reads per execution with the empty-table runs above.
-echo "== with ${BENCH_HISTORY:-200000} finished executions in the table (MariaDB, then PostgreSQL)"
+echo "== with ${BENCH_HISTORY:-200000} finished executions in the table (MariaDB, PostgreSQL, then SQLite)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --history "${BENCH_HISTORY:-200000}" \
     --server-url "$ONESTEP_TEST_MARIADB_URL"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --history "${BENCH_HISTORY:-200000}" \
     --server-url "$ONESTEP_TEST_POSTGRES_URL"
+"$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --history "${BENCH_HISTORY:-200000}" \
+    --server-url sqlite://
 
 echo "== outbound HTTP: 1,000 executions in flight in one worker, each waiting 1 s on a loopback server"
 # A small variant of docs/benchmarks.md#outbound-http-1000-in-flight (about 5 s of drain).
