@@ -290,7 +290,10 @@ fn text_and_json_summary() {
 fn relative_sqlite_paths_are_beside_the_file() {
     let doc = |dsn: &str| {
         BASE.replace("type: mysql\n", "type: sqlite\n")
-            .replace("type: mysql_execution_source", "type: sqlite_execution_source")
+            .replace(
+                "type: mysql_execution_source",
+                "type: sqlite_execution_source",
+            )
             .replace("dsn: mysql://root@127.0.0.1/x", &format!("dsn: \"{dsn}\""))
     };
     let load = |dsn: &str, at: &str| {
@@ -306,5 +309,8 @@ fn relative_sqlite_paths_are_beside_the_file() {
         load("sqlite://./q.db", "/srv/my app%/app.yaml"),
         "sqlite:///srv/my%20app%25/q.db"
     );
-    assert_eq!(load("sqlite:///var/q.db", "/srv/app/app.yaml"), "sqlite:///var/q.db");
+    assert_eq!(
+        load("sqlite:///var/q.db", "/srv/app/app.yaml"),
+        "sqlite:///var/q.db"
+    );
 }
