@@ -182,7 +182,7 @@ for _ in $(seq 1 100); do
 done
 export LLM_ORIGIN="http://127.0.0.1:$LLM_PORT"
 DEV_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-(cd "$AGENT_DIR" && exec "$BIN" dev handler.yaml --listen "127.0.0.1:$DEV_PORT" --log-level warn) \
+(cd "$AGENT_DIR" && exec env -u ONESTEP_DSN -u ONESTEP_DB_TYPE "$BIN" dev handler.yaml --listen "127.0.0.1:$DEV_PORT" --log-level warn) \
     >"$AGENT_WORK/dev.out" 2>"$AGENT_WORK/dev.err" &
 DEV_PID=$!
 stop_all() {
