@@ -67,7 +67,7 @@ done
 ok=1
 for pid in "${pids[@]}"; do wait "$pid" || ok=0; done
 t1=$(date +%s%N)
-for i in 1 2 3; do grep -E "completed/s|submitted" "$SQLITE_DIR/p$i.out" | sed "s/^/  process $i: /"; done
+for i in 1 2 3; do grep -E '^  (submit|completed):' "$SQLITE_DIR/p$i.out" | sed "s/^/  process $i:/" || tail -n 5 "$SQLITE_DIR/p$i.out"; done
 echo "  3 processes: $(( ${BENCH_EXECUTIONS:-10000} / 3 * 3 )) executions submitted and drained in $(( (t1 - t0) / 1000000 )) ms wall (all ok: $ok)"
 rm -rf "$SQLITE_DIR"
 
