@@ -183,5 +183,5 @@ fn changed_component_does_not_reuse_an_artifact() {
     assert_eq!(b.compile_count(), 1, "{:?}", b.cache_stats());
     assert_eq!(b.cache_stats().disk_hits, 0);
     assert_eq!(artifacts(dir.path()), 2);
-    assert_eq!(h.world_version(), "0.1.0");
+    assert_eq!(h.world_version(), "onestep:handler@0.1.0");
 }
