@@ -48,6 +48,7 @@ pub mod state;
 pub mod text;
 pub mod ui;
 pub mod view;
+pub mod wait;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

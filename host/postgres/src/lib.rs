@@ -45,6 +45,7 @@ pub mod scratch;
 mod sql;
 mod transfer;
 pub mod upgrade;
+mod versions;
 mod worker_ops;
 
 pub use backend::{PgBackend, ServerInfo, SessionState};
