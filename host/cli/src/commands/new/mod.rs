@@ -379,6 +379,8 @@ mod tests {
         };
         for lang in LANGS {
             for template in TEMPLATES {
+                // `run`/`dev` create the database there; it is never committed.
+                assert!(file(lang, template, ".gitignore").contains("/.onestep\n"));
                 let yaml = file(lang, template, "handler.yaml");
                 let key = [("OPENAI_API_KEY", "sk-test")];
                 let cfg = load(&yaml, &key);
