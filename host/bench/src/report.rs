@@ -256,37 +256,8 @@ pub(crate) fn print_text(r: &Report) {
         "  started->finished: p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
         r.started_to_finished_ms.p50, r.started_to_finished_ms.p99, r.started_to_finished_ms.max
     );
-    println!(
-        "  CPU per execution (drain): worker {}, database {}{}",
-        opt_ms(r.worker_cpu_ms_per_execution),
-        opt_ms(r.db_cpu_ms_per_execution),
-        r.db_process
-            .as_ref()
-            .map(|p| format!(" [{p}]"))
-            .unwrap_or_default()
-    );
-    let (reads, requests, rows) = if r.server.starts_with("PostgreSQL") {
-        (
-            "blks_read",
-            "blks_read+blks_hit",
-            "tup_returned+tup_fetched",
-        )
-    } else {
-        (
-            "buffer-pool reads",
-            "buffer-pool read requests",
-            "Handler_read_* rows",
-        )
-    };
-    println!(
-        "  per execution: {reads} submit {} / drain {}; {requests} submit {} / drain {}; {rows} submit {} / drain {}",
-        r.submit_io.buffer_pool_reads,
-        r.drain_io.buffer_pool_reads,
-        r.submit_io.buffer_pool_read_requests,
-        r.drain_io.buffer_pool_read_requests,
-        r.submit_io.handler_reads,
-        r.drain_io.handler_reads
-    );
+    println!("{}", cpu_line(r));
+    println!("{}", io_line(r));
     if let Some(pooling) = r.wasm_pooling {
         println!(
             "  wasm instances: {}",
@@ -339,16 +310,230 @@ pub(crate) fn print_text(r: &Report) {
             }
         );
     }
-    for (phase, counters) in [
-        ("submit", &r.db_submit_counters_per_execution),
-        ("drain", &r.db_statements_per_execution),
-    ] {
-        if !counters.is_empty() {
-            let s: Vec<String> = counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            println!(
-                "  server counters per execution ({phase}, global): {}",
-                s.join(", ")
+    for line in counter_lines(r) {
+        println!("{line}");
+    }
+}
+
+/// The kind of store a report was measured on, from its `server` (the backend's version
+/// string): the counters each one has differ, and so do their labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreKind {
+    Mysql,
+    Postgres,
+    Sqlite,
+}
+
+impl StoreKind {
+    fn of(server: &str) -> Self {
+        if server.starts_with("PostgreSQL") {
+            StoreKind::Postgres
+        } else if server.starts_with("SQLite") {
+            StoreKind::Sqlite
+        } else {
+            StoreKind::Mysql
+        }
+    }
+}
+
+/// The CPU line: on SQLite the database runs inside the worker process, so its CPU is in the
+/// worker's figure rather than unknown.
+fn cpu_line(r: &Report) -> String {
+    let database = match StoreKind::of(&r.server) {
+        StoreKind::Sqlite => "embedded (counted in the worker's)".to_owned(),
+        StoreKind::Mysql | StoreKind::Postgres => format!(
+            "{}{}",
+            opt_ms(r.db_cpu_ms_per_execution),
+            r.db_process
+                .as_ref()
+                .map(|p| format!(" [{p}]"))
+                .unwrap_or_default()
+        ),
+    };
+    format!(
+        "  CPU per execution (drain): worker {}, database {database}",
+        opt_ms(r.worker_cpu_ms_per_execution)
+    )
+}
+
+/// The reads per execution, named as the store counts them. SQLite keeps no such counters: its
+/// line says how much the database file grew instead (`PRAGMA page_count`).
+fn io_line(r: &Report) -> String {
+    let (reads, requests, rows) = match StoreKind::of(&r.server) {
+        StoreKind::Sqlite => {
+            let grew = |c: &BTreeMap<String, f64>| c.get("page_count").copied().unwrap_or(0.0);
+            return format!(
+                "  per execution: database file grew by {} pages (submit) / {} pages (drain) (PRAGMA \
+                 page_count; SQLite has no buffer-pool or row-read counters)",
+                grew(&r.db_submit_counters_per_execution),
+                grew(&r.db_statements_per_execution)
             );
         }
+        StoreKind::Postgres => (
+            "blks_read",
+            "blks_read+blks_hit",
+            "tup_returned+tup_fetched",
+        ),
+        StoreKind::Mysql => (
+            "buffer-pool reads",
+            "buffer-pool read requests",
+            "Handler_read_* rows",
+        ),
+    };
+    format!(
+        "  per execution: {reads} submit {} / drain {}; {requests} submit {} / drain {}; {rows} submit {} / drain {}",
+        r.submit_io.buffer_pool_reads,
+        r.drain_io.buffer_pool_reads,
+        r.submit_io.buffer_pool_read_requests,
+        r.drain_io.buffer_pool_read_requests,
+        r.submit_io.handler_reads,
+        r.drain_io.handler_reads
+    )
+}
+
+/// The counter deltas per execution of each phase, when any grew: the server's global status
+/// counters (MySQL/MariaDB `SHOW GLOBAL STATUS`, PostgreSQL `pg_stat_database`), or the SQLite
+/// file's pragmas.
+fn counter_lines(r: &Report) -> Vec<String> {
+    let what = match StoreKind::of(&r.server) {
+        StoreKind::Sqlite => "database file pragmas per execution",
+        StoreKind::Mysql | StoreKind::Postgres => "server counters per execution",
+    };
+    let scope = match StoreKind::of(&r.server) {
+        StoreKind::Sqlite => "this file",
+        StoreKind::Mysql | StoreKind::Postgres => "global",
+    };
+    [
+        ("submit", &r.db_submit_counters_per_execution),
+        ("drain", &r.db_statements_per_execution),
+    ]
+    .into_iter()
+    .filter(|(_, counters)| !counters.is_empty())
+    .map(|(phase, counters)| {
+        let s: Vec<String> = counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        format!("  {what} ({phase}, {scope}): {}", s.join(", "))
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(server: &str, submit: &[(&str, f64)], drain: &[(&str, f64)]) -> Report {
+        let map = |c: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            c.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+        };
+        let (submit, drain) = (map(submit), map(drain));
+        Report {
+            count: 10,
+            handler: "noop".into(),
+            server: server.into(),
+            build: "release",
+            concurrency: 128,
+            batch_size: 100,
+            completion_batch: 64,
+            submit_chunk: 1000,
+            pool_max: 132,
+            claimable_indexes: true,
+            diagnostics: true,
+            history: 0,
+            history_ids: "v7".into(),
+            history_seed_s: 0.0,
+            ids: "v7".into(),
+            idempotency_keys: false,
+            idempotency_key_order: None,
+            round: 1,
+            purge: None,
+            footprint: Vec::new(),
+            upgrade_before: None,
+            submit_s: 1.0,
+            submit_per_s: 10.0,
+            drain_s: 1.0,
+            completed_per_s: 10.0,
+            succeeded: 10,
+            not_succeeded: 0,
+            queued_to_started_ms: Percentiles::default(),
+            started_to_finished_ms: Percentiles::default(),
+            worker_cpu_ms_per_execution: Some(0.5),
+            db_cpu_ms_per_execution: None,
+            db_process: None,
+            submit_io: PhaseIo::of(&submit),
+            drain_io: PhaseIo::of(&drain),
+            db_statements_per_execution: drain,
+            db_submit_counters_per_execution: submit,
+            lease_s: 90.0,
+            heartbeat_s: 30.0,
+            store_calls: counting::CallCounts::default(),
+            heartbeat_calls_per_s: 0.0,
+            heartbeat_leases_per_call: 0.0,
+            peak_in_flight: 0,
+            memory: None,
+            http: None,
+            wasm_pooling: None,
+        }
+    }
+
+    #[test]
+    fn sqlite_lines_name_its_own_counters() {
+        let r = report(
+            "SQLite 3.50.2",
+            &[("page_count", 0.25)],
+            &[("page_count", 0.125)],
+        );
+        let io = io_line(&r);
+        assert!(
+            io.contains("grew by 0.25 pages (submit) / 0.125 pages (drain)"),
+            "{io}"
+        );
+        assert!(
+            !io.contains("buffer-pool") || io.contains("no buffer-pool"),
+            "{io}"
+        );
+        assert!(!io.contains("Handler_read"), "{io}");
+        let cpu = cpu_line(&r);
+        assert!(cpu.contains("database embedded"), "{cpu}");
+        assert!(!cpu.contains("n/a"), "{cpu}");
+        let counters = counter_lines(&r);
+        assert_eq!(
+            counters,
+            [
+                "  database file pragmas per execution (submit, this file): page_count 0.25",
+                "  database file pragmas per execution (drain, this file): page_count 0.125",
+            ]
+        );
+    }
+
+    #[test]
+    fn server_lines_keep_their_counter_names() {
+        let mysql = report(
+            "MariaDB 10.11.19",
+            &[],
+            &[("innodb_buffer_pool_reads", 0.5), ("handler_read_key", 2.0)],
+        );
+        let io = io_line(&mysql);
+        assert!(
+            io.contains("buffer-pool reads submit 0 / drain 0.5"),
+            "{io}"
+        );
+        assert!(
+            io.contains("Handler_read_* rows submit 0 / drain 2"),
+            "{io}"
+        );
+        assert!(cpu_line(&mysql).contains("database n/a"));
+        assert_eq!(
+            counter_lines(&mysql),
+            [
+                "  server counters per execution (drain, global): handler_read_key 2, innodb_buffer_pool_reads 0.5"
+            ]
+        );
+        let pg = report(
+            "PostgreSQL 15.20",
+            &[],
+            &[("blks_read", 1.0), ("blks_hit", 3.0)],
+        );
+        let io = io_line(&pg);
+        assert!(io.contains("blks_read submit 0 / drain 1"), "{io}");
+        assert!(io.contains("blks_read+blks_hit submit 0 / drain 4"), "{io}");
     }
 }

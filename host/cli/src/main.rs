@@ -14,7 +14,8 @@ mod metrics;
 mod quarantine_board;
 mod wiring;
 
-/// Tracked execution with sandboxed WebAssembly handlers on MySQL/MariaDB.
+/// Tracked execution with sandboxed WebAssembly handlers on MySQL/MariaDB, PostgreSQL or an
+/// embedded SQLite file.
 #[derive(Debug, Parser)]
 #[command(name = "onestep", version, about)]
 struct Cli {

@@ -15,8 +15,9 @@ use crate::wiring::store::{Store, StoreOptions};
 /// Arguments of `onestep copy`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct CopyArgs {
-    /// The source: MySQL/MariaDB (`mysql://user:pass@host:port/db`) or PostgreSQL
-    /// (`postgresql://…`) URL; overrides the connector of `--config`.
+    /// The source: MySQL/MariaDB (`mysql://user:pass@host:port/db`), PostgreSQL
+    /// (`postgresql://…`) or SQLite (`sqlite://./dir/x.db`) URL; overrides the connector of
+    /// `--config`.
     #[arg(long, value_name = "URL")]
     pub(crate) from: Option<String>,
     /// The target URL; its tables are created when missing (as `onestep migrate` does).

@@ -17,8 +17,9 @@ pub(crate) struct MigrateArgs {
     /// A YAML app file: every table pair its sources (and its `api:` section) use is created.
     #[arg(required_unless_present = "dsn", conflicts_with = "dsn")]
     pub(crate) target: Option<PathBuf>,
-    /// A DSN (`mysql://user:password@host:port/database` or
-    /// `postgresql://user:password@host:port/database`) instead of a file.
+    /// A DSN (`mysql://user:password@host:port/database`,
+    /// `postgresql://user:password@host:port/database` or `sqlite://./dir/x.db`) instead of a
+    /// file.
     #[arg(long)]
     pub(crate) dsn: Option<String>,
     /// Executions table (with `--dsn`).

@@ -17,8 +17,8 @@ pub(crate) struct ConnArgs {
     /// YAML app file whose `api:` section names the connector, tables and namespace.
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
-    /// MySQL/MariaDB (`mysql://user:pass@host:port/db`) or PostgreSQL (`postgresql://…`) URL;
-    /// overrides the config's connector.
+    /// MySQL/MariaDB (`mysql://user:pass@host:port/db`), PostgreSQL (`postgresql://…`) or
+    /// embedded SQLite (`sqlite://./dir/x.db`, a file) URL; overrides the config's connector.
     #[arg(long, env = "ONESTEP_DSN", hide_env_values = true)]
     pub(crate) dsn: Option<String>,
     /// Namespace; overrides the config's `api.namespace` (required with tokens or `--dsn`).

@@ -362,6 +362,53 @@ mod tests {
         }
     }
 
+    /// Every template's file loads, and its store is the embedded SQLite file `onestep dev`
+    /// uses (`.onestep/dev.db` beside the file) unless `ONESTEP_DB_TYPE`/`ONESTEP_DSN` name a
+    /// server.
+    #[test]
+    fn handler_yaml_defaults_to_the_embedded_store() {
+        use onestep_config::{DatabaseKind, EnvLookup, LoadOptions};
+        let path = Path::new("/scaffold/my-handler/handler.yaml");
+        let load = |yaml: &str, vars: &[(&str, &str)]| {
+            let opts = LoadOptions {
+                env: EnvLookup::isolated(vars.iter().copied()),
+                check_files: false,
+                ..LoadOptions::default()
+            };
+            onestep_config::load_str(yaml, path, &opts).expect("the scaffold's file loads")
+        };
+        for lang in LANGS {
+            for template in TEMPLATES {
+                // `run`/`dev` create the database there; it is never committed.
+                assert!(file(lang, template, ".gitignore").contains("/.onestep\n"));
+                let yaml = file(lang, template, "handler.yaml");
+                let key = [("OPENAI_API_KEY", "sk-test")];
+                let cfg = load(&yaml, &key);
+                let db = &cfg.connectors["db"];
+                assert_eq!(db.kind, DatabaseKind::Sqlite, "{lang:?} {template:?}");
+                assert_eq!(cfg.sources["jobs"].kind, DatabaseKind::Sqlite);
+                assert!(
+                    db.dsn.expose().starts_with("sqlite://")
+                        && db.dsn.expose().ends_with(".onestep/dev.db"),
+                    "{}",
+                    db.dsn.expose()
+                );
+                let server = [
+                    ("OPENAI_API_KEY", "sk-test"),
+                    ("ONESTEP_DB_TYPE", "postgres"),
+                    ("ONESTEP_DSN", "postgres://u@db:5432/app"),
+                ];
+                let cfg = load(&yaml, &server);
+                assert_eq!(cfg.connectors["db"].kind, DatabaseKind::Postgres);
+                assert_eq!(cfg.sources["jobs"].kind, DatabaseKind::Postgres);
+                assert_eq!(
+                    cfg.connectors["db"].dsn.expose(),
+                    "postgres://u@db:5432/app"
+                );
+            }
+        }
+    }
+
     /// The network templates build against world `handler` (it imports `wasi:http`), the
     /// compute one against `compute`, in every language's build command.
     #[test]

@@ -198,9 +198,10 @@ fn lang_files(name: &str, lang: Lang, template: Template, world: &str) -> LangFi
                 (".gitignore", include_str!("templates/python/gitignore")),
             ];
             if network {
+                // One source: the helper of the repository's own Python agent example.
                 sources.push((
                     "wasi_http.py",
-                    include_str!("templates/python/wasi_http.py"),
+                    include_str!("../../../../../guest-examples/python-agent/wasi_http.py"),
                 ));
             }
             (
