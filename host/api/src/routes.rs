@@ -290,19 +290,21 @@ pub async fn check_own_cursor(
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct WaitParams {
-    /// Wait up to this many seconds (0 to 60, fractions allowed) for the execution to be
-    /// terminal; answers as soon as it is, else with its state at the deadline.
+    /// Wait up to this many seconds (0 to the server's `api.max_wait_s`, at most 60; fractions
+    /// allowed) for the execution to be terminal; answers as soon as it is, else with its state
+    /// at the deadline.
     #[param(value_type = Option<f64>, minimum = 0, maximum = 60)]
     pub wait: Option<String>,
 }
 
 /// The wait a request asks for, refused with a specific message when malformed.
 fn wait_of(
+    state: &ApiState,
     query: Result<Query<WaitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Option<std::time::Duration>, ApiError> {
     let Query(params) =
         query.map_err(|_| ApiError::invalid("the query string could not be parsed"))?;
-    crate::wait::parse_wait(params.wait.as_deref()).map_err(ApiError::invalid)
+    crate::wait::parse_wait(params.wait.as_deref(), state.max_wait_s()).map_err(ApiError::invalid)
 }
 
 /// Reads execution `id`, waiting up to `wait` for it to be terminal (docs/http-api.md#waiting):
@@ -345,7 +347,7 @@ pub async fn get_execution(
     ExecutionId(id): ExecutionId,
     query: Result<Query<WaitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ExecutionView>, ApiError> {
-    let wait = wait_of(query)?;
+    let wait = wait_of(&state, query)?;
     let execution = read_waiting(&state, &client, id, wait).await?;
     let mut view = ExecutionView::from(&execution);
     if matches!(
@@ -419,7 +421,7 @@ pub async fn get_result(
     ExecutionId(id): ExecutionId,
     query: Result<Query<WaitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ResultView>, ApiError> {
-    let wait = wait_of(query)?;
+    let wait = wait_of(&state, query)?;
     if wait.is_some() {
         read_waiting(&state, &client, id, wait).await?;
     }

@@ -101,6 +101,11 @@ impl ApiState {
         })
     }
 
+    /// The longest `?wait=` a request may ask for, in seconds (`api.max_wait_s`).
+    pub fn max_wait_s(&self) -> u32 {
+        self.inner.settings.max_wait_s
+    }
+
     /// The bounded waits of this process (docs/http-api.md#waiting).
     pub fn waits(&self) -> &crate::wait::WaitHub {
         &self.inner.waits

@@ -16,9 +16,6 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-/// The longest wait a request may ask for, in seconds.
-pub const MAX_WAIT_S: f64 = 60.0;
-
 /// How often the poller reads the versions of the waited executions (the bound on how late a
 /// waiter learns of a change, plus one read).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -178,19 +175,16 @@ async fn poll(hub: std::sync::Weak<Inner>) {
     }
 }
 
-/// The wait a query asks for: `None` without `wait`, else the duration (0 to [`MAX_WAIT_S`]
-/// seconds, fractions allowed).
-pub fn parse_wait(raw: Option<&str>) -> Result<Option<Duration>, String> {
+/// The wait a query asks for: `None` without `wait`, else the duration (0 to `max_s` seconds,
+/// fractions allowed; `max_s` is `api.max_wait_s`).
+pub fn parse_wait(raw: Option<&str>, max_s: u32) -> Result<Option<Duration>, String> {
     let Some(raw) = raw else {
         return Ok(None);
     };
-    let s: f64 = raw.trim().parse().map_err(|_| {
-        format!("wait must be a number of seconds from 0 to {MAX_WAIT_S}, got '{raw}'")
-    })?;
-    if !s.is_finite() || !(0.0..=MAX_WAIT_S).contains(&s) {
-        return Err(format!(
-            "wait must be a number of seconds from 0 to {MAX_WAIT_S}, got '{raw}'"
-        ));
+    let refused = || format!("wait must be a number of seconds from 0 to {max_s}, got '{raw}'");
+    let s: f64 = raw.trim().parse().map_err(|_| refused())?;
+    if !s.is_finite() || !(0.0..=f64::from(max_s)).contains(&s) {
+        return Err(refused());
     }
     Ok(Some(Duration::from_secs_f64(s)))
 }
@@ -263,16 +257,23 @@ mod tests {
 
     #[test]
     fn waits_are_bounded_numbers_of_seconds() {
-        assert_eq!(parse_wait(None), Ok(None));
-        assert_eq!(parse_wait(Some("0")), Ok(Some(Duration::ZERO)));
+        assert_eq!(parse_wait(None, 60), Ok(None));
+        assert_eq!(parse_wait(Some("0"), 60), Ok(Some(Duration::ZERO)));
         assert_eq!(
-            parse_wait(Some("2.5")),
+            parse_wait(Some("2.5"), 60),
             Ok(Some(Duration::from_millis(2500)))
         );
-        assert_eq!(parse_wait(Some("60")), Ok(Some(Duration::from_secs(60))));
+        assert_eq!(
+            parse_wait(Some("60"), 60),
+            Ok(Some(Duration::from_secs(60)))
+        );
         for bad in ["61", "-1", "NaN", "inf", "1e20", "soon", ""] {
-            let e = parse_wait(Some(bad)).expect_err(bad);
+            let e = parse_wait(Some(bad), 60).expect_err(bad);
             assert!(e.contains("from 0 to 60"), "{bad}: {e}");
         }
+        // A lower `api.max_wait_s` bounds it; 0 accepts only `wait=0`.
+        assert!(parse_wait(Some("3"), 2).is_err());
+        assert_eq!(parse_wait(Some("0"), 0), Ok(Some(Duration::ZERO)));
+        assert!(parse_wait(Some("0.5"), 0).is_err());
     }
 }

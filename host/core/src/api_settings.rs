@@ -23,7 +23,13 @@ pub struct ApiSettings {
     /// `api.metrics.public`: `/metrics` shows every namespace's execution figures without a
     /// token (false: only to an `operate` token, and only its own namespace).
     pub metrics_public: bool,
+    /// `api.max_wait_s`: the longest `?wait=` a request may ask for, in seconds (0 to
+    /// [`MAX_API_WAIT_S`]; 0 turns waiting off: only `wait=0` is accepted).
+    pub max_wait_s: u32,
 }
+
+/// The largest `api.max_wait_s` (docs/http-api.md#waiting).
+pub const MAX_API_WAIT_S: u32 = 60;
 
 impl Default for ApiSettings {
     fn default() -> Self {
@@ -32,6 +38,7 @@ impl Default for ApiSettings {
             max_body_bytes: DEFAULT_API_MAX_BODY_BYTES,
             limits: Limits::default(),
             metrics_public: false,
+            max_wait_s: MAX_API_WAIT_S,
         }
     }
 }

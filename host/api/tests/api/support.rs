@@ -133,6 +133,7 @@ pub fn single_settings() -> AppSettings {
                 max_result_bytes: 1000,
             },
             metrics_public: false,
+            max_wait_s: 60,
         },
     }
 }

@@ -18,7 +18,7 @@ use crate::model::{ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, Secret};
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
-pub const API_KEYS: [&str; 12] = [
+pub const API_KEYS: [&str; 13] = [
     "listen",
     "connector",
     "table",
@@ -31,6 +31,7 @@ pub const API_KEYS: [&str; 12] = [
     "max_body_bytes",
     "limits",
     "metrics",
+    "max_wait_s",
 ];
 /// Keys accepted in `api.metrics`.
 pub const API_METRICS_KEYS: [&str; 1] = ["public"];
@@ -128,6 +129,7 @@ pub fn build_api(
         Some(l) => return Err(ConfigError::at(l, PATH, "limits must be a mapping")),
     };
     let metrics_public = metrics_public(node)?;
+    let max_wait_s = max_wait_s(node)?;
     Ok(ApiConfig {
         listen,
         connector,
@@ -140,8 +142,28 @@ pub fn build_api(
             max_body_bytes,
             limits,
             metrics_public,
+            max_wait_s,
         },
     })
+}
+
+/// `api.max_wait_s` (default and largest 60): the longest `?wait=` a request may ask for
+/// (docs/http-api.md#waiting).
+fn max_wait_s(node: &Node) -> Result<u32, ConfigError> {
+    use onestep_core::api_settings::MAX_API_WAIT_S;
+    match node.get_set("max_wait_s") {
+        None => Ok(MAX_API_WAIT_S),
+        Some(n) => crate::fields::integer(n)
+            .and_then(|i| u32::try_from(i).ok())
+            .filter(|i| *i <= MAX_API_WAIT_S)
+            .ok_or_else(|| {
+                ConfigError::at(
+                    n,
+                    PATH,
+                    format!("max_wait_s must be an integer from 0 to {MAX_API_WAIT_S}"),
+                )
+            }),
+    }
 }
 
 /// `api.metrics.public` (default false): `/metrics` shows every namespace's execution figures

@@ -325,6 +325,18 @@ fn api_section() {
         !a.settings.metrics_public,
         "metrics.public defaults to false"
     );
+    assert_eq!(a.settings.max_wait_s, 60, "max_wait_s defaults to 60");
+    let cfg = load_api("{connector: db, namespace: n, max_wait_s: 0}").expect("no waiting");
+    assert_eq!(cfg.api.as_ref().expect("api").settings.max_wait_s, 0);
+    for bad in ["61", "-1", "1.5", "'soon'"] {
+        let err = load_api(&format!("{{connector: db, namespace: n, max_wait_s: {bad}}}"))
+            .expect_err(bad)
+            .to_string();
+        assert!(
+            err.contains("max_wait_s must be an integer from 0 to 60"),
+            "{bad}: {err}"
+        );
+    }
     let cfg = load_api("{connector: db, namespace: n, metrics: {public: true}}").expect("public");
     assert!(cfg.api.as_ref().expect("api").settings.metrics_public);
     let err = load_api("{connector: db, namespace: n, metrics: {public: 'yes'}}")
