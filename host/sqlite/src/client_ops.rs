@@ -186,11 +186,22 @@ impl SqliteBackend {
         let subs = subs.to_vec();
         self.write(move |b, c| {
             let now = b.now();
+            // The rows the inserts returned answer their items; only an item whose insert
+            // found its key taken (a replay or a conflict) is looked up.
+            let mut inserted = std::collections::HashMap::new();
             for sub in submit::insert_order(&subs) {
-                insert(b, c, sub, now)?;
+                if let Some(x) = insert(b, c, sub, now)? {
+                    inserted.insert(x.id, x);
+                }
             }
-            let resolved =
-                futures::executor::block_on(Reads { b, c }.resolve_batch(&subs, ID_CHUNK))?;
+            let mut reads = Reads { b, c };
+            let mut resolved = Vec::with_capacity(subs.len());
+            for sub in &subs {
+                resolved.push(match inserted.remove(&sub.id) {
+                    Some(x) => Some(Ok(x)),
+                    None => futures::executor::block_on(reads.lookup(sub))?.outcome(),
+                });
+            }
             Ok(submit::batch_outcomes(resolved, &subs))
         })
         .await
