@@ -246,51 +246,103 @@ pub struct Step {
     detail: String,
 }
 
-/// The timeline of what the execution row records (docs/ui.md#detail).
+/// The timeline of what the execution row records (docs/ui.md#detail), in time order.
+///
+/// A retried execution's `available_at` is its latest retry's (later than its first start):
+/// it is shown as "retry available" where it falls, and the first attempt's wait is then
+/// counted from the submit ("since submit": the first availability is not stored).
 pub fn timeline(e: &Execution) -> Vec<Step> {
-    let mut steps = vec![Step {
-        at: instant(Some(e.created_at)),
-        what: "submitted".into(),
-        detail: String::new(),
-    }];
-    if e.available_at > e.created_at {
-        steps.push(Step {
-            at: instant(Some(e.available_at)),
-            what: "available".into(),
+    let retry_available = e.started_at.is_some_and(|s| e.available_at > s);
+    // (instant, order among equal instants, step); untimed steps take the instant before them.
+    let mut timed: Vec<(DateTime<Utc>, u8, Step)> = vec![(
+        e.created_at,
+        0,
+        Step {
+            at: instant(Some(e.created_at)),
+            what: "submitted".into(),
             detail: String::new(),
-        });
+        },
+    )];
+    if e.available_at > e.created_at && !retry_available {
+        timed.push((
+            e.available_at,
+            1,
+            Step {
+                at: instant(Some(e.available_at)),
+                what: "available".into(),
+                detail: String::new(),
+            },
+        ));
     }
     if let Some(t) = e.started_at {
-        steps.push(Step {
-            at: instant(Some(t)),
-            what: "first attempt started".into(),
-            detail: format!(
+        let detail = if retry_available {
+            format!(
+                "{} since submit",
+                wait_text((t - e.created_at).num_microseconds())
+            )
+        } else {
+            format!(
                 "queue wait {}",
                 wait_text((t - e.available_at).num_microseconds())
-            ),
-        });
+            )
+        };
+        timed.push((
+            t,
+            2,
+            Step {
+                at: instant(Some(t)),
+                what: "first attempt started".into(),
+                detail,
+            },
+        ));
+        if e.attempts > 1 {
+            timed.push((
+                t,
+                3,
+                Step {
+                    at: String::new(),
+                    what: format!("{} attempts", e.attempts),
+                    detail: String::new(),
+                },
+            ));
+        }
     }
-    if e.attempts > 1 {
-        steps.push(Step {
-            at: String::new(),
-            what: format!("{} attempts", e.attempts),
-            detail: String::new(),
-        });
+    if retry_available {
+        timed.push((
+            e.available_at,
+            4,
+            Step {
+                at: instant(Some(e.available_at)),
+                what: "retry available".into(),
+                detail: String::new(),
+            },
+        ));
     }
     if let Some(t) = e.cancel_requested_at {
-        steps.push(Step {
-            at: instant(Some(t)),
-            what: "cancel requested".into(),
-            detail: String::new(),
-        });
+        timed.push((
+            t,
+            5,
+            Step {
+                at: instant(Some(t)),
+                what: "cancel requested".into(),
+                detail: String::new(),
+            },
+        ));
     }
     if let Some(t) = e.finished_at {
-        steps.push(Step {
-            at: instant(Some(t)),
-            what: e.status.as_str().into(),
-            detail: error_text(e),
-        });
-    } else {
+        timed.push((
+            t,
+            6,
+            Step {
+                at: instant(Some(t)),
+                what: e.status.as_str().into(),
+                detail: error_text(e),
+            },
+        ));
+    }
+    timed.sort_by_key(|(at, order, _)| (*at, *order));
+    let mut steps: Vec<Step> = timed.into_iter().map(|(_, _, step)| step).collect();
+    if e.finished_at.is_none() {
         steps.push(Step {
             at: String::new(),
             what: format!("now {}", e.status.as_str()),
@@ -440,6 +492,89 @@ pub fn status_names() -> Vec<&'static str> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn execution(attempts: u32, status: ExecutionStatus) -> Execution {
+        let t0 = DateTime::from_timestamp(1_800_000_000, 0).expect("instant");
+        let s = |n: i64| t0 + chrono::TimeDelta::seconds(n);
+        Execution {
+            id: uuid::Uuid::from_u128(1),
+            namespace: "ns".into(),
+            task_name: "t".into(),
+            status,
+            payload: json!(1),
+            metadata: serde_json::Map::new(),
+            result: None,
+            error: None,
+            attempts,
+            created_at: t0,
+            available_at: s(if attempts > 1 { 40 } else { 5 }),
+            started_at: Some(s(10)),
+            finished_at: None,
+            cancel_requested_at: None,
+            expires_at: None,
+            version: 3,
+        }
+    }
+
+    fn whats(steps: &[Step]) -> Vec<&str> {
+        steps.iter().map(|s| s.what.as_str()).collect()
+    }
+
+    #[test]
+    fn a_retried_executions_timeline_is_in_time_order_with_no_negative_wait() {
+        let first = timeline(&execution(1, ExecutionStatus::Running));
+        assert_eq!(
+            whats(&first),
+            [
+                "submitted",
+                "available",
+                "first attempt started",
+                "now running"
+            ]
+        );
+        assert_eq!(
+            first[2].detail,
+            format!("queue wait {}", wait_text(Some(5_000_000)))
+        );
+
+        // Retried: available_at is the second attempt's (40 s), after the first start (10 s).
+        let mut retried = execution(2, ExecutionStatus::Retrying);
+        let steps = timeline(&retried);
+        assert_eq!(
+            whats(&steps),
+            [
+                "submitted",
+                "first attempt started",
+                "2 attempts",
+                "retry available",
+                "now retrying"
+            ]
+        );
+        assert_eq!(
+            steps[1].detail,
+            format!("{} since submit", wait_text(Some(10_000_000)))
+        );
+        assert!(
+            steps.iter().all(|s| !s.detail.contains('-')),
+            "no negative wait"
+        );
+
+        // A cancel requested before the retry's availability comes before it.
+        retried.cancel_requested_at = Some(retried.created_at + chrono::TimeDelta::seconds(20));
+        retried.finished_at = Some(retried.created_at + chrono::TimeDelta::seconds(50));
+        retried.status = ExecutionStatus::Cancelled;
+        assert_eq!(
+            whats(&timeline(&retried)),
+            [
+                "submitted",
+                "first attempt started",
+                "2 attempts",
+                "cancel requested",
+                "retry available",
+                "cancelled"
+            ]
+        );
+    }
 
     #[test]
     fn quantiles() {

@@ -329,9 +329,11 @@ fn api_section() {
     let cfg = load_api("{connector: db, namespace: n, max_wait_s: 0}").expect("no waiting");
     assert_eq!(cfg.api.as_ref().expect("api").settings.max_wait_s, 0);
     for bad in ["61", "-1", "1.5", "'soon'"] {
-        let err = load_api(&format!("{{connector: db, namespace: n, max_wait_s: {bad}}}"))
-            .expect_err(bad)
-            .to_string();
+        let err = load_api(&format!(
+            "{{connector: db, namespace: n, max_wait_s: {bad}}}"
+        ))
+        .expect_err(bad)
+        .to_string();
         assert!(
             err.contains("max_wait_s must be an integer from 0 to 60"),
             "{bad}: {err}"
