@@ -213,7 +213,10 @@ mod tests {
         let a = submission_digest(&plain(&p, None, None));
         let b = submission_digest(&plain(&p, Some(0.0), None));
         assert_ne!(a, b);
-        let utc = Utc.with_ymd_and_hms(2026, 8, 10, 12, 0, 0).unwrap().fixed_offset();
+        let utc = Utc
+            .with_ymd_and_hms(2026, 8, 10, 12, 0, 0)
+            .unwrap()
+            .fixed_offset();
         let plus8 = utc.with_timezone(&FixedOffset::east_opt(8 * 3600).unwrap());
         assert_ne!(
             submission_digest(&plain(&p, None, Some(&utc))),
@@ -230,18 +233,28 @@ mod tests {
             submission_digest_text(&base),
             r#"{"delay_s":null,"expires_at":null,"metadata":{},"namespace":"ns","payload":{},"task_name":"t"}"#
         );
-        let urgent = DigestFields { priority: 0, ..base };
+        let urgent = DigestFields {
+            priority: 0,
+            ..base
+        };
         assert_eq!(
             submission_digest_text(&urgent),
             r#"{"delay_s":null,"expires_at":null,"metadata":{},"namespace":"ns","payload":{},"priority":0,"task_name":"t"}"#
         );
-        let keyed = DigestFields { fairness_key: Some("tenant-1"), ..base };
+        let keyed = DigestFields {
+            fairness_key: Some("tenant-1"),
+            ..base
+        };
         assert_eq!(
             submission_digest_text(&keyed),
             r#"{"delay_s":null,"expires_at":null,"fairness_key":"tenant-1","metadata":{},"namespace":"ns","payload":{},"task_name":"t"}"#
         );
         // The same text as canonicalising the object with both keys.
-        let both = DigestFields { priority: 9, fairness_key: Some("k"), ..base };
+        let both = DigestFields {
+            priority: 9,
+            fairness_key: Some("k"),
+            ..base
+        };
         let obj = json!({"delay_s": null, "expires_at": null, "fairness_key": "k", "metadata": {},
             "namespace": "ns", "payload": {}, "priority": 9, "task_name": "t"});
         assert_eq!(submission_digest_text(&both), to_canonical_string(&obj));

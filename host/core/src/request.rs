@@ -177,18 +177,16 @@ pub(crate) fn prepare_with_link(
         ));
     }
     // 5. digest.
-    let digest = submission_digest(
-        &DigestFields {
-            namespace,
-            task_name: &task_name,
-            encoded_payload: &payload,
-            encoded_metadata: &metadata,
-            delay_s: req.delay_s,
-            expires_at: req.expires_at.as_ref(),
-            priority,
-            fairness_key: fairness_key.as_deref(),
-        },
-    );
+    let digest = submission_digest(&DigestFields {
+        namespace,
+        task_name: &task_name,
+        encoded_payload: &payload,
+        encoded_metadata: &metadata,
+        delay_s: req.delay_s,
+        expires_at: req.expires_at.as_ref(),
+        priority,
+        fairness_key: fairness_key.as_deref(),
+    });
     Ok(PreparedSubmission {
         // Time-ordered (docs/semantics.md#time-ordered-ids).
         id: crate::ids::new_row_id(),

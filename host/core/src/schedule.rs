@@ -79,7 +79,9 @@ mod tests {
         for bad in [-1, 10, 256, i64::MAX, i64::MIN] {
             let e = priority(bad).unwrap_err().to_string();
             assert!(
-                e.contains(&format!("priority must be an integer from 0 to 9 (got {bad})")),
+                e.contains(&format!(
+                    "priority must be an integer from 0 to 9 (got {bad})"
+                )),
                 "{e}"
             );
         }
@@ -98,10 +100,16 @@ mod tests {
 
     #[test]
     fn fairness_key_follows_the_task_name_rules() {
-        assert_eq!(fairness_key("  tenant-42:eu.1_a ").unwrap(), "tenant-42:eu.1_a");
+        assert_eq!(
+            fairness_key("  tenant-42:eu.1_a ").unwrap(),
+            "tenant-42:eu.1_a"
+        );
         assert_eq!(fairness_key(&"k".repeat(255)).unwrap().len(), 255);
         let e = fairness_key(&"k".repeat(256)).unwrap_err().to_string();
-        assert!(e.contains("fairness_key must be at most 255 characters"), "{e}");
+        assert!(
+            e.contains("fairness_key must be at most 255 characters"),
+            "{e}"
+        );
         let e = fairness_key("  ").unwrap_err().to_string();
         assert!(e.contains("fairness_key must not be empty"), "{e}");
         let e = fairness_key("a b").unwrap_err().to_string();

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::backend::{PgBackend, commit};
 use crate::diagnostics::u64_of;
 use crate::errors::OpError;
-use crate::rows::{EXECUTION_COLUMNS, get};
+use crate::rows::{EXECUTION_COLUMNS, EXECUTION_COLUMNS_UNSCHEDULED, get};
 use crate::schema::q;
 
 /// The executions columns after [`EXECUTION_COLUMNS`] that a copy moves too.
@@ -66,6 +66,8 @@ fn execution_row(row: &Row) -> Result<ExecutionRow, DecodeError> {
             expires_at: get(row, 13, "expires_at")?,
             created_at: get(row, 14, "created_at")?,
             version: get(row, 15, "version")?,
+            priority: i64::from(get::<i16>(row, 16, "priority")?),
+            fairness_key: get(row, 17, "fairness_key")?,
         },
         idempotency_key: get(row, n, "idempotency_key")?,
         submission_digest: get(row, n + 1, "submission_digest")?,
@@ -164,7 +166,8 @@ fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
         .collect()
 }
 
-fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
+/// The arrays of one page of rows; `priority` and `fairness_key` only when the target has them.
+fn execution_params(rows: &[&ExecutionRow], scheduled: bool) -> Result<Params, OpError> {
     let s = |f: fn(&ExecutionRow) -> String| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
     let os = |f: fn(&ExecutionRow) -> Option<String>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
     let ot = |f: fn(&ExecutionRow) -> Option<DateTime<Utc>>| {
@@ -178,7 +181,7 @@ fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
                 .map_err(|_| out_of_range("attempts", r.stored.attempts))
         })
         .collect::<Result<Vec<i32>, _>>()?;
-    Ok(vec![
+    let mut params: Params = vec![
         Box::new(rows.iter().map(|r| r.stored.id).collect::<Vec<Uuid>>()),
         Box::new(s(|r| r.stored.namespace.clone())),
         Box::new(s(|r| r.stored.task_name.clone())),
@@ -195,6 +198,19 @@ fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
         Box::new(ot(|r| r.stored.expires_at)),
         Box::new(t(|r| r.stored.created_at)),
         Box::new(rows.iter().map(|r| r.stored.version).collect::<Vec<i64>>()),
+    ];
+    if scheduled {
+        let priorities = rows
+            .iter()
+            .map(|r| {
+                i16::try_from(r.stored.priority)
+                    .map_err(|_| out_of_range("priority", r.stored.priority))
+            })
+            .collect::<Result<Vec<i16>, _>>()?;
+        params.push(Box::new(priorities));
+        params.push(Box::new(os(|r| r.stored.fairness_key.clone())));
+    }
+    params.extend::<Params>(vec![
         Box::new(os(|r| r.idempotency_key.clone())),
         Box::new(os(|r| r.submission_digest.clone())),
         Box::new(
@@ -206,7 +222,19 @@ fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
         Box::new(os(|r| r.worker_id.clone())),
         Box::new(os(|r| r.cancel_reason.clone())),
         Box::new(t(|r| r.updated_at)),
-    ])
+    ]);
+    Ok(params)
+}
+
+/// The array types of [`execution_params`]: the sixteen common columns, then (on tables with
+/// them) `priority` and `fairness_key`, then the extra columns.
+fn execution_types(scheduled: bool) -> Vec<&'static str> {
+    let mut v = EXECUTION_TYPES[..16].to_vec();
+    if scheduled {
+        v.extend(["int2", "text"]);
+    }
+    v.extend(&EXECUTION_TYPES[16..]);
+    v
 }
 
 const EXECUTION_TYPES: [&str; 23] = [
@@ -380,7 +408,10 @@ impl Transfer for PgBackend {
         let limit = i64::from(limit);
         self.run("copy", || async {
             let conn = self.conn().await?;
-            let cols = format!("{EXECUTION_COLUMNS}, {EXTRA_COLUMNS}");
+            let cols = format!(
+                "{}, {EXTRA_COLUMNS}",
+                crate::rows::columns(self.sql().priority_columns).0
+            );
             let rows = match after {
                 Some(id) => {
                     conn.query(
@@ -459,11 +490,19 @@ impl Transfer for PgBackend {
         let t = self.sql().t.clone();
         let a = q(&self.tables().attempts);
         let (d, tr) = (self.d(), self.tr_existing());
+        let scheduled = self.sql().priority_columns;
+        onestep_core::transfer::check_schedule_storable(records, scheduled)?;
+        let columns = if scheduled {
+            EXECUTION_COLUMNS
+        } else {
+            EXECUTION_COLUMNS_UNSCHEDULED
+        };
+        let types = execution_types(scheduled);
         let insert_e = unnest_insert(
             &t,
-            &format!("{EXECUTION_COLUMNS}, {EXTRA_COLUMNS}"),
-            &EXECUTION_TYPES,
-            &select_list(EXECUTION_TYPES.len(), &[5, 6, 7, 8]),
+            &format!("{columns}, {EXTRA_COLUMNS}"),
+            &types,
+            &select_list(types.len(), &[5, 6, 7, 8]),
         );
         let insert_a = unnest_insert(
             &a,
@@ -499,7 +538,8 @@ impl Transfer for PgBackend {
                 return Ok(counts);
             }
             let e: Vec<&ExecutionRow> = fresh.iter().map(|r| &r.execution).collect();
-            tx.execute(&insert_e, &refs(&execution_params(&e)?)).await?;
+            tx.execute(&insert_e, &refs(&execution_params(&e, scheduled)?))
+                .await?;
             let at: Vec<&AttemptRow> = fresh.iter().flat_map(|r| &r.attempts).collect();
             tx.execute(&insert_a, &refs(&attempt_params(&at)?)).await?;
             let di: Vec<&DiagnosticsRow> = fresh.iter().flat_map(|r| &r.diagnostics).collect();

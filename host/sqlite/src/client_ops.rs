@@ -19,8 +19,7 @@ use uuid::Uuid;
 use crate::backend::SqliteBackend;
 use crate::errors::{OpError, OpResult, backend_error};
 use crate::rows::{
-    EXECUTION_COLUMN_COUNT, decode_execution, json, opt_json, ots, time, ts,
-    uid, uuid,
+    EXECUTION_COLUMN_COUNT, decode_execution, json, opt_json, ots, time, ts, uid, uuid,
 };
 
 /// Ids per `IN (SELECT value FROM json_each(?))` read.
@@ -47,9 +46,7 @@ pub(crate) fn select_by_id(
             .query_row(params![uid(id), ns], |r| Ok(decode_execution(r)))
             .optional()?,
         None => c
-            .prepare_cached(&format!(
-                "SELECT {cols} FROM {t} WHERE id = ?1"
-            ))?
+            .prepare_cached(&format!("SELECT {cols} FROM {t} WHERE id = ?1"))?
             .query_row(params![uid(id)], |r| Ok(decode_execution(r)))
             .optional()?,
     };

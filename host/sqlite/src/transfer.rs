@@ -23,8 +23,8 @@ use crate::client_ops::id_array;
 use crate::diagnostics::u64_of;
 use crate::errors::{OpError, OpResult};
 use crate::rows::{
-    EXECUTION_COLUMNS, EXECUTION_COLUMNS_UNSCHEDULED, int, json, opt_int, opt_json, opt_text, opt_time, opt_uuid, ots, text, time,
-    ts, uid, uuid,
+    EXECUTION_COLUMNS, EXECUTION_COLUMNS_UNSCHEDULED, int, json, opt_int, opt_json, opt_text,
+    opt_time, opt_uuid, ots, text, time, ts, uid, uuid,
 };
 
 /// The executions columns after [`EXECUTION_COLUMNS`] that a copy moves too.

@@ -143,7 +143,8 @@ pub fn check_schedule_storable(
     for r in records {
         let s = &r.execution.stored;
         let priority = u8::try_from(s.priority).unwrap_or(u8::MAX);
-        if let Err(e) = crate::schedule::check_storable(priority, s.fairness_key.as_deref(), false) {
+        if let Err(e) = crate::schedule::check_storable(priority, s.fairness_key.as_deref(), false)
+        {
             return Err(ExecutionError::invalid(format!(
                 "copy: execution {} has priority {} and fairness key {:?}: {e}",
                 s.id, s.priority, s.fairness_key

@@ -206,6 +206,27 @@ impl Probe for SqlProbe {
             .expect("count");
         n.unwrap_or(0)
     }
+
+    async fn insert_without_schedule(
+        &self,
+        namespace: &str,
+        task: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<Uuid> {
+        let id = Uuid::now_v7();
+        let mut c = self.pool.get_conn().await.expect("conn");
+        c.exec_drop(
+            format!(
+                "INSERT INTO `{}` (id, namespace, task_name, status, payload, metadata, attempts, available_at, created_at, updated_at, version) \
+                 VALUES (?, ?, ?, 'queued', '{{}}', '{{}}', 0, ?, ?, ?, 0)",
+                self.tables.executions
+            ),
+            (bind_uuid(id), namespace, task, now.naive_utc(), now.naive_utc(), now.naive_utc()),
+        )
+        .await
+        .expect("reference-style insert");
+        Some(id)
+    }
 }
 
 /// Fresh database + backend per case.
