@@ -23,6 +23,11 @@ pub(crate) struct Statements {
     pub(crate) cancel_running: String,
     pub(crate) maintain: String,
     pub(crate) claim_select: String,
+    /// [`Self::claim_select`] for one task name (`e.task_name = $2`): an equality the planner
+    /// folds into the claim index's range, so the read is in index order and stops at the
+    /// limit (with `= ANY($2)` PostgreSQL sorts every due live row of the namespace;
+    /// docs/postgres.md#claim-order-with-priority).
+    pub(crate) claim_select_one: String,
     pub(crate) claim_write: String,
     pub(crate) heartbeat_many: String,
     pub(crate) cancel_poll: String,
@@ -116,6 +121,15 @@ impl Statements {
         let claim_select = format!(
             "SELECT {cols_e} FROM {t} e \
              WHERE e.namespace = $1 AND e.task_name = ANY($2::text[]) \
+             AND e.status IN ('queued', 'retrying') AND e.available_at <= $3 \
+             AND (e.expires_at IS NULL OR e.expires_at > $3 OR {lost_e}) \
+             ORDER BY {claim_order} LIMIT $4 \
+             FOR UPDATE OF e SKIP LOCKED",
+            lost_e = lost("e"),
+        );
+        let claim_select_one = format!(
+            "SELECT {cols_e} FROM {t} e \
+             WHERE e.namespace = $1 AND e.task_name = $2 \
              AND e.status IN ('queued', 'retrying') AND e.available_at <= $3 \
              AND (e.expires_at IS NULL OR e.expires_at > $3 OR {lost_e}) \
              ORDER BY {claim_order} LIMIT $4 \
@@ -249,6 +263,7 @@ impl Statements {
             ),
             maintain,
             claim_select,
+            claim_select_one,
             claim_write,
             heartbeat_many,
             cancel_poll,

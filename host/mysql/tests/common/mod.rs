@@ -274,8 +274,9 @@ impl FixtureFactory for MySqlFactory {
             let report = MySqlBackend::upgrade(StoreOptions::new(db_url(&self.admin_url, &db)))
                 .await
                 .expect("upgrade");
-            // The claimable column, its two indexes and the three filtered-list indexes.
-            assert_eq!(report.steps.len(), 6, "{report:?}");
+            // The claimable column, the priority columns, the claim and expiry indexes and the
+            // three filtered-list indexes.
+            assert_eq!(report.steps.len(), 7, "{report:?}");
         }
         let backend = open(
             &self.admin_url,
@@ -294,6 +295,11 @@ impl FixtureFactory for MySqlFactory {
             assert!(
                 backend.schema_report().features.list_indexes,
                 "upgraded tables have both status indexes"
+            );
+            assert!(
+                backend.schema_report().features.priority_columns
+                    && backend.schema_report().features.claim_priority_index,
+                "upgraded tables have the priority columns and claim index"
             );
         }
         let probe = Arc::new(SqlProbe {
