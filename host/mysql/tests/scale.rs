@@ -63,7 +63,7 @@ use onestep_testkit::backend_cases::scale::{
     history_seeds, scale_rows, script, strict,
 };
 use onestep_testkit::backend_cases::shapes::{Dialect, collapse_repeats, ordering, shape_literals};
-use onestep_testkit::builders::{claim, prepared};
+use onestep_testkit::builders::{claim, prepare};
 use serde_json::json;
 
 const DIGITS: &str = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
@@ -137,7 +137,7 @@ async fn history_does_not_cost(server: Server) {
         .expect("analyze");
     // A little live work, at three priorities (docs/schema.md#claim-order-with-priority).
     for i in 0..5i64 {
-        b.submit(onestep_testkit::builders::prepare(
+        b.submit(prepare(
             "ns",
             &onestep_core::request::SubmitRequest {
                 task_name: "t".into(),
