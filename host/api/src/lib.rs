@@ -34,6 +34,7 @@
 
 pub mod attempts;
 pub mod auth;
+pub mod batch;
 pub mod error;
 pub mod extract;
 pub mod guard;
@@ -48,6 +49,7 @@ pub mod state;
 pub mod text;
 pub mod ui;
 pub mod view;
+pub mod wait;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -102,6 +104,7 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
 fn api_router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::with_openapi(openapi::base())
         .routes(routes!(routes::submit_execution, routes::list_executions))
+        .routes(routes!(batch::submit_batch))
         .routes(routes!(routes::get_execution))
         .routes(routes!(routes::cancel_execution))
         .routes(routes!(routes::get_result))

@@ -51,7 +51,7 @@ pub struct SubmitBody {
 
 /// The body's `priority`: JSON `null` or absent is the default; anything but an integer is
 /// refused with the range message (the range itself is core's check).
-fn body_priority(v: Option<&Value>) -> Result<Option<i64>, ApiError> {
+pub(crate) fn body_priority(v: Option<&Value>) -> Result<Option<i64>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64()),
@@ -312,23 +312,67 @@ pub async fn check_own_cursor(
     Ok(())
 }
 
+/// Query of `GET /v1/executions/{id}` and `/result`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitParams {
+    /// Wait up to this many seconds (0 to 60, fractions allowed) for the execution to be
+    /// terminal; answers as soon as it is, else with its state at the deadline.
+    #[param(value_type = Option<f64>, minimum = 0, maximum = 60)]
+    pub wait: Option<String>,
+}
+
+/// The wait a request asks for, refused with a specific message when malformed.
+fn wait_of(
+    query: Result<Query<WaitParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Option<std::time::Duration>, ApiError> {
+    let Query(params) =
+        query.map_err(|_| ApiError::invalid("the query string could not be parsed"))?;
+    crate::wait::parse_wait(params.wait.as_deref()).map_err(ApiError::invalid)
+}
+
+/// Reads execution `id`, waiting up to `wait` for it to be terminal (docs/http-api.md#waiting):
+/// the answer is the execution as read when it is terminal, the deadline passes or the process
+/// starts shutting down.
+async fn read_waiting(
+    state: &ApiState,
+    client: &onestep_core::ExecutionClient,
+    id: uuid::Uuid,
+    wait: Option<std::time::Duration>,
+) -> Result<onestep_core::Execution, ApiError> {
+    let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+    loop {
+        let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
+        let Some(deadline) = deadline.filter(|_| !execution.terminal()) else {
+            return Ok(execution);
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !state.waits().changed(id, execution.version, left).await {
+            return Ok(execution);
+        }
+    }
+}
+
 /// Read one execution.
 #[utoipa::path(
     get, path = "/v1/executions/{id}", tag = "executions",
-    params(("id" = String, Path, description = "Execution id (UUID)")),
+    params(("id" = String, Path, description = "Execution id (UUID)"), WaitParams),
     responses(
-        (status = 200, description = "The execution", body = ExecutionView),
-        (status = 422, description = "Malformed id", body = ErrorBody),
+        (status = 200, description = "The execution (with `wait`: once terminal, or its state at the deadline)", body = ExecutionView),
+        (status = 422, description = "Malformed id or wait", body = ErrorBody),
         NotFoundErrors,
         V1Errors,
     ),
     security(("bearer" = []))
 )]
 pub async fn get_execution(
+    State(state): State<ApiState>,
     Tenant(client): Tenant,
     ExecutionId(id): ExecutionId,
+    query: Result<Query<WaitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ExecutionView>, ApiError> {
-    let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
+    let wait = wait_of(query)?;
+    let execution = read_waiting(&state, &client, id, wait).await?;
     let mut view = ExecutionView::from(&execution);
     if matches!(
         execution.status,
@@ -380,24 +424,31 @@ pub async fn cancel_execution(
     Ok(Json(ExecutionView::from(&execution)))
 }
 
-/// The result of a succeeded execution; never waits.
+/// The result of a succeeded execution; with `wait`, first waits up to that many seconds for
+/// the execution to be terminal.
 #[utoipa::path(
     get, path = "/v1/executions/{id}/result", tag = "executions",
-    params(("id" = String, Path, description = "Execution id (UUID)")),
+    params(("id" = String, Path, description = "Execution id (UUID)"), WaitParams),
     responses(
         (status = 200, description = "Succeeded: the result", body = ResultView),
         (status = 409, description = "Not terminal yet (`not_ready`) or cancelled (`cancelled`)", body = ErrorBody),
         (status = 410, description = "Expired (`expired`)", body = ErrorBody),
-        (status = 422, description = "Malformed id, or failed (`failed`, with the error object)", body = ErrorBody),
+        (status = 422, description = "Malformed id or wait, or failed (`failed`, with the error object)", body = ErrorBody),
         NotFoundErrors,
         V1Errors,
     ),
     security(("bearer" = []))
 )]
 pub async fn get_result(
+    State(state): State<ApiState>,
     Tenant(client): Tenant,
     ExecutionId(id): ExecutionId,
+    query: Result<Query<WaitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ResultView>, ApiError> {
+    let wait = wait_of(query)?;
+    if wait.is_some() {
+        read_waiting(&state, &client, id, wait).await?;
+    }
     let result = client.result(id).await?;
     Ok(Json(ResultView { result }))
 }

@@ -47,6 +47,8 @@ struct Inner {
     settings: ApiSettings,
     /// `settings.max_body_bytes` as the body-limit layer takes it.
     max_body_bytes: usize,
+    /// The bounded waits of `?wait=S` (docs/http-api.md#waiting).
+    waits: crate::wait::WaitHub,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -83,6 +85,7 @@ impl ApiState {
             .iter()
             .map(|ns| ExecutionClient::new(Arc::clone(&store), ns, settings.limits))
             .collect::<Result<Vec<_>, _>>()?;
+        let waits = crate::wait::WaitHub::new(store, crate::wait::DEFAULT_POLL_INTERVAL);
         Ok(ApiState {
             inner: Arc::new(Inner {
                 readiness,
@@ -93,8 +96,14 @@ impl ApiState {
                 clients,
                 settings,
                 max_body_bytes,
+                waits,
             }),
         })
+    }
+
+    /// The bounded waits of this process (docs/http-api.md#waiting).
+    pub fn waits(&self) -> &crate::wait::WaitHub {
+        &self.inner.waits
     }
 
     /// The same state with the dashboard's overview figures read from `insights`.

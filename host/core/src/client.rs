@@ -111,6 +111,50 @@ impl ExecutionClient {
         self.store.submit_many(prepared).await
     }
 
+    /// Submits a batch whose items are judged one by one (`POST /v1/executions:batch`,
+    /// docs/http-api.md#batch-submit): an item that fails validation is that item's error and
+    /// is not written; the valid items go to the store in one transaction (one multi-row
+    /// insert), each answering created, replayed (its key was used before with the same
+    /// submission) or its own conflict. The outer error is for the whole batch (nothing
+    /// written).
+    pub async fn submit_batch(
+        &self,
+        requests: &[SubmitRequest],
+    ) -> Result<Vec<Result<Submitted, ExecutionError>>, ExecutionError> {
+        let mut out: Vec<Option<Result<Submitted, ExecutionError>>> = Vec::new();
+        let mut prepared = Vec::new();
+        let mut slots = Vec::new();
+        for (i, request) in requests.iter().enumerate() {
+            match prepare_submission(&self.namespace, request, &self.limits) {
+                Ok(p) => {
+                    slots.push((i, p.id));
+                    prepared.push(p);
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        if !prepared.is_empty() {
+            let written = self.store.submit_many(prepared).await?;
+            for ((i, new_id), item) in slots.into_iter().zip(written) {
+                out[i] = Some(item.map(|execution| Submitted {
+                    created: execution.id == new_id,
+                    execution,
+                }));
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Err(ExecutionError::invalid(
+                        "the store answered fewer items than it was given",
+                    ))
+                })
+            })
+            .collect())
+    }
+
     /// Reads one execution; `None` when absent or in another namespace (docs/semantics.md#client-operations).
     pub async fn get(&self, id: Uuid) -> Result<Option<Execution>, ExecutionError> {
         self.store.get(&self.namespace, id).await

@@ -43,6 +43,11 @@ pub trait ExecutionStore: Send + Sync {
     /// Reads one execution of `namespace`; `None` when absent or in another namespace.
     async fn get(&self, namespace: &str, id: Uuid) -> Result<Option<Execution>, ExecutionError>;
 
+    /// The `version` of each of `ids` that exists, in any namespace and any order: one read by
+    /// primary key for every caller waiting on these executions (docs/http-api.md#waiting); a
+    /// waiter re-reads, through [`Self::get`], an execution whose version moved.
+    async fn versions(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, i64)>, ExecutionError>;
+
     /// One page, newest first (docs/semantics.md#listing-and-cursors).
     async fn list(
         &self,

@@ -182,24 +182,18 @@ impl MySqlBackend {
 
     /// The attempt-diagnostics table, when it exists.
     pub(crate) fn d(&self) -> Option<String> {
-        self.inner
-            .features
-            .diagnostics_table
-            .then(|| self.inner.names.diagnostics())
+        self.inner.diagnostics_table()
     }
 
     /// The trace-context table, when traceparents are written and read.
     pub(crate) fn tr(&self) -> Option<String> {
-        self.inner.traces.then(|| self.inner.names.traces())
+        self.inner.traces_table()
     }
 
     /// The trace-context table when it exists (purge deletes its rows whether or not traces
     /// are on).
     pub(crate) fn tr_existing(&self) -> Option<String> {
-        self.inner
-            .features
-            .traces_table
-            .then(|| self.inner.names.traces())
+        self.inner.existing_traces_table()
     }
 
     /// A pooled connection for one of this crate's operations. It goes back to the pool without

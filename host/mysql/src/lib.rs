@@ -51,6 +51,7 @@ pub mod scratch;
 pub mod session;
 mod transfer;
 pub mod upgrade;
+mod versions;
 
 pub use backend::MySqlBackend;
 pub use onestep_core::store::StoreOptions;

@@ -7,20 +7,12 @@ use chrono::NaiveDateTime;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value as DbValue};
 use onestep_core::diagnostics::{PurgeReport, PurgeRequest};
-use onestep_core::ports::Retention;
-use onestep_core::store::purge::{PurgeBatches, purge};
+use onestep_core::store::purge::PurgeBatches;
 use onestep_core::{ExecutionError, ExecutionStatus};
 
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::OpError;
 use crate::rows::{bind_time, bind_uuid, parse_uuid, placeholders};
-
-#[async_trait]
-impl Retention for MySqlBackend {
-    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReport, ExecutionError> {
-        purge(self, request).await
-    }
-}
 
 /// The list position a purge walk goes on from: `created_at` and the id as read.
 type Position = (NaiveDateTime, String);

@@ -11,8 +11,8 @@ use mysql_async::{Params, Row, Value as DbValue, from_value_opt};
 use onestep_core::ExecutionError;
 use onestep_core::store::DecodeError;
 use onestep_core::transfer::{
-    AttemptRow, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts, TableCounts, TraceRow,
-    Transfer,
+    AttemptRow, ChildTables, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts,
+    TableCounts, TraceRow, Transfer, assemble, plan_import,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -361,19 +361,12 @@ impl Transfer for MySqlBackend {
                     Params::Positional(params),
                 )
                 .await?;
-            let mut records = Vec::with_capacity(rows.len());
-            for row in rows {
-                records.push(ExecutionRecord {
-                    execution: execution_row(raw(row)).map_err(|e| undecodable(t, e))?,
-                    attempts: Vec::new(),
-                    diagnostics: Vec::new(),
-                    trace: None,
-                });
-            }
-            let ids: Vec<Uuid> = records.iter().map(ExecutionRecord::id).collect();
-            let at: BTreeMap<Uuid, usize> =
-                ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-            let mut attempts = select_by_ids(
+            let executions = rows
+                .into_iter()
+                .map(|row| execution_row(raw(row)).map_err(|e| undecodable(t, e)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let ids: Vec<Uuid> = executions.iter().map(|e| e.stored.id).collect();
+            let attempts = select_by_ids(
                 &mut conn,
                 a,
                 ATTEMPT_COLUMNS,
@@ -382,44 +375,35 @@ impl Transfer for MySqlBackend {
                 attempt_row,
             )
             .await?;
-            attempts.sort_by_key(|x| (x.execution_id, x.attempt_no));
-            for x in attempts {
-                if let Some(&i) = at.get(&x.execution_id) {
-                    records[i].attempts.push(x);
+            let diagnostics = match &d {
+                Some(d) => {
+                    select_by_ids(
+                        &mut conn,
+                        d,
+                        DIAGNOSTICS_COLUMNS,
+                        "execution_id",
+                        &ids,
+                        diagnostics_row,
+                    )
+                    .await?
                 }
-            }
-            if let Some(d) = &d {
-                let rows = select_by_ids(
-                    &mut conn,
-                    d,
-                    DIAGNOSTICS_COLUMNS,
-                    "execution_id",
-                    &ids,
-                    diagnostics_row,
-                )
-                .await?;
-                for x in rows {
-                    if let Some(&i) = at.get(&x.execution_id) {
-                        records[i].diagnostics.push(x);
-                    }
+                None => Vec::new(),
+            };
+            let traces = match &tr {
+                Some(tr) => {
+                    select_by_ids(
+                        &mut conn,
+                        tr,
+                        TRACE_COLUMNS,
+                        "execution_id",
+                        &ids,
+                        trace_row,
+                    )
+                    .await?
                 }
-            }
-            if let Some(tr) = &tr {
-                let rows = select_by_ids(
-                    &mut conn,
-                    tr,
-                    TRACE_COLUMNS,
-                    "execution_id",
-                    &ids,
-                    trace_row,
-                )
-                .await?;
-                for x in rows {
-                    if let Some(&i) = at.get(&x.execution_id) {
-                        records[i].trace = Some(x);
-                    }
-                }
-            }
+                None => Vec::new(),
+            };
+            let records = assemble(executions, attempts, diagnostics, traces);
             Ok(records)
         })
         .await
@@ -442,38 +426,28 @@ impl Transfer for MySqlBackend {
                 .await?
                 .into_iter()
                 .collect();
-            let mut counts = ImportCounts::default();
-            let (mut e, mut at, mut di, mut trs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            for r in records {
-                if existing.contains(&r.id()) {
-                    counts.skipped.add(r.counts());
-                    continue;
-                }
-                counts.copied.add(r.counts());
-                e.push(bind_execution(&r.execution, scheduled));
-                at.extend(r.attempts.iter().map(bind_attempt));
-                di.extend(r.diagnostics.iter().map(bind_diagnostics));
-                trs.extend(r.trace.iter().map(bind_trace));
-            }
+            let tables = ChildTables {
+                diagnostics: d.is_some(),
+                traces: tr.is_some(),
+            };
+            let plan = plan_import(records, &existing, tables);
+            let e = plan
+                .executions()
+                .map(|r| bind_execution(r, scheduled))
+                .collect();
+            let at = plan.attempts().map(bind_attempt).collect();
             let all = format!("{columns}, {EXTRA_COLUMNS}");
             insert_rows(&mut tx, t, &all, width, e).await?;
             insert_rows(&mut tx, a, ATTEMPT_COLUMNS, ATTEMPT_WIDTH, at).await?;
-            match &d {
-                Some(d) => {
-                    insert_rows(&mut tx, d, DIAGNOSTICS_COLUMNS, DIAGNOSTICS_WIDTH, di).await?
-                }
-                None => {
-                    counts.skipped.diagnostics += counts.copied.diagnostics;
-                    counts.copied.diagnostics = 0;
-                }
+            if let Some(d) = &d {
+                let di = plan.diagnostics().map(bind_diagnostics).collect();
+                insert_rows(&mut tx, d, DIAGNOSTICS_COLUMNS, DIAGNOSTICS_WIDTH, di).await?;
             }
-            match &tr {
-                Some(tr) => insert_rows(&mut tx, tr, TRACE_COLUMNS, TRACE_WIDTH, trs).await?,
-                None => {
-                    counts.skipped.traces += counts.copied.traces;
-                    counts.copied.traces = 0;
-                }
+            if let Some(tr) = &tr {
+                let trs = plan.traces().map(bind_trace).collect();
+                insert_rows(&mut tx, tr, TRACE_COLUMNS, TRACE_WIDTH, trs).await?;
             }
+            let counts = plan.counts;
             commit(self, tx).await?;
             Ok(counts)
         })

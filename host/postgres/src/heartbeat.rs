@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use onestep_core::execution::{HeartbeatResult, LeaseRef};
 use onestep_core::store::lease::{LeaseWindow, heartbeat_answer};
-use onestep_core::{ExecutionError, ExecutionStatus, StaleReason};
+use onestep_core::{ExecutionError, ExecutionStatus};
 use uuid::Uuid;
 
 use crate::backend::PgBackend;
@@ -86,17 +86,5 @@ impl PgBackend {
             .heartbeat_in(&tx, leases, window.now, window.expires_at)
             .await;
         finish(tx, outcome).await
-    }
-
-    pub(crate) async fn heartbeat_one(
-        &self,
-        lease: &LeaseRef,
-        lease_duration_s: f64,
-    ) -> Result<HeartbeatResult, ExecutionError> {
-        let mut out = self
-            .heartbeat_leases(std::slice::from_ref(lease), lease_duration_s)
-            .await?;
-        out.pop()
-            .unwrap_or(Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)))
     }
 }

@@ -46,6 +46,7 @@ mod sql;
 mod transfer;
 mod transfer_params;
 pub mod upgrade;
+mod versions;
 mod worker_ops;
 
 pub use backend::{PgBackend, ServerInfo, SessionState};

@@ -5,21 +5,13 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use onestep_core::diagnostics::{PurgeReport, PurgeRequest};
-use onestep_core::ports::Retention;
-use onestep_core::store::purge::{PurgeBatches, purge};
+use onestep_core::store::purge::PurgeBatches;
 use onestep_core::{ExecutionError, ExecutionStatus};
 use uuid::Uuid;
 
 use crate::backend::{PgBackend, commit};
 use crate::diagnostics::u64_of;
 use crate::schema::q;
-
-#[async_trait]
-impl Retention for PgBackend {
-    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReport, ExecutionError> {
-        purge(self, request).await
-    }
-}
 
 #[async_trait]
 impl PurgeBatches for PgBackend {

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use onestep_core::ExecutionError;
 use onestep_core::store::DecodeError;
 use onestep_core::transfer::{
-    AttemptRow, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts, TableCounts, TraceRow,
-    Transfer,
+    AttemptRow, ChildTables, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts,
+    TableCounts, TraceRow, Transfer, assemble, plan_import,
 };
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -224,19 +224,12 @@ impl Transfer for PgBackend {
                     .await?
                 }
             };
-            let mut records = Vec::with_capacity(rows.len());
-            for row in &rows {
-                records.push(ExecutionRecord {
-                    execution: execution_row(row).map_err(|e| undecodable(&t, e))?,
-                    attempts: Vec::new(),
-                    diagnostics: Vec::new(),
-                    trace: None,
-                });
-            }
-            let ids: Vec<Uuid> = records.iter().map(ExecutionRecord::id).collect();
-            let at: BTreeMap<Uuid, usize> =
-                ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-            let mut attempts = select_by_ids(
+            let executions = rows
+                .iter()
+                .map(|row| execution_row(row).map_err(|e| undecodable(&t, e)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let ids: Vec<Uuid> = executions.iter().map(|e| e.stored.id).collect();
+            let attempts = select_by_ids(
                 &**conn,
                 &a,
                 ATTEMPT_COLUMNS,
@@ -245,38 +238,28 @@ impl Transfer for PgBackend {
                 attempt_row,
             )
             .await?;
-            attempts.sort_by_key(|x| (x.execution_id, x.attempt_no));
-            for x in attempts {
-                if let Some(&i) = at.get(&x.execution_id) {
-                    records[i].attempts.push(x);
+            let diagnostics = match &d {
+                Some(d) => {
+                    select_by_ids(
+                        &**conn,
+                        d,
+                        DIAGNOSTICS_COLUMNS,
+                        "execution_id",
+                        &ids,
+                        diagnostics_row,
+                    )
+                    .await?
                 }
-            }
-            if let Some(d) = &d {
-                let rows = select_by_ids(
-                    &**conn,
-                    d,
-                    DIAGNOSTICS_COLUMNS,
-                    "execution_id",
-                    &ids,
-                    diagnostics_row,
-                )
-                .await?;
-                for x in rows {
-                    if let Some(&i) = at.get(&x.execution_id) {
-                        records[i].diagnostics.push(x);
-                    }
-                }
-            }
-            if let Some(tr) = &tr {
-                let rows =
+                None => Vec::new(),
+            };
+            let traces = match &tr {
+                Some(tr) => {
                     select_by_ids(&**conn, tr, TRACE_COLUMNS, "execution_id", &ids, trace_row)
-                        .await?;
-                for x in rows {
-                    if let Some(&i) = at.get(&x.execution_id) {
-                        records[i].trace = Some(x);
-                    }
+                        .await?
                 }
-            }
+                None => Vec::new(),
+            };
+            let records = assemble(executions, attempts, diagnostics, traces);
             Ok(records)
         })
         .await
@@ -316,60 +299,41 @@ impl Transfer for PgBackend {
                 .iter()
                 .map(|r| r.try_get::<_, Uuid>(0))
                 .collect::<Result<_, _>>()?;
-            let mut counts = ImportCounts::default();
-            let fresh: Vec<&ExecutionRecord> = records
-                .iter()
-                .filter(|r| {
-                    let old = existing.contains(&r.id());
-                    if old {
-                        counts.skipped.add(r.counts());
-                    } else {
-                        counts.copied.add(r.counts());
-                    }
-                    !old
-                })
-                .collect();
-            if fresh.is_empty() {
+            let tables = ChildTables {
+                diagnostics: d.is_some(),
+                traces: tr.is_some(),
+            };
+            let plan = plan_import(records, &existing, tables);
+            if plan.fresh.is_empty() {
                 tx.rollback().await?;
-                return Ok(counts);
+                return Ok(plan.counts);
             }
-            let e: Vec<&ExecutionRow> = fresh.iter().map(|r| &r.execution).collect();
+            let e: Vec<&ExecutionRow> = plan.executions().collect();
             tx.execute(&insert_e, &refs(&execution_params(&e, scheduled)?))
                 .await?;
-            let at: Vec<&AttemptRow> = fresh.iter().flat_map(|r| &r.attempts).collect();
+            let at: Vec<&AttemptRow> = plan.attempts().collect();
             tx.execute(&insert_a, &refs(&attempt_params(&at)?)).await?;
-            let di: Vec<&DiagnosticsRow> = fresh.iter().flat_map(|r| &r.diagnostics).collect();
-            match &d {
-                Some(d) => {
-                    let sql = unnest_insert(
-                        d,
-                        DIAGNOSTICS_COLUMNS,
-                        &DIAGNOSTICS_TYPES,
-                        &select_list(DIAGNOSTICS_TYPES.len(), &[]),
-                    );
-                    tx.execute(&sql, &refs(&diagnostics_params(&di))).await?;
-                }
-                None => {
-                    counts.skipped.diagnostics += counts.copied.diagnostics;
-                    counts.copied.diagnostics = 0;
-                }
+            if let Some(d) = &d {
+                let sql = unnest_insert(
+                    d,
+                    DIAGNOSTICS_COLUMNS,
+                    &DIAGNOSTICS_TYPES,
+                    &select_list(DIAGNOSTICS_TYPES.len(), &[]),
+                );
+                let di: Vec<&DiagnosticsRow> = plan.diagnostics().collect();
+                tx.execute(&sql, &refs(&diagnostics_params(&di))).await?;
             }
-            let trs: Vec<&TraceRow> = fresh.iter().filter_map(|r| r.trace.as_ref()).collect();
-            match &tr {
-                Some(tr) => {
-                    let sql = unnest_insert(
-                        tr,
-                        TRACE_COLUMNS,
-                        &TRACE_TYPES,
-                        &select_list(TRACE_TYPES.len(), &[]),
-                    );
-                    tx.execute(&sql, &refs(&trace_params(&trs))).await?;
-                }
-                None => {
-                    counts.skipped.traces += counts.copied.traces;
-                    counts.copied.traces = 0;
-                }
+            if let Some(tr) = &tr {
+                let sql = unnest_insert(
+                    tr,
+                    TRACE_COLUMNS,
+                    &TRACE_TYPES,
+                    &select_list(TRACE_TYPES.len(), &[]),
+                );
+                let trs: Vec<&TraceRow> = plan.traces().collect();
+                tx.execute(&sql, &refs(&trace_params(&trs))).await?;
             }
+            let counts = plan.counts;
             commit(tx).await?;
             Ok(counts)
         })

@@ -280,7 +280,7 @@ impl PgBackend {
     }
 }
 
-onestep_core::impl_lease_store!(PgBackend);
+onestep_core::impl_lease_store!(PgBackend, single_heartbeat: batch);
 
 onestep_core::impl_domain_outcome!(OpError);
 

@@ -336,27 +336,19 @@ impl SqliteBackend {
 
     /// The attempt-diagnostics table (quoted), when it exists and diagnostics are kept.
     pub(crate) fn d(&self) -> Option<String> {
-        self.inner
-            .report
-            .features
-            .diagnostics_table
-            .then(|| crate::schema::q(&crate::schema::diagnostics_table(&self.inner.names)))
+        self.inner.diagnostics_table().map(|n| crate::schema::q(&n))
     }
 
     /// The trace-context table (quoted), when traceparents are written and read.
     pub(crate) fn tr(&self) -> Option<String> {
-        self.inner
-            .traces
-            .then(|| crate::schema::q(&crate::schema::traces_table(&self.inner.names)))
+        self.inner.traces_table().map(|n| crate::schema::q(&n))
     }
 
     /// The trace-context table (quoted) when it exists.
     pub(crate) fn tr_existing(&self) -> Option<String> {
         self.inner
-            .report
-            .features
-            .traces_table
-            .then(|| crate::schema::q(&crate::schema::traces_table(&self.inner.names)))
+            .existing_traces_table()
+            .map(|n| crate::schema::q(&n))
     }
 
     /// The quoted executions table.

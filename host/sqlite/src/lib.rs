@@ -34,6 +34,7 @@ mod purge;
 pub mod rows;
 pub mod schema;
 mod transfer;
+mod versions;
 mod worker_ops;
 
 pub use backend::{ServerInfo, SessionState, SqliteBackend};

@@ -5,8 +5,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use onestep_core::diagnostics::{PurgeReport, PurgeRequest};
-use onestep_core::ports::Retention;
-use onestep_core::store::purge::{PurgeBatches, purge};
+use onestep_core::store::purge::PurgeBatches;
 use onestep_core::{ExecutionError, ExecutionStatus};
 use rusqlite::params;
 use rusqlite::types::Value as Sql;
@@ -16,13 +15,6 @@ use crate::backend::SqliteBackend;
 use crate::client_ops::id_array;
 use crate::diagnostics::u64_of;
 use crate::rows::{time, ts, uid, uuid};
-
-#[async_trait]
-impl Retention for SqliteBackend {
-    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReport, ExecutionError> {
-        purge(self, request).await
-    }
-}
 
 #[async_trait]
 impl PurgeBatches for SqliteBackend {

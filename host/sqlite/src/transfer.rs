@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use onestep_core::ExecutionError;
 use onestep_core::store::DecodeError;
 use onestep_core::transfer::{
-    AttemptRow, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts, TableCounts, TraceRow,
-    Transfer,
+    AttemptRow, ChildTables, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts,
+    TableCounts, TraceRow, Transfer, assemble, plan_import,
 };
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, Row, params};
@@ -256,60 +256,38 @@ fn export(
 ) -> OpResult<Vec<ExecutionRecord>> {
     let table = b.t();
     let cols = format!("{}, {EXTRA_COLUMNS}", b.cols());
-    let mut records = Vec::new();
+    let (sql, args) = match after {
+        Some(id) => (
+            format!("SELECT {cols} FROM {table} WHERE id > ?1 ORDER BY id LIMIT ?2"),
+            vec![Sql::Text(uid(id)), Sql::Integer(limit)],
+        ),
+        None => (
+            format!("SELECT {cols} FROM {table} ORDER BY id LIMIT ?1"),
+            vec![Sql::Integer(limit)],
+        ),
+    };
+    let mut executions = Vec::new();
     {
-        let (sql, args) = match after {
-            Some(id) => (
-                format!("SELECT {cols} FROM {table} WHERE id > ?1 ORDER BY id LIMIT ?2"),
-                vec![Sql::Text(uid(id)), Sql::Integer(limit)],
-            ),
-            None => (
-                format!("SELECT {cols} FROM {table} ORDER BY id LIMIT ?1"),
-                vec![Sql::Integer(limit)],
-            ),
-        };
         let mut st = c.prepare(&sql)?;
         let mut rows = st.query(rusqlite::params_from_iter(args))?;
         while let Some(row) = rows.next()? {
-            records.push(ExecutionRecord {
-                execution: execution_row(row).map_err(|e| undecodable(table, e))?,
-                attempts: Vec::new(),
-                diagnostics: Vec::new(),
-                trace: None,
-            });
+            executions.push(execution_row(row).map_err(|e| undecodable(table, e))?);
         }
     }
-    if records.is_empty() {
-        return Ok(records);
+    if executions.is_empty() {
+        return Ok(Vec::new());
     }
-    let at: BTreeMap<Uuid, usize> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.id(), i))
-        .collect();
-    let ids = id_array(records.iter().map(ExecutionRecord::id));
-    let mut attempts = select_by_ids(c, b.a(), ATTEMPT_COLUMNS, &ids, attempt_row)?;
-    attempts.sort_by_key(|x| (x.execution_id, x.attempt_no));
-    for x in attempts {
-        if let Some(&i) = at.get(&x.execution_id) {
-            records[i].attempts.push(x);
-        }
-    }
-    if let Some(d) = b.d() {
-        for x in select_by_ids(c, &d, DIAGNOSTICS_COLUMNS, &ids, diagnostics_row)? {
-            if let Some(&i) = at.get(&x.execution_id) {
-                records[i].diagnostics.push(x);
-            }
-        }
-    }
-    if let Some(tr) = b.tr_existing() {
-        for x in select_by_ids(c, &tr, TRACE_COLUMNS, &ids, trace_row)? {
-            if let Some(&i) = at.get(&x.execution_id) {
-                records[i].trace = Some(x);
-            }
-        }
-    }
-    Ok(records)
+    let ids = id_array(executions.iter().map(|e| e.stored.id));
+    let attempts = select_by_ids(c, b.a(), ATTEMPT_COLUMNS, &ids, attempt_row)?;
+    let diagnostics = match b.d() {
+        Some(d) => select_by_ids(c, &d, DIAGNOSTICS_COLUMNS, &ids, diagnostics_row)?,
+        None => Vec::new(),
+    };
+    let traces = match b.tr_existing() {
+        Some(tr) => select_by_ids(c, &tr, TRACE_COLUMNS, &ids, trace_row)?,
+        None => Vec::new(),
+    };
+    Ok(assemble(executions, attempts, diagnostics, traces))
 }
 
 /// Writes the records whose id `table` lacks, inside the caller's `BEGIN IMMEDIATE`
@@ -333,7 +311,11 @@ fn import(
         out
     };
     let (d, tr) = (b.d(), b.tr_existing());
-    let mut counts = ImportCounts::default();
+    let tables = ChildTables {
+        diagnostics: d.is_some(),
+        traces: tr.is_some(),
+    };
+    let plan = plan_import(records, &existing, tables);
     let scheduled = b.schema_report().features.priority_columns;
     onestep_core::transfer::check_schedule_storable(records, scheduled)?;
     let (columns, width) = if scheduled {
@@ -345,68 +327,36 @@ fn import(
         "INSERT INTO {table} ({columns}, {EXTRA_COLUMNS}) VALUES ({})",
         placeholders(width)
     ))?;
+    for e in plan.executions() {
+        insert_e.execute(rusqlite::params_from_iter(execution_values(e, scheduled)))?;
+    }
     let mut insert_a = c.prepare(&format!(
         "INSERT INTO {} ({ATTEMPT_COLUMNS}) VALUES ({})",
         b.a(),
         placeholders(10)
     ))?;
-    let mut insert_d = d
-        .as_ref()
-        .map(|d| {
-            c.prepare(&format!(
-                "INSERT INTO {d} ({DIAGNOSTICS_COLUMNS}) VALUES ({})",
-                placeholders(15)
-            ))
-        })
-        .transpose()?;
-    let mut insert_tr = tr
-        .as_ref()
-        .map(|tr| {
-            c.prepare(&format!(
-                "INSERT INTO {tr} ({TRACE_COLUMNS}) VALUES ({})",
-                placeholders(3)
-            ))
-        })
-        .transpose()?;
-    let mut seen = HashSet::new();
-    for r in records {
-        // A page naming one id twice writes it once.
-        if existing.contains(&r.id()) || !seen.insert(r.id()) {
-            counts.skipped.add(r.counts());
-            continue;
-        }
-        let mut copied = r.counts();
-        insert_e.execute(rusqlite::params_from_iter(execution_values(
-            &r.execution,
-            scheduled,
-        )))?;
-        for a in &r.attempts {
-            insert_a.execute(rusqlite::params_from_iter(attempt_values(a)))?;
-        }
-        match insert_d.as_mut() {
-            Some(st) => {
-                for x in &r.diagnostics {
-                    st.execute(rusqlite::params_from_iter(diagnostics_values(x)))?;
-                }
-            }
-            None => {
-                counts.skipped.diagnostics += copied.diagnostics;
-                copied.diagnostics = 0;
-            }
-        }
-        match (insert_tr.as_mut(), &r.trace) {
-            (Some(st), Some(x)) => {
-                st.execute(rusqlite::params_from_iter(trace_values(x)))?;
-            }
-            (None, Some(_)) => {
-                counts.skipped.traces += copied.traces;
-                copied.traces = 0;
-            }
-            (_, None) => {}
-        }
-        counts.copied.add(copied);
+    for a in plan.attempts() {
+        insert_a.execute(rusqlite::params_from_iter(attempt_values(a)))?;
     }
-    Ok(counts)
+    if let Some(d) = &d {
+        let mut st = c.prepare(&format!(
+            "INSERT INTO {d} ({DIAGNOSTICS_COLUMNS}) VALUES ({})",
+            placeholders(15)
+        ))?;
+        for x in plan.diagnostics() {
+            st.execute(rusqlite::params_from_iter(diagnostics_values(x)))?;
+        }
+    }
+    if let Some(tr) = &tr {
+        let mut st = c.prepare(&format!(
+            "INSERT INTO {tr} ({TRACE_COLUMNS}) VALUES ({})",
+            placeholders(3)
+        ))?;
+        for x in plan.traces() {
+            st.execute(rusqlite::params_from_iter(trace_values(x)))?;
+        }
+    }
+    Ok(plan.counts)
 }
 
 #[async_trait]

@@ -260,18 +260,6 @@ impl SqliteBackend {
         .await
     }
 
-    pub(crate) async fn heartbeat_one(
-        &self,
-        lease: &LeaseRef,
-        lease_duration_s: f64,
-    ) -> Result<HeartbeatResult, ExecutionError> {
-        let mut out = self
-            .heartbeat_leases(std::slice::from_ref(lease), lease_duration_s)
-            .await?;
-        out.pop()
-            .unwrap_or(Err(ExecutionError::StaleLease(StaleReason::LeaseInvalid)))
-    }
-
     pub(crate) async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {
         let leases = leases.to_vec();
         self.read(move |b, c| {
@@ -495,7 +483,7 @@ impl SqliteBackend {
     }
 }
 
-onestep_core::impl_lease_store!(SqliteBackend);
+onestep_core::impl_lease_store!(SqliteBackend, single_heartbeat: batch);
 
 /// The writer's open transaction, as the shared completion bookkeeping drives it. SQLite has one
 /// writer, so there is nothing to gain from the set-based path: no row is reported locked and

@@ -236,6 +236,7 @@ macro_rules! conformance_tests {
             list_search_filters,
             list_search_window_bounds_a_page,
             onestep_mapping_payload_round_trip,
+            versions_by_id_move_with_each_change,
             t2_claim_queued_and_retrying,
             t3_t4_cancel_and_no_change_rows,
             t5_expiry_and_lease_lost_predicate,

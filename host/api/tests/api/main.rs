@@ -7,6 +7,7 @@
 
 mod attempts;
 mod bad_input;
+mod batch;
 mod concurrency;
 mod endpoints;
 mod hostile;

@@ -144,3 +144,91 @@ async fn result_in_every_status() {
         (StatusCode::GONE, Some("expired"))
     );
 }
+
+/// `?wait=S` answers as soon as the execution is terminal (here: completed by a worker while the
+/// request waits), at the deadline with the current state otherwise, and refuses a malformed
+/// or unbounded wait with a specific message (docs/http-api.md#waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_answers_on_completion_or_at_the_deadline() {
+    let mut settings = single_settings();
+    settings.api.allowed_tasks.clear();
+    let app = TestApp::start(settings).await;
+    let view = app.submit(None, "w-1", "t-wait", json!({"n": 1})).await;
+    let id = id_of(&view);
+
+    // Still queued after a short wait: the state at the deadline.
+    let (status, body) = app
+        .send(req(Method::GET, &format!("/v1/executions/{id}?wait=0.2"), None).empty())
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("queued"))
+    );
+
+    // A worker claims and completes it while the caller waits up to 60 s for the result.
+    let started = std::time::Instant::now();
+    let waiting = app.send(
+        req(
+            Method::GET,
+            &format!("/v1/executions/{id}/result?wait=60"),
+            None,
+        )
+        .empty(),
+    );
+    let worker = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let lease = claim_one(&app, "t-wait").await.pop().expect("lease");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        app.backend
+            .complete(
+                &lease.lease_ref(),
+                &Completion::succeeded(json!({"done": true})),
+            )
+            .await
+            .expect("complete");
+    };
+    let ((status, body), ()) = tokio::join!(waiting, worker);
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, json!({"result": {"done": true}}))
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "answered on completion, not at the 60 s deadline ({:?})",
+        started.elapsed()
+    );
+
+    // A terminal execution answers at once, with or without a wait.
+    let (status, body) = app
+        .send(req(Method::GET, &format!("/v1/executions/{id}?wait=60"), None).empty())
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("succeeded"))
+    );
+
+    for bad in ["61", "-1", "abc", "NaN", "1e20"] {
+        let (status, body) = app
+            .send(
+                req(
+                    Method::GET,
+                    &format!("/v1/executions/{id}?wait={bad}"),
+                    None,
+                )
+                .empty(),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "wait={bad}: {body}"
+        );
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("wait must be a number of seconds from 0 to 60"),
+            "wait={bad}: {body}"
+        );
+    }
+}

@@ -133,6 +133,13 @@ pub(crate) async fn serve_on(
         header_read_timeout_s = limits.header_read_timeout.as_secs(),
         "connection limits (docs/security.md#api-connections)"
     );
+    // Bounded waits (`?wait=S`) answer at once when shutdown starts instead of holding the
+    // drain (docs/http-api.md#waiting).
+    let waits = state.waits().clone();
+    let shutdown = async move {
+        shutdown.await;
+        waits.close();
+    };
     onestep_api::serve(listener, onestep_api::router(state), limits, shutdown).await;
 }
 

@@ -69,6 +69,30 @@ impl<P, S, F: SchemaFeatureSet, X> StoreCore<P, S, F, X> {
     }
 }
 
+impl<P, S, F: SchemaFeatureSet, X> StoreCore<P, S, F, X> {
+    /// The attempt-diagnostics table (unquoted), when it exists and diagnostics are kept.
+    pub fn diagnostics_table(&self) -> Option<String> {
+        self.report
+            .features
+            .diagnostics_table
+            .then(|| F::diagnostics_table(&self.names))
+    }
+
+    /// The trace-context table (unquoted), when traceparents are written and read.
+    pub fn traces_table(&self) -> Option<String> {
+        self.traces.then(|| F::traces_table(&self.names))
+    }
+
+    /// The trace-context table (unquoted) when it exists, whether or not traces are on (purge
+    /// and copy move its rows).
+    pub fn existing_traces_table(&self) -> Option<String> {
+        self.report
+            .features
+            .traces_table
+            .then(|| F::traces_table(&self.names))
+    }
+}
+
 impl<P, S, F, X> Deref for StoreCore<P, S, F, X> {
     type Target = X;
 

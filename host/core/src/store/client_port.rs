@@ -12,7 +12,7 @@
 ///
 /// * `run` and `write_resolving_ambiguity` ([`tx_methods!`](crate::tx_methods));
 /// * the per-attempt methods `submit_once(&PreparedSubmission)`,
-///   `submit_many_once(&[PreparedSubmission])`, `get_once(namespace, id)` and
+///   `submit_many_once(&[PreparedSubmission])`, `get_once(namespace, id)`, `versions_once(&[Uuid])` and
 ///   `cancel_once(CancelTarget)`, each returning the backend's per-attempt
 ///   result;
 /// * `lookup_fresh(&PreparedSubmission)` (the [`Lookup`](crate::store::Lookup) of the row
@@ -73,6 +73,19 @@ macro_rules! impl_execution_store {
                 $crate::ExecutionError,
             > {
                 self.run("get", || self.get_once(namespace, id)).await
+            }
+
+            async fn versions(
+                &self,
+                ids: &[$crate::store::lease_port::__Uuid],
+            ) -> ::std::result::Result<
+                ::std::vec::Vec<($crate::store::lease_port::__Uuid, i64)>,
+                $crate::ExecutionError,
+            > {
+                if ids.is_empty() {
+                    return Ok(::std::vec::Vec::new());
+                }
+                self.run("get", || self.versions_once(ids)).await
             }
 
             async fn list(

@@ -23,8 +23,30 @@ pub use uuid::Uuid as __Uuid;
 ///
 /// It also writes the inherent `heartbeat_leases`, the port's `heartbeat_many` (argument
 /// check, empty shortcut, `heartbeat` run), for a backend's own single heartbeat to call.
+///
+/// `impl_lease_store!(Backend, single_heartbeat: batch)` also writes `heartbeat_one` as a
+/// batch of one (for a backend whose single heartbeat has no statement of its own).
 #[macro_export]
 macro_rules! impl_lease_store {
+    ($backend:ty, single_heartbeat: batch) => {
+        impl $backend {
+            /// The single heartbeat of the port: a batch of one lease.
+            pub(crate) async fn heartbeat_one(
+                &self,
+                lease: &$crate::LeaseRef,
+                lease_duration_s: f64,
+            ) -> ::std::result::Result<$crate::HeartbeatResult, $crate::ExecutionError> {
+                let mut out = self
+                    .heartbeat_leases(::std::slice::from_ref(lease), lease_duration_s)
+                    .await?;
+                out.pop().unwrap_or(Err($crate::ExecutionError::StaleLease(
+                    $crate::StaleReason::LeaseInvalid,
+                )))
+            }
+        }
+
+        $crate::impl_lease_store!($backend);
+    };
     ($backend:ty) => {
         impl $backend {
             /// `heartbeat_many` of the port, callable without the port's boxed future.

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 
 use crate::diagnostics::{PurgeReport, PurgeRequest};
 use crate::error::ExecutionError;
+use crate::ports::Retention;
 use crate::status::ExecutionStatus;
 
 /// The reads and the batches of one purge.
@@ -31,6 +32,14 @@ pub trait PurgeBatches: Sync {
         request: &PurgeRequest,
         after: Option<&Self::Position>,
     ) -> Result<(Option<Self::Position>, PurgeReport), ExecutionError>;
+}
+
+/// Every backend that purges in batches serves the [`Retention`] port through [`purge`].
+#[async_trait]
+impl<T: PurgeBatches + Send> Retention for T {
+    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReport, ExecutionError> {
+        purge(self, request).await
+    }
 }
 
 /// Runs `request` on `store`. Named statuses are purged one at a time, each through its range

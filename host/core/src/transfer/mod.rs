@@ -8,8 +8,10 @@
 //! in its own id order (keyset, stable) and imports a page in one transaction, skipping a record
 //! whose execution id the target already holds, so an interrupted copy can be run again.
 
+mod page;
 mod run;
 
+pub use page::{ChildTables, ImportPlan, assemble, plan_import};
 pub use run::{CopyError, CopyOptions, CopyReport, PageProgress, copy};
 
 use std::collections::BTreeMap;

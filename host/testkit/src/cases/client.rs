@@ -47,6 +47,9 @@ pub(crate) fn cases() -> Vec<Case> {
         case("onestep_mapping_payload_round_trip", |fx| {
             Box::pin(mapping_round_trip(fx))
         }),
+        case("versions_by_id_move_with_each_change", |fx| {
+            Box::pin(versions_by_id(fx))
+        }),
     ]
 }
 
@@ -147,6 +150,57 @@ async fn other_namespace(fx: Fixture) {
     assert_eq!(
         fx.store.get(NS, uuid::Uuid::new_v4()).await.expect("get"),
         None
+    );
+}
+
+/// `versions` answers every existing id of any namespace with the version `get` reads, leaves
+/// out unknown ids, and moves when the execution changes.
+async fn versions_by_id(fx: Fixture) {
+    assert_eq!(fx.store.versions(&[]).await.expect("versions"), []);
+    let a = submit(&fx, json!(1)).await;
+    let b = fx
+        .store
+        .submit(prepare(
+            "other",
+            &SubmitRequest {
+                task_name: TASK.into(),
+                payload: json!(2),
+                ..SubmitRequest::default()
+            },
+        ))
+        .await
+        .expect("submit other");
+    let unknown = uuid::Uuid::new_v4();
+    let mut v = fx
+        .store
+        .versions(&[a.id, unknown, b.id])
+        .await
+        .expect("versions");
+    v.sort();
+    let mut want = vec![(a.id, a.version), (b.id, b.version)];
+    want.sort();
+    assert_eq!(v, want);
+    let cancelled = fx
+        .store
+        .cancel(NS, a.id, Some("stop".into()))
+        .await
+        .expect("cancel")
+        .expect("present");
+    assert!(cancelled.version > a.version);
+    assert_eq!(
+        fx.store.versions(&[a.id]).await.expect("versions"),
+        [(a.id, cancelled.version)]
+    );
+    let many: Vec<uuid::Uuid> = (0..2500)
+        .map(|_| uuid::Uuid::new_v4())
+        .chain([b.id])
+        .collect();
+    assert_eq!(
+        fx.store
+            .versions(&many)
+            .await
+            .expect("versions of many ids"),
+        [(b.id, b.version)]
     );
 }
 

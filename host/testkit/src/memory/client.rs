@@ -130,6 +130,18 @@ impl ExecutionStore for MemoryStore {
         Ok(out)
     }
 
+    async fn versions(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, i64)>, ExecutionError> {
+        self.enter(Op::Get).await?;
+        let state = self.state();
+        let out: Vec<(Uuid, i64)> = ids
+            .iter()
+            .filter_map(|id| state.rows.get(id).map(|r| (*id, r.execution.version)))
+            .collect();
+        drop(state);
+        self.record(Op::Get, 1, true);
+        Ok(out)
+    }
+
     async fn list(
         &self,
         namespace: &str,

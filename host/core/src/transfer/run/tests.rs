@@ -6,7 +6,7 @@ use chrono::TimeDelta;
 use super::*;
 use crate::store::StoredExecution;
 use crate::store::test_support::block_on;
-use crate::transfer::{ExecutionRow, ImportCounts, TraceRow};
+use crate::transfer::{AttemptRow, ExecutionRow, ImportCounts, TraceRow};
 
 #[derive(Debug)]
 struct Fixed(DateTime<Utc>);
@@ -227,4 +227,78 @@ fn a_store_is_not_copied_onto_itself_and_a_dry_run_writes_nothing() {
     };
     let err = block_on(copy(&source, &target, &Fixed(now()), bad, |_| {})).expect_err("bad");
     assert!(matches!(err, CopyError::Invalid(_)), "{err}");
+}
+
+fn attempt(execution: u128, no: i64) -> AttemptRow {
+    AttemptRow {
+        id: Uuid::from_u128(execution * 100 + no as u128),
+        execution_id: Uuid::from_u128(execution),
+        attempt_no: no,
+        lease_token: Uuid::from_u128(7),
+        worker_id: "w".into(),
+        status: "failed".into(),
+        error: None,
+        started_at: now(),
+        heartbeat_at: now(),
+        finished_at: None,
+    }
+}
+
+#[test]
+fn assemble_gathers_child_rows_by_execution_and_orders_attempts() {
+    let (one, two) = (record(1, "succeeded", None), record(2, "succeeded", None));
+    let traces = vec![
+        two.trace.clone().expect("trace"),
+        record(9, "x", None).trace.expect("trace"),
+    ];
+    let attempts = vec![attempt(2, 2), attempt(1, 1), attempt(2, 1), attempt(9, 1)];
+    let records = crate::transfer::assemble(
+        vec![one.execution.clone(), two.execution.clone()],
+        attempts,
+        Vec::new(),
+        traces,
+    );
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].id(), Uuid::from_u128(1));
+    assert_eq!(records[0].attempts, vec![attempt(1, 1)]);
+    assert_eq!(records[0].trace, None);
+    assert_eq!(records[1].attempts, vec![attempt(2, 1), attempt(2, 2)]);
+    assert_eq!(records[1].trace, two.trace);
+}
+
+#[test]
+fn an_import_plan_skips_known_and_repeated_ids_and_rows_of_missing_tables() {
+    let mut one = record(1, "succeeded", None);
+    one.attempts = vec![attempt(1, 1), attempt(1, 2)];
+    let page = vec![
+        one.clone(),
+        record(2, "queued", None),
+        one,
+        record(3, "queued", None),
+    ];
+    let existing: std::collections::HashSet<Uuid> = [Uuid::from_u128(2)].into();
+    let all = crate::transfer::ChildTables {
+        diagnostics: true,
+        traces: true,
+    };
+    let plan = crate::transfer::plan_import(&page, &existing, all);
+    let fresh: Vec<Uuid> = plan.fresh.iter().map(|r| r.id()).collect();
+    assert_eq!(fresh, [Uuid::from_u128(1), Uuid::from_u128(3)]);
+    assert_eq!(plan.counts.copied.executions, 2);
+    assert_eq!(plan.counts.copied.attempts, 2);
+    assert_eq!(plan.counts.copied.traces, 2);
+    assert_eq!(plan.counts.skipped.executions, 2);
+    assert_eq!(plan.counts.skipped.attempts, 2);
+    assert_eq!(plan.attempts().count(), 2);
+    assert_eq!(plan.traces().count(), 2);
+
+    let no_traces = crate::transfer::ChildTables {
+        diagnostics: true,
+        traces: false,
+    };
+    let plan = crate::transfer::plan_import(&page, &existing, no_traces);
+    assert_eq!(plan.traces().count(), 0);
+    assert_eq!(plan.counts.copied.traces, 0);
+    assert_eq!(plan.counts.skipped.traces, 4);
+    assert_eq!(plan.executions().count(), 2);
 }
