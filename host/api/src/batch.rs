@@ -182,5 +182,7 @@ fn item_request(state: &ApiState, item: Value) -> Result<SubmitRequest, ApiError
         metadata: body.metadata,
         delay_s: body.delay_s,
         expires_at,
+        priority: crate::routes::body_priority(body.priority.as_ref())?,
+        fairness_key: body.fairness_key,
     })
 }

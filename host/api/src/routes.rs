@@ -37,6 +37,29 @@ pub struct SubmitBody {
     /// Latest claim instant, ISO 8601 **with** an offset (`2026-08-10T12:00:00+08:00`).
     #[serde(default)]
     pub expires_at: Option<String>,
+    /// Claim priority, an integer from 0 (most urgent) to 9; default 5. Within a task, claims
+    /// take lower numbers first, then the oldest.
+    #[serde(default)]
+    #[schema(value_type = Option<u8>, minimum = 0, maximum = 9)]
+    pub priority: Option<Value>,
+    /// Fairness key, 1–255 characters of ASCII letters, digits, `_`, `.`, `:` and `-`
+    /// (e.g. a tenant id); default: the namespace.
+    #[serde(default)]
+    #[schema(example = "tenant-42")]
+    pub fairness_key: Option<String>,
+}
+
+/// The body's `priority`: JSON `null` or absent is the default; anything but an integer is
+/// refused with the range message (the range itself is core's check).
+pub(crate) fn body_priority(v: Option<&Value>) -> Result<Option<i64>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.as_i64().is_some() => Ok(n.as_i64()),
+        Some(_) => Err(ApiError::invalid(format!(
+            "priority must be an integer from 0 to {}",
+            onestep_core::schedule::MAX_PRIORITY
+        ))),
+    }
 }
 
 /// Body of `POST /v1/executions/{id}/cancel` (may be empty).
@@ -153,6 +176,7 @@ pub async fn submit_execution(
         .as_deref()
         .map(parse_expires_at)
         .transpose()?;
+    let priority = body_priority(body.priority.as_ref())?;
     let request = SubmitRequest {
         task_name: body.task_name,
         payload: body.payload,
@@ -160,6 +184,8 @@ pub async fn submit_execution(
         metadata: body.metadata,
         delay_s: body.delay_s,
         expires_at,
+        priority,
+        fairness_key: body.fairness_key,
     };
     let submitted = submit_traced(&client, &request, &headers).await?;
     let outcome = if submitted.created {

@@ -11,16 +11,20 @@ use serde_json::Value;
 use crate::attempts::{AttemptsView, LogsView, ProgressView};
 use crate::view::{ErrorObjectView, ExecutionView};
 
-/// A table of executions: `ID  TASK  STATUS  ATTEMPTS  CREATED  FINISHED`, one row each.
+/// A table of executions: `ID  TASK  STATUS  PRI  ATTEMPTS  CREATED  FINISHED`, one row each
+/// (`PRI`: the priority, docs/semantics.md#priority-and-fairness-key).
 pub fn execution_table(items: &[ExecutionView]) -> String {
-    let header = ["ID", "TASK", "STATUS", "ATTEMPTS", "CREATED", "FINISHED"];
-    let rows: Vec<[String; 6]> = items
+    let header = [
+        "ID", "TASK", "STATUS", "PRI", "ATTEMPTS", "CREATED", "FINISHED",
+    ];
+    let rows: Vec<[String; 7]> = items
         .iter()
         .map(|e| {
             [
                 e.id.to_string(),
                 visible(&e.task_name).into_owned(),
                 e.status.clone(),
+                e.priority.to_string(),
                 e.attempts.to_string(),
                 short_time(&e.created_at),
                 e.finished_at.as_deref().map(short_time).unwrap_or_default(),
@@ -66,6 +70,8 @@ pub fn execution_detail(e: &ExecutionView) -> String {
     let terminal = if e.terminal { " (terminal)" } else { "" };
     kv("status", &format!("{}{terminal}", e.status));
     kv("attempts", &e.attempts.to_string());
+    kv("priority", &e.priority.to_string());
+    kv("fairness_key", &e.fairness_key);
     kv("version", &e.version.to_string());
     kv("created_at", &e.created_at);
     kv("available_at", &e.available_at);
@@ -223,6 +229,8 @@ mod tests {
                 operation: None,
                 connector_kind: None,
             }),
+            priority: 3,
+            fairness_key: "tenant-1".into(),
             progress: None,
         }
     }
@@ -240,6 +248,8 @@ mod tests {
         assert!(lines[2].ends_with("2026-08-10 12:00:00Z  2026-08-10 12:00:05Z"));
         let status_col = lines[0].find("STATUS").unwrap();
         assert_eq!(&lines[2][status_col..status_col + 9], "succeeded");
+        let pri_col = lines[0].find("PRI").unwrap();
+        assert_eq!(&lines[1][pri_col..pri_col + 3], "3  ");
     }
 
     #[test]
@@ -250,6 +260,10 @@ mod tests {
             "{d}"
         );
         assert!(d.contains("error:                error HandlerError at handler\n"));
+        assert!(
+            d.contains("priority:             3\nfairness_key:         tenant-1\n"),
+            "{d}"
+        );
         assert!(!d.contains("started_at"));
         assert_eq!(result_text(&Value::String("hi".into())), "hi");
         let mut bidi = view("queued", None);

@@ -86,6 +86,14 @@ pub struct ExecutionView {
     pub expires_at: Option<String>,
     /// The last failure's error object.
     pub error: Option<ErrorObjectView>,
+    /// Claim priority, 0 (most urgent) to 9; 5 unless the submit set it
+    /// (docs/semantics.md#priority-and-fairness-key).
+    #[serde(default = "default_priority")]
+    #[schema(minimum = 0, maximum = 9)]
+    pub priority: u8,
+    /// The fairness key in effect: the one the submit set, else the namespace.
+    #[serde(default)]
+    pub fairness_key: String,
     /// The running attempt's last progress report (only while `running` or
     /// `cancel_requested`, and only when the worker persists diagnostics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,9 +118,15 @@ impl From<&Execution> for ExecutionView {
             cancel_requested_at: e.cancel_requested_at.as_ref().map(utc_isoformat),
             expires_at: e.expires_at.as_ref().map(utc_isoformat),
             error: e.error.as_ref().map(ErrorObjectView::from),
+            priority: e.priority,
+            fairness_key: e.effective_fairness_key().to_owned(),
             progress: None,
         }
     }
+}
+
+fn default_priority() -> u8 {
+    onestep_core::schedule::DEFAULT_PRIORITY
 }
 
 /// One page of executions, newest first.
@@ -169,8 +183,24 @@ mod tests {
             cancel_requested_at: None,
             expires_at: None,
             version: 3,
+            priority: 5,
+            fairness_key: None,
         };
         let v = serde_json::to_value(ExecutionView::from(&e)).unwrap();
+        assert_eq!(
+            (v["priority"].clone(), v["fairness_key"].clone()),
+            (5.into(), "ns".into())
+        );
+        let keyed = Execution {
+            priority: 0,
+            fairness_key: Some("tenant-1".into()),
+            ..e.clone()
+        };
+        let k = serde_json::to_value(ExecutionView::from(&keyed)).unwrap();
+        assert_eq!(
+            (k["priority"].clone(), k["fairness_key"].clone()),
+            (0.into(), "tenant-1".into())
+        );
         assert_eq!(v["created_at"], "2026-08-10T12:00:00+00:00");
         assert_eq!(v["available_at"], "2026-08-10T12:00:00.001500+00:00");
         assert_eq!(v["status"], "failed");

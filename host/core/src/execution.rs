@@ -46,12 +46,28 @@ pub struct Execution {
     pub expires_at: Option<DateTime<Utc>>,
     /// Optimistic-concurrency counter, +1 on every state change except heartbeats.
     pub version: i64,
+    /// Claim priority, 0 (most urgent) ..= 9 (docs/semantics.md#priority-and-fairness-key).
+    #[serde(default = "default_priority")]
+    pub priority: u8,
+    /// The fairness key given at submit; `None` means the execution's namespace
+    /// (docs/semantics.md#priority-and-fairness-key).
+    #[serde(default)]
+    pub fairness_key: Option<String>,
+}
+
+fn default_priority() -> u8 {
+    crate::schedule::DEFAULT_PRIORITY
 }
 
 impl Execution {
     /// Whether the status is terminal (derived, docs/semantics.md#execution-and-lease-objects `terminal`).
     pub fn terminal(&self) -> bool {
         self.status.is_terminal()
+    }
+
+    /// The fairness key in effect: the one given at submit, else the namespace.
+    pub fn effective_fairness_key(&self) -> &str {
+        self.fairness_key.as_deref().unwrap_or(&self.namespace)
     }
 }
 

@@ -34,6 +34,7 @@ pub mod rerun;
 pub mod retry;
 pub mod runner;
 pub mod sandbox;
+pub mod schedule;
 pub mod settings;
 pub mod status;
 pub mod storable;

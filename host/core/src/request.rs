@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::canonical::to_canonical_string;
 use crate::codec::{ValueField, encode_storable};
 use crate::cursor::Cursor;
-use crate::digest::submission_digest;
+use crate::digest::{DigestFields, submission_digest};
 use crate::error::ExecutionError;
 use crate::limits::Limits;
 use crate::status::ExecutionStatus;
@@ -43,6 +43,11 @@ pub struct SubmitRequest {
     pub delay_s: Option<f64>,
     /// Optional latest claim instant.
     pub expires_at: Option<DateTime<FixedOffset>>,
+    /// Optional claim priority, 0 (most urgent) ..= 9; absent means 5
+    /// (docs/semantics.md#priority-and-fairness-key).
+    pub priority: Option<i64>,
+    /// Optional fairness key (task-name characters, 1–255); absent means the namespace.
+    pub fairness_key: Option<String>,
 }
 
 /// A validated, encoded submission ready to be written (docs/semantics.md#submit-and-idempotency). Produced only by
@@ -67,6 +72,10 @@ pub struct PreparedSubmission {
     pub delay: Duration,
     /// `expires_at` converted to UTC.
     pub expires_at: Option<DateTime<Utc>>,
+    /// Checked priority (5 when not given).
+    pub priority: u8,
+    /// Checked fairness key (`None`: the namespace).
+    pub fairness_key: Option<String>,
     /// The W3C `traceparent` of the submit, when traces are on (docs/observability.md#traces).
     /// Not part of [`Self::digest`]: a retried submit with another traceparent is a replay. A
     /// store keeps it only when this submission creates the execution, and never in metadata.
@@ -128,6 +137,16 @@ pub(crate) fn prepare_with_link(
     if let Some(t) = &req.expires_at {
         check_instant("expires_at", &t.with_timezone(&Utc))?;
     }
+    let priority = req
+        .priority
+        .map(crate::schedule::priority)
+        .transpose()?
+        .unwrap_or(crate::schedule::DEFAULT_PRIORITY);
+    let fairness_key = req
+        .fairness_key
+        .as_deref()
+        .map(crate::schedule::fairness_key)
+        .transpose()?;
     // 2. reserved keys.
     if let Some(key) = RESERVED_METADATA_KEYS
         .iter()
@@ -158,14 +177,16 @@ pub(crate) fn prepare_with_link(
         ));
     }
     // 5. digest.
-    let digest = submission_digest(
+    let digest = submission_digest(&DigestFields {
         namespace,
-        &task_name,
-        &payload,
-        &metadata,
-        req.delay_s,
-        req.expires_at.as_ref(),
-    );
+        task_name: &task_name,
+        encoded_payload: &payload,
+        encoded_metadata: &metadata,
+        delay_s: req.delay_s,
+        expires_at: req.expires_at.as_ref(),
+        priority,
+        fairness_key: fairness_key.as_deref(),
+    });
     Ok(PreparedSubmission {
         // Time-ordered (docs/semantics.md#time-ordered-ids).
         id: crate::ids::new_row_id(),
@@ -177,6 +198,8 @@ pub(crate) fn prepare_with_link(
         metadata,
         delay,
         expires_at: req.expires_at.map(|t| t.with_timezone(&Utc)),
+        priority,
+        fairness_key,
         trace_parent: None,
     })
 }

@@ -76,6 +76,10 @@ pub fn prepare_retry(
         metadata: Some(Value::Object(metadata)),
         delay_s: None,
         expires_at: None,
+        // A retry keeps the original's place in the schedule
+        // (docs/semantics.md#priority-and-fairness-key).
+        priority: Some(i64::from(original.priority)),
+        fairness_key: original.fairness_key.clone(),
     };
     prepare_with_link(&original.namespace, &request, limits, Some(original.id))
 }
@@ -190,6 +194,8 @@ mod tests {
             cancel_requested_at: None,
             expires_at: Some(now),
             version: 3,
+            priority: 0,
+            fairness_key: Some("tenant-7".into()),
         }
     }
 
@@ -207,6 +213,9 @@ mod tests {
                 assert_eq!(p.metadata[RETRY_OF_METADATA_KEY], original.id.to_string());
                 assert_eq!(p.expires_at, None);
                 assert_ne!(p.id, original.id);
+                // The schedule fields carry over.
+                assert_eq!(p.priority, 0);
+                assert_eq!(p.fairness_key.as_deref(), Some("tenant-7"));
             } else {
                 let e = out.unwrap_err();
                 assert_eq!(e.code(), "not_retryable", "{status}");

@@ -17,19 +17,30 @@ use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
 use crate::errors::OpResult;
-use crate::rows::{EXECUTION_COLUMNS_E, bind_time, bind_uuid, decode_execution, placeholders};
-use crate::schema::ix_claimable;
+use crate::rows::{bind_time, bind_uuid, decode_execution, placeholders};
+use crate::schema::{ix_claim_priority, ix_claimable};
 
 impl MySqlBackend {
     /// The locking read of step 4. On tables with the `claimable` column the read is forced onto
     /// `ix_<T>_claimable`, whose prefix `(namespace, task_name, claimable)` excludes finished rows
     /// and whose suffix `(available_at, created_at, id)` is the claim order, so the scan stops
     /// after `limit` matching rows (no filesort for a single task name).
+    /// On tables with the priority columns the order starts with `priority` (lower first,
+    /// docs/semantics.md#priority-and-fairness-key) and the read is forced onto
+    /// `ix_<T>_claim_priority`, the same prefix with `priority` before the suffix.
     fn claim_select_sql(&self, task_count: usize, limit: u32) -> String {
-        let hint = if self.inner.features.claimable_column {
+        let f = &self.inner.features;
+        let hint = if f.claim_priority_index && f.priority_columns {
+            format!(" FORCE INDEX (`{}`)", ix_claim_priority(&self.inner.names))
+        } else if f.claimable_index {
             format!(" FORCE INDEX (`{}`)", ix_claimable(&self.inner.names))
         } else {
             String::new()
+        };
+        let priority = if f.priority_columns {
+            "e.priority, "
+        } else {
+            ""
         };
         let task = if task_count == 1 {
             "e.task_name = ?".to_owned()
@@ -37,11 +48,12 @@ impl MySqlBackend {
             format!("e.task_name IN ({})", placeholders(task_count))
         };
         format!(
-            "SELECT {EXECUTION_COLUMNS_E} FROM `{t}` e{hint} \
+            "SELECT {cols_e} FROM `{t}` e{hint} \
              WHERE e.namespace = ? AND {task} AND {claimable} AND e.available_at <= ? \
              AND (e.expires_at IS NULL OR e.expires_at > ? OR {lost}) \
-             ORDER BY e.available_at, e.created_at, e.id LIMIT {limit} \
+             ORDER BY {priority}e.available_at, e.created_at, e.id LIMIT {limit} \
              FOR UPDATE SKIP LOCKED",
+            cols_e = self.cols_e(),
             t = self.t(),
             claimable = self.claimable_sql(),
             lost = self.lease_lost_retry_sql(),

@@ -15,8 +15,8 @@ use uuid::Uuid;
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult, codes, server_code};
 use crate::rows::{
-    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, EXECUTION_COLUMNS_E, bind_opt_time, bind_time,
-    bind_uuid, decode_execution, decode_executions, placeholders, window_columns,
+    EXECUTION_COLUMN_COUNT, bind_opt_time, bind_time, bind_uuid, decode_execution,
+    decode_executions, placeholders, window_columns,
 };
 
 /// Columns written by a submission (T1), in bind order.
@@ -24,12 +24,19 @@ const INSERT_COLUMNS: &str = "id, namespace, task_name, status, payload, metadat
     idempotency_key, submission_digest, attempts, available_at, created_at, updated_at, \
     expires_at, version";
 const INSERT_WIDTH: usize = 14;
+/// The columns a submission adds on tables with them (docs/semantics.md#priority-and-fairness-key).
+const INSERT_SCHEDULE_COLUMNS: &str = ", priority, fairness_key";
 /// Rows per INSERT statement of `submit_many` (keeps placeholders far below 65535).
 const INSERT_CHUNK: usize = 500;
 
-fn submission_params(sub: &PreparedSubmission, now: chrono::DateTime<chrono::Utc>) -> Vec<DbValue> {
+/// The bound values of one submission; `priority` and `fairness_key` when `scheduled`.
+fn submission_params(
+    sub: &PreparedSubmission,
+    now: chrono::DateTime<chrono::Utc>,
+    scheduled: bool,
+) -> Vec<DbValue> {
     let available_at = now + sub.delay;
-    vec![
+    let mut v = vec![
         bind_uuid(sub.id),
         sub.namespace.clone().into(),
         sub.task_name.clone().into(),
@@ -47,7 +54,12 @@ fn submission_params(sub: &PreparedSubmission, now: chrono::DateTime<chrono::Utc
         bind_time(now),
         bind_opt_time(sub.expires_at),
         0i64.into(),
-    ]
+    ];
+    if scheduled {
+        v.push(i64::from(sub.priority).into());
+        v.push(sub.fairness_key.clone().into());
+    }
+    v
 }
 
 /// The extra list filters an index serves (docs/semantics.md#listing-and-cursors): the
@@ -110,8 +122,9 @@ impl<'a, Q: Queryable + 'a> SubmissionReads for Reads<'a, Q> {
         key: &str,
     ) -> OpResult<Option<(Execution, Option<String>)>> {
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS}, submission_digest FROM `{}` \
+            "SELECT {}, submission_digest FROM `{}` \
              WHERE namespace = ? AND task_name = ? AND idempotency_key = ?",
+            self.backend.cols(),
             self.backend.t()
         );
         let row: Option<Row> = self
@@ -129,7 +142,8 @@ impl<'a, Q: Queryable + 'a> SubmissionReads for Reads<'a, Q> {
 
     async fn by_ids(&mut self, ids: &[Uuid]) -> OpResult<Vec<Execution>> {
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
+            "SELECT {} FROM `{}` WHERE id IN ({})",
+            self.backend.cols(),
             self.backend.t(),
             placeholders(ids.len())
         );
@@ -140,6 +154,22 @@ impl<'a, Q: Queryable + 'a> SubmissionReads for Reads<'a, Q> {
 }
 
 impl MySqlBackend {
+    /// The schedule columns a submission writes and its bind width: both on tables with them;
+    /// none before `onestep migrate --upgrade`, where a submission that sets either is refused.
+    fn insert_schedule(&self, subs: &[PreparedSubmission]) -> OpResult<(&'static str, usize)> {
+        if self.priority_columns() {
+            return Ok((INSERT_SCHEDULE_COLUMNS, INSERT_WIDTH + 2));
+        }
+        for sub in subs {
+            onestep_core::schedule::check_storable(
+                sub.priority,
+                sub.fairness_key.as_deref(),
+                false,
+            )?;
+        }
+        Ok(("", INSERT_WIDTH))
+    }
+
     pub(crate) async fn select_by_id<Q: Queryable>(
         &self,
         q: &mut Q,
@@ -147,10 +177,7 @@ impl MySqlBackend {
         namespace: Option<&str>,
         lock: bool,
     ) -> OpResult<Option<Execution>> {
-        let mut sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id = ?",
-            self.t()
-        );
+        let mut sql = format!("SELECT {} FROM `{}` WHERE id = ?", self.cols(), self.t());
         let mut params: Vec<DbValue> = vec![bind_uuid(id)];
         if let Some(ns) = namespace {
             sql.push_str(" AND namespace = ?");
@@ -172,15 +199,14 @@ impl MySqlBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
+        let (extra, width) = self.insert_schedule(std::slice::from_ref(sub))?;
         let sql = format!(
-            "INSERT INTO `{}` ({INSERT_COLUMNS}) VALUES ({})",
+            "INSERT INTO `{}` ({INSERT_COLUMNS}{extra}) VALUES ({})",
             self.t(),
-            placeholders(INSERT_WIDTH)
+            placeholders(width)
         );
-        if let Err(e) = tx
-            .exec_drop(sql, Params::Positional(submission_params(sub, now)))
-            .await
-        {
+        let params = submission_params(sub, now, !extra.is_empty());
+        if let Err(e) = tx.exec_drop(sql, Params::Positional(params)).await {
             drop(tx);
             if server_code(&e) == Some(codes::DUP_ENTRY) && sub.idempotency_key.is_some() {
                 return match self.lookup(&mut conn, sub).await? {
@@ -217,16 +243,18 @@ impl MySqlBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
+        let (extra, width) = self.insert_schedule(subs)?;
         for chunk in submit::insert_order(subs).chunks(INSERT_CHUNK) {
-            let row = format!("({})", placeholders(INSERT_WIDTH));
+            let row = format!("({})", placeholders(width));
             let sql = format!(
-                "INSERT INTO `{}` ({INSERT_COLUMNS}) VALUES {} ON DUPLICATE KEY UPDATE id = id",
+                "INSERT INTO `{}` ({INSERT_COLUMNS}{extra}) VALUES {} \
+                 ON DUPLICATE KEY UPDATE id = id",
                 self.t(),
                 vec![row; chunk.len()].join(", ")
             );
             let params: Vec<DbValue> = chunk
                 .iter()
-                .flat_map(|s| submission_params(s, now))
+                .flat_map(|s| submission_params(s, now, !extra.is_empty()))
                 .collect();
             tx.exec_drop(sql, Params::Positional(params)).await?;
         }
@@ -262,9 +290,9 @@ impl MySqlBackend {
         window: u32,
         limit: usize,
     ) -> Result<ExecutionPage, ExecutionError> {
-        let t = self.t();
+        let (t, cols_e) = (self.t(), self.cols_e());
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS_E}, x.w_match, x.w_rows, x.w_created, x.w_id FROM (\
+            "SELECT {cols_e}, x.w_match, x.w_rows, x.w_created, x.w_id FROM (\
              SELECT w_id, w_created, w_match, \
              ROW_NUMBER() OVER (ORDER BY w_created DESC, w_id DESC) AS w_no, \
              COUNT(*) OVER () AS w_rows FROM (\
@@ -353,7 +381,8 @@ impl MySqlBackend {
                 .await;
         }
         let mut sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}`{hint} WHERE {range}",
+            "SELECT {} FROM `{}`{hint} WHERE {range}",
+            self.cols(),
             self.t()
         );
         if let Some((cond, cond_params)) = residual {

@@ -19,8 +19,8 @@ use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
 use crate::fenced_writes::{finished_at_param, result_param, status_list};
 use crate::rows::{
-    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, bind_error, bind_time, bind_uuid, decode_execution,
-    parse_uuid, placeholders,
+    EXECUTION_COLUMN_COUNT, bind_error, bind_time, bind_uuid, decode_execution, parse_uuid,
+    placeholders,
 };
 
 onestep_core::impl_domain_outcome!(OpError);
@@ -57,8 +57,9 @@ impl CompletionTx for Completing<'_, '_> {
     /// (docs/semantics.md#undecodable-rows).
     async fn lock_rows(&mut self, ids: &[Uuid]) -> OpResult<LockedRows> {
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS}, lease_token, lease_expires_at FROM `{}` WHERE id IN ({}) \
+            "SELECT {}, lease_token, lease_expires_at FROM `{}` WHERE id IN ({}) \
              FOR UPDATE",
+            self.backend.cols(),
             self.backend.t(),
             placeholders(ids.len())
         );
@@ -103,7 +104,8 @@ impl CompletionTx for Completing<'_, '_> {
             return Ok(None);
         }
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM `{}` WHERE id IN ({})",
+            "SELECT {} FROM `{}` WHERE id IN ({})",
+            self.backend.cols(),
             self.backend.t(),
             placeholders(set.len())
         );

@@ -21,6 +21,41 @@ pub const EXECUTION_COLUMNS: &str = onestep_core::execution_columns!("");
 /// [`EXECUTION_COLUMNS`] qualified with the alias `e.`.
 pub const EXECUTION_COLUMNS_E: &str = onestep_core::execution_columns!("e.");
 
+/// [`EXECUTION_COLUMNS`] for tables without `priority` and `fairness_key` (the reference's, an
+/// older onestep's): their defaults stand in (docs/semantics.md#priority-and-fairness-key).
+const EXECUTION_COLUMNS_DEFAULTS: &str = onestep_core::execution_columns!("", ", 5, NULL");
+
+/// [`EXECUTION_COLUMNS_DEFAULTS`] qualified with the alias `e.`.
+const EXECUTION_COLUMNS_E_DEFAULTS: &str = onestep_core::execution_columns!("e.", ", 5, NULL");
+
+/// The sixteen columns of tables without `priority` and `fairness_key` (a copy's insert).
+pub const EXECUTION_COLUMNS_UNSCHEDULED: &str = onestep_core::execution_columns!("", "");
+
+impl crate::backend::MySqlBackend {
+    /// Whether the opened tables have `priority` and `fairness_key`.
+    pub(crate) fn priority_columns(&self) -> bool {
+        self.schema_report().features.priority_columns
+    }
+
+    /// The select list of an execution on the opened tables.
+    pub(crate) fn cols(&self) -> &'static str {
+        if self.priority_columns() {
+            EXECUTION_COLUMNS
+        } else {
+            EXECUTION_COLUMNS_DEFAULTS
+        }
+    }
+
+    /// [`Self::cols`] qualified with the alias `e.`.
+    pub(crate) fn cols_e(&self) -> &'static str {
+        if self.priority_columns() {
+            EXECUTION_COLUMNS_E
+        } else {
+            EXECUTION_COLUMNS_E_DEFAULTS
+        }
+    }
+}
+
 /// Number of columns in [`EXECUTION_COLUMNS`].
 pub use onestep_core::store::EXECUTION_COLUMN_COUNT;
 
@@ -84,6 +119,13 @@ pub fn parse_uuid(v: &DbValue) -> Result<Uuid, DecodeError> {
 
 pub(crate) fn text(v: DbValue, col: &str) -> Result<String, DecodeError> {
     from_value_opt::<String>(v).map_err(|e| DecodeError(format!("{col}: {e}")))
+}
+
+pub(crate) fn opt_text(v: DbValue, col: &str) -> Result<Option<String>, DecodeError> {
+    match v {
+        DbValue::NULL => Ok(None),
+        v => text(v, col).map(Some),
+    }
 }
 
 pub(crate) fn instant(v: DbValue, col: &str) -> Result<DateTime<Utc>, DecodeError> {
@@ -171,6 +213,8 @@ pub(crate) fn stored_execution(values: Vec<DbValue>) -> Result<StoredExecution, 
         expires_at: opt_instant(next(), "expires_at")?,
         created_at: instant(next(), "created_at")?,
         version: int(next(), "version")?,
+        priority: int(next(), "priority")?,
+        fairness_key: opt_text(next(), "fairness_key")?,
     })
 }
 

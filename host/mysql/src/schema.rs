@@ -31,6 +31,23 @@ pub fn ix_claimable(names: &TableNames) -> String {
     names.derived("ix_", "claimable")
 }
 
+/// Index over the claimable rows of one (namespace, task name) in claim order with priority:
+/// `(namespace, task_name, claimable, priority, available_at, created_at, id)`
+/// (docs/semantics.md#priority-and-fairness-key). Tables this crate creates have it in place of
+/// [`ix_claimable`]; `onestep migrate --upgrade` adds it.
+pub fn ix_claim_priority(names: &TableNames) -> String {
+    names.derived("ix_", "claim_priority")
+}
+
+/// The columns of [`ix_claim_priority`].
+pub const IX_CLAIM_PRIORITY_COLUMNS: &str =
+    "namespace, task_name, claimable, priority, available_at, created_at, id";
+
+/// The CHECK constraint keeping `priority` in 0..=9 on tables this crate creates.
+pub fn ck_priority(names: &TableNames) -> String {
+    names.derived("ck_", "priority")
+}
+
 /// Index over claimable rows by `expires_at` (expiry maintenance, T5).
 pub fn ix_expiry(names: &TableNames) -> String {
     names.derived("ix_", "expiry")
@@ -71,9 +88,14 @@ onestep_core::schema_features! {
     /// [`ix_status_list`] and [`ix_task_list`] —, diagnostics and trace tables), reached
     /// through `Deref`, plus the `claimable` column.
     pub struct SchemaFeatures {
-        /// The executions table has the `claimable` column and both its indexes (created by this
+        /// The executions table has the `claimable` column, a claim index over it
+        /// ([`ix_claimable`] or [`ix_claim_priority`]) and the expiry index (created by this
         /// crate, or reference tables after `onestep migrate --upgrade`).
         pub claimable_column: bool,
+        /// The executions table has [`ix_claimable`] (tables upgraded by an older onestep).
+        pub claimable_index: bool,
+        /// The executions table has [`ix_claim_priority`].
+        pub claim_priority_index: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -94,6 +116,12 @@ impl SchemaFeatureSet for SchemaFeatures {
                 "execution tables without the claimable column and indexes (created by the \
                  reference?): claims and expiry walk the finished history; upgrade them online \
                  with",
+            )
+        } else if !(self.priority_columns && self.claim_priority_index) {
+            Some(
+                "execution tables without the priority and fairness_key columns or their claim \
+                 index (created by the reference or an older onestep?): every execution runs at \
+                 priority 5 and submits that set either are refused; add them online with",
             )
         } else if !self.list_indexes {
             Some(
@@ -174,6 +202,18 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
         DdlStyle::Onestep => " COLLATE utf8mb4_bin",
         DdlStyle::Reference => "",
     };
+    let (schedule, ck_schedule) = match style {
+        DdlStyle::Onestep => (
+            format!(
+                "  priority TINYINT NOT NULL DEFAULT '5',\n  fairness_key VARCHAR(255){bin},\n"
+            ),
+            format!(
+                ",\n  CONSTRAINT `{}` CHECK (priority BETWEEN 0 AND 9)",
+                ck_priority(names)
+            ),
+        ),
+        DdlStyle::Reference => (String::new(), String::new()),
+    };
     let generated = match style {
         DdlStyle::Onestep => {
             "  claimable TINYINT AS (IF(status IN ('queued','retrying'), 1, NULL)) STORED,\n"
@@ -205,10 +245,11 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
   started_at DATETIME(6),\n\
   finished_at DATETIME(6),\n\
   version BIGINT NOT NULL DEFAULT '0',\n\
+{schedule}\
 {generated}\
   PRIMARY KEY (id),\n\
   CONSTRAINT `{ck_status}` CHECK (status IN ('queued','running','retrying','succeeded','failed','cancel_requested','cancelled','expired')),\n\
-  CONSTRAINT `{ck_idem}` CHECK ((idempotency_key IS NULL AND submission_digest IS NULL) OR (idempotency_key IS NOT NULL AND submission_digest IS NOT NULL))\n\
+  CONSTRAINT `{ck_idem}` CHECK ((idempotency_key IS NULL AND submission_digest IS NULL) OR (idempotency_key IS NOT NULL AND submission_digest IS NOT NULL)){ck_schedule}\n\
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
         ck_status = names.ck_status(),
         ck_idem = names.ck_idempotency(),
@@ -231,8 +272,8 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
     ));
     if style == DdlStyle::Onestep {
         out.push(format!(
-            "CREATE INDEX `{}` ON `{t}` (namespace, task_name, claimable, available_at, created_at, id)",
-            ix_claimable(names)
+            "CREATE INDEX `{}` ON `{t}` ({IX_CLAIM_PRIORITY_COLUMNS})",
+            ix_claim_priority(names)
         ));
         out.push(format!(
             "CREATE INDEX `{}` ON `{t}` (claimable, expires_at, id)",
@@ -354,7 +395,11 @@ async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
 async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<SchemaFeatures> {
     Ok(SchemaFeatures {
         claimable_column: crate::upgrade::is_upgraded(conn, names).await?,
+        claimable_index: crate::upgrade::has_index(conn, names, &ix_claimable(names)).await?,
+        claim_priority_index: crate::upgrade::has_index(conn, names, &ix_claim_priority(names))
+            .await?,
         common: CommonFeatures {
+            priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
             diagnostics_table: table_exists(conn, &names.diagnostics()).await?,
             traces_table: table_exists(conn, &names.traces()).await?,

@@ -20,8 +20,9 @@ use uuid::Uuid;
 use crate::backend::{MySqlBackend, begin, commit};
 use crate::errors::{OpError, OpResult};
 use crate::rows::{
-    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, bind_opt_time, bind_time, bind_uuid, instant,
-    json_column, opt_instant, parse_uuid, placeholders, stored_execution, text,
+    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, EXECUTION_COLUMNS_UNSCHEDULED, bind_opt_time,
+    bind_time, bind_uuid, instant, json_column, opt_instant, opt_text, parse_uuid, placeholders,
+    stored_execution, text,
 };
 
 /// The executions columns after [`EXECUTION_COLUMNS`] that a copy moves too.
@@ -64,13 +65,6 @@ fn opt_uuid(v: DbValue, col: &str) -> Result<Option<Uuid>, DecodeError> {
     match v {
         DbValue::NULL => Ok(None),
         v => uuid(v, col).map(Some),
-    }
-}
-
-fn opt_text(v: DbValue, col: &str) -> Result<Option<String>, DecodeError> {
-    match v {
-        DbValue::NULL => Ok(None),
-        v => text(v, col).map(Some),
     }
 }
 
@@ -174,9 +168,10 @@ fn opt_i64(v: Option<i64>) -> DbValue {
     v.map_or(DbValue::NULL, DbValue::from)
 }
 
-fn bind_execution(r: &ExecutionRow) -> Vec<DbValue> {
+/// The values of one row; `priority` and `fairness_key` only when the target has them.
+fn bind_execution(r: &ExecutionRow, scheduled: bool) -> Vec<DbValue> {
     let s = &r.stored;
-    vec![
+    let mut v = vec![
         bind_uuid(s.id),
         DbValue::from(s.namespace.as_str()),
         DbValue::from(s.task_name.as_str()),
@@ -193,6 +188,12 @@ fn bind_execution(r: &ExecutionRow) -> Vec<DbValue> {
         bind_opt_time(s.expires_at),
         bind_time(s.created_at),
         DbValue::from(s.version),
+    ];
+    if scheduled {
+        v.push(DbValue::from(s.priority));
+        v.push(opt_str(s.fairness_key.as_ref()));
+    }
+    v.extend([
         opt_str(r.idempotency_key.as_ref()),
         opt_str(r.submission_digest.as_ref()),
         r.lease_token.map_or(DbValue::NULL, bind_uuid),
@@ -200,7 +201,8 @@ fn bind_execution(r: &ExecutionRow) -> Vec<DbValue> {
         opt_str(r.worker_id.as_ref()),
         opt_str(r.cancel_reason.as_ref()),
         bind_time(r.updated_at),
-    ]
+    ]);
+    v
 }
 
 fn bind_attempt(a: &AttemptRow) -> Vec<DbValue> {
@@ -352,8 +354,9 @@ impl Transfer for MySqlBackend {
             let rows: Vec<Row> = conn
                 .exec(
                     format!(
-                        "SELECT {EXECUTION_COLUMNS}, {EXTRA_COLUMNS} FROM `{t}`{keyset} \
-                         ORDER BY id LIMIT ?"
+                        "SELECT {cols}, {EXTRA_COLUMNS} FROM `{t}`{keyset} \
+                         ORDER BY id LIMIT ?",
+                        cols = self.cols(),
                     ),
                     Params::Positional(params),
                 )
@@ -408,6 +411,13 @@ impl Transfer for MySqlBackend {
 
     async fn import(&self, records: &[ExecutionRecord]) -> Result<ImportCounts, ExecutionError> {
         let (t, a, d, tr) = (self.t(), self.a(), self.d(), self.tr_existing());
+        let scheduled = self.priority_columns();
+        onestep_core::transfer::check_schedule_storable(records, scheduled)?;
+        let (columns, width) = if scheduled {
+            (EXECUTION_COLUMNS, EXECUTION_WIDTH)
+        } else {
+            (EXECUTION_COLUMNS_UNSCHEDULED, EXECUTION_WIDTH - 2)
+        };
         self.run("copy", || async {
             let mut conn = self.conn().await?;
             let mut tx = begin(&mut conn).await?;
@@ -421,10 +431,13 @@ impl Transfer for MySqlBackend {
                 traces: tr.is_some(),
             };
             let plan = plan_import(records, &existing, tables);
-            let e = plan.executions().map(bind_execution).collect();
+            let e = plan
+                .executions()
+                .map(|r| bind_execution(r, scheduled))
+                .collect();
             let at = plan.attempts().map(bind_attempt).collect();
-            let all = format!("{EXECUTION_COLUMNS}, {EXTRA_COLUMNS}");
-            insert_rows(&mut tx, t, &all, EXECUTION_WIDTH, e).await?;
+            let all = format!("{columns}, {EXTRA_COLUMNS}");
+            insert_rows(&mut tx, t, &all, width, e).await?;
             insert_rows(&mut tx, a, ATTEMPT_COLUMNS, ATTEMPT_WIDTH, at).await?;
             if let Some(d) = &d {
                 let di = plan.diagnostics().map(bind_diagnostics).collect();

@@ -22,8 +22,9 @@ use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
 use crate::backend::MySqlBackend;
 use crate::errors::{OpError, OpResult};
 use crate::schema::{
-    CLAIMABLE_COLUMN, IX_STATUS_COLUMNS, IX_STATUS_LIST_COLUMNS, IX_TASK_LIST_COLUMNS, get_lock,
-    ix_claimable, ix_expiry, ix_status, ix_status_list, ix_task_list, release_lock,
+    CLAIMABLE_COLUMN, IX_CLAIM_PRIORITY_COLUMNS, IX_STATUS_COLUMNS, IX_STATUS_LIST_COLUMNS,
+    IX_TASK_LIST_COLUMNS, get_lock, ix_claim_priority, ix_claimable, ix_expiry, ix_status,
+    ix_status_list, ix_task_list, release_lock,
 };
 pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
 use onestep_core::store::{StoreOptions, for_ddl, upgrade_then_close};
@@ -38,8 +39,19 @@ fn column_def() -> String {
     )
 }
 
+/// The columns the upgrade adds after `claimable` (docs/semantics.md#priority-and-fairness-key):
+/// plain columns with a constant default, added `ALGORITHM=INSTANT` (metadata only) on both
+/// servers. No CHECK is added to existing tables: both servers validate a new CHECK by copying
+/// the table; submits are validated before they are written and reads refuse a value outside
+/// 0..=9 (tables this crate creates have the CHECK).
+fn priority_columns_def() -> &'static str {
+    "ADD COLUMN priority TINYINT NOT NULL DEFAULT '5', \
+     ADD COLUMN fairness_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+}
+
 /// The indexes the upgrade adds: (name, `ADD INDEX …` clause). The claim paths need the first
-/// two ([`is_upgraded`]); the last three, over (namespace, task_name, status, created_at, id),
+/// two ([`is_upgraded`]); the first is the claim index with priority ([`ix_claim_priority`]),
+/// which needs the priority column; the last three, over (namespace, task_name, status, created_at, id),
 /// (namespace, status, created_at, id) and (namespace, task_name, created_at, id), make the
 /// grouped counts of the dashboard and the API's gauge read one index and the lists filtered
 /// by task, status or both and the purge by status read ranges in list order (tables without
@@ -48,14 +60,12 @@ fn index_defs(names: &TableNames) -> [(String, String); 5] {
     let status = ix_status(names);
     let status_list = ix_status_list(names);
     let task_list = ix_task_list(names);
-    let claimable = ix_claimable(names);
+    let claim = ix_claim_priority(names);
     let expiry = ix_expiry(names);
     [
         (
-            claimable.clone(),
-            format!(
-                "ADD INDEX `{claimable}` (namespace, task_name, claimable, available_at, created_at, id)"
-            ),
+            claim.clone(),
+            format!("ADD INDEX `{claim}` ({IX_CLAIM_PRIORITY_COLUMNS})"),
         ),
         (
             expiry.clone(),
@@ -79,10 +89,13 @@ fn index_defs(names: &TableNames) -> [(String, String); 5] {
 /// The statements an operator can run by hand instead (docs/schema.md#upgrading-reference-tables).
 pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     let t = &names.executions;
-    let mut out = vec![format!(
-        "ALTER TABLE `{t}` {}, ALGORITHM=INSTANT",
-        column_def()
-    )];
+    let mut out = vec![
+        format!("ALTER TABLE `{t}` {}, ALGORITHM=INSTANT", column_def()),
+        format!(
+            "ALTER TABLE `{t}` {}, ALGORITHM=INSTANT",
+            priority_columns_def()
+        ),
+    ];
     for (_, def) in index_defs(names) {
         out.push(format!(
             "ALTER TABLE `{t}` {def}, ALGORITHM=INPLACE, LOCK=NONE"
@@ -157,15 +170,22 @@ const IX_STATUS_WIDTH: i64 = 5;
 /// Whether the executions table has the column and both its indexes (ours, or upgraded); the
 /// status index is not needed for this.
 pub(crate) async fn is_upgraded(conn: &mut Conn, names: &TableNames) -> OpResult<bool> {
-    if !column_exists(conn, &names.executions, CLAIMABLE_COLUMN).await? {
-        return Ok(false);
-    }
-    for (index, _) in index_defs(names).into_iter().take(2) {
-        if !index_exists(conn, &names.executions, &index).await? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    let t = &names.executions;
+    Ok(column_exists(conn, t, CLAIMABLE_COLUMN).await?
+        && (index_exists(conn, t, &ix_claimable(names)).await?
+            || index_exists(conn, t, &ix_claim_priority(names)).await?)
+        && index_exists(conn, t, &ix_expiry(names)).await?)
+}
+
+/// Whether the executions table has the index `index`.
+pub(crate) async fn has_index(conn: &mut Conn, names: &TableNames, index: &str) -> OpResult<bool> {
+    index_exists(conn, &names.executions, index).await
+}
+
+/// Whether the executions table has both `priority` and `fairness_key`.
+pub(crate) async fn has_priority_columns(conn: &mut Conn, names: &TableNames) -> OpResult<bool> {
+    Ok(column_exists(conn, &names.executions, "priority").await?
+        && column_exists(conn, &names.executions, "fairness_key").await?)
 }
 
 /// Whether the executions table has the filtered-list indexes, the status index at its full
@@ -229,6 +249,19 @@ async fn upgrade_on(conn: &mut Conn, names: &TableNames) -> OpResult<Vec<Upgrade
         .await?;
         steps.push(UpgradeStep {
             added: format!("column {CLAIMABLE_COLUMN}"),
+            form,
+        });
+    }
+    if !has_priority_columns(conn, names).await? {
+        let form = alter_online(
+            conn,
+            t,
+            priority_columns_def(),
+            &["ALGORITHM=INSTANT", "ALGORITHM=INPLACE, LOCK=NONE", ""],
+        )
+        .await?;
+        steps.push(UpgradeStep {
+            added: "columns priority, fairness_key".to_owned(),
             form,
         });
     }
@@ -318,15 +351,21 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 6);
+        assert_eq!(sql.len(), 7);
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
-        assert!(sql[1].contains("ADD INDEX `ix_onestep_executions_claimable`"));
-        assert!(sql[2].contains("ADD INDEX `ix_onestep_executions_expiry`"));
-        assert!(sql[3].contains("ADD INDEX `ix_onestep_executions_status`"));
-        assert!(sql[4].contains("ADD INDEX `ix_onestep_executions_status_list`"));
-        assert!(sql[5].contains("ADD INDEX `ix_onestep_executions_task_list`"));
-        for s in &sql[1..] {
+        assert!(sql[1].contains("ADD COLUMN priority TINYINT NOT NULL DEFAULT '5'"));
+        assert!(sql[1].contains("ADD COLUMN fairness_key VARCHAR(255)"));
+        assert!(sql[1].ends_with("ALGORITHM=INSTANT"));
+        assert!(sql[2].contains(
+            "ADD INDEX `ix_onestep_executions_claim_priority` (namespace, task_name, claimable, \
+             priority, available_at, created_at, id)"
+        ));
+        assert!(sql[3].contains("ADD INDEX `ix_onestep_executions_expiry`"));
+        assert!(sql[4].contains("ADD INDEX `ix_onestep_executions_status`"));
+        assert!(sql[5].contains("ADD INDEX `ix_onestep_executions_status_list`"));
+        assert!(sql[6].contains("ADD INDEX `ix_onestep_executions_task_list`"));
+        for s in &sql[2..] {
             assert!(s.ends_with("ALGORITHM=INPLACE, LOCK=NONE"), "{s}");
         }
         assert!(

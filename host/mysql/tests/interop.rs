@@ -162,7 +162,8 @@ async fn upgraded_case(server: Server) {
         added,
         [
             "column claimable",
-            "index ix_onestep_executions_claimable",
+            "columns priority, fairness_key",
+            "index ix_onestep_executions_claim_priority",
             "index ix_onestep_executions_expiry",
             "index ix_onestep_executions_status",
             "index ix_onestep_executions_status_list",
@@ -170,7 +171,8 @@ async fn upgraded_case(server: Server) {
         ]
     );
     assert_eq!(report.steps[0].form, "ALGORITHM=INSTANT", "{report:?}");
-    for s in &report.steps[1..] {
+    assert_eq!(report.steps[1].form, "ALGORITHM=INSTANT", "{report:?}");
+    for s in &report.steps[2..] {
         assert_eq!(s.form, "ALGORITHM=INPLACE, LOCK=NONE", "{report:?}");
     }
     let again = MySqlBackend::upgrade(StoreOptions::new(&ours_dsn))
@@ -183,6 +185,8 @@ async fn upgraded_case(server: Server) {
     let b = MySqlBackend::open(o).await.expect("open upgraded");
     assert!(b.schema_report().features.claimable_column);
     assert!(b.schema_report().features.list_indexes);
+    assert!(b.schema_report().features.priority_columns);
+    assert!(b.schema_report().features.claim_priority_index);
     assert_eq!(b.schema_report().upgrade_command, None);
     // The row written before the upgrade is claimable through the new index.
     let before_id: Uuid = before["id"]
@@ -212,6 +216,17 @@ async fn upgraded_case(server: Server) {
         .expect("claim");
     assert_eq!(leases.len(), 1);
     assert_eq!(leases[0].execution.id, before_id);
+    // Rows the reference wrote, before and after the columns were added, read with their
+    // defaults (its INSERT names neither column).
+    assert_eq!(
+        (
+            leases[0].execution.priority,
+            leases[0].execution.fairness_key.as_deref()
+        ),
+        (5, None)
+    );
+    let after_row = b.get(ns, after_id).await.expect("get").expect("found");
+    assert_eq!((after_row.priority, after_row.fairness_key), (5, None));
     b.complete(
         &leases[0].lease_ref(),
         &onestep_core::execution::Completion::succeeded(json!("by us")),

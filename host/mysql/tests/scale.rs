@@ -63,7 +63,7 @@ use onestep_testkit::backend_cases::scale::{
     history_seeds, scale_rows, script, strict,
 };
 use onestep_testkit::backend_cases::shapes::{Dialect, collapse_repeats, ordering, shape_literals};
-use onestep_testkit::builders::{claim, prepared};
+use onestep_testkit::builders::{claim, prepare};
 use serde_json::json;
 
 const DIGITS: &str = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
@@ -135,11 +135,19 @@ async fn history_does_not_cost(server: Server) {
     c.query_drop(format!("ANALYZE TABLE `{t}`, `{a}`"))
         .await
         .expect("analyze");
-    // A little live work.
-    for i in 0..5 {
-        b.submit(prepared("ns", "t", json!(i)))
-            .await
-            .expect("submit");
+    // A little live work, at three priorities (docs/schema.md#claim-order-with-priority).
+    for i in 0..5i64 {
+        b.submit(prepare(
+            "ns",
+            &onestep_core::request::SubmitRequest {
+                task_name: "t".into(),
+                payload: json!(i),
+                priority: Some(9 - 4 * (i % 3)),
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("submit");
     }
     let now = format!(
         "'{}'",
@@ -210,6 +218,17 @@ async fn history_does_not_cost(server: Server) {
         .await
         .expect("claim");
     assert_eq!(got.len(), 5);
+    // Lower priority numbers first, then the oldest.
+    let order: Vec<(u8, i64)> = got
+        .iter()
+        .map(|l| {
+            (
+                l.execution.priority,
+                l.execution.payload.as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(order, [(1, 2), (5, 1), (5, 4), (9, 0), (9, 3)]);
     drop(c);
     b.close().await.expect("close");
     drop_db(&admin, &db).await;

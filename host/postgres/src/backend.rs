@@ -169,7 +169,11 @@ impl PgBackend {
                 return Err(e.into_execution_error("open", &secrets));
             }
         };
-        let sql = crate::sql::Statements::new(&tables, opts.reclaim_batch_size);
+        let sql = crate::sql::Statements::new(
+            &tables,
+            opts.reclaim_batch_size,
+            ready.1.features.priority_columns,
+        );
         let inner = StoreCore::settle(
             opts,
             tables,

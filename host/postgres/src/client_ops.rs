@@ -17,10 +17,7 @@ use uuid::Uuid;
 use crate::backend::{PgBackend, commit};
 use crate::errors::{OpError, OpResult, backend_error};
 use crate::json_text::to_text;
-use crate::rows::{
-    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, EXECUTION_COLUMNS_E, decode_execution,
-    window_columns,
-};
+use crate::rows::{EXECUTION_COLUMN_COUNT, decode_execution, window_columns};
 
 /// The execution just inserted, with the payload and metadata exactly as submitted (the
 /// stored `jsonb` holds the same values; its number texts may differ, see
@@ -117,24 +114,28 @@ impl PgBackend {
         let tx = conn.transaction().await?;
         let available_at = now + sub.delay;
         let digest = sub.idempotency_key.as_ref().map(|_| sub.digest.clone());
+        let columns = self.sql().priority_columns;
+        onestep_core::schedule::check_storable(sub.priority, sub.fairness_key.as_deref(), columns)?;
         let st = tx.prepare_cached(&self.sql().insert_one).await?;
-        let row = tx
-            .query_opt(
-                &st,
-                &[
-                    &sub.id,
-                    &sub.namespace,
-                    &sub.task_name,
-                    &to_text(&sub.payload),
-                    &to_text(&sub.metadata),
-                    &sub.idempotency_key,
-                    &digest,
-                    &available_at,
-                    &now,
-                    &sub.expires_at,
-                ],
-            )
-            .await?;
+        let (payload, metadata) = (to_text(&sub.payload), to_text(&sub.metadata));
+        let priority = i16::from(sub.priority);
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+            &sub.id,
+            &sub.namespace,
+            &sub.task_name,
+            &payload,
+            &metadata,
+            &sub.idempotency_key,
+            &digest,
+            &available_at,
+            &now,
+            &sub.expires_at,
+        ];
+        if columns {
+            params.push(&priority);
+            params.push(&sub.fairness_key);
+        }
+        let row = tx.query_opt(&st, &params).await?;
         let out = match row {
             Some(row) => {
                 // Only a newly created execution gets the submit's trace context
@@ -167,6 +168,14 @@ impl PgBackend {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
+        let columns = self.sql().priority_columns;
+        for sub in subs {
+            onestep_core::schedule::check_storable(
+                sub.priority,
+                sub.fairness_key.as_deref(),
+                columns,
+            )?;
+        }
         let st = tx.prepare_cached(&self.sql().insert_many).await?;
         for chunk in submit::insert_order(subs).chunks(INSERT_CHUNK) {
             let ids: Vec<Uuid> = chunk.iter().map(|s| s.id).collect();
@@ -182,13 +191,17 @@ impl PgBackend {
                 .collect();
             let avail: Vec<DateTime<Utc>> = chunk.iter().map(|s| now + s.delay).collect();
             let exp: Vec<Option<DateTime<Utc>>> = chunk.iter().map(|s| s.expires_at).collect();
-            tx.execute(
-                &st,
-                &[
-                    &ids, &ns, &tasks, &payloads, &metas, &keys, &digests, &avail, &exp, &now,
-                ],
-            )
-            .await?;
+            let priorities: Vec<i16> = chunk.iter().map(|s| i16::from(s.priority)).collect();
+            let keys_fair: Vec<Option<&str>> =
+                chunk.iter().map(|s| s.fairness_key.as_deref()).collect();
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+                &ids, &ns, &tasks, &payloads, &metas, &keys, &digests, &avail, &exp, &now,
+            ];
+            if columns {
+                params.push(&priorities);
+                params.push(&keys_fair);
+            }
+            tx.execute(&st, &params).await?;
         }
         let results = self.resolve_batch(&tx, subs).await?;
         let out = submit::batch_outcomes(results, subs);
@@ -367,6 +380,7 @@ impl PgBackend {
                     ));
                 }
                 let t = &self.sql().t;
+                let (cols, cols_e) = crate::rows::columns(self.sql().priority_columns);
                 // Page sizes are inlined: with a parameter the planner would guess a tenth of
                 // the table for a generic plan's LIMIT.
                 let sql = match window {
@@ -375,7 +389,7 @@ impl PgBackend {
                     // evaluated on each), numbered; then the full rows of the first `limit + 1`
                     // matches and of the window's last row, to go on from when it was full.
                     Some(window) => format!(
-                        "SELECT {EXECUTION_COLUMNS_E}, x.w_match, x.w_rows, x.w_created, x.w_id \
+                        "SELECT {cols_e}, x.w_match, x.w_rows, x.w_created, x.w_id \
                          FROM (SELECT w_id, w_created, w_match, \
                          row_number() OVER (ORDER BY w_created DESC, w_id DESC) AS w_no, \
                          count(*) OVER () AS w_rows FROM (\
@@ -388,7 +402,7 @@ impl PgBackend {
                         limit + 1
                     ),
                     None => {
-                        let mut sql = format!("SELECT {EXECUTION_COLUMNS} FROM {t} WHERE {range}");
+                        let mut sql = format!("SELECT {cols} FROM {t} WHERE {range}");
                         for cond in &residual {
                             sql.push_str(&format!(" AND {cond}"));
                         }

@@ -44,6 +44,7 @@ pub mod schema;
 pub mod scratch;
 mod sql;
 mod transfer;
+mod transfer_params;
 pub mod upgrade;
 mod versions;
 mod worker_ops;

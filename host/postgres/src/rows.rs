@@ -18,6 +18,27 @@ pub const EXECUTION_COLUMNS: &str = onestep_core::execution_columns!("");
 /// [`EXECUTION_COLUMNS`] qualified with the alias `e.`.
 pub const EXECUTION_COLUMNS_E: &str = onestep_core::execution_columns!("e.");
 
+/// [`EXECUTION_COLUMNS`] for tables without `priority` and `fairness_key`: their defaults,
+/// typed as the columns are (docs/semantics.md#priority-and-fairness-key).
+pub const EXECUTION_COLUMNS_DEFAULTS: &str =
+    onestep_core::execution_columns!("", ", 5::int2, NULL::varchar");
+
+/// [`EXECUTION_COLUMNS_DEFAULTS`] qualified with the alias `e.`.
+pub const EXECUTION_COLUMNS_E_DEFAULTS: &str =
+    onestep_core::execution_columns!("e.", ", 5::int2, NULL::varchar");
+
+/// The sixteen columns of tables without `priority` and `fairness_key` (a copy's insert).
+pub const EXECUTION_COLUMNS_UNSCHEDULED: &str = onestep_core::execution_columns!("", "");
+
+/// The select lists (plain, `e.`) on tables with or without the priority columns.
+pub fn columns(priority_columns: bool) -> (&'static str, &'static str) {
+    if priority_columns {
+        (EXECUTION_COLUMNS, EXECUTION_COLUMNS_E)
+    } else {
+        (EXECUTION_COLUMNS_DEFAULTS, EXECUTION_COLUMNS_E_DEFAULTS)
+    }
+}
+
 /// Number of columns in [`EXECUTION_COLUMNS`].
 pub use onestep_core::store::EXECUTION_COLUMN_COUNT;
 
@@ -87,6 +108,8 @@ fn stored_execution(row: &Row) -> Result<StoredExecution, DecodeError> {
         expires_at: get(row, 13, "expires_at")?,
         created_at: get(row, 14, "created_at")?,
         version: get(row, 15, "version")?,
+        priority: i64::from(get::<i16>(row, 16, "priority")?),
+        fairness_key: get(row, 17, "fairness_key")?,
     })
 }
 

@@ -26,6 +26,9 @@ onestep_core::schema_features! {
     pub struct SchemaFeatures {
         /// The executions table has the `ix_<T>_expiry` partial index (created by this crate).
         pub expiry_index: bool,
+        /// The executions table has `ix_<T>_claim_priority` (created by this crate or
+        /// `onestep migrate --upgrade`).
+        pub claim_priority_index: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -40,6 +43,13 @@ impl SchemaFeatureSet for SchemaFeatures {
 
     // docs/postgres.md#upgrading-reference-tables
     fn upgrade_warning(&self) -> Option<&'static str> {
+        if !(self.priority_columns && self.claim_priority_index) {
+            return Some(
+                "execution tables without the priority and fairness_key columns or their claim \
+                 index (created by the reference or an older onestep?): every execution runs at \
+                 priority 5 and submits that set either are refused; add them online with",
+            );
+        }
         (!(self.expiry_index && self.list_indexes)).then_some(
             "execution tables without onestep's expiry and status indexes (created by the \
              reference or an older onestep?): expiry reads every live row, and the dashboard's \
@@ -157,21 +167,21 @@ pub fn executions_ddl(names: &TableNames) -> Vec<String> {
   started_at TIMESTAMP WITH TIME ZONE,\n\
   finished_at TIMESTAMP WITH TIME ZONE,\n\
   version BIGINT DEFAULT '0' NOT NULL,\n\
+  priority SMALLINT DEFAULT 5 NOT NULL,\n\
+  fairness_key VARCHAR(255),\n\
   PRIMARY KEY (id),\n\
+  CONSTRAINT {ck_priority} CHECK (priority BETWEEN 0 AND 9),\n\
   CONSTRAINT ck_onestep_execution_status CHECK (status IN ('queued', 'running', 'retrying', 'succeeded', 'failed', 'cancel_requested', 'cancelled', 'expired')),\n\
   CONSTRAINT ck_onestep_execution_idempotency CHECK ((idempotency_key IS NULL AND submission_digest IS NULL) OR (idempotency_key IS NOT NULL AND submission_digest IS NOT NULL))\n\
-)"
+)",
+            ck_priority = CK_PRIORITY,
         ),
         format!(
             "CREATE UNIQUE INDEX {} ON {qt} (namespace, task_name, idempotency_key) \
              WHERE idempotency_key IS NOT NULL",
             q(&derived(t, "uq_", "idempotency"))
         ),
-        format!(
-            "CREATE INDEX {} ON {qt} (namespace, task_name, available_at, created_at, id) \
-             WHERE status IN ('queued', 'retrying')",
-            q(&derived(t, "ix_", "claim"))
-        ),
+        claim_priority_index_sql(names, false),
         format!(
             "CREATE INDEX {} ON {qt} (lease_expires_at, id) \
              WHERE status IN ('running', 'cancel_requested')",
@@ -186,6 +196,44 @@ pub fn executions_ddl(names: &TableNames) -> Vec<String> {
         status_list_index_sql(names, false),
         task_list_index_sql(names, false),
     ]
+}
+
+/// The CHECK constraint keeping `priority` in 0..=9 (a table's constraint names are its own).
+pub const CK_PRIORITY: &str = "ck_onestep_execution_priority";
+
+/// `ix_<T>_claim_priority`, hash-truncated to 63: the claim's index on tables with the
+/// priority columns.
+pub fn ix_claim_priority(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "claim_priority")
+}
+
+/// The claim read in its order (docs/postgres.md#schema): the live rows of one (namespace,
+/// task) by priority, then `available_at`, `created_at`, `id`. It takes the place of the
+/// reference's `ix_<T>_claim` on tables we create; `onestep migrate --upgrade` adds it beside it.
+pub fn claim_priority_index_sql(names: &TableNames, concurrently: bool) -> String {
+    format!(
+        "{} {} ON {} (namespace, task_name, priority, available_at, created_at, id) \
+         WHERE status IN ('queued', 'retrying')",
+        create_index(concurrently),
+        q(&ix_claim_priority(names)),
+        q(&names.executions)
+    )
+}
+
+/// Whether the executions table has both priority columns (docs/semantics.md#priority-and-fairness-key).
+pub(crate) async fn has_priority_columns<C: tokio_postgres::GenericClient>(
+    c: &C,
+    table: &str,
+) -> OpResult<bool> {
+    let row = c
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1 \
+             AND column_name IN ('priority', 'fairness_key')",
+            &[&table],
+        )
+        .await?;
+    Ok(row.try_get::<_, i64>(0)? == 2)
 }
 
 fn create_index(concurrently: bool) -> &'static str {
@@ -460,7 +508,9 @@ pub(crate) async fn ensure_schema(
                 && index_exists(&*client, &ix_task_list(names)).await?,
             diagnostics_table: table_exists(&*client, &diagnostics_table(names)).await?,
             traces_table: table_exists(&*client, &traces_table(names)).await?,
+            priority_columns: has_priority_columns(&*client, &names.executions).await?,
         },
+        claim_priority_index: index_exists(&*client, &ix_claim_priority(names)).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

@@ -5,7 +5,6 @@
 
 use onestep_core::names::TableNames;
 
-use crate::rows::{EXECUTION_COLUMNS, EXECUTION_COLUMNS_E};
 use crate::schema::q;
 
 /// The statements of one table pair.
@@ -24,6 +23,11 @@ pub(crate) struct Statements {
     pub(crate) cancel_running: String,
     pub(crate) maintain: String,
     pub(crate) claim_select: String,
+    /// [`Self::claim_select`] for one task name (`e.task_name = $2`): an equality the planner
+    /// folds into the claim index's range, so the read is in index order and stops at the
+    /// limit (with `= ANY($2)` PostgreSQL sorts every due live row of the namespace;
+    /// docs/postgres.md#claim-order-with-priority).
+    pub(crate) claim_select_one: String,
     pub(crate) claim_write: String,
     pub(crate) heartbeat_many: String,
     pub(crate) cancel_poll: String,
@@ -31,6 +35,9 @@ pub(crate) struct Statements {
     pub(crate) lock_many: String,
     pub(crate) complete_set: String,
     pub(crate) release: String,
+    /// The tables have `priority` and `fairness_key` (docs/semantics.md#priority-and-fairness-key):
+    /// the inserts bind them (`$11`, `$12`) and the claim orders by priority first.
+    pub(crate) priority_columns: bool,
 }
 
 /// Columns written by a submission (T1).
@@ -39,8 +46,27 @@ const INSERT_COLUMNS: &str = "id, namespace, task_name, status, payload, metadat
     expires_at, version";
 
 impl Statements {
-    pub(crate) fn new(names: &TableNames, batch: u32) -> Self {
+    pub(crate) fn new(names: &TableNames, batch: u32, priority_columns: bool) -> Self {
         let t = q(&names.executions);
+        // Tables without the priority columns read their defaults.
+        let (cols, cols_e) = crate::rows::columns(priority_columns);
+        let (insert_extra, insert_values, many_select, many_types, many_names) = if priority_columns
+        {
+            (
+                ", priority, fairness_key",
+                ", $11, $12",
+                ", u.priority, u.fairness_key",
+                ", $11::int2[], $12::text[]",
+                ", priority, fairness_key",
+            )
+        } else {
+            ("", "", "", "", "")
+        };
+        let claim_order = if priority_columns {
+            "e.priority, e.available_at, e.created_at, e.id"
+        } else {
+            "e.available_at, e.created_at, e.id"
+        };
         let a = q(&names.attempts);
         // docs/semantics.md#lease-lost-retry, for alias `alias`.
         let lost = |alias: &str| {
@@ -93,11 +119,20 @@ impl Statements {
             lost_c = lost("c"),
         );
         let claim_select = format!(
-            "SELECT {EXECUTION_COLUMNS_E} FROM {t} e \
+            "SELECT {cols_e} FROM {t} e \
              WHERE e.namespace = $1 AND e.task_name = ANY($2::text[]) \
              AND e.status IN ('queued', 'retrying') AND e.available_at <= $3 \
              AND (e.expires_at IS NULL OR e.expires_at > $3 OR {lost_e}) \
-             ORDER BY e.available_at, e.created_at, e.id LIMIT $4 \
+             ORDER BY {claim_order} LIMIT $4 \
+             FOR UPDATE OF e SKIP LOCKED",
+            lost_e = lost("e"),
+        );
+        let claim_select_one = format!(
+            "SELECT {cols_e} FROM {t} e \
+             WHERE e.namespace = $1 AND e.task_name = $2 \
+             AND e.status IN ('queued', 'retrying') AND e.available_at <= $3 \
+             AND (e.expires_at IS NULL OR e.expires_at > $3 OR {lost_e}) \
+             ORDER BY {claim_order} LIMIT $4 \
              FOR UPDATE OF e SKIP LOCKED",
             lost_e = lost("e"),
         );
@@ -146,12 +181,12 @@ impl Statements {
                  finished_at = $6 \
                WHERE id = $7 AND lease_token = $8 AND status = ANY($9::text[]) \
                  AND lease_expires_at IS NOT NULL AND lease_expires_at > $2 \
-               RETURNING {EXECUTION_COLUMNS}), \
+               RETURNING {cols}), \
              x AS ( \
                UPDATE {a} SET status = $10, error = $4::text::jsonb, finished_at = $2 \
                WHERE id = $11 AND execution_id = $7 AND lease_token = $8 \
                  AND status = 'running' AND EXISTS (SELECT 1 FROM u) RETURNING id) \
-             SELECT {EXECUTION_COLUMNS}, (SELECT count(*) FROM x) FROM u"
+             SELECT {cols}, (SELECT count(*) FROM x) FROM u"
         );
         let complete_set = format!(
             "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], \
@@ -164,13 +199,13 @@ impl Statements {
                  finished_at = v.fin \
                FROM v WHERE e.id = v.id AND e.lease_token = v.token AND e.status = v.cur \
                  AND e.lease_expires_at IS NOT NULL AND e.lease_expires_at > $11 \
-               RETURNING {EXECUTION_COLUMNS_E}), \
+               RETURNING {cols_e}), \
              x AS ( \
                UPDATE {a} x SET status = v.ast, error = v.err::jsonb, finished_at = $11 \
                FROM v JOIN u ON u.id = v.id \
                WHERE x.id = v.aid AND x.execution_id = v.id AND x.lease_token = v.token \
                  AND x.status = 'running' RETURNING x.id) \
-             SELECT {EXECUTION_COLUMNS}, (SELECT count(*) FROM x) FROM u"
+             SELECT {cols}, (SELECT count(*) FROM x) FROM u"
         );
         let release = format!(
             "WITH u AS ( \
@@ -179,57 +214,56 @@ impl Statements {
                  version = version + 1 \
                WHERE id = $2 AND lease_token = $3 AND status = 'running' \
                  AND lease_expires_at IS NOT NULL AND lease_expires_at > $1 \
-               RETURNING {EXECUTION_COLUMNS}), \
+               RETURNING {cols}), \
              x AS ( \
                UPDATE {a} SET status = 'lease_lost', finished_at = $1 \
                WHERE id = $4 AND execution_id = $2 AND lease_token = $3 \
                  AND status = 'running' AND EXISTS (SELECT 1 FROM u) RETURNING id) \
-             SELECT {EXECUTION_COLUMNS}, (SELECT count(*) FROM x) FROM u"
+             SELECT {cols}, (SELECT count(*) FROM x) FROM u"
         );
         Statements {
             insert_one: format!(
-                "INSERT INTO {t} ({INSERT_COLUMNS}) VALUES ($1, $2, $3, 'queued', \
-                 $4::text::jsonb, $5::text::jsonb, $6, $7, 0, $8, $9, $9, $10, 0) \
-                 ON CONFLICT DO NOTHING RETURNING {EXECUTION_COLUMNS}"
+                "INSERT INTO {t} ({INSERT_COLUMNS}{insert_extra}) VALUES ($1, $2, $3, 'queued', \
+                 $4::text::jsonb, $5::text::jsonb, $6, $7, 0, $8, $9, $9, $10, 0{insert_values}) \
+                 ON CONFLICT DO NOTHING RETURNING {cols}"
             ),
             insert_many: format!(
-                "INSERT INTO {t} ({INSERT_COLUMNS}) \
+                "INSERT INTO {t} ({INSERT_COLUMNS}{insert_extra}) \
                  SELECT u.id, u.ns, u.task, 'queued', u.payload::jsonb, u.meta::jsonb, u.key, \
-                   u.digest, 0, u.avail, $10, $10, u.exp, 0 \
+                   u.digest, 0, u.avail, $10, $10, u.exp, 0{many_select} \
                  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                   $6::text[], $7::text[], $8::timestamptz[], $9::timestamptz[]) \
-                   AS u(id, ns, task, payload, meta, key, digest, avail, exp) \
+                   $6::text[], $7::text[], $8::timestamptz[], $9::timestamptz[]{many_types}) \
+                   AS u(id, ns, task, payload, meta, key, digest, avail, exp{many_names}) \
                  ON CONFLICT DO NOTHING"
             ),
-            by_id: format!("SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = $1"),
-            by_id_ns: format!(
-                "SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = $1 AND namespace = $2"
-            ),
-            by_id_lock: format!("SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = $1 FOR UPDATE"),
+            by_id: format!("SELECT {cols} FROM {t} WHERE id = $1"),
+            by_id_ns: format!("SELECT {cols} FROM {t} WHERE id = $1 AND namespace = $2"),
+            by_id_lock: format!("SELECT {cols} FROM {t} WHERE id = $1 FOR UPDATE"),
             by_id_ns_lock: format!(
-                "SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = $1 AND namespace = $2 FOR UPDATE"
+                "SELECT {cols} FROM {t} WHERE id = $1 AND namespace = $2 FOR UPDATE"
             ),
-            by_ids: format!("SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = ANY($1::uuid[])"),
+            by_ids: format!("SELECT {cols} FROM {t} WHERE id = ANY($1::uuid[])"),
             by_key: format!(
-                "SELECT {EXECUTION_COLUMNS}, submission_digest FROM {t} \
+                "SELECT {cols}, submission_digest FROM {t} \
                  WHERE namespace = $1 AND task_name = $2 AND idempotency_key = $3"
             ),
             cancel_queued: format!(
                 "UPDATE {t} SET status = 'cancelled', cancel_reason = $1, \
                  cancel_requested_at = $2, finished_at = $2, updated_at = $2, \
-                 version = version + 1 WHERE id = $3 RETURNING {EXECUTION_COLUMNS}"
+                 version = version + 1 WHERE id = $3 RETURNING {cols}"
             ),
             cancel_running: format!(
                 "UPDATE {t} SET status = 'cancel_requested', cancel_reason = $1, \
                  cancel_requested_at = $2, updated_at = $2, version = version + 1 \
-                 WHERE id = $3 RETURNING {EXECUTION_COLUMNS}"
+                 WHERE id = $3 RETURNING {cols}"
             ),
             lock_many: format!(
-                "SELECT {EXECUTION_COLUMNS}, lease_token, lease_expires_at FROM {t} \
+                "SELECT {cols}, lease_token, lease_expires_at FROM {t} \
                  WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE"
             ),
             maintain,
             claim_select,
+            claim_select_one,
             claim_write,
             heartbeat_many,
             cancel_poll,
@@ -237,6 +271,7 @@ impl Statements {
             complete_set,
             release,
             t,
+            priority_columns,
         }
     }
 }

@@ -12,16 +12,18 @@ use onestep_core::transfer::{
     AttemptRow, ChildTables, DiagnosticsRow, ExecutionRecord, ExecutionRow, ImportCounts,
     TableCounts, TraceRow, Transfer, assemble, plan_import,
 };
-use serde_json::Value;
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::backend::{PgBackend, commit};
 use crate::diagnostics::u64_of;
 use crate::errors::OpError;
-use crate::rows::{EXECUTION_COLUMNS, get};
+use crate::rows::{EXECUTION_COLUMNS, EXECUTION_COLUMNS_UNSCHEDULED, get};
 use crate::schema::q;
+use crate::transfer_params::{
+    ATTEMPT_TYPES, DIAGNOSTICS_TYPES, TRACE_TYPES, attempt_params, diagnostics_params,
+    execution_params, execution_types, refs, trace_params,
+};
 
 /// The executions columns after [`EXECUTION_COLUMNS`] that a copy moves too.
 const EXTRA_COLUMNS: &str = "idempotency_key, submission_digest, lease_token, lease_expires_at, \
@@ -37,12 +39,6 @@ fn undecodable(table: &str, e: DecodeError) -> OpError {
     OpError::Domain(ExecutionError::Undecodable(format!(
         "copy: cannot decode a row of {table}: {}",
         e.0
-    )))
-}
-
-fn out_of_range(what: &str, v: i64) -> OpError {
-    OpError::Domain(ExecutionError::invalid(format!(
-        "copy: {what} {v} does not fit PostgreSQL's INTEGER column"
     )))
 }
 
@@ -66,6 +62,8 @@ fn execution_row(row: &Row) -> Result<ExecutionRow, DecodeError> {
             expires_at: get(row, 13, "expires_at")?,
             created_at: get(row, 14, "created_at")?,
             version: get(row, 15, "version")?,
+            priority: i64::from(get::<i16>(row, 16, "priority")?),
+            fairness_key: get(row, 17, "fairness_key")?,
         },
         idempotency_key: get(row, n, "idempotency_key")?,
         submission_digest: get(row, n + 1, "submission_digest")?,
@@ -121,10 +119,6 @@ fn trace_row(row: &Row) -> Result<TraceRow, DecodeError> {
 }
 
 /// JSON text that survives `jsonb` (docs/postgres.md#json-numbers).
-fn json(v: Option<&Value>) -> Option<String> {
-    v.map(crate::json_text::to_text)
-}
-
 /// `INSERT INTO table (columns) SELECT <select> FROM UNNEST($1::t1[], …) AS u(c1, …)`: one
 /// statement whatever the number of rows; `types` are the arrays' element types and `select`
 /// the expressions over `u.cN` (casts of JSON text to `jsonb`).
@@ -155,176 +149,6 @@ fn select_list(n: usize, json: &[usize]) -> Vec<String> {
         })
         .collect()
 }
-
-type Params = Vec<Box<dyn ToSql + Sync + Send>>;
-
-fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
-    p.iter()
-        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
-        .collect()
-}
-
-fn execution_params(rows: &[&ExecutionRow]) -> Result<Params, OpError> {
-    let s = |f: fn(&ExecutionRow) -> String| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
-    let os = |f: fn(&ExecutionRow) -> Option<String>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
-    let ot = |f: fn(&ExecutionRow) -> Option<DateTime<Utc>>| {
-        rows.iter().map(|r| f(r)).collect::<Vec<_>>()
-    };
-    let t = |f: fn(&ExecutionRow) -> DateTime<Utc>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
-    let attempts = rows
-        .iter()
-        .map(|r| {
-            i32::try_from(r.stored.attempts)
-                .map_err(|_| out_of_range("attempts", r.stored.attempts))
-        })
-        .collect::<Result<Vec<i32>, _>>()?;
-    Ok(vec![
-        Box::new(rows.iter().map(|r| r.stored.id).collect::<Vec<Uuid>>()),
-        Box::new(s(|r| r.stored.namespace.clone())),
-        Box::new(s(|r| r.stored.task_name.clone())),
-        Box::new(s(|r| r.stored.status.clone())),
-        Box::new(os(|r| json(r.stored.payload.as_ref()))),
-        Box::new(os(|r| json(r.stored.metadata.as_ref()))),
-        Box::new(os(|r| json(r.stored.result.as_ref()))),
-        Box::new(os(|r| json(r.stored.error.as_ref()))),
-        Box::new(attempts),
-        Box::new(t(|r| r.stored.available_at)),
-        Box::new(ot(|r| r.stored.started_at)),
-        Box::new(ot(|r| r.stored.finished_at)),
-        Box::new(ot(|r| r.stored.cancel_requested_at)),
-        Box::new(ot(|r| r.stored.expires_at)),
-        Box::new(t(|r| r.stored.created_at)),
-        Box::new(rows.iter().map(|r| r.stored.version).collect::<Vec<i64>>()),
-        Box::new(os(|r| r.idempotency_key.clone())),
-        Box::new(os(|r| r.submission_digest.clone())),
-        Box::new(
-            rows.iter()
-                .map(|r| r.lease_token)
-                .collect::<Vec<Option<Uuid>>>(),
-        ),
-        Box::new(ot(|r| r.lease_expires_at)),
-        Box::new(os(|r| r.worker_id.clone())),
-        Box::new(os(|r| r.cancel_reason.clone())),
-        Box::new(t(|r| r.updated_at)),
-    ])
-}
-
-const EXECUTION_TYPES: [&str; 23] = [
-    "uuid",
-    "text",
-    "text",
-    "text",
-    "text",
-    "text",
-    "text",
-    "text",
-    "int4",
-    "timestamptz",
-    "timestamptz",
-    "timestamptz",
-    "timestamptz",
-    "timestamptz",
-    "timestamptz",
-    "int8",
-    "text",
-    "text",
-    "uuid",
-    "timestamptz",
-    "text",
-    "text",
-    "timestamptz",
-];
-
-fn attempt_params(rows: &[&AttemptRow]) -> Result<Params, OpError> {
-    let nos = rows
-        .iter()
-        .map(|r| i32::try_from(r.attempt_no).map_err(|_| out_of_range("attempt_no", r.attempt_no)))
-        .collect::<Result<Vec<i32>, _>>()?;
-    Ok(vec![
-        Box::new(rows.iter().map(|r| r.id).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.execution_id).collect::<Vec<_>>()),
-        Box::new(nos),
-        Box::new(rows.iter().map(|r| r.lease_token).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.worker_id.clone()).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.status.clone()).collect::<Vec<_>>()),
-        Box::new(
-            rows.iter()
-                .map(|r| json(r.error.as_ref()))
-                .collect::<Vec<_>>(),
-        ),
-        Box::new(rows.iter().map(|r| r.started_at).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.heartbeat_at).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.finished_at).collect::<Vec<_>>()),
-    ])
-}
-
-const ATTEMPT_TYPES: [&str; 10] = [
-    "uuid",
-    "uuid",
-    "int4",
-    "uuid",
-    "text",
-    "text",
-    "text",
-    "timestamptz",
-    "timestamptz",
-    "timestamptz",
-];
-
-fn diagnostics_params(rows: &[&DiagnosticsRow]) -> Params {
-    let os =
-        |f: fn(&DiagnosticsRow) -> Option<String>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
-    let oi = |f: fn(&DiagnosticsRow) -> Option<i64>| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
-    vec![
-        Box::new(rows.iter().map(|r| r.attempt_id).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.execution_id).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.is_final).collect::<Vec<_>>()),
-        Box::new(os(|r| r.message.clone())),
-        Box::new(oi(|r| r.progress_done)),
-        Box::new(oi(|r| r.progress_total)),
-        Box::new(os(|r| r.progress_note.clone())),
-        Box::new(rows.iter().map(|r| r.progress_at).collect::<Vec<_>>()),
-        Box::new(rows.iter().map(|r| r.log_lines).collect::<Vec<_>>()),
-        Box::new(os(|r| r.log_tail.clone())),
-        Box::new(os(|r| r.trap_kind.clone())),
-        Box::new(os(|r| r.component_digest.clone())),
-        Box::new(oi(|r| r.fuel_consumed)),
-        Box::new(oi(|r| r.peak_memory_bytes)),
-        Box::new(rows.iter().map(|r| r.updated_at).collect::<Vec<_>>()),
-    ]
-}
-
-const DIAGNOSTICS_TYPES: [&str; 15] = [
-    "uuid",
-    "uuid",
-    "bool",
-    "text",
-    "int8",
-    "int8",
-    "text",
-    "timestamptz",
-    "int8",
-    "text",
-    "text",
-    "text",
-    "int8",
-    "int8",
-    "timestamptz",
-];
-
-fn trace_params(rows: &[&TraceRow]) -> Params {
-    vec![
-        Box::new(rows.iter().map(|r| r.execution_id).collect::<Vec<_>>()),
-        Box::new(
-            rows.iter()
-                .map(|r| r.traceparent.clone())
-                .collect::<Vec<_>>(),
-        ),
-        Box::new(rows.iter().map(|r| r.created_at).collect::<Vec<_>>()),
-    ]
-}
-
-const TRACE_TYPES: [&str; 3] = ["uuid", "text", "timestamptz"];
 
 /// Rows of `table` whose `key` is one of `ids`, decoded by `decode`.
 async fn select_by_ids<C: tokio_postgres::GenericClient, T>(
@@ -380,7 +204,10 @@ impl Transfer for PgBackend {
         let limit = i64::from(limit);
         self.run("copy", || async {
             let conn = self.conn().await?;
-            let cols = format!("{EXECUTION_COLUMNS}, {EXTRA_COLUMNS}");
+            let cols = format!(
+                "{}, {EXTRA_COLUMNS}",
+                crate::rows::columns(self.sql().priority_columns).0
+            );
             let rows = match after {
                 Some(id) => {
                     conn.query(
@@ -442,11 +269,19 @@ impl Transfer for PgBackend {
         let t = self.sql().t.clone();
         let a = q(&self.tables().attempts);
         let (d, tr) = (self.d(), self.tr_existing());
+        let scheduled = self.sql().priority_columns;
+        onestep_core::transfer::check_schedule_storable(records, scheduled)?;
+        let columns = if scheduled {
+            EXECUTION_COLUMNS
+        } else {
+            EXECUTION_COLUMNS_UNSCHEDULED
+        };
+        let types = execution_types(scheduled);
         let insert_e = unnest_insert(
             &t,
-            &format!("{EXECUTION_COLUMNS}, {EXTRA_COLUMNS}"),
-            &EXECUTION_TYPES,
-            &select_list(EXECUTION_TYPES.len(), &[5, 6, 7, 8]),
+            &format!("{columns}, {EXTRA_COLUMNS}"),
+            &types,
+            &select_list(types.len(), &[5, 6, 7, 8]),
         );
         let insert_a = unnest_insert(
             &a,
@@ -474,7 +309,8 @@ impl Transfer for PgBackend {
                 return Ok(plan.counts);
             }
             let e: Vec<&ExecutionRow> = plan.executions().collect();
-            tx.execute(&insert_e, &refs(&execution_params(&e)?)).await?;
+            tx.execute(&insert_e, &refs(&execution_params(&e, scheduled)?))
+                .await?;
             let at: Vec<&AttemptRow> = plan.attempts().collect();
             tx.execute(&insert_a, &refs(&attempt_params(&at)?)).await?;
             if let Some(d) = &d {

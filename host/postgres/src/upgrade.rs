@@ -16,16 +16,85 @@ use crate::backend::PgBackend;
 use crate::dsn::ParsedDsn;
 use crate::errors::OpResult;
 use crate::schema::{
-    IX_STATUS_WIDTH, expiry_index_sql, index_info, index_width, ix_expiry, ix_status,
-    ix_status_list, ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named,
-    status_index_sql, status_list_index_sql, task_list_index_sql,
+    CK_PRIORITY, IX_STATUS_WIDTH, claim_priority_index_sql, expiry_index_sql, has_priority_columns,
+    index_info, index_width, ix_claim_priority, ix_expiry, ix_status, ix_status_list,
+    ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named, status_index_sql,
+    status_list_index_sql, task_list_index_sql,
 };
 pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
 use onestep_core::store::{StoreOptions, for_ddl, upgrade_then_close};
 
-/// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
-fn index_defs(names: &TableNames) -> [(String, String); 4] {
+/// The columns the upgrade adds first (docs/postgres.md#upgrading-reference-tables): a column
+/// with a constant default changes the catalog only (PostgreSQL 11+), so each `ADD COLUMN`
+/// holds its lock for an instant; the CHECK on `priority` is added `NOT VALID` and validated
+/// by a second statement, which reads the table while reads and writes go on.
+fn column_sql(names: &TableNames) -> [String; 3] {
+    let t = q(&names.executions);
     [
+        format!(
+            "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL, \
+             ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"
+        ),
+        format!(
+            "ALTER TABLE {t} ADD CONSTRAINT {CK_PRIORITY} CHECK (priority BETWEEN 0 AND 9) NOT VALID"
+        ),
+        format!("ALTER TABLE {t} VALIDATE CONSTRAINT {CK_PRIORITY}"),
+    ]
+}
+
+/// Whether the executions table has the CHECK on `priority`, and whether it is validated.
+async fn priority_check<C: GenericClient>(c: &C, table: &str) -> OpResult<Option<bool>> {
+    let row = c
+        .query_opt(
+            "SELECT k.convalidated FROM pg_catalog.pg_constraint k \
+             JOIN pg_catalog.pg_class r ON r.oid = k.conrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace \
+             WHERE n.nspname = current_schema() AND r.relname = $1 AND k.conname = $2",
+            &[&table, &CK_PRIORITY],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => Some(r.try_get(0)?),
+        None => None,
+    })
+}
+
+/// Adds what the table lacks of the priority columns and their CHECK; the steps taken.
+async fn add_priority_columns(
+    client: &tokio_postgres::Client,
+    names: &TableNames,
+) -> OpResult<Vec<UpgradeStep>> {
+    let t = &names.executions;
+    let [columns, check, validate] = column_sql(names);
+    let mut steps = Vec::new();
+    if !has_priority_columns(client, t).await? {
+        client.batch_execute(&columns).await?;
+        steps.push(UpgradeStep {
+            added: "columns priority, fairness_key".to_owned(),
+            form: "ADD COLUMN (catalog only)".to_owned(),
+        });
+    }
+    let state = priority_check(client, t).await?;
+    if state.is_none() {
+        client.batch_execute(&check).await?;
+    }
+    if state != Some(true) {
+        client.batch_execute(&validate).await?;
+        steps.push(UpgradeStep {
+            added: format!("constraint {CK_PRIORITY}"),
+            form: "NOT VALID, then VALIDATE".to_owned(),
+        });
+    }
+    Ok(steps)
+}
+
+/// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
+fn index_defs(names: &TableNames) -> [(String, String); 5] {
+    [
+        (
+            ix_claim_priority(names),
+            claim_priority_index_sql(names, true),
+        ),
         (ix_expiry(names), expiry_index_sql(names, true)),
         (ix_status(names), status_index_sql(names, true)),
         (ix_status_list(names), status_list_index_sql(names, true)),
@@ -96,7 +165,10 @@ async fn widen_status_index(
 
 /// The statements an operator can run by hand instead (docs/postgres.md#upgrading-reference-tables).
 pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
-    index_defs(names).into_iter().map(|(_, sql)| sql).collect()
+    column_sql(names)
+        .into_iter()
+        .chain(index_defs(names).into_iter().map(|(_, sql)| sql))
+        .collect()
 }
 
 /// `Some(valid)` when the index exists in the current schema.
@@ -108,10 +180,9 @@ async fn upgrade_on(
     client: &tokio_postgres::Client,
     names: &TableNames,
 ) -> OpResult<Vec<UpgradeStep>> {
-    let mut steps: Vec<UpgradeStep> = widen_status_index(client, names)
-        .await?
-        .into_iter()
-        .collect();
+    // The columns first: the claim index needs `priority`.
+    let mut steps = add_priority_columns(client, names).await?;
+    steps.extend(widen_status_index(client, names).await?);
     for (index, sql) in index_defs(names) {
         if let Some(form) = build_concurrently(client, &index, &sql).await? {
             steps.push(UpgradeStep {
@@ -181,7 +252,8 @@ impl PgBackend {
 }
 
 /// For benchmarks and tests (`onestep bench --reference-tables`): creates the table pair if
-/// missing, as the reference creates it — our DDL without the two indexes this module adds.
+/// missing, as the reference creates it — our DDL without the priority columns and the indexes
+/// this module adds, with the reference's claim index.
 /// Tables that already existed are left as they are. Returns the tables created.
 pub async fn create_reference_shaped(opts: StoreOptions) -> Result<Vec<String>, ExecutionError> {
     let backend = PgBackend::open(for_ddl(opts)).await?;
@@ -194,6 +266,23 @@ pub async fn create_reference_shaped(opts: StoreOptions) -> Result<Vec<String>, 
                 conn.batch_execute(&format!("DROP INDEX IF EXISTS {}", q(&index)))
                     .await?;
             }
+            // The reference's columns and claim index.
+            let t = q(&names.executions);
+            conn.batch_execute(&format!(
+                "ALTER TABLE {t} DROP COLUMN priority, DROP COLUMN fairness_key"
+            ))
+            .await?;
+            conn.batch_execute(&format!(
+                "CREATE INDEX {} ON {t} (namespace, task_name, available_at, created_at, id) \
+                 WHERE status IN ('queued', 'retrying')",
+                q(&onestep_core::names::derived_name(
+                    "ix_",
+                    &names.executions,
+                    "claim",
+                    crate::schema::PG_NAME_LIMIT
+                ))
+            ))
+            .await?;
         }
         Ok::<_, crate::errors::OpError>(())
     }
@@ -226,17 +315,26 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 4);
-        for s in &sql {
+        assert_eq!(sql.len(), 8);
+        assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
+        assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
+        assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
+        assert!(sql[2].contains("VALIDATE CONSTRAINT ck_onestep_execution_priority"));
+        let sql = &sql[3..];
+        for s in sql {
             assert!(
                 s.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS "),
                 "{s}"
             );
         }
-        assert!(sql[0].contains("(expires_at, id)"));
-        assert!(sql[1].contains("(namespace, task_name, status, created_at DESC, id DESC)"));
-        assert!(sql[2].contains("\"ix_onestep_executions_status_list\""));
-        assert!(sql[2].contains("(namespace, status, created_at DESC, id DESC)"));
-        assert!(sql[3].contains("(namespace, task_name, created_at DESC, id DESC)"));
+        assert!(sql[0].contains(
+            "(namespace, task_name, priority, available_at, created_at, id) \
+             WHERE status IN ('queued', 'retrying')"
+        ));
+        assert!(sql[1].contains("(expires_at, id)"));
+        assert!(sql[2].contains("(namespace, task_name, status, created_at DESC, id DESC)"));
+        assert!(sql[3].contains("\"ix_onestep_executions_status_list\""));
+        assert!(sql[3].contains("(namespace, status, created_at DESC, id DESC)"));
+        assert!(sql[4].contains("(namespace, task_name, created_at DESC, id DESC)"));
     }
 }

@@ -92,11 +92,18 @@ impl PgBackend {
     ) -> OpResult<Vec<ExecutionLease>> {
         let st = tx.prepare_cached(&self.sql().maintain).await?;
         tx.query_one(&st, &[&now]).await?;
-        let st = tx.prepare_cached(&self.sql().claim_select).await?;
         let limit = i64::from(req.limit);
-        let rows = tx
-            .query(&st, &[&req.namespace, &req.task_names, &now, &limit])
-            .await?;
+        let rows = match req.task_names.as_slice() {
+            [one] => {
+                let st = tx.prepare_cached(&self.sql().claim_select_one).await?;
+                tx.query(&st, &[&req.namespace, one, &now, &limit]).await?
+            }
+            _ => {
+                let st = tx.prepare_cached(&self.sql().claim_select).await?;
+                tx.query(&st, &[&req.namespace, &req.task_names, &now, &limit])
+                    .await?
+            }
+        };
         let keyed = rows
             .iter()
             .map(|r| (r.try_get::<_, Uuid>("id").ok(), decode_execution(r)));

@@ -193,6 +193,9 @@ async fn upgraded_reference_tables_reference_worker() {
     assert_eq!(
         added,
         [
+            "columns priority, fairness_key",
+            "constraint ck_onestep_execution_priority",
+            "index ix_onestep_executions_claim_priority",
             "index ix_onestep_executions_expiry",
             "index ix_onestep_executions_status",
             "index ix_onestep_executions_status_list",
@@ -200,8 +203,10 @@ async fn upgraded_reference_tables_reference_worker() {
         ],
         "{report:?}"
     );
+    assert_eq!(report.steps[0].form, "ADD COLUMN (catalog only)");
+    assert_eq!(report.steps[1].form, "NOT VALID, then VALIDATE");
     assert!(
-        report.steps.iter().all(|s| s.form == "CONCURRENTLY"),
+        report.steps[2..].iter().all(|s| s.form == "CONCURRENTLY"),
         "{report:?}"
     );
     let again = PgBackend::upgrade(StoreOptions::new(db.dsn()))
@@ -225,6 +230,14 @@ async fn upgraded_reference_tables_reference_worker() {
         .expect("claim");
     assert_eq!(leases.len(), 1);
     assert_eq!(leases[0].execution.id, id_of(&before));
+    // The reference's row, written before the columns existed, reads with their defaults.
+    assert_eq!(
+        (
+            leases[0].execution.priority,
+            leases[0].execution.fairness_key.as_deref()
+        ),
+        (5, None)
+    );
     b.complete(
         &leases[0].lease_ref(),
         &Completion::succeeded(json!("by us")),

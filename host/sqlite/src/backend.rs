@@ -223,21 +223,24 @@ impl SqliteBackend {
         upgrade_then_close(&SqliteBackend::open(for_ddl(opts)).await?).await
     }
 
-    /// Adds the indexes the executions table lacks (idempotent).
+    /// Adds the columns, then the indexes, the executions table lacks (idempotent).
     pub(crate) async fn upgrade_tables(&self) -> Result<UpgradeReport, ExecutionError> {
         let names = self.tables().clone();
-        let added = self
-            .write(move |_, c| crate::schema::add_missing_indexes(c, &names))
+        let (columns, indexes) = self
+            .write(move |_, c| {
+                let columns = crate::schema::add_missing_columns(c, &names)?;
+                Ok((columns, crate::schema::add_missing_indexes(c, &names)?))
+            })
             .await
             .map_err(|e| self.error(e, "upgrade"))?;
+        let step = |added: String| UpgradeStep {
+            added,
+            form: "default".to_owned(),
+        };
         Ok(UpgradeReport {
             created: self.schema_report().created.clone(),
-            steps: added
-                .into_iter()
-                .map(|name| UpgradeStep {
-                    added: format!("index {name}"),
-                    form: "default".to_owned(),
-                })
+            steps: (columns.into_iter().map(|c| step(format!("column {c}"))))
+                .chain(indexes.into_iter().map(|i| step(format!("index {i}"))))
                 .collect(),
         })
     }

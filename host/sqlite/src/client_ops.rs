@@ -19,8 +19,7 @@ use uuid::Uuid;
 use crate::backend::SqliteBackend;
 use crate::errors::{OpError, OpResult, backend_error};
 use crate::rows::{
-    EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, decode_execution, json, opt_json, ots, time, ts,
-    uid, uuid,
+    EXECUTION_COLUMN_COUNT, decode_execution, json, opt_json, ots, time, ts, uid, uuid,
 };
 
 /// Ids per `IN (SELECT value FROM json_each(?))` read.
@@ -38,18 +37,16 @@ pub(crate) fn select_by_id(
     id: Uuid,
     namespace: Option<&str>,
 ) -> OpResult<Option<Execution>> {
-    let t = b.t();
+    let (t, cols) = (b.t(), b.cols());
     let row = match namespace {
         Some(ns) => c
             .prepare_cached(&format!(
-                "SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = ?1 AND namespace = ?2"
+                "SELECT {cols} FROM {t} WHERE id = ?1 AND namespace = ?2"
             ))?
             .query_row(params![uid(id), ns], |r| Ok(decode_execution(r)))
             .optional()?,
         None => c
-            .prepare_cached(&format!(
-                "SELECT {EXECUTION_COLUMNS} FROM {t} WHERE id = ?1"
-            ))?
+            .prepare_cached(&format!("SELECT {cols} FROM {t} WHERE id = ?1"))?
             .query_row(params![uid(id)], |r| Ok(decode_execution(r)))
             .optional()?,
     };
@@ -75,8 +72,9 @@ impl SubmissionReads for Reads<'_> {
         sub: &PreparedSubmission,
         key: &str,
     ) -> OpResult<Option<(Execution, Option<String>)>> {
+        let cols = self.b.cols();
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS}, submission_digest FROM {} \
+            "SELECT {cols}, submission_digest FROM {} \
              WHERE namespace = ?1 AND task_name = ?2 AND idempotency_key = ?3",
             self.b.t()
         );
@@ -97,8 +95,9 @@ impl SubmissionReads for Reads<'_> {
     }
 
     async fn by_ids(&mut self, ids: &[Uuid]) -> OpResult<Vec<Execution>> {
+        let cols = self.b.cols();
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM {} WHERE id IN (SELECT value FROM json_each(?1))",
+            "SELECT {cols} FROM {} WHERE id IN (SELECT value FROM json_each(?1))",
             self.b.t()
         );
         let mut st = self.c.prepare_cached(&sql)?;
@@ -129,33 +128,51 @@ fn insert(
     sub: &PreparedSubmission,
     now: chrono::DateTime<chrono::Utc>,
 ) -> OpResult<Option<Execution>> {
+    let columns = b.schema_report().features.priority_columns;
+    onestep_core::schedule::check_storable(sub.priority, sub.fairness_key.as_deref(), columns)?;
+    // docs/semantics.md#priority-and-fairness-key: tables without the columns take the defaults.
+    let (extra, extra_values) = if columns {
+        (", priority, fairness_key", ", ?11, ?12")
+    } else {
+        ("", "")
+    };
     let sql = format!(
         "INSERT INTO {} (id, namespace, task_name, status, payload, metadata, idempotency_key, \
-         submission_digest, attempts, available_at, created_at, updated_at, expires_at, version) \
-         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, 0, ?8, ?9, ?9, ?10, 0) \
-         ON CONFLICT DO NOTHING RETURNING {EXECUTION_COLUMNS}",
-        b.t()
+         submission_digest, attempts, available_at, created_at, updated_at, expires_at, \
+         version{extra}) \
+         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, 0, ?8, ?9, ?9, ?10, 0{extra_values}) \
+         ON CONFLICT DO NOTHING RETURNING {cols}",
+        b.t(),
+        cols = b.cols(),
     );
-    let digest = sub.idempotency_key.as_ref().map(|_| sub.digest.clone());
+    let mut values: Vec<Box<dyn rusqlite::ToSql>> = vec![
+        Box::new(uid(sub.id)),
+        Box::new(sub.namespace.clone()),
+        Box::new(sub.task_name.clone()),
+        Box::new(json(&sub.payload)),
+        Box::new(json(&sub.metadata)),
+        Box::new(sub.idempotency_key.clone()),
+        Box::new(digest_of(sub)),
+        Box::new(ts(now + sub.delay)),
+        Box::new(ts(now)),
+        Box::new(ots(sub.expires_at)),
+    ];
+    if columns {
+        values.push(Box::new(i64::from(sub.priority)));
+        values.push(Box::new(sub.fairness_key.clone()));
+    }
     let row = c
         .prepare_cached(&sql)?
-        .query_row(
-            params![
-                uid(sub.id),
-                sub.namespace,
-                sub.task_name,
-                json(&sub.payload),
-                json(&sub.metadata),
-                sub.idempotency_key,
-                digest,
-                ts(now + sub.delay),
-                ts(now),
-                ots(sub.expires_at),
-            ],
-            |r| Ok(decode_execution(r)),
-        )
+        .query_row(rusqlite::params_from_iter(values.iter()), |r| {
+            Ok(decode_execution(r))
+        })
         .optional()?;
     Ok(row.transpose()?)
+}
+
+/// The digest a submission stores: only with an idempotency key.
+fn digest_of(sub: &PreparedSubmission) -> Option<String> {
+    sub.idempotency_key.as_ref().map(|_| sub.digest.clone())
 }
 
 impl SqliteBackend {
@@ -249,8 +266,9 @@ impl SqliteBackend {
             let sql = format!(
                 "UPDATE {} SET {set} cancel_reason = ?1, cancel_requested_at = ?2, \
                  updated_at = ?2, version = version + 1 WHERE id = ?3 \
-                 RETURNING {EXECUTION_COLUMNS}",
-                b.t()
+                 RETURNING {cols}",
+                b.t(),
+                cols = b.cols(),
             );
             let row = c
                 .prepare_cached(&sql)?
@@ -347,9 +365,10 @@ impl SqliteBackend {
             (None, true) => String::new(),
         };
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM {} WHERE {range} \
+            "SELECT {cols} FROM {} WHERE {range} \
              ORDER BY created_at DESC, id DESC{cap}",
-            self.t()
+            self.t(),
+            cols = self.cols(),
         );
         let search = search.clone();
         let rows: Vec<(bool, Cursor, Result<Execution, ExecutionError>)> = self

@@ -15,6 +15,25 @@ use uuid::Uuid;
 /// The executions columns every read selects, in [`decode_execution`]'s order.
 pub const EXECUTION_COLUMNS: &str = onestep_core::execution_columns!("");
 
+/// [`EXECUTION_COLUMNS`] for tables without `priority` and `fairness_key`: their defaults
+/// stand in (docs/semantics.md#priority-and-fairness-key).
+const EXECUTION_COLUMNS_DEFAULTS: &str = onestep_core::execution_columns!("", ", 5, NULL");
+
+/// The sixteen columns of tables without `priority` and `fairness_key` (a copy's insert).
+pub const EXECUTION_COLUMNS_UNSCHEDULED: &str = onestep_core::execution_columns!("", "");
+
+impl crate::backend::SqliteBackend {
+    /// The select list of an execution on the opened tables ([`EXECUTION_COLUMNS`], or its
+    /// defaults form before `onestep migrate --upgrade`).
+    pub(crate) fn cols(&self) -> &'static str {
+        if self.schema_report().features.priority_columns {
+            EXECUTION_COLUMNS
+        } else {
+            EXECUTION_COLUMNS_DEFAULTS
+        }
+    }
+}
+
 pub use onestep_core::store::EXECUTION_COLUMN_COUNT;
 
 /// The stored form of an instant.
@@ -135,6 +154,8 @@ fn stored_execution(row: &Row<'_>) -> Result<StoredExecution, DecodeError> {
         expires_at: opt_time(row, 13, "expires_at")?,
         created_at: time(row, 14, "created_at")?,
         version: int(row, 15, "version")?,
+        priority: int(row, 16, "priority")?,
+        fairness_key: opt_text(row, 17, "fairness_key")?,
     })
 }
 

@@ -28,6 +28,13 @@ impl SchemaFeatureSet for SchemaFeatures {
         messages, progress and log lines are not kept; `onestep migrate` creates it";
 
     fn upgrade_warning(&self) -> Option<&'static str> {
+        if !self.priority_columns {
+            return Some(
+                "execution tables without the priority and fairness_key columns (created by an \
+                 older onestep): every execution runs at priority 5 and submits that set either \
+                 are refused; add them with",
+            );
+        }
         (!(self.expiry_index && self.list_indexes)).then_some(
             "execution tables without onestep's expiry and status indexes: expiry reads every \
              live row, and the dashboard's counts and lists read the namespace's history; add \
@@ -83,10 +90,10 @@ pub fn execution_indexes(names: &TableNames) -> Vec<(String, String)> {
             ),
         ),
         (
-            ix("claim"),
+            ix("claim_priority"),
             format!(
-                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, task_name, available_at, \
-                 created_at, id) WHERE status IN ('queued', 'retrying')"
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, task_name, priority, \
+                 available_at, created_at, id) WHERE status IN ('queued', 'retrying')"
             ),
         ),
         (
@@ -165,6 +172,8 @@ pub fn executions_ddl(names: &TableNames) -> String {
   started_at TEXT,\n\
   finished_at TEXT,\n\
   version INTEGER DEFAULT 0 NOT NULL,\n\
+  priority INTEGER DEFAULT 5 NOT NULL CONSTRAINT ck_onestep_execution_priority CHECK (priority BETWEEN 0 AND 9),\n\
+  fairness_key TEXT,\n\
   CONSTRAINT ck_onestep_execution_status CHECK (status IN ('queued', 'running', 'retrying', 'succeeded', 'failed', 'cancel_requested', 'cancelled', 'expired')),\n\
   CONSTRAINT ck_onestep_execution_idempotency CHECK ((idempotency_key IS NULL AND submission_digest IS NULL) OR (idempotency_key IS NOT NULL AND submission_digest IS NOT NULL))\n\
 )",
@@ -320,9 +329,57 @@ pub(crate) fn ensure_schema(
                 && exists(c, "index", &derived(t, "ix_", "task_list"))?,
             diagnostics_table: exists(c, "table", &diagnostics_table(names))?,
             traces_table: exists(c, "table", &traces_table(names))?,
+            priority_columns: has_priority_columns(c, t)?,
         },
     };
     Ok(SchemaReport::new(created, features))
+}
+
+/// The columns `onestep migrate --upgrade` adds to tables created before them
+/// (docs/sqlite.md#schema): (name, `ADD COLUMN` definition).
+pub const PRIORITY_COLUMNS: [(&str, &str); 2] = [
+    (
+        "priority",
+        "priority INTEGER DEFAULT 5 NOT NULL CONSTRAINT ck_onestep_execution_priority \
+         CHECK (priority BETWEEN 0 AND 9)",
+    ),
+    ("fairness_key", "fairness_key TEXT"),
+];
+
+fn column_exists(c: &Connection, table: &str, column: &str) -> OpResult<bool> {
+    let n: i64 = c.query_row(
+        "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
+        rusqlite::params![table, column],
+        |r| r.get(0),
+    )?;
+    Ok(n > 0)
+}
+
+/// Whether the executions table has both priority columns.
+fn has_priority_columns(c: &Connection, table: &str) -> OpResult<bool> {
+    for (column, _) in PRIORITY_COLUMNS {
+        if !column_exists(c, table, column)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `onestep migrate --upgrade`: the [`PRIORITY_COLUMNS`] the executions table lacks, added in
+/// the caller's `BEGIN IMMEDIATE` transaction (an `ADD COLUMN` changes the schema only); returns
+/// the columns added. Runs before [`add_missing_indexes`], whose claim index needs `priority`.
+pub(crate) fn add_missing_columns(c: &Connection, names: &TableNames) -> OpResult<Vec<String>> {
+    let mut added = Vec::new();
+    for (column, def) in PRIORITY_COLUMNS {
+        if !column_exists(c, &names.executions, column)? {
+            c.execute_batch(&format!(
+                "ALTER TABLE {} ADD COLUMN {def}",
+                q(&names.executions)
+            ))?;
+            added.push(column.to_owned());
+        }
+    }
+    Ok(added)
 }
 
 /// `onestep migrate --upgrade`: the indexes of [`execution_indexes`] the executions table lacks,

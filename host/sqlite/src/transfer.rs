@@ -23,8 +23,8 @@ use crate::client_ops::id_array;
 use crate::diagnostics::u64_of;
 use crate::errors::{OpError, OpResult};
 use crate::rows::{
-    EXECUTION_COLUMNS, int, json, opt_int, opt_json, opt_text, opt_time, opt_uuid, ots, text, time,
-    ts, uid, uuid,
+    EXECUTION_COLUMNS, EXECUTION_COLUMNS_UNSCHEDULED, int, json, opt_int, opt_json, opt_text,
+    opt_time, opt_uuid, ots, text, time, ts, uid, uuid,
 };
 
 /// The executions columns after [`EXECUTION_COLUMNS`] that a copy moves too.
@@ -72,6 +72,8 @@ fn execution_row(row: &Row<'_>) -> Result<ExecutionRow, DecodeError> {
             expires_at: opt_time(row, 13, "expires_at")?,
             created_at: time(row, 14, "created_at")?,
             version: int(row, 15, "version")?,
+            priority: int(row, 16, "priority")?,
+            fairness_key: opt_text(row, 17, "fairness_key")?,
         },
         idempotency_key: opt_text(row, n, "idempotency_key")?,
         submission_digest: opt_text(row, n + 1, "submission_digest")?,
@@ -146,9 +148,10 @@ fn oj(v: Option<&serde_json::Value>) -> Sql {
     v.map_or(Sql::Null, |v| Sql::Text(json(v)))
 }
 
-fn execution_values(r: &ExecutionRow) -> Vec<Sql> {
+/// The values of one row, `priority` and `fairness_key` only when the target has them.
+fn execution_values(r: &ExecutionRow, scheduled: bool) -> Vec<Sql> {
     let s = &r.stored;
-    vec![
+    let mut v = vec![
         Sql::Text(uid(s.id)),
         Sql::Text(s.namespace.clone()),
         Sql::Text(s.task_name.clone()),
@@ -165,6 +168,12 @@ fn execution_values(r: &ExecutionRow) -> Vec<Sql> {
         ot(s.expires_at),
         t(s.created_at),
         Sql::Integer(s.version),
+    ];
+    if scheduled {
+        v.push(Sql::Integer(s.priority));
+        v.push(os(s.fairness_key.as_deref()));
+    }
+    v.extend([
         os(r.idempotency_key.as_deref()),
         os(r.submission_digest.as_deref()),
         r.lease_token.map_or(Sql::Null, |u| Sql::Text(uid(u))),
@@ -172,7 +181,8 @@ fn execution_values(r: &ExecutionRow) -> Vec<Sql> {
         os(r.worker_id.as_deref()),
         os(r.cancel_reason.as_deref()),
         t(r.updated_at),
-    ]
+    ]);
+    v
 }
 
 fn attempt_values(r: &AttemptRow) -> Vec<Sql> {
@@ -245,7 +255,7 @@ fn export(
     limit: i64,
 ) -> OpResult<Vec<ExecutionRecord>> {
     let table = b.t();
-    let cols = format!("{EXECUTION_COLUMNS}, {EXTRA_COLUMNS}");
+    let cols = format!("{}, {EXTRA_COLUMNS}", b.cols());
     let (sql, args) = match after {
         Some(id) => (
             format!("SELECT {cols} FROM {table} WHERE id > ?1 ORDER BY id LIMIT ?2"),
@@ -306,12 +316,19 @@ fn import(
         traces: tr.is_some(),
     };
     let plan = plan_import(records, &existing, tables);
+    let scheduled = b.schema_report().features.priority_columns;
+    onestep_core::transfer::check_schedule_storable(records, scheduled)?;
+    let (columns, width) = if scheduled {
+        (EXECUTION_COLUMNS, 25)
+    } else {
+        (EXECUTION_COLUMNS_UNSCHEDULED, 23)
+    };
     let mut insert_e = c.prepare(&format!(
-        "INSERT INTO {table} ({EXECUTION_COLUMNS}, {EXTRA_COLUMNS}) VALUES ({})",
-        placeholders(23)
+        "INSERT INTO {table} ({columns}, {EXTRA_COLUMNS}) VALUES ({})",
+        placeholders(width)
     ))?;
     for e in plan.executions() {
-        insert_e.execute(rusqlite::params_from_iter(execution_values(e)))?;
+        insert_e.execute(rusqlite::params_from_iter(execution_values(e, scheduled)))?;
     }
     let mut insert_a = c.prepare(&format!(
         "INSERT INTO {} ({ATTEMPT_COLUMNS}) VALUES ({})",

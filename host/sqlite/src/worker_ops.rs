@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::backend::SqliteBackend;
 use crate::client_ops::{id_array, select_by_id};
 use crate::errors::{OpError, OpResult};
-use crate::rows::{EXECUTION_COLUMNS, decode_execution, error_text, json, ots, text, ts, uid};
+use crate::rows::{decode_execution, error_text, json, ots, text, ts, uid};
 
 fn stale(reason: StaleReason) -> OpError {
     OpError::Domain(ExecutionError::StaleLease(reason))
@@ -101,6 +101,16 @@ impl SqliteBackend {
         Ok(())
     }
 
+    /// The claim order's leading `e.priority, ` on tables with the column (lower numbers
+    /// first, docs/semantics.md#priority-and-fairness-key), nothing before the upgrade.
+    fn claim_priority_order(&self) -> &'static str {
+        if self.schema_report().features.priority_columns {
+            "e.priority, "
+        } else {
+            ""
+        }
+    }
+
     fn claim_in(
         &self,
         c: &Connection,
@@ -112,12 +122,14 @@ impl SqliteBackend {
         self.maintain(c, &now_s)?;
         let (t, a) = (self.t(), self.a());
         let sql = format!(
-            "SELECT {EXECUTION_COLUMNS} FROM {t} e \
+            "SELECT {cols} FROM {t} e \
              WHERE e.namespace = ?1 AND e.task_name IN (SELECT value FROM json_each(?2)) \
              AND e.status IN ('queued', 'retrying') AND e.available_at <= ?3 \
              AND (e.expires_at IS NULL OR e.expires_at > ?3 OR {lost_e}) \
-             ORDER BY e.available_at, e.created_at, e.id LIMIT ?4",
+             ORDER BY {priority}e.available_at, e.created_at, e.id LIMIT ?4",
             lost_e = lost(a, "e"),
+            cols = self.cols(),
+            priority = self.claim_priority_order(),
         );
         let tasks = serde_json::to_string(&req.task_names)
             .map_err(|e| ExecutionError::Encoding(format!("task names: {e}")))?;
@@ -300,9 +312,10 @@ impl SqliteBackend {
              error = ?4, available_at = ?5, finished_at = ?6 \
              WHERE id = ?7 AND lease_token = ?8 AND status IN ({}) \
              AND lease_expires_at IS NOT NULL AND lease_expires_at > ?2 \
-             RETURNING {EXECUTION_COLUMNS}",
+             RETURNING {cols}",
             self.t(),
-            status_list(completion.status.allowed_sources())
+            status_list(completion.status.allowed_sources()),
+            cols = self.cols(),
         );
         let row = c
             .prepare_cached(&sql)?
@@ -396,8 +409,9 @@ impl SqliteBackend {
                      lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, \
                      version = version + 1 WHERE id = ?2 AND lease_token = ?3 \
                      AND status = 'running' AND lease_expires_at IS NOT NULL \
-                     AND lease_expires_at > ?1 RETURNING {EXECUTION_COLUMNS}",
-                    b.t()
+                     AND lease_expires_at > ?1 RETURNING {cols}",
+                    b.t(),
+                    cols = b.cols(),
                 ))?
                 .query_row(
                     params![now, uid(lease.execution_id), uid(lease.lease_token)],

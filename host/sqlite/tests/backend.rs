@@ -211,3 +211,89 @@ async fn trace_context_round_trip() {
     let (_dir, dsn) = common::scratch();
     round_trip(&Db(dsn)).await;
 }
+
+/// A file an older onestep wrote (no `priority`/`fairness_key`, the older claim index): open
+/// warns with the upgrade command, reads the defaults and refuses a priority; `onestep migrate
+/// --upgrade` adds the columns and the claim index; then priorities are kept and claimed first
+/// (docs/sqlite.md#schema, docs/semantics.md#priority-and-fairness-key).
+#[tokio::test]
+async fn upgrade_adds_the_priority_columns() {
+    use onestep_core::ports::{ExecutionStore, LeaseStore};
+    use onestep_core::request::SubmitRequest;
+    use onestep_testkit::builders::{claim, prepare, prepared};
+
+    let (_dir, dsn) = common::scratch();
+    let clock = Arc::new(ManualClock::default());
+    let b = common::open(&dsn, clock.clone(), Limits::default()).await;
+    let c = b.test_connection().expect("connection");
+    c.execute_batch(
+        "DROP INDEX ix_onestep_executions_claim_priority; \
+         ALTER TABLE onestep_executions DROP COLUMN priority; \
+         ALTER TABLE onestep_executions DROP COLUMN fairness_key; \
+         CREATE INDEX ix_onestep_executions_claim ON onestep_executions \
+         (namespace, task_name, available_at, created_at, id) \
+         WHERE status IN ('queued', 'retrying')",
+    )
+    .expect("older tables");
+    drop(c);
+    b.close().await.expect("close");
+
+    let older = common::open(&dsn, clock.clone(), Limits::default()).await;
+    assert!(!older.schema_report().features.priority_columns);
+    assert!(older.schema_report().upgrade_command.is_some());
+    let old = older
+        .submit(prepared("ns", "t", serde_json::json!(1)))
+        .await
+        .expect("submit with defaults");
+    assert_eq!((old.priority, old.fairness_key.as_deref()), (5, None));
+    let urgent = |key: &str| {
+        prepare(
+            "ns",
+            &SubmitRequest {
+                task_name: "t".into(),
+                payload: serde_json::json!(key),
+                idempotency_key: Some(key.into()),
+                priority: Some(0),
+                ..SubmitRequest::default()
+            },
+        )
+    };
+    let refused = older.submit(urgent("u1")).await.expect_err("refused");
+    assert!(
+        refused.to_string().contains("onestep migrate --upgrade"),
+        "{refused}"
+    );
+    older.close().await.expect("close");
+
+    let report = SqliteBackend::upgrade(StoreOptions::new(&dsn))
+        .await
+        .expect("upgrade");
+    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+    assert_eq!(
+        added,
+        [
+            "column priority",
+            "column fairness_key",
+            "index ix_onestep_executions_claim_priority"
+        ]
+    );
+    let again = SqliteBackend::upgrade(StoreOptions::new(&dsn))
+        .await
+        .expect("second upgrade");
+    assert!(again.steps.is_empty(), "idempotent: {again:?}");
+
+    let b = common::open(&dsn, clock.clone(), Limits::default()).await;
+    assert!(b.schema_report().features.priority_columns);
+    assert_eq!(b.schema_report().upgrade_command, None);
+    clock.advance(1.0);
+    let u = b.submit(urgent("u2")).await.expect("kept now");
+    assert_eq!(u.priority, 0);
+    let got = b
+        .claim(&claim("ns", "t", 10, 30.0, "w"))
+        .await
+        .expect("claim");
+    let ids: Vec<Uuid> = got.iter().map(|l| l.execution.id).collect();
+    assert_eq!(ids, [u.id, old.id]);
+    assert_eq!(got[1].execution.priority, 5);
+    b.close().await.expect("close");
+}

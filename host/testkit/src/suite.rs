@@ -63,6 +63,19 @@ pub trait Probe: Send + Sync {
     async fn lease_columns(&self, execution_id: Uuid) -> Option<LeaseColumns>;
     /// Number of execution rows.
     async fn count_executions(&self) -> u64;
+    /// Inserts one queued execution of `namespace`/`task` (payload and metadata `{}`, available
+    /// and created at `now`) the way the reference does, naming none of the `priority` and
+    /// `fairness_key` columns, and returns its id; `None` when the store has no such raw insert
+    /// (the in-memory store).
+    async fn insert_without_schedule(
+        &self,
+        namespace: &str,
+        task: &str,
+        now: DateTime<Utc>,
+    ) -> Option<Uuid> {
+        let _ = (namespace, task, now);
+        None
+    }
 }
 
 /// A fresh, empty store plus its clock and probe.
@@ -253,7 +266,10 @@ macro_rules! conformance_tests {
             storable_bounds_are_stored_everywhere,
             unstorable_inputs_are_refused_alike,
             unstorable_results_are_refused_before_the_write,
-            storable_property_values_round_trip
+            storable_property_values_round_trip,
+            priority_claim_order_then_fifo,
+            priority_default_for_rows_without_the_columns,
+            priority_kept_by_a_retrying_execution
         }
     };
     (@list () $($name:ident),*) => {

@@ -134,6 +134,55 @@ async fn worker_and_client_commands_on_postgres() -> Result<()> {
             &dsn,
         )?;
         let long_id = long["id"].as_str().context("id")?.to_owned();
+        // Priority and fairness key (docs/semantics.md#priority-and-fairness-key).
+        let urgent = cli_json(
+            &[
+                "submit",
+                "echo",
+                "--payload",
+                "1",
+                "--priority",
+                "0",
+                "--fairness-key",
+                "tenant-1",
+                "--json",
+            ],
+            &dsn,
+        )?;
+        ensure!(
+            urgent["priority"] == json!(0) && urgent["fairness_key"] == json!("tenant-1"),
+            "{urgent}"
+        );
+        let urgent_id = urgent["id"].as_str().context("id")?.to_owned();
+        let (code, out, _) = run_cli(
+            &["get", &urgent_id, "--dsn", &dsn, "--namespace", "e2e"],
+            &[],
+        )?;
+        ensure!(
+            code == 0 && out.contains("priority:             0\nfairness_key:         tenant-1\n"),
+            "get exited {code}: {out}"
+        );
+        let (code, out, err) = run_cli(
+            &[
+                "submit",
+                "echo",
+                "--payload",
+                "1",
+                "--priority",
+                "10",
+                "--dsn",
+                &dsn,
+                "--namespace",
+                "e2e",
+            ],
+            &[],
+        )?;
+        ensure!(
+            code != 0
+                && format!("{out}{err}")
+                    .contains("priority must be an integer from 0 to 9 (got 10)"),
+            "submit --priority 10 exited {code}: {out}{err}"
+        );
 
         let worker = WorkerProcess::spawn(&config, &[("ONESTEP_DSN", &dsn)], dir.path())?;
         let done = cli_json(&["wait", &id, "--timeout", "60", "--json"], &dsn)

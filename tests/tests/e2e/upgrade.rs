@@ -67,13 +67,19 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
             .unwrap_or_default()
             .trim_end_matches('/');
         let (command, added) = if db.backend() == Backend::Postgres {
-            // The reference's PostgreSQL tables are ours without our four indexes
+            // The reference's PostgreSQL tables are ours without our four indexes, the priority
+            // columns and their claim index, with the reference's claim index
             // (docs/postgres.md#schema).
             run_cli(&["migrate", "--dsn", &db.dsn], &[])?;
             db.query_strings(
                 "DROP INDEX ix_onestep_executions_expiry; DROP INDEX ix_onestep_executions_status; \
                  DROP INDEX ix_onestep_executions_status_list; \
-                 DROP INDEX ix_onestep_executions_task_list",
+                 DROP INDEX ix_onestep_executions_task_list; \
+                 DROP INDEX ix_onestep_executions_claim_priority; \
+                 ALTER TABLE onestep_executions DROP COLUMN priority, DROP COLUMN fairness_key; \
+                 CREATE INDEX ix_onestep_executions_claim ON onestep_executions \
+                 (namespace, task_name, available_at, created_at, id) \
+                 WHERE status IN ('queued', 'retrying')",
             )
             .await?;
             (
@@ -82,6 +88,9 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
                     db.name
                 ),
                 vec![
+                    "--dsn: added columns priority, fairness_key (ADD COLUMN (catalog only))",
+                    "--dsn: added constraint ck_onestep_execution_priority (NOT VALID, then VALIDATE)",
+                    "--dsn: added index ix_onestep_executions_claim_priority (CONCURRENTLY)",
                     "--dsn: added index ix_onestep_executions_expiry (CONCURRENTLY)",
                     "--dsn: added index ix_onestep_executions_status (CONCURRENTLY)",
                     "--dsn: added index ix_onestep_executions_status_list (CONCURRENTLY)",
@@ -98,7 +107,8 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
                 ),
                 vec![
                     "--dsn: added column claimable (ALGORITHM=INSTANT)",
-                    "--dsn: added index ix_onestep_executions_claimable (ALGORITHM=INPLACE, LOCK=NONE)",
+                    "--dsn: added columns priority, fairness_key (ALGORITHM=INSTANT)",
+                    "--dsn: added index ix_onestep_executions_claim_priority (ALGORITHM=INPLACE, LOCK=NONE)",
                     "--dsn: added index ix_onestep_executions_expiry (ALGORITHM=INPLACE, LOCK=NONE)",
                     "--dsn: added index ix_onestep_executions_status (ALGORITHM=INPLACE, LOCK=NONE)",
                     "--dsn: added index ix_onestep_executions_status_list (ALGORITHM=INPLACE, LOCK=NONE)",

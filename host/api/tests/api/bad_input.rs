@@ -133,6 +133,69 @@ async fn bad_inputs_get_their_status_and_code_and_write_nothing() {
             "invalid_argument",
         ),
         (
+            "priority over 9",
+            post(
+                Some("k"),
+                &json!({"task_name": "echo", "payload": 1, "priority": 10}),
+            ),
+            422,
+            "invalid_argument",
+        ),
+        (
+            "priority negative",
+            post(
+                Some("k"),
+                &json!({"task_name": "echo", "payload": 1, "priority": -1}),
+            ),
+            422,
+            "invalid_argument",
+        ),
+        (
+            "priority a string",
+            post(
+                Some("k"),
+                &json!({"task_name": "echo", "payload": 1, "priority": "1"}),
+            ),
+            422,
+            "invalid_argument",
+        ),
+        (
+            "priority a fraction",
+            post(
+                Some("k"),
+                &json!({"task_name": "echo", "payload": 1, "priority": 1.5}),
+            ),
+            422,
+            "invalid_argument",
+        ),
+        (
+            "fairness_key with a slash",
+            post(
+                Some("k"),
+                &json!({"task_name": "echo", "payload": 1, "fairness_key": "a/b"}),
+            ),
+            422,
+            "invalid_argument",
+        ),
+        (
+            "fairness_key empty",
+            post(
+                Some("k"),
+                &json!({"task_name": "echo", "payload": 1, "fairness_key": " "}),
+            ),
+            422,
+            "invalid_argument",
+        ),
+        (
+            "fairness_key over 255",
+            post(
+                Some("k"),
+                &json!({"task_name": "echo", "payload": 1, "fairness_key": "k".repeat(256)}),
+            ),
+            422,
+            "invalid_argument",
+        ),
+        (
             "naive expires_at",
             post(
                 Some("k"),

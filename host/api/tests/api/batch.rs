@@ -144,3 +144,48 @@ async fn a_batch_holds_1_to_1000_items() {
         .map_or(0, |a| a.iter().filter(|i| i["status"] == 202).count());
     assert_eq!(created, 1000);
 }
+
+/// Batch items take `priority` and `fairness_key` as a single submit does
+/// (docs/semantics.md#priority-and-fairness-key): kept, shown, checked per item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_take_priority_and_fairness_key() {
+    let app = TestApp::start(single_settings()).await;
+    let (status, body) = batch(
+        &app,
+        &json!({"items": [
+            {"idempotency_key": "p-1", "task_name": "echo", "payload": 1, "priority": 0,
+             "fairness_key": "tenant-7"},
+            {"idempotency_key": "p-2", "task_name": "echo", "payload": 2, "priority": 12},
+            {"idempotency_key": "p-3", "task_name": "echo", "payload": 3, "fairness_key": "a b"},
+            {"idempotency_key": "p-4", "task_name": "echo", "payload": 4}
+        ]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let items = body["items"].as_array().expect("items");
+    let statuses: Vec<u64> = items
+        .iter()
+        .map(|i| i["status"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(statuses, [202, 422, 422, 202], "{body}");
+    assert_eq!(items[0]["execution"]["priority"], 0);
+    assert_eq!(items[0]["execution"]["fairness_key"], "tenant-7");
+    assert_eq!(items[3]["execution"]["priority"], 5);
+    assert_eq!(items[3]["execution"]["fairness_key"], "local");
+    let message = |i: usize| {
+        items[i]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        message(1).contains("priority must be an integer from 0 to 9 (got 12)"),
+        "{}",
+        message(1)
+    );
+    assert!(
+        message(2).contains("fairness_key may contain only"),
+        "{}",
+        message(2)
+    );
+}

@@ -47,10 +47,16 @@ async fn submit_get_replay_cancel_and_the_execution_view() {
             "finished_at",
             "cancel_requested_at",
             "expires_at",
-            "error"
+            "error",
+            "priority",
+            "fairness_key"
         ]
     );
     assert_eq!(view["namespace"], "local");
+    assert_eq!(
+        (view["priority"].clone(), view["fairness_key"].clone()),
+        (json!(5), json!("local"))
+    );
     assert_eq!(view["status"], "queued");
     assert_eq!(view["terminal"], false);
     assert_eq!(view["metadata"], json!({"requested_by": "u1"}));
@@ -109,6 +115,57 @@ async fn submit_get_replay_cancel_and_the_execution_view() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_and_fairness_key_are_submitted_shown_and_part_of_the_replay() {
+    let app = TestApp::start(single_settings()).await;
+    let post = |key: &str, body: serde_json::Value| {
+        req(Method::POST, "/v1/executions", None)
+            .header("Idempotency-Key", key)
+            .json(&body)
+    };
+    let body = json!({"task_name": "run_agent", "payload": 1, "priority": 0,
+        "fairness_key": " tenant-42 "});
+    let (status, view) = app.send(post("p-1", body.clone())).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{view}");
+    assert_eq!(
+        (view["priority"].clone(), view["fairness_key"].clone()),
+        (json!(0), json!("tenant-42"))
+    );
+    let id = id_of(&view);
+    // The same body replays; another priority or key under the same idempotency key conflicts.
+    let (status, again) = app.send(post("p-1", body)).await;
+    assert_eq!((status, id_of(&again)), (StatusCode::ACCEPTED, id));
+    for other in [
+        json!({"task_name": "run_agent", "payload": 1, "priority": 1, "fairness_key": "tenant-42"}),
+        json!({"task_name": "run_agent", "payload": 1, "priority": 0}),
+        json!({"task_name": "run_agent", "payload": 1, "fairness_key": "tenant-42"}),
+    ] {
+        let (status, err) = app.send(post("p-1", other)).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    }
+    // An explicit priority 5 is the same submission as none.
+    let plain = json!({"task_name": "run_agent", "payload": 2});
+    let (_, first) = app.send(post("p-2", plain)).await;
+    let (status, five) = app
+        .send(post(
+            "p-2",
+            json!({"task_name": "run_agent", "payload": 2, "priority": 5}),
+        ))
+        .await;
+    assert_eq!(
+        (status, id_of(&five)),
+        (StatusCode::ACCEPTED, id_of(&first))
+    );
+    let (status, got) = app
+        .send(req(Method::GET, &format!("/v1/executions/{id}"), None).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (got["priority"].clone(), got["fairness_key"].clone()),
+        (json!(0), json!("tenant-42"))
+    );
+}
+
+#[tokio::test]
 async fn list_pages_and_filters() {
     let app = TestApp::start(single_settings()).await;
     let mut ids = Vec::new();

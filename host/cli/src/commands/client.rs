@@ -40,6 +40,12 @@ pub(crate) struct SubmitArgs {
     /// Latest claim instant, RFC 3339 with an offset (`2026-08-10T12:00:00+08:00`).
     #[arg(long)]
     pub(crate) expires_at: Option<String>,
+    /// Claim priority, 0 (most urgent) to 9 (default 5).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) priority: Option<i64>,
+    /// Fairness key: 1–255 ASCII letters, digits, `_`, `.`, `:`, `-` (default: the namespace).
+    #[arg(long)]
+    pub(crate) fairness_key: Option<String>,
     #[command(flatten)]
     pub(crate) conn: ConnArgs,
 }
@@ -177,6 +183,8 @@ fn build_submit(args: &SubmitArgs) -> Result<SubmitRequest, Failure> {
             .transpose()?,
         delay_s: args.delay_s,
         expires_at,
+        priority: args.priority,
+        fairness_key: args.fairness_key.clone(),
     })
 }
 

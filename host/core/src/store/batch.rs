@@ -401,6 +401,8 @@ mod tests {
                 cancel_requested_at: None,
                 expires_at: None,
                 version: 2,
+                priority: 5,
+                fairness_key: None,
             };
             let lease = LeaseRef {
                 execution_id: execution.id,

@@ -52,17 +52,27 @@ pub struct StoredExecution {
     pub created_at: DateTime<Utc>,
     /// `version`.
     pub version: i64,
+    /// `priority` (the default on tables without the column).
+    pub priority: i64,
+    /// `fairness_key`.
+    pub fairness_key: Option<String>,
 }
 
 /// Number of columns of a stored execution, in [`StoredExecution`]'s field order.
-pub const EXECUTION_COLUMN_COUNT: usize = 16;
+pub const EXECUTION_COLUMN_COUNT: usize = 18;
 
 /// The names of the executions columns every read selects, in [`StoredExecution`]'s field
 /// order, as one comma-separated `&'static str`, each name led by the literal `$prefix` (`""`,
-/// or a table alias such as `"e."`); a backend writes them into its SQL.
+/// or a table alias such as `"e."`); a backend writes them into its SQL. With a second literal,
+/// that literal follows `version` instead of `, priority, fairness_key`: `", 5, NULL"` selects
+/// the defaults on tables without those columns, `""` names the sixteen columns such tables
+/// have (docs/semantics.md#priority-and-fairness-key).
 #[macro_export]
 macro_rules! execution_columns {
     ($p:literal) => {
+        $crate::execution_columns!($p, concat!(", ", $p, "priority, ", $p, "fairness_key"))
+    };
+    ($p:literal, $tail:expr) => {
         concat!(
             $p,
             "id, ",
@@ -95,7 +105,8 @@ macro_rules! execution_columns {
             $p,
             "created_at, ",
             $p,
-            "version"
+            "version",
+            $tail
         )
     };
 }
@@ -124,6 +135,8 @@ impl StoredExecution {
         let error = error_object(self.error, "error")?;
         let attempts = u32::try_from(self.attempts)
             .map_err(|_| DecodeError(format!("attempts out of range: {}", self.attempts)))?;
+        let priority = crate::schedule::stored_priority(self.priority)
+            .ok_or_else(|| DecodeError(format!("priority out of range: {}", self.priority)))?;
         Ok(Execution {
             id: self.id,
             namespace: self.namespace,
@@ -141,6 +154,8 @@ impl StoredExecution {
             cancel_requested_at: self.cancel_requested_at,
             expires_at: self.expires_at,
             version: self.version,
+            priority,
+            fairness_key: self.fairness_key,
         })
     }
 }
@@ -224,6 +239,13 @@ mod tests {
             crate::execution_columns!("e.").split(", ").nth(12),
             Some("e.cancel_requested_at")
         );
+        assert_eq!((plain[16], plain[17]), ("priority", "fairness_key"));
+        let defaults: Vec<&str> = crate::execution_columns!("e.", ", 5, NULL")
+            .split(", ")
+            .collect();
+        assert_eq!(defaults.len(), EXECUTION_COLUMN_COUNT);
+        assert_eq!((defaults[15], defaults[16]), ("e.version", "5"));
+        assert_eq!(crate::execution_columns!("", "").split(", ").count(), 16);
     }
 
     fn stored() -> StoredExecution {
@@ -245,6 +267,8 @@ mod tests {
             expires_at: None,
             created_at: now,
             version: 0,
+            priority: 5,
+            fairness_key: None,
         }
     }
 
@@ -273,6 +297,14 @@ mod tests {
         assert_eq!(
             bad.into_execution().map(|_| ()),
             Err(DecodeError("attempts out of range: -1".into()))
+        );
+        let bad = StoredExecution {
+            priority: 10,
+            ..stored()
+        };
+        assert_eq!(
+            bad.into_execution().map(|_| ()),
+            Err(DecodeError("priority out of range: 10".into()))
         );
         let bad = StoredExecution {
             metadata: Some(Value::from(1)),

@@ -40,6 +40,23 @@ pub struct CommonFeatures {
     /// The trace-context table exists (docs/schema.md#trace-context); without it no submit's
     /// traceparent is stored and attempts start traces of their own.
     pub traces_table: bool,
+    /// The executions table has the `priority` and `fairness_key` columns
+    /// (docs/semantics.md#priority-and-fairness-key); without them (tables of the reference or
+    /// of an older onestep, until `onestep migrate --upgrade`) every execution reads as priority
+    /// 5 with no fairness key, claims are oldest-first, and a submit that sets either is refused.
+    pub priority_columns: bool,
+}
+
+impl CommonFeatures {
+    /// The select-list tail that stands in for `priority, fairness_key` on tables without the
+    /// columns, given the backend's typed literals (`5`/`NULL`, or `5::smallint`/`NULL::text`).
+    pub fn priority_tail(&self, prefix: &str, default_literals: &str) -> String {
+        if self.priority_columns {
+            format!("{prefix}priority, {prefix}fairness_key")
+        } else {
+            default_literals.to_owned()
+        }
+    }
 }
 
 /// Declares a backend's feature set `$name`: its own flags, then `common`

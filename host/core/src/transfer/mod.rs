@@ -28,7 +28,8 @@ use crate::store::StoredExecution;
 /// ([`StoredExecution`]) plus those only the worker side and the submit path use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutionRow {
-    /// The sixteen columns of [`crate::execution_columns!`].
+    /// The columns of [`crate::execution_columns!`] (`priority` and `fairness_key` read as their
+    /// defaults from tables without them).
     pub stored: StoredExecution,
     /// `idempotency_key`.
     pub idempotency_key: Option<String>,
@@ -129,6 +130,30 @@ pub struct ExecutionRecord {
     pub diagnostics: Vec<DiagnosticsRow>,
     /// Its trace context, when one was stored.
     pub trace: Option<TraceRow>,
+}
+
+/// Refuses to write `records` into an executions table without the `priority` and
+/// `fairness_key` columns when one of them holds other than the defaults (a copy never drops
+/// them silently; docs/cli.md#onestep-copy).
+pub fn check_schedule_storable(
+    records: &[ExecutionRecord],
+    columns_present: bool,
+) -> Result<(), ExecutionError> {
+    if columns_present {
+        return Ok(());
+    }
+    for r in records {
+        let s = &r.execution.stored;
+        let priority = u8::try_from(s.priority).unwrap_or(u8::MAX);
+        if let Err(e) = crate::schedule::check_storable(priority, s.fairness_key.as_deref(), false)
+        {
+            return Err(ExecutionError::invalid(format!(
+                "copy: execution {} has priority {} and fairness key {:?}: {e}",
+                s.id, s.priority, s.fairness_key
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl ExecutionRecord {

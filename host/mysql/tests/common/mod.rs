@@ -206,6 +206,27 @@ impl Probe for SqlProbe {
             .expect("count");
         n.unwrap_or(0)
     }
+
+    async fn insert_without_schedule(
+        &self,
+        namespace: &str,
+        task: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<Uuid> {
+        let id = Uuid::now_v7();
+        let mut c = self.pool.get_conn().await.expect("conn");
+        c.exec_drop(
+            format!(
+                "INSERT INTO `{}` (id, namespace, task_name, status, payload, metadata, attempts, available_at, created_at, updated_at, version) \
+                 VALUES (?, ?, ?, 'queued', '{{}}', '{{}}', 0, ?, ?, ?, 0)",
+                self.tables.executions
+            ),
+            (bind_uuid(id), namespace, task, now.naive_utc(), now.naive_utc(), now.naive_utc()),
+        )
+        .await
+        .expect("reference-style insert");
+        Some(id)
+    }
 }
 
 /// Fresh database + backend per case.
@@ -253,8 +274,9 @@ impl FixtureFactory for MySqlFactory {
             let report = MySqlBackend::upgrade(StoreOptions::new(db_url(&self.admin_url, &db)))
                 .await
                 .expect("upgrade");
-            // The claimable column, its two indexes and the three filtered-list indexes.
-            assert_eq!(report.steps.len(), 6, "{report:?}");
+            // The claimable column, the priority columns, the claim and expiry indexes and the
+            // three filtered-list indexes.
+            assert_eq!(report.steps.len(), 7, "{report:?}");
         }
         let backend = open(
             &self.admin_url,
@@ -273,6 +295,11 @@ impl FixtureFactory for MySqlFactory {
             assert!(
                 backend.schema_report().features.list_indexes,
                 "upgraded tables have both status indexes"
+            );
+            assert!(
+                backend.schema_report().features.priority_columns
+                    && backend.schema_report().features.claim_priority_index,
+                "upgraded tables have the priority columns and claim index"
             );
         }
         let probe = Arc::new(SqlProbe {

@@ -126,6 +126,27 @@ impl Probe for SqlProbe {
             .expect("count");
         u64::try_from(row.get::<_, i64>(0)).expect("count")
     }
+
+    async fn insert_without_schedule(
+        &self,
+        namespace: &str,
+        task: &str,
+        now: DateTime<Utc>,
+    ) -> Option<Uuid> {
+        let id = Uuid::now_v7();
+        let c = self.pool.get().await.expect("conn");
+        c.execute(
+            &format!(
+                "INSERT INTO \"{}\" (id, namespace, task_name, status, payload, metadata, attempts, available_at, created_at, updated_at, version) \
+                 VALUES ($1, $2, $3, 'queued', '{{}}', '{{}}', 0, $4, $4, $4, 0)",
+                self.tables.executions
+            ),
+            &[&id, &namespace, &task, &now],
+        )
+        .await
+        .expect("reference-style insert");
+        Some(id)
+    }
 }
 
 /// Who creates the tables of a fixture.

@@ -107,6 +107,24 @@ impl Probe for SqlProbe {
             .expect("count");
         u64::try_from(n).expect("count")
     }
+
+    async fn insert_without_schedule(
+        &self,
+        namespace: &str,
+        task: &str,
+        now: DateTime<Utc>,
+    ) -> Option<Uuid> {
+        let id = Uuid::now_v7();
+        let c = self.conn.lock().expect("probe lock");
+        let now = onestep_sqlite::rows::ts(now);
+        c.execute(
+            "INSERT INTO onestep_executions (id, namespace, task_name, status, payload, metadata, attempts, available_at, created_at, updated_at, version) \
+             VALUES (?1, ?2, ?3, 'queued', '{}', '{}', 0, ?4, ?4, ?4, 0)",
+            params![onestep_sqlite::rows::uid(id), namespace, task, now],
+        )
+        .expect("reference-style insert");
+        Some(id)
+    }
 }
 
 /// A fresh database file + backend per case.

@@ -87,6 +87,9 @@ pub async fn seed(store: &dyn Backend) -> Seeded {
     sub.metadata = json!({"owner": "copy", "nested": {"k": [1, 2, 3]}});
     sub.trace_parent = Some(TRACE.into());
     sub.expires_at = Some(Utc::now() + TimeDelta::days(3));
+    // Its priority and fairness key travel with it (docs/semantics.md#priority-and-fairness-key).
+    sub.priority = 2;
+    sub.fairness_key = Some("tenant-copy".into());
     ex.submit(sub).await.expect("submit a");
     let l = take(30.0).await;
     let mut done = Completion::succeeded(json!({"answer": 42, "list": [true, null]}));
@@ -253,6 +256,13 @@ pub async fn round_trip(source: &dyn Backend, target: &dyn Backend) {
     let (src, dst) = (everything(source).await, everything(target).await);
     assert_eq!(src.len(), 6);
     assert_eq!(src.len(), dst.len());
+    for records in [&src, &dst] {
+        assert!(
+            records.iter().any(|r| r.execution.stored.priority == 2
+                && r.execution.stored.fairness_key.as_deref() == Some("tenant-copy")),
+            "the scheduled row is read back with its priority and key"
+        );
+    }
     for (s, d) in src.iter().zip(&dst) {
         let mut expected = s.clone();
         if [seeded.running, seeded.cancel_requested].contains(&s.id()) {

@@ -13,6 +13,7 @@ mod completions;
 mod concurrency;
 mod heartbeats;
 mod listing;
+mod schedule;
 mod storable;
 mod transitions;
 mod worker;
@@ -39,6 +40,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(heartbeats::cases());
     v.extend(concurrency::cases());
     v.extend(storable::cases());
+    v.extend(schedule::cases());
     v
 }
 

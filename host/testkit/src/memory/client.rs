@@ -66,6 +66,8 @@ fn submit_in(
         cancel_requested_at: None,
         expires_at: sub.expires_at,
         version: 0,
+        priority: sub.priority,
+        fairness_key: sub.fairness_key.clone(),
     };
     state.rows.insert(
         sub.id,

@@ -98,14 +98,15 @@ fn maintain(state: &mut State, now: DateTime<Utc>, batch: usize) {
     }
 }
 
-/// T2 for every row the claim may take, in claim order `(available_at, created_at, id)`.
+/// T2 for every row the claim may take, in claim order `(priority, available_at, created_at, id)`
+/// (docs/semantics.md#priority-and-fairness-key).
 fn claim_in(
     state: &mut State,
     req: &ClaimRequest,
     now: DateTime<Utc>,
     lease_expires_at: DateTime<Utc>,
 ) -> Vec<ExecutionLease> {
-    let mut picked: Vec<(DateTime<Utc>, DateTime<Utc>, Uuid)> = state
+    let mut picked: Vec<(u8, DateTime<Utc>, DateTime<Utc>, Uuid)> = state
         .rows
         .values()
         .filter(|r| {
@@ -118,6 +119,7 @@ fn claim_in(
         })
         .map(|r| {
             (
+                r.execution.priority,
                 r.execution.available_at,
                 r.execution.created_at,
                 r.execution.id,
@@ -127,7 +129,7 @@ fn claim_in(
     picked.sort();
     picked.truncate(req.limit as usize);
     let mut leases = Vec::with_capacity(picked.len());
-    for (_, _, id) in picked {
+    for (_, _, _, id) in picked {
         let Some(row) = state.rows.get_mut(&id) else {
             continue;
         };

@@ -117,6 +117,8 @@ fn record(n: u128, status: &str, lease: Option<i64>) -> ExecutionRecord {
                 expires_at: None,
                 created_at: now(),
                 version: 1,
+                priority: 5,
+                fairness_key: None,
             },
             idempotency_key: None,
             submission_digest: None,
