@@ -513,6 +513,8 @@ mod tests {
             cancel_requested_at: None,
             expires_at: None,
             version: 3,
+            priority: 5,
+            fairness_key: None,
         }
     }
 
