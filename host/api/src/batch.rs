@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use crate::error::{ApiError, ErrorBody, code};
 use crate::extract::{JsonBody, MAX_IDEMPOTENCY_KEY_CHARS, Submitter};
 use crate::openapi::{BodyErrors, ForbiddenErrors, V1Errors};
-use crate::routes::{SubmitBody, parse_expires_at};
+use crate::routes::{SubmitBody, submit_request};
 use crate::state::ApiState;
 use crate::view::ExecutionView;
 
@@ -162,27 +162,5 @@ fn item_request(state: &ApiState, item: Value) -> Result<SubmitRequest, ApiError
             "idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters"
         )));
     }
-    let body = item.submission;
-    if !state.task_allowed(&body.task_name) {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            code::TASK_NOT_ALLOWED,
-            "unsupported task_name",
-        ));
-    }
-    let expires_at = body
-        .expires_at
-        .as_deref()
-        .map(parse_expires_at)
-        .transpose()?;
-    Ok(SubmitRequest {
-        task_name: body.task_name,
-        payload: body.payload,
-        idempotency_key: Some(key),
-        metadata: body.metadata,
-        delay_s: body.delay_s,
-        expires_at,
-        priority: crate::routes::body_priority(body.priority.as_ref())?,
-        fairness_key: body.fairness_key,
-    })
+    submit_request(state, item.submission, key)
 }

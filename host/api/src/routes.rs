@@ -164,6 +164,28 @@ pub async fn submit_execution(
     ),
     ApiError,
 > {
+    let request = submit_request(&state, body, key)?;
+    let submitted = submit_traced(&client, &request, &headers).await?;
+    let outcome = if submitted.created {
+        crate::metrics::SubmitOutcome::Created
+    } else {
+        crate::metrics::SubmitOutcome::Replayed
+    };
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Extension(outcome),
+        Json(ExecutionView::from(&submitted.execution)),
+    ))
+}
+
+/// The submit request of a body and its idempotency key, or its `422` (task outside
+/// `allowed_tasks`, an `expires_at` without an offset, a bad priority); the rest is validated by
+/// the client.
+pub(crate) fn submit_request(
+    state: &ApiState,
+    body: SubmitBody,
+    key: String,
+) -> Result<SubmitRequest, ApiError> {
     if !state.task_allowed(&body.task_name) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -177,7 +199,7 @@ pub async fn submit_execution(
         .map(parse_expires_at)
         .transpose()?;
     let priority = body_priority(body.priority.as_ref())?;
-    let request = SubmitRequest {
+    Ok(SubmitRequest {
         task_name: body.task_name,
         payload: body.payload,
         idempotency_key: Some(key),
@@ -186,18 +208,7 @@ pub async fn submit_execution(
         expires_at,
         priority,
         fairness_key: body.fairness_key,
-    };
-    let submitted = submit_traced(&client, &request, &headers).await?;
-    let outcome = if submitted.created {
-        crate::metrics::SubmitOutcome::Created
-    } else {
-        crate::metrics::SubmitOutcome::Replayed
-    };
-    Ok((
-        StatusCode::ACCEPTED,
-        axum::Extension(outcome),
-        Json(ExecutionView::from(&submitted.execution)),
-    ))
+    })
 }
 
 /// Submits under a `submit` span (docs/observability.md#traces): a child of the request's
