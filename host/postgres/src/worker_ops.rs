@@ -16,6 +16,7 @@ use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{CompletionTx, LockedRow, LockedRows, SetItem, SetWrite};
+use onestep_core::store::fair::plain_claim_namespace;
 use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -90,17 +91,18 @@ impl PgBackend {
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
     ) -> OpResult<Vec<ExecutionLease>> {
+        let namespace = plain_claim_namespace(req, "PostgreSQL")?;
         let st = tx.prepare_cached(&self.sql().maintain).await?;
         tx.query_one(&st, &[&now]).await?;
         let limit = i64::from(req.limit);
         let rows = match req.task_names.as_slice() {
             [one] => {
                 let st = tx.prepare_cached(&self.sql().claim_select_one).await?;
-                tx.query(&st, &[&req.namespace, one, &now, &limit]).await?
+                tx.query(&st, &[&namespace, one, &now, &limit]).await?
             }
             _ => {
                 let st = tx.prepare_cached(&self.sql().claim_select).await?;
-                tx.query(&st, &[&req.namespace, &req.task_names, &now, &limit])
+                tx.query(&st, &[&namespace, &req.task_names, &now, &limit])
                     .await?
             }
         };

@@ -631,3 +631,55 @@ fn app_tracing() {
         true,
     );
 }
+
+/// `namespaces`, `weights` and `max_running_per_key` (docs/semantics.md#fair-claim): checked
+/// in full, then refused on the database sources, which have no fair claim yet.
+#[test]
+fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
+    let cases = [
+        (
+            "    namespace: ns\n    namespaces: [a]\n    task_names: [echo]\n",
+            "namespace and namespaces are exclusive: give exactly one of them",
+        ),
+        (
+            "    namespaces: []\n    task_names: [echo]\n",
+            "namespaces must not be empty",
+        ),
+        (
+            "    namespaces: [a, ' a ']\n    task_names: [echo]\n",
+            "namespaces must be unique (`a` appears twice)",
+        ),
+        (
+            "    namespaces: all\n    task_names: [echo]\n",
+            "namespaces must be \"*\" (every namespace) or a sequence of namespaces",
+        ),
+        (
+            "    namespace: ns\n    task_names: [echo]\n    weights: {big: 0}\n",
+            "weights.big must be an integer from 1 to 1000 (got 0)",
+        ),
+        (
+            "    namespace: ns\n    task_names: [echo]\n    weights: {'a b': 2}\n",
+            "weights: fairness_key may contain only",
+        ),
+        (
+            "    namespace: ns\n    task_names: [echo]\n    max_running_per_key: 0\n",
+            "max_running_per_key must be an integer >= 1 (got 0)",
+        ),
+        (
+            "    namespaces: '*'\n    task_names: [echo]\n",
+            "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
+             (the fair claim) is not implemented by the MySQL, PostgreSQL and SQLite backends yet",
+        ),
+        (
+            "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
+            "weights: a claim of several namespaces",
+        ),
+    ];
+    for (fields, expected) in cases {
+        let got = err(&source_doc(fields), false);
+        assert!(
+            got.contains(expected),
+            "{fields}\n  expected: {expected}\n  got: {got}"
+        );
+    }
+}
