@@ -633,7 +633,7 @@ fn app_tracing() {
 }
 
 /// `namespaces`, `weights` and `max_running_per_key` (docs/semantics.md#fair-claim): checked
-/// in full, then refused on the database sources, which have no fair claim yet.
+/// in full, then refused on the MySQL sources (no fair claim yet) and kept on PostgreSQL ones.
 #[test]
 fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
     let cases = [
@@ -668,7 +668,8 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
         (
             "    namespaces: '*'\n    task_names: [echo]\n",
             "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
-             (the fair claim) is not implemented by the MySQL, PostgreSQL and SQLite backends yet",
+             (the fair claim) is not implemented by the MySQL and SQLite backends yet (the \
+             PostgreSQL backend has it)",
         ),
         (
             "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
@@ -681,5 +682,21 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
             got.contains(expected),
             "{fields}\n  expected: {expected}\n  got: {got}"
         );
+    }
+}
+
+#[test]
+fn fair_claim_keys_reach_a_postgres_source() {
+    let yaml = "app:\n  name: demo\nresources:\n  db:\n    type: postgres\n    dsn: postgres://x\n  jobs:\n    type: postgres_execution_source\n    connector: db\n    namespaces: [a, b]\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\ntasks:\n  - name: echo\n    source: jobs\n    handler: {component: echo.wasm}\n";
+    for strict in [false, true] {
+        let config = load_text(yaml, strict).expect("valid");
+        let source = config.sources.get("jobs").expect("a source");
+        assert_eq!(
+            source.scope,
+            onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(source.namespace, "a,b");
+        assert_eq!(source.fair.weights.get("big"), Some(&3));
+        assert_eq!(source.fair.max_running_per_key, Some(2));
     }
 }
