@@ -202,3 +202,71 @@ async fn a_cap_holds_under_concurrent_claimers() {
     b.close().await.expect("close");
     db.drop_database().await.expect("drop");
 }
+
+/// The starvation case of issue 30 at the store: key A has 20,000 queued, keys B–K 50 each;
+/// three claimers drain it. Every B–K execution starts before half of A's backlog has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn small_keys_start_before_half_of_a_big_backlog() {
+    let db = common::scratch().await;
+    let mut o = StoreOptions::new(db.dsn());
+    o.pool_max = 8;
+    let b = PgBackend::open(o).await.expect("open");
+    let mut spec: Vec<(String, usize)> = vec![("A".to_owned(), 20_000)];
+    spec.extend(('B'..='K').map(|c| (c.to_string(), 50)));
+    let spec_ref: Vec<(&str, usize)> = spec.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    submit_keys(&b, &spec_ref).await;
+    let order = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut claimers = Vec::new();
+    for w in 0..3 {
+        let b = b.clone();
+        let order = Arc::clone(&order);
+        claimers.push(tokio::spawn(async move {
+            loop {
+                let got = b
+                    .claim(&request(100, None, &format!("w{w}")))
+                    .await
+                    .expect("claim");
+                if got.is_empty() {
+                    break;
+                }
+                {
+                    let mut o = order.lock().expect("order");
+                    o.extend(
+                        got.iter()
+                            .map(|l| l.execution.effective_fairness_key().to_owned()),
+                    );
+                    // Stop once well past the point that matters.
+                    if o.len() >= 12_000 {
+                        break;
+                    }
+                }
+                let refs: Vec<_> = got.iter().map(|l| l.lease_ref()).collect();
+                for r in refs {
+                    b.complete(&r, &Completion::succeeded(json!(1)))
+                        .await
+                        .expect("complete");
+                }
+            }
+        }));
+    }
+    for c in claimers {
+        c.await.expect("claimer");
+    }
+    let order = order.lock().expect("order").clone();
+    let mut a_started = 0usize;
+    let mut others = 0usize;
+    for k in &order {
+        if k == "A" {
+            a_started += 1;
+        } else {
+            others += 1;
+            assert!(
+                a_started < 10_000,
+                "a B–K execution started after {a_started} of A's"
+            );
+        }
+    }
+    assert_eq!(others, 500, "every B–K execution started");
+    b.close().await.expect("close");
+    db.drop_database().await.expect("drop");
+}
