@@ -340,7 +340,10 @@ fn api_section() {
         );
     }
     // Event streams (docs/http-api.md#stream): 256 at once and 600 s each by default.
-    assert_eq!((a.settings.max_streams, a.settings.max_stream_s), (256, 600));
+    assert_eq!(
+        (a.settings.max_streams, a.settings.max_stream_s),
+        (256, 600)
+    );
     let cfg = load_api("{connector: db, namespace: n, max_streams: 0, max_stream_s: 86400}")
         .expect("streams off, a day each");
     let s = &cfg.api.as_ref().expect("api").settings;
