@@ -477,14 +477,19 @@ impl StreamHub {
         Arc::clone(&self.inner.permits)
             .try_acquire_owned()
             .map_err(|_| {
-                ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    code::TOO_MANY_STREAMS,
+                let message = if self.inner.max_streams == 0 {
+                    "event streams are turned off on this server (api.max_streams: 0)".to_owned()
+                } else {
                     format!(
                         "this server already has {} event streams open (api.max_streams); \
                          retry later",
                         self.inner.max_streams
-                    ),
+                    )
+                };
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    code::TOO_MANY_STREAMS,
+                    message,
                 )
             })
     }
