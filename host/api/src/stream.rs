@@ -888,6 +888,71 @@ mod tests {
         assert_eq!(events[1].0, "log 1 8 skipped 0");
     }
 
+    #[tokio::test]
+    async fn every_stream_of_one_execution_shares_one_feed_which_ends_with_the_last() {
+        let store = Arc::new(MemoryStore::new(
+            Arc::new(ManualClock::default()),
+            Limits::default(),
+        ));
+        let e = store
+            .submit(prepared("ns", "t", serde_json::json!(1)))
+            .await
+            .expect("submit");
+        let client = ExecutionClient::new(store.clone(), "ns", Limits::default()).expect("client");
+        let waits = WaitHub::new(store.clone(), Duration::from_millis(5));
+        let hub = StreamHub::new(8, Duration::from_secs(60), Duration::from_millis(20));
+        let mut streams: Vec<_> = (0..100)
+            .map(|_| hub.subscribe(&client, e.id, &waits))
+            .collect();
+        assert_eq!(hub.feeds(), 1, "100 streams, one reader");
+        for rx in &mut streams {
+            let snapshot = rx
+                .wait_for(Option::is_some)
+                .await
+                .expect("a snapshot")
+                .clone()
+                .expect("some");
+            assert_eq!(
+                snapshot.execution.as_ref().map(|e| e.status),
+                Some(ExecutionStatus::Queued)
+            );
+        }
+        // A cancel reaches every stream through the one feed, which then ends (terminal).
+        store.cancel("ns", e.id, None).await.expect("cancel");
+        for rx in &mut streams {
+            let snapshot = rx
+                .wait_for(|s| s.as_ref().is_some_and(|s| s.finished()))
+                .await
+                .expect("the terminal snapshot")
+                .clone()
+                .expect("some");
+            assert!(end_event(e.id, &snapshot).is_some());
+        }
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while hub.feeds() > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the feed ended with its execution");
+
+        // A feed of a live execution ends when its last stream goes.
+        let live = store
+            .submit(prepared("ns", "t", serde_json::json!(2)))
+            .await
+            .expect("submit");
+        let rx = hub.subscribe(&client, live.id, &waits);
+        assert_eq!(hub.feeds(), 1);
+        drop(rx);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while hub.feeds() > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the feed ended with its last stream");
+    }
+
     #[test]
     fn event_ids_are_six_integers() {
         let p: Position = "3.4.2.17.2.1800000000123456".parse().expect("parses");
