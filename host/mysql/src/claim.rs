@@ -92,8 +92,17 @@ impl MySqlBackend {
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
     ) -> OpResult<Vec<ExecutionLease>> {
-        let namespace = plain_claim_namespace(req, "MySQL")?;
+        // docs/semantics.md#fair-claim: one task name on tables with the keys table.
+        let fair = self.inner.features.fair_keys && req.task_names.len() == 1;
+        let namespace = if fair {
+            ""
+        } else {
+            plain_claim_namespace(req, "MySQL")?
+        };
         self.maintain(tx, now).await?;
+        if fair {
+            return self.fair_claim(tx, req, now, lease_expires_at).await;
+        }
 
         let mut params: Vec<DbValue> = vec![namespace.into()];
         params.extend(req.task_names.iter().map(|t| DbValue::from(t.as_str())));
@@ -126,7 +135,7 @@ impl MySqlBackend {
 
     /// Moves the undecodable rows a claim read (locked, by their stored id) to
     /// `now + UNDECODABLE_DEFER_S`, nothing else changed (docs/semantics.md#undecodable-rows).
-    async fn defer_undecodable(
+    pub(crate) async fn defer_undecodable(
         &self,
         tx: &mut Transaction<'_>,
         ids: Vec<DbValue>,
@@ -147,7 +156,7 @@ impl MySqlBackend {
 
     /// The stored traceparents of the claimed executions (docs/observability.md#traces): one
     /// primary-key lookup per claim batch, and none while traces are off.
-    async fn trace_parents(
+    pub(crate) async fn trace_parents(
         &self,
         tx: &mut Transaction<'_>,
         picked: &[ExecutionLease],
@@ -168,7 +177,7 @@ impl MySqlBackend {
     }
 
     /// Step 5, set-based: one UPDATE (T2) and one multi-row INSERT of `running` attempts.
-    async fn write_claims(
+    pub(crate) async fn write_claims(
         &self,
         tx: &mut Transaction<'_>,
         picked: &[ExecutionLease],
