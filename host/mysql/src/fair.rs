@@ -399,35 +399,37 @@ impl MySqlBackend {
         Ok(picked)
     }
 
-    /// The `running`/`cancel_requested` rows of each locked key.
+    /// The `running`/`cancel_requested` rows of each locked key: one `UNION ALL` of per-key
+    /// counts, each a range of `ix_<T>_fair_running` over the key's two running statuses (its
+    /// finished rows are never read).
     async fn running_counts(
         &self,
         tx: &mut Transaction<'_>,
         task: &str,
         keys: &[LockedKey],
     ) -> OpResult<HashMap<Key, u64>> {
-        let namespaces: BTreeSet<&str> = keys.iter().map(|k| k.namespace.as_str()).collect();
-        let mut params: Vec<DbValue> = vec![task.into()];
-        params.extend(namespaces.iter().map(|n| DbValue::from(*n)));
-        let sql = format!(
-            "SELECT e.namespace, e.fair_key, COUNT(*) FROM `{t}` e FORCE INDEX (`{ix}`) \
-             WHERE e.task_name = ? AND e.namespace IN ({ns}) \
-             AND e.status IN ('running','cancel_requested') GROUP BY e.namespace, e.fair_key",
-            t = self.t(),
-            ix = ix_fair_running(&self.inner.names),
-            ns = placeholders(namespaces.len()),
-        );
-        let rows: Vec<Row> = tx.exec(sql, Params::Positional(params)).await?;
-        let mut out = HashMap::new();
-        for mut r in rows {
-            let n: u64 = r
-                .take_opt(2)
-                .and_then(Result::ok)
-                .ok_or_else(|| ExecutionError::Encoding("fair claim: running count".into()))?;
-            let key = row_key(r)?;
-            out.insert(key, n);
+        let mut params: Vec<DbValue> = Vec::with_capacity(keys.len() * 3);
+        let mut parts = Vec::with_capacity(keys.len());
+        for (j, k) in keys.iter().enumerate() {
+            params.push(task.into());
+            let m = key_match(&k.namespace, &k.key, &mut params);
+            parts.push(format!(
+                "(SELECT {j} AS k, COUNT(*) FROM `{t}` e FORCE INDEX (`{ix}`) \
+                 WHERE e.task_name = ? AND {m} AND e.status IN ('running','cancel_requested'))",
+                t = self.t(),
+                ix = ix_fair_running(&self.inner.names),
+            ));
         }
-        Ok(out)
+        let rows: Vec<(usize, u64)> = tx
+            .exec(parts.join(" UNION ALL "), Params::Positional(params))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(j, n)| {
+                keys.get(j)
+                    .map(|k| ((k.namespace.clone(), k.key.clone()), n))
+            })
+            .collect())
     }
 
     /// Writes the outcomes of [`FairPlan::outcomes`]: passes, recheck times, and for keys that

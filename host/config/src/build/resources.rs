@@ -665,19 +665,20 @@ pub fn build_source(
         ));
     }
     let opts = source_options(node, "").map_err(|(n, msg)| ConfigError::at(&n, &path, msg))?;
-    // docs/semantics.md#fair-claim: parsed and checked above, served only by the in-memory
-    // store so far.
+    // docs/semantics.md#fair-claim: parsed and checked above; served by the MySQL/MariaDB
+    // backend (on tables with its keys table), not yet by the PostgreSQL and SQLite ones.
+    let fair_claim = matches!(e.kind.database(), DatabaseKind::Mysql);
     if let Some(key) = ["namespaces", "weights", "max_running_per_key"]
         .into_iter()
-        .find(|k| node.get(k).is_some())
+        .find(|k| !fair_claim && node.get(k).is_some())
     {
         let at = node.get(key).unwrap_or(node);
         return Err(ConfigError::at(
             at,
             &path,
             format!(
-                "{key}: {} by the MySQL, PostgreSQL and SQLite backends yet; give one \
-                 `namespace:` per source",
+                "{key}: {} by the PostgreSQL and SQLite backends yet; give one `namespace:` \
+                 per source",
                 onestep_core::store::fair::FAIR_CLAIM_UNSUPPORTED
             ),
         ));
