@@ -99,9 +99,8 @@ impl MySqlBackend {
             .last_sweep
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let due = last.is_none_or(|t| {
-            now < t || now - t >= chrono::Duration::milliseconds(SWEEP_EVERY_MS)
-        });
+        let due = last
+            .is_none_or(|t| now < t || now - t >= chrono::Duration::milliseconds(SWEEP_EVERY_MS));
         if due {
             *last = Some(now);
         }
@@ -161,7 +160,12 @@ impl MySqlBackend {
 
     /// The sweep (docs/semantics.md#fair-claim): inserts the keys of pending rows the keys
     /// table lacks at the virtual time, and wakes waiting keys that have a row available now.
-    async fn sweep(&self, tx: &mut Transaction<'_>, task: &str, now: DateTime<Utc>) -> OpResult<()> {
+    async fn sweep(
+        &self,
+        tx: &mut Transaction<'_>,
+        task: &str,
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
         let rows: Vec<Row> = tx.exec(self.sweep_keys_sql(), (task,)).await?;
         let mut pending: BTreeSet<Key> = BTreeSet::new();
         for r in rows {
@@ -353,11 +357,10 @@ impl MySqlBackend {
             let rows = rows
                 .into_iter()
                 .map(|r| (r.as_ref(0).cloned(), decode_execution(r)));
-            let (got, deferred) =
-                claim_rows(rows, self.attempt_ids, lease_expires_at, now, |e| {
-                    tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
+            let (got, deferred) = claim_rows(rows, self.attempt_ids, lease_expires_at, now, |e| {
+                tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
                         "claim skipped an undecodable row and deferred it");
-                });
+            });
             if !deferred.is_empty() {
                 self.defer_undecodable(tx, deferred, now).await?;
             }
@@ -480,8 +483,13 @@ impl MySqlBackend {
             }
         }
         if !passes.is_empty() {
-            self.set_column(tx, task, "pass", passes.into_iter().map(|(k, p)| (k, p.into())))
-                .await?;
+            self.set_column(
+                tx,
+                task,
+                "pass",
+                passes.into_iter().map(|(k, p)| (k, p.into())),
+            )
+            .await?;
         }
         if !ready.is_empty() {
             self.set_column(
