@@ -117,14 +117,13 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 4,
-            "each table (executions, attempts, diagnostics, traces) created exactly once"
+            created, 5,
+            "each table (executions, attempts, diagnostics, keys, traces) created exactly once"
         );
-        assert!(
-            backends
-                .iter()
-                .all(|b| b.schema_report().features.claimable_column)
-        );
+        assert!(backends.iter().all(|b| {
+            let f = b.schema_report().features;
+            f.claimable_column && f.fair_keys
+        }));
         for b in backends {
             b.close().await.expect("close");
         }
