@@ -118,7 +118,7 @@ impl MySqlBackend {
 
     /// Sweep step a: the distinct keys of the task's pending rows (one covering range of
     /// `ix_<T>_fair`, in index order).
-    pub(crate) fn sweep_keys_sql(&self) -> String {
+    fn sweep_keys_sql(&self) -> String {
         format!(
             "SELECT e.namespace, e.fair_key FROM `{t}` e FORCE INDEX (`{ix}`) \
              WHERE e.task_name = ? AND e.claimable = 1 GROUP BY e.namespace, e.fair_key",
@@ -129,7 +129,7 @@ impl MySqlBackend {
 
     /// Sweep step b: keys of the task waiting beyond the cap recheck that have a row available
     /// now (locked in primary-key order, skipping keys a claimer holds).
-    pub(crate) fn sweep_wake_sql(&self) -> String {
+    fn sweep_wake_sql(&self) -> String {
         format!(
             "SELECT k.namespace, k.fairness_key FROM `{k}` k \
              WHERE k.task_name = ? AND k.ready_at > ? AND EXISTS (SELECT 1 FROM `{t}` e \
@@ -144,7 +144,7 @@ impl MySqlBackend {
     }
 
     /// Step 2: up to `limit` ready keys of the task in scope, least pass first.
-    pub(crate) fn candidates_sql(&self, scope_len: Option<usize>, limit: u32) -> String {
+    fn candidates_sql(&self, scope_len: Option<usize>, limit: u32) -> String {
         let scope = match scope_len {
             Some(n) => format!(" AND namespace IN ({})", placeholders(n)),
             None => String::new(),
@@ -156,6 +156,70 @@ impl MySqlBackend {
             k = self.kt(),
             ix = ix_keys_pass(&self.inner.names),
         )
+    }
+
+    /// Step 3: lock the candidate keys (`tuples`: `(?, ?), …`) in primary-key order.
+    fn lock_keys_sql(&self, tuples: &str) -> String {
+        format!(
+            "SELECT namespace, fairness_key, pass FROM `{}` WHERE task_name = ? \
+             AND (namespace, fairness_key) IN ({tuples}) \
+             ORDER BY namespace, fairness_key FOR UPDATE",
+            self.kt()
+        )
+    }
+
+    /// Step 4, one key (`m`: its [`key_match`]): its running rows, labelled `j`.
+    fn running_part(&self, j: usize, m: &str) -> String {
+        format!(
+            "(SELECT {j} AS k, COUNT(*) FROM `{t}` e FORCE INDEX (`{ix}`) \
+             WHERE e.task_name = ? AND {m} AND e.status IN ('running','cancel_requested'))",
+            t = self.t(),
+            ix = ix_fair_running(&self.inner.names),
+        )
+    }
+
+    /// Step 6, one key: its `n` head rows in claim order, locked unless another claimer holds
+    /// them.
+    fn head_part(&self, m: &str, n: u32) -> String {
+        format!(
+            "(SELECT {cols} FROM `{t}` e FORCE INDEX (`{ix}`) \
+             WHERE e.task_name = ? AND e.claimable = 1 AND {m} AND e.available_at <= ? \
+             AND (e.expires_at IS NULL OR e.expires_at > ? OR {lost}) \
+             ORDER BY e.priority, e.available_at, e.created_at, e.id LIMIT {n} \
+             FOR UPDATE SKIP LOCKED)",
+            cols = self.cols_e(),
+            t = self.t(),
+            ix = ix_fair(&self.inner.names),
+            lost = self.lease_lost_retry_sql(),
+        )
+    }
+
+    /// Step 7, one key without a claimable row: the least `available_at` of its pending rows.
+    fn empty_part(&self, j: usize, m: &str) -> String {
+        format!(
+            "(SELECT {j} AS k, MIN(e.available_at) FROM `{t}` e FORCE INDEX (`{ix}`) \
+             WHERE e.task_name = ? AND e.claimable = 1 AND {m})",
+            t = self.t(),
+            ix = ix_fair(&self.inner.names),
+        )
+    }
+
+    /// The reads of the fair claim, with `?` placeholders, for EXPLAIN tooling and tests
+    /// (docs/schema.md#fair-claim-keys), each for one key that is its namespace (binds:
+    /// `fair_sweep` task; `fair_wake` task, now, now; `fair_candidates` task, now, namespace;
+    /// `fair_lock` task, namespace, key; `fair_running` task, namespace; `fair_heads` task,
+    /// namespace, now, now; `fair_empty` task, namespace).
+    pub fn fair_claim_read_statements(&self, limit: u32) -> Vec<(&'static str, String)> {
+        let m = "e.namespace = ? AND e.fair_key IS NULL";
+        vec![
+            ("fair_sweep", self.sweep_keys_sql()),
+            ("fair_wake", self.sweep_wake_sql()),
+            ("fair_candidates", self.candidates_sql(Some(1), limit)),
+            ("fair_lock", self.lock_keys_sql("(?, ?)")),
+            ("fair_running", self.running_part(0, m)),
+            ("fair_heads", self.head_part(m, limit)),
+            ("fair_empty", self.empty_part(0, m)),
+        ]
     }
 
     /// The sweep (docs/semantics.md#fair-claim): inserts the keys of pending rows the keys
@@ -299,15 +363,7 @@ impl MySqlBackend {
         let mut params: Vec<DbValue> = vec![task.into()];
         let tuples = key_tuples(&candidates, &mut params);
         let locked: Vec<(String, String, i64)> = tx
-            .exec(
-                format!(
-                    "SELECT namespace, fairness_key, pass FROM `{}` WHERE task_name = ? \
-                     AND (namespace, fairness_key) IN ({tuples}) \
-                     ORDER BY namespace, fairness_key FOR UPDATE",
-                    self.kt()
-                ),
-                Params::Positional(params),
-            )
+            .exec(self.lock_keys_sql(&tuples), Params::Positional(params))
             .await?;
         if locked.is_empty() {
             return Ok(Vec::new());
@@ -339,17 +395,7 @@ impl MySqlBackend {
                 let m = key_match(&k.namespace, &k.key, &mut params);
                 params.push(bind_time(now));
                 params.push(bind_time(now));
-                parts.push(format!(
-                    "(SELECT {cols} FROM `{t}` e FORCE INDEX (`{ix}`) \
-                     WHERE e.task_name = ? AND e.claimable = 1 AND {m} AND e.available_at <= ? \
-                     AND (e.expires_at IS NULL OR e.expires_at > ? OR {lost}) \
-                     ORDER BY e.priority, e.available_at, e.created_at, e.id LIMIT {n} \
-                     FOR UPDATE SKIP LOCKED)",
-                    cols = self.cols_e(),
-                    t = self.t(),
-                    ix = ix_fair(&self.inner.names),
-                    lost = self.lease_lost_retry_sql(),
-                ));
+                parts.push(self.head_part(m, *n));
             }
             let rows: Vec<Row> = tx
                 .exec(parts.join(" UNION ALL "), Params::Positional(params))
@@ -416,12 +462,7 @@ impl MySqlBackend {
         for (j, k) in keys.iter().enumerate() {
             params.push(task.into());
             let m = key_match(&k.namespace, &k.key, &mut params);
-            parts.push(format!(
-                "(SELECT {j} AS k, COUNT(*) FROM `{t}` e FORCE INDEX (`{ix}`) \
-                 WHERE e.task_name = ? AND {m} AND e.status IN ('running','cancel_requested'))",
-                t = self.t(),
-                ix = ix_fair_running(&self.inner.names),
-            ));
+            parts.push(self.running_part(j, m));
         }
         let rows: Vec<(usize, u64)> = tx
             .exec(parts.join(" UNION ALL "), Params::Positional(params))
@@ -462,12 +503,7 @@ impl MySqlBackend {
             for (j, (ns, k)) in empty.iter().enumerate() {
                 params.push(task.into());
                 let m = key_match(ns, k, &mut params);
-                parts.push(format!(
-                    "(SELECT {j} AS k, MIN(e.available_at) FROM `{t}` e FORCE INDEX (`{ix}`) \
-                     WHERE e.task_name = ? AND e.claimable = 1 AND {m})",
-                    t = self.t(),
-                    ix = ix_fair(&self.inner.names),
-                ));
+                parts.push(self.empty_part(j, m));
             }
             let rows: Vec<(usize, Option<chrono::NaiveDateTime>)> = tx
                 .exec(parts.join(" UNION ALL "), Params::Positional(params))
