@@ -633,8 +633,8 @@ fn app_tracing() {
 }
 
 /// `namespaces`, `weights` and `max_running_per_key` (docs/semantics.md#fair-claim): checked
-/// in full, then taken by MySQL/MariaDB sources (the fair claim) and refused on the PostgreSQL
-/// and SQLite sources, which have no fair claim yet.
+/// in full, then taken by the MySQL/MariaDB and PostgreSQL sources (the fair claim) and refused
+/// on the SQLite sources, which have no fair claim yet.
 #[test]
 fn fair_claim_keys_are_checked_then_taken_by_mysql_sources_only() {
     let cases = [
@@ -694,12 +694,13 @@ fn fair_claim_keys_are_checked_then_taken_by_mysql_sources_only() {
         cfg.sources["jobs"].scope,
         onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
     );
-    // The PostgreSQL and SQLite sources refuse them until their keys tables land.
+    // The SQLite sources refuse them until their keys table lands.
     let refused = [
         (
             "    namespaces: '*'\n    task_names: [echo]\n",
             "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
-             (the fair claim) is not implemented by the PostgreSQL and SQLite backends yet",
+             (the fair claim) is not implemented by the SQLite backend yet (the PostgreSQL and \
+             MySQL/MariaDB backends have it)",
         ),
         (
             "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
@@ -710,7 +711,7 @@ fn fair_claim_keys_are_checked_then_taken_by_mysql_sources_only() {
             "max_running_per_key: a claim of several namespaces",
         ),
     ];
-    for (db, dsn) in [("postgres", "postgres://x"), ("sqlite", "sqlite://x.db")] {
+    for (db, dsn) in [("sqlite", "sqlite://x.db")] {
         for (fields, expected) in refused {
             let doc = source_doc(fields)
                 .replace("type: mysql\n", &format!("type: {db}\n"))
@@ -725,5 +726,21 @@ fn fair_claim_keys_are_checked_then_taken_by_mysql_sources_only() {
                 "{db}: {fields}\n  expected: {expected}\n  got: {got}"
             );
         }
+    }
+}
+
+#[test]
+fn fair_claim_keys_reach_a_postgres_source() {
+    let yaml = "app:\n  name: demo\nresources:\n  db:\n    type: postgres\n    dsn: postgres://x\n  jobs:\n    type: postgres_execution_source\n    connector: db\n    namespaces: [a, b]\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\ntasks:\n  - name: echo\n    source: jobs\n    handler: {component: echo.wasm}\n";
+    for strict in [false, true] {
+        let config = load_text(yaml, strict).expect("valid");
+        let source = config.sources.get("jobs").expect("a source");
+        assert_eq!(
+            source.scope,
+            onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(source.namespace, "a,b");
+        assert_eq!(source.fair.weights.get("big"), Some(&3));
+        assert_eq!(source.fair.max_running_per_key, Some(2));
     }
 }
