@@ -2,6 +2,8 @@
 //! rows in claim-index order, then set-based writes — one UPDATE for the whole batch (per-row
 //! token via `CASE`), one multi-row INSERT of attempts — all in one transaction. The leases are
 //! built from the locked rows plus the UPDATE's known changes, so there is no read-back.
+//! A claim of one task name on tables with the keys table is the fair claim ([`crate::fair`],
+//! docs/semantics.md#fair-claim), which shares the maintenance and the writes.
 
 use std::collections::HashMap;
 
@@ -61,7 +63,9 @@ impl MySqlBackend {
         )
     }
 
-    /// The read statements a claim runs, with `?` placeholders, for EXPLAIN tooling and tests:
+    /// The read statements a plain claim runs (several task names, or tables without the keys
+    /// table; the fair claim's are [`Self::fair_claim_read_statements`]), with `?`
+    /// placeholders, for EXPLAIN tooling and tests:
     /// `(label, sql)` for the T5, T6 and T7 candidate reads and the locking claim read (binds:
     /// now; now; now; namespace, task names…, now, now).
     pub fn claim_read_statements(
