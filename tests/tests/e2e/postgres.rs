@@ -257,7 +257,7 @@ async fn worker_and_client_commands_on_postgres() -> Result<()> {
 /// The fair claim through a real worker (docs/semantics.md#fair-claim): one
 /// `postgres_execution_source` with `namespaces: "*"`, weights and `max_running_per_key` serves
 /// executions submitted to two namespaces, with and without fairness keys; `check --strict`
-/// accepts the source and a MySQL source with the same keys is refused with the reason.
+/// accepts the source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_source_serves_every_namespace_fairly() -> Result<()> {
     let db = onestep_postgres::ScratchDatabase::create(&pg_server(), "onestep_e2e_")
@@ -342,23 +342,6 @@ tasks:
             .with_context(|| worker.log())?;
         }
         drop(worker);
-        // The same keys on a MySQL source: refused with the reason and the place.
-        let mysql = yaml
-            .replace("type: postgres\n", "type: mysql\n")
-            .replace("postgres_execution_source", "mysql_execution_source");
-        let mysql_path = dir.path().join("mysql.yaml");
-        std::fs::write(&mysql_path, mysql)?;
-        let (code, out, err) = run_cli(
-            &["check", mysql_path.to_str().context("path")?],
-            &[("ONESTEP_DSN", "mysql://root@127.0.0.1:3306/x")],
-        )?;
-        let text = format!("{out}{err}");
-        ensure!(code == 2, "check exited {code}: {text}");
-        ensure!(
-            text.contains("namespaces: a claim of several namespaces")
-                && text.contains("not implemented by the MySQL and SQLite backends yet"),
-            "{text}"
-        );
         Ok(())
     }
     .await;
