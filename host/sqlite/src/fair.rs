@@ -78,7 +78,9 @@ pub(crate) struct FairSql {
     pub(crate) virtual_time: String,
     /// Adds a key at the virtual time, ready now (kept when present).
     pub(crate) insert_key: String,
-    /// Waiting keys (`ready_at > now`) with a row available now become ready now.
+    /// Waiting keys (`ready_at > now`) with a row available now become ready now. (The unary
+    /// `+` takes the TEXT affinity off the keys table's column: compared with it as is, the
+    /// index expression `COALESCE(…)`, which has none, cannot be searched.)
     pub(crate) wake_keys: String,
     /// Up to `?3` keys ready at `?2`, least pass first (every namespace).
     pub(crate) candidates_all: String,
@@ -99,8 +101,13 @@ pub(crate) struct FairSql {
 }
 
 impl FairSql {
-    pub(crate) fn new(t: &str, a: &str, k: &str, cols: &str) -> FairSql {
+    /// `fair` and `running` are the quoted fair and running indexes of the executions table:
+    /// every read of the executions names its index (`INDEXED BY`), so that the plan does not
+    /// depend on the planner's guesses or on `ANALYZE` statistics (without them SQLite prefers
+    /// the status index for the wake-up probe, a walk of the namespace's backlog).
+    pub(crate) fn new(t: &str, a: &str, k: &str, cols: &str, fair: &str, running: &str) -> FairSql {
         let key_e = "COALESCE(e.fairness_key, e.namespace)";
+        let tf = format!("{t} INDEXED BY {fair}");
         let one_key =
             format!("e.task_name = ?1 AND {key_e} = ?2 AND e.namespace = ?3 AND e.{PENDING}");
         let candidates = |scope: &str| {
@@ -112,15 +119,15 @@ impl FairSql {
         let key_row = "task_name = ?1 AND namespace = ?2 AND fairness_key = ?3";
         FairSql {
             first_key: format!(
-                "SELECT {KEY}, namespace FROM {t} WHERE task_name = ?1 AND {PENDING} \
+                "SELECT {KEY}, namespace FROM {tf} WHERE task_name = ?1 AND {PENDING} \
                  ORDER BY {KEY}, namespace LIMIT 1"
             ),
             next_namespace: format!(
-                "SELECT namespace FROM {t} WHERE task_name = ?1 AND {PENDING} AND {KEY} = ?2 \
+                "SELECT namespace FROM {tf} WHERE task_name = ?1 AND {PENDING} AND {KEY} = ?2 \
                  AND namespace > ?3 ORDER BY namespace LIMIT 1"
             ),
             next_key: format!(
-                "SELECT {KEY}, namespace FROM {t} WHERE task_name = ?1 AND {PENDING} \
+                "SELECT {KEY}, namespace FROM {tf} WHERE task_name = ?1 AND {PENDING} \
                  AND {KEY} > ?2 ORDER BY {KEY}, namespace LIMIT 1"
             ),
             virtual_time: format!("SELECT COALESCE(min(pass), 0) FROM {k} WHERE task_name = ?1"),
@@ -130,18 +137,18 @@ impl FairSql {
             ),
             wake_keys: format!(
                 "UPDATE {k} SET ready_at = ?2 WHERE task_name = ?1 AND ready_at > ?2 \
-                 AND EXISTS (SELECT 1 FROM {t} e WHERE e.task_name = ?1 \
-                 AND {key_e} = {k}.fairness_key AND e.namespace = {k}.namespace \
+                 AND EXISTS (SELECT 1 FROM {t} AS e INDEXED BY {fair} WHERE e.task_name = ?1 \
+                 AND {key_e} = +{k}.fairness_key AND e.namespace = {k}.namespace \
                  AND e.{PENDING} AND e.priority IN {PRIORITIES} AND e.available_at <= ?2)"
             ),
             candidates_all: candidates(""),
             candidates_listed: candidates(" AND namespace IN (SELECT value FROM json_each(?4))"),
             running: format!(
-                "SELECT count(*) FROM {t} WHERE task_name = ?1 AND {KEY} = ?2 \
+                "SELECT count(*) FROM {t} INDEXED BY {running} WHERE task_name = ?1 AND {KEY} = ?2 \
                  AND namespace = ?3 AND status IN ('running', 'cancel_requested')"
             ),
             heads: format!(
-                "SELECT {cols} FROM {t} e WHERE {one_key} AND e.available_at <= ?4 \
+                "SELECT {cols} FROM {t} AS e INDEXED BY {fair} WHERE {one_key} AND e.available_at <= ?4 \
                  AND (e.expires_at IS NULL OR e.expires_at > ?4 OR {lost_e}) \
                  ORDER BY e.priority, e.available_at, e.created_at, e.id LIMIT ?5",
                 lost_e = crate::worker_ops::lost(a, "e"),
@@ -149,7 +156,8 @@ impl FairSql {
             advance: format!("UPDATE {k} SET pass = ?4 WHERE {key_row}"),
             ready_at: format!("UPDATE {k} SET ready_at = ?4 WHERE {key_row}"),
             next_available: format!(
-                "SELECT min((SELECT min(e.available_at) FROM {t} e WHERE {one_key} \
+                "SELECT min((SELECT min(e.available_at) FROM {t} AS e INDEXED BY {fair} \
+                 WHERE {one_key} \
                  AND e.priority = p.value)) FROM json_each('[0,1,2,3,4,5,6,7,8,9]') p"
             ),
             delete_key: format!("DELETE FROM {k} WHERE {key_row}"),
@@ -182,7 +190,15 @@ pub(crate) type ReadRow = (Option<String>, Result<Execution, ExecutionError>);
 
 impl SqliteBackend {
     fn fair_sql(&self) -> FairSql {
-        FairSql::new(self.t(), self.a(), self.k(), self.cols())
+        let names = self.tables();
+        FairSql::new(
+            self.t(),
+            self.a(),
+            self.k(),
+            self.cols(),
+            &crate::schema::q(&crate::schema::fair_index(names)),
+            &crate::schema::q(&crate::schema::fair_running_index(names)),
+        )
     }
 
     /// The fair claim of `req` (exactly one task name) after the maintenance: a sweep when

@@ -87,6 +87,17 @@ pub fn keys_table(names: &TableNames) -> String {
     derived(&names.executions, "", "keys")
 }
 
+/// The fair claim's index of the executions table's pending rows: `ix_<T>_fair`.
+pub fn fair_index(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "fair")
+}
+
+/// The fair claim's index of the executions table's running rows (the cap's count):
+/// `ix_<T>_fair_running`.
+pub fn fair_running_index(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "fair_running")
+}
+
 /// `"name"`: a validated identifier, quoted.
 pub fn q(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -133,7 +144,7 @@ pub fn execution_indexes(names: &TableNames) -> Vec<(String, String)> {
             ),
         ),
         (
-            ix("fair"),
+            fair_index(names),
             format!(
                 "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (task_name, \
                  COALESCE(fairness_key, namespace), namespace, priority, available_at, \
@@ -141,7 +152,7 @@ pub fn execution_indexes(names: &TableNames) -> Vec<(String, String)> {
             ),
         ),
         (
-            ix("fair_running"),
+            fair_running_index(names),
             format!(
                 "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (task_name, \
                  COALESCE(fairness_key, namespace), namespace, status) \
@@ -392,7 +403,7 @@ pub(crate) fn ensure_schema(
     let t = &names.executions;
     let priority_columns = has_priority_columns(c, t)?;
     let mut fair_keys = priority_columns && exists(c, "table", &keys_table(names))?;
-    for name in [derived(t, "ix_", "fair"), derived(t, "ix_", "fair_running")]
+    for name in [fair_index(names), fair_running_index(names)]
         .into_iter()
         .chain(keys_indexes(names).into_iter().map(|(n, _)| n))
     {
