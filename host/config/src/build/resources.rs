@@ -665,19 +665,20 @@ pub fn build_source(
         ));
     }
     let opts = source_options(node, "").map_err(|(n, msg)| ConfigError::at(&n, &path, msg))?;
-    // docs/semantics.md#fair-claim: parsed and checked above, served only by the in-memory
-    // store so far.
+    // docs/semantics.md#fair-claim: parsed and checked above, served by the in-memory store
+    // and the SQLite backend so far.
     if let Some(key) = ["namespaces", "weights", "max_running_per_key"]
         .into_iter()
         .find(|k| node.get(k).is_some())
+        .filter(|_| e.kind.database() != DatabaseKind::Sqlite)
     {
         let at = node.get(key).unwrap_or(node);
         return Err(ConfigError::at(
             at,
             &path,
             format!(
-                "{key}: {} by the MySQL, PostgreSQL and SQLite backends yet; give one \
-                 `namespace:` per source",
+                "{key}: {} by the MySQL and PostgreSQL backends yet; give one `namespace:` per \
+                 source",
                 onestep_core::store::fair::FAIR_CLAIM_UNSUPPORTED
             ),
         ));

@@ -668,7 +668,7 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
         (
             "    namespaces: '*'\n    task_names: [echo]\n",
             "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
-             (the fair claim) is not implemented by the MySQL, PostgreSQL and SQLite backends yet",
+             (the fair claim) is not implemented by the MySQL and PostgreSQL backends yet",
         ),
         (
             "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
@@ -682,4 +682,31 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
             "{fields}\n  expected: {expected}\n  got: {got}"
         );
     }
+    // The SQLite backend has the fair claim: its sources take the keys (still checked).
+    let sqlite = |fields: &str| {
+        source_doc(fields)
+            .replace("type: mysql\n", "type: sqlite\n")
+            .replace("dsn: mysql://x", "dsn: sqlite:///var/q.db")
+            .replace(
+                "type: mysql_execution_source",
+                "type: sqlite_execution_source",
+            )
+    };
+    let doc = format!(
+        "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n",
+        sqlite(
+            "    namespaces: [a, b]\n    task_names: [echo]\n    weights: {big: 3}\n    \
+             max_running_per_key: 2\n"
+        )
+    );
+    let cfg = load_text(&doc, false).unwrap_or_else(|e| panic!("{e}\n{doc}"));
+    let source = &cfg.sources["jobs"];
+    assert_eq!(
+        source.scope,
+        onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+    );
+    assert_eq!(source.fair.weights.get("big"), Some(&3));
+    assert_eq!(source.fair.max_running_per_key, Some(2));
+    let got = err(&sqlite("    namespaces: []\n    task_names: [echo]\n"), false);
+    assert!(got.contains("namespaces must not be empty"), "{got}");
 }
