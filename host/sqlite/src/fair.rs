@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 use onestep_core::request::ClaimRequest;
-use onestep_core::store::fair::{FairPlan, KeyOutcome, LockedKey};
+use onestep_core::store::fair::{CAP_RECHECK_MS, FairPlan, KeyOutcome, LockedKey};
 use onestep_core::store::lease::LeaseWindow;
 use onestep_core::{Execution, ExecutionError, ExecutionLease};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -78,7 +78,8 @@ pub(crate) struct FairSql {
     pub(crate) virtual_time: String,
     /// Adds a key at the virtual time, ready now (kept when present).
     pub(crate) insert_key: String,
-    /// Waiting keys (`ready_at > now`) with a row available now become ready now. (The unary
+    /// Waiting keys (`ready_at` later than `?3`, now + [`CAP_RECHECK_MS`]: a key at its cap
+    /// waits that long and keeps its wait) with a row available now become ready now. (The unary
     /// `+` takes the TEXT affinity off the keys table's column: compared with it as is, the
     /// index expression `COALESCE(…)`, which has none, cannot be searched.)
     pub(crate) wake_keys: String,
@@ -136,7 +137,7 @@ impl FairSql {
                  VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING"
             ),
             wake_keys: format!(
-                "UPDATE {k} SET ready_at = ?2 WHERE task_name = ?1 AND ready_at > ?2 \
+                "UPDATE {k} SET ready_at = ?2 WHERE task_name = ?1 AND ready_at > ?3 \
                  AND EXISTS (SELECT 1 FROM {t} AS e INDEXED BY {fair} WHERE e.task_name = ?1 \
                  AND {key_e} = +{k}.fairness_key AND e.namespace = {k}.namespace \
                  AND e.{PENDING} AND e.priority IN {PRIORITIES} AND e.available_at <= ?2)"
@@ -229,7 +230,9 @@ impl SqliteBackend {
 
     /// Step 1: adds the keys of the task's pending rows the keys table lacks (a skip scan of
     /// the fair index: one probe per key and namespace) at the virtual time, and makes waiting
-    /// keys with a row available now ready now.
+    /// keys with a row available now ready now (not those at their cap, which wait at most
+    /// [`CAP_RECHECK_MS`]: a sweep would otherwise undo their wait, and a claim of few slots
+    /// would keep finding the capped key first).
     fn sweep(&self, c: &Connection, sql: &FairSql, task: &str, now: DateTime<Utc>) -> OpResult<()> {
         let now_s = ts(now);
         let vt: i64 = c
@@ -254,8 +257,9 @@ impl SqliteBackend {
                     .optional()?,
             };
         }
+        let soon = ts(now + chrono::Duration::milliseconds(CAP_RECHECK_MS));
         c.prepare_cached(&sql.wake_keys)?
-            .execute(params![task, now_s])?;
+            .execute(params![task, now_s, soon])?;
         self.inner.sweeps.record(task, now);
         Ok(())
     }
