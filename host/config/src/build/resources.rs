@@ -665,20 +665,25 @@ pub fn build_source(
         ));
     }
     let opts = source_options(node, "").map_err(|(n, msg)| ConfigError::at(&n, &path, msg))?;
-    // docs/semantics.md#fair-claim: parsed and checked above, served by the in-memory store
-    // and the SQLite backend so far.
+    // docs/semantics.md#fair-claim: parsed and checked above; the PostgreSQL and SQLite
+    // backends serve it, the MySQL/MariaDB backend not yet.
     if let Some(key) = ["namespaces", "weights", "max_running_per_key"]
         .into_iter()
         .find(|k| node.get(k).is_some())
-        .filter(|_| e.kind.database() != DatabaseKind::Sqlite)
+        .filter(|_| {
+            !matches!(
+                e.kind.database(),
+                DatabaseKind::Postgres | DatabaseKind::Sqlite
+            )
+        })
     {
         let at = node.get(key).unwrap_or(node);
         return Err(ConfigError::at(
             at,
             &path,
             format!(
-                "{key}: {} by the MySQL and PostgreSQL backends yet; give one `namespace:` per \
-                 source",
+                "{key}: {} by the MySQL backend yet (the PostgreSQL and SQLite backends have \
+                 it); give one `namespace:` per source",
                 onestep_core::store::fair::FAIR_CLAIM_UNSUPPORTED
             ),
         ));

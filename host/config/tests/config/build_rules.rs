@@ -633,7 +633,7 @@ fn app_tracing() {
 }
 
 /// `namespaces`, `weights` and `max_running_per_key` (docs/semantics.md#fair-claim): checked
-/// in full, then refused on the database sources, which have no fair claim yet.
+/// in full, then refused on the MySQL sources (no fair claim yet) and kept on PostgreSQL ones.
 #[test]
 fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
     let cases = [
@@ -668,7 +668,8 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
         (
             "    namespaces: '*'\n    task_names: [echo]\n",
             "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
-             (the fair claim) is not implemented by the MySQL and PostgreSQL backends yet",
+             (the fair claim) is not implemented by the MySQL backend yet (the PostgreSQL and \
+             SQLite backends have it)",
         ),
         (
             "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
@@ -699,14 +700,35 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
              max_running_per_key: 2\n"
         )
     );
-    let cfg = load_text(&doc, false).unwrap_or_else(|e| panic!("{e}\n{doc}"));
-    let source = &cfg.sources["jobs"];
-    assert_eq!(
-        source.scope,
-        onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+    for strict in [false, true] {
+        let cfg = load_text(&doc, strict).unwrap_or_else(|e| panic!("{e}\n{doc}"));
+        let source = &cfg.sources["jobs"];
+        assert_eq!(
+            source.scope,
+            onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(source.fair.weights.get("big"), Some(&3));
+        assert_eq!(source.fair.max_running_per_key, Some(2));
+    }
+    let got = err(
+        &sqlite("    namespaces: []\n    task_names: [echo]\n"),
+        false,
     );
-    assert_eq!(source.fair.weights.get("big"), Some(&3));
-    assert_eq!(source.fair.max_running_per_key, Some(2));
-    let got = err(&sqlite("    namespaces: []\n    task_names: [echo]\n"), false);
     assert!(got.contains("namespaces must not be empty"), "{got}");
+}
+
+#[test]
+fn fair_claim_keys_reach_a_postgres_source() {
+    let yaml = "app:\n  name: demo\nresources:\n  db:\n    type: postgres\n    dsn: postgres://x\n  jobs:\n    type: postgres_execution_source\n    connector: db\n    namespaces: [a, b]\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\ntasks:\n  - name: echo\n    source: jobs\n    handler: {component: echo.wasm}\n";
+    for strict in [false, true] {
+        let config = load_text(yaml, strict).expect("valid");
+        let source = config.sources.get("jobs").expect("a source");
+        assert_eq!(
+            source.scope,
+            onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(source.namespace, "a,b");
+        assert_eq!(source.fair.weights.get("big"), Some(&3));
+        assert_eq!(source.fair.max_running_per_key, Some(2));
+    }
 }
