@@ -166,6 +166,7 @@ impl FairSql {
     }
 
     /// Each statement with its name, for the plans in docs/sqlite.md#fair-claim.
+    #[cfg(feature = "test-support")]
     pub(crate) fn named(&self) -> Vec<(&'static str, &str)> {
         vec![
             ("first_key", &self.first_key),
