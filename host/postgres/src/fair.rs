@@ -31,20 +31,25 @@ use crate::schema::{KEY_EXPR, keys_table, q};
 /// How often one backend handle sweeps while its claims keep finding work.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
-/// When this backend handle last swept (claims of every source of the handle share it).
+/// When this backend handle last swept each task (claims of every source of the handle share
+/// it; one entry per task, so a busy task's sweeps never postpone another task's).
 #[derive(Debug, Default)]
-pub(crate) struct SweepGate(Mutex<Option<Instant>>);
+pub(crate) struct SweepGate(Mutex<HashMap<String, Instant>>);
 
 impl SweepGate {
-    /// Whether a sweep is due (`force`, or none for [`SWEEP_INTERVAL`]); marks it done.
-    fn due(&self, force: bool) -> bool {
+    /// Whether a sweep of `task` is due (`force`, or none for [`SWEEP_INTERVAL`]); marks it
+    /// done.
+    fn due(&self, task: &str, force: bool) -> bool {
         let Ok(mut last) = self.0.lock() else {
             return true;
         };
         let now = Instant::now();
-        let due = force || last.is_none_or(|t| now.duration_since(t) >= SWEEP_INTERVAL);
+        let due = force
+            || last
+                .get(task)
+                .is_none_or(|t| now.duration_since(*t) >= SWEEP_INTERVAL);
         if due {
-            *last = Some(now);
+            last.insert(task.to_owned(), now);
         }
         due
     }
@@ -224,14 +229,14 @@ impl PgBackend {
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
     ) -> OpResult<Vec<ExecutionLease>> {
-        let swept = self.inner.gate.due(false);
+        let swept = self.inner.gate.due(task, false);
         if swept {
             self.sweep(tx, sql, task, now).await?;
         }
         let leases = self
             .fair_round(tx, sql, req, task, now, lease_expires_at)
             .await?;
-        if !leases.is_empty() || swept || !self.inner.gate.due(true) {
+        if !leases.is_empty() || swept || !self.inner.gate.due(task, true) {
             return Ok(leases);
         }
         self.sweep(tx, sql, task, now).await?;
