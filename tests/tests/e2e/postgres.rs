@@ -342,23 +342,6 @@ tasks:
             .with_context(|| worker.log())?;
         }
         drop(worker);
-        // The same keys on a MySQL source: refused with the reason and the place.
-        let mysql = yaml
-            .replace("type: postgres\n", "type: mysql\n")
-            .replace("postgres_execution_source", "mysql_execution_source");
-        let mysql_path = dir.path().join("mysql.yaml");
-        std::fs::write(&mysql_path, mysql)?;
-        let (code, out, err) = run_cli(
-            &["check", mysql_path.to_str().context("path")?],
-            &[("ONESTEP_DSN", "mysql://root@127.0.0.1:3306/x")],
-        )?;
-        let text = format!("{out}{err}");
-        ensure!(code == 2, "check exited {code}: {text}");
-        ensure!(
-            text.contains("namespaces: a claim of several namespaces")
-                && text.contains("not implemented by the MySQL backend yet"),
-            "{text}"
-        );
         Ok(())
     }
     .await;

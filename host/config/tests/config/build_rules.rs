@@ -633,9 +633,9 @@ fn app_tracing() {
 }
 
 /// `namespaces`, `weights` and `max_running_per_key` (docs/semantics.md#fair-claim): checked
-/// in full, then refused on the MySQL sources (no fair claim yet) and kept on PostgreSQL ones.
+/// in full, then taken by the MySQL/MariaDB, PostgreSQL and SQLite sources (the fair claim).
 #[test]
-fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
+fn fair_claim_keys_are_checked_then_taken_by_database_sources() {
     let cases = [
         (
             "    namespace: ns\n    namespaces: [a]\n    task_names: [echo]\n",
@@ -665,16 +665,6 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
             "    namespace: ns\n    task_names: [echo]\n    max_running_per_key: 0\n",
             "max_running_per_key must be an integer >= 1 (got 0)",
         ),
-        (
-            "    namespaces: '*'\n    task_names: [echo]\n",
-            "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
-             (the fair claim) is not implemented by the MySQL backend yet (the PostgreSQL and \
-             SQLite backends have it)",
-        ),
-        (
-            "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
-            "weights: a claim of several namespaces",
-        ),
     ];
     for (fields, expected) in cases {
         let got = err(&source_doc(fields), false);
@@ -683,7 +673,27 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
             "{fields}\n  expected: {expected}\n  got: {got}"
         );
     }
-    // The SQLite backend has the fair claim: its sources take the keys (still checked).
+    // The MySQL/MariaDB source takes them (the fair claim, on tables with its keys table).
+    let fair = "    namespaces: '*'\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n";
+    let doc = format!(
+        "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n",
+        source_doc(fair)
+    );
+    let cfg = crate::common::load_text(&doc, false).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = &cfg.sources["jobs"];
+    assert_eq!(jobs.scope, onestep_core::request::NamespaceScope::All);
+    assert_eq!(jobs.fair.weights.get("big"), Some(&3));
+    assert_eq!(jobs.fair.max_running_per_key, Some(2));
+    let many = format!(
+        "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n",
+        source_doc("    namespaces: [a, b]\n    task_names: [echo]\n")
+    );
+    let cfg = crate::common::load_text(&many, true).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        cfg.sources["jobs"].scope,
+        onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+    );
+    // The SQLite source takes them too (still checked).
     let sqlite = |fields: &str| {
         source_doc(fields)
             .replace("type: mysql\n", "type: sqlite\n")
