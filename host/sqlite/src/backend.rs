@@ -96,6 +96,10 @@ pub(crate) struct Own {
     pub(crate) t: String,
     /// The quoted attempts table.
     pub(crate) a: String,
+    /// The quoted fairness-keys table (docs/semantics.md#fair-claim).
+    pub(crate) k: String,
+    /// When this handle last swept the keys of each task (the injected clock).
+    pub(crate) sweeps: crate::fair::Sweeps,
 }
 
 onestep_core::store_handle! {
@@ -194,6 +198,8 @@ impl SqliteBackend {
         let own = Own {
             t: crate::schema::q(&tables.executions),
             a: crate::schema::q(&tables.attempts),
+            k: crate::schema::q(&crate::schema::keys_table(&tables)),
+            sweeps: crate::fair::Sweeps::default(),
         };
         let inner = StoreCore::settle(
             opts,
@@ -359,6 +365,11 @@ impl SqliteBackend {
     /// The quoted attempts table.
     pub(crate) fn a(&self) -> &str {
         &self.inner.a
+    }
+
+    /// The quoted fairness-keys table.
+    pub(crate) fn k(&self) -> &str {
+        &self.inner.k
     }
 
     fn tx(&self) -> Tx<'_> {

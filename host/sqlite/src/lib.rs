@@ -25,6 +25,7 @@ mod client_ops;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;
+mod fair;
 mod handle;
 #[cfg(feature = "bench-support")]
 pub mod history;

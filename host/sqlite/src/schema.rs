@@ -14,10 +14,14 @@ pub const NAME_LIMIT: usize = 63;
 
 onestep_core::schema_features! {
     /// Which schema parts the opened tables have (detected once at open): the
-    /// [`CommonFeatures`] plus the expiry index.
+    /// [`CommonFeatures`] plus the expiry index and the fair claim's keys table.
     pub struct SchemaFeatures {
         /// The executions table has the `ix_<T>_expiry` partial index.
         pub expiry_index: bool,
+        /// The fairness-keys table `<T>_keys` with its pass index, and the executions table's
+        /// fair and running indexes (docs/semantics.md#fair-claim): single-task claims are
+        /// fair claims; without them a claim is the plain claim of one namespace.
+        pub fair_keys: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected.
     pub type SchemaReport;
@@ -35,10 +39,17 @@ impl SchemaFeatureSet for SchemaFeatures {
                  are refused; add them with",
             );
         }
-        (!(self.expiry_index && self.list_indexes)).then_some(
-            "execution tables without onestep's expiry and status indexes: expiry reads every \
-             live row, and the dashboard's counts and lists read the namespace's history; add \
-             them with",
+        if !(self.expiry_index && self.list_indexes) {
+            return Some(
+                "execution tables without onestep's expiry and status indexes: expiry reads \
+                 every live row, and the dashboard's counts and lists read the namespace's \
+                 history; add them with",
+            );
+        }
+        (!self.fair_keys).then_some(
+            "execution tables without the fairness-keys table and the fair claim's indexes: \
+             claims serve one namespace in plain priority order, and claims of several \
+             namespaces, with weights or with max_running_per_key are refused; add them with",
         )
     }
 
@@ -69,6 +80,22 @@ pub fn diagnostics_table(names: &TableNames) -> String {
 /// The trace-context table: `<T>_traces`.
 pub fn traces_table(names: &TableNames) -> String {
     derived(&names.executions, "", "traces")
+}
+
+/// The fairness-keys table of the fair claim: `<T>_keys` (docs/semantics.md#fair-claim).
+pub fn keys_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "keys")
+}
+
+/// The fair claim's index of the executions table's pending rows: `ix_<T>_fair`.
+pub fn fair_index(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "fair")
+}
+
+/// The fair claim's index of the executions table's running rows (the cap's count):
+/// `ix_<T>_fair_running`.
+pub fn fair_running_index(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "fair_running")
 }
 
 /// `"name"`: a validated identifier, quoted.
@@ -114,6 +141,22 @@ pub fn execution_indexes(names: &TableNames) -> Vec<(String, String)> {
             format!(
                 "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (expires_at, id) \
                  WHERE status IN ('queued', 'retrying') AND expires_at IS NOT NULL"
+            ),
+        ),
+        (
+            fair_index(names),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (task_name, \
+                 COALESCE(fairness_key, namespace), namespace, priority, available_at, \
+                 created_at, id) WHERE status IN ('queued', 'retrying')"
+            ),
+        ),
+        (
+            fair_running_index(names),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (task_name, \
+                 COALESCE(fairness_key, namespace), namespace, status) \
+                 WHERE status IN ('running', 'cancel_requested')"
             ),
         ),
         (
@@ -245,6 +288,35 @@ pub fn diagnostics_ddl(names: &TableNames) -> Vec<String> {
     ]
 }
 
+/// `CREATE TABLE` for the fairness-keys table: one row per `(task_name, namespace,
+/// fairness_key)` that may have pending work, its stride `pass` and `ready_at`
+/// (docs/semantics.md#fair-claim). Its pass index: [`keys_indexes`].
+pub fn keys_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  task_name TEXT NOT NULL,\n\
+  namespace TEXT NOT NULL,\n\
+  fairness_key TEXT NOT NULL,\n\
+  pass INTEGER DEFAULT 0 NOT NULL,\n\
+  ready_at TEXT NOT NULL,\n\
+  PRIMARY KEY (task_name, namespace, fairness_key)\n\
+) WITHOUT ROWID",
+        q(&keys_table(names))
+    )
+}
+
+/// The index of the fairness-keys table beyond its primary key: `(name, definition)`, the
+/// candidates' order (least pass first).
+pub fn keys_indexes(names: &TableNames) -> Vec<(String, String)> {
+    vec![(
+        derived(&names.executions, "ix_", "keys_pass"),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {{}} ON {} (task_name, pass, namespace, fairness_key)",
+            q(&keys_table(names))
+        ),
+    )]
+}
+
 /// `CREATE TABLE` for the trace-context table (the submit's W3C `traceparent`, one row per
 /// execution, written only while traces are on).
 pub fn traces_ddl(names: &TableNames) -> String {
@@ -303,6 +375,14 @@ pub(crate) fn ensure_schema(
             tx.execute_batch(&traces_ddl(names))?;
             created.push(tr);
         }
+        let k = keys_table(names);
+        if !exists(&tx, "table", &k)? {
+            tx.execute_batch(&keys_ddl(names))?;
+            for (name, def) in keys_indexes(names) {
+                tx.execute_batch(&index_sql(&name, &def))?;
+            }
+            created.push(k);
+        }
         tx.commit()?;
     } else {
         let mut missing = Vec::new();
@@ -321,15 +401,24 @@ pub(crate) fn ensure_schema(
         }
     }
     let t = &names.executions;
+    let priority_columns = has_priority_columns(c, t)?;
+    let mut fair_keys = priority_columns && exists(c, "table", &keys_table(names))?;
+    for name in [fair_index(names), fair_running_index(names)]
+        .into_iter()
+        .chain(keys_indexes(names).into_iter().map(|(n, _)| n))
+    {
+        fair_keys = fair_keys && exists(c, "index", &name)?;
+    }
     let features = SchemaFeatures {
         expiry_index: exists(c, "index", &derived(t, "ix_", "expiry"))?,
+        fair_keys,
         common: CommonFeatures {
             list_indexes: exists(c, "index", &derived(t, "ix_", "status"))?
                 && exists(c, "index", &derived(t, "ix_", "status_list"))?
                 && exists(c, "index", &derived(t, "ix_", "task_list"))?,
             diagnostics_table: exists(c, "table", &diagnostics_table(names))?,
             traces_table: exists(c, "table", &traces_table(names))?,
-            priority_columns: has_priority_columns(c, t)?,
+            priority_columns,
         },
     };
     Ok(SchemaReport::new(created, features))
@@ -382,11 +471,16 @@ pub(crate) fn add_missing_columns(c: &Connection, names: &TableNames) -> OpResul
     Ok(added)
 }
 
-/// `onestep migrate --upgrade`: the indexes of [`execution_indexes`] the executions table lacks,
-/// created in the caller's `BEGIN IMMEDIATE` transaction; returns the names added.
+/// `onestep migrate --upgrade`: the indexes of [`execution_indexes`] the executions table lacks
+/// and those of [`keys_indexes`] (the keys table itself is created at open, with the other
+/// missing tables), created in the caller's `BEGIN IMMEDIATE` transaction; returns the names
+/// added.
 pub(crate) fn add_missing_indexes(c: &Connection, names: &TableNames) -> OpResult<Vec<String>> {
     let mut added = Vec::new();
-    for (name, def) in execution_indexes(names) {
+    for (name, def) in execution_indexes(names)
+        .into_iter()
+        .chain(keys_indexes(names))
+    {
         if !exists(c, "index", &name)? {
             c.execute_batch(&index_sql(&name, &def))?;
             added.push(name);

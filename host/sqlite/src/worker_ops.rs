@@ -16,7 +16,7 @@ use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{self, CompletionTx, LockedRows, SetWrite};
-use onestep_core::store::fair::plain_claim_namespace;
+use onestep_core::store::fair::{FAIR_CLAIM_UNSUPPORTED, plain_claim_namespace};
 use onestep_core::store::lease::{LeaseWindow, claim_rows, heartbeat_answer};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -26,6 +26,7 @@ use uuid::Uuid;
 use crate::backend::SqliteBackend;
 use crate::client_ops::{id_array, select_by_id};
 use crate::errors::{OpError, OpResult};
+use crate::fair::ReadRow;
 use crate::rows::{decode_execution, error_text, json, ots, text, ts, uid};
 
 fn stale(reason: StaleReason) -> OpError {
@@ -41,7 +42,7 @@ fn status_list(list: &[ExecutionStatus]) -> String {
 }
 
 /// docs/semantics.md#lease-lost-retry, for the executions alias `alias`.
-fn lost(a: &str, alias: &str) -> String {
+pub(crate) fn lost(a: &str, alias: &str) -> String {
     format!(
         "({alias}.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
          WHERE la.execution_id = {alias}.id AND la.attempt_no = {alias}.attempts \
@@ -112,16 +113,48 @@ impl SqliteBackend {
         }
     }
 
+    /// The claim (docs/semantics.md#claim-and-maintenance): the maintenance, then the fair
+    /// claim of one task name on tables with the keys table (docs/semantics.md#fair-claim),
+    /// else the plain claim of one namespace.
     fn claim_in(
         &self,
         c: &Connection,
         req: &ClaimRequest,
         window: LeaseWindow,
     ) -> OpResult<Vec<ExecutionLease>> {
-        let namespace = plain_claim_namespace(req, "SQLite")?;
-        let (now, lease_expires_at) = (window.now, window.expires_at);
-        let now_s = ts(now);
+        let has_keys = self.schema_report().features.fair_keys;
+        let fair = has_keys && req.task_names.len() == 1;
+        let namespace = if fair {
+            None
+        } else if !has_keys && req.needs_fair_keys() {
+            return Err(ExecutionError::invalid(format!(
+                "{FAIR_CLAIM_UNSUPPORTED} on SQLite tables without the fairness-keys table and \
+                 the fair indexes; add them with `onestep migrate --upgrade`"
+            ))
+            .into());
+        } else {
+            Some(plain_claim_namespace(req, "SQLite")?)
+        };
+        let now_s = ts(window.now);
         self.maintain(c, &now_s)?;
+        match namespace {
+            None => self.fair_claim_in(c, req, window),
+            Some(ns) => {
+                let rows = self.plain_read(c, req, ns, &now_s)?;
+                self.claim_read_rows(c, req, window, rows)
+            }
+        }
+    }
+
+    /// The plain claim's read: up to `limit` claimable rows of the task names in `namespace`,
+    /// in claim order.
+    fn plain_read(
+        &self,
+        c: &Connection,
+        req: &ClaimRequest,
+        namespace: &str,
+        now_s: &str,
+    ) -> OpResult<Vec<ReadRow>> {
         let (t, a) = (self.t(), self.a());
         let sql = format!(
             "SELECT {cols} FROM {t} e \
@@ -135,14 +168,26 @@ impl SqliteBackend {
         );
         let tasks = serde_json::to_string(&req.task_names)
             .map_err(|e| ExecutionError::Encoding(format!("task names: {e}")))?;
-        let rows: Vec<(Option<String>, Result<Execution, ExecutionError>)> = {
-            let mut st = c.prepare_cached(&sql)?;
-            let rows = st.query_map(
-                params![namespace, tasks, now_s, i64::from(req.limit)],
-                |r| Ok((r.get::<_, String>(0).ok(), decode_execution(r))),
-            )?;
-            rows.collect::<Result<_, _>>()?
-        };
+        let mut st = c.prepare_cached(&sql)?;
+        let rows = st.query_map(
+            params![namespace, tasks, now_s, i64::from(req.limit)],
+            |r| Ok((r.get::<_, String>(0).ok(), decode_execution(r))),
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Claims the rows a claim read (T2 for each decodable row, its attempt and trace parent;
+    /// an undecodable row is deferred instead), in the order read.
+    pub(crate) fn claim_read_rows(
+        &self,
+        c: &Connection,
+        req: &ClaimRequest,
+        window: LeaseWindow,
+        rows: Vec<ReadRow>,
+    ) -> OpResult<Vec<ExecutionLease>> {
+        let (now, lease_expires_at) = (window.now, window.expires_at);
+        let now_s = ts(now);
+        let (t, a) = (self.t(), self.a());
         let (mut leases, deferred) = claim_rows(
             rows.into_iter(),
             self.attempt_ids,

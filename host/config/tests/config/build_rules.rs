@@ -633,10 +633,9 @@ fn app_tracing() {
 }
 
 /// `namespaces`, `weights` and `max_running_per_key` (docs/semantics.md#fair-claim): checked
-/// in full, then taken by the MySQL/MariaDB and PostgreSQL sources (the fair claim) and refused
-/// on the SQLite sources, which have no fair claim yet.
+/// in full, then taken by the MySQL/MariaDB, PostgreSQL and SQLite sources (the fair claim).
 #[test]
-fn fair_claim_keys_are_checked_then_taken_by_mysql_sources_only() {
+fn fair_claim_keys_are_checked_then_taken_by_database_sources() {
     let cases = [
         (
             "    namespace: ns\n    namespaces: [a]\n    task_names: [echo]\n",
@@ -694,39 +693,38 @@ fn fair_claim_keys_are_checked_then_taken_by_mysql_sources_only() {
         cfg.sources["jobs"].scope,
         onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
     );
-    // The SQLite sources refuse them until their keys table lands.
-    let refused = [
-        (
-            "    namespaces: '*'\n    task_names: [echo]\n",
-            "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
-             (the fair claim) is not implemented by the SQLite backend yet (the PostgreSQL and \
-             MySQL/MariaDB backends have it)",
-        ),
-        (
-            "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
-            "weights: a claim of several namespaces",
-        ),
-        (
-            "    namespace: ns\n    task_names: [echo]\n    max_running_per_key: 2\n",
-            "max_running_per_key: a claim of several namespaces",
-        ),
-    ];
-    for (db, dsn) in [("sqlite", "sqlite://x.db")] {
-        for (fields, expected) in refused {
-            let doc = source_doc(fields)
-                .replace("type: mysql\n", &format!("type: {db}\n"))
-                .replace("dsn: mysql://x", &format!("dsn: '{dsn}'"))
-                .replace(
-                    "type: mysql_execution_source",
-                    &format!("type: {db}_execution_source"),
-                );
-            let got = err(&doc, false);
-            assert!(
-                got.contains(expected),
-                "{db}: {fields}\n  expected: {expected}\n  got: {got}"
-            );
-        }
+    // The SQLite source takes them too (still checked).
+    let sqlite = |fields: &str| {
+        source_doc(fields)
+            .replace("type: mysql\n", "type: sqlite\n")
+            .replace("dsn: mysql://x", "dsn: sqlite:///var/q.db")
+            .replace(
+                "type: mysql_execution_source",
+                "type: sqlite_execution_source",
+            )
+    };
+    let doc = format!(
+        "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n",
+        sqlite(
+            "    namespaces: [a, b]\n    task_names: [echo]\n    weights: {big: 3}\n    \
+             max_running_per_key: 2\n"
+        )
+    );
+    for strict in [false, true] {
+        let cfg = load_text(&doc, strict).unwrap_or_else(|e| panic!("{e}\n{doc}"));
+        let source = &cfg.sources["jobs"];
+        assert_eq!(
+            source.scope,
+            onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(source.fair.weights.get("big"), Some(&3));
+        assert_eq!(source.fair.max_running_per_key, Some(2));
     }
+    let got = err(
+        &sqlite("    namespaces: []\n    task_names: [echo]\n"),
+        false,
+    );
+    assert!(got.contains("namespaces must not be empty"), "{got}");
 }
 
 #[test]
