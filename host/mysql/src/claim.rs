@@ -101,7 +101,7 @@ impl MySqlBackend {
         let namespace = if fair {
             ""
         } else {
-            plain_claim_namespace(req, "MySQL")?
+            plain_claim_namespace(req, self.inner.features.fair_keys)?
         };
         self.maintain(tx, now).await?;
         if fair {

@@ -98,7 +98,7 @@ impl PgBackend {
         };
         let namespace = match fair {
             Some(_) => None,
-            None => Some(plain_claim_namespace(req, "PostgreSQL")?),
+            None => Some(plain_claim_namespace(req, self.inner.fair.is_some())?),
         };
         let st = tx.prepare_cached(&self.sql().maintain).await?;
         tx.query_one(&st, &[&now]).await?;

@@ -16,7 +16,7 @@ use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{self, CompletionTx, LockedRows, SetWrite};
-use onestep_core::store::fair::{FAIR_CLAIM_UNSUPPORTED, plain_claim_namespace};
+use onestep_core::store::fair::plain_claim_namespace;
 use onestep_core::store::lease::{LeaseWindow, claim_rows, heartbeat_answer};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -126,14 +126,8 @@ impl SqliteBackend {
         let fair = has_keys && req.task_names.len() == 1;
         let namespace = if fair {
             None
-        } else if !has_keys && req.needs_fair_keys() {
-            return Err(ExecutionError::invalid(format!(
-                "{FAIR_CLAIM_UNSUPPORTED} on SQLite tables without the fairness-keys table and \
-                 the fair indexes; add them with `onestep migrate --upgrade`"
-            ))
-            .into());
         } else {
-            Some(plain_claim_namespace(req, "SQLite")?)
+            Some(plain_claim_namespace(req, has_keys)?)
         };
         let now_s = ts(window.now);
         self.maintain(c, &now_s)?;

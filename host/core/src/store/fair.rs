@@ -1,7 +1,6 @@
 //! The fair claim's bookkeeping (docs/semantics.md#fair-claim): how the keys of a claim split
-//! its slots and what each key's state becomes after it (the in-memory store runs it; the
-//! database backends refuse a claim that needs it, [`plain_claim_namespace`], until their keys
-//! table lands).
+//! its slots and what each key's state becomes after it; and the refusal of a claim that needs
+//! it where it cannot run ([`plain_claim_namespace`]). The statements are each backend's own.
 
 use std::collections::HashMap;
 
@@ -16,24 +15,27 @@ use crate::{ExecutionError, ExecutionStatus};
 /// How long a key at its running cap waits before a claim looks at it again.
 pub const CAP_RECHECK_MS: i64 = 250;
 
-/// The plain claim of a database backend that has no fair claim yet
-/// (docs/semantics.md#fair-claim): its one namespace, or `InvalidArgument` naming what it
-/// cannot serve.
-pub fn plain_claim_namespace<'a>(
-    req: &'a ClaimRequest,
-    backend: &str,
-) -> Result<&'a str, ExecutionError> {
+/// The namespace of a plain claim (docs/semantics.md#fair-claim): a claim of several task
+/// names, or any claim on tables without the fairness-keys table (`fair_keys` false), serves
+/// one namespace without weights or cap. Anything else is `InvalidArgument` naming the reason:
+/// on such tables the upgrade that adds the keys table, with the keys table the one task name a
+/// fair claim serves.
+pub fn plain_claim_namespace(req: &ClaimRequest, fair_keys: bool) -> Result<&str, ExecutionError> {
     match req.namespaces.single() {
         Some(ns) if !req.needs_fair_keys() => Ok(ns),
+        _ if fair_keys => Err(ExecutionError::invalid(format!(
+            "{FAIR_CLAIM_UNSUPPORTED}: a fair claim serves exactly one task name"
+        ))),
         _ => Err(ExecutionError::invalid(format!(
-            "{FAIR_CLAIM_UNSUPPORTED} by the {backend} backend yet"
+            "{FAIR_CLAIM_UNSUPPORTED}: it needs the fairness-keys table and the fair indexes, \
+             which these tables lack; add them with `onestep migrate --upgrade`"
         ))),
     }
 }
 
 /// The start of the refusal of [`plain_claim_namespace`].
 pub const FAIR_CLAIM_UNSUPPORTED: &str = "a claim of several namespaces, with weights or with max_running_per_key (the fair claim) \
-     is not implemented";
+     cannot be served here";
 
 /// One locked key row: `(namespace, fairness key)` of the claimed task and its pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,15 +209,18 @@ mod tests {
             worker_id: "w".into(),
             fair: FairShare::default(),
         };
-        assert_eq!(plain_claim_namespace(&req, "PostgreSQL").unwrap(), "ns");
+        assert_eq!(plain_claim_namespace(&req, false).unwrap(), "ns");
         req.fair.max_running_per_key = Some(1);
-        let e = plain_claim_namespace(&req, "PostgreSQL")
-            .unwrap_err()
-            .to_string();
+        let e = plain_claim_namespace(&req, false).unwrap_err().to_string();
         assert!(e.contains(FAIR_CLAIM_UNSUPPORTED), "{e}");
-        assert!(e.contains("by the PostgreSQL backend yet"), "{e}");
+        assert!(e.contains("onestep migrate --upgrade"), "{e}");
         req.fair = FairShare::default();
         req.namespaces = NamespaceScope::All;
-        assert!(plain_claim_namespace(&req, "MySQL").is_err());
+        req.task_names.push("u".into());
+        let e = plain_claim_namespace(&req, true).unwrap_err().to_string();
+        assert!(
+            e.contains("a fair claim serves exactly one task name"),
+            "{e}"
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! Fair-claim cases (docs/semantics.md#fair-claim): keys with pending work are served
 //! round-robin (least pass first, ties by namespace then key), weighted, within a per-key
 //! running cap counted across claimers; priorities order rows within a key only; a claim serves
-//! one namespace, a list, or all. A backend without the fair claim yet refuses a claim that
-//! needs it with a message naming it, which [`supported`] checks before a case returns early.
+//! one namespace, a list, or all. On tables without the fairness-keys table (reference tables
+//! before `onestep migrate --upgrade`) a claim that needs it is refused with the upgrade
+//! message, which [`supported`] checks before a case returns early.
 
 use onestep_core::execution::Completion;
 use onestep_core::request::{ClaimRequest, NamespaceScope, SubmitRequest};
@@ -42,8 +43,8 @@ fn request(scope: NamespaceScope, fair: FairShare, limit: u32) -> ClaimRequest {
     }
 }
 
-/// Whether the store runs fair claims; `false` (checked: the refusal naming the fair claim)
-/// on a backend without it yet.
+/// Whether the store runs fair claims; `false` (checked: the refusal naming the upgrade) on
+/// tables without the fairness-keys table.
 async fn supported(fx: &Fixture) -> bool {
     match fx
         .leases
@@ -58,7 +59,8 @@ async fn supported(fx: &Fixture) -> bool {
             let text = e.to_string();
             assert_eq!(e.code(), "invalid_argument", "{text}");
             assert!(
-                text.contains(onestep_core::store::fair::FAIR_CLAIM_UNSUPPORTED),
+                text.contains(onestep_core::store::fair::FAIR_CLAIM_UNSUPPORTED)
+                    && text.contains("onestep migrate --upgrade"),
                 "{text}"
             );
             false
