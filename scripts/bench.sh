@@ -8,7 +8,8 @@
 #   2. worker throughput: `onestep bench` submits N no-op executions with submit_many and drains
 #      them with one worker, on MariaDB and then on PostgreSQL (completed/s, queued→started
 #      p50/p99, CPU ms per execution);
-#      then the same with BENCH_HISTORY (200000) finished rows in the table;
+#      then the same with BENCH_HISTORY (200000) finished rows in the table; on PostgreSQL the
+#      same N spread over 1, 1,000 and 10,000 fairness keys (the fair claim);
 #   3. outbound HTTP: `onestep bench --http-delay-ms 1000` with the fetch guest, 1,000 executions
 #      in flight in one worker against a loopback server that answers after 1 s (completed/s,
 #      RSS per in-flight execution, heartbeat calls per tick);
@@ -49,6 +50,12 @@ echo "== the same without attempt diagnostics (their cost: compare completed/s w
 
 echo "== worker throughput (onestep bench, PostgreSQL; same N and flags)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_POSTGRES_URL"
+
+echo "== fair claim on PostgreSQL: the same N over 1, 1,000 and 10,000 fairness keys (docs/benchmarks.md#fair-claim)"
+for keys in 1 1000 10000; do
+    echo "-- $keys fairness keys"
+    "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url "$ONESTEP_TEST_POSTGRES_URL" --fairness-keys "$keys"
+done
 
 echo "== worker throughput (onestep bench, embedded SQLite file; same N and flags)"
 "$TARGET/onestep" bench -n "${BENCH_EXECUTIONS:-10000}" --server-url sqlite://

@@ -63,6 +63,8 @@ pub mod code {
     pub const REQUEST_TIMEOUT: &str = "request_timeout";
     /// 414: the request target is too long.
     pub const URI_TOO_LONG: &str = "uri_too_long";
+    /// 429: the API process already serves `api.max_streams` event streams.
+    pub const TOO_MANY_STREAMS: &str = "too_many_streams";
     /// 431: the request headers are too large.
     pub const HEADERS_TOO_LARGE: &str = "headers_too_large";
 }

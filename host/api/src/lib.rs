@@ -10,6 +10,7 @@
 //! | `POST /v1/executions` (header `Idempotency-Key`) | 202 execution | 409 conflict, 413, 415, 422 |
 //! | `GET /v1/executions?task_name&status&limit&cursor` | 200 page | 422 |
 //! | `GET /v1/executions/{id}` | 200 execution | 404, 422 |
+//! | `GET /v1/executions/{id}/events` | 200 `text/event-stream` ([`stream`]) | 404, 422, 429 |
 //! | `POST /v1/executions/{id}/cancel` | 200 execution | 404, 422 |
 //! | `GET /v1/executions/{id}/result` | 200 `{result}` | 404, 409 not ready / cancelled, 410 expired, 422 failed |
 //! | `POST /v1/executions/{id}/retry` (header `Idempotency-Key`) | 202 new execution | 403, 404, 409 not retryable / conflict, 422 |
@@ -46,6 +47,7 @@ pub mod routes;
 pub mod search;
 pub mod server;
 pub mod state;
+pub mod stream;
 pub mod text;
 pub mod ui;
 pub mod view;
@@ -110,6 +112,7 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::get_result))
         .routes(routes!(attempts::list_attempts))
         .routes(routes!(attempts::get_attempt_logs))
+        .routes(routes!(stream::stream_events))
         .routes(routes!(operate::retry_execution))
         .routes(routes!(operate::bulk_cancel))
         .routes(routes!(operate::bulk_retry))

@@ -49,6 +49,8 @@ struct Inner {
     max_body_bytes: usize,
     /// The bounded waits of `?wait=S` (docs/http-api.md#waiting).
     waits: crate::wait::WaitHub,
+    /// The event streams (docs/http-api.md#stream).
+    streams: crate::stream::StreamHub,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -86,6 +88,11 @@ impl ApiState {
             .map(|ns| ExecutionClient::new(Arc::clone(&store), ns, settings.limits))
             .collect::<Result<Vec<_>, _>>()?;
         let waits = crate::wait::WaitHub::new(store, crate::wait::DEFAULT_POLL_INTERVAL);
+        let streams = crate::stream::StreamHub::new(
+            usize::try_from(settings.max_streams).unwrap_or(usize::MAX),
+            Duration::from_secs(u64::from(settings.max_stream_s.max(1))),
+            crate::stream::LIVE_POLL,
+        );
         Ok(ApiState {
             inner: Arc::new(Inner {
                 readiness,
@@ -97,6 +104,7 @@ impl ApiState {
                 settings,
                 max_body_bytes,
                 waits,
+                streams,
             }),
         })
     }
@@ -109,6 +117,11 @@ impl ApiState {
     /// The bounded waits of this process (docs/http-api.md#waiting).
     pub fn waits(&self) -> &crate::wait::WaitHub {
         &self.inner.waits
+    }
+
+    /// The event streams of this process (docs/http-api.md#stream).
+    pub fn streams(&self) -> &crate::stream::StreamHub {
+        &self.inner.streams
     }
 
     /// The same state with the dashboard's overview figures read from `insights`.

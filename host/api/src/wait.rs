@@ -82,6 +82,11 @@ impl WaitHub {
         self.inner.closing.is_cancelled()
     }
 
+    /// Resolves when [`Self::close`] is called (event streams end then).
+    pub async fn closed(&self) {
+        self.inner.closing.cancelled().await;
+    }
+
     /// Executions being waited on now.
     pub fn watched(&self) -> usize {
         lock(&self.inner.watched).len()

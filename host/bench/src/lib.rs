@@ -64,6 +64,11 @@ pub struct BenchArgs {
     /// Maximum pooled connections (default: concurrency + 4, as `onestep run` sizes it).
     #[arg(long)]
     pub pool_max: Option<usize>,
+    /// Spread the submissions round-robin over this many fairness keys (`k0`, `k1`, …) to
+    /// measure the fair claim with many keys (docs/benchmarks.md#fair-claim); 0 = no key (every
+    /// execution in the namespace's key).
+    #[arg(long, default_value_t = 0)]
+    pub fairness_keys: usize,
     /// Namespace of the benchmark's executions.
     #[arg(long, default_value = "bench")]
     pub namespace: String,

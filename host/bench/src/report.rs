@@ -19,6 +19,8 @@ pub(crate) struct Report {
     pub(crate) batch_size: u32,
     pub(crate) completion_batch: usize,
     pub(crate) submit_chunk: usize,
+    /// `--fairness-keys` (0 = none).
+    pub(crate) fairness_keys: usize,
     pub(crate) pool_max: usize,
     /// Whether the tables have the `claimable` column and indexes (ours or upgraded).
     pub(crate) claimable_indexes: bool,
@@ -214,8 +216,13 @@ pub(crate) fn print_text(r: &Report) {
         r.count, r.handler, r.server, r.build
     );
     println!(
-        "  flags: concurrency {}, batch_size {}, completion_batch {}, submit_chunk {}, pool_max {}",
-        r.concurrency, r.batch_size, r.completion_batch, r.submit_chunk, r.pool_max
+        "  flags: concurrency {}, batch_size {}, completion_batch {}, submit_chunk {}, pool_max {}, fairness_keys {}",
+        r.concurrency,
+        r.batch_size,
+        r.completion_batch,
+        r.submit_chunk,
+        r.pool_max,
+        r.fairness_keys
     );
     if !r.claimable_indexes {
         println!("  tables: without the claimable column and indexes (reference DDL)");
@@ -434,6 +441,7 @@ mod tests {
             batch_size: 100,
             completion_batch: 64,
             submit_chunk: 1000,
+            fairness_keys: 0,
             pool_max: 132,
             claimable_indexes: true,
             diagnostics: true,

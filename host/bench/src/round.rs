@@ -154,6 +154,8 @@ async fn bench_on(
                         uuid::Uuid::new_v4().simple().to_string()
                     }
                 }),
+                fairness_key: (args.fairness_keys > 0)
+                    .then(|| format!("k{}", i % args.fairness_keys)),
                 ..SubmitRequest::default()
             })
             .collect();
@@ -310,6 +312,7 @@ async fn bench_on(
         batch_size: args.batch_size,
         completion_batch: args.completion_batch,
         submit_chunk: args.submit_chunk,
+        fairness_keys: args.fairness_keys,
         pool_max,
         claimable_indexes,
         history,

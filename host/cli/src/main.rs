@@ -51,6 +51,9 @@ enum Command {
     Result(commands::client::ResultArgs),
     /// Wait until an execution is terminal, polling with backoff.
     Wait(commands::client::WaitArgs),
+    /// Follow an execution's events from the HTTP API (status, attempts, progress, log lines)
+    /// until it ends; exits 0 when it succeeded.
+    Watch(commands::events::WatchArgs),
     /// Show an execution's attempts with their messages, progress and component digest.
     Attempts(commands::client::AttemptsArgs),
     /// Print an attempt's kept log lines (`--follow` while it runs).
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
             Command::Retry(a) => commands::client::retry(a).await,
             Command::Result(a) => commands::client::result(a).await,
             Command::Wait(a) => commands::client::wait(a).await,
+            Command::Watch(a) => commands::events::watch(a).await,
             Command::Attempts(a) => commands::client::attempts(a).await,
             Command::Logs(a) => commands::client::logs(a).await,
             Command::Purge(a) => commands::client::purge(a).await,

@@ -221,8 +221,15 @@ pub struct ExecutionSourceConfig {
     pub kind: DatabaseKind,
     /// Name of the `mysql` connector resource it uses.
     pub connector: String,
-    /// Trimmed namespace (1–255 characters).
+    /// Trimmed namespace (1–255 characters); for a source with `namespaces:`, its label (`a,b`
+    /// or `*`), used in logs and metrics.
     pub namespace: String,
+    /// The namespaces it claims from (docs/semantics.md#fair-claim).
+    #[serde(skip)]
+    pub scope: onestep_core::request::NamespaceScope,
+    /// `weights:` and `max_running_per_key:` of its fair claim (docs/semantics.md#fair-claim).
+    #[serde(skip)]
+    pub fair: onestep_core::schedule::FairShare,
     /// The one task name this source serves (`task_names: [..]` with exactly one entry).
     pub task_name: String,
     /// Executions table (default `onestep_executions`).

@@ -167,8 +167,8 @@ fn check_resources(root: &Node) -> Result<(), ConfigError> {
 
 /// The `*_execution_source` checks of docs/configuration.md#strict-validation, steps 1–6.
 fn check_source(node: &Node, r: &str) -> Result<(), ConfigError> {
-    // 1. namespace
-    if node.get("namespace").and_then(non_empty_str).is_none() {
+    // 1. namespace (or `namespaces`, checked with the source options)
+    if node.get("namespaces").is_none() && node.get("namespace").and_then(non_empty_str).is_none() {
         let at = node.get("namespace").unwrap_or(node);
         return Err(ConfigError::at(
             at,

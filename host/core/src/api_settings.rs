@@ -26,10 +26,26 @@ pub struct ApiSettings {
     /// `api.max_wait_s`: the longest `?wait=` a request may ask for, in seconds (0 to
     /// [`MAX_API_WAIT_S`]; 0 turns waiting off: only `wait=0` is accepted).
     pub max_wait_s: u32,
+    /// `api.max_streams`: event streams (`GET /v1/executions/{id}/events`) one API process
+    /// serves at once (0 to [`MAX_API_STREAMS`]; 0 turns streaming off).
+    pub max_streams: u32,
+    /// `api.max_stream_s`: seconds after which the server closes an event stream (the client
+    /// resumes it with `Last-Event-ID`), 1 to [`MAX_API_STREAM_S`].
+    pub max_stream_s: u32,
 }
 
 /// The largest `api.max_wait_s` (docs/http-api.md#waiting).
 pub const MAX_API_WAIT_S: u32 = 60;
+
+/// The default `api.max_streams` (docs/http-api.md#stream): half the API's default connection
+/// cap, so that streams never hold every connection.
+pub const DEFAULT_API_MAX_STREAMS: u32 = 256;
+/// The largest `api.max_streams`.
+pub const MAX_API_STREAMS: u32 = 65_536;
+/// The default `api.max_stream_s` (docs/http-api.md#stream).
+pub const DEFAULT_API_MAX_STREAM_S: u32 = 600;
+/// The largest `api.max_stream_s` (a day).
+pub const MAX_API_STREAM_S: u32 = 86_400;
 
 impl Default for ApiSettings {
     fn default() -> Self {
@@ -39,6 +55,8 @@ impl Default for ApiSettings {
             limits: Limits::default(),
             metrics_public: false,
             max_wait_s: MAX_API_WAIT_S,
+            max_streams: DEFAULT_API_MAX_STREAMS,
+            max_stream_s: DEFAULT_API_MAX_STREAM_S,
         }
     }
 }

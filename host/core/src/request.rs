@@ -395,11 +395,83 @@ impl ListQuery {
     }
 }
 
-/// A worker's claim (docs/semantics.md#claim-and-maintenance).
+/// The namespaces a claim serves (docs/semantics.md#fair-claim): one, a list, or every
+/// namespace of the task's table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamespaceScope {
+    /// Exactly one namespace (a source's `namespace:`).
+    One(String),
+    /// These namespaces (a source's `namespaces: [..]`; non-empty, unique).
+    Many(Vec<String>),
+    /// Every namespace (a source's `namespaces: "*"`).
+    All,
+}
+
+impl NamespaceScope {
+    /// Whether `namespace` is in the scope.
+    pub fn contains(&self, namespace: &str) -> bool {
+        match self {
+            NamespaceScope::One(n) => n == namespace,
+            NamespaceScope::Many(list) => list.iter().any(|n| n == namespace),
+            NamespaceScope::All => true,
+        }
+    }
+
+    /// The one namespace of a [`NamespaceScope::One`] scope.
+    pub fn single(&self) -> Option<&str> {
+        match self {
+            NamespaceScope::One(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The listed namespaces (`None` for [`NamespaceScope::All`]).
+    pub fn listed(&self) -> Option<Vec<&str>> {
+        match self {
+            NamespaceScope::One(n) => Some(vec![n.as_str()]),
+            NamespaceScope::Many(list) => Some(list.iter().map(String::as_str).collect()),
+            NamespaceScope::All => None,
+        }
+    }
+
+    /// A short label for logs and metrics: the namespace, `a,b,c`, or `*`.
+    pub fn label(&self) -> String {
+        match self {
+            NamespaceScope::One(n) => n.clone(),
+            NamespaceScope::Many(list) => list.join(","),
+            NamespaceScope::All => "*".to_owned(),
+        }
+    }
+
+    fn validate(&self) -> Result<NamespaceScope, ExecutionError> {
+        match self {
+            NamespaceScope::One(n) => Ok(NamespaceScope::One(validate_namespace(n)?)),
+            NamespaceScope::Many(list) => {
+                let mut out: Vec<String> = Vec::with_capacity(list.len());
+                for n in list {
+                    let n = validate_namespace(n)?;
+                    if out.contains(&n) {
+                        return Err(ExecutionError::invalid(format!(
+                            "namespaces must be unique (`{n}` appears twice)"
+                        )));
+                    }
+                    out.push(n);
+                }
+                if out.is_empty() {
+                    return Err(ExecutionError::invalid("namespaces must not be empty"));
+                }
+                Ok(NamespaceScope::Many(out))
+            }
+            NamespaceScope::All => Ok(NamespaceScope::All),
+        }
+    }
+}
+
+/// A worker's claim (docs/semantics.md#claim-and-maintenance, docs/semantics.md#fair-claim).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimRequest {
-    /// Namespace to claim from (trimmed).
-    pub namespace: String,
+    /// Namespaces to claim from (trimmed).
+    pub namespaces: NamespaceScope,
     /// Task names (non-empty, unique).
     pub task_names: Vec<String>,
     /// Maximum number of leases (≥ 1).
@@ -408,12 +480,14 @@ pub struct ClaimRequest {
     pub lease_duration_s: f64,
     /// Worker id (trimmed, 1–255).
     pub worker_id: String,
+    /// Weights and the per-key running cap of the fair claim.
+    pub fair: crate::schedule::FairShare,
 }
 
 impl ClaimRequest {
     /// Checks the argument rules of docs/semantics.md#claim-and-maintenance and returns a trimmed copy.
     pub fn validate(&self) -> Result<ClaimRequest, ExecutionError> {
-        let namespace = validate_namespace(&self.namespace)?;
+        let namespaces = self.namespaces.validate()?;
         let mut names: Vec<String> = Vec::with_capacity(self.task_names.len());
         for t in &self.task_names {
             let t = t.trim();
@@ -439,13 +513,36 @@ impl ClaimRequest {
                 "worker_id must be non-empty and <= 255 characters",
             ));
         }
+        if let Some((k, v)) = self
+            .fair
+            .weights
+            .iter()
+            .find(|(_, v)| !(1..=crate::schedule::MAX_WEIGHT).contains(*v))
+        {
+            return Err(ExecutionError::invalid(format!(
+                "weight of fairness key `{k}` must be from 1 to {} (got {v})",
+                crate::schedule::MAX_WEIGHT
+            )));
+        }
+        if self.fair.max_running_per_key == Some(0) {
+            return Err(ExecutionError::invalid("max_running_per_key must be >= 1"));
+        }
         Ok(ClaimRequest {
-            namespace,
+            namespaces,
             task_names: names,
             limit: self.limit,
             lease_duration_s: self.lease_duration_s,
             worker_id: w.to_owned(),
+            fair: self.fair.clone(),
         })
+    }
+
+    /// Whether the claim needs the fair claim's keys table: more than one namespace, weights,
+    /// or a per-key cap (a plain one-namespace claim can run on tables without it).
+    pub fn needs_fair_keys(&self) -> bool {
+        !matches!(self.namespaces, NamespaceScope::One(_))
+            || !self.fair.weights.is_empty()
+            || self.fair.max_running_per_key.is_some()
     }
 }
 

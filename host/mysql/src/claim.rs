@@ -10,6 +10,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::request::ClaimRequest;
+use onestep_core::store::fair::plain_claim_namespace;
 use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
 use onestep_core::{ExecutionError, ExecutionLease};
@@ -91,9 +92,10 @@ impl MySqlBackend {
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
     ) -> OpResult<Vec<ExecutionLease>> {
+        let namespace = plain_claim_namespace(req, "MySQL")?;
         self.maintain(tx, now).await?;
 
-        let mut params: Vec<DbValue> = vec![req.namespace.as_str().into()];
+        let mut params: Vec<DbValue> = vec![namespace.into()];
         params.extend(req.task_names.iter().map(|t| DbValue::from(t.as_str())));
         params.push(bind_time(now));
         params.push(bind_time(now));

@@ -45,6 +45,11 @@ pub(crate) type Inner = StoreCore<Pool, ServerInfo, SchemaFeatures, Own>;
 pub(crate) struct Own {
     /// The statements prepared from the table names at open.
     pub(crate) sql: crate::sql::Statements,
+    /// The fair claim's statements, when the tables have the keys table
+    /// (docs/semantics.md#fair-claim).
+    pub(crate) fair: Option<crate::fair::FairSql>,
+    /// When this handle last swept for fairness keys.
+    pub(crate) gate: crate::fair::SweepGate,
 }
 
 onestep_core::store_handle! {
@@ -174,6 +179,8 @@ impl PgBackend {
             opts.reclaim_batch_size,
             ready.1.features.priority_columns,
         );
+        let fair = (ready.1.features.fair_keys && ready.1.features.priority_columns)
+            .then(|| crate::fair::FairSql::new(&tables));
         let inner = StoreCore::settle(
             opts,
             tables,
@@ -181,7 +188,11 @@ impl PgBackend {
             secrets,
             ready,
             |t| crate::upgrade::upgrade_command(&parsed, t),
-            |_| Own { sql },
+            |_| Own {
+                sql,
+                fair,
+                gate: crate::fair::SweepGate::default(),
+            },
         );
         Ok(PgBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,

@@ -30,6 +30,7 @@ mod client_ops;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;
+mod fair;
 mod handle;
 mod heartbeat;
 #[cfg(feature = "bench-support")]

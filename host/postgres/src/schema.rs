@@ -29,6 +29,10 @@ onestep_core::schema_features! {
         /// The executions table has `ix_<T>_claim_priority` (created by this crate or
         /// `onestep migrate --upgrade`).
         pub claim_priority_index: bool,
+        /// The fairness-keys table `<T>_keys` and the executions table's `ix_<T>_fair` and
+        /// `ix_<T>_fair_running` exist (docs/semantics.md#fair-claim): single-task claims are
+        /// fair claims.
+        pub fair_keys: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -43,11 +47,12 @@ impl SchemaFeatureSet for SchemaFeatures {
 
     // docs/postgres.md#upgrading-reference-tables
     fn upgrade_warning(&self) -> Option<&'static str> {
-        if !(self.priority_columns && self.claim_priority_index) {
+        if !(self.priority_columns && self.claim_priority_index && self.fair_keys) {
             return Some(
-                "execution tables without the priority and fairness_key columns or their claim \
-                 index (created by the reference or an older onestep?): every execution runs at \
-                 priority 5 and submits that set either are refused; add them online with",
+                "execution tables without the priority and fairness_key columns, their claim \
+                 index or the fairness-keys table (created by the reference or an older \
+                 onestep?): every execution runs at priority 5, submits that set either are \
+                 refused, and claims are not fair; add them online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -182,6 +187,8 @@ pub fn executions_ddl(names: &TableNames) -> Vec<String> {
             q(&derived(t, "uq_", "idempotency"))
         ),
         claim_priority_index_sql(names, false),
+        fair_index_sql(names, false),
+        fair_running_index_sql(names, false),
         format!(
             "CREATE INDEX {} ON {qt} (lease_expires_at, id) \
              WHERE status IN ('running', 'cancel_requested')",
@@ -218,6 +225,69 @@ pub fn claim_priority_index_sql(names: &TableNames, concurrently: bool) -> Strin
         q(&ix_claim_priority(names)),
         q(&names.executions)
     )
+}
+
+/// The fairness-keys table of the fair claim (docs/semantics.md#fair-claim): `<T>_keys`.
+pub fn keys_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "keys")
+}
+
+/// `ix_<T>_fair`: the pending rows of one (task, key, namespace) in claim order.
+pub fn ix_fair(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "fair")
+}
+
+/// `ix_<T>_fair_running`: the running rows of one (task, key, namespace), for the cap.
+pub fn ix_fair_running(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "fair_running")
+}
+
+/// The key of a row (docs/semantics.md#fair-claim), as the fair indexes spell it.
+pub const KEY_EXPR: &str = "COALESCE(fairness_key, namespace)";
+
+/// The fair claim's head read and the sweep's skip scan (docs/postgres.md#fair-claim).
+pub fn fair_index_sql(names: &TableNames, concurrently: bool) -> String {
+    format!(
+        "{} {} ON {} (task_name, ({KEY_EXPR}), namespace, priority, available_at, created_at, id) \
+         WHERE status IN ('queued', 'retrying')",
+        create_index(concurrently),
+        q(&ix_fair(names)),
+        q(&names.executions)
+    )
+}
+
+/// The per-key running count of the cap (docs/postgres.md#fair-claim).
+pub fn fair_running_index_sql(names: &TableNames, concurrently: bool) -> String {
+    format!(
+        "{} {} ON {} (task_name, ({KEY_EXPR}), namespace) \
+         WHERE status IN ('running', 'cancel_requested')",
+        create_index(concurrently),
+        q(&ix_fair_running(names)),
+        q(&names.executions)
+    )
+}
+
+/// The fairness-keys table and its pass index (`IF NOT EXISTS`: also the upgrade's).
+pub fn keys_ddl(names: &TableNames) -> Vec<String> {
+    let k = keys_table(names);
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+  task_name VARCHAR(255) NOT NULL,\n\
+  namespace VARCHAR(255) NOT NULL,\n\
+  fairness_key VARCHAR(255) NOT NULL,\n\
+  pass BIGINT DEFAULT 0 NOT NULL,\n\
+  ready_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (task_name, namespace, fairness_key)\n\
+)",
+            q(&k)
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {} (task_name, pass, namespace, fairness_key)",
+            q(&derived(&k, "ix_", "pass")),
+            q(&k)
+        ),
+    ]
 }
 
 /// Whether the executions table has both priority columns (docs/semantics.md#priority-and-fairness-key).
@@ -477,6 +547,7 @@ pub(crate) async fn ensure_schema(
         for (table, ddl) in [
             (diagnostics_table(names), diagnostics_ddl(names)),
             (traces_table(names), traces_ddl(names)),
+            (keys_table(names), keys_ddl(names)),
         ] {
             if !table_exists(&tx, &table).await? {
                 for stmt in ddl {
@@ -511,6 +582,9 @@ pub(crate) async fn ensure_schema(
             priority_columns: has_priority_columns(&*client, &names.executions).await?,
         },
         claim_priority_index: index_exists(&*client, &ix_claim_priority(names)).await?,
+        fair_keys: table_exists(&*client, &keys_table(names)).await?
+            && index_exists(&*client, &ix_fair(names)).await?
+            && index_exists(&*client, &ix_fair_running(names)).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

@@ -16,10 +16,11 @@ use crate::backend::PgBackend;
 use crate::dsn::ParsedDsn;
 use crate::errors::OpResult;
 use crate::schema::{
-    CK_PRIORITY, IX_STATUS_WIDTH, claim_priority_index_sql, expiry_index_sql, has_priority_columns,
-    index_info, index_width, ix_claim_priority, ix_expiry, ix_status, ix_status_list,
-    ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named, status_index_sql,
-    status_list_index_sql, task_list_index_sql,
+    CK_PRIORITY, IX_STATUS_WIDTH, claim_priority_index_sql, expiry_index_sql, fair_index_sql,
+    fair_running_index_sql, has_priority_columns, index_info, index_width, ix_claim_priority,
+    ix_expiry, ix_fair, ix_fair_running, ix_status, ix_status_list, ix_status_wide, ix_task_list,
+    pair_lock_key, q, status_index_named, status_index_sql, status_list_index_sql,
+    task_list_index_sql,
 };
 pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
 use onestep_core::store::{StoreOptions, for_ddl, upgrade_then_close};
@@ -89,12 +90,14 @@ async fn add_priority_columns(
 }
 
 /// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
-fn index_defs(names: &TableNames) -> [(String, String); 5] {
+fn index_defs(names: &TableNames) -> [(String, String); 7] {
     [
         (
             ix_claim_priority(names),
             claim_priority_index_sql(names, true),
         ),
+        (ix_fair(names), fair_index_sql(names, true)),
+        (ix_fair_running(names), fair_running_index_sql(names, true)),
         (ix_expiry(names), expiry_index_sql(names, true)),
         (ix_status(names), status_index_sql(names, true)),
         (ix_status_list(names), status_list_index_sql(names, true)),
@@ -168,6 +171,7 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     column_sql(names)
         .into_iter()
         .chain(index_defs(names).into_iter().map(|(_, sql)| sql))
+        .chain(crate::schema::keys_ddl(names))
         .collect()
 }
 
@@ -190,6 +194,25 @@ async fn upgrade_on(
                 form: form.to_owned(),
             });
         }
+    }
+    // docs/semantics.md#fair-claim: the fairness-keys table (new and empty: the sweep fills it).
+    let keys = crate::schema::keys_table(names);
+    let present: i64 = client
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name = $1",
+            &[&keys],
+        )
+        .await?
+        .try_get(0)?;
+    if present == 0 {
+        for stmt in crate::schema::keys_ddl(names) {
+            client.batch_execute(&stmt).await?;
+        }
+        steps.push(UpgradeStep {
+            added: format!("table {keys}"),
+            form: "CREATE TABLE (new, empty)".to_owned(),
+        });
     }
     Ok(steps)
 }
@@ -315,12 +338,14 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 8);
+        assert_eq!(sql.len(), 12);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
         assert!(sql[2].contains("VALIDATE CONSTRAINT ck_onestep_execution_priority"));
-        let sql = &sql[3..];
+        assert!(sql[10].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
+        assert!(sql[11].starts_with("CREATE INDEX IF NOT EXISTS "));
+        let sql = &sql[3..10];
         for s in sql {
             assert!(
                 s.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS "),
@@ -331,10 +356,15 @@ mod tests {
             "(namespace, task_name, priority, available_at, created_at, id) \
              WHERE status IN ('queued', 'retrying')"
         ));
-        assert!(sql[1].contains("(expires_at, id)"));
-        assert!(sql[2].contains("(namespace, task_name, status, created_at DESC, id DESC)"));
-        assert!(sql[3].contains("\"ix_onestep_executions_status_list\""));
-        assert!(sql[3].contains("(namespace, status, created_at DESC, id DESC)"));
-        assert!(sql[4].contains("(namespace, task_name, created_at DESC, id DESC)"));
+        assert!(sql[1].contains(
+            "(task_name, (COALESCE(fairness_key, namespace)), namespace, priority, available_at, \
+             created_at, id) WHERE status IN ('queued', 'retrying')"
+        ));
+        assert!(sql[2].contains("WHERE status IN ('running', 'cancel_requested')"));
+        assert!(sql[3].contains("(expires_at, id)"));
+        assert!(sql[4].contains("(namespace, task_name, status, created_at DESC, id DESC)"));
+        assert!(sql[5].contains("\"ix_onestep_executions_status_list\""));
+        assert!(sql[5].contains("(namespace, status, created_at DESC, id DESC)"));
+        assert!(sql[6].contains("(namespace, task_name, created_at DESC, id DESC)"));
     }
 }

@@ -16,6 +16,7 @@ use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{CompletionTx, LockedRow, LockedRows, SetItem, SetWrite};
+use onestep_core::store::fair::plain_claim_namespace;
 use onestep_core::store::lease::{LeaseWindow, claim_rows};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -90,17 +91,32 @@ impl PgBackend {
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
     ) -> OpResult<Vec<ExecutionLease>> {
+        // docs/semantics.md#fair-claim: single-task claims on tables with the keys table.
+        let fair = match (self.inner.fair.as_ref(), req.task_names.as_slice()) {
+            (Some(sql), [task]) => Some((sql, task.as_str())),
+            _ => None,
+        };
+        let namespace = match fair {
+            Some(_) => None,
+            None => Some(plain_claim_namespace(req, "PostgreSQL")?),
+        };
         let st = tx.prepare_cached(&self.sql().maintain).await?;
         tx.query_one(&st, &[&now]).await?;
+        if let Some((sql, task)) = fair {
+            return self
+                .fair_claim_in(tx, sql, req, task, now, lease_expires_at)
+                .await;
+        }
+        let namespace = namespace.unwrap_or_default();
         let limit = i64::from(req.limit);
         let rows = match req.task_names.as_slice() {
             [one] => {
                 let st = tx.prepare_cached(&self.sql().claim_select_one).await?;
-                tx.query(&st, &[&req.namespace, one, &now, &limit]).await?
+                tx.query(&st, &[&namespace, one, &now, &limit]).await?
             }
             _ => {
                 let st = tx.prepare_cached(&self.sql().claim_select).await?;
-                tx.query(&st, &[&req.namespace, &req.task_names, &now, &limit])
+                tx.query(&st, &[&namespace, &req.task_names, &now, &limit])
                     .await?
             }
         };
@@ -123,6 +139,21 @@ impl PgBackend {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
+        self.write_claims(tx, &mut leases, req, now, lease_expires_at)
+            .await?;
+        Ok(leases)
+    }
+
+    /// T2 for the locked rows of `leases` (one statement: the leases and their attempts), then
+    /// their trace parents.
+    pub(crate) async fn write_claims(
+        &self,
+        tx: &Transaction<'_>,
+        leases: &mut [ExecutionLease],
+        req: &ClaimRequest,
+        now: DateTime<Utc>,
+        lease_expires_at: DateTime<Utc>,
+    ) -> OpResult<()> {
         let ids: Vec<Uuid> = leases.iter().map(|l| l.execution.id).collect();
         let tokens: Vec<Uuid> = leases.iter().map(|l| l.lease_token).collect();
         let aids: Vec<Uuid> = leases.iter().map(|l| l.attempt_id).collect();
@@ -153,10 +184,10 @@ impl PgBackend {
             .into());
         }
         let mut trace_parents = self.trace_parents(tx, &ids).await?;
-        for l in &mut leases {
+        for l in leases.iter_mut() {
             l.trace_parent = trace_parents.remove(&l.execution.id);
         }
-        Ok(leases)
+        Ok(())
     }
 
     pub(crate) async fn cancel_requested_once(&self, leases: &[LeaseRef]) -> OpResult<Vec<Uuid>> {

@@ -52,7 +52,8 @@ async fn reference_client_our_tables_our_worker() {
             "onestep_executions",
             "onestep_execution_attempts",
             "onestep_execution_attempts_diagnostics",
-            "onestep_executions_traces"
+            "onestep_executions_traces",
+            "onestep_executions_keys"
         ]
     );
     let ns = "interop";
@@ -196,6 +197,8 @@ async fn upgraded_reference_tables_reference_worker() {
             "columns priority, fairness_key",
             "constraint ck_onestep_execution_priority",
             "index ix_onestep_executions_claim_priority",
+            "index ix_onestep_executions_fair",
+            "index ix_onestep_executions_fair_running",
             "index ix_onestep_executions_expiry",
             "index ix_onestep_executions_status",
             "index ix_onestep_executions_status_list",

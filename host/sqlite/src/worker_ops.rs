@@ -16,6 +16,7 @@ use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{self, CompletionTx, LockedRows, SetWrite};
+use onestep_core::store::fair::plain_claim_namespace;
 use onestep_core::store::lease::{LeaseWindow, claim_rows, heartbeat_answer};
 use onestep_core::time::add_seconds;
 use onestep_core::{Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason};
@@ -117,6 +118,7 @@ impl SqliteBackend {
         req: &ClaimRequest,
         window: LeaseWindow,
     ) -> OpResult<Vec<ExecutionLease>> {
+        let namespace = plain_claim_namespace(req, "SQLite")?;
         let (now, lease_expires_at) = (window.now, window.expires_at);
         let now_s = ts(now);
         self.maintain(c, &now_s)?;
@@ -136,7 +138,7 @@ impl SqliteBackend {
         let rows: Vec<(Option<String>, Result<Execution, ExecutionError>)> = {
             let mut st = c.prepare_cached(&sql)?;
             let rows = st.query_map(
-                params![req.namespace, tasks, now_s, i64::from(req.limit)],
+                params![namespace, tasks, now_s, i64::from(req.limit)],
                 |r| Ok((r.get::<_, String>(0).ok(), decode_execution(r))),
             )?;
             rows.collect::<Result<_, _>>()?

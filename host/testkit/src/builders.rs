@@ -38,7 +38,8 @@ pub fn keyed(namespace: &str, task: &str, key: &str, payload: Value) -> Prepared
 /// A claim of up to `limit` rows of `task` in `namespace` with a lease of `lease_s` seconds.
 pub fn claim(namespace: &str, task: &str, limit: u32, lease_s: f64, worker: &str) -> ClaimRequest {
     ClaimRequest {
-        namespace: namespace.to_owned(),
+        namespaces: onestep_core::request::NamespaceScope::One(namespace.to_owned()),
+        fair: Default::default(),
         task_names: vec![task.to_owned()],
         limit,
         lease_duration_s: lease_s,

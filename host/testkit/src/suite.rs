@@ -269,7 +269,12 @@ macro_rules! conformance_tests {
             storable_property_values_round_trip,
             priority_claim_order_then_fifo,
             priority_default_for_rows_without_the_columns,
-            priority_kept_by_a_retrying_execution
+            priority_kept_by_a_retrying_execution,
+            fair_round_robin_across_keys,
+            fair_weights_share_a_claim,
+            fair_cap_per_key_across_claimers,
+            fair_namespace_scopes,
+            fair_priority_orders_within_a_key_only
         }
     };
     (@list () $($name:ident),*) => {

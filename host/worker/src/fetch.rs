@@ -64,7 +64,8 @@ pub(crate) async fn fetch_loop(
         }
         let limit = free.min(s.batch_size as usize);
         let request = ClaimRequest {
-            namespace: s.namespace.clone(),
+            namespaces: s.scope.clone(),
+            fair: s.fair.clone(),
             task_names: vec![s.task_name.clone()],
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             lease_duration_s: s.lease_duration_secs(),

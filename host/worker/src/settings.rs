@@ -25,8 +25,13 @@ use crate::quarantine::Quarantine;
 pub struct TaskSettings {
     /// The task name the source claims (exactly one, docs/semantics.md#worker-settings).
     pub task_name: String,
-    /// The namespace the source claims from.
+    /// The namespace the source claims from (for a source with several: its label, `a,b` or
+    /// `*`, used in logs and metrics).
     pub namespace: String,
+    /// The namespaces the source claims from (docs/semantics.md#fair-claim).
+    pub scope: onestep_core::request::NamespaceScope,
+    /// Weights and the per-key cap of its fair claim (docs/semantics.md#fair-claim).
+    pub fair: onestep_core::schedule::FairShare,
     /// The worker id written into leases and attempts (1–255 characters).
     pub worker_id: String,
     /// Maximum leases per claim (≥ 1; default 100).
@@ -59,6 +64,8 @@ impl TaskSettings {
         TaskSettings {
             task_name: task_name.to_owned(),
             namespace: namespace.to_owned(),
+            scope: onestep_core::request::NamespaceScope::One(namespace.to_owned()),
+            fair: onestep_core::schedule::FairShare::default(),
             worker_id: DEFAULT_WORKER_ID.to_owned(),
             batch_size: DEFAULT_BATCH_SIZE,
             poll_interval: DEFAULT_POLL_INTERVAL,

@@ -73,6 +73,9 @@
 //! * [`dev`]: `onestep dev`: API, dashboard and workers in one process on a `--dsn` database
 //!   (tables created, token printed and kept, 401 without it, a rebuilt component reloaded,
 //!   SIGTERM exits 0).
+//! * [`stream`]: `onestep watch --json` against `onestep serve` with one-second streams and a
+//!   real worker: every attempt start and end, log line and progress report once across the
+//!   resumed streams, exit 0 / 1 (MariaDB, MySQL, PostgreSQL and SQLite).
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
 //! * [`ui_browser`]: the dashboard in a real headless Chromium over WebDriver: log in, list,
 //!   filter, detail, cancel, retry, bulk cancel, a read token without actions, page loads on
@@ -121,6 +124,7 @@ mod scaffold;
 mod schemathesis;
 mod smoke;
 mod sqlite;
+mod stream;
 mod submit_batch;
 mod task_run;
 mod traces;

@@ -253,3 +253,115 @@ async fn worker_and_client_commands_on_postgres() -> Result<()> {
     db.drop_database().await.context("drop the test database")?;
     outcome
 }
+
+/// The fair claim through a real worker (docs/semantics.md#fair-claim): one
+/// `postgres_execution_source` with `namespaces: "*"`, weights and `max_running_per_key` serves
+/// executions submitted to two namespaces, with and without fairness keys; `check --strict`
+/// accepts the source and a MySQL source with the same keys is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_source_serves_every_namespace_fairly() -> Result<()> {
+    let db = onestep_postgres::ScratchDatabase::create(&pg_server(), "onestep_e2e_")
+        .await
+        .context("create the test database (is PostgreSQL up? scripts/test-db.sh up postgres)")?;
+    let dsn = db.dsn().to_owned();
+    let outcome = async {
+        let (code, _, err) = run_cli(&["migrate", "--dsn", &dsn], &[])?;
+        ensure!(code == 0, "migrate exited {code}: {err}");
+        let dir = tempfile::tempdir()?;
+        let echo = guest("echo")?;
+        let yaml = format!(
+            r#"apiVersion: onestep/v1alpha1
+kind: App
+app: {{name: pg-fair, shutdown_timeout_s: 1.0, logging: {{level: INFO, format: text}}}}
+resources:
+  db:
+    type: postgres
+    dsn: "${{ONESTEP_DSN}}"
+  jobs:
+    type: postgres_execution_source
+    connector: db
+    namespaces: "*"
+    task_names: [echo]
+    weights: {{tenant-big: 3}}
+    max_running_per_key: 2
+    poll_interval_s: 0.1
+    auto_create: false
+tasks:
+  - name: echo
+    source: jobs
+    concurrency: 4
+    handler: {{component: "{}"}}
+"#,
+            echo.display()
+        );
+        let config = dir.path().join("fair.yaml");
+        std::fs::write(&config, &yaml)?;
+        let (code, out, err) = run_cli(
+            &["check", "--strict", config.to_str().context("path")?],
+            &[("ONESTEP_DSN", &dsn)],
+        )?;
+        ensure!(code == 0, "check exited {code}: {out}{err}");
+        let mut ids = Vec::new();
+        for (ns, key) in [
+            ("tenant-a", None),
+            ("tenant-a", Some("tenant-big")),
+            ("tenant-b", None),
+            ("tenant-b", Some("k2")),
+        ] {
+            for i in 0..3 {
+                let payload = json!({"ns": ns, "i": i}).to_string();
+                let mut args = vec!["submit", "echo", "--payload", &payload, "--json"];
+                if let Some(k) = key {
+                    args.extend(["--fairness-key", k]);
+                }
+                let (code, out, err) = run_cli(
+                    &args,
+                    &[("ONESTEP_DSN", dsn.as_str()), ("ONESTEP_NAMESPACE", ns)],
+                )?;
+                ensure!(code == 0, "submit exited {code}: {err}");
+                let v: Value = serde_json::from_str(&out)?;
+                ids.push((ns, v["id"].as_str().context("id")?.to_owned()));
+            }
+        }
+        let worker = WorkerProcess::spawn(&config, &[("ONESTEP_DSN", &dsn)], dir.path())?;
+        for (ns, id) in &ids {
+            wait_for(
+                "every namespace served",
+                Duration::from_secs(60),
+                || async {
+                    let (code, out, _) = run_cli(
+                        &["get", id, "--json"],
+                        &[("ONESTEP_DSN", dsn.as_str()), ("ONESTEP_NAMESPACE", ns)],
+                    )?;
+                    ensure!(code == 0, "get exited {code}");
+                    let v: Value = serde_json::from_str(&out)?;
+                    Ok((v["status"] == json!("succeeded")).then_some(()))
+                },
+            )
+            .await
+            .with_context(|| worker.log())?;
+        }
+        drop(worker);
+        // The same keys on a MySQL source: refused with the reason and the place.
+        let mysql = yaml
+            .replace("type: postgres\n", "type: mysql\n")
+            .replace("postgres_execution_source", "mysql_execution_source");
+        let mysql_path = dir.path().join("mysql.yaml");
+        std::fs::write(&mysql_path, mysql)?;
+        let (code, out, err) = run_cli(
+            &["check", mysql_path.to_str().context("path")?],
+            &[("ONESTEP_DSN", "mysql://root@127.0.0.1:3306/x")],
+        )?;
+        let text = format!("{out}{err}");
+        ensure!(code == 2, "check exited {code}: {text}");
+        ensure!(
+            text.contains("namespaces: a claim of several namespaces")
+                && text.contains("not implemented by the MySQL and SQLite backends yet"),
+            "{text}"
+        );
+        Ok(())
+    }
+    .await;
+    db.drop_database().await.context("drop the test database")?;
+    outcome
+}

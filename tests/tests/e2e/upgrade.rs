@@ -68,8 +68,8 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
             .trim_end_matches('/');
         let (command, added) = if db.backend() == Backend::Postgres {
             // The reference's PostgreSQL tables are ours without our four indexes, the priority
-            // columns and their claim index, with the reference's claim index
-            // (docs/postgres.md#schema).
+            // columns and their claim index (dropping `fairness_key` drops the two fair indexes
+            // that read it), with the reference's claim index (docs/postgres.md#schema).
             run_cli(&["migrate", "--dsn", &db.dsn], &[])?;
             db.query_strings(
                 "DROP INDEX ix_onestep_executions_expiry; DROP INDEX ix_onestep_executions_status; \
@@ -91,6 +91,8 @@ async fn reference_tables_warn_then_upgrade_online() -> Result<()> {
                     "--dsn: added columns priority, fairness_key (ADD COLUMN (catalog only))",
                     "--dsn: added constraint ck_onestep_execution_priority (NOT VALID, then VALIDATE)",
                     "--dsn: added index ix_onestep_executions_claim_priority (CONCURRENTLY)",
+                    "--dsn: added index ix_onestep_executions_fair (CONCURRENTLY)",
+                    "--dsn: added index ix_onestep_executions_fair_running (CONCURRENTLY)",
                     "--dsn: added index ix_onestep_executions_expiry (CONCURRENTLY)",
                     "--dsn: added index ix_onestep_executions_status (CONCURRENTLY)",
                     "--dsn: added index ix_onestep_executions_status_list (CONCURRENTLY)",

@@ -46,7 +46,8 @@ async fn attempts_and_logs_of_an_execution() {
     let leases = app
         .backend
         .claim(&ClaimRequest {
-            namespace: "local".into(),
+            namespaces: onestep_core::request::NamespaceScope::One("local".into()),
+            fair: Default::default(),
             task_names: vec!["run_agent".into()],
             limit: 1,
             lease_duration_s: 30.0,

@@ -16,6 +16,7 @@ mod operate;
 mod results;
 mod schema;
 mod storable;
+mod stream;
 mod support;
 mod tenants;
 mod ui;

@@ -19,7 +19,8 @@ async fn fail_all(app: &TestApp, task: &str) -> Vec<Uuid> {
     let leases = app
         .backend
         .claim(&ClaimRequest {
-            namespace: "local".into(),
+            namespaces: onestep_core::request::NamespaceScope::One("local".into()),
+            fair: Default::default(),
             task_names: vec![task.into()],
             limit: 500,
             lease_duration_s: 30.0,

@@ -12,7 +12,8 @@ use crate::support::{TestApp, id_of, req, single_settings};
 async fn claim_one(app: &TestApp, task: &str) -> Vec<ExecutionLease> {
     app.backend
         .claim(&ClaimRequest {
-            namespace: "local".into(),
+            namespaces: onestep_core::request::NamespaceScope::One("local".into()),
+            fair: Default::default(),
             task_names: vec![task.into()],
             limit: 1,
             lease_duration_s: 60.0,

@@ -134,6 +134,7 @@ pub fn single_settings() -> AppSettings {
             },
             metrics_public: false,
             max_wait_s: 60,
+            ..ApiSettings::default()
         },
     }
 }

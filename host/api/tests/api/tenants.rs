@@ -126,7 +126,8 @@ async fn cursor_at_a_purged_execution_still_pages() {
     let leases = app
         .backend
         .claim(&ClaimRequest {
-            namespace: "tenant-a".into(),
+            namespaces: onestep_core::request::NamespaceScope::One("tenant-a".into()),
+            fair: Default::default(),
             task_names: vec!["run_agent".into()],
             limit: 1,
             lease_duration_s: 30.0,

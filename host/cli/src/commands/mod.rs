@@ -5,6 +5,7 @@ pub(crate) mod client;
 pub(crate) mod common;
 pub(crate) mod copy;
 pub(crate) mod dev;
+pub(crate) mod events;
 pub(crate) mod migrate;
 pub(crate) mod new;
 pub(crate) mod render;

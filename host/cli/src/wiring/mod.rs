@@ -146,6 +146,8 @@ pub(crate) fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -
     TaskSettings {
         task_name: source.task_name.clone(),
         namespace: source.namespace.clone(),
+        scope: source.scope.clone(),
+        fair: source.fair.clone(),
         worker_id: source.worker_id.clone(),
         batch_size: source.batch_size,
         poll_interval: source.poll_interval,

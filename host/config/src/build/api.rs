@@ -18,7 +18,7 @@ use crate::model::{ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, Secret};
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
-pub const API_KEYS: [&str; 13] = [
+pub const API_KEYS: [&str; 15] = [
     "listen",
     "connector",
     "table",
@@ -32,6 +32,8 @@ pub const API_KEYS: [&str; 13] = [
     "limits",
     "metrics",
     "max_wait_s",
+    "max_streams",
+    "max_stream_s",
 ];
 /// Keys accepted in `api.metrics`.
 pub const API_METRICS_KEYS: [&str; 1] = ["public"];
@@ -130,6 +132,20 @@ pub fn build_api(
     };
     let metrics_public = metrics_public(node)?;
     let max_wait_s = max_wait_s(node)?;
+    let max_streams = bounded_u32(
+        node,
+        "max_streams",
+        0,
+        onestep_core::api_settings::MAX_API_STREAMS,
+        onestep_core::api_settings::DEFAULT_API_MAX_STREAMS,
+    )?;
+    let max_stream_s = bounded_u32(
+        node,
+        "max_stream_s",
+        1,
+        onestep_core::api_settings::MAX_API_STREAM_S,
+        onestep_core::api_settings::DEFAULT_API_MAX_STREAM_S,
+    )?;
     Ok(ApiConfig {
         listen,
         connector,
@@ -143,6 +159,8 @@ pub fn build_api(
             limits,
             metrics_public,
             max_wait_s,
+            max_streams,
+            max_stream_s,
         },
     })
 }
@@ -161,6 +179,30 @@ fn max_wait_s(node: &Node) -> Result<u32, ConfigError> {
                     n,
                     PATH,
                     format!("max_wait_s must be an integer from 0 to {MAX_API_WAIT_S}"),
+                )
+            }),
+    }
+}
+
+/// An integer key of `api:` from `min` to `max` (`default` when absent): `max_streams`,
+/// `max_stream_s` (docs/http-api.md#stream).
+fn bounded_u32(
+    node: &Node,
+    key: &str,
+    min: u32,
+    max: u32,
+    default: u32,
+) -> Result<u32, ConfigError> {
+    match node.get_set(key) {
+        None => Ok(default),
+        Some(n) => crate::fields::integer(n)
+            .and_then(|i| u32::try_from(i).ok())
+            .filter(|i| (min..=max).contains(i))
+            .ok_or_else(|| {
+                ConfigError::at(
+                    n,
+                    PATH,
+                    format!("{key} must be an integer from {min} to {max}"),
                 )
             }),
     }

@@ -6,6 +6,8 @@ use onestep_core::store::options as store_defaults;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use onestep_core::request::NamespaceScope;
+use onestep_core::schedule::FairShare;
 use onestep_core::settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_POLL_INTERVAL,
     DEFAULT_WORKER_ID, cancel_poll_fits_heartbeat, default_cancel_poll_interval,
@@ -110,10 +112,13 @@ impl ResourceKind {
     }
 }
 
-const SOURCE_FIELDS: [&str; 17] = [
+const SOURCE_FIELDS: [&str; 20] = [
     "type",
     "connector",
     "namespace",
+    "namespaces",
+    "weights",
+    "max_running_per_key",
     "task_names",
     "table",
     "attempts_table",
@@ -303,8 +308,12 @@ fn sqlite_dsn_beside(kind: DatabaseKind, dsn: &str, base_dir: &std::path::Path) 
 /// The source options (docs/semantics.md#worker-settings), validated in the reference's order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceOptions {
-    /// Trimmed namespace.
+    /// Trimmed namespace (`namespace:`), or the label of `namespaces:` (`a,b` or `*`).
     pub namespace: String,
+    /// The namespaces the source claims from (docs/semantics.md#fair-claim).
+    pub scope: NamespaceScope,
+    /// `weights:` and `max_running_per_key:` (docs/semantics.md#fair-claim).
+    pub fair: FairShare,
     /// The one task name.
     pub task_name: String,
     /// `batch_size`.
@@ -321,20 +330,121 @@ pub struct SourceOptions {
     pub worker_id: String,
 }
 
+/// `namespaces: "*"` or a non-empty sequence of unique namespaces (docs/semantics.md#fair-claim).
+fn namespaces_scope(list: &Node, prefix: &str) -> Result<NamespaceScope, (Node, String)> {
+    let bad = |n: &Node, what: &str| Err((n.clone(), format!("{prefix}namespaces {what}")));
+    if let Some(text) = list.as_str() {
+        if text.trim() == "*" {
+            return Ok(NamespaceScope::All);
+        }
+        return bad(
+            list,
+            "must be \"*\" (every namespace) or a sequence of namespaces",
+        );
+    }
+    let Some(items) = list.items() else {
+        return bad(
+            list,
+            "must be \"*\" (every namespace) or a sequence of namespaces",
+        );
+    };
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        match item.as_str().map(str::trim) {
+            Some(s) if !s.is_empty() && s.chars().count() <= MAX_NAME_CHARS => {
+                if out.iter().any(|o| o == s) {
+                    return bad(item, &format!("must be unique (`{s}` appears twice)"));
+                }
+                out.push(s.to_owned());
+            }
+            _ => return bad(item, "must be non-empty strings <= 255 characters"),
+        }
+    }
+    if out.is_empty() {
+        return bad(list, "must not be empty");
+    }
+    Ok(NamespaceScope::Many(out))
+}
+
+/// `weights: {key: 1..=1000}` and `max_running_per_key: >= 1` (docs/semantics.md#fair-claim).
+fn fair_share(node: &Node, prefix: &str) -> Result<FairShare, (Node, String)> {
+    let mut fair = FairShare::default();
+    if let Some(w) = node.get_set("weights") {
+        let Some(entries) = w.entries() else {
+            return Err((
+                w.clone(),
+                format!("{prefix}weights must be a mapping of fairness key to weight"),
+            ));
+        };
+        for (key, value) in entries {
+            let key = onestep_core::schedule::fairness_key(key)
+                .map_err(|e| (value.clone(), format!("{prefix}weights: {e}")))?;
+            let max = onestep_core::schedule::MAX_WEIGHT;
+            match integer(value).and_then(|i| u32::try_from(i).ok()) {
+                Some(v) if (1..=max).contains(&v) => {
+                    fair.weights.insert(key, v);
+                }
+                _ => {
+                    return Err((
+                        value.clone(),
+                        format!(
+                            "{prefix}weights.{key} must be an integer from 1 to {max} (got {})",
+                            scalar_text(value)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(n) = node.get_set("max_running_per_key") {
+        match integer(n).and_then(|i| u32::try_from(i).ok()) {
+            Some(v) if v >= 1 => fair.max_running_per_key = Some(v),
+            _ => {
+                return Err((
+                    n.clone(),
+                    format!(
+                        "{prefix}max_running_per_key must be an integer >= 1 (got {})",
+                        scalar_text(n)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(fair)
+}
+
 /// Applies the source option rules (docs/semantics.md#worker-settings) to a source mapping. `prefix` is `""` at build time and
 /// `"<section>.<name>."` in strict mode (docs/configuration.md#strict-validation step 6), where it is also applied to
 /// `lease_duration_s` inside the heartbeat message. Returns the failing node and message.
 pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node, String)> {
     let err = |n: &Node, msg: String| Err((n.clone(), msg));
-    // namespace
-    let ns_node = node.get("namespace").unwrap_or(node);
-    let namespace = ns_node.as_str().map(str::trim).unwrap_or("");
-    if namespace.is_empty() || namespace.chars().count() > MAX_NAME_CHARS {
-        return err(
-            ns_node,
-            format!("{prefix}namespace must be non-empty and <= 255 characters"),
-        );
-    }
+    // namespace / namespaces (exactly one of the two)
+    let scope = match node.get("namespaces") {
+        Some(list) => {
+            if node.get("namespace").is_some() {
+                return err(
+                    list,
+                    format!(
+                        "{prefix}namespace and namespaces are exclusive: give exactly one of them"
+                    ),
+                );
+            }
+            namespaces_scope(list, prefix)?
+        }
+        None => {
+            let ns_node = node.get("namespace").unwrap_or(node);
+            let namespace = ns_node.as_str().map(str::trim).unwrap_or("");
+            if namespace.is_empty() || namespace.chars().count() > MAX_NAME_CHARS {
+                return err(
+                    ns_node,
+                    format!("{prefix}namespace must be non-empty and <= 255 characters"),
+                );
+            }
+            NamespaceScope::One(namespace.to_owned())
+        }
+    };
+    let namespace = scope.label();
+    let fair = fair_share(node, prefix)?;
     // task_names
     let tn_node = node.get("task_names").unwrap_or(node);
     let Some(items) = tn_node.items() else {
@@ -471,7 +581,9 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
         },
     };
     Ok(SourceOptions {
-        namespace: namespace.to_owned(),
+        namespace,
+        scope,
+        fair,
         task_name: names.remove(0),
         batch_size,
         poll_interval: poll,
@@ -545,7 +657,7 @@ pub fn build_source(
     let path = e.path();
     let node = e.node;
     let connector = connector_ref(node, &path, resources, Some(e.kind.database()))?;
-    if node.get("namespace").and_then(non_empty_str).is_none() {
+    if node.get("namespaces").is_none() && node.get("namespace").and_then(non_empty_str).is_none() {
         return Err(ConfigError::at(
             node,
             &path,
@@ -553,6 +665,24 @@ pub fn build_source(
         ));
     }
     let opts = source_options(node, "").map_err(|(n, msg)| ConfigError::at(&n, &path, msg))?;
+    // docs/semantics.md#fair-claim: parsed and checked above; the PostgreSQL backend serves
+    // it, the MySQL/MariaDB and SQLite backends not yet.
+    if let Some(key) = ["namespaces", "weights", "max_running_per_key"]
+        .into_iter()
+        .find(|k| node.get(k).is_some())
+        .filter(|_| e.kind.database() != DatabaseKind::Postgres)
+    {
+        let at = node.get(key).unwrap_or(node);
+        return Err(ConfigError::at(
+            at,
+            &path,
+            format!(
+                "{key}: {} by the MySQL and SQLite backends yet (the PostgreSQL backend has \
+                 it); give one `namespace:` per source",
+                onestep_core::store::fair::FAIR_CLAIM_UNSUPPORTED
+            ),
+        ));
+    }
     let table = table_name(node, "table", "executions_table", DEFAULT_TABLE, &path)?;
     let attempts_table = table_name(
         node,
@@ -577,6 +707,8 @@ pub fn build_source(
         kind: e.kind.database(),
         connector,
         namespace: opts.namespace,
+        scope: opts.scope,
+        fair: opts.fair,
         task_name: opts.task_name,
         table,
         attempts_table,

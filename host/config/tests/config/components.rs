@@ -339,6 +339,31 @@ fn api_section() {
             "{bad}: {err}"
         );
     }
+    // Event streams (docs/http-api.md#stream): 256 at once and 600 s each by default.
+    assert_eq!(
+        (a.settings.max_streams, a.settings.max_stream_s),
+        (256, 600)
+    );
+    let cfg = load_api("{connector: db, namespace: n, max_streams: 0, max_stream_s: 86400}")
+        .expect("streams off, a day each");
+    let s = &cfg.api.as_ref().expect("api").settings;
+    assert_eq!((s.max_streams, s.max_stream_s), (0, 86_400));
+    for (key, bad, range) in [
+        ("max_streams", "-1", "0 to 65536"),
+        ("max_streams", "65537", "0 to 65536"),
+        ("max_streams", "'many'", "0 to 65536"),
+        ("max_stream_s", "0", "1 to 86400"),
+        ("max_stream_s", "86401", "1 to 86400"),
+        ("max_stream_s", "1.5", "1 to 86400"),
+    ] {
+        let err = load_api(&format!("{{connector: db, namespace: n, {key}: {bad}}}"))
+            .expect_err(bad)
+            .to_string();
+        assert!(
+            err.contains(&format!("{key} must be an integer from {range}")),
+            "{key}={bad}: {err}"
+        );
+    }
     let cfg = load_api("{connector: db, namespace: n, metrics: {public: true}}").expect("public");
     assert!(cfg.api.as_ref().expect("api").settings.metrics_public);
     let err = load_api("{connector: db, namespace: n, metrics: {public: 'yes'}}")

@@ -25,6 +25,7 @@ pub mod completion;
 pub mod diagnostics;
 pub mod dsn;
 pub mod errors;
+pub mod fair;
 pub mod history;
 pub mod insights;
 pub mod lease;

@@ -363,7 +363,8 @@ where
     assert!(out.iter().all(Result::is_ok), "{out:?}");
     m.step("claim (two task names)").await;
     let both = ClaimRequest {
-        namespace: NS.into(),
+        namespaces: onestep_core::request::NamespaceScope::One(NS.into()),
+        fair: Default::default(),
         task_names: vec![TASK.into(), OTHER.into()],
         limit: 5,
         lease_duration_s: 30.0,

@@ -11,6 +11,7 @@ use crate::suite::{Case, CaseFn, Fixture};
 mod client;
 mod completions;
 mod concurrency;
+mod fair;
 mod heartbeats;
 mod listing;
 mod schedule;
@@ -41,6 +42,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(concurrency::cases());
     v.extend(storable::cases());
     v.extend(schedule::cases());
+    v.extend(fair::cases());
     v
 }
 

@@ -162,7 +162,8 @@ async fn reference_rows(fx: Fixture) {
 async fn retry_keeps_priority(fx: Fixture) {
     let first = submit(&fx, json!("older, default priority")).await;
     fx.clock.advance(1.0);
-    let urgent = submit_scheduled(&fx, "urgent", Some(0), Some("tenant-9")).await;
+    // The same fairness key as the older row (its namespace): priority orders within a key.
+    let urgent = submit_scheduled(&fx, "urgent", Some(0), Some(NS)).await;
     if !kept(&urgent) {
         return; // covered by priority_claim_order_then_fifo on such tables
     }
@@ -182,7 +183,7 @@ async fn retry_keeps_priority(fx: Fixture) {
     assert_eq!(retried.status, ExecutionStatus::Retrying);
     assert_eq!(
         (retried.priority, retried.fairness_key.as_deref()),
-        (0, Some("tenant-9"))
+        (0, Some(NS))
     );
     // Still ahead of the older priority-5 execution.
     fx.clock.advance(1.0);

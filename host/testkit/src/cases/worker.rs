@@ -142,7 +142,8 @@ async fn claim_order(fx: Fixture) {
     let multi = fx
         .leases
         .claim(&onestep_core::request::ClaimRequest {
-            namespace: NS.into(),
+            namespaces: onestep_core::request::NamespaceScope::One(NS.into()),
+            fair: Default::default(),
             task_names: vec![TASK.into(), "t2".into()],
             limit: 10,
             lease_duration_s: 30.0,

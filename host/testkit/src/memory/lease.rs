@@ -6,10 +6,14 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use onestep_core::execution::{Completion, HeartbeatResult, LeaseRef};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use onestep_core::plan::CompletionPlan;
 use onestep_core::ports::LeaseStore;
 use onestep_core::request::{ClaimRequest, validate_lease_duration};
+use onestep_core::schedule::entry_pass;
 use onestep_core::status::attempt_status_for;
+use onestep_core::store::fair::{FairPlan, KeyOutcome, LockedKey, RUNNING_STATUSES};
 use onestep_core::time::add_seconds;
 use onestep_core::{
     AttemptStatus, Execution, ExecutionError, ExecutionLease, ExecutionStatus, StaleReason,
@@ -98,38 +102,133 @@ fn maintain(state: &mut State, now: DateTime<Utc>, batch: usize) {
     }
 }
 
-/// T2 for every row the claim may take, in claim order `(priority, available_at, created_at, id)`
-/// (docs/semantics.md#priority-and-fairness-key).
+/// Whether `r` may be claimed now (available, not expired or a lease-lost retry).
+fn claimable_now(r: &Row, now: DateTime<Utc>) -> bool {
+    let e = &r.execution;
+    e.status.is_claimable()
+        && e.available_at <= now
+        && (e.expires_at.is_none_or(|x| x > now) || r.is_lease_lost_retry())
+}
+
+/// The fair claim (docs/semantics.md#fair-claim) over the rows in memory: the keys of the task
+/// in scope with claimable rows, least pass first (then namespace, key), each entering at the
+/// virtual time; slots split by `FairPlan`; per key its head rows in the order `(priority,
+/// available_at, created_at, id)`. Keys without pending rows leave the rotation.
+fn fair_pick(state: &mut State, req: &ClaimRequest, now: DateTime<Utc>) -> Vec<Uuid> {
+    let Some(task) = req.task_names.first() else {
+        return Vec::new();
+    };
+    type Head = (u8, DateTime<Utc>, DateTime<Utc>, Uuid);
+    let mut pending: BTreeMap<(String, String), Vec<Head>> = BTreeMap::new();
+    let mut waiting: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut running: HashMap<(String, String), u64> = HashMap::new();
+    for r in state.rows.values() {
+        let e = &r.execution;
+        if &e.task_name != task || !req.namespaces.contains(&e.namespace) {
+            continue;
+        }
+        let k = (e.namespace.clone(), e.effective_fairness_key().to_owned());
+        if e.status.is_claimable() {
+            waiting.insert(k.clone());
+        }
+        if RUNNING_STATUSES.contains(&e.status) {
+            *running.entry(k.clone()).or_default() += 1;
+        }
+        if claimable_now(r, now) {
+            pending
+                .entry(k)
+                .or_default()
+                .push((e.priority, e.available_at, e.created_at, e.id));
+        }
+    }
+    // Keys without pending rows leave; new ones enter at the virtual time.
+    state
+        .passes
+        .retain(|(t, ns, k), _| t != task || waiting.contains(&(ns.clone(), k.clone())));
+    let virtual_time = state
+        .passes
+        .iter()
+        .filter(|((t, _, _), _)| t == task)
+        .map(|(_, p)| *p)
+        .min();
+    for (ns, k) in &waiting {
+        state
+            .passes
+            .entry((task.clone(), ns.clone(), k.clone()))
+            .or_insert_with(|| entry_pass(None, virtual_time));
+    }
+    let mut ready: Vec<LockedKey> = pending
+        .keys()
+        .filter(|k| req.fair.room(running.get(*k).copied().unwrap_or(0)) > 0)
+        .map(|(ns, k)| LockedKey {
+            namespace: ns.clone(),
+            key: k.clone(),
+            pass: state
+                .passes
+                .get(&(task.clone(), ns.clone(), k.clone()))
+                .copied()
+                .unwrap_or(0),
+        })
+        .collect();
+    ready.sort_by(|a, b| (a.pass, &a.namespace, &a.key).cmp(&(b.pass, &b.namespace, &b.key)));
+    ready.truncate(req.limit as usize);
+    ready.sort_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)));
+    let plan = FairPlan::new(ready, &running, &req.fair, req.limit);
+    let mut claimed = vec![0u32; plan.keys.len()];
+    let mut picked: Vec<Head> = Vec::new();
+    for (i, k, n) in plan.wanted() {
+        if let Some(heads) = pending.get_mut(&(k.namespace.clone(), k.key.clone())) {
+            heads.sort();
+            for h in heads.iter().take(n as usize) {
+                picked.push(*h);
+                claimed[i] += 1;
+            }
+        }
+    }
+    // The leases of one claim in claim order (docs/semantics.md#fair-claim).
+    picked.sort();
+    for (i, outcome) in plan.outcomes(&claimed, now) {
+        if let KeyOutcome::Advance(pass) = outcome {
+            let k = &plan.keys[i];
+            state
+                .passes
+                .insert((task.clone(), k.namespace.clone(), k.key.clone()), pass);
+        }
+    }
+    picked.into_iter().map(|h| h.3).collect()
+}
+
+/// T2 for every row the claim may take: the fair claim's picks (docs/semantics.md#fair-claim).
 fn claim_in(
     state: &mut State,
     req: &ClaimRequest,
     now: DateTime<Utc>,
     lease_expires_at: DateTime<Utc>,
 ) -> Vec<ExecutionLease> {
-    let mut picked: Vec<(u8, DateTime<Utc>, DateTime<Utc>, Uuid)> = state
-        .rows
-        .values()
-        .filter(|r| {
-            let e = &r.execution;
-            e.namespace == req.namespace
-                && req.task_names.contains(&e.task_name)
-                && e.status.is_claimable()
-                && e.available_at <= now
-                && (e.expires_at.is_none_or(|x| x > now) || r.is_lease_lost_retry())
-        })
-        .map(|r| {
-            (
-                r.execution.priority,
-                r.execution.available_at,
-                r.execution.created_at,
-                r.execution.id,
-            )
-        })
-        .collect();
-    picked.sort();
-    picked.truncate(req.limit as usize);
+    let picked = if req.task_names.len() == 1 {
+        fair_pick(state, req, now)
+    } else {
+        // A claim of several task names is a plain claim (docs/semantics.md#fair-claim): one
+        // order over all of them, `(priority, available_at, created_at, id)`.
+        let mut heads: Vec<(u8, DateTime<Utc>, DateTime<Utc>, Uuid)> = state
+            .rows
+            .values()
+            .filter(|r| {
+                req.namespaces.contains(&r.execution.namespace)
+                    && req.task_names.contains(&r.execution.task_name)
+                    && claimable_now(r, now)
+            })
+            .map(|r| {
+                let e = &r.execution;
+                (e.priority, e.available_at, e.created_at, e.id)
+            })
+            .collect();
+        heads.sort();
+        heads.truncate(req.limit as usize);
+        heads.into_iter().map(|h| h.3).collect()
+    };
     let mut leases = Vec::with_capacity(picked.len());
-    for (_, _, _, id) in picked {
+    for id in picked {
         let Some(row) = state.rows.get_mut(&id) else {
             continue;
         };

@@ -137,6 +137,9 @@ pub(crate) struct State {
     pub(crate) rows: HashMap<Uuid, Row>,
     /// `(namespace, task_name, idempotency_key)` → execution id.
     pub(crate) keys: HashMap<(String, String, String), Uuid>,
+    /// The fair claim's passes: `(task_name, namespace, fairness key)` → pass, for keys with
+    /// pending work (docs/semantics.md#fair-claim).
+    pub(crate) passes: HashMap<(String, String, String), i64>,
 }
 
 #[derive(Debug, Default)]

@@ -1,0 +1,445 @@
+//! The fair claim on PostgreSQL (docs/semantics.md#fair-claim, docs/postgres.md#fair-claim):
+//! the sweep (a skip scan of `ix_<T>_fair` that registers keys with pending rows in `<T>_keys`
+//! and wakes waiting keys that have a row due), then the claim over the keys table — candidates
+//! by pass, their rows locked in primary-key order, the running counts of a cap, the slots split
+//! by [`FairPlan`], each key's head rows locked `SKIP LOCKED` in one `LATERAL` statement, and
+//! the keys' passes and `ready_at` written back. Every statement that locks several key rows
+//! locks them in primary-key order (`ORDER BY namespace, fairness_key` within one task), and
+//! execution rows are only locked with `SKIP LOCKED` while key locks are held, so claimers never
+//! deadlock.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
+use onestep_core::ExecutionLease;
+use onestep_core::error::UNDECODABLE_DEFER_S;
+use onestep_core::names::TableNames;
+use onestep_core::request::ClaimRequest;
+use onestep_core::store::fair::{FairPlan, KeyOutcome, LockedKey};
+use onestep_core::store::lease::claim_rows;
+use onestep_core::time::add_seconds;
+use uuid::Uuid;
+
+use crate::backend::PgBackend;
+use crate::errors::OpResult;
+use crate::rows::{EXECUTION_COLUMNS_E, decode_execution};
+use crate::schema::{KEY_EXPR, keys_table, q};
+
+/// How often one backend handle sweeps while its claims keep finding work.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// When this backend handle last swept each task (claims of every source of the handle share
+/// it; one entry per task, so a busy task's sweeps never postpone another task's).
+#[derive(Debug, Default)]
+pub(crate) struct SweepGate(Mutex<HashMap<String, Instant>>);
+
+impl SweepGate {
+    /// Whether a sweep of `task` is due (`force`, or none for [`SWEEP_INTERVAL`]); marks it
+    /// done.
+    fn due(&self, task: &str, force: bool) -> bool {
+        let Ok(mut last) = self.0.lock() else {
+            return true;
+        };
+        let now = Instant::now();
+        let due = force
+            || last
+                .get(task)
+                .is_none_or(|t| now.duration_since(*t) >= SWEEP_INTERVAL);
+        if due {
+            last.insert(task.to_owned(), now);
+        }
+        due
+    }
+}
+
+/// The fair claim's statements of one table pair.
+#[derive(Debug, Clone)]
+pub(crate) struct FairSql {
+    sweep_insert: String,
+    sweep_wake: String,
+    candidates_in: String,
+    candidates_all: String,
+    lock: String,
+    running: String,
+    heads: String,
+    set_pass: String,
+    set_ready: String,
+    pending_min: String,
+    delete: String,
+}
+
+const PENDING: &str = "status IN ('queued', 'retrying')";
+
+impl FairSql {
+    pub(crate) fn new(names: &TableNames) -> FairSql {
+        let t = q(&names.executions);
+        let a = q(&names.attempts);
+        let k = q(&keys_table(names));
+        let lost = format!(
+            "(e.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
+             WHERE la.execution_id = e.id AND la.attempt_no = e.attempts \
+             AND la.status = 'lease_lost'))"
+        );
+        // The distinct (key, namespace) of the task's pending rows: one probe of ix_<T>_fair per
+        // key (a recursive skip scan), never the rows themselves.
+        let sweep_insert = format!(
+            "WITH RECURSIVE s(fkey, ns) AS ( \
+               (SELECT {KEY_EXPR}, namespace FROM {t} WHERE task_name = $1 AND {PENDING} \
+                ORDER BY {KEY_EXPR}, namespace LIMIT 1) \
+               UNION ALL \
+               SELECT n.fkey, n.ns FROM s CROSS JOIN LATERAL ( \
+                 SELECT {KEY_EXPR} AS fkey, namespace AS ns FROM {t} \
+                 WHERE task_name = $1 AND {PENDING} AND ({KEY_EXPR}, namespace) > (s.fkey, s.ns) \
+                 ORDER BY {KEY_EXPR}, namespace LIMIT 1) n) \
+             INSERT INTO {k} (task_name, namespace, fairness_key, pass, ready_at) \
+             SELECT $1, s.ns, s.fkey, \
+               COALESCE((SELECT min(pass) FROM {k} WHERE task_name = $1), 0), $2 \
+             FROM s WHERE NOT EXISTS (SELECT 1 FROM {k} x WHERE x.task_name = $1 \
+               AND x.namespace = s.ns AND x.fairness_key = s.fkey) \
+             ORDER BY s.ns, s.fkey \
+             ON CONFLICT DO NOTHING"
+        );
+        // Waiting keys with a row due now (a submit or a retry after the key's ready_at was
+        // pushed out): ready now. SKIP LOCKED: a key a claimer holds is its business. A scalar
+        // subquery (not EXISTS, which the planner may turn into a hash join over every pending
+        // row) probes ix_<T>_fair once per waiting key.
+        let sweep_wake = format!(
+            "WITH w AS (SELECT x.namespace, x.fairness_key FROM {k} x \
+               WHERE x.task_name = $1 AND x.ready_at > $2 AND ( \
+                 SELECT 1 FROM {t} e WHERE e.task_name = $1 \
+                 AND {KEY_EXPR_E} = x.fairness_key AND e.namespace = x.namespace \
+                 AND e.{PENDING} AND e.available_at <= $2 LIMIT 1) IS NOT NULL \
+               ORDER BY x.namespace, x.fairness_key FOR UPDATE SKIP LOCKED) \
+             UPDATE {k} x SET ready_at = $2 FROM w WHERE x.task_name = $1 \
+               AND x.namespace = w.namespace AND x.fairness_key = w.fairness_key",
+            KEY_EXPR_E = "COALESCE(e.fairness_key, e.namespace)",
+        );
+        let candidates = |scope: &str| {
+            format!(
+                "SELECT namespace, fairness_key FROM {k} \
+                 WHERE task_name = $1 AND ready_at <= $2{scope} \
+                 ORDER BY pass, namespace, fairness_key LIMIT $3"
+            )
+        };
+        let lock = format!(
+            "SELECT x.namespace, x.fairness_key, x.pass FROM {k} x \
+             JOIN unnest($2::text[], $3::text[]) AS v(ns, fkey) \
+               ON x.namespace = v.ns AND x.fairness_key = v.fkey \
+             WHERE x.task_name = $1 ORDER BY x.namespace, x.fairness_key FOR UPDATE OF x"
+        );
+        // Scalar subqueries: one probe of an index per key (a join may be planned as a hash
+        // join over every row of the task).
+        let running = format!(
+            "SELECT v.ns, v.fkey, (SELECT count(*) FROM {t} e WHERE e.task_name = $1 \
+               AND COALESCE(e.fairness_key, e.namespace) = v.fkey AND e.namespace = v.ns \
+               AND e.status IN ('running', 'cancel_requested')) \
+             FROM unnest($2::text[], $3::text[]) AS v(ns, fkey)"
+        );
+        let heads = format!(
+            "SELECT h.* FROM unnest($2::text[], $3::text[], $4::int8[]) AS v(ns, fkey, n) \
+             CROSS JOIN LATERAL ( \
+               SELECT {EXECUTION_COLUMNS_E} FROM {t} e \
+               WHERE e.task_name = $1 AND COALESCE(e.fairness_key, e.namespace) = v.fkey \
+               AND e.namespace = v.ns AND e.{PENDING} AND e.available_at <= $5 \
+               AND (e.expires_at IS NULL OR e.expires_at > $5 OR {lost}) \
+               ORDER BY e.priority, e.available_at, e.created_at, e.id LIMIT v.n \
+               FOR UPDATE OF e SKIP LOCKED) h"
+        );
+        let set_pass = format!(
+            "UPDATE {k} x SET pass = v.pass \
+             FROM unnest($2::text[], $3::text[], $4::int8[]) AS v(ns, fkey, pass) \
+             WHERE x.task_name = $1 AND x.namespace = v.ns AND x.fairness_key = v.fkey"
+        );
+        let set_ready = format!(
+            "UPDATE {k} x SET ready_at = v.at \
+             FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS v(ns, fkey, at) \
+             WHERE x.task_name = $1 AND x.namespace = v.ns AND x.fairness_key = v.fkey"
+        );
+        let pending_min = format!(
+            "SELECT v.ns, v.fkey, (SELECT min(e.available_at) FROM {t} e \
+               WHERE e.task_name = $1 AND COALESCE(e.fairness_key, e.namespace) = v.fkey \
+               AND e.namespace = v.ns AND e.{PENDING}) \
+             FROM unnest($2::text[], $3::text[]) AS v(ns, fkey)"
+        );
+        let delete = format!(
+            "DELETE FROM {k} x USING unnest($2::text[], $3::text[]) AS v(ns, fkey) \
+             WHERE x.task_name = $1 AND x.namespace = v.ns AND x.fairness_key = v.fkey"
+        );
+        FairSql {
+            sweep_insert,
+            sweep_wake,
+            candidates_in: candidates(" AND namespace = ANY($4)"),
+            candidates_all: candidates(""),
+            lock,
+            running,
+            heads,
+            set_pass,
+            set_ready,
+            pending_min,
+            delete,
+        }
+    }
+
+    /// Every statement, named, for EXPLAIN in tests and docs.
+    pub(crate) fn named(&self) -> Vec<(&'static str, &str)> {
+        vec![
+            ("sweep_insert", &self.sweep_insert),
+            ("sweep_wake", &self.sweep_wake),
+            ("candidates_in", &self.candidates_in),
+            ("candidates_all", &self.candidates_all),
+            ("lock", &self.lock),
+            ("running", &self.running),
+            ("heads", &self.heads),
+            ("set_pass", &self.set_pass),
+            ("set_ready", &self.set_ready),
+            ("pending_min", &self.pending_min),
+            ("delete", &self.delete),
+        ]
+    }
+}
+
+type KeyId = (String, String);
+
+fn split(keys: &[KeyId]) -> (Vec<String>, Vec<String>) {
+    keys.iter().cloned().unzip()
+}
+
+impl PgBackend {
+    /// The fair claim's statements by name (docs/postgres.md#fair-claim), for EXPLAIN in tests;
+    /// empty when the tables lack the keys table.
+    pub fn fair_claim_statements(&self) -> Vec<(&'static str, String)> {
+        self.inner.fair.as_ref().map_or_else(Vec::new, |f| {
+            f.named()
+                .into_iter()
+                .map(|(n, s)| (n, s.to_owned()))
+                .collect()
+        })
+    }
+
+    /// The fair claim of one task (docs/semantics.md#fair-claim) inside `tx`, after maintenance.
+    pub(crate) async fn fair_claim_in(
+        &self,
+        tx: &Transaction<'_>,
+        sql: &FairSql,
+        req: &ClaimRequest,
+        task: &str,
+        now: DateTime<Utc>,
+        lease_expires_at: DateTime<Utc>,
+    ) -> OpResult<Vec<ExecutionLease>> {
+        let swept = self.inner.gate.due(task, false);
+        if swept {
+            self.sweep(tx, sql, task, now).await?;
+        }
+        let leases = self
+            .fair_round(tx, sql, req, task, now, lease_expires_at)
+            .await?;
+        if !leases.is_empty() || swept || !self.inner.gate.due(task, true) {
+            return Ok(leases);
+        }
+        self.sweep(tx, sql, task, now).await?;
+        self.fair_round(tx, sql, req, task, now, lease_expires_at)
+            .await
+    }
+
+    async fn sweep(
+        &self,
+        tx: &Transaction<'_>,
+        sql: &FairSql,
+        task: &str,
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        let st = tx.prepare_cached(&sql.sweep_insert).await?;
+        tx.execute(&st, &[&task, &now]).await?;
+        let st = tx.prepare_cached(&sql.sweep_wake).await?;
+        tx.execute(&st, &[&task, &now]).await?;
+        Ok(())
+    }
+
+    async fn fair_round(
+        &self,
+        tx: &Transaction<'_>,
+        sql: &FairSql,
+        req: &ClaimRequest,
+        task: &str,
+        now: DateTime<Utc>,
+        lease_expires_at: DateTime<Utc>,
+    ) -> OpResult<Vec<ExecutionLease>> {
+        let limit = i64::from(req.limit);
+        // 1. Candidates by pass.
+        let rows = match req.namespaces.listed() {
+            Some(list) => {
+                let list: Vec<&str> = list;
+                let st = tx.prepare_cached(&sql.candidates_in).await?;
+                tx.query(&st, &[&task, &now, &limit, &list]).await?
+            }
+            None => {
+                let st = tx.prepare_cached(&sql.candidates_all).await?;
+                tx.query(&st, &[&task, &now, &limit]).await?
+            }
+        };
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut candidates: Vec<KeyId> = Vec::with_capacity(rows.len());
+        for r in &rows {
+            candidates.push((r.try_get(0)?, r.try_get(1)?));
+        }
+        // 2. Lock them in primary-key order.
+        let (ns, fkeys) = split(&candidates);
+        let st = tx.prepare_cached(&sql.lock).await?;
+        let mut locked = Vec::with_capacity(candidates.len());
+        for r in tx.query(&st, &[&task, &ns, &fkeys]).await? {
+            locked.push(LockedKey {
+                namespace: r.try_get(0)?,
+                key: r.try_get(1)?,
+                pass: r.try_get(2)?,
+            });
+        }
+        // 3. The running counts of a cap.
+        let mut running: HashMap<KeyId, u64> = HashMap::new();
+        if req.fair.max_running_per_key.is_some() && !locked.is_empty() {
+            let ids: Vec<KeyId> = locked
+                .iter()
+                .map(|k| (k.namespace.clone(), k.key.clone()))
+                .collect();
+            let (ns, fkeys) = split(&ids);
+            let st = tx.prepare_cached(&sql.running).await?;
+            for r in tx.query(&st, &[&task, &ns, &fkeys]).await? {
+                let n: i64 = r.try_get(2)?;
+                running.insert(
+                    (r.try_get(0)?, r.try_get(1)?),
+                    u64::try_from(n).unwrap_or(0),
+                );
+            }
+        }
+        // 4. Slots per key.
+        let plan = FairPlan::new(locked, &running, &req.fair, req.limit);
+        let wanted: Vec<(usize, &LockedKey, u32)> = plan.wanted().collect();
+        let mut claimed = vec![0u32; plan.keys.len()];
+        let mut leases = Vec::new();
+        if !wanted.is_empty() {
+            // 5. Each key's head rows.
+            let ns: Vec<&str> = wanted.iter().map(|w| w.1.namespace.as_str()).collect();
+            let fkeys: Vec<&str> = wanted.iter().map(|w| w.1.key.as_str()).collect();
+            let n: Vec<i64> = wanted.iter().map(|w| i64::from(w.2)).collect();
+            let st = tx.prepare_cached(&sql.heads).await?;
+            let rows = tx.query(&st, &[&task, &ns, &fkeys, &n, &now]).await?;
+            let keyed = rows
+                .iter()
+                .map(|r| (r.try_get::<_, Uuid>("id").ok(), decode_execution(r)));
+            let (picked, deferred) =
+                claim_rows(keyed, self.attempt_ids, lease_expires_at, now, |e| {
+                    tracing::error!(error = %e, defer_s = UNDECODABLE_DEFER_S,
+                        "claim skipped an undecodable row and deferred it");
+                });
+            if !deferred.is_empty() {
+                let until = add_seconds(now, "undecodable defer", UNDECODABLE_DEFER_S)?;
+                let stmt = format!(
+                    "UPDATE {} SET available_at = $1 WHERE id = ANY($2)",
+                    q(&self.tables().executions)
+                );
+                tx.execute(&stmt, &[&until, &deferred]).await?;
+            }
+            let index: HashMap<(&str, &str), usize> = plan
+                .keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| ((k.namespace.as_str(), k.key.as_str()), i))
+                .collect();
+            for l in &picked {
+                let e = &l.execution;
+                if let Some(i) = index.get(&(e.namespace.as_str(), e.effective_fairness_key())) {
+                    claimed[*i] += 1;
+                }
+            }
+            leases = picked;
+        }
+        // 6. The keys' rows.
+        self.key_outcomes(tx, sql, task, &plan, &claimed, now)
+            .await?;
+        if leases.is_empty() {
+            return Ok(leases);
+        }
+        leases.sort_by(|a, b| {
+            let (x, y) = (&a.execution, &b.execution);
+            (x.priority, x.available_at, x.created_at, x.id).cmp(&(
+                y.priority,
+                y.available_at,
+                y.created_at,
+                y.id,
+            ))
+        });
+        self.write_claims(tx, &mut leases, req, now, lease_expires_at)
+            .await?;
+        Ok(leases)
+    }
+
+    async fn key_outcomes(
+        &self,
+        tx: &Transaction<'_>,
+        sql: &FairSql,
+        task: &str,
+        plan: &FairPlan,
+        claimed: &[u32],
+        now: DateTime<Utc>,
+    ) -> OpResult<()> {
+        let (mut pass_keys, mut passes) = (Vec::new(), Vec::new());
+        let (mut ready_keys, mut ready_at) = (Vec::new(), Vec::new());
+        let mut empty: Vec<KeyId> = Vec::new();
+        for (i, outcome) in plan.outcomes(claimed, now) {
+            let k = &plan.keys[i];
+            let id = (k.namespace.clone(), k.key.clone());
+            match outcome {
+                KeyOutcome::Advance(p) => {
+                    pass_keys.push(id);
+                    passes.push(p);
+                }
+                KeyOutcome::Full(at) => {
+                    ready_keys.push(id);
+                    ready_at.push(at);
+                }
+                KeyOutcome::Empty => empty.push(id),
+            }
+        }
+        if !pass_keys.is_empty() {
+            let (ns, fkeys) = split(&pass_keys);
+            let st = tx.prepare_cached(&sql.set_pass).await?;
+            tx.execute(&st, &[&task, &ns, &fkeys, &passes]).await?;
+        }
+        if !empty.is_empty() {
+            // The key is still locked: its pending rows' least available_at, or none.
+            let (ns, fkeys) = split(&empty);
+            let st = tx.prepare_cached(&sql.pending_min).await?;
+            let mut next: HashMap<KeyId, DateTime<Utc>> = HashMap::new();
+            for r in tx.query(&st, &[&task, &ns, &fkeys]).await? {
+                if let Some(at) = r.try_get::<_, Option<DateTime<Utc>>>(2)? {
+                    next.insert((r.try_get(0)?, r.try_get(1)?), at);
+                }
+            }
+            let mut gone = Vec::new();
+            for id in empty {
+                match next.remove(&id) {
+                    Some(at) => {
+                        ready_keys.push(id);
+                        ready_at.push(at);
+                    }
+                    None => gone.push(id),
+                }
+            }
+            if !gone.is_empty() {
+                let (ns, fkeys) = split(&gone);
+                let st = tx.prepare_cached(&sql.delete).await?;
+                tx.execute(&st, &[&task, &ns, &fkeys]).await?;
+            }
+        }
+        if !ready_keys.is_empty() {
+            let (ns, fkeys) = split(&ready_keys);
+            let st = tx.prepare_cached(&sql.set_ready).await?;
+            tx.execute(&st, &[&task, &ns, &fkeys, &ready_at]).await?;
+        }
+        Ok(())
+    }
+}
