@@ -32,6 +32,8 @@ pub(crate) struct Own {
     pub(crate) features: SchemaFeatures,
     pub(crate) retry: TransientBackoff,
     pub(crate) faults: Faults,
+    /// When this handle's fair claim last swept (docs/semantics.md#fair-claim, step 1).
+    pub(crate) last_sweep: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 onestep_core::store_handle! {
@@ -100,6 +102,7 @@ impl MySqlBackend {
             features: *features,
             retry: TransientBackoff::default(),
             faults: Faults::default(),
+            last_sweep: std::sync::Mutex::new(None),
         };
         Ok(MySqlBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,

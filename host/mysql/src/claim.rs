@@ -2,6 +2,8 @@
 //! rows in claim-index order, then set-based writes — one UPDATE for the whole batch (per-row
 //! token via `CASE`), one multi-row INSERT of attempts — all in one transaction. The leases are
 //! built from the locked rows plus the UPDATE's known changes, so there is no read-back.
+//! A claim of one task name on tables with the keys table is the fair claim ([`crate::fair`],
+//! docs/semantics.md#fair-claim), which shares the maintenance and the writes.
 
 use std::collections::HashMap;
 
@@ -61,7 +63,9 @@ impl MySqlBackend {
         )
     }
 
-    /// The read statements a claim runs, with `?` placeholders, for EXPLAIN tooling and tests:
+    /// The read statements a plain claim runs (several task names, or tables without the keys
+    /// table; the fair claim's are [`Self::fair_claim_read_statements`]), with `?`
+    /// placeholders, for EXPLAIN tooling and tests:
     /// `(label, sql)` for the T5, T6 and T7 candidate reads and the locking claim read (binds:
     /// now; now; now; namespace, task names…, now, now).
     pub fn claim_read_statements(
@@ -92,8 +96,17 @@ impl MySqlBackend {
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
     ) -> OpResult<Vec<ExecutionLease>> {
-        let namespace = plain_claim_namespace(req, "MySQL")?;
+        // docs/semantics.md#fair-claim: one task name on tables with the keys table.
+        let fair = self.inner.features.fair_keys && req.task_names.len() == 1;
+        let namespace = if fair {
+            ""
+        } else {
+            plain_claim_namespace(req, "MySQL")?
+        };
         self.maintain(tx, now).await?;
+        if fair {
+            return self.fair_claim(tx, req, now, lease_expires_at).await;
+        }
 
         let mut params: Vec<DbValue> = vec![namespace.into()];
         params.extend(req.task_names.iter().map(|t| DbValue::from(t.as_str())));
@@ -126,7 +139,7 @@ impl MySqlBackend {
 
     /// Moves the undecodable rows a claim read (locked, by their stored id) to
     /// `now + UNDECODABLE_DEFER_S`, nothing else changed (docs/semantics.md#undecodable-rows).
-    async fn defer_undecodable(
+    pub(crate) async fn defer_undecodable(
         &self,
         tx: &mut Transaction<'_>,
         ids: Vec<DbValue>,
@@ -147,7 +160,7 @@ impl MySqlBackend {
 
     /// The stored traceparents of the claimed executions (docs/observability.md#traces): one
     /// primary-key lookup per claim batch, and none while traces are off.
-    async fn trace_parents(
+    pub(crate) async fn trace_parents(
         &self,
         tx: &mut Transaction<'_>,
         picked: &[ExecutionLease],
@@ -168,7 +181,7 @@ impl MySqlBackend {
     }
 
     /// Step 5, set-based: one UPDATE (T2) and one multi-row INSERT of `running` attempts.
-    async fn write_claims(
+    pub(crate) async fn write_claims(
         &self,
         tx: &mut Transaction<'_>,
         picked: &[ExecutionLease],

@@ -33,6 +33,7 @@ mod complete_batch;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;
+mod fair;
 mod faults;
 mod fenced_writes;
 mod heartbeat_batch;

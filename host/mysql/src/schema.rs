@@ -48,6 +48,66 @@ pub fn ck_priority(names: &TableNames) -> String {
     names.derived("ck_", "priority")
 }
 
+/// The fair claim's keys table `<T>_keys` (docs/semantics.md#fair-claim): one row per
+/// `(task_name, namespace, fairness_key)` that may have pending work, with its pass and
+/// `ready_at`.
+pub fn keys_table(names: &TableNames) -> String {
+    names.derived("", "keys")
+}
+
+/// Index of the keys table in candidate order: `(task_name, pass, namespace, fairness_key)`.
+pub fn ix_keys_pass(names: &TableNames) -> String {
+    names.derived("ix_", "keys_pass")
+}
+
+/// The generated column naming a row's fairness key inside its namespace: `NULL` when the
+/// key is the namespace (`fairness_key` NULL or equal to it), else the key, as bytes. The key of
+/// a row stays `COALESCE(fairness_key, namespace)`; this shorter form (at most 255 bytes: keys
+/// are ASCII, docs/semantics.md#priority-and-fairness-key) is what lets the fair index fit
+/// InnoDB's 3072-byte key limit beside `task_name` and `namespace` (1020 bytes each).
+pub const FAIR_KEY_COLUMN: &str = "fair_key";
+
+/// Its definition (after `ADD COLUMN` or inside `CREATE TABLE`): `VIRTUAL`, which both servers
+/// index and add in place (`ALGORITHM=INSTANT`).
+pub const FAIR_KEY_DEF: &str =
+    "fair_key VARBINARY(255) AS (NULLIF(fairness_key, namespace)) VIRTUAL";
+
+/// Index over the pending rows of a task by fairness key, in claim order within each key:
+/// the fair claim's sweep (distinct keys) and head reads (docs/semantics.md#fair-claim).
+pub fn ix_fair(names: &TableNames) -> String {
+    names.derived("ix_", "fair")
+}
+
+/// The columns of [`ix_fair`]: `claimable` right after `task_name`, so the pending rows of a
+/// task are one range and finished history is never walked.
+pub const IX_FAIR_COLUMNS: &str =
+    "task_name, claimable, namespace, fair_key, priority, available_at, created_at, id";
+
+/// Index counting a key's running rows for `max_running_per_key`.
+pub fn ix_fair_running(names: &TableNames) -> String {
+    names.derived("ix_", "fair_running")
+}
+
+/// The columns of [`ix_fair_running`].
+pub const IX_FAIR_RUNNING_COLUMNS: &str = "task_name, namespace, fair_key, status";
+
+/// `CREATE TABLE` for the keys table (docs/schema.md#fair-claim-keys).
+pub fn keys_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{k}` (\n\
+  task_name VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,\n\
+  namespace VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,\n\
+  fairness_key VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,\n\
+  pass BIGINT NOT NULL DEFAULT 0,\n\
+  ready_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (task_name, namespace, fairness_key),\n\
+  INDEX `{ix}` (task_name, pass, namespace, fairness_key)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        k = keys_table(names),
+        ix = ix_keys_pass(names),
+    )]
+}
+
 /// Index over claimable rows by `expires_at` (expiry maintenance, T5).
 pub fn ix_expiry(names: &TableNames) -> String {
     names.derived("ix_", "expiry")
@@ -96,6 +156,11 @@ onestep_core::schema_features! {
         pub claimable_index: bool,
         /// The executions table has [`ix_claim_priority`].
         pub claim_priority_index: bool,
+        /// The fair claim's schema (docs/semantics.md#fair-claim): the keys table
+        /// ([`keys_table`]), the [`FAIR_KEY_COLUMN`] and the indexes [`ix_fair`] and
+        /// [`ix_fair_running`]. Without it the claim stays the plain one and refuses requests
+        /// that need the fair claim.
+        pub fair_keys: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -122,6 +187,13 @@ impl SchemaFeatureSet for SchemaFeatures {
                 "execution tables without the priority and fairness_key columns or their claim \
                  index (created by the reference or an older onestep?): every execution runs at \
                  priority 5 and submits that set either are refused; add them online with",
+            )
+        } else if !self.fair_keys {
+            Some(
+                "execution tables without the fair claim's keys table, fair_key column or \
+                 indexes (created by the reference or an older onestep?): claims of several \
+                 namespaces, with weights or with max_running_per_key are refused and keys are \
+                 not served round-robin; add them online with",
             )
         } else if !self.list_indexes {
             Some(
@@ -216,7 +288,8 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
     };
     let generated = match style {
         DdlStyle::Onestep => {
-            "  claimable TINYINT AS (IF(status IN ('queued','retrying'), 1, NULL)) STORED,\n"
+            "  claimable TINYINT AS (IF(status IN ('queued','retrying'), 1, NULL)) STORED,\n  \
+             fair_key VARBINARY(255) AS (NULLIF(fairness_key, namespace)) VIRTUAL,\n"
         }
         DdlStyle::Reference => "",
     };
@@ -290,6 +363,14 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
         out.push(format!(
             "CREATE INDEX `{}` ON `{t}` ({IX_TASK_LIST_COLUMNS})",
             ix_task_list(names)
+        ));
+        out.push(format!(
+            "CREATE INDEX `{}` ON `{t}` ({IX_FAIR_COLUMNS})",
+            ix_fair(names)
+        ));
+        out.push(format!(
+            "CREATE INDEX `{}` ON `{t}` ({IX_FAIR_RUNNING_COLUMNS})",
+            ix_fair_running(names)
         ));
     }
     out
@@ -398,6 +479,8 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
         claimable_index: crate::upgrade::has_index(conn, names, &ix_claimable(names)).await?,
         claim_priority_index: crate::upgrade::has_index(conn, names, &ix_claim_priority(names))
             .await?,
+        fair_keys: table_exists(conn, &keys_table(names)).await?
+            && crate::upgrade::has_fair_schema(conn, names).await?,
         common: CommonFeatures {
             priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
@@ -512,6 +595,13 @@ async fn create_missing(
             conn.query_drop(stmt).await?;
         }
         created.push(d);
+    }
+    let k = keys_table(names);
+    if style == DdlStyle::Onestep && !table_exists(conn, &k).await? {
+        for stmt in keys_ddl(names) {
+            conn.query_drop(stmt).await?;
+        }
+        created.push(k);
     }
     let tr = names.traces();
     if !table_exists(conn, &tr).await? {

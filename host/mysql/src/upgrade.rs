@@ -22,8 +22,9 @@ use onestep_core::names::{GLOBAL_DDL_LOCK, TableNames};
 use crate::backend::MySqlBackend;
 use crate::errors::{OpError, OpResult};
 use crate::schema::{
-    CLAIMABLE_COLUMN, IX_CLAIM_PRIORITY_COLUMNS, IX_STATUS_COLUMNS, IX_STATUS_LIST_COLUMNS,
-    IX_TASK_LIST_COLUMNS, get_lock, ix_claim_priority, ix_claimable, ix_expiry, ix_status,
+    CLAIMABLE_COLUMN, FAIR_KEY_COLUMN, FAIR_KEY_DEF, IX_CLAIM_PRIORITY_COLUMNS, IX_FAIR_COLUMNS,
+    IX_FAIR_RUNNING_COLUMNS, IX_STATUS_COLUMNS, IX_STATUS_LIST_COLUMNS, IX_TASK_LIST_COLUMNS,
+    get_lock, ix_claim_priority, ix_claimable, ix_expiry, ix_fair, ix_fair_running, ix_status,
     ix_status_list, ix_task_list, release_lock,
 };
 pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
@@ -49,6 +50,12 @@ fn priority_columns_def() -> &'static str {
      ADD COLUMN fairness_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 }
 
+/// The fair claim's generated column (docs/semantics.md#fair-claim), added after the priority
+/// columns: virtual, so `ALGORITHM=INSTANT` on both servers.
+fn fair_key_def() -> String {
+    format!("ADD COLUMN {FAIR_KEY_DEF}")
+}
+
 /// The indexes the upgrade adds: (name, `ADD INDEX …` clause). The claim paths need the first
 /// two ([`is_upgraded`]); the first is the claim index with priority ([`ix_claim_priority`]),
 /// which needs the priority column; the last three, over (namespace, task_name, status, created_at, id),
@@ -56,12 +63,16 @@ fn priority_columns_def() -> &'static str {
 /// grouped counts of the dashboard and the API's gauge read one index and the lists filtered
 /// by task, status or both and the purge by status read ranges in list order (tables without
 /// them work, their cost grows with history there).
-fn index_defs(names: &TableNames) -> [(String, String); 5] {
+/// The last two are the fair claim's ([`ix_fair`], [`ix_fair_running`]); they need the
+/// `fair_key` column.
+fn index_defs(names: &TableNames) -> [(String, String); 7] {
     let status = ix_status(names);
     let status_list = ix_status_list(names);
     let task_list = ix_task_list(names);
     let claim = ix_claim_priority(names);
     let expiry = ix_expiry(names);
+    let fair = ix_fair(names);
+    let fair_running = ix_fair_running(names);
     [
         (
             claim.clone(),
@@ -83,6 +94,14 @@ fn index_defs(names: &TableNames) -> [(String, String); 5] {
             task_list.clone(),
             format!("ADD INDEX `{task_list}` ({IX_TASK_LIST_COLUMNS})"),
         ),
+        (
+            fair.clone(),
+            format!("ADD INDEX `{fair}` ({IX_FAIR_COLUMNS})"),
+        ),
+        (
+            fair_running.clone(),
+            format!("ADD INDEX `{fair_running}` ({IX_FAIR_RUNNING_COLUMNS})"),
+        ),
     ]
 }
 
@@ -95,12 +114,15 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
             "ALTER TABLE `{t}` {}, ALGORITHM=INSTANT",
             priority_columns_def()
         ),
+        format!("ALTER TABLE `{t}` {}, ALGORITHM=INSTANT", fair_key_def()),
     ];
     for (_, def) in index_defs(names) {
         out.push(format!(
             "ALTER TABLE `{t}` {def}, ALGORITHM=INPLACE, LOCK=NONE"
         ));
     }
+    // The fair claim's keys table (`onestep migrate` creates it with the other tables).
+    out.extend(crate::schema::keys_ddl(names));
     out
 }
 
@@ -188,6 +210,15 @@ pub(crate) async fn has_priority_columns(conn: &mut Conn, names: &TableNames) ->
         && column_exists(conn, &names.executions, "fairness_key").await?)
 }
 
+/// Whether the executions table has the fair claim's column and indexes (the keys table is
+/// checked by the caller).
+pub(crate) async fn has_fair_schema(conn: &mut Conn, names: &TableNames) -> OpResult<bool> {
+    let t = &names.executions;
+    Ok(column_exists(conn, t, FAIR_KEY_COLUMN).await?
+        && index_exists(conn, t, &ix_fair(names)).await?
+        && index_exists(conn, t, &ix_fair_running(names)).await?)
+}
+
 /// Whether the executions table has the filtered-list indexes, the status index at its full
 /// width.
 pub(crate) async fn has_list_indexes(conn: &mut Conn, names: &TableNames) -> OpResult<bool> {
@@ -262,6 +293,19 @@ async fn upgrade_on(conn: &mut Conn, names: &TableNames) -> OpResult<Vec<Upgrade
         .await?;
         steps.push(UpgradeStep {
             added: "columns priority, fairness_key".to_owned(),
+            form,
+        });
+    }
+    if !column_exists(conn, t, FAIR_KEY_COLUMN).await? {
+        let form = alter_online(
+            conn,
+            t,
+            &fair_key_def(),
+            &["ALGORITHM=INSTANT", "ALGORITHM=INPLACE, LOCK=NONE", ""],
+        )
+        .await?;
+        steps.push(UpgradeStep {
+            added: format!("column {FAIR_KEY_COLUMN}"),
             form,
         });
     }
@@ -351,21 +395,26 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 7);
+        assert_eq!(sql.len(), 11);
+        assert!(sql[10].starts_with("CREATE TABLE `onestep_executions_keys`"));
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
         assert!(sql[1].contains("ADD COLUMN priority TINYINT NOT NULL DEFAULT '5'"));
         assert!(sql[1].contains("ADD COLUMN fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("ALGORITHM=INSTANT"));
-        assert!(sql[2].contains(
+        assert!(sql[2].contains("ADD COLUMN fair_key VARBINARY(255)"));
+        assert!(sql[2].ends_with("VIRTUAL, ALGORITHM=INSTANT"));
+        assert!(sql[3].contains(
             "ADD INDEX `ix_onestep_executions_claim_priority` (namespace, task_name, claimable, \
              priority, available_at, created_at, id)"
         ));
-        assert!(sql[3].contains("ADD INDEX `ix_onestep_executions_expiry`"));
-        assert!(sql[4].contains("ADD INDEX `ix_onestep_executions_status`"));
-        assert!(sql[5].contains("ADD INDEX `ix_onestep_executions_status_list`"));
-        assert!(sql[6].contains("ADD INDEX `ix_onestep_executions_task_list`"));
-        for s in &sql[2..] {
+        assert!(sql[4].contains("ADD INDEX `ix_onestep_executions_expiry`"));
+        assert!(sql[5].contains("ADD INDEX `ix_onestep_executions_status`"));
+        assert!(sql[6].contains("ADD INDEX `ix_onestep_executions_status_list`"));
+        assert!(sql[7].contains("ADD INDEX `ix_onestep_executions_task_list`"));
+        assert!(sql[8].contains("ADD INDEX `ix_onestep_executions_fair` (task_name, claimable"));
+        assert!(sql[9].contains("ADD INDEX `ix_onestep_executions_fair_running`"));
+        for s in &sql[3..10] {
             assert!(s.ends_with("ALGORITHM=INPLACE, LOCK=NONE"), "{s}");
         }
         assert!(

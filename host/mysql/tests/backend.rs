@@ -117,14 +117,13 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 4,
-            "each table (executions, attempts, diagnostics, traces) created exactly once"
+            created, 5,
+            "each table (executions, attempts, diagnostics, keys, traces) created exactly once"
         );
-        assert!(
-            backends
-                .iter()
-                .all(|b| b.schema_report().features.claimable_column)
-        );
+        assert!(backends.iter().all(|b| {
+            let f = b.schema_report().features;
+            f.claimable_column && f.fair_keys
+        }));
         for b in backends {
             b.close().await.expect("close");
         }
@@ -439,4 +438,117 @@ async fn upgrade_widens_status_index_mariadb() {
 #[tokio::test]
 async fn upgrade_widens_status_index_mysql() {
     upgrade_widens_status_index(Server::MySql).await;
+}
+
+/// Tables an older onestep created have the priority columns but not the fair claim's
+/// `fair_key` column, indexes and keys table (docs/schema.md#fair-claim-keys): open reports the
+/// upgrade command and the claim refuses a request that needs the fair claim; `migrate
+/// --upgrade` adds the column, both indexes and the keys table, after which the same request
+/// is served round-robin over the keys of the rows written before the upgrade.
+async fn upgrade_adds_fair_claim(server: Server) {
+    use onestep_core::request::{ClaimRequest, NamespaceScope, SubmitRequest};
+    use onestep_core::schedule::FairShare;
+    with_db(server, |url, db| async move {
+        let dsn = db_url(&url, &db);
+        let b = MySqlBackend::open(StoreOptions::new(&dsn))
+            .await
+            .expect("open");
+        assert!(b.schema_report().features.fair_keys);
+        for key in ["a", "a", "a", "b"] {
+            let req = SubmitRequest {
+                task_name: "t".into(),
+                payload: json!({"key": key}),
+                fairness_key: Some(key.into()),
+                ..SubmitRequest::default()
+            };
+            b.submit(onestep_testkit::builders::prepare("ns", &req))
+                .await
+                .expect("submit");
+        }
+        let mut c = b.test_pool().get_conn().await.expect("conn");
+        c.query_drop("DROP TABLE onestep_executions_keys")
+            .await
+            .expect("no keys table");
+        c.query_drop(
+            "ALTER TABLE onestep_executions DROP INDEX ix_onestep_executions_fair, \
+             DROP INDEX ix_onestep_executions_fair_running, DROP COLUMN fair_key",
+        )
+        .await
+        .expect("older onestep's tables");
+        drop(c);
+        b.close().await.expect("close");
+
+        let request = ClaimRequest {
+            namespaces: NamespaceScope::All,
+            task_names: vec!["t".into()],
+            limit: 2,
+            lease_duration_s: 30.0,
+            worker_id: "w".into(),
+            fair: FairShare::default(),
+        };
+        let mut o = StoreOptions::new(&dsn);
+        o.auto_create = false;
+        let old = MySqlBackend::open(o.clone())
+            .await
+            .expect("open older tables");
+        assert!(!old.schema_report().features.fair_keys);
+        assert!(old.schema_report().upgrade_command.is_some());
+        let refused = old.claim(&request).await.expect_err("no fair claim yet");
+        assert!(
+            refused
+                .to_string()
+                .contains(onestep_core::store::fair::FAIR_CLAIM_UNSUPPORTED),
+            "{refused}"
+        );
+        old.close().await.expect("close");
+
+        let report = MySqlBackend::upgrade(StoreOptions::new(&dsn))
+            .await
+            .expect("upgrade");
+        assert_eq!(report.created, ["onestep_executions_keys"], "{report:?}");
+        let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+        assert_eq!(
+            added,
+            [
+                "column fair_key",
+                "index ix_onestep_executions_fair",
+                "index ix_onestep_executions_fair_running"
+            ],
+            "{report:?}"
+        );
+        assert_eq!(report.steps[0].form, "ALGORITHM=INSTANT", "{report:?}");
+        for s in &report.steps[1..] {
+            assert_eq!(s.form, "ALGORITHM=INPLACE, LOCK=NONE", "{report:?}");
+        }
+        let again = MySqlBackend::upgrade(StoreOptions::new(&dsn))
+            .await
+            .expect("second upgrade");
+        assert!(
+            again.steps.is_empty() && again.created.is_empty(),
+            "{again:?}"
+        );
+
+        let b = MySqlBackend::open(o).await.expect("open upgraded");
+        assert!(b.schema_report().features.fair_keys);
+        assert_eq!(b.schema_report().upgrade_command, None);
+        let got = b.claim(&request).await.expect("fair claim");
+        let mut keys: Vec<&str> = got
+            .iter()
+            .map(|l| l.execution.effective_fairness_key())
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["a", "b"], "one of each key, not two of a's backlog");
+        b.close().await.expect("close");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn upgrade_adds_fair_claim_mariadb() {
+    upgrade_adds_fair_claim(Server::MariaDb).await;
+}
+
+#[tokio::test]
+async fn upgrade_adds_fair_claim_mysql() {
+    upgrade_adds_fair_claim(Server::MySql).await;
 }

@@ -153,6 +153,7 @@ async fn upgraded_case(server: Server) {
         report.created,
         [
             "onestep_execution_attempts_diagnostics",
+            "onestep_executions_keys",
             "onestep_executions_traces"
         ],
         "{report:?}"
@@ -163,16 +164,20 @@ async fn upgraded_case(server: Server) {
         [
             "column claimable",
             "columns priority, fairness_key",
+            "column fair_key",
             "index ix_onestep_executions_claim_priority",
             "index ix_onestep_executions_expiry",
             "index ix_onestep_executions_status",
             "index ix_onestep_executions_status_list",
-            "index ix_onestep_executions_task_list"
+            "index ix_onestep_executions_task_list",
+            "index ix_onestep_executions_fair",
+            "index ix_onestep_executions_fair_running"
         ]
     );
-    assert_eq!(report.steps[0].form, "ALGORITHM=INSTANT", "{report:?}");
-    assert_eq!(report.steps[1].form, "ALGORITHM=INSTANT", "{report:?}");
-    for s in &report.steps[2..] {
+    for s in &report.steps[..3] {
+        assert_eq!(s.form, "ALGORITHM=INSTANT", "{report:?}");
+    }
+    for s in &report.steps[3..] {
         assert_eq!(s.form, "ALGORITHM=INPLACE, LOCK=NONE", "{report:?}");
     }
     let again = MySqlBackend::upgrade(StoreOptions::new(&ours_dsn))
@@ -187,6 +192,7 @@ async fn upgraded_case(server: Server) {
     assert!(b.schema_report().features.list_indexes);
     assert!(b.schema_report().features.priority_columns);
     assert!(b.schema_report().features.claim_priority_index);
+    assert!(b.schema_report().features.fair_keys);
     assert_eq!(b.schema_report().upgrade_command, None);
     // The row written before the upgrade is claimable through the new index.
     let before_id: Uuid = before["id"]

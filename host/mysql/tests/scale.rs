@@ -1,7 +1,8 @@
 //! Costs that must not grow with history (docs/schema.md#evidence).
 //!
 //! `history_does_not_cost_*`: with 100,000 finished executions (and their attempts) in the table
-//! pair, every maintenance read and the claim read is served by an index range that excludes the
+//! pair, every maintenance read, the claim read and the fair claim's reads
+//! (`MySqlBackend::fair_claim_read_statements`) are served by an index range that excludes the
 //! finished rows. Checked with EXPLAIN (no full scan, an index is used) and with the session
 //! `Handler_read_*` counters of the statement (bounded rows examined).
 //!
@@ -156,11 +157,32 @@ async fn history_does_not_cost(server: Server) {
             .naive_utc()
             .format("%Y-%m-%d %H:%M:%S%.6f")
     );
-    for (label, sql) in b.claim_read_statements(1, 10) {
-        let literals: Vec<String> = if label == "claim" {
-            vec!["'ns'".into(), "'t'".into(), now.clone(), now.clone()]
-        } else {
-            vec![now.clone()]
+    // The plain claim's reads, then the fair claim's (docs/schema.md#fair-claim-keys), which
+    // serves this single-task claim on our tables.
+    assert!(b.schema_report().features.fair_keys);
+    // The key of the live rows, as the first sweep would insert it (the lock read of an empty
+    // keys table is planned as "no matching row in const table").
+    c.query_drop(format!(
+        "INSERT INTO `{t}_keys` (task_name, namespace, fairness_key, pass, ready_at) \
+         VALUES ('t', 'ns', 'ns', 0, {now})"
+    ))
+    .await
+    .expect("key row");
+    let statements = b
+        .claim_read_statements(1, 10)
+        .into_iter()
+        .chain(b.fair_claim_read_statements(10));
+    for (label, sql) in statements {
+        let (task, ns) = ("'t'".to_owned(), "'ns'".to_owned());
+        let literals: Vec<String> = match label {
+            "claim" => vec![ns.clone(), task.clone(), now.clone(), now.clone()],
+            "fair_sweep" => vec![task.clone()],
+            "fair_wake" => vec![task.clone(), now.clone(), now.clone()],
+            "fair_candidates" => vec![task.clone(), now.clone(), ns.clone()],
+            "fair_lock" => vec![task.clone(), ns.clone(), ns.clone()],
+            "fair_running" | "fair_empty" => vec![task.clone(), ns.clone()],
+            "fair_heads" => vec![task.clone(), ns.clone(), now.clone(), now.clone()],
+            _ => vec![now.clone()],
         };
         let sql = bind_literals(&sql, &literals);
         let explain = match b.server().flavor {

@@ -18,7 +18,7 @@ use onestep_core::ExecutionLease;
 use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::names::TableNames;
 use onestep_core::request::ClaimRequest;
-use onestep_core::store::fair::{FairPlan, KeyOutcome, LockedKey};
+use onestep_core::store::fair::{CAP_RECHECK_MS, FairPlan, KeyOutcome, LockedKey};
 use onestep_core::store::lease::claim_rows;
 use onestep_core::time::add_seconds;
 use uuid::Uuid;
@@ -103,12 +103,14 @@ impl FairSql {
              ON CONFLICT DO NOTHING"
         );
         // Waiting keys with a row due now (a submit or a retry after the key's ready_at was
-        // pushed out): ready now. SKIP LOCKED: a key a claimer holds is its business. A scalar
+        // pushed out): ready now. Only keys waiting past `$3` (now + CAP_RECHECK_MS): a key at
+        // its cap keeps its short wait, or a claim's forced sweep would hand the full key to its
+        // second round again. SKIP LOCKED: a key a claimer holds is its business. A scalar
         // subquery (not EXISTS, which the planner may turn into a hash join over every pending
         // row) probes ix_<T>_fair once per waiting key.
         let sweep_wake = format!(
             "WITH w AS (SELECT x.namespace, x.fairness_key FROM {k} x \
-               WHERE x.task_name = $1 AND x.ready_at > $2 AND ( \
+               WHERE x.task_name = $1 AND x.ready_at > $3 AND ( \
                  SELECT 1 FROM {t} e WHERE e.task_name = $1 \
                  AND {KEY_EXPR_E} = x.fairness_key AND e.namespace = x.namespace \
                  AND e.{PENDING} AND e.available_at <= $2 LIMIT 1) IS NOT NULL \
@@ -254,7 +256,8 @@ impl PgBackend {
         let st = tx.prepare_cached(&sql.sweep_insert).await?;
         tx.execute(&st, &[&task, &now]).await?;
         let st = tx.prepare_cached(&sql.sweep_wake).await?;
-        tx.execute(&st, &[&task, &now]).await?;
+        let recheck = now + chrono::Duration::milliseconds(CAP_RECHECK_MS);
+        tx.execute(&st, &[&task, &now, &recheck]).await?;
         Ok(())
     }
 

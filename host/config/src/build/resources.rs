@@ -665,20 +665,20 @@ pub fn build_source(
         ));
     }
     let opts = source_options(node, "").map_err(|(n, msg)| ConfigError::at(&n, &path, msg))?;
-    // docs/semantics.md#fair-claim: parsed and checked above; the PostgreSQL backend serves
-    // it, the MySQL/MariaDB and SQLite backends not yet.
+    // docs/semantics.md#fair-claim: parsed and checked above; the PostgreSQL and MySQL/MariaDB
+    // backends serve it (on tables with their keys table), the SQLite backend not yet.
     if let Some(key) = ["namespaces", "weights", "max_running_per_key"]
         .into_iter()
         .find(|k| node.get(k).is_some())
-        .filter(|_| e.kind.database() != DatabaseKind::Postgres)
+        .filter(|_| e.kind.database() == DatabaseKind::Sqlite)
     {
         let at = node.get(key).unwrap_or(node);
         return Err(ConfigError::at(
             at,
             &path,
             format!(
-                "{key}: {} by the MySQL and SQLite backends yet (the PostgreSQL backend has \
-                 it); give one `namespace:` per source",
+                "{key}: {} by the SQLite backend yet (the PostgreSQL and MySQL/MariaDB \
+                 backends have it); give one `namespace:` per source",
                 onestep_core::store::fair::FAIR_CLAIM_UNSUPPORTED
             ),
         ));

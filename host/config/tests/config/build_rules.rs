@@ -633,9 +633,10 @@ fn app_tracing() {
 }
 
 /// `namespaces`, `weights` and `max_running_per_key` (docs/semantics.md#fair-claim): checked
-/// in full, then refused on the MySQL sources (no fair claim yet) and kept on PostgreSQL ones.
+/// in full, then taken by the MySQL/MariaDB and PostgreSQL sources (the fair claim) and refused
+/// on the SQLite sources, which have no fair claim yet.
 #[test]
-fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
+fn fair_claim_keys_are_checked_then_taken_by_mysql_sources_only() {
     let cases = [
         (
             "    namespace: ns\n    namespaces: [a]\n    task_names: [echo]\n",
@@ -665,16 +666,6 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
             "    namespace: ns\n    task_names: [echo]\n    max_running_per_key: 0\n",
             "max_running_per_key must be an integer >= 1 (got 0)",
         ),
-        (
-            "    namespaces: '*'\n    task_names: [echo]\n",
-            "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
-             (the fair claim) is not implemented by the MySQL and SQLite backends yet (the \
-             PostgreSQL backend has it)",
-        ),
-        (
-            "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
-            "weights: a claim of several namespaces",
-        ),
     ];
     for (fields, expected) in cases {
         let got = err(&source_doc(fields), false);
@@ -682,6 +673,59 @@ fn fair_claim_keys_are_checked_then_refused_on_database_sources() {
             got.contains(expected),
             "{fields}\n  expected: {expected}\n  got: {got}"
         );
+    }
+    // The MySQL/MariaDB source takes them (the fair claim, on tables with its keys table).
+    let fair = "    namespaces: '*'\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n";
+    let doc = format!(
+        "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n",
+        source_doc(fair)
+    );
+    let cfg = crate::common::load_text(&doc, false).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = &cfg.sources["jobs"];
+    assert_eq!(jobs.scope, onestep_core::request::NamespaceScope::All);
+    assert_eq!(jobs.fair.weights.get("big"), Some(&3));
+    assert_eq!(jobs.fair.max_running_per_key, Some(2));
+    let many = format!(
+        "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n",
+        source_doc("    namespaces: [a, b]\n    task_names: [echo]\n")
+    );
+    let cfg = crate::common::load_text(&many, true).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        cfg.sources["jobs"].scope,
+        onestep_core::request::NamespaceScope::Many(vec!["a".into(), "b".into()])
+    );
+    // The SQLite sources refuse them until their keys table lands.
+    let refused = [
+        (
+            "    namespaces: '*'\n    task_names: [echo]\n",
+            "namespaces: a claim of several namespaces, with weights or with max_running_per_key \
+             (the fair claim) is not implemented by the SQLite backend yet (the PostgreSQL and \
+             MySQL/MariaDB backends have it)",
+        ),
+        (
+            "    namespace: ns\n    task_names: [echo]\n    weights: {big: 3}\n    max_running_per_key: 2\n",
+            "weights: a claim of several namespaces",
+        ),
+        (
+            "    namespace: ns\n    task_names: [echo]\n    max_running_per_key: 2\n",
+            "max_running_per_key: a claim of several namespaces",
+        ),
+    ];
+    for (db, dsn) in [("sqlite", "sqlite://x.db")] {
+        for (fields, expected) in refused {
+            let doc = source_doc(fields)
+                .replace("type: mysql\n", &format!("type: {db}\n"))
+                .replace("dsn: mysql://x", &format!("dsn: '{dsn}'"))
+                .replace(
+                    "type: mysql_execution_source",
+                    &format!("type: {db}_execution_source"),
+                );
+            let got = err(&doc, false);
+            assert!(
+                got.contains(expected),
+                "{db}: {fields}\n  expected: {expected}\n  got: {got}"
+            );
+        }
     }
 }
 

@@ -274,9 +274,9 @@ impl FixtureFactory for MySqlFactory {
             let report = MySqlBackend::upgrade(StoreOptions::new(db_url(&self.admin_url, &db)))
                 .await
                 .expect("upgrade");
-            // The claimable column, the priority columns, the claim and expiry indexes and the
-            // three filtered-list indexes.
-            assert_eq!(report.steps.len(), 7, "{report:?}");
+            // The claimable column, the priority columns, the fair_key column, the claim and
+            // expiry indexes, the three filtered-list indexes and the two fair-claim indexes.
+            assert_eq!(report.steps.len(), 10, "{report:?}");
         }
         let backend = open(
             &self.admin_url,
@@ -300,6 +300,10 @@ impl FixtureFactory for MySqlFactory {
                 backend.schema_report().features.priority_columns
                     && backend.schema_report().features.claim_priority_index,
                 "upgraded tables have the priority columns and claim index"
+            );
+            assert!(
+                backend.schema_report().features.fair_keys,
+                "upgraded tables have the fair claim's keys table, column and indexes"
             );
         }
         let probe = Arc::new(SqlProbe {
