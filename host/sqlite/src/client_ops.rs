@@ -121,6 +121,138 @@ fn vanished() -> OpError {
     ))
 }
 
+/// Rows per multi-row `INSERT` statement of `submit_many`, largest first: a batch is written
+/// with as many statements of the largest size as fit, then of the smaller ones, so that only
+/// these few statement shapes are ever prepared (and kept in the connection's statement cache),
+/// whatever the batch size. 250 rows of at most [`INSERT_WIDTH_SCHEDULED`] values bind 3,000
+/// parameters, far below the bundled SQLite's limit of 32,766.
+const INSERT_ROWS: [usize; 4] = [250, 50, 10, 1];
+
+/// Values bound per inserted row: on tables without `priority` and `fairness_key`, and with.
+const INSERT_WIDTH: usize = 10;
+const INSERT_WIDTH_SCHEDULED: usize = 12;
+
+/// `INSERT … VALUES (…), … ON CONFLICT DO NOTHING RETURNING` the new rows, for `rows`
+/// submissions: one row per submission, bound by [`bind_row`] (`?1`–`?10`, or `?12`, per row;
+/// `updated_at` is `created_at`'s value). A row whose id or idempotency key is taken, by a
+/// stored row or by an earlier row of the same statement, is skipped, as a single-row insert
+/// of each in turn would skip it.
+fn insert_sql(b: &SqliteBackend, rows: usize, scheduled: bool) -> String {
+    let width = if scheduled {
+        INSERT_WIDTH_SCHEDULED
+    } else {
+        INSERT_WIDTH
+    };
+    let mut values = String::with_capacity(rows * 96);
+    for r in 0..rows {
+        let p = |i: usize| r * width + i;
+        if r > 0 {
+            values.push_str(", ");
+        }
+        values.push_str(&format!(
+            "(?{}, ?{}, ?{}, 'queued', ?{}, ?{}, ?{}, ?{}, 0, ?{}, ?{}, ?{}, ?{}, 0",
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7),
+            p(8),
+            p(9),
+            p(9),
+            p(10)
+        ));
+        if scheduled {
+            values.push_str(&format!(", ?{}, ?{}", p(11), p(12)));
+        }
+        values.push(')');
+    }
+    // docs/semantics.md#priority-and-fairness-key: tables without the columns take the defaults.
+    let extra = if scheduled {
+        ", priority, fairness_key"
+    } else {
+        ""
+    };
+    format!(
+        "INSERT INTO {} (id, namespace, task_name, status, payload, metadata, idempotency_key, \
+         submission_digest, attempts, available_at, created_at, updated_at, expires_at, \
+         version{extra}) VALUES {values} ON CONFLICT DO NOTHING RETURNING {cols}",
+        b.t(),
+        cols = b.cols(),
+    )
+}
+
+/// Binds row `r` of an [`insert_sql`] statement to `sub`.
+fn bind_row(
+    st: &mut rusqlite::Statement<'_>,
+    r: usize,
+    sub: &PreparedSubmission,
+    now: chrono::DateTime<chrono::Utc>,
+    scheduled: bool,
+) -> rusqlite::Result<()> {
+    let width = if scheduled {
+        INSERT_WIDTH_SCHEDULED
+    } else {
+        INSERT_WIDTH
+    };
+    let p = |i: usize| r * width + i;
+    st.raw_bind_parameter(p(1), uid(sub.id))?;
+    st.raw_bind_parameter(p(2), &sub.namespace)?;
+    st.raw_bind_parameter(p(3), &sub.task_name)?;
+    st.raw_bind_parameter(p(4), json(&sub.payload))?;
+    st.raw_bind_parameter(p(5), json(&sub.metadata))?;
+    st.raw_bind_parameter(p(6), &sub.idempotency_key)?;
+    st.raw_bind_parameter(p(7), digest_of(sub))?;
+    st.raw_bind_parameter(p(8), ts(now + sub.delay))?;
+    st.raw_bind_parameter(p(9), ts(now))?;
+    st.raw_bind_parameter(p(10), ots(sub.expires_at))?;
+    if scheduled {
+        st.raw_bind_parameter(p(11), i64::from(sub.priority))?;
+        st.raw_bind_parameter(p(12), &sub.fairness_key)?;
+    }
+    Ok(())
+}
+
+/// Inserts `subs` (in this order) unless their id or key is taken, with as few multi-row
+/// statements as [`INSERT_ROWS`] allows; the new rows (those of skipped submissions are absent).
+/// Every submission is checked storable first, so a refused one writes nothing of the batch.
+fn insert_many(
+    b: &SqliteBackend,
+    c: &Connection,
+    subs: &[&PreparedSubmission],
+    now: chrono::DateTime<chrono::Utc>,
+) -> OpResult<Vec<Execution>> {
+    let scheduled = b.schema_report().features.priority_columns;
+    for sub in subs {
+        onestep_core::schedule::check_storable(
+            sub.priority,
+            sub.fairness_key.as_deref(),
+            scheduled,
+        )?;
+    }
+    let mut out = Vec::with_capacity(subs.len());
+    let mut rest = subs;
+    while !rest.is_empty() {
+        let rows = INSERT_ROWS
+            .iter()
+            .copied()
+            .find(|n| *n <= rest.len())
+            .unwrap_or(1);
+        let (part, tail) = rest.split_at(rows);
+        rest = tail;
+        let mut st = c.prepare_cached(&insert_sql(b, rows, scheduled))?;
+        for (r, sub) in part.iter().enumerate() {
+            bind_row(&mut st, r, sub, now, scheduled)?;
+        }
+        let mut returned = st.raw_query();
+        while let Some(row) = returned.next()? {
+            out.push(decode_execution(row)?);
+        }
+    }
+    Ok(out)
+}
+
 /// Inserts `sub` unless its id or key is taken; the new row, or `None`.
 fn insert(
     b: &SqliteBackend,
@@ -128,46 +260,7 @@ fn insert(
     sub: &PreparedSubmission,
     now: chrono::DateTime<chrono::Utc>,
 ) -> OpResult<Option<Execution>> {
-    let columns = b.schema_report().features.priority_columns;
-    onestep_core::schedule::check_storable(sub.priority, sub.fairness_key.as_deref(), columns)?;
-    // docs/semantics.md#priority-and-fairness-key: tables without the columns take the defaults.
-    let (extra, extra_values) = if columns {
-        (", priority, fairness_key", ", ?11, ?12")
-    } else {
-        ("", "")
-    };
-    let sql = format!(
-        "INSERT INTO {} (id, namespace, task_name, status, payload, metadata, idempotency_key, \
-         submission_digest, attempts, available_at, created_at, updated_at, expires_at, \
-         version{extra}) \
-         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, 0, ?8, ?9, ?9, ?10, 0{extra_values}) \
-         ON CONFLICT DO NOTHING RETURNING {cols}",
-        b.t(),
-        cols = b.cols(),
-    );
-    let mut values: Vec<Box<dyn rusqlite::ToSql>> = vec![
-        Box::new(uid(sub.id)),
-        Box::new(sub.namespace.clone()),
-        Box::new(sub.task_name.clone()),
-        Box::new(json(&sub.payload)),
-        Box::new(json(&sub.metadata)),
-        Box::new(sub.idempotency_key.clone()),
-        Box::new(digest_of(sub)),
-        Box::new(ts(now + sub.delay)),
-        Box::new(ts(now)),
-        Box::new(ots(sub.expires_at)),
-    ];
-    if columns {
-        values.push(Box::new(i64::from(sub.priority)));
-        values.push(Box::new(sub.fairness_key.clone()));
-    }
-    let row = c
-        .prepare_cached(&sql)?
-        .query_row(rusqlite::params_from_iter(values.iter()), |r| {
-            Ok(decode_execution(r))
-        })
-        .optional()?;
-    Ok(row.transpose()?)
+    Ok(insert_many(b, c, &[sub], now)?.pop())
 }
 
 /// The digest a submission stores: only with an idempotency key.
@@ -205,12 +298,11 @@ impl SqliteBackend {
             let now = b.now();
             // The rows the inserts returned answer their items; only an item whose insert
             // found its key taken (a replay or a conflict) is looked up.
-            let mut inserted = std::collections::HashMap::new();
-            for sub in submit::insert_order(&subs) {
-                if let Some(x) = insert(b, c, sub, now)? {
-                    inserted.insert(x.id, x);
-                }
-            }
+            let mut inserted: std::collections::HashMap<Uuid, Execution> =
+                insert_many(b, c, &submit::insert_order(&subs), now)?
+                    .into_iter()
+                    .map(|x| (x.id, x))
+                    .collect();
             let mut reads = Reads { b, c };
             let mut resolved = Vec::with_capacity(subs.len());
             for sub in &subs {
@@ -449,3 +541,77 @@ fn list_row(
 }
 
 onestep_core::impl_execution_store!(SqliteBackend);
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use onestep_core::request::SubmitRequest;
+    use onestep_core::{Backend, ExecutionClient, Limits, StoreOptions};
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(key: Option<String>, payload: Value) -> SubmitRequest {
+        SubmitRequest {
+            task_name: "t".to_owned(),
+            payload,
+            idempotency_key: key,
+            ..SubmitRequest::default()
+        }
+    }
+
+    /// A batch that takes every statement size (613 = 2×250 + 2×50 + 10 + 3×1), with a replay
+    /// and a conflict of a stored key and of a key earlier in the same batch: each item is
+    /// answered as one single-row insert after the other would answer it.
+    #[tokio::test]
+    async fn multi_row_inserts_answer_each_item_as_single_inserts_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = StoreOptions::new(format!("sqlite://{}", dir.path().join("t.db").display()));
+        opts.auto_create = true;
+        let backend = SqliteBackend::open(opts).await.unwrap();
+        let client = ExecutionClient::new(backend.executions(), "ns", Limits::default()).unwrap();
+        let pre = client
+            .submit(&request(Some("pre".into()), json!(0)))
+            .await
+            .unwrap();
+        let mut batch: Vec<SubmitRequest> = (0..613)
+            .map(|i| request((i < 600).then(|| format!("k{i}")), json!(i)))
+            .collect();
+        batch[300] = request(Some("pre".into()), json!(0));
+        batch[301] = request(Some("pre".into()), json!(99));
+        batch[450] = request(Some("k5".into()), json!(5));
+        batch[451] = request(Some("k6".into()), json!(7));
+        let out = client.submit_many(&batch).await.unwrap();
+        assert_eq!(out.len(), 613);
+        let id = |i: usize| out[i].as_ref().map(|x| x.id).ok();
+        assert_eq!(id(300), Some(pre.id));
+        assert!(
+            matches!(out[301], Err(ExecutionError::Conflict { existing_id }) if existing_id == pre.id)
+        );
+        assert_eq!(id(450), id(5));
+        assert!(
+            matches!(out[451], Err(ExecutionError::Conflict { existing_id }) if Some(existing_id) == id(6))
+        );
+        let mut new_ids = HashSet::new();
+        for (i, x) in out.iter().enumerate() {
+            if [300, 301, 450, 451].contains(&i) {
+                continue;
+            }
+            let x = x.as_ref().unwrap();
+            assert_eq!(x.payload, json!(i), "item {i}");
+            assert!(
+                new_ids.insert(x.id),
+                "item {i} has a new execution of its own"
+            );
+        }
+        assert_eq!(new_ids.len(), 609);
+        let stored: i64 = backend
+            .read(|b, c| {
+                Ok(c.query_row(&format!("SELECT COUNT(*) FROM {}", b.t()), [], |r| r.get(0))?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(stored, 610);
+    }
+}

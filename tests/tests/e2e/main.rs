@@ -62,6 +62,9 @@
 //! * [`render`]: `onestep render` of a config, as text and as a Mermaid flowchart.
 //! * [`sqlite`]: three workers on one SQLite file drain 200 executions while one is killed
 //!   with SIGKILL: none lost, attempts consistent, no completion by a fenced-out lease.
+//! * [`submit_batch`]: `onestep submit --batch FILE.jsonl` on every server and an SQLite file:
+//!   per-line answers for a mixed file (new, replay, duplicate, conflict, invalid), a malformed
+//!   file refused whole, 1,001 lines from stdin in two chunks.
 //! * [`scaffold`]: `onestep new handler` in Rust, Python and JavaScript: each project builds
 //!   outside the repository and passes `check --strict` and `task run`; the Rust `agent`
 //!   template against a loopback fake endpoint with the host-injected key; bad input.
@@ -122,6 +125,7 @@ mod schemathesis;
 mod smoke;
 mod sqlite;
 mod stream;
+mod submit_batch;
 mod task_run;
 mod traces;
 mod ui_browser;

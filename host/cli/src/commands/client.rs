@@ -2,6 +2,7 @@
 //! `retry`, `result`, `wait`. They talk to the database directly (see [`conn`]); output is human-readable
 //! by default and the API's JSON views with `--json` (see [`output`] for exit codes).
 
+mod batch;
 mod conn;
 mod diag;
 mod output;
@@ -24,10 +25,22 @@ use output::{FAILED, Failure, OK, print_execution, print_json, print_page};
 #[derive(Debug, clap::Args)]
 pub(crate) struct SubmitArgs {
     /// Task name.
-    pub(crate) task: String,
+    #[arg(required_unless_present = "batch")]
+    pub(crate) task: Option<String>,
     /// Payload: JSON text, or `@FILE` to read it from a file (`@-` for stdin).
-    #[arg(long)]
-    pub(crate) payload: String,
+    #[arg(long, required_unless_present = "batch")]
+    pub(crate) payload: Option<String>,
+    /// Submit every line of a JSON Lines file instead (`-` for stdin): one object per line with
+    /// the fields of `POST /v1/executions` plus `idempotency_key`; sent in chunks of 1,000.
+    #[arg(
+        long,
+        value_name = "FILE.jsonl",
+        conflicts_with_all = [
+            "task", "payload", "key", "metadata", "delay_s", "expires_at", "priority",
+            "fairness_key",
+        ]
+    )]
+    pub(crate) batch: Option<String>,
     /// Idempotency key (reuse it when retrying the same submission).
     #[arg(long)]
     pub(crate) key: Option<String>,
@@ -152,6 +165,9 @@ pub(super) fn parse_id(text: &str) -> Result<Uuid, Failure> {
 
 /// `onestep submit`.
 pub(crate) async fn submit(args: SubmitArgs) -> u8 {
+    if let Some(path) = &args.batch {
+        return submit_batch(path, &args.conn).await;
+    }
     let request = match build_submit(&args) {
         Ok(r) => r,
         Err(f) => return f.report(args.conn.json),
@@ -172,9 +188,14 @@ fn build_submit(args: &SubmitArgs) -> Result<SubmitRequest, Failure> {
                 .map_err(|e| Failure::usage(e.body().message.clone()))?,
         ),
     };
+    let (Some(task), Some(payload)) = (&args.task, &args.payload) else {
+        return Err(Failure::usage(
+            "a TASK and --payload are required (or --batch FILE)",
+        ));
+    };
     Ok(SubmitRequest {
-        task_name: args.task.clone(),
-        payload: parse_json_arg("payload", &args.payload)?,
+        task_name: task.clone(),
+        payload: parse_json_arg("payload", payload)?,
         idempotency_key: args.key.clone(),
         metadata: args
             .metadata
@@ -186,6 +207,64 @@ fn build_submit(args: &SubmitArgs) -> Result<SubmitRequest, Failure> {
         priority: args.priority,
         fairness_key: args.fairness_key.clone(),
     })
+}
+
+/// `onestep submit --batch FILE` (docs/cli.md#batch-submit): the whole file is read and
+/// checked before connecting; then one result line per item on stdout and a count on stderr.
+async fn submit_batch(path: &str, conn: &ConnArgs) -> u8 {
+    let (name, text) = match read_batch_input(path) {
+        Ok(read) => read,
+        Err(f) => return f.report(conn.json),
+    };
+    let items = match batch::parse(&name, &text) {
+        Ok(items) => items,
+        Err(f) => return f.report(conn.json),
+    };
+    let json = conn.json;
+    with_client(conn, async |c| {
+        let outcome = batch::submit(&c.client, items, |r| {
+            println!("{}", if json { r.json() } else { r.text() });
+        })
+        .await;
+        let created = outcome.results.iter().filter(|r| r.status == 202).count();
+        let replayed = outcome.results.iter().filter(|r| r.status == 200).count();
+        let failed = outcome.results.len() - created - replayed;
+        eprintln!(
+            "onestep: {} items: {created} created, {replayed} replayed, {failed} failed",
+            outcome.results.len()
+        );
+        let exit = outcome.exit();
+        if let Some((first, last, e)) = outcome.stopped {
+            let f = Failure::from(e);
+            if json {
+                let stopped = serde_json::json!({
+                    "not_submitted": {"from_line": first, "to_line": last},
+                    "error": &*f.body,
+                });
+                println!("{stopped}");
+            }
+            eprintln!(
+                "onestep: lines {first} to {last} were not submitted: {}",
+                f.body.message
+            );
+        }
+        Ok(exit)
+    })
+    .await
+}
+
+/// The batch file's name (for messages) and text; `-` reads stdin.
+fn read_batch_input(path: &str) -> Result<(String, String), Failure> {
+    let (name, read) = if path == "-" {
+        (
+            "stdin".to_owned(),
+            std::io::read_to_string(std::io::stdin()),
+        )
+    } else {
+        (path.to_owned(), std::fs::read_to_string(path))
+    };
+    read.map(|text| (name.clone(), text))
+        .map_err(|e| Failure::usage(format!("--batch: cannot read {name}: {e}")))
 }
 
 /// `onestep get`.
