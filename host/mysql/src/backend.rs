@@ -33,7 +33,7 @@ pub(crate) struct Own {
     pub(crate) retry: TransientBackoff,
     pub(crate) faults: Faults,
     /// When this handle's fair claim last swept (docs/semantics.md#fair-claim, step 1).
-    pub(crate) last_sweep: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+    pub(crate) last_sweep: onestep_core::store::fair::SweepGate,
 }
 
 onestep_core::store_handle! {
@@ -102,7 +102,7 @@ impl MySqlBackend {
             features: *features,
             retry: TransientBackoff::default(),
             faults: Faults::default(),
-            last_sweep: std::sync::Mutex::new(None),
+            last_sweep: onestep_core::store::fair::SweepGate::default(),
         };
         Ok(MySqlBackend {
             attempt_ids: onestep_core::ids::IdVersion::V7,

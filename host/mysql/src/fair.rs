@@ -19,7 +19,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue};
 use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::request::{ClaimRequest, NamespaceScope};
-use onestep_core::store::fair::{CAP_RECHECK_MS, FairPlan, KeyOutcome, LockedKey};
+use onestep_core::store::fair::{
+    CAP_RECHECK_MS, FairPlan, KeyOutcome, LockedKey, sort_in_claim_order,
+};
 use onestep_core::store::lease::claim_rows;
 use onestep_core::{ExecutionError, ExecutionLease};
 
@@ -27,9 +29,6 @@ use crate::backend::MySqlBackend;
 use crate::errors::OpResult;
 use crate::rows::{bind_time, decode_execution, placeholders};
 use crate::schema::{ix_fair, ix_fair_running, ix_keys_pass, keys_table};
-
-/// How often a backend handle sweeps at most, unless a claim would otherwise return nothing.
-pub(crate) const SWEEP_EVERY_MS: i64 = 1000;
 
 /// Rows per multi-row INSERT of new keys.
 const INSERT_CHUNK: usize = 500;
@@ -89,31 +88,6 @@ fn key_tuples(keys: &[Key], params: &mut Vec<DbValue>) -> String {
 impl MySqlBackend {
     fn kt(&self) -> String {
         keys_table(&self.inner.names)
-    }
-
-    /// Whether the sweep is due at `now` (≥ [`SWEEP_EVERY_MS`] since this handle's last), and
-    /// if so marks it done.
-    fn sweep_due(&self, now: DateTime<Utc>) -> bool {
-        let mut last = self
-            .inner
-            .last_sweep
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let due = last
-            .is_none_or(|t| now < t || now - t >= chrono::Duration::milliseconds(SWEEP_EVERY_MS));
-        if due {
-            *last = Some(now);
-        }
-        due
-    }
-
-    fn mark_swept(&self, now: DateTime<Utc>) {
-        let mut last = self
-            .inner
-            .last_sweep
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        *last = Some(now);
     }
 
     /// Sweep step a: the distinct keys of the task's pending rows (one covering range of
@@ -310,18 +284,16 @@ impl MySqlBackend {
         let Some(task) = req.task_names.first().map(String::as_str) else {
             return Ok(Vec::new());
         };
-        let mut swept = false;
-        if self.sweep_due(now) {
+        let swept = self.inner.last_sweep.due(task, now, false);
+        if swept {
             self.sweep(tx, task, now).await?;
-            swept = true;
         }
         let leases = self
             .fair_round(tx, req, task, now, lease_expires_at)
             .await?;
-        if !leases.is_empty() || swept {
+        if !leases.is_empty() || swept || !self.inner.last_sweep.due(task, now, true) {
             return Ok(leases);
         }
-        self.mark_swept(now);
         self.sweep(tx, task, now).await?;
         self.fair_round(tx, req, task, now, lease_expires_at).await
     }
@@ -413,19 +385,7 @@ impl MySqlBackend {
             picked = got;
         }
         // 7. Claim, then each key's outcome.
-        let mut claimed = vec![0u32; plan.keys.len()];
-        let index: HashMap<(&str, &str), usize> = plan
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| ((k.namespace.as_str(), k.key.as_str()), i))
-            .collect();
-        for l in &picked {
-            let e = &l.execution;
-            if let Some(i) = index.get(&(e.namespace.as_str(), e.effective_fairness_key())) {
-                claimed[*i] += 1;
-            }
-        }
+        let claimed = plan.claimed(&picked);
         if !picked.is_empty() {
             self.write_claims(tx, &picked, &req.worker_id, now, lease_expires_at)
                 .await?;
@@ -436,15 +396,7 @@ impl MySqlBackend {
         }
         self.write_outcomes(tx, task, &plan, &plan.outcomes(&claimed, now))
             .await?;
-        picked.sort_by(|a, b| {
-            let (x, y) = (&a.execution, &b.execution);
-            (x.priority, x.available_at, x.created_at, x.id).cmp(&(
-                y.priority,
-                y.available_at,
-                y.created_at,
-                y.id,
-            ))
-        });
+        sort_in_claim_order(&mut picked);
         Ok(picked)
     }
 

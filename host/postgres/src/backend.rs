@@ -49,7 +49,7 @@ pub(crate) struct Own {
     /// (docs/semantics.md#fair-claim).
     pub(crate) fair: Option<crate::fair::FairSql>,
     /// When this handle last swept for fairness keys.
-    pub(crate) gate: crate::fair::SweepGate,
+    pub(crate) gate: onestep_core::store::fair::SweepGate,
 }
 
 onestep_core::store_handle! {
@@ -191,7 +191,7 @@ impl PgBackend {
             |_| Own {
                 sql,
                 fair,
-                gate: crate::fair::SweepGate::default(),
+                gate: onestep_core::store::fair::SweepGate::default(),
             },
         );
         Ok(PgBackend {

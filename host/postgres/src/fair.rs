@@ -9,8 +9,6 @@
 //! deadlock.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
@@ -18,7 +16,9 @@ use onestep_core::ExecutionLease;
 use onestep_core::error::UNDECODABLE_DEFER_S;
 use onestep_core::names::TableNames;
 use onestep_core::request::ClaimRequest;
-use onestep_core::store::fair::{CAP_RECHECK_MS, FairPlan, KeyOutcome, LockedKey};
+use onestep_core::store::fair::{
+    CAP_RECHECK_MS, FairPlan, KeyOutcome, LockedKey, sort_in_claim_order,
+};
 use onestep_core::store::lease::claim_rows;
 use onestep_core::time::add_seconds;
 use uuid::Uuid;
@@ -27,33 +27,6 @@ use crate::backend::PgBackend;
 use crate::errors::OpResult;
 use crate::rows::{EXECUTION_COLUMNS_E, decode_execution};
 use crate::schema::{KEY_EXPR, keys_table, q};
-
-/// How often one backend handle sweeps while its claims keep finding work.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-
-/// When this backend handle last swept each task (claims of every source of the handle share
-/// it; one entry per task, so a busy task's sweeps never postpone another task's).
-#[derive(Debug, Default)]
-pub(crate) struct SweepGate(Mutex<HashMap<String, Instant>>);
-
-impl SweepGate {
-    /// Whether a sweep of `task` is due (`force`, or none for [`SWEEP_INTERVAL`]); marks it
-    /// done.
-    fn due(&self, task: &str, force: bool) -> bool {
-        let Ok(mut last) = self.0.lock() else {
-            return true;
-        };
-        let now = Instant::now();
-        let due = force
-            || last
-                .get(task)
-                .is_none_or(|t| now.duration_since(*t) >= SWEEP_INTERVAL);
-        if due {
-            last.insert(task.to_owned(), now);
-        }
-        due
-    }
-}
 
 /// The fair claim's statements of one table pair.
 #[derive(Debug, Clone)]
@@ -231,14 +204,14 @@ impl PgBackend {
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
     ) -> OpResult<Vec<ExecutionLease>> {
-        let swept = self.inner.gate.due(task, false);
+        let swept = self.inner.gate.due(task, now, false);
         if swept {
             self.sweep(tx, sql, task, now).await?;
         }
         let leases = self
             .fair_round(tx, sql, req, task, now, lease_expires_at)
             .await?;
-        if !leases.is_empty() || swept || !self.inner.gate.due(task, true) {
+        if !leases.is_empty() || swept || !self.inner.gate.due(task, now, true) {
             return Ok(leases);
         }
         self.sweep(tx, sql, task, now).await?;
@@ -321,7 +294,7 @@ impl PgBackend {
         // 4. Slots per key.
         let plan = FairPlan::new(locked, &running, &req.fair, req.limit);
         let wanted: Vec<(usize, &LockedKey, u32)> = plan.wanted().collect();
-        let mut claimed = vec![0u32; plan.keys.len()];
+        let mut claimed = Vec::new();
         let mut leases = Vec::new();
         if !wanted.is_empty() {
             // 5. Each key's head rows.
@@ -346,18 +319,7 @@ impl PgBackend {
                 );
                 tx.execute(&stmt, &[&until, &deferred]).await?;
             }
-            let index: HashMap<(&str, &str), usize> = plan
-                .keys
-                .iter()
-                .enumerate()
-                .map(|(i, k)| ((k.namespace.as_str(), k.key.as_str()), i))
-                .collect();
-            for l in &picked {
-                let e = &l.execution;
-                if let Some(i) = index.get(&(e.namespace.as_str(), e.effective_fairness_key())) {
-                    claimed[*i] += 1;
-                }
-            }
+            claimed = plan.claimed(&picked);
             leases = picked;
         }
         // 6. The keys' rows.
@@ -366,15 +328,7 @@ impl PgBackend {
         if leases.is_empty() {
             return Ok(leases);
         }
-        leases.sort_by(|a, b| {
-            let (x, y) = (&a.execution, &b.execution);
-            (x.priority, x.available_at, x.created_at, x.id).cmp(&(
-                y.priority,
-                y.available_at,
-                y.created_at,
-                y.id,
-            ))
-        });
+        sort_in_claim_order(&mut leases);
         self.write_claims(tx, &mut leases, req, now, lease_expires_at)
             .await?;
         Ok(leases)

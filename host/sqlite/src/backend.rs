@@ -99,7 +99,7 @@ pub(crate) struct Own {
     /// The quoted fairness-keys table (docs/semantics.md#fair-claim).
     pub(crate) k: String,
     /// When this handle last swept the keys of each task (the injected clock).
-    pub(crate) sweeps: crate::fair::Sweeps,
+    pub(crate) sweeps: onestep_core::store::fair::SweepGate,
 }
 
 onestep_core::store_handle! {
@@ -199,7 +199,7 @@ impl SqliteBackend {
             t: crate::schema::q(&tables.executions),
             a: crate::schema::q(&tables.attempts),
             k: crate::schema::q(&crate::schema::keys_table(&tables)),
-            sweeps: crate::fair::Sweeps::default(),
+            sweeps: onestep_core::store::fair::SweepGate::default(),
         };
         let inner = StoreCore::settle(
             opts,

@@ -11,11 +11,12 @@
 //! whole.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 use onestep_core::request::ClaimRequest;
-use onestep_core::store::fair::{CAP_RECHECK_MS, FairPlan, KeyOutcome, LockedKey};
+use onestep_core::store::fair::{
+    CAP_RECHECK_MS, FairPlan, KeyOutcome, LockedKey, sort_in_claim_order,
+};
 use onestep_core::store::lease::LeaseWindow;
 use onestep_core::{Execution, ExecutionError, ExecutionLease};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -23,9 +24,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::backend::SqliteBackend;
 use crate::errors::OpResult;
 use crate::rows::{decode_execution, ts};
-
-/// How often a handle sweeps a task's keys when its claims find work (docs/semantics.md#fair-claim).
-const SWEEP_EVERY_MS: i64 = 1000;
 
 /// The effective fairness key of an executions row.
 const KEY: &str = "COALESCE(fairness_key, namespace)";
@@ -38,32 +36,6 @@ const PENDING: &str = "status IN ('queued', 'retrying')";
 /// `priority` column lets a range on `available_at` follow it, one probe per priority, instead
 /// of a walk of the key's rows.
 const PRIORITIES: &str = "(0, 1, 2, 3, 4, 5, 6, 7, 8, 9)";
-
-/// When this handle last swept each task's keys (the injected clock).
-#[derive(Default)]
-pub(crate) struct Sweeps(Mutex<HashMap<String, DateTime<Utc>>>);
-
-impl Sweeps {
-    /// Whether a sweep of `task` is due at `now` (none yet, a second since the last, or the
-    /// clock went back).
-    fn due(&self, task: &str, now: DateTime<Utc>) -> bool {
-        let map = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(task).is_none_or(|last| {
-            now < *last || now - *last >= chrono::Duration::milliseconds(SWEEP_EVERY_MS)
-        })
-    }
-
-    fn record(&self, task: &str, now: DateTime<Utc>) {
-        let mut map = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.insert(task.to_owned(), now);
-    }
-}
 
 /// The fair claim's statements on one pair of tables (`t` executions, `a` attempts, `k` keys;
 /// all quoted).
@@ -216,13 +188,12 @@ impl SqliteBackend {
             return Ok(Vec::new());
         };
         let sql = self.fair_sql();
-        let mut swept = false;
-        if self.inner.sweeps.due(task, window.now) {
+        let swept = self.inner.sweeps.due(task, window.now, false);
+        if swept {
             self.sweep(c, &sql, task, window.now)?;
-            swept = true;
         }
         let leases = self.fair_round(c, &sql, req, task, window)?;
-        if !leases.is_empty() || swept {
+        if !leases.is_empty() || swept || !self.inner.sweeps.due(task, window.now, true) {
             return Ok(leases);
         }
         self.sweep(c, &sql, task, window.now)?;
@@ -261,7 +232,6 @@ impl SqliteBackend {
         let soon = ts(now + chrono::Duration::milliseconds(CAP_RECHECK_MS));
         c.prepare_cached(&sql.wake_keys)?
             .execute(params![task, now_s, soon])?;
-        self.inner.sweeps.record(task, now);
         Ok(())
     }
 
@@ -331,19 +301,7 @@ impl SqliteBackend {
             }
         }
         let mut leases = self.claim_read_rows(c, req, window, rows)?;
-        let index: HashMap<(&str, &str), usize> = plan
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| ((k.namespace.as_str(), k.key.as_str()), i))
-            .collect();
-        let mut claimed = vec![0u32; plan.keys.len()];
-        for l in &leases {
-            let e = &l.execution;
-            if let Some(i) = index.get(&(e.namespace.as_str(), e.effective_fairness_key())) {
-                claimed[*i] += 1;
-            }
-        }
+        let claimed = plan.claimed(&leases);
         for (i, outcome) in plan.outcomes(&claimed, window.now) {
             let k = &plan.keys[i];
             match outcome {
@@ -383,15 +341,7 @@ impl SqliteBackend {
                 }
             }
         }
-        leases.sort_by(|x, y| {
-            let (x, y) = (&x.execution, &y.execution);
-            (x.priority, x.available_at, x.created_at, x.id).cmp(&(
-                y.priority,
-                y.available_at,
-                y.created_at,
-                y.id,
-            ))
-        });
+        sort_in_claim_order(&mut leases);
         Ok(leases)
     }
 

@@ -37,6 +37,48 @@ pub fn plain_claim_namespace(req: &ClaimRequest, fair_keys: bool) -> Result<&str
 pub const FAIR_CLAIM_UNSUPPORTED: &str = "a claim of several namespaces, with weights or with max_running_per_key (the fair claim) \
      cannot be served here";
 
+/// How often one backend handle sweeps a task's keys while its claims keep finding work
+/// (docs/semantics.md#fair-claim).
+pub const SWEEP_INTERVAL_MS: i64 = 1000;
+
+/// When a backend handle last swept each task's keys, on the backend's injected clock (one
+/// entry per task, so a busy task's sweeps never postpone another task's).
+#[derive(Debug, Default)]
+pub struct SweepGate(std::sync::Mutex<HashMap<String, DateTime<Utc>>>);
+
+impl SweepGate {
+    /// Whether a sweep of `task` is due at `now`: `force` (the claim found nothing without
+    /// one), none yet, [`SWEEP_INTERVAL_MS`] since the last, or the clock went back. Marks it
+    /// done when due.
+    pub fn due(&self, task: &str, now: DateTime<Utc>, force: bool) -> bool {
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let due = force
+            || last.get(task).is_none_or(|t| {
+                now < *t || now - *t >= chrono::Duration::milliseconds(SWEEP_INTERVAL_MS)
+            });
+        if due {
+            last.insert(task.to_owned(), now);
+        }
+        due
+    }
+}
+
+/// Sorts the leases of one claim in claim order, `(priority, available_at, created_at, id)`.
+pub fn sort_in_claim_order(leases: &mut [crate::ExecutionLease]) {
+    leases.sort_by(|a, b| {
+        let (x, y) = (&a.execution, &b.execution);
+        (x.priority, x.available_at, x.created_at, x.id).cmp(&(
+            y.priority,
+            y.available_at,
+            y.created_at,
+            y.id,
+        ))
+    });
+}
+
 /// One locked key row: `(namespace, fairness key)` of the claimed task and its pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockedKey {
@@ -134,6 +176,25 @@ impl FairPlan {
         out
     }
 
+    /// How many of `leases` each key got (same order as `keys`), by each execution's namespace
+    /// and effective fairness key.
+    pub fn claimed(&self, leases: &[crate::ExecutionLease]) -> Vec<u32> {
+        let index: HashMap<(&str, &str), usize> = self
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| ((k.namespace.as_str(), k.key.as_str()), i))
+            .collect();
+        let mut claimed = vec![0u32; self.keys.len()];
+        for l in leases {
+            let e = &l.execution;
+            if let Some(i) = index.get(&(e.namespace.as_str(), e.effective_fairness_key())) {
+                claimed[*i] += 1;
+            }
+        }
+        claimed
+    }
+
     /// The `(namespace, key, slots)` of keys given at least one slot.
     pub fn wanted(&self) -> impl Iterator<Item = (usize, &LockedKey, u32)> {
         self.keys
@@ -197,6 +258,19 @@ mod tests {
             plan.wanted().map(|(i, _, n)| (i, n)).collect::<Vec<_>>(),
             vec![(1, 1), (2, 2)]
         );
+    }
+
+    #[test]
+    fn sweep_gate_is_due_once_per_interval_per_task_unless_forced() {
+        let g = SweepGate::default();
+        let t0 = Utc::now();
+        assert!(g.due("a", t0, false));
+        assert!(!g.due("a", t0, false));
+        assert!(g.due("b", t0, false), "another task has its own clock");
+        assert!(!g.due("a", t0 + chrono::Duration::milliseconds(999), false));
+        assert!(g.due("a", t0 + chrono::Duration::milliseconds(999), true));
+        assert!(g.due("a", t0 + chrono::Duration::seconds(2), false));
+        assert!(g.due("a", t0, false), "the clock went back");
     }
 
     #[test]
