@@ -176,6 +176,12 @@ impl ExecutionClient {
         }
     }
 
+    /// The reason given when the execution was cancelled: outer `None` when the execution is
+    /// absent, inner `None` without a stored reason.
+    pub async fn cancel_reason(&self, id: Uuid) -> Result<Option<Option<String>>, ExecutionError> {
+        self.store.cancel_reason(&self.namespace, id).await
+    }
+
     /// The attempts of an execution of this namespace with their diagnostics (no log lines);
     /// `None` when the execution is absent (docs/observability.md#attempt-diagnostics).
     pub async fn attempts(

@@ -63,6 +63,15 @@ pub trait ExecutionStore: Send + Sync {
         reason: Option<String>,
     ) -> Result<Option<Execution>, ExecutionError>;
 
+    /// The reason stored by the cancel of one execution of `namespace`
+    /// (docs/semantics.md#cancellation): outer `None` when the execution is absent or in another
+    /// namespace, inner `None` when it was never cancelled with a reason.
+    async fn cancel_reason(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Option<String>>, ExecutionError>;
+
     /// The attempts of one execution of `namespace`, oldest first, each with its persisted
     /// diagnostics when the store keeps them (docs/observability.md#attempt-diagnostics);
     /// `None` when the execution is absent or in another namespace. The log tail is left out

@@ -489,6 +489,27 @@ impl MySqlBackend {
         self.resolve_batch(&mut conn, subs).await
     }
 
+    async fn cancel_reason_once(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> OpResult<Option<Option<String>>> {
+        let mut conn = self.conn().await?;
+        let sql = format!(
+            "SELECT cancel_reason FROM `{}` WHERE id = ? AND namespace = ?",
+            self.t()
+        );
+        let params = vec![bind_uuid(id), DbValue::from(namespace)];
+        let row: Option<Row> = conn.exec_first(sql, Params::Positional(params)).await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let value = row.as_ref(0).cloned().unwrap_or(DbValue::NULL);
+        let reason = crate::rows::opt_text(value, "cancel_reason")
+            .map_err(|e| onestep_core::store::undecodable_execution(&id.to_string(), e))?;
+        Ok(Some(reason))
+    }
+
     async fn get_once(&self, namespace: &str, id: Uuid) -> OpResult<Option<Execution>> {
         let mut conn = self.conn().await?;
         self.select_by_id(&mut conn, id, Some(namespace), false)

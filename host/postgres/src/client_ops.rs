@@ -291,6 +291,17 @@ impl PgBackend {
         self.resolve_batch(&self.conn().await?, subs).await
     }
 
+    async fn cancel_reason_once(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> OpResult<Option<Option<String>>> {
+        let c = self.conn().await?;
+        let st = c.prepare_cached(&self.sql().cancel_reason).await?;
+        let row = c.query_opt(&st, &[&id, &namespace]).await?;
+        Ok(row.map(|r| r.try_get::<_, Option<String>>(0)).transpose()?)
+    }
+
     async fn get_once(&self, namespace: &str, id: Uuid) -> OpResult<Option<Execution>> {
         self.select_by_id(&self.conn().await?, id, Some(namespace))
             .await

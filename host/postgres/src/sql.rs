@@ -15,6 +15,8 @@ pub(crate) struct Statements {
     pub(crate) insert_many: String,
     pub(crate) by_id: String,
     pub(crate) by_id_ns: String,
+    /// The stored cancel reason of one execution of a namespace.
+    pub(crate) cancel_reason: String,
     pub(crate) by_id_lock: String,
     pub(crate) by_id_ns_lock: String,
     pub(crate) by_ids: String,
@@ -238,6 +240,9 @@ impl Statements {
             ),
             by_id: format!("SELECT {cols} FROM {t} WHERE id = $1"),
             by_id_ns: format!("SELECT {cols} FROM {t} WHERE id = $1 AND namespace = $2"),
+            cancel_reason: format!(
+                "SELECT cancel_reason FROM {t} WHERE id = $1 AND namespace = $2"
+            ),
             by_id_lock: format!("SELECT {cols} FROM {t} WHERE id = $1 FOR UPDATE"),
             by_id_ns_lock: format!(
                 "SELECT {cols} FROM {t} WHERE id = $1 AND namespace = $2 FOR UPDATE"

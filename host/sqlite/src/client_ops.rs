@@ -333,6 +333,23 @@ impl SqliteBackend {
         .await
     }
 
+    pub(crate) async fn cancel_reason_once(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> OpResult<Option<Option<String>>> {
+        let ns = namespace.to_owned();
+        self.read(move |b, c| {
+            Ok(c.prepare_cached(&format!(
+                "SELECT cancel_reason FROM {} WHERE id = ?1 AND namespace = ?2",
+                b.t()
+            ))?
+            .query_row(params![uid(id), ns], |r| r.get::<_, Option<String>>(0))
+            .optional()?)
+        })
+        .await
+    }
+
     pub(crate) async fn get_once(&self, namespace: &str, id: Uuid) -> OpResult<Option<Execution>> {
         let ns = namespace.to_owned();
         self.read(move |b, c| select_by_id(b, c, id, Some(&ns)))

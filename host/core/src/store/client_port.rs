@@ -12,8 +12,8 @@
 ///
 /// * `run` and `write_resolving_ambiguity` ([`tx_methods!`](crate::tx_methods));
 /// * the per-attempt methods `submit_once(&PreparedSubmission)`,
-///   `submit_many_once(&[PreparedSubmission])`, `get_once(namespace, id)`, `versions_once(&[Uuid])` and
-///   `cancel_once(CancelTarget)`, each returning the backend's per-attempt
+///   `submit_many_once(&[PreparedSubmission])`, `get_once(namespace, id)`, `versions_once(&[Uuid])`,
+///   `cancel_reason_once(namespace, id)` and `cancel_once(CancelTarget)`, each returning the backend's per-attempt
 ///   result;
 /// * `lookup_fresh(&PreparedSubmission)` (the [`Lookup`](crate::store::Lookup) of the row
 ///   holding the submission's id or key) and `resolve_fresh(&[PreparedSubmission])` (per
@@ -111,6 +111,18 @@ macro_rules! impl_execution_store {
                     reason: reason.as_deref(),
                 };
                 self.run("cancel", || self.cancel_once(target)).await
+            }
+
+            async fn cancel_reason(
+                &self,
+                namespace: &str,
+                id: $crate::store::lease_port::__Uuid,
+            ) -> ::std::result::Result<
+                ::std::option::Option<::std::option::Option<::std::string::String>>,
+                $crate::ExecutionError,
+            > {
+                self.run("get", || self.cancel_reason_once(namespace, id))
+                    .await
             }
 
             async fn attempts(

@@ -116,6 +116,15 @@ async fn t3_t4(fx: Fixture) {
             .as_deref(),
         Some("stop")
     );
+    // The port reads the stored reason in the execution's namespace only.
+    assert_eq!(
+        fx.store.cancel_reason(NS, q.id).await.expect("reason"),
+        Some(Some("stop".into()))
+    );
+    assert_eq!(
+        fx.store.cancel_reason("ns2", q.id).await.expect("reason"),
+        None
+    );
     // No change on a terminal row: reason kept, version unchanged.
     fx.clock.advance(1.0);
     let again = fx
@@ -136,6 +145,10 @@ async fn t3_t4(fx: Fixture) {
     );
     // T4 from running, then no change from cancel_requested.
     let r = submit(&fx, json!(2)).await;
+    assert_eq!(
+        fx.store.cancel_reason(NS, r.id).await.expect("reason"),
+        Some(None)
+    );
     let lease = claim_one(&fx, 30.0).await;
     assert_eq!(lease.execution.id, r.id);
     let now = fx.clock.now_value();

@@ -130,6 +130,22 @@ impl ExecutionStore for MemoryStore {
         Ok(out)
     }
 
+    async fn cancel_reason(
+        &self,
+        namespace: &str,
+        id: Uuid,
+    ) -> Result<Option<Option<String>>, ExecutionError> {
+        self.enter(Op::Get).await?;
+        let out = self
+            .state()
+            .rows
+            .get(&id)
+            .filter(|r| r.execution.namespace == namespace)
+            .map(|r| r.cancel_reason.clone());
+        self.record(Op::Get, 1, true);
+        Ok(out)
+    }
+
     async fn versions(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, i64)>, ExecutionError> {
         self.enter(Op::Get).await?;
         let state = self.state();
