@@ -104,6 +104,36 @@ impl From<&AttemptRecord> for AttemptView {
     }
 }
 
+/// The newest attempt as a caller sees it: in `GET /v1/executions/{id}` and in the `422` of
+/// `/result` (docs/http-api.md#the-execution-view).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LastAttemptView {
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// `running`, `succeeded`, `retrying`, `failed`, `cancelled` or `lease_lost`.
+    pub status: String,
+    /// The handler's own error message (at most 8 KiB, as stored; only when the worker
+    /// persists diagnostics).
+    pub message: Option<String>,
+    /// The attempt's last progress report.
+    pub progress: Option<ProgressView>,
+    /// End of the attempt.
+    pub finished_at: Option<String>,
+}
+
+impl From<&AttemptRecord> for LastAttemptView {
+    fn from(a: &AttemptRecord) -> Self {
+        let d = a.diagnostics.as_ref();
+        LastAttemptView {
+            attempt: a.attempt_no,
+            status: a.status.clone(),
+            message: d.and_then(|d| d.message.clone()),
+            progress: d.and_then(|d| d.progress.as_ref()).map(ProgressView::from),
+            finished_at: a.finished_at.as_ref().map(utc_isoformat),
+        }
+    }
+}
+
 /// `GET /v1/executions/{id}/attempts`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AttemptsView {

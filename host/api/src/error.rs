@@ -86,6 +86,12 @@ pub struct ErrorBody {
     /// The stored error object, for `failed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorObjectView>,
+    /// The newest attempt with the handler's own message, for `failed` from `/result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<crate::attempts::LastAttemptView>,
+    /// The reason the canceller gave, for `cancelled` from `/result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
 }
 
 /// An error response: status code plus [`ErrorBody`].
@@ -106,6 +112,8 @@ impl ApiError {
                 execution_id: None,
                 status: None,
                 error: None,
+                last_attempt: None,
+                cancel_reason: None,
             }),
         }
     }
@@ -152,6 +160,21 @@ impl ApiError {
     /// The body.
     pub fn body(&self) -> &ErrorBody {
         &self.body
+    }
+
+    /// The newest attempt of a failed execution (the `422` of `/result`).
+    pub(crate) fn with_last_attempt(
+        mut self,
+        attempt: Option<crate::attempts::LastAttemptView>,
+    ) -> Self {
+        self.body.last_attempt = attempt;
+        self
+    }
+
+    /// The canceller's reason (the `409` of `/result`).
+    pub(crate) fn with_cancel_reason(mut self, reason: Option<String>) -> Self {
+        self.body.cancel_reason = reason;
+        self
     }
 
     pub(crate) fn with_execution(mut self, id: Uuid) -> Self {

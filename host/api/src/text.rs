@@ -94,6 +94,15 @@ pub fn execution_detail(e: &ExecutionView) -> String {
     if let Some(p) = &e.progress {
         kv("progress", &progress_summary(p));
     }
+    if let Some(a) = &e.last_attempt {
+        kv("last_attempt", &format!("#{} {}", a.attempt, a.status));
+        if let Some(m) = &a.message {
+            kv("last_message", m);
+        }
+    }
+    if let Some(r) = &e.cancel_reason {
+        kv("cancel_reason", r);
+    }
     out
 }
 
@@ -232,6 +241,14 @@ mod tests {
             priority: 3,
             fairness_key: "tenant-1".into(),
             progress: None,
+            last_attempt: Some(crate::attempts::LastAttemptView {
+                attempt: 2,
+                status: "failed".into(),
+                message: Some("chat completions answered 500".into()),
+                progress: None,
+                finished_at: finished.map(str::to_owned),
+            }),
+            cancel_reason: Some("duplicate\nrequest".into()),
         }
     }
 
@@ -265,6 +282,13 @@ mod tests {
             "{d}"
         );
         assert!(!d.contains("started_at"));
+        // The caller's view: the newest attempt's own message, the cancel reason (control
+        // characters shown escaped, never written raw).
+        assert!(
+            d.contains("last_attempt:         #2 failed\nlast_message:         chat completions answered 500\n"),
+            "{d}"
+        );
+        assert!(d.contains("cancel_reason:        duplicate\\nrequest\n"), "{d}");
         assert_eq!(result_text(&Value::String("hi".into())), "hi");
         let mut bidi = view("queued", None);
         bidi.task_name = "invoice\u{202e}gpj.exe".into();

@@ -98,6 +98,13 @@ pub struct ExecutionView {
     /// `cancel_requested`, and only when the worker persists diagnostics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<crate::attempts::ProgressView>,
+    /// The newest attempt: its status, the handler's own message, progress and end (only in
+    /// the view of one execution, `GET /v1/executions/{id}`, once it has an attempt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<crate::attempts::LastAttemptView>,
+    /// The reason the canceller gave (only in the view of one execution, when one was given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
 }
 
 impl From<&Execution> for ExecutionView {
@@ -121,6 +128,8 @@ impl From<&Execution> for ExecutionView {
             priority: e.priority,
             fairness_key: e.effective_fairness_key().to_owned(),
             progress: None,
+            last_attempt: None,
+            cancel_reason: None,
         }
     }
 }

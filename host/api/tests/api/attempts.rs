@@ -133,6 +133,22 @@ async fn attempts_and_logs_of_an_execution() {
         got.get("progress").is_none(),
         "progress only while running: {got}"
     );
+    // The caller's view: the newest attempt with the handler's own message.
+    let last = &got["last_attempt"];
+    assert_eq!(last["attempt"], 1, "{got}");
+    assert_eq!(last["status"], "failed");
+    assert_eq!(last["message"], "no such column: amount");
+    assert_eq!(last["progress"]["note"], "pages");
+    assert!(last["finished_at"].is_string());
+    assert!(got.get("cancel_reason").is_none(), "{got}");
+    // `/result`'s 422 carries it too.
+    let (status, err) = app
+        .send(req(Method::GET, &format!("/v1/executions/{id}/result"), None).empty())
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    assert_eq!(err["code"], "failed");
+    assert_eq!(err["last_attempt"]["message"], "no such column: amount");
+    assert_eq!(err["last_attempt"]["attempt"], 1);
     let (_, body) = app.send(req(Method::GET, &path, None).empty()).await;
     let a = &body["items"][0];
     assert_eq!(a["attempt"], 1);

@@ -87,7 +87,12 @@ async fn result_in_every_status() {
                "backend": null, "operation": null, "connector_kind": null})
     );
 
-    // cancelled (from queued) → 409 cancelled
+    // Without diagnostics the 422 still names the newest attempt, without a message.
+    assert_eq!(err["last_attempt"]["attempt"], 1, "{err}");
+    assert_eq!(err["last_attempt"]["status"], "failed");
+    assert!(err["last_attempt"]["message"].is_null());
+
+    // cancelled (from queued) → 409 cancelled, with the canceller's reason
     let gone = app.submit(None, "gone", "t-gone", json!(1)).await;
     app.send(
         req(
@@ -95,7 +100,7 @@ async fn result_in_every_status() {
             &format!("/v1/executions/{}/cancel", id_of(&gone)),
             None,
         )
-        .empty(),
+        .json(&json!({"reason": "customer closed the ticket"})),
     )
     .await;
     let (status, err) = result(&app, &gone).await;
@@ -103,6 +108,12 @@ async fn result_in_every_status() {
         (status, err["code"].as_str()),
         (StatusCode::CONFLICT, Some("cancelled"))
     );
+    assert_eq!(err["cancel_reason"], "customer closed the ticket");
+    let (_, view) = app
+        .send(req(Method::GET, &format!("/v1/executions/{}", id_of(&gone)), None).empty())
+        .await;
+    assert_eq!(view["cancel_reason"], "customer closed the ticket", "{view}");
+    assert!(view.get("last_attempt").is_none(), "never claimed: {view}");
 
     // running + cancel → cancel_requested (still not ready)
     let long = app.submit(None, "long", "t-long", json!(1)).await;
