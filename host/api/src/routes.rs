@@ -386,40 +386,8 @@ pub async fn get_execution(
 ) -> Result<Json<ExecutionView>, ApiError> {
     let wait = wait_of(&state, query)?;
     let execution = read_waiting(&state, &client, id, wait).await?;
-    let mut view = ExecutionView::from(&execution);
-    let last = last_attempt(&client, &execution).await?;
-    if matches!(
-        execution.status,
-        ExecutionStatus::Running | ExecutionStatus::CancelRequested
-    ) {
-        view.progress = last.as_ref().and_then(|a| a.progress.clone());
-    }
-    view.last_attempt = last;
-    view.cancel_reason = cancel_reason(&client, &execution).await?;
+    let view = crate::view::one_execution_view(&client, &execution).await?;
     Ok(Json(view))
-}
-
-/// The newest attempt of an execution that has one (docs/http-api.md#the-execution-view).
-async fn last_attempt(
-    client: &onestep_core::ExecutionClient,
-    execution: &onestep_core::Execution,
-) -> Result<Option<crate::attempts::LastAttemptView>, ApiError> {
-    if execution.attempts == 0 {
-        return Ok(None);
-    }
-    let attempts = client.attempts(execution.id).await?.unwrap_or_default();
-    Ok(attempts.last().map(crate::attempts::LastAttemptView::from))
-}
-
-/// The canceller's reason of an execution a cancel reached.
-async fn cancel_reason(
-    client: &onestep_core::ExecutionClient,
-    execution: &onestep_core::Execution,
-) -> Result<Option<String>, ApiError> {
-    if execution.cancel_requested_at.is_none() {
-        return Ok(None);
-    }
-    Ok(client.cancel_reason(execution.id).await?.flatten())
 }
 
 /// Ask for cancellation. `queued`/`retrying` become `cancelled` at once; `running` becomes
@@ -476,11 +444,11 @@ pub async fn get_result(
     match onestep_core::client::result_of(execution.clone()) {
         Ok(result) => Ok(Json(ResultView { result })),
         Err(e @ ExecutionError::Failed { .. }) => {
-            let last = last_attempt(&client, &execution).await?;
+            let last = crate::view::last_attempt(&client, &execution).await?;
             Err(ApiError::from(e).with_last_attempt(last))
         }
         Err(e @ ExecutionError::Cancelled { .. }) => {
-            let reason = cancel_reason(&client, &execution).await?;
+            let reason = crate::view::cancel_reason(&client, &execution).await?;
             Err(ApiError::from(e).with_cancel_reason(reason))
         }
         Err(e) => Err(e.into()),

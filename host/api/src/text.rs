@@ -288,7 +288,10 @@ mod tests {
             d.contains("last_attempt:         #2 failed\nlast_message:         chat completions answered 500\n"),
             "{d}"
         );
-        assert!(d.contains("cancel_reason:        duplicate\\nrequest\n"), "{d}");
+        assert!(
+            d.contains("cancel_reason:        duplicate\\nrequest\n"),
+            "{d}"
+        );
         assert_eq!(result_text(&Value::String("hi".into())), "hi");
         let mut bidi = view("queued", None);
         bidi.task_name = "invoice\u{202e}gpj.exe".into();

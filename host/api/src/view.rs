@@ -134,6 +134,49 @@ impl From<&Execution> for ExecutionView {
     }
 }
 
+/// The view of one execution as `GET /v1/executions/{id}` answers it (and `onestep get` prints
+/// it): `progress` while it runs, `last_attempt` once it has one, `cancel_reason` when a cancel
+/// gave one (docs/http-api.md#the-execution-view).
+pub async fn one_execution_view(
+    client: &onestep_core::ExecutionClient,
+    execution: &Execution,
+) -> Result<ExecutionView, onestep_core::ExecutionError> {
+    let mut view = ExecutionView::from(execution);
+    let last = last_attempt(client, execution).await?;
+    if matches!(
+        execution.status,
+        onestep_core::ExecutionStatus::Running | onestep_core::ExecutionStatus::CancelRequested
+    ) {
+        view.progress = last.as_ref().and_then(|a| a.progress.clone());
+    }
+    view.last_attempt = last;
+    view.cancel_reason = cancel_reason(client, execution).await?;
+    Ok(view)
+}
+
+/// The newest attempt of an execution that has one.
+pub(crate) async fn last_attempt(
+    client: &onestep_core::ExecutionClient,
+    execution: &Execution,
+) -> Result<Option<crate::attempts::LastAttemptView>, onestep_core::ExecutionError> {
+    if execution.attempts == 0 {
+        return Ok(None);
+    }
+    let attempts = client.attempts(execution.id).await?.unwrap_or_default();
+    Ok(attempts.last().map(crate::attempts::LastAttemptView::from))
+}
+
+/// The canceller's reason of an execution a cancel reached.
+pub(crate) async fn cancel_reason(
+    client: &onestep_core::ExecutionClient,
+    execution: &Execution,
+) -> Result<Option<String>, onestep_core::ExecutionError> {
+    if execution.cancel_requested_at.is_none() {
+        return Ok(None);
+    }
+    Ok(client.cancel_reason(execution.id).await?.flatten())
+}
+
 fn default_priority() -> u8 {
     onestep_core::schedule::DEFAULT_PRIORITY
 }

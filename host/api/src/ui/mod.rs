@@ -249,11 +249,16 @@ async fn detail_fragment(
     let Query(params) = query.map_err(|_| ApiError::invalid("values must be true or false"))?;
     let execution = client.get(id).await?.ok_or(ApiError::not_found(id))?;
     let attempts = client.attempts(id).await?.unwrap_or_default();
+    let cancel_reason = match execution.cancel_requested_at {
+        Some(_) => client.cancel_reason(id).await?.flatten(),
+        None => None,
+    };
     Ok(html(render::render(
         "detail.html",
         render::detail_context(
             &execution,
             &attempts,
+            cancel_reason.as_deref(),
             role.can_cancel(),
             role.can_operate(),
             params.values.unwrap_or(true),

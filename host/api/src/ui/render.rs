@@ -361,6 +361,7 @@ pub fn timeline(e: &Execution) -> Vec<Step> {
 pub fn detail_context(
     e: &Execution,
     attempts: &[AttemptRecord],
+    cancel_reason: Option<&str>,
     can_cancel: bool,
     can_operate: bool,
     with_values: bool,
@@ -388,6 +389,7 @@ pub fn detail_context(
             version => e.version,
             error => error_text(e),
         },
+        cancel_reason => cancel_reason,
         can_cancel => can_cancel,
         can_retry => can_operate && rerun::is_retryable(e.status),
         retry_of => rerun::retry_of(e).map(|id| id.to_string()),

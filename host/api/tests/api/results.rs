@@ -110,10 +110,36 @@ async fn result_in_every_status() {
     );
     assert_eq!(err["cancel_reason"], "customer closed the ticket");
     let (_, view) = app
-        .send(req(Method::GET, &format!("/v1/executions/{}", id_of(&gone)), None).empty())
+        .send(
+            req(
+                Method::GET,
+                &format!("/v1/executions/{}", id_of(&gone)),
+                None,
+            )
+            .empty(),
+        )
         .await;
-    assert_eq!(view["cancel_reason"], "customer closed the ticket", "{view}");
+    assert_eq!(
+        view["cancel_reason"], "customer closed the ticket",
+        "{view}"
+    );
     assert!(view.get("last_attempt").is_none(), "never claimed: {view}");
+    // The dashboard's detail shows the reason too.
+    let (status, _, detail) = app
+        .send_text(
+            req(
+                Method::GET,
+                &format!("/ui/fragments/executions/{}", id_of(&gone)),
+                None,
+            )
+            .empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        detail.contains("<td id=\"cancel-reason\">customer closed the ticket</td>"),
+        "{detail}"
+    );
 
     // running + cancel → cancel_requested (still not ready)
     let long = app.submit(None, "long", "t-long", json!(1)).await;

@@ -273,21 +273,7 @@ pub(crate) async fn get(args: GetArgs) -> u8 {
         let id = parse_id(&args.id)?;
         match c.client.get(id).await? {
             Some(e) => {
-                let mut view = onestep_api::view::ExecutionView::from(&e);
-                if matches!(
-                    e.status,
-                    ExecutionStatus::Running | ExecutionStatus::CancelRequested
-                ) {
-                    view.progress = c
-                        .client
-                        .attempts(id)
-                        .await?
-                        .unwrap_or_default()
-                        .last()
-                        .and_then(|a| a.diagnostics.as_ref())
-                        .and_then(|d| d.progress.as_ref())
-                        .map(onestep_api::attempts::ProgressView::from);
-                }
+                let view = onestep_api::view::one_execution_view(&c.client, &e).await?;
                 output::print_view(&view, args.conn.json);
                 Ok(OK)
             }
