@@ -34,6 +34,7 @@ pub(crate) struct Statements {
     pub(crate) heartbeat_many: String,
     pub(crate) cancel_poll: String,
     pub(crate) complete_one: String,
+    /// The read of `complete_many`'s set-based path: no row lock (docs/postgres.md#completion-without-a-locking-read).
     pub(crate) lock_many: String,
     pub(crate) complete_set: String,
     pub(crate) release: String,
@@ -264,7 +265,7 @@ impl Statements {
             ),
             lock_many: format!(
                 "SELECT {cols}, lease_token, lease_expires_at FROM {t} \
-                 WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE"
+                 WHERE id = ANY($1::uuid[])"
             ),
             maintain,
             claim_select,

@@ -16,11 +16,11 @@ use crate::backend::PgBackend;
 use crate::dsn::ParsedDsn;
 use crate::errors::OpResult;
 use crate::schema::{
-    CK_PRIORITY, IX_STATUS_WIDTH, claim_priority_index_sql, expiry_index_sql, fair_index_sql,
-    fair_running_index_sql, has_priority_columns, index_info, index_width, ix_claim_priority,
-    ix_expiry, ix_fair, ix_fair_running, ix_status, ix_status_list, ix_status_wide, ix_task_list,
-    pair_lock_key, q, status_index_named, status_index_sql, status_list_index_sql,
-    task_list_index_sql,
+    ATTEMPTS_FILLFACTOR, CK_PRIORITY, IX_STATUS_WIDTH, claim_priority_index_sql, expiry_index_sql,
+    fair_index_sql, fair_running_index_sql, has_priority_columns, index_info, index_width,
+    ix_claim_priority, ix_expiry, ix_fair, ix_fair_running, ix_status, ix_status_list,
+    ix_status_wide, ix_task_list, pair_lock_key, q, status_index_named, status_index_sql,
+    status_list_index_sql, task_list_index_sql,
 };
 pub use onestep_core::backend::{UpgradeReport, UpgradeStep};
 use onestep_core::store::{StoreOptions, for_ddl, upgrade_then_close};
@@ -166,11 +166,50 @@ async fn widen_status_index(
     }))
 }
 
+/// `ALTER TABLE <A> SET (fillfactor = …)` (docs/postgres.md#attempts-fillfactor).
+fn attempts_fillfactor_sql(names: &TableNames) -> String {
+    format!(
+        "ALTER TABLE {} SET (fillfactor = {ATTEMPTS_FILLFACTOR})",
+        q(&names.attempts)
+    )
+}
+
+/// Sets the attempts table's fillfactor when it has none (the reference's tables, an older
+/// onestep's): a storage parameter, so the `ALTER TABLE` takes a `SHARE UPDATE EXCLUSIVE` lock
+/// (reads and writes go on), rewrites nothing and applies to the pages filled from now on.
+async fn set_attempts_fillfactor<C: GenericClient>(
+    c: &C,
+    names: &TableNames,
+) -> OpResult<Option<UpgradeStep>> {
+    let row = c
+        .query_opt(
+            "SELECT EXISTS (SELECT 1 FROM unnest(r.reloptions) o WHERE o LIKE 'fillfactor=%') \
+             FROM pg_catalog.pg_class r \
+             JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace \
+             WHERE n.nspname = current_schema() AND r.relname = $1 AND r.relkind = 'r'",
+            &[&names.attempts],
+        )
+        .await?;
+    let has_fillfactor = match row {
+        Some(r) => r.try_get::<_, bool>(0)?,
+        None => return Ok(None),
+    };
+    if has_fillfactor {
+        return Ok(None);
+    }
+    c.batch_execute(&attempts_fillfactor_sql(names)).await?;
+    Ok(Some(UpgradeStep {
+        added: format!("fillfactor {ATTEMPTS_FILLFACTOR} on {}", names.attempts),
+        form: "SET (storage parameter: new pages only, nothing rewritten)".to_owned(),
+    }))
+}
+
 /// The statements an operator can run by hand instead (docs/postgres.md#upgrading-reference-tables).
 pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     column_sql(names)
         .into_iter()
         .chain(index_defs(names).into_iter().map(|(_, sql)| sql))
+        .chain(std::iter::once(attempts_fillfactor_sql(names)))
         .chain(crate::schema::keys_ddl(names))
         .collect()
 }
@@ -195,6 +234,7 @@ async fn upgrade_on(
             });
         }
     }
+    steps.extend(set_attempts_fillfactor(client, names).await?);
     // docs/semantics.md#fair-claim: the fairness-keys table (new and empty: the sweep fills it).
     let keys = crate::schema::keys_table(names);
     let present: i64 = client
@@ -289,6 +329,12 @@ pub async fn create_reference_shaped(opts: StoreOptions) -> Result<Vec<String>, 
                 conn.batch_execute(&format!("DROP INDEX IF EXISTS {}", q(&index)))
                     .await?;
             }
+            // The reference's attempts table has the default fillfactor.
+            conn.batch_execute(&format!(
+                "ALTER TABLE {} RESET (fillfactor)",
+                q(&names.attempts)
+            ))
+            .await?;
             // The reference's columns and claim index.
             let t = q(&names.executions);
             conn.batch_execute(&format!(
@@ -338,13 +384,17 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 12);
+        assert_eq!(sql.len(), 13);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
         assert!(sql[2].contains("VALIDATE CONSTRAINT ck_onestep_execution_priority"));
-        assert!(sql[10].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
-        assert!(sql[11].starts_with("CREATE INDEX IF NOT EXISTS "));
+        assert_eq!(
+            sql[10],
+            "ALTER TABLE \"onestep_execution_attempts\" SET (fillfactor = 70)"
+        );
+        assert!(sql[11].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
+        assert!(sql[12].starts_with("CREATE INDEX IF NOT EXISTS "));
         let sql = &sql[3..10];
         for s in sql {
             assert!(

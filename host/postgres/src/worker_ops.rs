@@ -328,7 +328,11 @@ impl CompletionTx for Completing<'_, '_> {
         batch_execute("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
     );
 
-    /// One locking read of every row, in id order; an undecodable row is left out
+    /// One read of every row, without locking them: the set-based write repeats the whole
+    /// fence (token, status, live lease) in SQL, so a row that changed after this read makes
+    /// the counts differ and every item takes the per-item path, which locks its row
+    /// (docs/postgres.md#completion-without-a-locking-read). A `FOR UPDATE` here cost a
+    /// `Heap/LOCK` WAL record and a dirtied page per row. An undecodable row is left out
     /// (docs/semantics.md#undecodable-rows).
     async fn lock_rows(&mut self, ids: &[Uuid]) -> OpResult<LockedRows> {
         let st = self
@@ -361,6 +365,11 @@ impl CompletionTx for Completing<'_, '_> {
     async fn write_set(&mut self, write: SetWrite<'_>) -> OpResult<Option<Vec<Execution>>> {
         let SetWrite { items, set, now } = write;
         let lease = |s: &SetItem| &items[s.index].0;
+        // In execution-id order, the order in which a plan that walks the array takes the row
+        // locks, as the heartbeat takes its own (no lock-order deadlock between the two).
+        let mut sorted: Vec<&SetItem> = set.iter().collect();
+        sorted.sort_unstable_by_key(|s| lease(s).execution_id);
+        let set = sorted;
         let ids: Vec<Uuid> = set.iter().map(|s| lease(s).execution_id).collect();
         let tokens: Vec<Uuid> = set.iter().map(|s| lease(s).lease_token).collect();
         let cur: Vec<&str> = set.iter().map(|s| s.current.as_str()).collect();

@@ -202,16 +202,31 @@ async fn upgraded_reference_tables_reference_worker() {
             "index ix_onestep_executions_expiry",
             "index ix_onestep_executions_status",
             "index ix_onestep_executions_status_list",
-            "index ix_onestep_executions_task_list"
+            "index ix_onestep_executions_task_list",
+            "fillfactor 70 on onestep_execution_attempts"
         ],
         "{report:?}"
     );
     assert_eq!(report.steps[0].form, "ADD COLUMN (catalog only)");
     assert_eq!(report.steps[1].form, "NOT VALID, then VALIDATE");
     assert!(
-        report.steps[2..].iter().all(|s| s.form == "CONCURRENTLY"),
+        report.steps[2..9].iter().all(|s| s.form == "CONCURRENTLY"),
         "{report:?}"
     );
+    let c = tokio_postgres::connect(db.dsn(), tokio_postgres::NoTls).await;
+    let (c, conn) = c.expect("connect");
+    let driver = tokio::spawn(conn);
+    let options: Option<Vec<String>> = c
+        .query_one(
+            "SELECT reloptions FROM pg_class WHERE relname = 'onestep_execution_attempts'",
+            &[],
+        )
+        .await
+        .expect("reloptions")
+        .get(0);
+    assert_eq!(options, Some(vec!["fillfactor=70".to_owned()]));
+    drop(c);
+    let _ = driver.await;
     let again = PgBackend::upgrade(StoreOptions::new(db.dsn()))
         .await
         .expect("second upgrade");

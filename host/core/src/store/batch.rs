@@ -115,9 +115,12 @@ pub trait CompletionTx: Send {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<Execution, Self::Error>> + Send;
 
-    /// Locks the rows of `ids` (sorted, distinct) and returns the decodable ones. An
-    /// undecodable row is left out: its item takes the per-item path, which reports the
-    /// decoding error for that item alone (docs/semantics.md#undecodable-rows).
+    /// Reads the rows of `ids` (sorted, distinct) and returns the decodable ones. A backend
+    /// may lock them (MySQL/MariaDB) or not (PostgreSQL, where a row lock is a write:
+    /// docs/postgres.md#completion-without-a-locking-read); one that does not must repeat the
+    /// whole fence in [`Self::write_set`], so that a row changed since this read makes the
+    /// counts differ. An undecodable row is left out: its item takes the per-item path, which
+    /// reports the decoding error for that item alone (docs/semantics.md#undecodable-rows).
     fn lock_rows(
         &mut self,
         ids: &[Uuid],
