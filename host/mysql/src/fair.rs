@@ -152,11 +152,11 @@ impl MySqlBackend {
         )
     }
 
-    /// Step 6, one key: its `n` head rows in claim order, locked unless another claimer holds
-    /// them.
-    fn head_part(&self, m: &str, n: u32) -> String {
+    /// Step 6, one key (labelled `j` in a last column): its `n` head rows in claim order,
+    /// locked unless another claimer holds them.
+    fn head_part(&self, j: usize, m: &str, n: u32) -> String {
         format!(
-            "(SELECT {cols} FROM `{t}` e FORCE INDEX (`{ix}`) \
+            "(SELECT {cols}, {j} AS fair_i FROM `{t}` e FORCE INDEX (`{ix}`) \
              WHERE e.task_name = ? AND e.claimable = 1 AND {m} AND e.available_at <= ? \
              AND (e.expires_at IS NULL OR e.expires_at > ? OR {lost}) \
              ORDER BY e.priority, e.available_at, e.created_at, e.id LIMIT {n} \
@@ -191,7 +191,7 @@ impl MySqlBackend {
             ("fair_candidates", self.candidates_sql(Some(1), limit)),
             ("fair_lock", self.lock_keys_sql("(?, ?)")),
             ("fair_running", self.running_part(0, m)),
-            ("fair_heads", self.head_part(m, limit)),
+            ("fair_heads", self.head_part(0, m, limit)),
             ("fair_empty", self.empty_part(0, m)),
         ]
     }
@@ -286,7 +286,9 @@ impl MySqlBackend {
         };
         let swept = self.inner.last_sweep.due(task, now, false);
         if swept {
+            let started = std::time::Instant::now();
             self.sweep(tx, task, now).await?;
+            self.inner.last_sweep.swept(task, started.elapsed());
         }
         let leases = self
             .fair_round(tx, req, task, now, lease_expires_at)
@@ -294,7 +296,9 @@ impl MySqlBackend {
         if !leases.is_empty() || swept || !self.inner.last_sweep.due(task, now, true) {
             return Ok(leases);
         }
+        let started = std::time::Instant::now();
         self.sweep(tx, task, now).await?;
+        self.inner.last_sweep.swept(task, started.elapsed());
         self.fair_round(tx, req, task, now, lease_expires_at).await
     }
 
@@ -359,20 +363,42 @@ impl MySqlBackend {
         // 6. Head rows of each key with slots.
         let wanted: Vec<(usize, &LockedKey, u32)> = plan.wanted().collect();
         let mut picked: Vec<ExecutionLease> = Vec::new();
+        let mut more = vec![true; plan.keys.len()];
         if !wanted.is_empty() {
             let mut params: Vec<DbValue> = Vec::new();
             let mut parts = Vec::with_capacity(wanted.len());
-            for (_, k, n) in &wanted {
+            // One row more than each key's slots: a key that returns no more than its slots
+            // has no other claimable row now (KeyOutcome::Drained).
+            for (j, (_, k, n)) in wanted.iter().enumerate() {
                 params.push(task.into());
                 let m = key_match(&k.namespace, &k.key, &mut params);
                 params.push(bind_time(now));
                 params.push(bind_time(now));
-                parts.push(self.head_part(m, *n));
+                parts.push(self.head_part(j, m, n.saturating_add(1)));
             }
             let rows: Vec<Row> = tx
                 .exec(parts.join(" UNION ALL "), Params::Positional(params))
                 .await?;
-            let rows = rows
+            let mut got = vec![0u32; wanted.len()];
+            let mut kept = Vec::with_capacity(rows.len());
+            for r in rows {
+                let j = r
+                    .len()
+                    .checked_sub(1)
+                    .and_then(|last| r.get_opt::<usize, _>(last))
+                    .and_then(Result::ok);
+                let Some((j, w)) = j.and_then(|j| wanted.get(j).map(|w| (j, w))) else {
+                    continue;
+                };
+                got[j] += 1;
+                if got[j] <= w.2 {
+                    kept.push(r);
+                }
+            }
+            for (j, w) in wanted.iter().enumerate() {
+                more[w.0] = got[j] > w.2;
+            }
+            let rows = kept
                 .into_iter()
                 .map(|r| (r.as_ref(0).cloned(), decode_execution(r)));
             let (got, deferred) = claim_rows(rows, self.attempt_ids, lease_expires_at, now, |e| {
@@ -394,8 +420,13 @@ impl MySqlBackend {
                 l.trace_parent = trace_parents.remove(&l.execution.id);
             }
         }
-        self.write_outcomes(tx, task, &plan, &plan.outcomes(&claimed, now))
-            .await?;
+        self.write_outcomes(
+            tx,
+            task,
+            &plan,
+            &plan.outcomes_drained(&claimed, &more, now),
+        )
+        .await?;
         sort_in_claim_order(&mut picked);
         Ok(picked)
     }
@@ -446,6 +477,10 @@ impl MySqlBackend {
                 KeyOutcome::Advance(p) => passes.push((key_of(*i), *p)),
                 KeyOutcome::Full(t) => ready.push((key_of(*i), *t)),
                 KeyOutcome::Empty => empty.push(key_of(*i)),
+                KeyOutcome::Drained(p) => {
+                    passes.push((key_of(*i), *p));
+                    empty.push(key_of(*i));
+                }
             }
         }
         let mut gone: Vec<Key> = Vec::new();

@@ -50,6 +50,9 @@ pub(crate) struct Own {
     pub(crate) fair: Option<crate::fair::FairSql>,
     /// When this handle last swept for fairness keys.
     pub(crate) gate: onestep_core::store::fair::SweepGate,
+    /// Keys this handle's sweeps inserted since it last analyzed the keys table
+    /// (docs/postgres.md#fair-claim).
+    pub(crate) keys_inserted: std::sync::atomic::AtomicU64,
 }
 
 onestep_core::store_handle! {
@@ -192,6 +195,7 @@ impl PgBackend {
                 sql,
                 fair,
                 gate: onestep_core::store::fair::SweepGate::default(),
+                keys_inserted: std::sync::atomic::AtomicU64::new(0),
             },
         );
         Ok(PgBackend {

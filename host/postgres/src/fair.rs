@@ -38,10 +38,10 @@ pub(crate) struct FairSql {
     lock: String,
     running: String,
     heads: String,
-    set_pass: String,
-    set_ready: String,
+    set_keys: String,
     pending_min: String,
     delete: String,
+    analyze: String,
 }
 
 const PENDING: &str = "status IN ('queued', 'retrying')";
@@ -99,8 +99,9 @@ impl FairSql {
                  ORDER BY pass, namespace, fairness_key LIMIT $3"
             )
         };
+        // The row's ctid addresses its one write in this transaction (`set_keys`, `delete`).
         let lock = format!(
-            "SELECT x.namespace, x.fairness_key, x.pass FROM {k} x \
+            "SELECT x.namespace, x.fairness_key, x.pass, x.ctid::text FROM {k} x \
              JOIN unnest($2::text[], $3::text[]) AS v(ns, fkey) \
                ON x.namespace = v.ns AND x.fairness_key = v.fkey \
              WHERE x.task_name = $1 ORDER BY x.namespace, x.fairness_key FOR UPDATE OF x"
@@ -113,8 +114,11 @@ impl FairSql {
                AND e.status IN ('running', 'cancel_requested')) \
              FROM unnest($2::text[], $3::text[]) AS v(ns, fkey)"
         );
+        // `v.n` is a key's slots plus one: a key that returns no more than its slots has no
+        // other claimable row now. `v.i` names the key of each row.
         let heads = format!(
-            "SELECT h.* FROM unnest($2::text[], $3::text[], $4::int8[]) AS v(ns, fkey, n) \
+            "SELECT h.*, v.i FROM unnest($2::text[], $3::text[], $4::int8[]) \
+               WITH ORDINALITY AS v(ns, fkey, n, i) \
              CROSS JOIN LATERAL ( \
                SELECT {EXECUTION_COLUMNS_E} FROM {t} e \
                WHERE e.task_name = $1 AND COALESCE(e.fairness_key, e.namespace) = v.fkey \
@@ -123,15 +127,12 @@ impl FairSql {
                ORDER BY e.priority, e.available_at, e.created_at, e.id LIMIT v.n \
                FOR UPDATE OF e SKIP LOCKED) h"
         );
-        let set_pass = format!(
-            "UPDATE {k} x SET pass = v.pass \
-             FROM unnest($2::text[], $3::text[], $4::int8[]) AS v(ns, fkey, pass) \
-             WHERE x.task_name = $1 AND x.namespace = v.ns AND x.fairness_key = v.fkey"
-        );
-        let set_ready = format!(
-            "UPDATE {k} x SET ready_at = v.at \
-             FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS v(ns, fkey, at) \
-             WHERE x.task_name = $1 AND x.namespace = v.ns AND x.fairness_key = v.fkey"
+        // The locked key rows by ctid (a TID scan, whatever the statistics say); a NULL keeps
+        // the column.
+        let set_keys = format!(
+            "UPDATE {k} x SET pass = COALESCE(v.pass, x.pass), ready_at = COALESCE(v.at, x.ready_at) \
+             FROM unnest($1::text[]::tid[], $2::int8[], $3::timestamptz[]) AS v(t, pass, at) \
+             WHERE x.ctid = ANY($1::text[]::tid[]) AND x.ctid = v.t"
         );
         let pending_min = format!(
             "SELECT v.ns, v.fkey, (SELECT min(e.available_at) FROM {t} e \
@@ -139,10 +140,8 @@ impl FairSql {
                AND e.namespace = v.ns AND e.{PENDING}) \
              FROM unnest($2::text[], $3::text[]) AS v(ns, fkey)"
         );
-        let delete = format!(
-            "DELETE FROM {k} x USING unnest($2::text[], $3::text[]) AS v(ns, fkey) \
-             WHERE x.task_name = $1 AND x.namespace = v.ns AND x.fairness_key = v.fkey"
-        );
+        let delete = format!("DELETE FROM {k} WHERE ctid = ANY($1::text[]::tid[])");
+        let analyze = format!("ANALYZE {k}");
         FairSql {
             sweep_insert,
             sweep_wake,
@@ -151,14 +150,15 @@ impl FairSql {
             lock,
             running,
             heads,
-            set_pass,
-            set_ready,
+            set_keys,
             pending_min,
             delete,
+            analyze,
         }
     }
 
-    /// Every statement, named, for EXPLAIN in tests and docs.
+    /// Every statement of the claim transaction, named, for EXPLAIN in tests and docs (not
+    /// the `ANALYZE` that runs after it).
     pub(crate) fn named(&self) -> Vec<(&'static str, &str)> {
         vec![
             ("sweep_insert", &self.sweep_insert),
@@ -168,8 +168,7 @@ impl FairSql {
             ("lock", &self.lock),
             ("running", &self.running),
             ("heads", &self.heads),
-            ("set_pass", &self.set_pass),
-            ("set_ready", &self.set_ready),
+            ("set_keys", &self.set_keys),
             ("pending_min", &self.pending_min),
             ("delete", &self.delete),
         ]
@@ -219,6 +218,25 @@ impl PgBackend {
             .await
     }
 
+    /// After a committed claim: `ANALYZE <T>_keys` once this handle's sweeps inserted
+    /// [`ANALYZE_AFTER_KEYS`] keys since the last time (docs/postgres.md#fair-claim). The
+    /// candidate read only walks the pass index in order when the planner knows the table is
+    /// large; a table that grew from nothing in one sweep would otherwise be read whole by every
+    /// claim until autovacuum analyzes it. A failure is logged, never the claim's.
+    pub(crate) async fn analyze_keys_if_grown(&self, conn: &deadpool_postgres::Object) {
+        use std::sync::atomic::Ordering;
+        let Some(sql) = self.inner.fair.as_ref() else {
+            return;
+        };
+        if self.inner.keys_inserted.load(Ordering::Relaxed) < ANALYZE_AFTER_KEYS {
+            return;
+        }
+        self.inner.keys_inserted.store(0, Ordering::Relaxed);
+        if let Err(e) = conn.batch_execute(&sql.analyze).await {
+            tracing::warn!(error = %e, "could not analyze the fairness-keys table");
+        }
+    }
+
     async fn sweep(
         &self,
         tx: &Transaction<'_>,
@@ -226,11 +244,16 @@ impl PgBackend {
         task: &str,
         now: DateTime<Utc>,
     ) -> OpResult<()> {
+        let started = std::time::Instant::now();
         let st = tx.prepare_cached(&sql.sweep_insert).await?;
-        tx.execute(&st, &[&task, &now]).await?;
+        let inserted = tx.execute(&st, &[&task, &now]).await?;
         let st = tx.prepare_cached(&sql.sweep_wake).await?;
         let recheck = now + chrono::Duration::milliseconds(CAP_RECHECK_MS);
         tx.execute(&st, &[&task, &now, &recheck]).await?;
+        self.inner.gate.swept(task, started.elapsed());
+        self.inner
+            .keys_inserted
+            .fetch_add(inserted, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -267,12 +290,15 @@ impl PgBackend {
         let (ns, fkeys) = split(&candidates);
         let st = tx.prepare_cached(&sql.lock).await?;
         let mut locked = Vec::with_capacity(candidates.len());
+        let mut tids: HashMap<KeyId, String> = HashMap::with_capacity(candidates.len());
         for r in tx.query(&st, &[&task, &ns, &fkeys]).await? {
-            locked.push(LockedKey {
+            let key = LockedKey {
                 namespace: r.try_get(0)?,
                 key: r.try_get(1)?,
                 pass: r.try_get(2)?,
-            });
+            };
+            tids.insert((key.namespace.clone(), key.key.clone()), r.try_get(3)?);
+            locked.push(key);
         }
         // 3. The running counts of a cap.
         let mut running: HashMap<KeyId, u64> = HashMap::new();
@@ -295,16 +321,35 @@ impl PgBackend {
         let plan = FairPlan::new(locked, &running, &req.fair, req.limit);
         let wanted: Vec<(usize, &LockedKey, u32)> = plan.wanted().collect();
         let mut claimed = Vec::new();
+        let mut more = vec![true; plan.keys.len()];
         let mut leases = Vec::new();
         if !wanted.is_empty() {
-            // 5. Each key's head rows.
+            // 5. Each key's head rows, one more than its slots.
             let ns: Vec<&str> = wanted.iter().map(|w| w.1.namespace.as_str()).collect();
             let fkeys: Vec<&str> = wanted.iter().map(|w| w.1.key.as_str()).collect();
-            let n: Vec<i64> = wanted.iter().map(|w| i64::from(w.2)).collect();
+            let n: Vec<i64> = wanted.iter().map(|w| i64::from(w.2) + 1).collect();
             let st = tx.prepare_cached(&sql.heads).await?;
             let rows = tx.query(&st, &[&task, &ns, &fkeys, &n, &now]).await?;
-            let keyed = rows
-                .iter()
+            let mut got = vec![0u32; wanted.len()];
+            let mut kept = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let i: i64 = r.try_get("i")?;
+                let Some(j) = usize::try_from(i).ok().and_then(|i| i.checked_sub(1)) else {
+                    continue;
+                };
+                let Some(w) = wanted.get(j) else {
+                    continue;
+                };
+                got[j] += 1;
+                if got[j] <= w.2 {
+                    kept.push(r);
+                }
+            }
+            for (j, w) in wanted.iter().enumerate() {
+                more[w.0] = got[j] > w.2;
+            }
+            let keyed = kept
+                .into_iter()
                 .map(|r| (r.try_get::<_, Uuid>("id").ok(), decode_execution(r)));
             let (picked, deferred) =
                 claim_rows(keyed, self.attempt_ids, lease_expires_at, now, |e| {
@@ -322,18 +367,22 @@ impl PgBackend {
             claimed = plan.claimed(&picked);
             leases = picked;
         }
-        // 6. The keys' rows.
-        self.key_outcomes(tx, sql, task, &plan, &claimed, now)
-            .await?;
-        if leases.is_empty() {
-            return Ok(leases);
+        // 6. The claims, then the keys' rows (a drained key's pending rows no longer include
+        // the ones just claimed).
+        if !leases.is_empty() {
+            sort_in_claim_order(&mut leases);
+            self.write_claims(tx, &mut leases, req, now, lease_expires_at)
+                .await?;
         }
-        sort_in_claim_order(&mut leases);
-        self.write_claims(tx, &mut leases, req, now, lease_expires_at)
+        self.key_outcomes(tx, sql, task, &plan, &claimed, &more, &tids, now)
             .await?;
         Ok(leases)
     }
 
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one claim's state, passed along once"
+    )]
     async fn key_outcomes(
         &self,
         tx: &Transaction<'_>,
@@ -341,34 +390,34 @@ impl PgBackend {
         task: &str,
         plan: &FairPlan,
         claimed: &[u32],
+        more: &[bool],
+        tids: &HashMap<KeyId, String>,
         now: DateTime<Utc>,
     ) -> OpResult<()> {
-        let (mut pass_keys, mut passes) = (Vec::new(), Vec::new());
-        let (mut ready_keys, mut ready_at) = (Vec::new(), Vec::new());
-        let mut empty: Vec<KeyId> = Vec::new();
-        for (i, outcome) in plan.outcomes(claimed, now) {
+        // Per key: its new pass and/or ready_at; the keys whose pending rows decide.
+        let mut set: HashMap<KeyId, (Option<i64>, Option<DateTime<Utc>>)> = HashMap::new();
+        let mut recompute: Vec<KeyId> = Vec::new();
+        for (i, outcome) in plan.outcomes_drained(claimed, more, now) {
             let k = &plan.keys[i];
             let id = (k.namespace.clone(), k.key.clone());
             match outcome {
                 KeyOutcome::Advance(p) => {
-                    pass_keys.push(id);
-                    passes.push(p);
+                    set.insert(id, (Some(p), None));
                 }
                 KeyOutcome::Full(at) => {
-                    ready_keys.push(id);
-                    ready_at.push(at);
+                    set.insert(id, (None, Some(at)));
                 }
-                KeyOutcome::Empty => empty.push(id),
+                KeyOutcome::Empty => recompute.push(id),
+                KeyOutcome::Drained(p) => {
+                    set.insert(id.clone(), (Some(p), None));
+                    recompute.push(id);
+                }
             }
         }
-        if !pass_keys.is_empty() {
-            let (ns, fkeys) = split(&pass_keys);
-            let st = tx.prepare_cached(&sql.set_pass).await?;
-            tx.execute(&st, &[&task, &ns, &fkeys, &passes]).await?;
-        }
-        if !empty.is_empty() {
+        let mut gone: Vec<String> = Vec::new();
+        if !recompute.is_empty() {
             // The key is still locked: its pending rows' least available_at, or none.
-            let (ns, fkeys) = split(&empty);
+            let (ns, fkeys) = split(&recompute);
             let st = tx.prepare_cached(&sql.pending_min).await?;
             let mut next: HashMap<KeyId, DateTime<Utc>> = HashMap::new();
             for r in tx.query(&st, &[&task, &ns, &fkeys]).await? {
@@ -376,27 +425,39 @@ impl PgBackend {
                     next.insert((r.try_get(0)?, r.try_get(1)?), at);
                 }
             }
-            let mut gone = Vec::new();
-            for id in empty {
+            for id in recompute {
                 match next.remove(&id) {
-                    Some(at) => {
-                        ready_keys.push(id);
-                        ready_at.push(at);
+                    Some(at) => set.entry(id).or_insert((None, None)).1 = Some(at),
+                    None => {
+                        set.remove(&id);
+                        if let Some(t) = tids.get(&id) {
+                            gone.push(t.clone());
+                        }
                     }
-                    None => gone.push(id),
                 }
             }
-            if !gone.is_empty() {
-                let (ns, fkeys) = split(&gone);
-                let st = tx.prepare_cached(&sql.delete).await?;
-                tx.execute(&st, &[&task, &ns, &fkeys]).await?;
-            }
         }
-        if !ready_keys.is_empty() {
-            let (ns, fkeys) = split(&ready_keys);
-            let st = tx.prepare_cached(&sql.set_ready).await?;
-            tx.execute(&st, &[&task, &ns, &fkeys, &ready_at]).await?;
+        if !gone.is_empty() {
+            let st = tx.prepare_cached(&sql.delete).await?;
+            tx.execute(&st, &[&gone]).await?;
+        }
+        if !set.is_empty() {
+            let mut t = Vec::with_capacity(set.len());
+            let mut passes: Vec<Option<i64>> = Vec::with_capacity(set.len());
+            let mut ats: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(set.len());
+            for (id, (p, at)) in set {
+                if let Some(tid) = tids.get(&id) {
+                    t.push(tid.clone());
+                    passes.push(p);
+                    ats.push(at);
+                }
+            }
+            let st = tx.prepare_cached(&sql.set_keys).await?;
+            tx.execute(&st, &[&t, &passes, &ats]).await?;
         }
         Ok(())
     }
 }
+
+/// How many keys this handle's sweeps insert before it analyzes the keys table.
+pub(crate) const ANALYZE_AFTER_KEYS: u64 = 1000;

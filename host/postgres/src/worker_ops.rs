@@ -81,7 +81,9 @@ impl PgBackend {
         let tx = conn.transaction().await?;
         // Any failure rolls back at once (docs/lease-protocol.md#refused-writes).
         let outcome = self.claim_in(&tx, req, window.now, window.expires_at).await;
-        finish(tx, outcome).await
+        let leases = finish(tx, outcome).await?;
+        self.analyze_keys_if_grown(&conn).await;
+        Ok(leases)
     }
 
     async fn claim_in(

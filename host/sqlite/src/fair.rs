@@ -190,13 +190,17 @@ impl SqliteBackend {
         let sql = self.fair_sql();
         let swept = self.inner.sweeps.due(task, window.now, false);
         if swept {
+            let started = std::time::Instant::now();
             self.sweep(c, &sql, task, window.now)?;
+            self.inner.sweeps.swept(task, started.elapsed());
         }
         let leases = self.fair_round(c, &sql, req, task, window)?;
         if !leases.is_empty() || swept || !self.inner.sweeps.due(task, window.now, true) {
             return Ok(leases);
         }
+        let started = std::time::Instant::now();
         self.sweep(c, &sql, task, window.now)?;
+        self.inner.sweeps.swept(task, started.elapsed());
         self.fair_round(c, &sql, req, task, window)
     }
 
@@ -288,21 +292,30 @@ impl SqliteBackend {
         }
         let plan = FairPlan::new(keys, &running, &req.fair, req.limit);
         let mut rows: Vec<ReadRow> = Vec::new();
+        let mut more = vec![true; plan.keys.len()];
         {
             let mut st = c.prepare_cached(&sql.heads)?;
-            for (_, k, n) in plan.wanted() {
+            for (i, k, n) in plan.wanted() {
+                // One row more than the slots: none means the key has no other claimable row
+                // now (KeyOutcome::Drained).
                 let got = st.query_map(
-                    params![task, k.key, k.namespace, now_s, i64::from(n)],
+                    params![task, k.key, k.namespace, now_s, i64::from(n) + 1],
                     |r| Ok((r.get::<_, String>(0).ok(), decode_execution(r))),
                 )?;
+                let mut seen = 0u32;
                 for row in got {
-                    rows.push(row?);
+                    let row = row?;
+                    seen += 1;
+                    if seen <= n {
+                        rows.push(row);
+                    }
                 }
+                more[i] = seen > n;
             }
         }
         let mut leases = self.claim_read_rows(c, req, window, rows)?;
         let claimed = plan.claimed(&leases);
-        for (i, outcome) in plan.outcomes(&claimed, window.now) {
+        for (i, outcome) in plan.outcomes_drained(&claimed, &more, window.now) {
             let k = &plan.keys[i];
             match outcome {
                 KeyOutcome::Advance(pass) => {
@@ -321,7 +334,15 @@ impl SqliteBackend {
                         ts(at)
                     ])?;
                 }
-                KeyOutcome::Empty => {
+                KeyOutcome::Empty | KeyOutcome::Drained(_) => {
+                    if let KeyOutcome::Drained(pass) = outcome {
+                        c.prepare_cached(&sql.advance)?.execute(params![
+                            task,
+                            k.namespace,
+                            k.key,
+                            pass
+                        ])?;
+                    }
                     let next: Option<String> = c
                         .prepare_cached(&sql.next_available)?
                         .query_row(params![task, k.key, k.namespace], |r| r.get(0))?;

@@ -38,31 +38,59 @@ pub const FAIR_CLAIM_UNSUPPORTED: &str = "a claim of several namespaces, with we
      cannot be served here";
 
 /// How often one backend handle sweeps a task's keys while its claims keep finding work
-/// (docs/semantics.md#fair-claim).
+/// (docs/semantics.md#fair-claim), at least: a sweep that took longer than a tenth of this
+/// spaces the next by [`SWEEP_COST_FACTOR`] times its own duration, up to [`SWEEP_MAX_INTERVAL_MS`].
 pub const SWEEP_INTERVAL_MS: i64 = 1000;
 
-/// When a backend handle last swept each task's keys, on the backend's injected clock (one
-/// entry per task, so a busy task's sweeps never postpone another task's).
+/// A periodic sweep waits at least this many times the last sweep's duration, so that the
+/// sweep of a task with very many keys takes at most about a tenth of a busy handle's time.
+pub const SWEEP_COST_FACTOR: i64 = 10;
+
+/// The longest wait between two periodic sweeps of a busy task, however long they take.
+pub const SWEEP_MAX_INTERVAL_MS: i64 = 10_000;
+
+/// When a backend handle last swept each task's keys, on the backend's injected clock, and how
+/// long the next periodic sweep waits (one entry per task, so a busy task's sweeps never
+/// postpone another task's).
 #[derive(Debug, Default)]
-pub struct SweepGate(std::sync::Mutex<HashMap<String, DateTime<Utc>>>);
+pub struct SweepGate(std::sync::Mutex<HashMap<String, (DateTime<Utc>, i64)>>);
 
 impl SweepGate {
     /// Whether a sweep of `task` is due at `now`: `force` (the claim found nothing without
-    /// one), none yet, [`SWEEP_INTERVAL_MS`] since the last, or the clock went back. Marks it
-    /// done when due.
+    /// one), none yet, the task's interval ([`SWEEP_INTERVAL_MS`], or longer after a slow
+    /// sweep, [`SweepGate::swept`]) since the last, or the clock went back. Marks it done when
+    /// due.
     pub fn due(&self, task: &str, now: DateTime<Utc>, force: bool) -> bool {
         let mut last = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let interval = last.get(task).map_or(SWEEP_INTERVAL_MS, |e| e.1);
         let due = force
-            || last.get(task).is_none_or(|t| {
-                now < *t || now - *t >= chrono::Duration::milliseconds(SWEEP_INTERVAL_MS)
-            });
+            || last
+                .get(task)
+                .is_none_or(|(t, i)| now < *t || now - *t >= chrono::Duration::milliseconds(*i));
         if due {
-            last.insert(task.to_owned(), now);
+            last.insert(task.to_owned(), (now, interval));
         }
         due
+    }
+
+    /// Records how long the sweep of `task` that [`SweepGate::due`] just allowed took: the
+    /// next periodic sweep waits `max(SWEEP_INTERVAL_MS, SWEEP_COST_FACTOR × took)`, at most
+    /// [`SWEEP_MAX_INTERVAL_MS`].
+    pub fn swept(&self, task: &str, took: std::time::Duration) {
+        let ms = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
+        let interval = ms
+            .saturating_mul(SWEEP_COST_FACTOR)
+            .clamp(SWEEP_INTERVAL_MS, SWEEP_MAX_INTERVAL_MS);
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(e) = last.get_mut(task) {
+            e.1 = interval;
+        }
     }
 }
 
@@ -112,6 +140,11 @@ pub enum KeyOutcome {
     /// Given slots but no claimable row: recompute `ready_at` from its pending rows (delete
     /// the row when it has none).
     Empty,
+    /// Served, and its head read found no claimable row beyond the ones claimed: its new
+    /// pass, and `ready_at` recomputed from its pending rows as for [`KeyOutcome::Empty`]
+    /// (delete the row when it has none), so that no later claim spends a slot finding it
+    /// empty.
+    Drained(i64),
 }
 
 impl FairPlan {
@@ -156,14 +189,28 @@ impl FairPlan {
     /// What each key's row becomes, given how many rows each key's head read claimed (same
     /// order as `keys`); keys that need no write are left out.
     pub fn outcomes(&self, claimed: &[u32], now: DateTime<Utc>) -> Vec<(usize, KeyOutcome)> {
+        self.outcomes_drained(claimed, &[], now)
+    }
+
+    /// [`FairPlan::outcomes`], told also which keys' head reads found no claimable row beyond
+    /// their slots (`more[i]` false; a key not listed counts as having more): a served key
+    /// among them is [`KeyOutcome::Drained`].
+    pub fn outcomes_drained(
+        &self,
+        claimed: &[u32],
+        more: &[bool],
+        now: DateTime<Utc>,
+    ) -> Vec<(usize, KeyOutcome)> {
         let mut out = Vec::new();
         for (i, k) in self.keys.iter().enumerate() {
             let got = claimed.get(i).copied().unwrap_or(0);
             if got > 0 {
-                out.push((
-                    i,
-                    KeyOutcome::Advance(advanced_pass(k.pass, got, self.weights[i])),
-                ));
+                let pass = advanced_pass(k.pass, got, self.weights[i]);
+                if more.get(i).copied().unwrap_or(true) {
+                    out.push((i, KeyOutcome::Advance(pass)));
+                } else {
+                    out.push((i, KeyOutcome::Drained(pass)));
+                }
             } else if self.rooms[i] == 0 {
                 out.push((
                     i,
@@ -261,6 +308,37 @@ mod tests {
     }
 
     #[test]
+    fn served_keys_without_more_rows_are_drained() {
+        let plan = FairPlan::new(
+            vec![key("ns", "a", 0), key("ns", "b", 0), key("ns", "c", 0)],
+            &HashMap::new(),
+            &FairShare::default(),
+            6,
+        );
+        assert_eq!(plan.slots, vec![2, 2, 2]);
+        let now = Utc::now();
+        // a: served and more rows behind; b: served, nothing more; c: nothing at all.
+        let out = plan.outcomes_drained(&[2, 1, 0], &[true, false, false], now);
+        assert_eq!(
+            out,
+            vec![
+                (0, KeyOutcome::Advance(2 * STRIDE)),
+                (1, KeyOutcome::Drained(STRIDE)),
+                (2, KeyOutcome::Empty),
+            ]
+        );
+        // Unknown (the in-memory store, or a key not listed): never drained.
+        assert_eq!(
+            plan.outcomes(&[2, 1, 0], now),
+            vec![
+                (0, KeyOutcome::Advance(2 * STRIDE)),
+                (1, KeyOutcome::Advance(STRIDE)),
+                (2, KeyOutcome::Empty),
+            ]
+        );
+    }
+
+    #[test]
     fn sweep_gate_is_due_once_per_interval_per_task_unless_forced() {
         let g = SweepGate::default();
         let t0 = Utc::now();
@@ -271,6 +349,17 @@ mod tests {
         assert!(g.due("a", t0 + chrono::Duration::milliseconds(999), true));
         assert!(g.due("a", t0 + chrono::Duration::seconds(2), false));
         assert!(g.due("a", t0, false), "the clock went back");
+        // A slow sweep spaces the next periodic one by ten times its duration, at most 10 s.
+        g.swept("a", std::time::Duration::from_millis(300));
+        assert!(!g.due("a", t0 + chrono::Duration::milliseconds(2999), false));
+        assert!(g.due("a", t0 + chrono::Duration::milliseconds(3000), false));
+        g.swept("a", std::time::Duration::from_secs(60));
+        let t1 = t0 + chrono::Duration::milliseconds(3000);
+        assert!(!g.due("a", t1 + chrono::Duration::milliseconds(9999), false));
+        assert!(g.due("a", t1 + chrono::Duration::milliseconds(9999), true));
+        g.swept("a", std::time::Duration::from_millis(5));
+        let t2 = t1 + chrono::Duration::milliseconds(9999);
+        assert!(g.due("a", t2 + chrono::Duration::milliseconds(1000), false));
     }
 
     #[test]

@@ -188,7 +188,7 @@ fn fair_pick(state: &mut State, req: &ClaimRequest, now: DateTime<Utc>) -> Vec<U
     // The leases of one claim in claim order (docs/semantics.md#fair-claim).
     picked.sort();
     for (i, outcome) in plan.outcomes(&claimed, now) {
-        if let KeyOutcome::Advance(pass) = outcome {
+        if let KeyOutcome::Advance(pass) | KeyOutcome::Drained(pass) = outcome {
             let k = &plan.keys[i];
             state
                 .passes
