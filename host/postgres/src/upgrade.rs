@@ -172,6 +172,7 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .into_iter()
         .chain(index_defs(names).into_iter().map(|(_, sql)| sql))
         .chain(crate::schema::keys_ddl(names))
+        .chain(crate::schema::buckets_ddl(names))
         .collect()
 }
 
@@ -195,24 +196,35 @@ async fn upgrade_on(
             });
         }
     }
-    // docs/semantics.md#fair-claim: the fairness-keys table (new and empty: the sweep fills it).
-    let keys = crate::schema::keys_table(names);
-    let present: i64 = client
-        .query_one(
-            "SELECT count(*) FROM information_schema.tables \
-             WHERE table_schema = current_schema() AND table_name = $1",
-            &[&keys],
-        )
-        .await?
-        .try_get(0)?;
-    if present == 0 {
-        for stmt in crate::schema::keys_ddl(names) {
-            client.batch_execute(&stmt).await?;
+    // docs/semantics.md#fair-claim: the fairness-keys table (new and empty: the sweep fills
+    // it); docs/semantics.md#rate-limits: the buckets table (new and empty: a bucket starts full).
+    for (table, ddl) in [
+        (
+            crate::schema::keys_table(names),
+            crate::schema::keys_ddl(names),
+        ),
+        (
+            crate::schema::buckets_table(names),
+            crate::schema::buckets_ddl(names),
+        ),
+    ] {
+        let present: i64 = client
+            .query_one(
+                "SELECT count(*) FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name = $1",
+                &[&table],
+            )
+            .await?
+            .try_get(0)?;
+        if present == 0 {
+            for stmt in ddl {
+                client.batch_execute(&stmt).await?;
+            }
+            steps.push(UpgradeStep {
+                added: format!("table {table}"),
+                form: "CREATE TABLE (new, empty)".to_owned(),
+            });
         }
-        steps.push(UpgradeStep {
-            added: format!("table {keys}"),
-            form: "CREATE TABLE (new, empty)".to_owned(),
-        });
     }
     Ok(steps)
 }
@@ -338,13 +350,14 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 12);
+        assert_eq!(sql.len(), 13);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
         assert!(sql[2].contains("VALIDATE CONSTRAINT ck_onestep_execution_priority"));
         assert!(sql[10].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
         assert!(sql[11].starts_with("CREATE INDEX IF NOT EXISTS "));
+        assert!(sql[12].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_buckets\""));
         let sql = &sql[3..10];
         for s in sql {
             assert!(
