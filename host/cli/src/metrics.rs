@@ -139,6 +139,8 @@ pub(crate) struct Metrics {
     retried: Family<TaskLabels, Counter>,
     cancelled: Family<TaskLabels, Counter>,
     fetched: Family<TaskLabels, Counter>,
+    /// Waits of a task's fetch loop for a rate-limit token (docs/semantics.md#rate-limits).
+    rate_limit_waits: Family<TaskLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
     queue_wait: Hist,
     lease_lost: Family<TaskLabels, Counter>,
@@ -174,6 +176,7 @@ impl Metrics {
         let retried = Family::<TaskLabels, Counter>::default();
         let cancelled = Family::<TaskLabels, Counter>::default();
         let fetched = Family::<TaskLabels, Counter>::default();
+        let rate_limit_waits = Family::<TaskLabels, Counter>::default();
         let failures = Family::<FailureLabels, Counter>::default();
         let build_info = Family::<VersionLabels, Gauge>::default();
         let queue_wait: Hist = Family::new_with_constructor(duration_histogram);
@@ -192,6 +195,11 @@ impl Metrics {
             "onestep_deliveries_fetched",
             "Deliveries fetched from sources",
             fetched.clone(),
+        );
+        registry.register(
+            "onestep_rate_limit_waits",
+            "Waits of a task's fetch loop for a token of its fleet-wide rate limit",
+            rate_limit_waits.clone(),
         );
         registry.register(
             "onestep_tasks_processed",
@@ -306,6 +314,7 @@ impl Metrics {
             retried,
             cancelled,
             fetched,
+            rate_limit_waits,
             failures,
             queue_wait,
             lease_lost,

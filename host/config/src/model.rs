@@ -306,6 +306,9 @@ pub struct TaskConfig {
     pub sandbox: SandboxSettings,
     /// Concurrent executions per worker process (≥ 1, default 1).
     pub concurrency: u32,
+    /// `rate_limit: {per_second, burst}`: the fleet-wide limit on the task's execution starts
+    /// (docs/semantics.md#rate-limits); `None` = unlimited.
+    pub rate_limit: Option<onestep_core::rate::RateLimit>,
     /// Retry policy (default `NoRetry`).
     pub retry: RetryPolicy,
     /// `timeout_s`: wall-clock limit of one handler call (> 0), `None` = unlimited.

@@ -91,6 +91,10 @@ pub trait Backend: Send + Sync + Debug {
     /// Raw rows in and out, for `onestep copy` ([`crate::transfer`]).
     fn transfer(&self) -> Arc<dyn crate::transfer::Transfer>;
 
+    /// The fleet-wide token buckets kept in this backend's tables
+    /// (docs/semantics.md#rate-limits).
+    fn rate_limits(&self) -> Arc<dyn crate::rate::RateLimitStore>;
+
     /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
     fn tables_created(&self) -> Vec<String>;
 
@@ -110,7 +114,7 @@ pub trait Backend: Send + Sync + Debug {
     async fn close(&self) -> Result<(), ExecutionError>;
 }
 
-/// The seven port methods of [`Backend`] for a backend type that is cheap to clone and
+/// The eight port methods of [`Backend`] for a backend type that is cheap to clone and
 /// implements every port itself: each hands out a clone behind an `Arc`. Use inside
 /// `impl Backend for T { … }`.
 #[macro_export]
@@ -135,6 +139,9 @@ macro_rules! backend_ports {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
         fn transfer(&self) -> ::std::sync::Arc<dyn $crate::transfer::Transfer> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn rate_limits(&self) -> ::std::sync::Arc<dyn $crate::rate::RateLimitStore> {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
     };

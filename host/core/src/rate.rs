@@ -28,7 +28,7 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(3600);
 pub const MAX_BUCKET_CHARS: usize = 512;
 
 /// A token bucket's rate: refills `per_second` tokens a second up to `burst`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct RateLimit {
     /// Tokens added per second (> 0, ≤ [`MAX_PER_SECOND`]).
     pub per_second: f64,
@@ -77,7 +77,7 @@ pub struct Bucket {
 }
 
 /// What [`Bucket::take`] granted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Take {
     /// Tokens granted (0 ..= wanted).
     pub granted: u32,
@@ -201,6 +201,56 @@ pub fn validate_bucket(bucket: &str) -> Result<(), ExecutionError> {
     Ok(())
 }
 
+/// The refusal of a store whose tables lack the rate-limit buckets table (tables created by the
+/// reference or an older onestep, opened without `auto_create`).
+pub const BUCKETS_TABLE_ABSENT: &str = "the rate-limit buckets table is absent (tables created by \
+    the reference or an older onestep): rate limits cannot be kept; add it with `onestep migrate \
+    --upgrade`";
+
+/// One read-modify-write of a locked bucket, as every store applies it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BucketOp {
+    /// [`RateLimitStore::take`] of `wanted` tokens.
+    Take(u32),
+    /// [`RateLimitStore::refund`] of `n` tokens.
+    Refund(u32),
+    /// [`RateLimitStore::pause`] until the instant.
+    Pause(DateTime<Utc>),
+}
+
+impl BucketOp {
+    /// Checks the bucket name and the rate before a store touches anything.
+    pub fn check(bucket: &str, rate: RateLimit) -> Result<(), ExecutionError> {
+        validate_bucket(bucket)?;
+        rate.validate()
+            .map(drop)
+            .map_err(|m| ExecutionError::invalid(format!("rate limit of bucket '{bucket}': {m}")))
+    }
+
+    /// Applies the operation to `bucket` at `now` (truncated to microseconds, the precision the
+    /// databases keep, so a stored bucket and an in-memory one compute alike); the answer of a
+    /// take (a refund or a pause answers an empty take).
+    pub fn apply(self, bucket: &mut Bucket, rate: RateLimit, now: DateTime<Utc>) -> Take {
+        let now = crate::time::truncate_micros(now);
+        match self {
+            BucketOp::Take(wanted) => bucket.take(rate, wanted, now),
+            BucketOp::Refund(n) => {
+                bucket.refund(rate, n);
+                Take::default()
+            }
+            BucketOp::Pause(until) => {
+                bucket.pause(crate::time::truncate_micros(until), now);
+                Take::default()
+            }
+        }
+    }
+
+    /// A new bucket, full at `now` (truncated like [`Self::apply`]).
+    pub fn fresh(rate: RateLimit, now: DateTime<Utc>) -> Bucket {
+        Bucket::full(rate, crate::time::truncate_micros(now))
+    }
+}
+
 /// In-process buckets on an injected clock: for tests and for a single process.
 #[derive(Debug)]
 pub struct MemoryBuckets {
@@ -217,7 +267,9 @@ impl MemoryBuckets {
         }
     }
 
-    fn with<R>(&self, bucket: &str, rate: RateLimit, f: impl FnOnce(&mut Bucket) -> R) -> R {
+    /// Runs `op` on `bucket` (created full when missing) at the clock's now.
+    fn apply(&self, bucket: &str, rate: RateLimit, op: BucketOp) -> Result<Take, ExecutionError> {
+        BucketOp::check(bucket, rate)?;
         let now = self.clock.now();
         let mut map = self
             .buckets
@@ -225,8 +277,8 @@ impl MemoryBuckets {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let b = map
             .entry(bucket.to_owned())
-            .or_insert_with(|| Bucket::full(rate, now));
-        f(b)
+            .or_insert_with(|| BucketOp::fresh(rate, now));
+        Ok(op.apply(b, rate, now))
     }
 }
 
@@ -238,15 +290,11 @@ impl RateLimitStore for MemoryBuckets {
         rate: RateLimit,
         wanted: u32,
     ) -> Result<Take, ExecutionError> {
-        validate_bucket(bucket)?;
-        let now = self.clock.now();
-        Ok(self.with(bucket, rate, |b| b.take(rate, wanted, now)))
+        self.apply(bucket, rate, BucketOp::Take(wanted))
     }
 
     async fn refund(&self, bucket: &str, rate: RateLimit, n: u32) -> Result<(), ExecutionError> {
-        validate_bucket(bucket)?;
-        self.with(bucket, rate, |b| b.refund(rate, n));
-        Ok(())
+        self.apply(bucket, rate, BucketOp::Refund(n)).map(drop)
     }
 
     async fn pause(
@@ -255,10 +303,7 @@ impl RateLimitStore for MemoryBuckets {
         rate: RateLimit,
         until: DateTime<Utc>,
     ) -> Result<(), ExecutionError> {
-        validate_bucket(bucket)?;
-        let now = self.clock.now();
-        self.with(bucket, rate, |b| b.pause(until, now));
-        Ok(())
+        self.apply(bucket, rate, BucketOp::Pause(until)).map(drop)
     }
 }
 

@@ -26,6 +26,7 @@
 //! * Error messages never carry the DSN or the password.
 
 pub mod backend;
+mod buckets;
 mod cancel_poll;
 mod claim;
 mod client_ops;

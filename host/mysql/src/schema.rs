@@ -91,6 +91,27 @@ pub fn ix_fair_running(names: &TableNames) -> String {
 /// The columns of [`ix_fair_running`].
 pub const IX_FAIR_RUNNING_COLUMNS: &str = "task_name, namespace, fair_key, status";
 
+/// The rate-limit buckets table `<T>_buckets` (docs/semantics.md#rate-limits).
+pub fn buckets_table(names: &TableNames) -> String {
+    names.derived("", "buckets")
+}
+
+/// `CREATE TABLE` for the buckets table (docs/schema.md#rate-limit-buckets): the name is
+/// `VARBINARY(2048)`, room for 512 characters of utf8mb4 within InnoDB's key limit, compared
+/// byte for byte.
+pub fn buckets_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  bucket VARBINARY(2048) NOT NULL,\n\
+  tokens DOUBLE NOT NULL,\n\
+  refilled_at DATETIME(6) NOT NULL,\n\
+  paused_until DATETIME(6) NULL,\n\
+  PRIMARY KEY (bucket)\n\
+) ENGINE=InnoDB",
+        buckets_table(names)
+    )]
+}
+
 /// `CREATE TABLE` for the keys table (docs/schema.md#fair-claim-keys).
 pub fn keys_ddl(names: &TableNames) -> Vec<String> {
     vec![format!(
@@ -161,6 +182,8 @@ onestep_core::schema_features! {
         /// [`ix_fair_running`]. Without it the claim stays the plain one and refuses requests
         /// that need the fair claim.
         pub fair_keys: bool,
+        /// The rate-limit buckets table `<T>_buckets` exists (docs/semantics.md#rate-limits).
+        pub buckets_table: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -200,6 +223,11 @@ impl SchemaFeatureSet for SchemaFeatures {
                 "execution tables without onestep's filtered-list indexes (created by an older \
                  onestep?): lists filtered by task or status and purges by status walk the \
                  namespace's history; add them online with",
+            )
+        } else if !self.buckets_table {
+            Some(
+                "execution tables without the rate-limit buckets table (created by an older \
+                 onestep?): tasks with a rate_limit claim nothing; add it online with",
             )
         } else {
             None
@@ -481,6 +509,7 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
             .await?,
         fair_keys: table_exists(conn, &keys_table(names)).await?
             && crate::upgrade::has_fair_schema(conn, names).await?,
+        buckets_table: table_exists(conn, &buckets_table(names)).await?,
         common: CommonFeatures {
             priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
@@ -609,6 +638,14 @@ async fn create_missing(
             conn.query_drop(stmt).await?;
         }
         created.push(tr);
+    }
+    // Its own table, beside tables of either DDL (docs/semantics.md#rate-limits).
+    let b = buckets_table(names);
+    if !table_exists(conn, &b).await? {
+        for stmt in buckets_ddl(names) {
+            conn.query_drop(stmt).await?;
+        }
+        created.push(b);
     }
     Ok(())
 }

@@ -117,12 +117,12 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 5,
-            "each table (executions, attempts, diagnostics, keys, traces) created exactly once"
+            created, 6,
+            "each table (executions, attempts, diagnostics, keys, traces, buckets) created exactly once"
         );
         assert!(backends.iter().all(|b| {
             let f = b.schema_report().features;
-            f.claimable_column && f.fair_keys
+            f.claimable_column && f.fair_keys && f.buckets_table
         }));
         for b in backends {
             b.close().await.expect("close");

@@ -147,14 +147,16 @@ async fn upgraded_case(server: Server) {
     let report = MySqlBackend::upgrade(StoreOptions::new(&ours_dsn))
         .await
         .expect("upgrade");
-    // The execution tables exist already; only the diagnostics and trace-context tables are new
+    // The execution tables exist already; only the diagnostics, keys, trace-context and buckets
+    // tables are new
     // (the reference's two tables are altered additively, never replaced).
     assert_eq!(
         report.created,
         [
             "onestep_execution_attempts_diagnostics",
             "onestep_executions_keys",
-            "onestep_executions_traces"
+            "onestep_executions_traces",
+            "onestep_executions_buckets"
         ],
         "{report:?}"
     );

@@ -26,6 +26,7 @@
 //! * Error messages never carry the DSN or the password.
 
 pub mod backend;
+mod buckets;
 mod client_ops;
 mod diagnostics;
 pub mod dsn;

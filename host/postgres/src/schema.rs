@@ -33,6 +33,8 @@ onestep_core::schema_features! {
         /// `ix_<T>_fair_running` exist (docs/semantics.md#fair-claim): single-task claims are
         /// fair claims.
         pub fair_keys: bool,
+        /// The rate-limit buckets table `<T>_buckets` exists (docs/semantics.md#rate-limits).
+        pub buckets_table: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -53,6 +55,12 @@ impl SchemaFeatureSet for SchemaFeatures {
                  index or the fairness-keys table (created by the reference or an older \
                  onestep?): every execution runs at priority 5, submits that set either are \
                  refused, and claims are not fair; add them online with",
+            );
+        }
+        if !self.buckets_table {
+            return Some(
+                "execution tables without the rate-limit buckets table (created by an older \
+                 onestep?): tasks with a rate_limit claim nothing; add it online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -265,6 +273,25 @@ pub fn fair_running_index_sql(names: &TableNames, concurrently: bool) -> String 
         q(&ix_fair_running(names)),
         q(&names.executions)
     )
+}
+
+/// The rate-limit buckets table (docs/semantics.md#rate-limits): `<T>_buckets`.
+pub fn buckets_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "buckets")
+}
+
+/// The rate-limit buckets table (`IF NOT EXISTS`: also the upgrade's).
+pub fn buckets_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  bucket VARCHAR(512) NOT NULL,\n\
+  tokens DOUBLE PRECISION NOT NULL,\n\
+  refilled_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  paused_until TIMESTAMP WITH TIME ZONE,\n\
+  PRIMARY KEY (bucket)\n\
+)",
+        q(&buckets_table(names))
+    )]
 }
 
 /// The fairness-keys table and its pass index (`IF NOT EXISTS`: also the upgrade's).
@@ -555,6 +582,7 @@ pub(crate) async fn ensure_schema(
             (diagnostics_table(names), diagnostics_ddl(names)),
             (traces_table(names), traces_ddl(names)),
             (keys_table(names), keys_ddl(names)),
+            (buckets_table(names), buckets_ddl(names)),
         ] {
             if !table_exists(&tx, &table).await? {
                 for stmt in ddl {
@@ -592,6 +620,7 @@ pub(crate) async fn ensure_schema(
         fair_keys: table_exists(&*client, &keys_table(names)).await?
             && index_exists(&*client, &ix_fair(names)).await?
             && index_exists(&*client, &ix_fair_running(names)).await?,
+        buckets_table: table_exists(&*client, &buckets_table(names)).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

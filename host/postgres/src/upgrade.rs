@@ -211,6 +211,7 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(index_defs(names).into_iter().map(|(_, sql)| sql))
         .chain(std::iter::once(attempts_fillfactor_sql(names)))
         .chain(crate::schema::keys_ddl(names))
+        .chain(crate::schema::buckets_ddl(names))
         .collect()
 }
 
@@ -235,24 +236,35 @@ async fn upgrade_on(
         }
     }
     steps.extend(set_attempts_fillfactor(client, names).await?);
-    // docs/semantics.md#fair-claim: the fairness-keys table (new and empty: the sweep fills it).
-    let keys = crate::schema::keys_table(names);
-    let present: i64 = client
-        .query_one(
-            "SELECT count(*) FROM information_schema.tables \
-             WHERE table_schema = current_schema() AND table_name = $1",
-            &[&keys],
-        )
-        .await?
-        .try_get(0)?;
-    if present == 0 {
-        for stmt in crate::schema::keys_ddl(names) {
-            client.batch_execute(&stmt).await?;
+    // docs/semantics.md#fair-claim: the fairness-keys table (new and empty: the sweep fills
+    // it); docs/semantics.md#rate-limits: the buckets table (new and empty: a bucket starts full).
+    for (table, ddl) in [
+        (
+            crate::schema::keys_table(names),
+            crate::schema::keys_ddl(names),
+        ),
+        (
+            crate::schema::buckets_table(names),
+            crate::schema::buckets_ddl(names),
+        ),
+    ] {
+        let present: i64 = client
+            .query_one(
+                "SELECT count(*) FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name = $1",
+                &[&table],
+            )
+            .await?
+            .try_get(0)?;
+        if present == 0 {
+            for stmt in ddl {
+                client.batch_execute(&stmt).await?;
+            }
+            steps.push(UpgradeStep {
+                added: format!("table {table}"),
+                form: "CREATE TABLE (new, empty)".to_owned(),
+            });
         }
-        steps.push(UpgradeStep {
-            added: format!("table {keys}"),
-            form: "CREATE TABLE (new, empty)".to_owned(),
-        });
     }
     Ok(steps)
 }
@@ -384,7 +396,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 13);
+        assert_eq!(sql.len(), 14);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -395,6 +407,7 @@ mod tests {
         );
         assert!(sql[11].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
         assert!(sql[12].starts_with("CREATE INDEX IF NOT EXISTS "));
+        assert!(sql[13].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_buckets\""));
         let sql = &sql[3..10];
         for s in sql {
             assert!(

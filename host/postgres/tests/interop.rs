@@ -53,7 +53,8 @@ async fn reference_client_our_tables_our_worker() {
             "onestep_execution_attempts",
             "onestep_execution_attempts_diagnostics",
             "onestep_executions_traces",
-            "onestep_executions_keys"
+            "onestep_executions_keys",
+            "onestep_executions_buckets"
         ]
     );
     let ns = "interop";
@@ -237,7 +238,7 @@ async fn upgraded_reference_tables_reference_worker() {
     let b = PgBackend::open(o).await.expect("open upgraded");
     let features = b.schema_report().features;
     assert!(
-        features.expiry_index && features.list_indexes,
+        features.expiry_index && features.list_indexes && features.buckets_table,
         "{features:?}"
     );
     assert!(b.schema_report().upgrade_command.is_none());

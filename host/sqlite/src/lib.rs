@@ -21,6 +21,7 @@
 //! * `SQLITE_BUSY`/`SQLITE_LOCKED` before COMMIT is retried with bounded backoff.
 
 pub mod backend;
+mod buckets;
 mod client_ops;
 mod diagnostics;
 pub mod dsn;

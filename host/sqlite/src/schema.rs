@@ -22,6 +22,8 @@ onestep_core::schema_features! {
         /// fair and running indexes (docs/semantics.md#fair-claim): single-task claims are
         /// fair claims; without them a claim is the plain claim of one namespace.
         pub fair_keys: bool,
+        /// The rate-limit buckets table `<T>_buckets` exists (docs/semantics.md#rate-limits).
+        pub buckets_table: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected.
     pub type SchemaReport;
@@ -46,10 +48,16 @@ impl SchemaFeatureSet for SchemaFeatures {
                  history; add them with",
             );
         }
-        (!self.fair_keys).then_some(
-            "execution tables without the fairness-keys table and the fair claim's indexes: \
-             claims serve one namespace in plain priority order, and claims of several \
-             namespaces, with weights or with max_running_per_key are refused; add them with",
+        if !self.fair_keys {
+            return Some(
+                "execution tables without the fairness-keys table and the fair claim's indexes: \
+                 claims serve one namespace in plain priority order, and claims of several \
+                 namespaces, with weights or with max_running_per_key are refused; add them with",
+            );
+        }
+        (!self.buckets_table).then_some(
+            "execution tables without the rate-limit buckets table (created by an older \
+             onestep): tasks with a rate_limit claim nothing; add it with",
         )
     }
 
@@ -85,6 +93,24 @@ pub fn traces_table(names: &TableNames) -> String {
 /// The fairness-keys table of the fair claim: `<T>_keys` (docs/semantics.md#fair-claim).
 pub fn keys_table(names: &TableNames) -> String {
     derived(&names.executions, "", "keys")
+}
+
+/// The rate-limit buckets table: `<T>_buckets` (docs/semantics.md#rate-limits).
+pub fn buckets_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "buckets")
+}
+
+/// `CREATE TABLE` for the rate-limit buckets table: one row per bucket name.
+pub fn buckets_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  bucket TEXT NOT NULL PRIMARY KEY,\n\
+  tokens REAL NOT NULL,\n\
+  refilled_at TEXT NOT NULL,\n\
+  paused_until TEXT\n\
+) WITHOUT ROWID",
+        q(&buckets_table(names))
+    )
 }
 
 /// The fair claim's index of the executions table's pending rows: `ix_<T>_fair`.
@@ -383,6 +409,11 @@ pub(crate) fn ensure_schema(
             }
             created.push(k);
         }
+        let b = buckets_table(names);
+        if !exists(&tx, "table", &b)? {
+            tx.execute_batch(&buckets_ddl(names))?;
+            created.push(b);
+        }
         tx.commit()?;
     } else {
         let mut missing = Vec::new();
@@ -412,6 +443,7 @@ pub(crate) fn ensure_schema(
     let features = SchemaFeatures {
         expiry_index: exists(c, "index", &derived(t, "ix_", "expiry"))?,
         fair_keys,
+        buckets_table: exists(c, "table", &buckets_table(names))?,
         common: CommonFeatures {
             list_indexes: exists(c, "index", &derived(t, "ix_", "status"))?
                 && exists(c, "index", &derived(t, "ix_", "status_list"))?

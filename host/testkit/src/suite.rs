@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use onestep_core::error_object::ErrorObject;
 use onestep_core::ports::{ExecutionStore, LeaseStore};
+use onestep_core::rate::RateLimitStore;
 use onestep_core::{AttemptStatus, Limits};
 use uuid::Uuid;
 
@@ -87,6 +88,8 @@ pub struct Fixture {
     pub leases: Arc<dyn LeaseStore>,
     /// Hidden-column access.
     pub probe: Arc<dyn Probe>,
+    /// The store's rate-limit buckets (docs/semantics.md#rate-limits), on the same clock.
+    pub buckets: Arc<dyn RateLimitStore>,
     /// The store's clock.
     pub clock: Arc<ManualClock>,
     /// The store's limits.
@@ -105,9 +108,10 @@ impl Fixture {
         handle: String,
     ) -> Fixture
     where
-        B: ExecutionStore + LeaseStore + Clone + 'static,
+        B: ExecutionStore + LeaseStore + RateLimitStore + Clone + 'static,
     {
         Fixture {
+            buckets: Arc::new(backend.clone()),
             store: Arc::new(backend.clone()),
             leases: Arc::new(backend),
             probe,
@@ -274,7 +278,13 @@ macro_rules! conformance_tests {
             fair_weights_share_a_claim,
             fair_cap_per_key_across_claimers,
             fair_namespace_scopes,
-            fair_priority_orders_within_a_key_only
+            fair_priority_orders_within_a_key_only,
+            buckets_burst_then_refill,
+            buckets_pause_and_its_end,
+            buckets_refund,
+            buckets_concurrent_takers_never_overdraw,
+            buckets_names_and_rates_are_checked,
+            buckets_are_independent
         }
     };
     (@list () $($name:ident),*) => {

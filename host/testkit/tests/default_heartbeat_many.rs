@@ -58,6 +58,7 @@ impl FixtureFactory for PerLeaseFactory {
         let clock = Arc::new(onestep_testkit::ManualClock::default());
         let store = Arc::new(MemoryStore::new(clock.clone(), limits));
         Ok(Fixture {
+            buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
             store: store.clone(),
             leases: Arc::new(PerLease(store.clone())),
             probe: store,

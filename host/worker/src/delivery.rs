@@ -39,6 +39,8 @@ pub(crate) struct TaskCtx {
     pub(crate) observer: Arc<dyn WorkerObserver>,
     /// "Now" for the queue wait (the store's clock in tests).
     pub(crate) clock: onestep_core::time::SharedClock,
+    /// The task's rate-limit bucket, when it has a `rate_limit` (docs/semantics.md#rate-limits).
+    pub(crate) limiter: Option<crate::limiter::Limiter>,
 }
 
 /// Builds the handler's invocation: payload, metadata plus `onestep.execution = {id,

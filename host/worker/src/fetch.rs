@@ -1,6 +1,7 @@
 //! The fetch loop of one task (docs/semantics.md#fetch-loop): claim up to `min(free slots, batch_size)`, start one
 //! delivery per lease, claim again at once after a non-empty batch, otherwise wait
-//! `poll_interval`. A quarantined task (docs/security.md#one-tenants-bad-deploy) claims nothing
+//! `poll_interval`. A task with a `rate_limit` takes a token per lease from its fleet-wide bucket
+//! before it claims (docs/semantics.md#rate-limits). A quarantined task (docs/security.md#one-tenants-bad-deploy) claims nothing
 //! until its quarantine is lifted; a non-retryable claim error quarantines the task instead of
 //! stopping the worker.
 
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::delivery::{TaskCtx, deliver, release_all};
+use crate::limiter::Grant;
 use crate::quarantine::{CLAIM_QUARANTINE_PROBE, Quarantine, QuarantineCause, QuarantineKind};
 
 /// Runs until `stopping` fires. A claim in progress when `stopping` fires is finished and its
@@ -62,12 +64,38 @@ pub(crate) async fn fetch_loop(
             }
             continue;
         }
-        let limit = free.min(s.batch_size as usize);
+        let mut limit = u32::try_from(free.min(s.batch_size as usize)).unwrap_or(u32::MAX);
+        // docs/semantics.md#rate-limits: a token per lease, taken before the claim.
+        let mut granted = None;
+        if let Some(limiter) = &ctx.limiter {
+            match limiter.take(&s.task_name, limit, s.poll_interval).await {
+                Grant::Claim(n) => {
+                    limit = limit.min(n);
+                    granted = Some(n);
+                }
+                Grant::Wait(wait) => {
+                    ctx.observer.rate_limited(&s.task_name, wait);
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = stopping.cancelled() => return,
+                    }
+                    continue;
+                }
+                Grant::Failed(e) => {
+                    ctx.observer.store_error(&s.task_name, &e);
+                    tokio::select! {
+                        _ = tokio::time::sleep(s.poll_interval) => {}
+                        _ = stopping.cancelled() => return,
+                    }
+                    continue;
+                }
+            }
+        }
         let request = ClaimRequest {
             namespaces: s.scope.clone(),
             fair: s.fair.clone(),
             task_names: vec![s.task_name.clone()],
-            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            limit,
             lease_duration_s: s.lease_duration_secs(),
             worker_id: s.worker_id.clone(),
         };
@@ -91,6 +119,12 @@ pub(crate) async fn fetch_loop(
                 .observer
                 .claimed(&s.task_name, leases.len(), claim_started.elapsed()),
             Err(e) => ctx.observer.store_error(&s.task_name, e),
+        }
+        if let (Some(limiter), Some(n)) = (&ctx.limiter, granted) {
+            let used = claimed
+                .as_ref()
+                .map_or(0, |l| u32::try_from(l.len()).unwrap_or(u32::MAX));
+            limiter.refund(&s.task_name, n.saturating_sub(used)).await;
         }
         match claimed {
             Ok(leases) => {

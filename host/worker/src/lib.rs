@@ -22,6 +22,7 @@ mod completer;
 mod delivery;
 mod fetch;
 mod heartbeat;
+mod limiter;
 mod observe;
 mod outcome;
 mod quarantine;

@@ -74,6 +74,11 @@ pub trait WorkerObserver: Send + Sync + std::fmt::Debug {
     fn store_error(&self, task: &str, error: &ExecutionError) {
         let _ = (task, error);
     }
+    /// `task`'s fetch loop found no token in its rate-limit bucket and waits `wait`
+    /// (docs/semantics.md#rate-limits).
+    fn rate_limited(&self, task: &str, wait: Duration) {
+        let _ = (task, wait);
+    }
     /// `task` was quarantined for `cause`, or its quarantine was lifted (`None`)
     /// (docs/security.md#one-tenants-bad-deploy). Called once per change.
     fn quarantine(&self, task: &str, cause: Option<&QuarantineCause>) {

@@ -55,6 +55,9 @@ pub struct TaskSettings {
     pub timeout: Option<Duration>,
     /// Result size limit in bytes of canonical JSON, checked before the completion is written.
     pub max_result_bytes: usize,
+    /// Fleet-wide limit on the task's execution starts (docs/semantics.md#rate-limits); needs a
+    /// bucket store ([`Worker::with_rate_limits`](crate::Worker::with_rate_limits)).
+    pub rate_limit: Option<onestep_core::rate::RateLimit>,
 }
 
 impl TaskSettings {
@@ -76,6 +79,7 @@ impl TaskSettings {
             retry: RetryPolicy::NoRetry,
             timeout: None,
             max_result_bytes: Limits::default().max_result_bytes,
+            rate_limit: None,
         }
     }
 
@@ -112,6 +116,10 @@ impl TaskSettings {
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return Err(ExecutionError::invalid("timeout_s must be > 0"));
+        }
+        if let Some(rate) = self.rate_limit {
+            rate.validate()
+                .map_err(|m| ExecutionError::invalid(format!("rate_limit: {m}")))?;
         }
         self.retry.validate()
     }

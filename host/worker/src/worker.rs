@@ -2,9 +2,11 @@
 //! completion writers, and the graceful drain. A task that cannot run is quarantined on its own
 //! ([`crate::Quarantine`]); only a fetch loop that panics stops the worker.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use onestep_core::rate::RateLimitStore;
 use onestep_core::time::SharedClock;
 use onestep_core::{ExecutionError, ExecutionStatus, SystemClock};
 use tokio::task::JoinSet;
@@ -16,6 +18,7 @@ use crate::completer::Completer;
 use crate::delivery::TaskCtx;
 use crate::fetch::fetch_loop;
 use crate::heartbeat::{HeartbeatSet, Ticker, heartbeat_loop};
+use crate::limiter::Limiter;
 use crate::observe::{NoObserver, WorkerObserver};
 use crate::settings::{TaskBinding, WorkerSettings};
 
@@ -108,13 +111,26 @@ impl WorkerStats {
 }
 
 /// A worker process's task set.
-#[derive(Debug)]
 pub struct Worker {
     tasks: Vec<TaskBinding>,
     settings: WorkerSettings,
     stats: Arc<WorkerStats>,
     clock: SharedClock,
     observer: Arc<dyn WorkerObserver>,
+    /// The bucket store of each task with a `rate_limit`, by task name.
+    rate_limits: BTreeMap<String, Arc<dyn RateLimitStore>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("tasks", &self.tasks)
+            .field("settings", &self.settings)
+            .field("stats", &self.stats)
+            .field("observer", &self.observer)
+            .field("rate_limited_tasks", &self.rate_limits.keys())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Worker {
@@ -134,6 +150,7 @@ impl Worker {
             stats: Arc::new(WorkerStats::default()),
             clock: Arc::new(SystemClock),
             observer: Arc::new(NoObserver),
+            rate_limits: BTreeMap::new(),
         })
     }
 
@@ -151,6 +168,13 @@ impl Worker {
         self
     }
 
+    /// Keeps `task`'s rate-limit bucket in `store` (its backend's buckets, shared by the fleet;
+    /// docs/semantics.md#rate-limits). A task whose settings have a `rate_limit` needs one.
+    pub fn with_rate_limits(mut self, task: &str, store: Arc<dyn RateLimitStore>) -> Self {
+        self.rate_limits.insert(task.to_owned(), store);
+        self
+    }
+
     /// The worker's counters.
     pub fn stats(&self) -> Arc<WorkerStats> {
         Arc::clone(&self.stats)
@@ -161,6 +185,22 @@ impl Worker {
     /// stop claiming; give in-flight executions `shutdown_timeout`; cancel the remainder and
     /// give their `retrying` completions `shutdown_grace` to be written; return.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let mut limiters = BTreeMap::new();
+        for task in &self.tasks {
+            let name = &task.settings.task_name;
+            let Some(rate) = task.settings.rate_limit else {
+                continue;
+            };
+            let Some(store) = self.rate_limits.get(name) else {
+                return Err(WorkerError::InvalidTask {
+                    task: name.clone(),
+                    source: ExecutionError::invalid(
+                        "rate_limit needs a rate-limit bucket store (Worker::with_rate_limits)",
+                    ),
+                });
+            };
+            limiters.insert(name.clone(), Limiter::new(Arc::clone(store), name, rate));
+        }
         let stopping = shutdown.child_token();
         let hard_cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -204,6 +244,7 @@ impl Worker {
                 heartbeats,
                 observer: Arc::clone(&self.observer),
                 clock: Arc::clone(&self.clock),
+                limiter: limiters.get(&task.settings.task_name).cloned(),
             });
             loops.spawn(fetch_loop(
                 ctx,

@@ -117,6 +117,7 @@ mod params;
 mod postgres;
 mod procfs;
 mod quarantine;
+mod rate_limit;
 mod reload;
 mod render;
 mod runtime;

@@ -167,8 +167,11 @@ pub(crate) async fn run_worker(
         shutdown_timeout: cfg.shutdown_timeout,
         ..WorkerSettings::default()
     };
-    let worker = Worker::new(bindings, settings)?
+    let mut worker = Worker::new(bindings, settings)?
         .with_observer(Arc::clone(&metrics) as Arc<dyn onestep_worker::WorkerObserver>);
+    for (task, store) in crate::wiring::rate_limit_stores(cfg, &backends)? {
+        worker = worker.with_rate_limits(&task, store);
+    }
     tracing::info!(app = %cfg.name, tasks = cfg.tasks.len(), "onestep worker running");
     let outcome = worker.run(shutdown).await;
     for backend in backends.values() {

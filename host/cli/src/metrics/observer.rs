@@ -20,6 +20,10 @@ impl WorkerObserver for Metrics {
         }
     }
 
+    fn rate_limited(&self, task: &str, _wait: Duration) {
+        self.rate_limit_waits.get_or_create(&self.task(task)).inc();
+    }
+
     fn attempt_started(&self, task: &str, queue_wait: Duration) {
         let labels = self.task(task);
         self.inflight.get_or_create(&labels).inc();

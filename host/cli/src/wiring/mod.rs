@@ -158,7 +158,28 @@ pub(crate) fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -
         retry: task.retry.clone(),
         timeout: task.timeout,
         max_result_bytes: source.limits.max_result_bytes,
+        rate_limit: task.rate_limit,
     }
+}
+
+/// The bucket store of every task with a `rate_limit`: its source's backend, whose
+/// `<T>_buckets` table every worker of the fleet shares (docs/semantics.md#rate-limits).
+pub(crate) fn rate_limit_stores(
+    cfg: &AppConfig,
+    backends: &BTreeMap<BackendKey, Store>,
+) -> Result<Vec<(String, Arc<dyn onestep_core::rate::RateLimitStore>)>> {
+    let mut out = Vec::new();
+    for task in cfg.tasks.iter().filter(|t| t.rate_limit.is_some()) {
+        let source = cfg
+            .sources
+            .get(&task.source)
+            .with_context(|| format!("unknown resource '{}'", task.source))?;
+        let backend = backends
+            .get(&backend_key(source))
+            .with_context(|| format!("no backend opened for source '{}'", source.name))?;
+        out.push((source.task_name.clone(), backend.rate_limits()));
+    }
+    Ok(out)
 }
 
 /// Builds the worker's task bindings: settings from the source and task, the backend, and the

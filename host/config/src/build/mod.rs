@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod network;
+pub(crate) mod rate_limit;
 pub mod resources;
 pub mod retry;
 pub mod sandbox;

@@ -19,7 +19,7 @@ use crate::node::{Node, Value};
 use onestep_core::settings::DEFAULT_CONCURRENCY;
 
 /// Task keys accepted by strict validation (docs/configuration.md#strict-validation plus `sandbox`).
-pub const TASK_KEYS: [&str; 13] = [
+pub const TASK_KEYS: [&str; 14] = [
     "name",
     "description",
     "source",
@@ -30,6 +30,7 @@ pub const TASK_KEYS: [&str; 13] = [
     "handler",
     "hooks",
     "concurrency",
+    "rate_limit",
     "retry",
     "timeout_s",
     "sandbox",
@@ -225,6 +226,8 @@ fn build_task(
         ),
     };
     let retry = super::retry::parse_retry(node.get_set("retry"), &join(path, "retry"))?;
+    let rate_limit =
+        super::rate_limit::parse_rate_limit(node.get_set("rate_limit"), &join(path, "rate_limit"))?;
     let sandbox = match node.get_set("sandbox") {
         None => defaults.clone(),
         Some(n) => build_sandbox(n, &join(path, "sandbox"), ctx, defaults)?,
@@ -236,6 +239,7 @@ fn build_task(
         handler,
         sandbox,
         concurrency,
+        rate_limit,
         retry,
         timeout,
         config: json_map(node, "config", path)?,

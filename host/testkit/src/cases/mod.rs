@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::builders;
 use crate::suite::{Case, CaseFn, Fixture};
 
+mod buckets;
 mod client;
 mod completions;
 mod concurrency;
@@ -43,6 +44,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(storable::cases());
     v.extend(schedule::cases());
     v.extend(fair::cases());
+    v.extend(buckets::cases());
     v
 }
 

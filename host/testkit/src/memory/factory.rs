@@ -36,6 +36,7 @@ impl FixtureFactory for MemoryFactory {
         let clock = Arc::new(ManualClock::default());
         let store = Arc::new(MemoryStore::new(clock.clone(), limits));
         Ok(Fixture {
+            buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
             store: store.clone(),
             leases: store.clone(),
             probe: store,

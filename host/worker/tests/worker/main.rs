@@ -16,4 +16,5 @@ mod lease;
 mod observer;
 mod poison;
 mod quarantine;
+mod rate_limit;
 mod retry;
