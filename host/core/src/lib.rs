@@ -28,6 +28,7 @@ pub mod limits;
 pub mod names;
 pub mod network;
 pub mod plan;
+pub mod quota;
 pub mod ports;
 pub mod rate;
 pub mod request;

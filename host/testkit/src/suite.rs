@@ -274,7 +274,14 @@ macro_rules! conformance_tests {
             fair_weights_share_a_claim,
             fair_cap_per_key_across_claimers,
             fair_namespace_scopes,
-            fair_priority_orders_within_a_key_only
+            fair_priority_orders_within_a_key_only,
+            quota_namespace_limit,
+            quota_key_limit,
+            quota_replay_over_quota_still_replays,
+            quota_retrying_rows_count,
+            quota_running_and_finished_rows_do_not_count,
+            quota_batch_answers_per_item,
+            quota_concurrent_submitters_stop_at_the_limit
         }
     };
     (@list () $($name:ident),*) => {

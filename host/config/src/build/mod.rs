@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod network;
+pub mod quota;
 pub mod resources;
 pub mod retry;
 pub mod sandbox;

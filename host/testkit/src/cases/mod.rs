@@ -14,6 +14,7 @@ mod concurrency;
 mod fair;
 mod heartbeats;
 mod listing;
+mod quota;
 mod schedule;
 mod storable;
 mod transitions;
@@ -43,6 +44,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(storable::cases());
     v.extend(schedule::cases());
     v.extend(fair::cases());
+    v.extend(quota::cases());
     v
 }
 
