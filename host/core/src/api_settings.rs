@@ -74,7 +74,9 @@ impl ApiSettings {
 
     /// The quota of `namespace`'s submits (`None`: no quota).
     pub fn quota_for(&self, namespace: &str) -> Option<SubmitQuota> {
-        self.quotas.as_ref().and_then(|q| q.for_namespace(namespace))
+        self.quotas
+            .as_ref()
+            .and_then(|q| q.for_namespace(namespace))
     }
 }
 

@@ -175,7 +175,10 @@ mod tests {
             key: Some("t1".into()),
             limit: 3,
         };
-        assert!(r.to_string().contains("fairness key \"t1\" of namespace \"acme\" has 3"));
+        assert!(
+            r.to_string()
+                .contains("fairness key \"t1\" of namespace \"acme\" has 3")
+        );
         assert!(r.to_string().contains("max_queued_per_key"));
     }
 }

@@ -6,10 +6,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::store::quota::{self, QuotaReads};
 use onestep_core::store::submit::{
     self, BatchOutcomes, CancelStep, CancelTarget, MAX_LISTED_TASKS, Resolved, SubmissionReads,
 };
-use onestep_core::store::quota::{self, QuotaReads};
 use onestep_core::store::{Lookup, window_page};
 use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage};
 use tokio_postgres::types::ToSql;
@@ -88,29 +88,32 @@ impl<'a, C: GenericClient + Sync + 'a> QuotaReads for Reads<'a, C> {
     async fn waiting(&mut self, namespace: &str, key: Option<&str>, limit: u32) -> OpResult<u32> {
         let sql = self.backend.sql();
         let limit = i64::from(limit);
-        let rows = |cond: &str| {
-            format!(
-                "SELECT count(*) FROM (SELECT 1 FROM {} WHERE namespace = $1 \
-                 AND status IN ('queued', 'retrying'){cond} LIMIT $2) AS w",
-                sql.t
-            )
-        };
-        let row = match key {
-            Some(key) if sql.priority_columns => {
-                let text = rows(&format!(" AND {KEY_EXPR} = $3"));
-                let st = self.c.prepare_cached(&text).await?;
-                self.c.query_one(&st, &[&namespace, &limit, &key]).await?
-            }
+        let namespace = namespace.to_owned();
+        let (text, key) = match key {
+            Some(key) if sql.priority_columns => (
+                quota_count_sql(&sql.t, &format!(" AND {KEY_EXPR} = $3")),
+                Some(key.to_owned()),
+            ),
             // Without the fairness-key column every row's key is its namespace.
             Some(key) if key != namespace => return Ok(0),
-            _ => {
-                let st = self.c.prepare_cached(&rows("")).await?;
-                self.c.query_one(&st, &[&namespace, &limit]).await?
-            }
+            _ => (quota_count_sql(&sql.t, ""), None),
+        };
+        let st = self.c.prepare_cached(&text).await?;
+        let row = match &key {
+            Some(key) => self.c.query_one(&st, &[&namespace, &limit, key]).await?,
+            None => self.c.query_one(&st, &[&namespace, &limit]).await?,
         };
         let n: i64 = row.try_get(0)?;
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
+}
+
+/// At most `$2` waiting rows of namespace `$1`, with `cond` (docs/semantics.md#quotas).
+fn quota_count_sql(t: &str, cond: &str) -> String {
+    format!(
+        "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE namespace = $1 \
+         AND status IN ('queued', 'retrying'){cond} LIMIT $2) AS w"
+    )
 }
 
 impl PgBackend {
@@ -163,7 +166,11 @@ impl PgBackend {
         onestep_core::schedule::check_storable(sub.priority, sub.fairness_key.as_deref(), columns)?;
         if let Some(q) = quota::quota_of(std::slice::from_ref(sub)) {
             self.lock_quota(&tx, &sub.namespace).await?;
-            if let Some(answer) = quota::gate_one(&mut Reads { backend: self, c: &tx }, &q, sub).await? {
+            let mut reads = Reads {
+                backend: self,
+                c: &tx,
+            };
+            if let Some(answer) = reads.gate_one(&q, sub).await? {
                 let out = answer?;
                 commit(tx).await?;
                 return Ok(out);
@@ -234,8 +241,11 @@ impl PgBackend {
         let gated = match quota::quota_of(subs) {
             Some(q) => {
                 self.lock_quota(&tx, &subs[0].namespace).await?;
-                let mut reads = Reads { backend: self, c: &tx };
-                Some(quota::gate_batch(&mut reads, &q, subs, INSERT_CHUNK).await?)
+                let mut reads = Reads {
+                    backend: self,
+                    c: &tx,
+                };
+                Some(reads.gate_batch(&q, subs, INSERT_CHUNK).await?)
             }
             None => None,
         };

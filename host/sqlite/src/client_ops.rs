@@ -6,10 +6,10 @@
 use async_trait::async_trait;
 use onestep_core::cursor::Cursor;
 use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
+use onestep_core::store::quota::{self, QuotaReads};
 use onestep_core::store::submit::{
     self, BatchOutcomes, CancelStep, CancelTarget, MAX_LISTED_TASKS, Resolved, SubmissionReads,
 };
-use onestep_core::store::quota::{self, QuotaReads};
 use onestep_core::store::{Lookup, WindowMark, window_page};
 use onestep_core::{ConnectorKind, Execution, ExecutionError, ExecutionPage};
 use rusqlite::types::Value as Sql;
@@ -305,7 +305,8 @@ impl SqliteBackend {
             // Under a quota (docs/semantics.md#quotas): `BEGIN IMMEDIATE` already serializes
             // every write, so the gate needs no lock of its own.
             if let Some(q) = quota::quota_of(std::slice::from_ref(&sub)) {
-                let gate = quota::gate_one(&mut Reads { b, c }, &q, &sub);
+                let mut reads = Reads { b, c };
+                let gate = reads.gate_one(&q, &sub);
                 if let Some(answer) = futures::executor::block_on(gate)? {
                     return Ok(answer?);
                 }
@@ -337,7 +338,8 @@ impl SqliteBackend {
             // inserted (docs/semantics.md#quotas).
             let gated = match quota::quota_of(&subs) {
                 Some(q) => {
-                    let gate = quota::gate_batch(&mut Reads { b, c }, &q, &subs, ID_CHUNK);
+                    let mut reads = Reads { b, c };
+                    let gate = reads.gate_batch(&q, &subs, ID_CHUNK);
                     Some(futures::executor::block_on(gate)?)
                 }
                 None => None,

@@ -1130,7 +1130,10 @@ fn api_quotas() {
             .starts_with("api.quotas: max_queued_per_key must be an integer from 1 to 4294967295"),
     );
     assert!(e("{max_queued: 4294967296}").contains("max_queued must be an integer from 1"));
-    assert!(e("{retry_after_s: 0}").starts_with("api.quotas: retry_after_s must be an integer from 1 to 3600"));
+    assert!(
+        e("{retry_after_s: 0}")
+            .starts_with("api.quotas: retry_after_s must be an integer from 1 to 3600")
+    );
     assert!(e("{retry_after_s: 3601}").contains("retry_after_s must be an integer from 1 to 3600"));
     assert!(e("[1]").starts_with("api: quotas must be a mapping"));
     assert!(e("{max_queue: 5}").contains("unsupported fields for api.quotas: max_queue"));
@@ -1140,8 +1143,9 @@ fn api_quotas() {
             .starts_with("api.quotas.namespaces.acme: must be a mapping with max_queued")
     );
     assert!(
-        e("{namespaces: {acme: {}}}")
-            .starts_with("api.quotas.namespaces.acme: must set max_queued and/or max_queued_per_key")
+        e("{namespaces: {acme: {}}}").starts_with(
+            "api.quotas.namespaces.acme: must set max_queued and/or max_queued_per_key"
+        )
     );
     assert!(
         e("{namespaces: {acme: {max_running: 1}}}")

@@ -27,6 +27,81 @@ pub trait QuotaReads: SubmissionReads {
         key: Option<&str>,
         limit: u32,
     ) -> Result<u32, Self::Error>;
+
+    /// Per submission of `fresh` (none of whose id or key is held), in order: `None` when it fits
+    /// (the counts then include it), else the refusal. Two submissions with the same task name and
+    /// idempotency key count once (the second replays or conflicts with the first).
+    async fn admit(
+        &mut self,
+        quota: &SubmitQuota,
+        fresh: &[&PreparedSubmission],
+    ) -> Result<Vec<Option<QuotaRefusal>>, Self::Error> {
+        let Some(first) = fresh.first() else {
+            return Ok(Vec::new());
+        };
+        let namespace = first.namespace.clone();
+        // The counts first (owned values only across the reads), then the admission in order.
+        let in_namespace = match quota.max_queued {
+            Some(limit) => Some((self.waiting(&namespace, None, limit).await?, limit)),
+            None => None,
+        };
+        let mut per_key: HashMap<String, u32> = HashMap::new();
+        if let Some(limit) = quota.max_queued_per_key {
+            let mut keys: Vec<String> = fresh
+                .iter()
+                .map(|s| s.fairness_key.clone().unwrap_or_else(|| namespace.clone()))
+                .collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                let count = self.waiting(&namespace, Some(key.as_str()), limit).await?;
+                per_key.insert(key, count);
+            }
+        }
+        Ok(decide(quota, &namespace, in_namespace, per_key, fresh))
+    }
+
+    /// Before one submission is inserted under `quota` (the namespace's quota lock held): the
+    /// answer when its id or key is already held (the execution, a replay or a conflict, as
+    /// without a quota), the refusal when it does not fit, `None` when it is to be inserted.
+    async fn gate_one(
+        &mut self,
+        quota: &SubmitQuota,
+        sub: &PreparedSubmission,
+    ) -> Result<Option<Result<crate::Execution, ExecutionError>>, Self::Error> {
+        let found = self.lookup(sub).await?;
+        if !matches!(found, Lookup::Absent) {
+            return Ok(found.outcome());
+        }
+        Ok(self
+            .admit(quota, &[sub])
+            .await?
+            .pop()
+            .flatten()
+            .map(|r| Err(ExecutionError::QuotaExceeded(Box::new(r)))))
+    }
+
+    /// Before a batch is inserted under `quota` (the namespace's quota lock held): per
+    /// submission, the answer when its id or key is already held or when it does not fit (its
+    /// [`ExecutionError::QuotaExceeded`]), `None` when it is to be inserted. Refusals go in
+    /// submission order: the items before an over-quota item are admitted first.
+    async fn gate_batch(
+        &mut self,
+        quota: &SubmitQuota,
+        subs: &[PreparedSubmission],
+        chunk: usize,
+    ) -> Result<Resolved, Self::Error> {
+        let mut resolved = self.resolve_batch(subs, chunk).await?;
+        let fresh: Vec<usize> = (0..subs.len()).filter(|i| resolved[*i].is_none()).collect();
+        let picked: Vec<&PreparedSubmission> = fresh.iter().map(|i| &subs[*i]).collect();
+        let refusals = self.admit(quota, &picked).await?;
+        for (i, refusal) in fresh.into_iter().zip(refusals) {
+            if let Some(r) = refusal {
+                resolved[i] = Some(Err(ExecutionError::QuotaExceeded(Box::new(r))));
+            }
+        }
+        Ok(resolved)
+    }
 }
 
 /// The quota a batch of one client carries: that of its first submission (a client's
@@ -37,23 +112,14 @@ pub fn quota_of(subs: &[PreparedSubmission]) -> Option<SubmitQuota> {
         .filter(SubmitQuota::is_limited)
 }
 
-/// Per submission of `fresh` (none of whose id or key is held), in order: `None` when it fits
-/// (the counts then include it), else the refusal. Two submissions with the same task name and
-/// idempotency key count once (the second replays or conflicts with the first).
-pub async fn admit<R: QuotaReads + ?Sized>(
-    reads: &mut R,
+/// [`admit`]'s decisions from the counts read.
+fn decide(
     quota: &SubmitQuota,
+    namespace: &str,
+    mut in_namespace: Option<(u32, u32)>,
+    mut per_key: HashMap<String, u32>,
     fresh: &[&PreparedSubmission],
-) -> Result<Vec<Option<QuotaRefusal>>, R::Error> {
-    let Some(first) = fresh.first() else {
-        return Ok(Vec::new());
-    };
-    let namespace = first.namespace.as_str();
-    let mut in_namespace = match quota.max_queued {
-        Some(limit) => Some((reads.waiting(namespace, None, limit).await?, limit)),
-        None => None,
-    };
-    let mut per_key: HashMap<String, u32> = HashMap::new();
+) -> Vec<Option<QuotaRefusal>> {
     let mut admitted: HashSet<(&str, &str)> = HashSet::new();
     let mut out = Vec::with_capacity(fresh.len());
     for sub in fresh {
@@ -76,15 +142,8 @@ pub async fn admit<R: QuotaReads + ?Sized>(
             continue;
         }
         if let Some(limit) = quota.max_queued_per_key {
-            let count = match per_key.get(key) {
-                Some(c) => *c,
-                None => {
-                    let c = reads.waiting(namespace, Some(key), limit).await?;
-                    per_key.insert(key.to_owned(), c);
-                    c
-                }
-            };
-            if count >= limit {
+            let count = per_key.entry(key.to_owned()).or_insert(0);
+            if *count >= limit {
                 out.push(Some(QuotaRefusal {
                     quota: QuotaKind::MaxQueuedPerKey,
                     namespace: namespace.to_owned(),
@@ -93,7 +152,7 @@ pub async fn admit<R: QuotaReads + ?Sized>(
                 }));
                 continue;
             }
-            per_key.insert(key.to_owned(), count + 1);
+            *count += 1;
         }
         if let Some((count, _)) = in_namespace.as_mut() {
             *count += 1;
@@ -103,48 +162,7 @@ pub async fn admit<R: QuotaReads + ?Sized>(
         }
         out.push(None);
     }
-    Ok(out)
-}
-
-/// Before one submission is inserted under `quota` (the namespace's quota lock held): the
-/// answer when its id or key is already held (the execution, a replay or a conflict, as
-/// without a quota), the refusal when it does not fit, `None` when it is to be inserted.
-pub async fn gate_one<R: QuotaReads + ?Sized>(
-    reads: &mut R,
-    quota: &SubmitQuota,
-    sub: &PreparedSubmission,
-) -> Result<Option<Result<crate::Execution, ExecutionError>>, R::Error> {
-    let found = reads.lookup(sub).await?;
-    if !matches!(found, Lookup::Absent) {
-        return Ok(found.outcome());
-    }
-    Ok(admit(reads, quota, &[sub])
-        .await?
-        .pop()
-        .flatten()
-        .map(|r| Err(ExecutionError::QuotaExceeded(Box::new(r)))))
-}
-
-/// Before a batch is inserted under `quota` (the namespace's quota lock held): per
-/// submission, the answer when its id or key is already held or when it does not fit (its
-/// [`ExecutionError::QuotaExceeded`]), `None` when it is to be inserted. Refusals go in
-/// submission order: the items before an over-quota item are admitted first.
-pub async fn gate_batch<R: QuotaReads + ?Sized>(
-    reads: &mut R,
-    quota: &SubmitQuota,
-    subs: &[PreparedSubmission],
-    chunk: usize,
-) -> Result<Resolved, R::Error> {
-    let mut resolved = reads.resolve_batch(subs, chunk).await?;
-    let fresh: Vec<usize> = (0..subs.len()).filter(|i| resolved[*i].is_none()).collect();
-    let picked: Vec<&PreparedSubmission> = fresh.iter().map(|i| &subs[*i]).collect();
-    let refusals = admit(reads, quota, &picked).await?;
-    for (i, refusal) in fresh.into_iter().zip(refusals) {
-        if let Some(r) = refusal {
-            resolved[i] = Some(Err(ExecutionError::QuotaExceeded(Box::new(r))));
-        }
-    }
-    Ok(resolved)
+    out
 }
 
 /// The submissions [`gate_batch`] left to insert (its `None`s), in submission order.

@@ -22,7 +22,9 @@ pub(crate) fn cases() -> Vec<Case> {
         case("quota_replay_over_quota_still_replays", |fx| {
             Box::pin(replay_over_quota(fx))
         }),
-        case("quota_retrying_rows_count", |fx| Box::pin(retrying_counts(fx))),
+        case("quota_retrying_rows_count", |fx| {
+            Box::pin(retrying_counts(fx))
+        }),
         case("quota_running_and_finished_rows_do_not_count", |fx| {
             Box::pin(running_and_finished_do_not_count(fx))
         }),
@@ -85,7 +87,10 @@ async fn namespace_limit(fx: Fixture) {
     }
     let r = refusal(fx.store.submit(sub(NS, q, None, None, json!(3))).await);
     assert_eq!(r.quota, QuotaKind::MaxQueued);
-    assert_eq!((r.namespace.as_str(), r.key.as_deref(), r.limit), (NS, None, 3));
+    assert_eq!(
+        (r.namespace.as_str(), r.key.as_deref(), r.limit),
+        (NS, None, 3)
+    );
     let text = ExecutionError::QuotaExceeded(Box::new(r)).to_string();
     assert!(
         text.contains("namespace \"ns\"") && text.contains("max_queued") && text.contains('3'),
@@ -94,7 +99,12 @@ async fn namespace_limit(fx: Fixture) {
     // A refusal writes nothing.
     let page = fx
         .store
-        .list(NS, &onestep_core::request::ListQuery::default().validate().expect("query"))
+        .list(
+            NS,
+            &onestep_core::request::ListQuery::default()
+                .validate()
+                .expect("query"),
+        )
         .await
         .expect("list");
     assert_eq!(page.items.len(), 3);
@@ -152,9 +162,15 @@ async fn key_limit(fx: Fixture) {
     }
     let r = refusal(fx.store.submit(sub(NS, q, None, Some("a"), json!(9))).await);
     assert_eq!(r.quota, QuotaKind::MaxQueuedPerKey);
-    assert_eq!((r.namespace.as_str(), r.key.as_deref(), r.limit), (NS, Some("a"), 2));
+    assert_eq!(
+        (r.namespace.as_str(), r.key.as_deref(), r.limit),
+        (NS, Some("a"), 2)
+    );
     let text = ExecutionError::QuotaExceeded(Box::new(r)).to_string();
-    assert!(text.contains("fairness key \"a\"") && text.contains("max_queued_per_key"), "{text}");
+    assert!(
+        text.contains("fairness key \"a\"") && text.contains("max_queued_per_key"),
+        "{text}"
+    );
     // Another key, and the same key in another namespace, have their own counts.
     fx.store
         .submit(sub(NS, q, None, Some("b"), json!(0)))
@@ -192,11 +208,19 @@ async fn replay_over_quota(fx: Fixture) {
         .await
         .expect("a replay over the quota");
     assert_eq!(again.id, first.id);
-    match fx.store.submit(sub(NS, q, Some("k1"), None, json!("other"))).await {
+    match fx
+        .store
+        .submit(sub(NS, q, Some("k1"), None, json!("other")))
+        .await
+    {
         Err(ExecutionError::Conflict { existing_id }) => assert_eq!(existing_id, first.id),
         other => panic!("expected the key's conflict, got {other:?}"),
     }
-    refusal(fx.store.submit(sub(NS, q, Some("k3"), None, json!(3))).await);
+    refusal(
+        fx.store
+            .submit(sub(NS, q, Some("k3"), None, json!(3)))
+            .await,
+    );
     // The replay of a finished execution replays too.
     let leases = claim(&fx, 2, 30.0, "w").await;
     for l in &leases {
@@ -347,7 +371,11 @@ async fn concurrent(fx: Fixture) {
         accepted.extend(a);
         refused += r;
     }
-    assert_eq!(accepted.len(), LIMIT as usize, "exactly the limit is accepted");
+    assert_eq!(
+        accepted.len(),
+        LIMIT as usize,
+        "exactly the limit is accepted"
+    );
     assert_eq!(refused, TASKS * EACH - LIMIT as usize);
     // Every accepted submission is stored, and nothing else.
     for id in &accepted {

@@ -97,10 +97,17 @@ fn submit_in(
 /// The quota `sub` would break (docs/semantics.md#quotas): its namespace's, or its fairness
 /// key's, waiting executions (queued or retrying) already at the limit. The whole store is one
 /// lock, so concurrent submitters are serialized as the backends' quota locks serialize them.
-fn over_quota(state: &State, sub: &PreparedSubmission, quota: &SubmitQuota) -> Option<QuotaRefusal> {
+fn over_quota(
+    state: &State,
+    sub: &PreparedSubmission,
+    quota: &SubmitQuota,
+) -> Option<QuotaRefusal> {
     let waiting = state.rows.values().map(|r| &r.execution).filter(|e| {
         e.namespace == sub.namespace
-            && matches!(e.status, ExecutionStatus::Queued | ExecutionStatus::Retrying)
+            && matches!(
+                e.status,
+                ExecutionStatus::Queued | ExecutionStatus::Retrying
+            )
     });
     let key = sub.fairness_key.as_deref().unwrap_or(&sub.namespace);
     if let Some(limit) = quota.max_queued
@@ -114,7 +121,10 @@ fn over_quota(state: &State, sub: &PreparedSubmission, quota: &SubmitQuota) -> O
         });
     }
     if let Some(limit) = quota.max_queued_per_key
-        && waiting.filter(|e| e.effective_fairness_key() == key).count() >= limit as usize
+        && waiting
+            .filter(|e| e.effective_fairness_key() == key)
+            .count()
+            >= limit as usize
     {
         return Some(QuotaRefusal {
             quota: QuotaKind::MaxQueuedPerKey,
