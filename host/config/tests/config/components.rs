@@ -1123,7 +1123,7 @@ fn api_quotas() {
     let e = |body: &str| load_api(body).expect_err(body).to_string();
     assert_eq!(
         e("{max_queued: 0}"),
-        "api.quotas: max_queued must be an integer from 1 to 4294967295 (line 4, column 51)"
+        "api.quotas: max_queued must be an integer from 1 to 4294967295 (line 4, column 57)"
     );
     assert!(
         e("{max_queued_per_key: 1.5}")
