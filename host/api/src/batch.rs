@@ -52,7 +52,7 @@ pub struct BatchView {
 pub struct BatchItemView {
     /// 202 created; 200 replayed (the key was used before with the same submission); 409
     /// `conflict` (the key was used with another submission); 422 invalid (validation,
-    /// encoding, task not allowed).
+    /// encoding, task not allowed); 429 `quota_exceeded` (over a quota, docs/http-api.md#quotas).
     pub status: u16,
     /// The execution, for 202 and 200.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,7 +91,13 @@ pub async fn submit_batch(
     Submitter(client): Submitter,
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<BatchBody>,
-) -> Result<Json<BatchView>, ApiError> {
+) -> Result<
+    (
+        axum::Extension<crate::error::QuotaRefusals>,
+        Json<BatchView>,
+    ),
+    ApiError,
+> {
     let n = body.items.len();
     if n == 0 || n > MAX_BATCH_ITEMS {
         return Err(ApiError::invalid(format!(
@@ -111,6 +117,7 @@ pub async fn submit_batch(
             Err(e) => answers.push(Some(BatchItemView::failed(i, e))),
         }
     }
+    let mut refusals = crate::error::QuotaRefusals::default();
     if !valid.is_empty() {
         let written = client.submit_batch(&valid).await?;
         for (i, item) in slots.into_iter().zip(written) {
@@ -124,7 +131,13 @@ pub async fn submit_batch(
                     execution: Some(ExecutionView::from(&s.execution)),
                     error: None,
                 },
-                Err(e) => BatchItemView::failed(i, ApiError::from(e)),
+                Err(e) => {
+                    let e = ApiError::from(e).with_retry_after(state.quota_retry_after_s());
+                    if let Some(q) = &e.body().quota {
+                        refusals.0.push((q.namespace.clone(), q.name));
+                    }
+                    BatchItemView::failed(i, e)
+                }
             });
         }
     }
@@ -137,7 +150,7 @@ pub async fn submit_batch(
             })
         })
         .collect();
-    Ok(Json(BatchView { items }))
+    Ok((axum::Extension(refusals), Json(BatchView { items })))
 }
 
 /// The submit request of one item, or its `422`.

@@ -63,6 +63,8 @@ pub mod code {
     pub const REQUEST_TIMEOUT: &str = "request_timeout";
     /// 414: the request target is too long.
     pub const URI_TOO_LONG: &str = "uri_too_long";
+    /// 429: a new submit over its namespace's or fairness key's quota (`api.quotas`).
+    pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
     /// 429: the API process already serves `api.max_streams` event streams.
     pub const TOO_MANY_STREAMS: &str = "too_many_streams";
     /// 431: the request headers are too large.
@@ -92,7 +94,33 @@ pub struct ErrorBody {
     /// The reason the canceller gave, for `cancelled` from `/result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_reason: Option<String>,
+    /// The quota that refused a submit, for `quota_exceeded` (docs/http-api.md#quotas).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaView>,
 }
+
+/// Which quota refused a submit (docs/http-api.md#quotas).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct QuotaView {
+    /// `max_queued` (the namespace's waiting executions) or `max_queued_per_key` (one fairness
+    /// key's).
+    pub name: &'static str,
+    /// The limit that was reached.
+    pub limit: u32,
+    /// The namespace.
+    pub namespace: String,
+    /// The fairness key, for `max_queued_per_key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness_key: Option<String>,
+    /// Seconds to wait before submitting again (also the `Retry-After` header).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u32>,
+}
+
+/// A response extension naming the quota refusals of a request, `(namespace, quota)` each,
+/// for `onestep_api_quota_refusals_total`.
+#[derive(Debug, Clone, Default)]
+pub struct QuotaRefusals(pub(crate) Vec<(String, &'static str)>);
 
 /// An error response: status code plus [`ErrorBody`].
 #[derive(Debug, Clone)]
@@ -114,6 +142,7 @@ impl ApiError {
                 error: None,
                 last_attempt: None,
                 cancel_reason: None,
+                quota: None,
             }),
         }
     }
@@ -177,6 +206,15 @@ impl ApiError {
         self
     }
 
+    /// A `quota_exceeded` error told to retry after `seconds` (its `Retry-After` header and
+    /// `quota.retry_after_s`); other errors are returned unchanged.
+    pub fn with_retry_after(mut self, seconds: u32) -> Self {
+        if let Some(q) = self.body.quota.as_mut() {
+            q.retry_after_s = Some(seconds);
+        }
+        self
+    }
+
     pub(crate) fn with_execution(mut self, id: Uuid) -> Self {
         self.body.execution_id = Some(id);
         self
@@ -225,6 +263,17 @@ impl From<ExecutionError> for ApiError {
             ExecutionError::Conflict { existing_id } => {
                 ApiError::new(S::CONFLICT, code::CONFLICT, msg).with_execution(existing_id)
             }
+            ExecutionError::QuotaExceeded(r) => {
+                let mut e = ApiError::new(S::TOO_MANY_REQUESTS, code::QUOTA_EXCEEDED, msg);
+                e.body.quota = Some(QuotaView {
+                    name: r.quota.as_str(),
+                    limit: r.limit,
+                    namespace: r.namespace,
+                    fairness_key: r.key,
+                    retry_after_s: None,
+                });
+                e
+            }
             ExecutionError::Backend(b) => {
                 // The backend's message is already redacted; it goes to the log, never the body.
                 tracing::warn!(
@@ -260,10 +309,19 @@ fn internal() -> ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let unauthorized = self.status == StatusCode::UNAUTHORIZED;
+        let quota = self.body.quota.clone();
         let mut resp = (self.status, Json(*self.body)).into_response();
         if unauthorized {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(q) = quota {
+            if let Some(s) = q.retry_after_s {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(s));
+            }
+            resp.extensions_mut()
+                .insert(QuotaRefusals(vec![(q.namespace, q.name)]));
         }
         resp
     }
@@ -338,12 +396,45 @@ mod tests {
                 409,
                 "conflict",
             ),
+            (
+                ExecutionError::QuotaExceeded(Box::new(onestep_core::quota::QuotaRefusal {
+                    quota: onestep_core::quota::QuotaKind::MaxQueued,
+                    namespace: "acme".into(),
+                    key: None,
+                    limit: 3,
+                })),
+                429,
+                "quota_exceeded",
+            ),
         ];
         for (err, status, c) in cases {
             let api = ApiError::from(err);
             assert_eq!(api.status().as_u16(), status, "{c}");
             assert_eq!(api.body().code, c);
         }
+    }
+
+    #[test]
+    fn a_quota_refusal_names_the_quota_and_carries_retry_after() {
+        let api = ApiError::from(ExecutionError::QuotaExceeded(Box::new(
+            onestep_core::quota::QuotaRefusal {
+                quota: onestep_core::quota::QuotaKind::MaxQueuedPerKey,
+                namespace: "acme".into(),
+                key: Some("t1".into()),
+                limit: 7,
+            },
+        )))
+        .with_retry_after(9);
+        let body = serde_json::to_value(api.body()).unwrap();
+        assert_eq!(body["code"], "quota_exceeded");
+        assert_eq!(
+            body["quota"],
+            serde_json::json!({"name": "max_queued_per_key", "limit": 7, "namespace": "acme",
+                "fairness_key": "t1", "retry_after_s": 9})
+        );
+        let resp = api.into_response();
+        assert_eq!(resp.status().as_u16(), 429);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "9");
     }
 
     #[test]

@@ -161,6 +161,9 @@ pub struct ApiMetrics {
     sampler: Option<ExecutionsSampler>,
     /// The last sample of the gauge; `None` without a sampler (no figures at all).
     figures: Option<std::sync::Mutex<Sample>>,
+    /// Submits refused by a quota, by (namespace, quota): per-namespace figures, shown like
+    /// the gauge ([`FiguresScope`]).
+    quota_refusals: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str), u64>>,
 }
 
 impl Default for ApiMetrics {
@@ -182,7 +185,7 @@ impl Default for ApiMetrics {
         let submits = Family::<SubmitLabels, Counter>::default();
         registry.register(
             "onestep_api_submits",
-            "POST /v1/executions by outcome: created, replayed (same key and content), conflict (same key, other content)",
+            "POST /v1/executions by outcome: created, replayed (same key and content), conflict (same key, other content), quota_exceeded (over api.quotas)",
             submits.clone(),
         );
         ApiMetrics {
@@ -192,6 +195,7 @@ impl Default for ApiMetrics {
             duration,
             sampler: None,
             figures: None,
+            quota_refusals: std::sync::Mutex::default(),
         }
     }
 }
@@ -273,8 +277,64 @@ impl ApiMetrics {
                 figures_registry(&sample.lock().unwrap_or_else(|e| e.into_inner()), scope);
             let _ = encode_registry(&mut out, &figures);
         }
+        if *scope != FiguresScope::None {
+            let _ = encode_registry(&mut out, &self.quota_registry(scope));
+        }
         let _ = encode_eof(&mut out);
         out
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuotaLabels {
+    namespace: LabelText,
+    quota: &'static str,
+}
+
+impl ApiMetrics {
+    /// Counts the quota refusals of one response (docs/http-api.md#quotas).
+    fn record_refusals(&self, refusals: &crate::error::QuotaRefusals) {
+        if refusals.0.is_empty() {
+            return;
+        }
+        let mut counts = self
+            .quota_refusals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (namespace, quota) in &refusals.0 {
+            *counts.entry((namespace.clone(), *quota)).or_default() += 1;
+        }
+    }
+
+    /// `onestep_api_quota_refusals_total{namespace, quota}` of the namespaces `scope` may see.
+    fn quota_registry(&self, scope: &FiguresScope) -> Registry {
+        let mut registry = Registry::default();
+        let family = Family::<QuotaLabels, Counter>::default();
+        registry.register(
+            "onestep_api_quota_refusals",
+            "Submits refused by a quota (api.quotas), by namespace and quota: max_queued or max_queued_per_key",
+            family.clone(),
+        );
+        let counts = self
+            .quota_refusals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for ((namespace, quota), n) in counts.iter() {
+            let visible = match scope {
+                FiguresScope::None => false,
+                FiguresScope::Namespace(ns) => ns == namespace,
+                FiguresScope::All => true,
+            };
+            if visible {
+                family
+                    .get_or_create(&QuotaLabels {
+                        namespace: namespace.as_str().into(),
+                        quota,
+                    })
+                    .inc_by(*n);
+            }
+        }
+        registry
     }
 }
 
@@ -330,11 +390,17 @@ pub(crate) async fn track(
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let submit = method == "POST" && route == "/v1/executions";
     let response = next.run(request).await;
+    if let Some(refusals) = response.extensions().get::<crate::error::QuotaRefusals>() {
+        metrics.record_refusals(refusals);
+    }
     if submit {
         let outcome = match response.extensions().get::<SubmitOutcome>() {
             Some(SubmitOutcome::Created) => Some("created"),
             Some(SubmitOutcome::Replayed) => Some("replayed"),
             None if response.status() == axum::http::StatusCode::CONFLICT => Some("conflict"),
+            None if response.status() == axum::http::StatusCode::TOO_MANY_REQUESTS => {
+                Some("quota_exceeded")
+            }
             None => None,
         };
         if let Some(outcome) = outcome {

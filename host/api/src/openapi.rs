@@ -15,7 +15,7 @@ use crate::view::{ErrorObjectView, ExecutionView, HealthView, PageView, ResultVi
         description = "Submit long-running tasks, then poll their status, read results or cancel them. \
 Every error body is `{\"code\", \"message\"}`.",
     ),
-    components(schemas(ErrorBody, ErrorObjectView, ExecutionView, PageView, ResultView, HealthView, StatusName)),
+    components(schemas(ErrorBody, crate::error::QuotaView, ErrorObjectView, ExecutionView, PageView, ResultView, HealthView, StatusName)),
     tags(
         (name = "executions", description = "Tracked executions of the caller's namespace"),
         (name = "health", description = "Liveness and readiness"),

@@ -144,6 +144,7 @@ pub fn parse_expires_at(text: &str) -> Result<DateTime<FixedOffset>, ApiError> {
         (status = 202, description = "Accepted (new or replayed)", body = ExecutionView),
         (status = 409, description = "Key already used with a different submission", body = ErrorBody),
         (status = 422, description = "Validation, encoding or task not allowed", body = ErrorBody),
+        (status = 429, description = "Over the namespace's or fairness key's quota (`quota_exceeded`, with `Retry-After`)", body = ErrorBody),
         BodyErrors,
         ForbiddenErrors,
         V1Errors,
@@ -165,7 +166,9 @@ pub async fn submit_execution(
     ApiError,
 > {
     let request = submit_request(&state, body, key)?;
-    let submitted = submit_traced(&client, &request, &headers).await?;
+    let submitted = submit_traced(&client, &request, &headers)
+        .await
+        .map_err(|e| ApiError::from(e).with_retry_after(state.quota_retry_after_s()))?;
     let outcome = if submitted.created {
         crate::metrics::SubmitOutcome::Created
     } else {

@@ -85,7 +85,10 @@ impl ApiState {
         };
         let clients = namespaces
             .iter()
-            .map(|ns| ExecutionClient::new(Arc::clone(&store), ns, settings.limits))
+            .map(|ns| {
+                ExecutionClient::new(Arc::clone(&store), ns, settings.limits)
+                    .map(|c| c.with_quota(settings.quota_for(ns)))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let waits = crate::wait::WaitHub::new(store, crate::wait::DEFAULT_POLL_INTERVAL);
         let streams = crate::stream::StreamHub::new(
@@ -197,6 +200,17 @@ impl ApiState {
     /// The body limit in bytes.
     pub fn max_body_bytes(&self) -> usize {
         self.inner.max_body_bytes
+    }
+
+    /// The `Retry-After` of a quota refusal (`api.quotas.retry_after_s`, docs/http-api.md#quotas).
+    pub fn quota_retry_after_s(&self) -> u32 {
+        self.inner
+            .settings
+            .quotas
+            .as_ref()
+            .map_or(onestep_core::quota::DEFAULT_RETRY_AFTER_S, |q| {
+                q.retry_after_s
+            })
     }
 
     /// Whether `task` may be submitted.

@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use crate::limits::Limits;
+use crate::quota::{QuotaSettings, SubmitQuota};
 use crate::settings::DEFAULT_API_MAX_BODY_BYTES;
 
 /// The API's request settings. `Default` is the file's defaults: every task accepted, a 2 MiB
@@ -32,6 +33,9 @@ pub struct ApiSettings {
     /// `api.max_stream_s`: seconds after which the server closes an event stream (the client
     /// resumes it with `Last-Event-ID`), 1 to [`MAX_API_STREAM_S`].
     pub max_stream_s: u32,
+    /// `api.quotas`: limits of waiting executions per namespace and fairness key, checked at
+    /// submit (docs/semantics.md#quotas); `None`: no quota.
+    pub quotas: Option<QuotaSettings>,
 }
 
 /// The largest `api.max_wait_s` (docs/http-api.md#waiting).
@@ -57,6 +61,7 @@ impl Default for ApiSettings {
             max_wait_s: MAX_API_WAIT_S,
             max_streams: DEFAULT_API_MAX_STREAMS,
             max_stream_s: DEFAULT_API_MAX_STREAM_S,
+            quotas: None,
         }
     }
 }
@@ -65,6 +70,13 @@ impl ApiSettings {
     /// Whether clients may submit `task`.
     pub fn allows_task(&self, task: &str) -> bool {
         self.allowed_tasks.is_empty() || self.allowed_tasks.iter().any(|t| t == task)
+    }
+
+    /// The quota of `namespace`'s submits (`None`: no quota).
+    pub fn quota_for(&self, namespace: &str) -> Option<SubmitQuota> {
+        self.quotas
+            .as_ref()
+            .and_then(|q| q.for_namespace(namespace))
     }
 }
 

@@ -10,8 +10,10 @@ use crate::error::ExecutionError;
 use crate::execution::{Execution, ExecutionPage};
 use crate::limits::Limits;
 use crate::ports::ExecutionStore;
+use crate::quota::SubmitQuota;
 use crate::request::{
-    ListQuery, ListSearch, SubmitRequest, prepare_submission, validate_namespace,
+    ListQuery, ListSearch, PreparedSubmission, SubmitRequest, prepare_submission,
+    validate_namespace,
 };
 use crate::rerun::{
     BulkCancelOutcome, BulkRequest, BulkRetryOutcome, bulk_item_key, prepare_retry,
@@ -25,6 +27,8 @@ pub struct ExecutionClient {
     store: Arc<dyn ExecutionStore>,
     namespace: String,
     limits: Limits,
+    /// The quota of this namespace's new submissions (docs/semantics.md#quotas).
+    quota: Option<SubmitQuota>,
 }
 
 impl std::fmt::Debug for ExecutionClient {
@@ -32,6 +36,7 @@ impl std::fmt::Debug for ExecutionClient {
         f.debug_struct("ExecutionClient")
             .field("namespace", &self.namespace)
             .field("limits", &self.limits)
+            .field("quota", &self.quota)
             .finish_non_exhaustive()
     }
 }
@@ -48,7 +53,21 @@ impl ExecutionClient {
             store,
             namespace: validate_namespace(namespace)?,
             limits,
+            quota: None,
         })
+    }
+
+    /// This client with `quota` (docs/semantics.md#quotas): the store refuses its new
+    /// submissions over it with [`ExecutionError::QuotaExceeded`]; `None` (or a quota without
+    /// any limit) lifts it. The API sets it from `api.quotas`.
+    pub fn with_quota(mut self, quota: Option<SubmitQuota>) -> Self {
+        self.quota = quota.filter(SubmitQuota::is_limited);
+        self
+    }
+
+    /// The quota of this client's new submissions.
+    pub fn quota(&self) -> Option<SubmitQuota> {
+        self.quota
     }
 
     /// The client's (trimmed) namespace.
@@ -86,6 +105,7 @@ impl ExecutionClient {
     ) -> Result<Submitted, ExecutionError> {
         let mut prepared = prepare_submission(&self.namespace, request, &self.limits)?;
         prepared.trace_parent = trace_parent;
+        prepared.quota = self.quota;
         let new_id = prepared.id;
         let execution = self.store.submit(prepared).await?;
         Ok(Submitted {
@@ -103,7 +123,7 @@ impl ExecutionClient {
     ) -> Result<Vec<Result<Execution, ExecutionError>>, ExecutionError> {
         let prepared = requests
             .iter()
-            .map(|r| prepare_submission(&self.namespace, r, &self.limits))
+            .map(|r| self.prepare(r))
             .collect::<Result<Vec<_>, _>>()?;
         if prepared.is_empty() {
             return Ok(Vec::new());
@@ -125,7 +145,7 @@ impl ExecutionClient {
         let mut prepared = Vec::new();
         let mut slots = Vec::new();
         for (i, request) in requests.iter().enumerate() {
-            match prepare_submission(&self.namespace, request, &self.limits) {
+            match self.prepare(request) {
                 Ok(p) => {
                     slots.push((i, p.id));
                     prepared.push(p);
@@ -153,6 +173,13 @@ impl ExecutionClient {
                 })
             })
             .collect())
+    }
+
+    /// Validates and encodes `request` for this namespace, with this client's quota.
+    fn prepare(&self, request: &SubmitRequest) -> Result<PreparedSubmission, ExecutionError> {
+        let mut prepared = prepare_submission(&self.namespace, request, &self.limits)?;
+        prepared.quota = self.quota;
+        Ok(prepared)
     }
 
     /// Reads one execution; `None` when absent or in another namespace (docs/semantics.md#client-operations).

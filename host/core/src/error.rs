@@ -170,6 +170,10 @@ pub enum ExecutionError {
     /// The worker's lease/attempt is no longer authoritative (docs/semantics.md#lease-fencing).
     #[error("{0}")]
     StaleLease(StaleReason),
+    /// A new submission over its namespace's or fairness key's quota (docs/semantics.md#quotas):
+    /// nothing was written; submitting again later may succeed.
+    #[error("{0}")]
+    QuotaExceeded(Box<crate::quota::QuotaRefusal>),
     /// The storage layer failed; see [`BackendError`].
     #[error("{0}")]
     Backend(BackendError),
@@ -197,6 +201,7 @@ impl ExecutionError {
             ExecutionError::Expired { .. } => "expired",
             ExecutionError::NotRetryable { .. } => "not_retryable",
             ExecutionError::Conflict { .. } => "conflict",
+            ExecutionError::QuotaExceeded(_) => "quota_exceeded",
             ExecutionError::Encoding(_) => "encoding_error",
             ExecutionError::Undecodable(_) => "undecodable_row",
             ExecutionError::StaleLease(_) => "stale_lease",

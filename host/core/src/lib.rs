@@ -29,6 +29,7 @@ pub mod names;
 pub mod network;
 pub mod plan;
 pub mod ports;
+pub mod quota;
 pub mod rate;
 pub mod request;
 pub mod rerun;

@@ -80,6 +80,10 @@ pub struct PreparedSubmission {
     /// Not part of [`Self::digest`]: a retried submit with another traceparent is a replay. A
     /// store keeps it only when this submission creates the execution, and never in metadata.
     pub trace_parent: Option<String>,
+    /// The quota the store holds this submission to (docs/semantics.md#quotas); `None`: none.
+    /// Set by the [`ExecutionClient`](crate::client::ExecutionClient) that carries it; not part
+    /// of [`Self::digest`].
+    pub quota: Option<crate::quota::SubmitQuota>,
 }
 
 impl PreparedSubmission {
@@ -201,6 +205,7 @@ pub(crate) fn prepare_with_link(
         priority,
         fairness_key,
         trace_parent: None,
+        quota: None,
     })
 }
 

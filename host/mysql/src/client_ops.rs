@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value as DbValue};
 use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
+use onestep_core::store::quota::{self, QuotaReads};
 use onestep_core::store::submit::{
     self, BatchOutcomes, CancelStep, CancelTarget, MAX_LISTED_TASKS, Resolved, SubmissionReads,
 };
@@ -153,7 +154,66 @@ impl<'a, Q: Queryable + 'a> SubmissionReads for Reads<'a, Q> {
     }
 }
 
+#[async_trait]
+impl<'a, Q: Queryable + 'a> QuotaReads for Reads<'a, Q> {
+    /// At most `limit` waiting rows of the namespace (or of one key in it), read through
+    /// `ix_<T>_quota` (namespace, status, fair_key): two ranges, `queued` and `retrying`.
+    async fn waiting(&mut self, namespace: &str, key: Option<&str>, limit: u32) -> OpResult<u32> {
+        let (cond, mut params): (&str, Vec<DbValue>) = match key {
+            // `fair_key` is NULL when the key is the namespace.
+            Some(key) if self.backend.priority_columns() => {
+                if key == namespace {
+                    (" AND fair_key IS NULL", vec![namespace.into()])
+                } else {
+                    (
+                        " AND fair_key = ?",
+                        vec![namespace.into(), key.as_bytes().into()],
+                    )
+                }
+            }
+            // Without the fairness-key column every row's key is its namespace.
+            Some(key) if key != namespace => return Ok(0),
+            _ => ("", vec![namespace.into()]),
+        };
+        params.push(limit.into());
+        let sql = format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM `{}` WHERE namespace = ? \
+             AND status IN ('queued', 'retrying'){cond} LIMIT ?) AS w",
+            self.backend.t()
+        );
+        let n: Option<i64> = self.q.exec_first(sql, Params::Positional(params)).await?;
+        Ok(u32::try_from(n.unwrap_or(0)).unwrap_or(u32::MAX))
+    }
+}
+
 impl MySqlBackend {
+    /// Serializes the new submits of `namespace` under a quota until the transaction ends
+    /// (docs/semantics.md#quotas): the namespace's row of `<T>_quotas`, inserted on first use,
+    /// locked exclusively by `INSERT … ON DUPLICATE KEY UPDATE` (a row lock, transaction
+    /// scoped, unlike `GET_LOCK`).
+    async fn lock_quota<Q: Queryable>(&self, q: &mut Q, namespace: &str) -> OpResult<()> {
+        let table = crate::schema::quotas_table(&self.inner.names);
+        let sql = format!(
+            "INSERT INTO `{table}` (namespace) VALUES (?) \
+             ON DUPLICATE KEY UPDATE namespace = namespace"
+        );
+        match q.exec_drop(sql, (namespace,)).await {
+            Ok(()) => Ok(()),
+            Err(e) if server_code(&e) == Some(codes::NO_SUCH_TABLE) => {
+                Err(OpError::Domain(crate::errors::backend_error(
+                    "submit",
+                    onestep_core::ConnectorKind::Misconfigured,
+                    &format!(
+                        "the quotas table `{table}` is missing: submits under a quota need it; \
+                         create it with `onestep migrate --upgrade`"
+                    ),
+                    &[],
+                )))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The schedule columns a submission writes and its bind width: both on tables with them;
     /// none before `onestep migrate --upgrade`, where a submission that sets either is refused.
     fn insert_schedule(&self, subs: &[PreparedSubmission]) -> OpResult<(&'static str, usize)> {
@@ -200,6 +260,18 @@ impl MySqlBackend {
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
         let (extra, width) = self.insert_schedule(std::slice::from_ref(sub))?;
+        if let Some(q) = quota::quota_of(std::slice::from_ref(sub)) {
+            self.lock_quota(&mut tx, &sub.namespace).await?;
+            let mut reads = Reads {
+                backend: self,
+                q: &mut tx,
+            };
+            if let Some(answer) = reads.gate_one(&q, sub).await? {
+                let out = answer?;
+                commit(self, tx).await?;
+                return Ok(out);
+            }
+        }
         let sql = format!(
             "INSERT INTO `{}` ({INSERT_COLUMNS}{extra}) VALUES ({})",
             self.t(),
@@ -244,7 +316,22 @@ impl MySqlBackend {
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
         let (extra, width) = self.insert_schedule(subs)?;
-        for chunk in submit::insert_order(subs).chunks(INSERT_CHUNK) {
+        // Under a quota: the namespace locked, replays and refusals answered first, only the
+        // admitted rest inserted (docs/semantics.md#quotas).
+        let gated = match quota::quota_of(subs) {
+            Some(q) => {
+                self.lock_quota(&mut tx, &subs[0].namespace).await?;
+                let mut reads = Reads {
+                    backend: self,
+                    q: &mut tx,
+                };
+                Some(reads.gate_batch(&q, subs, INSERT_CHUNK).await?)
+            }
+            None => None,
+        };
+        let admitted = gated.as_ref().map(|g| quota::to_insert(subs, g));
+        let written = admitted.as_deref().unwrap_or(subs);
+        for chunk in submit::insert_order(written).chunks(INSERT_CHUNK) {
             let row = format!("({})", placeholders(width));
             let sql = format!(
                 "INSERT INTO `{}` ({INSERT_COLUMNS}{extra}) VALUES {} \
@@ -258,7 +345,11 @@ impl MySqlBackend {
                 .collect();
             tx.exec_drop(sql, Params::Positional(params)).await?;
         }
-        let results = self.resolve_batch(&mut tx, subs).await?;
+        let results = self.resolve_batch(&mut tx, written).await?;
+        let results = match gated {
+            Some(g) => quota::merge(g, results),
+            None => results,
+        };
         let out = submit::batch_outcomes(results, subs);
         commit(self, tx).await?;
         Ok(out)

@@ -14,6 +14,8 @@ pub const BACKEND: &str = "mysql";
 pub(crate) mod codes {
     /// `ER_DUP_ENTRY`: unique or primary key violation.
     pub const DUP_ENTRY: u16 = 1062;
+    /// `ER_NO_SUCH_TABLE`.
+    pub const NO_SUCH_TABLE: u16 = 1146;
     /// `ER_LOCK_WAIT_TIMEOUT`.
     pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
     /// `ER_LOCK_DEADLOCK`.

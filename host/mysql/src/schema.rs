@@ -129,6 +129,34 @@ pub fn keys_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The submit quotas' lock table `<T>_quotas` (docs/semantics.md#quotas): one row per
+/// namespace that has had a quota-checked submit, locked (`INSERT … ON DUPLICATE KEY UPDATE`)
+/// by every new submit of that namespace under a quota until its transaction ends.
+pub fn quotas_table(names: &TableNames) -> String {
+    names.derived("", "quotas")
+}
+
+/// `CREATE TABLE` for the quotas lock table.
+pub fn quotas_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  namespace VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,\n\
+  PRIMARY KEY (namespace)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        quotas_table(names)
+    )]
+}
+
+/// Index over a namespace's rows by status and fairness key: the bounded counts of the submit
+/// quotas (docs/semantics.md#quotas), `queued` and `retrying` each one range, one key's rows
+/// within them one range. Needs the `fair_key` column.
+pub fn ix_quota(names: &TableNames) -> String {
+    names.derived("ix_", "quota")
+}
+
+/// The columns of [`ix_quota`].
+pub const IX_QUOTA_COLUMNS: &str = "namespace, status, fair_key";
+
 /// Index over claimable rows by `expires_at` (expiry maintenance, T5).
 pub fn ix_expiry(names: &TableNames) -> String {
     names.derived("ix_", "expiry")
@@ -400,6 +428,10 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
             "CREATE INDEX `{}` ON `{t}` ({IX_FAIR_RUNNING_COLUMNS})",
             ix_fair_running(names)
         ));
+        out.push(format!(
+            "CREATE INDEX `{}` ON `{t}` ({IX_QUOTA_COLUMNS})",
+            ix_quota(names)
+        ));
     }
     out
 }
@@ -631,6 +663,13 @@ async fn create_missing(
             conn.query_drop(stmt).await?;
         }
         created.push(k);
+    }
+    let qt = quotas_table(names);
+    if !table_exists(conn, &qt).await? {
+        for stmt in quotas_ddl(names) {
+            conn.query_drop(stmt).await?;
+        }
+        created.push(qt);
     }
     let tr = names.traces();
     if !table_exists(conn, &tr).await? {

@@ -65,7 +65,7 @@ fn fair_key_def() -> String {
 /// them work, their cost grows with history there).
 /// The last two are the fair claim's ([`ix_fair`], [`ix_fair_running`]); they need the
 /// `fair_key` column.
-fn index_defs(names: &TableNames) -> [(String, String); 7] {
+fn index_defs(names: &TableNames) -> [(String, String); 8] {
     let status = ix_status(names);
     let status_list = ix_status_list(names);
     let task_list = ix_task_list(names);
@@ -73,6 +73,7 @@ fn index_defs(names: &TableNames) -> [(String, String); 7] {
     let expiry = ix_expiry(names);
     let fair = ix_fair(names);
     let fair_running = ix_fair_running(names);
+    let quota = crate::schema::ix_quota(names);
     [
         (
             claim.clone(),
@@ -102,6 +103,10 @@ fn index_defs(names: &TableNames) -> [(String, String); 7] {
             fair_running.clone(),
             format!("ADD INDEX `{fair_running}` ({IX_FAIR_RUNNING_COLUMNS})"),
         ),
+        (
+            quota.clone(),
+            format!("ADD INDEX `{quota}` ({})", crate::schema::IX_QUOTA_COLUMNS),
+        ),
     ]
 }
 
@@ -123,6 +128,8 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     }
     // The fair claim's keys table (`onestep migrate` creates it with the other tables).
     out.extend(crate::schema::keys_ddl(names));
+    // The submit quotas' lock table (docs/semantics.md#quotas).
+    out.extend(crate::schema::quotas_ddl(names));
     out
 }
 
@@ -395,8 +402,9 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 11);
-        assert!(sql[10].starts_with("CREATE TABLE `onestep_executions_keys`"));
+        assert_eq!(sql.len(), 13);
+        assert!(sql[11].starts_with("CREATE TABLE `onestep_executions_keys`"));
+        assert!(sql[12].starts_with("CREATE TABLE `onestep_executions_quotas`"));
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
         assert!(sql[1].contains("ADD COLUMN priority TINYINT NOT NULL DEFAULT '5'"));

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use onestep_core::request::{ListFilter, PreparedSubmission};
+use onestep_core::store::quota::{self, QuotaReads};
 use onestep_core::store::submit::{
     self, BatchOutcomes, CancelStep, CancelTarget, MAX_LISTED_TASKS, Resolved, SubmissionReads,
 };
@@ -18,6 +19,7 @@ use crate::backend::{PgBackend, commit};
 use crate::errors::{OpError, OpResult, backend_error};
 use crate::json_text::to_text;
 use crate::rows::{EXECUTION_COLUMN_COUNT, decode_execution, window_columns};
+use crate::schema::KEY_EXPR;
 
 /// The execution just inserted, with the payload and metadata exactly as submitted (the
 /// stored `jsonb` holds the same values; its number texts may differ, see
@@ -79,7 +81,53 @@ impl<'a, C: GenericClient + Sync + 'a> SubmissionReads for Reads<'a, C> {
     }
 }
 
+#[async_trait]
+impl<'a, C: GenericClient + Sync + 'a> QuotaReads for Reads<'a, C> {
+    /// At most `limit` waiting rows of the namespace (or of one key in it), read through
+    /// `ix_<T>_quota` (docs/postgres.md#quotas).
+    async fn waiting(&mut self, namespace: &str, key: Option<&str>, limit: u32) -> OpResult<u32> {
+        let sql = self.backend.sql();
+        let limit = i64::from(limit);
+        let namespace = namespace.to_owned();
+        let (text, key) = match key {
+            Some(key) if sql.priority_columns => (
+                quota_count_sql(&sql.t, &format!(" AND {KEY_EXPR} = $3")),
+                Some(key.to_owned()),
+            ),
+            // Without the fairness-key column every row's key is its namespace.
+            Some(key) if key != namespace => return Ok(0),
+            _ => (quota_count_sql(&sql.t, ""), None),
+        };
+        let st = self.c.prepare_cached(&text).await?;
+        let row = match &key {
+            Some(key) => self.c.query_one(&st, &[&namespace, &limit, key]).await?,
+            None => self.c.query_one(&st, &[&namespace, &limit]).await?,
+        };
+        let n: i64 = row.try_get(0)?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+}
+
+/// At most `$2` waiting rows of namespace `$1`, with `cond` (docs/semantics.md#quotas).
+fn quota_count_sql(t: &str, cond: &str) -> String {
+    format!(
+        "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE namespace = $1 \
+         AND status IN ('queued', 'retrying'){cond} LIMIT $2) AS w"
+    )
+}
+
 impl PgBackend {
+    /// Serializes the new submits of `namespace` under a quota until the transaction ends
+    /// (docs/semantics.md#quotas): an advisory transaction lock on the table and namespace.
+    async fn lock_quota<C: GenericClient + Sync>(&self, c: &C, namespace: &str) -> OpResult<()> {
+        let key = format!("onestep quota {} {namespace}", self.sql().t);
+        let st = c
+            .prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .await?;
+        c.execute(&st, &[&key]).await?;
+        Ok(())
+    }
+
     pub(crate) async fn select_by_id<C: GenericClient>(
         &self,
         c: &C,
@@ -116,6 +164,18 @@ impl PgBackend {
         let digest = sub.idempotency_key.as_ref().map(|_| sub.digest.clone());
         let columns = self.sql().priority_columns;
         onestep_core::schedule::check_storable(sub.priority, sub.fairness_key.as_deref(), columns)?;
+        if let Some(q) = quota::quota_of(std::slice::from_ref(sub)) {
+            self.lock_quota(&tx, &sub.namespace).await?;
+            let mut reads = Reads {
+                backend: self,
+                c: &tx,
+            };
+            if let Some(answer) = reads.gate_one(&q, sub).await? {
+                let out = answer?;
+                commit(tx).await?;
+                return Ok(out);
+            }
+        }
         let st = tx.prepare_cached(&self.sql().insert_one).await?;
         let (payload, metadata) = (to_text(&sub.payload), to_text(&sub.metadata));
         let priority = i16::from(sub.priority);
@@ -176,8 +236,23 @@ impl PgBackend {
                 columns,
             )?;
         }
+        // Under a quota: the namespace locked, replays and refusals answered first, only the
+        // admitted rest inserted (docs/semantics.md#quotas).
+        let gated = match quota::quota_of(subs) {
+            Some(q) => {
+                self.lock_quota(&tx, &subs[0].namespace).await?;
+                let mut reads = Reads {
+                    backend: self,
+                    c: &tx,
+                };
+                Some(reads.gate_batch(&q, subs, INSERT_CHUNK).await?)
+            }
+            None => None,
+        };
+        let admitted = gated.as_ref().map(|g| quota::to_insert(subs, g));
+        let written = admitted.as_deref().unwrap_or(subs);
         let st = tx.prepare_cached(&self.sql().insert_many).await?;
-        for chunk in submit::insert_order(subs).chunks(INSERT_CHUNK) {
+        for chunk in submit::insert_order(written).chunks(INSERT_CHUNK) {
             let ids: Vec<Uuid> = chunk.iter().map(|s| s.id).collect();
             let ns: Vec<&str> = chunk.iter().map(|s| s.namespace.as_str()).collect();
             let tasks: Vec<&str> = chunk.iter().map(|s| s.task_name.as_str()).collect();
@@ -203,7 +278,11 @@ impl PgBackend {
             }
             tx.execute(&st, &params).await?;
         }
-        let results = self.resolve_batch(&tx, subs).await?;
+        let results = self.resolve_batch(&tx, written).await?;
+        let results = match gated {
+            Some(g) => quota::merge(g, results),
+            None => results,
+        };
         let out = submit::batch_outcomes(results, subs);
         commit(tx).await?;
         Ok(out)

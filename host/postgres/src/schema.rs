@@ -197,6 +197,7 @@ pub fn executions_ddl(names: &TableNames) -> Vec<String> {
         claim_priority_index_sql(names, false),
         fair_index_sql(names, false),
         fair_running_index_sql(names, false),
+        quota_index_sql(names, false),
         format!(
             "CREATE INDEX {} ON {qt} (lease_expires_at, id) \
              WHERE status IN ('running', 'cancel_requested')",
@@ -292,6 +293,22 @@ pub fn buckets_ddl(names: &TableNames) -> Vec<String> {
 )",
         q(&buckets_table(names))
     )]
+}
+
+/// `ix_<T>_quota`: the waiting rows of one namespace by key, for the submit quotas.
+pub fn ix_quota(names: &TableNames) -> String {
+    derived(&names.executions, "ix_", "quota")
+}
+
+/// The bounded counts of the submit quotas (docs/semantics.md#quotas): a namespace's waiting
+/// rows, and one key's among them, are each one range.
+pub fn quota_index_sql(names: &TableNames, concurrently: bool) -> String {
+    format!(
+        "{} {} ON {} (namespace, ({KEY_EXPR})) WHERE status IN ('queued', 'retrying')",
+        create_index(concurrently),
+        q(&ix_quota(names)),
+        q(&names.executions)
+    )
 }
 
 /// The fairness-keys table and its pass index (`IF NOT EXISTS`: also the upgrade's).

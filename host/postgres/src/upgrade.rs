@@ -90,7 +90,7 @@ async fn add_priority_columns(
 }
 
 /// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
-fn index_defs(names: &TableNames) -> [(String, String); 7] {
+fn index_defs(names: &TableNames) -> [(String, String); 8] {
     [
         (
             ix_claim_priority(names),
@@ -98,6 +98,10 @@ fn index_defs(names: &TableNames) -> [(String, String); 7] {
         ),
         (ix_fair(names), fair_index_sql(names, true)),
         (ix_fair_running(names), fair_running_index_sql(names, true)),
+        (
+            crate::schema::ix_quota(names),
+            crate::schema::quota_index_sql(names, true),
+        ),
         (ix_expiry(names), expiry_index_sql(names, true)),
         (ix_status(names), status_index_sql(names, true)),
         (ix_status_list(names), status_list_index_sql(names, true)),

@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 use onestep_core::cursor::Cursor;
 use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
+use onestep_core::store::quota::{self, QuotaReads};
 use onestep_core::store::submit::{
     self, BatchOutcomes, CancelStep, CancelTarget, MAX_LISTED_TASKS, Resolved, SubmissionReads,
 };
@@ -109,6 +110,34 @@ impl SubmissionReads for Reads<'_> {
             out.push(r??);
         }
         Ok(out)
+    }
+}
+
+#[async_trait]
+impl QuotaReads for Reads<'_> {
+    /// At most `limit` waiting rows of the namespace (or of one key in it), read through
+    /// `ix_<T>_quota` (docs/sqlite.md).
+    async fn waiting(&mut self, namespace: &str, key: Option<&str>, limit: u32) -> OpResult<u32> {
+        let rows = |cond: &str| {
+            format!(
+                "SELECT count(*) FROM (SELECT 1 FROM {} WHERE namespace = ?1 \
+                 AND status IN ('queued', 'retrying'){cond} LIMIT ?2)",
+                self.b.t()
+            )
+        };
+        let n: i64 = match key {
+            Some(key) if self.b.schema_report().features.priority_columns => self
+                .c
+                .prepare_cached(&rows(" AND COALESCE(fairness_key, namespace) = ?3"))?
+                .query_row(params![namespace, limit, key], |r| r.get(0))?,
+            // Without the fairness-key column every row's key is its namespace.
+            Some(key) if key != namespace => return Ok(0),
+            _ => self
+                .c
+                .prepare_cached(&rows(""))?
+                .query_row(params![namespace, limit], |r| r.get(0))?,
+        };
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 }
 
@@ -273,6 +302,15 @@ impl SqliteBackend {
         let sub = sub.clone();
         self.write(move |b, c| {
             let now = b.now();
+            // Under a quota (docs/semantics.md#quotas): `BEGIN IMMEDIATE` already serializes
+            // every write, so the gate needs no lock of its own.
+            if let Some(q) = quota::quota_of(std::slice::from_ref(&sub)) {
+                let mut reads = Reads { b, c };
+                let gate = reads.gate_one(&q, &sub);
+                if let Some(answer) = futures::executor::block_on(gate)? {
+                    return Ok(answer?);
+                }
+            }
             if let Some(x) = insert(b, c, &sub, now)? {
                 // Only a newly created execution gets the submit's trace context.
                 b.store_trace_parent(c, sub.id, sub.trace_parent.as_deref(), now)?;
@@ -296,21 +334,37 @@ impl SqliteBackend {
         let subs = subs.to_vec();
         self.write(move |b, c| {
             let now = b.now();
+            // Under a quota: replays and refusals answered first, only the admitted rest
+            // inserted (docs/semantics.md#quotas).
+            let gated = match quota::quota_of(&subs) {
+                Some(q) => {
+                    let mut reads = Reads { b, c };
+                    let gate = reads.gate_batch(&q, &subs, ID_CHUNK);
+                    Some(futures::executor::block_on(gate)?)
+                }
+                None => None,
+            };
+            let admitted = gated.as_ref().map(|g| quota::to_insert(&subs, g));
+            let written = admitted.as_deref().unwrap_or(&subs);
             // The rows the inserts returned answer their items; only an item whose insert
             // found its key taken (a replay or a conflict) is looked up.
             let mut inserted: std::collections::HashMap<Uuid, Execution> =
-                insert_many(b, c, &submit::insert_order(&subs), now)?
+                insert_many(b, c, &submit::insert_order(written), now)?
                     .into_iter()
                     .map(|x| (x.id, x))
                     .collect();
             let mut reads = Reads { b, c };
-            let mut resolved = Vec::with_capacity(subs.len());
-            for sub in &subs {
+            let mut resolved = Vec::with_capacity(written.len());
+            for sub in written {
                 resolved.push(match inserted.remove(&sub.id) {
                     Some(x) => Some(Ok(x)),
                     None => futures::executor::block_on(reads.lookup(sub))?.outcome(),
                 });
             }
+            let resolved = match gated {
+                Some(g) => quota::merge(g, resolved),
+                None => resolved,
+            };
             Ok(submit::batch_outcomes(resolved, &subs))
         })
         .await

@@ -186,6 +186,14 @@ pub fn execution_indexes(names: &TableNames) -> Vec<(String, String)> {
             ),
         ),
         (
+            // The bounded counts of the submit quotas (docs/semantics.md#quotas).
+            ix("quota"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, \
+                 COALESCE(fairness_key, namespace)) WHERE status IN ('queued', 'retrying')"
+            ),
+        ),
+        (
             ix("status"),
             format!(
                 "CREATE INDEX IF NOT EXISTS {{}} ON {qt} (namespace, task_name, status, \

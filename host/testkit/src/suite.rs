@@ -284,7 +284,14 @@ macro_rules! conformance_tests {
             buckets_refund,
             buckets_concurrent_takers_never_overdraw,
             buckets_names_and_rates_are_checked,
-            buckets_are_independent
+            buckets_are_independent,
+            quota_namespace_limit,
+            quota_key_limit,
+            quota_replay_over_quota_still_replays,
+            quota_retrying_rows_count,
+            quota_running_and_finished_rows_do_not_count,
+            quota_batch_answers_per_item,
+            quota_concurrent_submitters_stop_at_the_limit
         }
     };
     (@list () $($name:ident),*) => {

@@ -13,6 +13,7 @@ mod endpoints;
 mod hostile;
 mod hostile_ui;
 mod operate;
+mod quotas;
 mod results;
 mod schema;
 mod storable;

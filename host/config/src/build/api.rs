@@ -18,7 +18,7 @@ use crate::model::{ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, Secret};
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
-pub const API_KEYS: [&str; 15] = [
+pub const API_KEYS: [&str; 16] = [
     "listen",
     "connector",
     "table",
@@ -34,6 +34,7 @@ pub const API_KEYS: [&str; 15] = [
     "max_wait_s",
     "max_streams",
     "max_stream_s",
+    "quotas",
 ];
 /// Keys accepted in `api.metrics`.
 pub const API_METRICS_KEYS: [&str; 1] = ["public"];
@@ -146,6 +147,7 @@ pub fn build_api(
         onestep_core::api_settings::MAX_API_STREAM_S,
         onestep_core::api_settings::DEFAULT_API_MAX_STREAM_S,
     )?;
+    let quotas = super::quota::build_quotas(node)?;
     Ok(ApiConfig {
         listen,
         connector,
@@ -161,6 +163,7 @@ pub fn build_api(
             max_wait_s,
             max_streams,
             max_stream_s,
+            quotas,
         },
     })
 }

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod network;
+pub mod quota;
 pub(crate) mod rate_limit;
 pub mod resources;
 pub mod retry;

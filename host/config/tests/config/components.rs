@@ -1067,3 +1067,97 @@ fn check_summary_names_postgres_resources_as_postgres() {
         "PostgresExecutionSource"
     );
 }
+
+#[test]
+fn api_quotas() {
+    use onestep_core::quota::SubmitQuota;
+    let load_api = |quotas: &str| {
+        onestep_config::load_str(
+            &format!(
+                "app: {{name: x}}\nresources:\n  db: {{type: mysql, dsn: x}}\napi: {{connector: db, namespace: n, quotas: {quotas}}}\n"
+            ),
+            Path::new("/srv/app.yaml"),
+            &crate::common::opts(true),
+        )
+    };
+    // Absent: no quota.
+    let cfg = onestep_config::load_str(
+        "app: {name: x}\nresources:\n  db: {type: mysql, dsn: x}\napi: {connector: db, namespace: n}\n",
+        Path::new("/srv/app.yaml"),
+        &crate::common::opts(true),
+    )
+    .expect("no quotas");
+    assert_eq!(cfg.api.expect("api").settings.quotas, None);
+    let cfg = load_api(
+        "{max_queued: 10000, max_queued_per_key: 1000, namespaces: {acme: {max_queued: 50000}, ' beta ': {max_queued_per_key: 7}}}",
+    )
+    .expect("quotas");
+    let s = cfg.api.expect("api").settings;
+    let q = s.quotas.as_ref().expect("quotas");
+    assert_eq!(q.retry_after_s, 5, "the default Retry-After");
+    assert_eq!(
+        s.quota_for("acme"),
+        Some(SubmitQuota {
+            max_queued: Some(50000),
+            max_queued_per_key: Some(1000)
+        })
+    );
+    assert_eq!(
+        s.quota_for("beta"),
+        Some(SubmitQuota {
+            max_queued: Some(10000),
+            max_queued_per_key: Some(7)
+        })
+    );
+    assert_eq!(
+        s.quota_for("other"),
+        Some(SubmitQuota {
+            max_queued: Some(10000),
+            max_queued_per_key: Some(1000)
+        })
+    );
+    let cfg = load_api("{retry_after_s: 3600, namespaces: {acme: {max_queued: 1}}}").expect("one");
+    let s = cfg.api.expect("api").settings;
+    assert_eq!(s.quotas.as_ref().map(|q| q.retry_after_s), Some(3600));
+    assert_eq!(s.quota_for("other"), None, "no default limit");
+    let e = |body: &str| load_api(body).expect_err(body).to_string();
+    assert_eq!(
+        e("{max_queued: 0}"),
+        "api.quotas: max_queued must be an integer from 1 to 4294967295 (line 4, column 57)"
+    );
+    assert!(
+        e("{max_queued_per_key: 1.5}")
+            .starts_with("api.quotas: max_queued_per_key must be an integer from 1 to 4294967295"),
+    );
+    assert!(e("{max_queued: 4294967296}").contains("max_queued must be an integer from 1"));
+    assert!(
+        e("{retry_after_s: 0}")
+            .starts_with("api.quotas: retry_after_s must be an integer from 1 to 3600")
+    );
+    assert!(e("{retry_after_s: 3601}").contains("retry_after_s must be an integer from 1 to 3600"));
+    assert!(e("[1]").starts_with("api: quotas must be a mapping"));
+    assert!(e("{max_queue: 5}").contains("unsupported fields for api.quotas: max_queue"));
+    assert!(e("{namespaces: [acme]}").starts_with("api.quotas: namespaces must be a mapping"));
+    assert!(
+        e("{namespaces: {acme: 5}}")
+            .starts_with("api.quotas.namespaces.acme: must be a mapping with max_queued")
+    );
+    assert!(
+        e("{namespaces: {acme: {}}}").starts_with(
+            "api.quotas.namespaces.acme: must set max_queued and/or max_queued_per_key"
+        )
+    );
+    assert!(
+        e("{namespaces: {acme: {max_running: 1}}}")
+            .contains("unsupported fields for api.quotas.namespaces.acme: max_running")
+    );
+    assert!(
+        e("{namespaces: {acme: {max_queued: -1}}}")
+            .starts_with("api.quotas.namespaces.acme: max_queued must be an integer from 1")
+    );
+    assert!(e("{namespaces: {'  ': {max_queued: 1}}}").contains("a namespace must be non-empty"));
+    assert!(
+        e("{namespaces: {acme: {max_queued: 1}, ' acme': {max_queued: 2}}}")
+            .contains("namespace 'acme' is listed twice")
+    );
+}

@@ -32,6 +32,7 @@ pub mod lease;
 pub mod lease_port;
 pub mod options;
 pub mod purge;
+pub mod quota;
 pub mod redact;
 pub mod rows;
 pub mod schema;

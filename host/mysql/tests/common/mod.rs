@@ -275,8 +275,9 @@ impl FixtureFactory for MySqlFactory {
                 .await
                 .expect("upgrade");
             // The claimable column, the priority columns, the fair_key column, the claim and
-            // expiry indexes, the three filtered-list indexes and the two fair-claim indexes.
-            assert_eq!(report.steps.len(), 10, "{report:?}");
+            // expiry indexes, the three filtered-list indexes, the two fair-claim indexes and
+            // the quota index.
+            assert_eq!(report.steps.len(), 11, "{report:?}");
         }
         let backend = open(
             &self.admin_url,

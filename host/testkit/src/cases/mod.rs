@@ -15,6 +15,7 @@ mod concurrency;
 mod fair;
 mod heartbeats;
 mod listing;
+mod quota;
 mod schedule;
 mod storable;
 mod transitions;
@@ -45,6 +46,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(schedule::cases());
     v.extend(fair::cases());
     v.extend(buckets::cases());
+    v.extend(quota::cases());
     v
 }
 

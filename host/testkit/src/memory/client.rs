@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use onestep_core::ports::ExecutionStore;
+use onestep_core::quota::{QuotaKind, QuotaRefusal, SubmitQuota};
 use onestep_core::request::{ListFilter, ListSearch, PreparedSubmission};
 use onestep_core::{Execution, ExecutionError, ExecutionPage, ExecutionStatus};
 use serde_json::Value;
@@ -39,6 +40,11 @@ fn submit_in(
                 existing_id: row.execution.id,
             })
         };
+    }
+    if let Some(quota) = sub.quota.filter(SubmitQuota::is_limited)
+        && let Some(refusal) = over_quota(state, sub, &quota)
+    {
+        return Err(ExecutionError::QuotaExceeded(Box::new(refusal)));
     }
     let metadata = match decoded(sub.id, &sub.metadata)? {
         Value::Object(m) => m,
@@ -86,6 +92,48 @@ fn submit_in(
         state.keys.insert(key, sub.id);
     }
     Ok(execution)
+}
+
+/// The quota `sub` would break (docs/semantics.md#quotas): its namespace's, or its fairness
+/// key's, waiting executions (queued or retrying) already at the limit. The whole store is one
+/// lock, so concurrent submitters are serialized as the backends' quota locks serialize them.
+fn over_quota(
+    state: &State,
+    sub: &PreparedSubmission,
+    quota: &SubmitQuota,
+) -> Option<QuotaRefusal> {
+    let waiting = state.rows.values().map(|r| &r.execution).filter(|e| {
+        e.namespace == sub.namespace
+            && matches!(
+                e.status,
+                ExecutionStatus::Queued | ExecutionStatus::Retrying
+            )
+    });
+    let key = sub.fairness_key.as_deref().unwrap_or(&sub.namespace);
+    if let Some(limit) = quota.max_queued
+        && waiting.clone().count() >= limit as usize
+    {
+        return Some(QuotaRefusal {
+            quota: QuotaKind::MaxQueued,
+            namespace: sub.namespace.clone(),
+            key: None,
+            limit,
+        });
+    }
+    if let Some(limit) = quota.max_queued_per_key
+        && waiting
+            .filter(|e| e.effective_fairness_key() == key)
+            .count()
+            >= limit as usize
+    {
+        return Some(QuotaRefusal {
+            quota: QuotaKind::MaxQueuedPerKey,
+            namespace: sub.namespace.clone(),
+            key: Some(key.to_owned()),
+            limit,
+        });
+    }
+    None
 }
 
 #[async_trait]
