@@ -32,7 +32,7 @@ impl SubmitQuota {
     }
 }
 
-/// `api.quotas` (docs/configuration.md#api): the limits of every namespace, per-namespace
+/// `api.quotas` (docs/configuration.md#api-quotas): the limits of every namespace, per-namespace
 /// overrides, and the `Retry-After` of a refusal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QuotaSettings {

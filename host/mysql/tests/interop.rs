@@ -147,14 +147,15 @@ async fn upgraded_case(server: Server) {
     let report = MySqlBackend::upgrade(StoreOptions::new(&ours_dsn))
         .await
         .expect("upgrade");
-    // The execution tables exist already; only the diagnostics, keys, trace-context and buckets
-    // tables are new
+    // The execution tables exist already; only the diagnostics, keys, quotas, trace-context and
+    // buckets tables are new
     // (the reference's two tables are altered additively, never replaced).
     assert_eq!(
         report.created,
         [
             "onestep_execution_attempts_diagnostics",
             "onestep_executions_keys",
+            "onestep_executions_quotas",
             "onestep_executions_traces",
             "onestep_executions_buckets"
         ],
@@ -173,7 +174,8 @@ async fn upgraded_case(server: Server) {
             "index ix_onestep_executions_status_list",
             "index ix_onestep_executions_task_list",
             "index ix_onestep_executions_fair",
-            "index ix_onestep_executions_fair_running"
+            "index ix_onestep_executions_fair_running",
+            "index ix_onestep_executions_quota"
         ]
     );
     for s in &report.steps[..3] {

@@ -84,7 +84,7 @@ impl<'a, C: GenericClient + Sync + 'a> SubmissionReads for Reads<'a, C> {
 #[async_trait]
 impl<'a, C: GenericClient + Sync + 'a> QuotaReads for Reads<'a, C> {
     /// At most `limit` waiting rows of the namespace (or of one key in it), read through
-    /// `ix_<T>_quota` (docs/postgres.md#quotas).
+    /// `ix_<T>_quota` (docs/semantics.md#quotas).
     async fn waiting(&mut self, namespace: &str, key: Option<&str>, limit: u32) -> OpResult<u32> {
         let sql = self.backend.sql();
         let limit = i64::from(limit);

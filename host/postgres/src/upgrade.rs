@@ -400,19 +400,19 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 14);
+        assert_eq!(sql.len(), 15);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
         assert!(sql[2].contains("VALIDATE CONSTRAINT ck_onestep_execution_priority"));
         assert_eq!(
-            sql[10],
+            sql[11],
             "ALTER TABLE \"onestep_execution_attempts\" SET (fillfactor = 70)"
         );
-        assert!(sql[11].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
-        assert!(sql[12].starts_with("CREATE INDEX IF NOT EXISTS "));
-        assert!(sql[13].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_buckets\""));
-        let sql = &sql[3..10];
+        assert!(sql[12].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
+        assert!(sql[13].starts_with("CREATE INDEX IF NOT EXISTS "));
+        assert!(sql[14].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_buckets\""));
+        let sql = &sql[3..11];
         for s in sql {
             assert!(
                 s.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS "),
@@ -428,10 +428,12 @@ mod tests {
              created_at, id) WHERE status IN ('queued', 'retrying')"
         ));
         assert!(sql[2].contains("WHERE status IN ('running', 'cancel_requested')"));
-        assert!(sql[3].contains("(expires_at, id)"));
-        assert!(sql[4].contains("(namespace, task_name, status, created_at DESC, id DESC)"));
-        assert!(sql[5].contains("\"ix_onestep_executions_status_list\""));
-        assert!(sql[5].contains("(namespace, status, created_at DESC, id DESC)"));
-        assert!(sql[6].contains("(namespace, task_name, created_at DESC, id DESC)"));
+        assert!(sql[3].contains("\"ix_onestep_executions_quota\""));
+        assert!(sql[3].contains("WHERE status IN ('queued', 'retrying')"));
+        assert!(sql[4].contains("(expires_at, id)"));
+        assert!(sql[5].contains("(namespace, task_name, status, created_at DESC, id DESC)"));
+        assert!(sql[6].contains("\"ix_onestep_executions_status_list\""));
+        assert!(sql[6].contains("(namespace, status, created_at DESC, id DESC)"));
+        assert!(sql[7].contains("(namespace, task_name, created_at DESC, id DESC)"));
     }
 }

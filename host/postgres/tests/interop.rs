@@ -200,6 +200,7 @@ async fn upgraded_reference_tables_reference_worker() {
             "index ix_onestep_executions_claim_priority",
             "index ix_onestep_executions_fair",
             "index ix_onestep_executions_fair_running",
+            "index ix_onestep_executions_quota",
             "index ix_onestep_executions_expiry",
             "index ix_onestep_executions_status",
             "index ix_onestep_executions_status_list",
@@ -211,7 +212,7 @@ async fn upgraded_reference_tables_reference_worker() {
     assert_eq!(report.steps[0].form, "ADD COLUMN (catalog only)");
     assert_eq!(report.steps[1].form, "NOT VALID, then VALIDATE");
     assert!(
-        report.steps[2..9].iter().all(|s| s.form == "CONCURRENTLY"),
+        report.steps[2..10].iter().all(|s| s.form == "CONCURRENTLY"),
         "{report:?}"
     );
     let c = tokio_postgres::connect(db.dsn(), tokio_postgres::NoTls).await;

@@ -232,6 +232,7 @@ async fn upgrade_adds_the_priority_columns() {
         "DROP INDEX ix_onestep_executions_claim_priority; \
          DROP INDEX ix_onestep_executions_fair; \
          DROP INDEX ix_onestep_executions_fair_running; \
+         DROP INDEX ix_onestep_executions_quota; \
          DROP TABLE onestep_executions_keys; \
          ALTER TABLE onestep_executions DROP COLUMN priority; \
          ALTER TABLE onestep_executions DROP COLUMN fairness_key; \
@@ -299,6 +300,7 @@ async fn upgrade_adds_the_priority_columns() {
             "index ix_onestep_executions_claim_priority",
             "index ix_onestep_executions_fair",
             "index ix_onestep_executions_fair_running",
+            "index ix_onestep_executions_quota",
         ]
     );
     let again = SqliteBackend::upgrade(StoreOptions::new(&dsn))

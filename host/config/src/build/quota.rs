@@ -1,4 +1,4 @@
-//! `api.quotas` (docs/configuration.md#api): per-namespace and per-fairness-key limits of
+//! `api.quotas` (docs/configuration.md#api-quotas): per-namespace and per-fairness-key limits of
 //! waiting executions, checked at submit (docs/http-api.md#quotas).
 
 use std::collections::BTreeMap;

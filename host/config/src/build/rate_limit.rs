@@ -1,4 +1,4 @@
-//! A task's `rate_limit: {per_second, burst}` (docs/configuration.md#rate-limit): the
+//! A task's `rate_limit: {per_second, burst}` (docs/semantics.md#rate-limits): the
 //! fleet-wide token bucket its execution starts draw from (docs/semantics.md#rate-limits).
 //! Unknown keys are errors in both modes; the bounds are [`RateLimit::validate`]'s.
 
