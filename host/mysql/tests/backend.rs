@@ -117,8 +117,9 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 6,
-            "each table (executions, attempts, diagnostics, keys, traces, buckets) created exactly once"
+            created, 7,
+            "each table (executions, attempts, diagnostics, keys, quotas, traces, buckets) created \
+             exactly once"
         );
         assert!(backends.iter().all(|b| {
             let f = b.schema_report().features;
