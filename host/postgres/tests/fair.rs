@@ -105,9 +105,18 @@ async fn fair_statements_read_the_fair_indexes() {
             !text.contains("Seq Scan on onestep_executions "),
             "{name} scans the executions table:\n{text}"
         );
-        if ["sweep_insert", "heads", "pending_min", "sweep_wake"].contains(&name) {
+        if ["sweep_insert", "heads", "sweep_wake"].contains(&name) {
             assert!(
                 text.contains("ix_onestep_executions_fair"),
+                "{name}:\n{text}"
+            );
+        }
+        // One key's earliest pending row: `ix_<T>_fair`, or the submit quotas' `ix_<T>_quota`
+        // (the same key's pending rows, without the task: smaller, so the planner may take it).
+        if name == "pending_min" {
+            assert!(
+                text.contains("ix_onestep_executions_fair")
+                    || text.contains("ix_onestep_executions_quota"),
                 "{name}:\n{text}"
             );
         }
