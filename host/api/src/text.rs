@@ -11,9 +11,8 @@ use serde_json::Value;
 use crate::attempts::{AttemptsView, LogsView, ProgressView};
 use crate::view::{ErrorObjectView, ExecutionView};
 
-/// The `onestep list --by-key` table: the busiest fairness keys (docs/cli.md#list).
+/// The `onestep list --by-key` table: the busiest fairness keys (docs/cli.md#commands).
 pub fn key_table(view: &crate::keys::KeysView) -> String {
-    let header = ["TASK", "FAIRNESS_KEY", "WAITING", "RUNNING"];
     let rows: Vec<[String; 4]> = view
         .items
         .iter()
@@ -26,25 +25,7 @@ pub fn key_table(view: &crate::keys::KeysView) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(|h| h.chars().count());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for cells in std::iter::once(header.map(str::to_owned)).chain(rows) {
-        let mut l = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                l.push_str(cell);
-            } else {
-                let _ = write!(l, "{cell:<w$}  ");
-            }
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    }
+    let mut out = columns(["TASK", "FAIRNESS_KEY", "WAITING", "RUNNING"], &rows);
     if view.truncated {
         out.push_str("(more keys have work; raise --limit)\n");
     }
@@ -54,9 +35,6 @@ pub fn key_table(view: &crate::keys::KeysView) -> String {
 /// A table of executions: `ID  TASK  STATUS  PRI  ATTEMPTS  CREATED  FINISHED`, one row each
 /// (`PRI`: the priority, docs/semantics.md#priority-and-fairness-key).
 pub fn execution_table(items: &[ExecutionView]) -> String {
-    let header = [
-        "ID", "TASK", "STATUS", "PRI", "ATTEMPTS", "CREATED", "FINISHED",
-    ];
     let rows: Vec<[String; 7]> = items
         .iter()
         .map(|e| {
@@ -71,17 +49,28 @@ pub fn execution_table(items: &[ExecutionView]) -> String {
             ]
         })
         .collect();
+    columns(
+        [
+            "ID", "TASK", "STATUS", "PRI", "ATTEMPTS", "CREATED", "FINISHED",
+        ],
+        &rows,
+    )
+}
+
+/// `header` and `rows` as left-aligned columns two spaces apart, one line each (no trailing
+/// spaces).
+fn columns<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(|h| h.chars().count());
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    let mut line = |cells: &[&str]| {
+    let mut line = |cells: [&str; N]| {
         let mut l = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
+            if i + 1 == N {
                 l.push_str(cell);
             } else {
                 let _ = write!(l, "{cell:<w$}  ");
@@ -90,10 +79,9 @@ pub fn execution_table(items: &[ExecutionView]) -> String {
         out.push_str(l.trim_end());
         out.push('\n');
     };
-    line(&header);
-    for row in &rows {
-        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-        line(&cells);
+    line(header);
+    for row in rows {
+        line(row.each_ref().map(String::as_str));
     }
     out
 }

@@ -237,6 +237,8 @@
     if (stream !== ctl) return;
     stream = null;
     clearTimeout(pending);
+    const shown = document.getElementById("execution");
+    if (ok && shown && shown.dataset.terminal === "true") return;
     clearTimeout(refreshTimer);
     refreshTimer = setTimeout(function () { loadDetail(id, true).catch(function () {}); },
       ok ? 0 : 1500);
@@ -260,12 +262,8 @@
     });
     const d = document.getElementById("execution");
     clearTimeout(refreshTimer);
-    if (d && d.dataset.terminal !== "true") {
-      if (!stream) follow(id);
-    } else if (stream) {
-      stream.abort();
-      stream = null;
-    }
+    // A terminal execution's stream sends `end` and closes by itself.
+    if (d && d.dataset.terminal !== "true" && !stream) follow(id);
   }
 
   // The whole stored value as a JSON file: fetched with the token in the header (never in a
