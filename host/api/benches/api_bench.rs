@@ -6,7 +6,9 @@
 //! for 1, 16 and 64 concurrent clients (each a keep-alive HTTP/1.1 connection) sends
 //! `POST /v1/executions` with unique idempotency keys, bounded by a request count and a time
 //! budget per level (`BENCH_REQUESTS`, default 3000; `BENCH_SECONDS`, default 20). Prints
-//! requests/s and p50/p99 latency, then drops the database.
+//! requests/s and p50/p99 latency; then one client sends `POST /v1/executions:batch` with 1,000
+//! items a request for the same number of rows (rows/s beside the single submits), then drops
+//! the database.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,9 +86,65 @@ async fn run(dsn: &str) -> Result<(), Error> {
             pct(0.99)
         );
     }
+    // Batch submit (docs/http-api.md#batch-submit): one client, 1,000 items a request, the same
+    // request budget in rows; compare rows/s with the single submits above.
+    let batches = (max_requests as usize).div_ceil(1000).max(1);
+    let start = Instant::now();
+    let deadline = start + budget;
+    let latencies = batch_client(addr, batches, deadline).await?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let rows = latencies.len() * 1000;
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let worst = latencies.iter().map(ms).fold(0.0, f64::max);
+    println!(
+        "batch submit, 1 client, 1,000 items a request: {} requests, {rows} rows, {:.0} rows/s, \
+         slowest request {worst:.1} ms",
+        latencies.len(),
+        rows as f64 / elapsed
+    );
     server.abort();
     backend.close().await?;
     Ok(())
+}
+
+/// One keep-alive connection sending up to `n` batches of 1,000 submits before `deadline`;
+/// returns each request's latency.
+async fn batch_client(
+    addr: std::net::SocketAddr,
+    n: usize,
+    deadline: Instant,
+) -> Result<Vec<Duration>, Error> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    let mut out = Vec::with_capacity(n);
+    for b in 0..n {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let items: Vec<String> = (0..1000)
+            .map(|i| {
+                format!(
+                    r#"{{"task_name":"bench","payload":{{"batch":{b},"i":{i},"doc":"doc-{i}"}},"idempotency_key":"batch-{b}-{i}"}}"#
+                )
+            })
+            .collect();
+        let body = format!(r#"{{"items":[{}]}}"#, items.join(","));
+        let request = format!(
+            "POST /v1/executions:batch HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let t0 = Instant::now();
+        write.write_all(request.as_bytes()).await?;
+        let status = read_response(&mut read).await?;
+        out.push(t0.elapsed());
+        if status != 200 {
+            return Err(format!("unexpected batch status {status}").into());
+        }
+    }
+    Ok(out)
 }
 
 /// One keep-alive connection sending up to `n` submits before `deadline`; returns latencies.
