@@ -36,6 +36,9 @@ pub struct ApiSettings {
     /// `api.quotas`: limits of waiting executions per namespace and fairness key, checked at
     /// submit (docs/semantics.md#quotas); `None`: no quota.
     pub quotas: Option<QuotaSettings>,
+    /// `api.callbacks`: completion webhooks (docs/semantics.md#completion-webhooks); `None`:
+    /// a submit's `callback` is refused.
+    pub callbacks: Option<crate::callback::CallbackSettings>,
 }
 
 /// The largest `api.max_wait_s` (docs/http-api.md#waiting).
@@ -62,6 +65,7 @@ impl Default for ApiSettings {
             max_streams: DEFAULT_API_MAX_STREAMS,
             max_stream_s: DEFAULT_API_MAX_STREAM_S,
             quotas: None,
+            callbacks: None,
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::model::{ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, Secret};
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
-pub const API_KEYS: [&str; 16] = [
+pub const API_KEYS: [&str; 17] = [
     "listen",
     "connector",
     "table",
@@ -35,6 +35,7 @@ pub const API_KEYS: [&str; 16] = [
     "max_streams",
     "max_stream_s",
     "quotas",
+    "callbacks",
 ];
 /// Keys accepted in `api.metrics`.
 pub const API_METRICS_KEYS: [&str; 1] = ["public"];
@@ -148,6 +149,7 @@ pub fn build_api(
         onestep_core::api_settings::DEFAULT_API_MAX_STREAM_S,
     )?;
     let quotas = super::quota::build_quotas(node)?;
+    let callbacks = super::callbacks::build_callbacks(node)?;
     Ok(ApiConfig {
         listen,
         connector,
@@ -164,6 +166,7 @@ pub fn build_api(
             max_streams,
             max_stream_s,
             quotas,
+            callbacks,
         },
     })
 }
