@@ -156,6 +156,15 @@ async fn callbacks_are_checked_written_delivered_and_listed() {
     assert_eq!(done["items"][0]["status"], 204);
     assert_eq!(done["items"][0]["webhook_id"], h("webhook-id"));
 
+    // The dashboard's detail fragment shows the section and, to an operator, the button.
+    let (status, _, page) = app
+        .send_text(req(Method::GET, &format!("/ui/fragments/executions/{id}"), None).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("id=\"deliveries-table\""), "{page}");
+    assert!(page.contains("id=\"redeliver\""), "{page}");
+    assert!(page.contains(&format!("127.0.0.1:{port}")), "{page}");
+
     let (status, again) = app
         .send(
             req(
