@@ -42,8 +42,6 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 /// Default `api.callbacks.timeout_s`: the longest one delivery (connect, send, response head)
 /// may take.
 pub const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a sender holds a claimed callback before another sender may claim it again.
-pub const CLAIM_LEASE: Duration = Duration::from_secs(60);
 /// The prefix of a Standard Webhooks secret.
 pub const SECRET_PREFIX: &str = "whsec_";
 
