@@ -5,7 +5,8 @@
 #   2. installs Debian's chromium + chromium-driver for the dashboard's browser tests (apt, once),
 #   3. builds the example guest components (wasm32-wasip2; the Python one with componentize-py),
 #   4. prepares the reference Python implementation's venv for the interop test, and a venv with
-#      schemathesis for the API fuzzing test,
+#      schemathesis for the API fuzzing test, and one with standardwebhooks (the webhook
+#      signature verifier),
 #   5. runs `cargo test --workspace` (one shared target directory; the binary is built once).
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p onestep-mysql`).
 set -euo pipefail
@@ -38,6 +39,10 @@ fi
 echo "== schemathesis venv (API fuzzing test)" >&2
 ONESTEP_SCHEMATHESIS="$(scripts/schemathesis-venv.sh)"
 export ONESTEP_SCHEMATHESIS
+
+echo "== standardwebhooks venv (webhook signature verifier)" >&2
+ONESTEP_WEBHOOKS_PYTHON="$(scripts/webhooks-venv.sh)"
+export ONESTEP_WEBHOOKS_PYTHON
 
 echo "== build: the onestep binary (shared by the end-to-end tests) and every test target" >&2
 # One build with the same feature set `cargo test --workspace` uses (dev-dependencies enable e.g.

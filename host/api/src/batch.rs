@@ -175,5 +175,13 @@ fn item_request(state: &ApiState, item: Value) -> Result<SubmitRequest, ApiError
             "idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters"
         )));
     }
+    if item.submission.callback.is_some() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::CALLBACK_NOT_ALLOWED,
+            "callback is not accepted in a batch submit; submit the execution alone with \
+             POST /v1/executions",
+        ));
+    }
     submit_request(state, item.submission, key)
 }

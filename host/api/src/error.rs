@@ -63,6 +63,9 @@ pub mod code {
     pub const REQUEST_TIMEOUT: &str = "request_timeout";
     /// 414: the request target is too long.
     pub const URI_TOO_LONG: &str = "uri_too_long";
+    /// 422: a submit's `callback` is refused (callbacks off, origin not allowed, private
+    /// address, unknown event).
+    pub const CALLBACK_NOT_ALLOWED: &str = "callback_not_allowed";
     /// 429: a new submit over its namespace's or fairness key's quota (`api.quotas`).
     pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
     /// 429: the API process already serves `api.max_streams` event streams.

@@ -36,6 +36,7 @@
 pub mod attempts;
 pub mod auth;
 pub mod batch;
+pub mod callbacks;
 pub mod error;
 pub mod extract;
 pub mod guard;
@@ -113,6 +114,8 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::get_result))
         .routes(routes!(attempts::list_attempts))
         .routes(routes!(attempts::get_attempt_logs))
+        .routes(routes!(callbacks::list_deliveries))
+        .routes(routes!(callbacks::redeliver))
         .routes(routes!(stream::stream_events))
         .routes(routes!(operate::retry_execution))
         .routes(routes!(operate::bulk_cancel))

@@ -47,6 +47,10 @@ pub struct SubmitBody {
     #[serde(default)]
     #[schema(example = "tenant-42")]
     pub fairness_key: Option<String>,
+    /// Completion webhook (docs/http-api.md#callbacks): `{url, events}`, the URL's origin in
+    /// the server's `api.callbacks.allow`. Not accepted in batch submits.
+    #[serde(default)]
+    pub callback: Option<crate::callbacks::CallbackBody>,
 }
 
 /// The body's `priority`: JSON `null` or absent is the default; anything but an integer is
@@ -165,8 +169,10 @@ pub async fn submit_execution(
     ),
     ApiError,
 > {
+    let mut body = body;
+    let callback = crate::callbacks::check_callback(&state, body.callback.take()).await?;
     let request = submit_request(&state, body, key)?;
-    let submitted = submit_traced(&client, &request, &headers)
+    let submitted = submit_traced(&client, &request, &headers, callback)
         .await
         .map_err(|e| ApiError::from(e).with_retry_after(state.quota_retry_after_s()))?;
     let outcome = if submitted.created {
@@ -221,6 +227,7 @@ async fn submit_traced(
     client: &onestep_core::client::ExecutionClient,
     request: &SubmitRequest,
     headers: &axum::http::HeaderMap,
+    callback: Option<onestep_core::callback::CallbackSpec>,
 ) -> Result<onestep_core::client::Submitted, onestep_core::ExecutionError> {
     let span = tracing::info_span!(
         target: onestep_telemetry::TARGET,
@@ -235,14 +242,14 @@ async fn submit_traced(
         "onestep.replayed" = tracing::field::Empty,
     );
     if span.is_disabled() {
-        return client.submit_outcome(request).await;
+        return client.submit_with(request, None, callback).await;
     }
     if let Some(parent) = onestep_telemetry::context_from_headers(headers) {
         onestep_telemetry::set_parent(&span, parent);
     }
     let traceparent = onestep_telemetry::traceparent_of(&span);
     let submitted = client
-        .submit_traced(request, traceparent)
+        .submit_with(request, traceparent, callback)
         .instrument(span.clone())
         .await;
     match &submitted {

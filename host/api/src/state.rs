@@ -53,6 +53,9 @@ struct Inner {
     waits: crate::wait::WaitHub,
     /// The event streams (docs/http-api.md#stream).
     streams: crate::stream::StreamHub,
+    /// The completion-webhook outbox (docs/semantics.md#completion-webhooks), when the store
+    /// keeps one.
+    callbacks: Option<Arc<dyn onestep_core::callback::CallbackStore>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -110,6 +113,7 @@ impl ApiState {
                 max_body_bytes,
                 waits,
                 streams,
+                callbacks: None,
             }),
         })
     }
@@ -136,6 +140,25 @@ impl ApiState {
         ApiState {
             inner: Arc::new(inner),
         }
+    }
+
+    /// The same state with submits' callbacks written to, and deliveries read from, `store`.
+    pub fn with_callbacks(self, store: Arc<dyn onestep_core::callback::CallbackStore>) -> Self {
+        let mut inner = (*self.inner).clone();
+        inner.callbacks = Some(store);
+        ApiState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The completion-webhook outbox, when the store keeps one.
+    pub fn callback_store(&self) -> Option<&Arc<dyn onestep_core::callback::CallbackStore>> {
+        self.inner.callbacks.as_ref()
+    }
+
+    /// `api.callbacks`, when configured.
+    pub fn callback_settings(&self) -> Option<&onestep_core::callback::CallbackSettings> {
+        self.inner.settings.callbacks.as_ref()
     }
 
     /// Whether `/metrics` shows every namespace's figures without a token.

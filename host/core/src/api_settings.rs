@@ -39,6 +39,9 @@ pub struct ApiSettings {
     /// `api.max_connections`: connections one API process holds open at once (1 to
     /// [`MAX_API_CONNECTIONS`]); one more waits in the listen backlog (docs/security.md#api-connections).
     pub max_connections: u32,
+    /// `api.callbacks`: completion webhooks (docs/semantics.md#completion-webhooks); `None`:
+    /// a submit's `callback` is refused.
+    pub callbacks: Option<crate::callback::CallbackSettings>,
 }
 
 /// The default `api.max_connections` (docs/security.md#api-connections).
@@ -71,6 +74,7 @@ impl Default for ApiSettings {
             max_stream_s: DEFAULT_API_MAX_STREAM_S,
             quotas: None,
             max_connections: DEFAULT_API_MAX_CONNECTIONS,
+            callbacks: None,
         }
     }
 }

@@ -95,6 +95,10 @@ pub trait Backend: Send + Sync + Debug {
     /// (docs/semantics.md#rate-limits).
     fn rate_limits(&self) -> Arc<dyn crate::rate::RateLimitStore>;
 
+    /// The completion-webhook outbox (docs/semantics.md#completion-webhooks), when this
+    /// backend keeps one.
+    fn callbacks(&self) -> Option<Arc<dyn crate::callback::CallbackStore>>;
+
     /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
     fn tables_created(&self) -> Vec<String>;
 
@@ -143,6 +147,11 @@ macro_rules! backend_ports {
         }
         fn rate_limits(&self) -> ::std::sync::Arc<dyn $crate::rate::RateLimitStore> {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn callbacks(
+            &self,
+        ) -> ::std::option::Option<::std::sync::Arc<dyn $crate::callback::CallbackStore>> {
+            $crate::callback::CallbackPort::callback_port(self)
         }
     };
 }

@@ -103,8 +103,22 @@ impl ExecutionClient {
         request: &SubmitRequest,
         trace_parent: Option<String>,
     ) -> Result<Submitted, ExecutionError> {
+        self.submit_with(request, trace_parent, None).await
+    }
+
+    /// [`Self::submit_traced`] with a completion webhook (docs/semantics.md#completion-webhooks),
+    /// written with a newly created execution in the submit's transaction (a replay keeps the
+    /// first submission's callback). The caller has checked the callback against the API's
+    /// `callbacks` settings.
+    pub async fn submit_with(
+        &self,
+        request: &SubmitRequest,
+        trace_parent: Option<String>,
+        callback: Option<crate::callback::CallbackSpec>,
+    ) -> Result<Submitted, ExecutionError> {
         let mut prepared = prepare_submission(&self.namespace, request, &self.limits)?;
         prepared.trace_parent = trace_parent;
+        prepared.callback = callback;
         prepared.quota = self.quota;
         let new_id = prepared.id;
         let execution = self.store.submit(prepared).await?;

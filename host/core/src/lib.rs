@@ -13,6 +13,7 @@
 
 pub mod api_settings;
 pub mod backend;
+pub mod callback;
 pub mod canonical;
 pub mod client;
 pub mod codec;

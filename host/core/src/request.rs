@@ -84,6 +84,9 @@ pub struct PreparedSubmission {
     /// Set by the [`ExecutionClient`](crate::client::ExecutionClient) that carries it; not part
     /// of [`Self::digest`].
     pub quota: Option<crate::quota::SubmitQuota>,
+    /// The completion webhook written with a newly created execution, in the submit's
+    /// transaction (docs/semantics.md#completion-webhooks); not part of [`Self::digest`].
+    pub callback: Option<crate::callback::CallbackSpec>,
 }
 
 impl PreparedSubmission {
@@ -206,6 +209,7 @@ pub(crate) fn prepare_with_link(
         fairness_key,
         trace_parent: None,
         quota: None,
+        callback: None,
     })
 }
 

@@ -307,6 +307,8 @@ impl MySqlBackend {
             )
             .await?;
         }
+        // docs/semantics.md#completion-webhooks: the outbox row in this transaction.
+        self.store_callback(&mut tx, sub, now).await?;
         commit(self, tx).await?;
         Ok(inserted)
     }
@@ -346,6 +348,11 @@ impl MySqlBackend {
             tx.exec_drop(sql, Params::Positional(params)).await?;
         }
         let results = self.resolve_batch(&mut tx, written).await?;
+        for (sub, r) in written.iter().zip(&results) {
+            if sub.callback.is_some() && matches!(r, Some(Ok(x)) if x.id == sub.id) {
+                self.store_callback(&mut tx, sub, now).await?;
+            }
+        }
         let results = match gated {
             Some(g) => quota::merge(g, results),
             None => results,

@@ -27,6 +27,7 @@
 
 pub mod backend;
 mod buckets;
+mod callbacks;
 mod cancel_poll;
 mod claim;
 mod client_ops;

@@ -160,6 +160,15 @@ impl PurgeBatches for MySqlBackend {
                 )
                 .await?;
             }
+            if let Some((cb, dl)) = self.callback_tables_existing() {
+                for table in [cb, dl] {
+                    tx.exec_drop(
+                        format!("DELETE FROM `{table}` WHERE execution_id IN ({list})"),
+                        Params::Positional(ids.clone()),
+                    )
+                    .await?;
+                }
+            }
             tx.exec_drop(
                 format!("DELETE FROM `{}` WHERE execution_id IN ({list})", self.a()),
                 Params::Positional(ids.clone()),

@@ -112,6 +112,59 @@ pub fn buckets_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The completion-webhook outbox `<T>_callbacks` (docs/semantics.md#completion-webhooks).
+pub fn callbacks_table(names: &TableNames) -> String {
+    names.derived("", "callbacks")
+}
+
+/// The completion-webhook attempts `<T>_deliveries`.
+pub fn deliveries_table(names: &TableNames) -> String {
+    names.derived("", "deliveries")
+}
+
+/// `CREATE TABLE` for the outbox: one row per execution whose submit asked for a callback;
+/// `ix_<T>_callbacks_due` holds the rows by state and due time.
+pub fn callbacks_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{t}` (\n\
+  execution_id {ASCII_ID} NOT NULL,\n\
+  namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  url TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  events VARCHAR(255) NOT NULL,\n\
+  state VARCHAR(16) NOT NULL,\n\
+  attempts INT NOT NULL DEFAULT 0,\n\
+  round_start INT NOT NULL DEFAULT 0,\n\
+  next_at DATETIME(6) NOT NULL,\n\
+  claimed_until DATETIME(6) NULL,\n\
+  last_status INT NULL,\n\
+  last_error TEXT CHARACTER SET utf8mb4 NULL,\n\
+  created_at DATETIME(6) NOT NULL,\n\
+  updated_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (execution_id),\n\
+  INDEX `{ix}` (state, next_at)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        t = callbacks_table(names),
+        ix = names.derived("ix_", "callbacks_due"),
+    )]
+}
+
+/// `CREATE TABLE` for the delivery attempts: one row per attempt.
+pub fn deliveries_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  execution_id {ASCII_ID} NOT NULL,\n\
+  attempt_no INT NOT NULL,\n\
+  event VARCHAR(64) NOT NULL,\n\
+  webhook_id VARCHAR(255) NOT NULL,\n\
+  status INT NULL,\n\
+  error TEXT CHARACTER SET utf8mb4 NULL,\n\
+  at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (execution_id, attempt_no)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        deliveries_table(names)
+    )]
+}
+
 /// `CREATE TABLE` for the keys table (docs/schema.md#fair-claim-keys).
 pub fn keys_ddl(names: &TableNames) -> Vec<String> {
     vec![format!(
@@ -212,6 +265,9 @@ onestep_core::schema_features! {
         pub fair_keys: bool,
         /// The rate-limit buckets table `<T>_buckets` exists (docs/semantics.md#rate-limits).
         pub buckets_table: bool,
+        /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
+        /// (docs/semantics.md#completion-webhooks).
+        pub callbacks_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -256,6 +312,11 @@ impl SchemaFeatureSet for SchemaFeatures {
             Some(
                 "execution tables without the rate-limit buckets table (created by an older \
                  onestep?): tasks with a rate_limit claim nothing; add it online with",
+            )
+        } else if !self.callbacks_tables {
+            Some(
+                "execution tables without the completion-webhook tables (created by an older \
+                 onestep?): submits with a callback are refused; add them online with",
             )
         } else {
             None
@@ -542,6 +603,8 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
         fair_keys: table_exists(conn, &keys_table(names)).await?
             && crate::upgrade::has_fair_schema(conn, names).await?,
         buckets_table: table_exists(conn, &buckets_table(names)).await?,
+        callbacks_tables: table_exists(conn, &callbacks_table(names)).await?
+            && table_exists(conn, &deliveries_table(names)).await?,
         common: CommonFeatures {
             priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
@@ -685,6 +748,18 @@ async fn create_missing(
             conn.query_drop(stmt).await?;
         }
         created.push(b);
+    }
+    // docs/semantics.md#completion-webhooks: the outbox and its attempts.
+    for (table, ddl) in [
+        (callbacks_table(names), callbacks_ddl(names)),
+        (deliveries_table(names), deliveries_ddl(names)),
+    ] {
+        if !table_exists(conn, &table).await? {
+            for stmt in ddl {
+                conn.query_drop(stmt).await?;
+            }
+            created.push(table);
+        }
     }
     Ok(())
 }

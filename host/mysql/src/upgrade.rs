@@ -132,6 +132,9 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     out.extend(crate::schema::quotas_ddl(names));
     // The rate-limit buckets table (docs/semantics.md#rate-limits).
     out.extend(crate::schema::buckets_ddl(names));
+    // The completion-webhook outbox and its attempts (docs/semantics.md#completion-webhooks).
+    out.extend(crate::schema::callbacks_ddl(names));
+    out.extend(crate::schema::deliveries_ddl(names));
     out
 }
 
@@ -404,7 +407,9 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 14);
+        assert_eq!(sql.len(), 16);
+        assert!(sql[14].starts_with("CREATE TABLE `onestep_executions_callbacks`"));
+        assert!(sql[15].starts_with("CREATE TABLE `onestep_executions_deliveries`"));
         assert!(sql[11].starts_with("CREATE TABLE `onestep_executions_keys`"));
         assert!(sql[12].starts_with("CREATE TABLE `onestep_executions_quotas`"));
         assert!(sql[13].contains("`onestep_executions_buckets`"));

@@ -147,8 +147,8 @@ async fn upgraded_case(server: Server) {
     let report = MySqlBackend::upgrade(StoreOptions::new(&ours_dsn))
         .await
         .expect("upgrade");
-    // The execution tables exist already; only the diagnostics, keys, quotas, trace-context and
-    // buckets tables are new
+    // The execution tables exist already; only the diagnostics, keys, quotas, trace-context,
+    // buckets and webhook (callbacks, deliveries) tables are new
     // (the reference's two tables are altered additively, never replaced).
     assert_eq!(
         report.created,
@@ -157,7 +157,9 @@ async fn upgraded_case(server: Server) {
             "onestep_executions_keys",
             "onestep_executions_quotas",
             "onestep_executions_traces",
-            "onestep_executions_buckets"
+            "onestep_executions_buckets",
+            "onestep_executions_callbacks",
+            "onestep_executions_deliveries"
         ],
         "{report:?}"
     );

@@ -202,6 +202,8 @@ impl PgBackend {
                 // (docs/observability.md#traces); a replay keeps the first one.
                 self.store_trace_parent(&tx, sub.id, sub.trace_parent.as_deref(), now)
                     .await?;
+                // docs/semantics.md#completion-webhooks: the outbox row in this transaction.
+                self.store_callback(&tx, sub, now).await?;
                 as_submitted(decode_execution(&row)?, sub)?
             }
             // The id or the key is taken (the holder has committed: ON CONFLICT waits for it).
@@ -279,6 +281,13 @@ impl PgBackend {
             tx.execute(&st, &params).await?;
         }
         let results = self.resolve_batch(&tx, written).await?;
+        let created: Vec<&PreparedSubmission> = written
+            .iter()
+            .zip(&results)
+            .filter(|(s, r)| s.callback.is_some() && matches!(r, Some(Ok(x)) if x.id == s.id))
+            .map(|(s, _)| s)
+            .collect();
+        self.store_callbacks(&tx, &created, now).await?;
         let results = match gated {
             Some(g) => quota::merge(g, results),
             None => results,

@@ -27,6 +27,7 @@
 
 pub mod backend;
 mod buckets;
+mod callbacks;
 mod client_ops;
 mod diagnostics;
 pub mod dsn;

@@ -130,6 +130,15 @@ impl PurgeBatches for PgBackend {
                     )
                     .await?;
             }
+            if let Some((cb, dl)) = self.callback_tables_existing() {
+                for table in [cb, dl] {
+                    tx.execute(
+                        &format!("DELETE FROM {table} WHERE execution_id = ANY($1)"),
+                        &[&ids],
+                    )
+                    .await?;
+                }
+            }
             if let Some(tr) = self.tr_existing() {
                 tx.execute(
                     &format!("DELETE FROM {tr} WHERE execution_id = ANY($1)"),

@@ -35,6 +35,9 @@ onestep_core::schema_features! {
         pub fair_keys: bool,
         /// The rate-limit buckets table `<T>_buckets` exists (docs/semantics.md#rate-limits).
         pub buckets_table: bool,
+        /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
+        /// (docs/semantics.md#completion-webhooks).
+        pub callbacks_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -61,6 +64,12 @@ impl SchemaFeatureSet for SchemaFeatures {
             return Some(
                 "execution tables without the rate-limit buckets table (created by an older \
                  onestep?): tasks with a rate_limit claim nothing; add it online with",
+            );
+        }
+        if !self.callbacks_tables {
+            return Some(
+                "execution tables without the completion-webhook tables (created by an older \
+                 onestep?): submits with a callback are refused; add them online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -292,6 +301,65 @@ pub fn buckets_ddl(names: &TableNames) -> Vec<String> {
   PRIMARY KEY (bucket)\n\
 )",
         q(&buckets_table(names))
+    )]
+}
+
+/// The completion-webhook outbox (docs/semantics.md#completion-webhooks): `<T>_callbacks`.
+pub fn callbacks_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "callbacks")
+}
+
+/// The completion-webhook attempts: `<T>_deliveries`.
+pub fn deliveries_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "deliveries")
+}
+
+/// The outbox table (`IF NOT EXISTS`: also the upgrade's): one row per execution whose submit
+/// asked for a callback, written in the submit's transaction; `ix_<T>_callbacks_due` holds the
+/// pending rows by due time.
+pub fn callbacks_ddl(names: &TableNames) -> Vec<String> {
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+  execution_id UUID NOT NULL,\n\
+  namespace VARCHAR(255) NOT NULL,\n\
+  url TEXT NOT NULL,\n\
+  events VARCHAR(255) NOT NULL,\n\
+  state VARCHAR(16) NOT NULL,\n\
+  attempts INTEGER DEFAULT 0 NOT NULL,\n\
+  round_start INTEGER DEFAULT 0 NOT NULL,\n\
+  next_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  claimed_until TIMESTAMP WITH TIME ZONE,\n\
+  last_status INTEGER,\n\
+  last_error TEXT,\n\
+  created_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  updated_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (execution_id)\n\
+)",
+            q(&callbacks_table(names))
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {} (next_at) WHERE state = 'pending'",
+            q(&derived(&names.executions, "ix_", "callbacks_due")),
+            q(&callbacks_table(names))
+        ),
+    ]
+}
+
+/// The delivery attempts table (`IF NOT EXISTS`: also the upgrade's): one row per attempt.
+pub fn deliveries_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  execution_id UUID NOT NULL,\n\
+  attempt_no INTEGER NOT NULL,\n\
+  event VARCHAR(64) NOT NULL,\n\
+  webhook_id VARCHAR(255) NOT NULL,\n\
+  status INTEGER,\n\
+  error TEXT,\n\
+  at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (execution_id, attempt_no)\n\
+)",
+        q(&deliveries_table(names))
     )]
 }
 
@@ -600,6 +668,8 @@ pub(crate) async fn ensure_schema(
             (traces_table(names), traces_ddl(names)),
             (keys_table(names), keys_ddl(names)),
             (buckets_table(names), buckets_ddl(names)),
+            (callbacks_table(names), callbacks_ddl(names)),
+            (deliveries_table(names), deliveries_ddl(names)),
         ] {
             if !table_exists(&tx, &table).await? {
                 for stmt in ddl {
@@ -638,6 +708,8 @@ pub(crate) async fn ensure_schema(
             && index_exists(&*client, &ix_fair(names)).await?
             && index_exists(&*client, &ix_fair_running(names)).await?,
         buckets_table: table_exists(&*client, &buckets_table(names)).await?,
+        callbacks_tables: table_exists(&*client, &callbacks_table(names)).await?
+            && table_exists(&*client, &deliveries_table(names)).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

@@ -216,6 +216,8 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(std::iter::once(attempts_fillfactor_sql(names)))
         .chain(crate::schema::keys_ddl(names))
         .chain(crate::schema::buckets_ddl(names))
+        .chain(crate::schema::callbacks_ddl(names))
+        .chain(crate::schema::deliveries_ddl(names))
         .collect()
 }
 
@@ -250,6 +252,15 @@ async fn upgrade_on(
         (
             crate::schema::buckets_table(names),
             crate::schema::buckets_ddl(names),
+        ),
+        // docs/semantics.md#completion-webhooks: the outbox and its attempts (new and empty).
+        (
+            crate::schema::callbacks_table(names),
+            crate::schema::callbacks_ddl(names),
+        ),
+        (
+            crate::schema::deliveries_table(names),
+            crate::schema::deliveries_ddl(names),
         ),
     ] {
         let present: i64 = client
@@ -400,7 +411,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 15);
+        assert_eq!(sql.len(), 18);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -412,6 +423,11 @@ mod tests {
         assert!(sql[12].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
         assert!(sql[13].starts_with("CREATE INDEX IF NOT EXISTS "));
         assert!(sql[14].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_buckets\""));
+        assert!(sql[15].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_callbacks\""));
+        assert!(sql[16].contains("\"ix_onestep_executions_callbacks_due\""));
+        assert!(
+            sql[17].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deliveries\"")
+        );
         let sql = &sql[3..11];
         for s in sql {
             assert!(

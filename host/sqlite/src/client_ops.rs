@@ -314,6 +314,8 @@ impl SqliteBackend {
             if let Some(x) = insert(b, c, &sub, now)? {
                 // Only a newly created execution gets the submit's trace context.
                 b.store_trace_parent(c, sub.id, sub.trace_parent.as_deref(), now)?;
+                // docs/semantics.md#completion-webhooks: the outbox row in this transaction.
+                b.store_callback(c, &sub, now)?;
                 return Ok(x);
             }
             match futures::executor::block_on(Reads { b, c }.lookup(&sub))? {
@@ -353,6 +355,10 @@ impl SqliteBackend {
                     .into_iter()
                     .map(|x| (x.id, x))
                     .collect();
+            // docs/semantics.md#completion-webhooks: the new executions' outbox rows.
+            for sub in written.iter().filter(|s| inserted.contains_key(&s.id)) {
+                b.store_callback(c, sub, now)?;
+            }
             let mut reads = Reads { b, c };
             let mut resolved = Vec::with_capacity(written.len());
             for sub in written {

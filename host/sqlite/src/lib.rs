@@ -22,6 +22,7 @@
 
 pub mod backend;
 mod buckets;
+mod callbacks;
 mod client_ops;
 mod diagnostics;
 pub mod dsn;

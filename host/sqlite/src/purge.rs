@@ -119,6 +119,10 @@ impl PurgeBatches for SqliteBackend {
                 if let Some(tr) = b.tr_existing() {
                     delete(&tr, "execution_id")?;
                 }
+                if let Some((cb, dl)) = b.callback_tables_existing() {
+                    delete(&cb, "execution_id")?;
+                    delete(&dl, "execution_id")?;
+                }
                 removed.attempts = delete(a, "execution_id")? as u64;
                 removed.executions = delete(b.t(), "id")? as u64;
                 Ok((last, removed))

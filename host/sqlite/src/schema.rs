@@ -24,6 +24,9 @@ onestep_core::schema_features! {
         pub fair_keys: bool,
         /// The rate-limit buckets table `<T>_buckets` exists (docs/semantics.md#rate-limits).
         pub buckets_table: bool,
+        /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
+        /// (docs/semantics.md#completion-webhooks).
+        pub callbacks_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected.
     pub type SchemaReport;
@@ -53,6 +56,12 @@ impl SchemaFeatureSet for SchemaFeatures {
                 "execution tables without the fairness-keys table and the fair claim's indexes: \
                  claims serve one namespace in plain priority order, and claims of several \
                  namespaces, with weights or with max_running_per_key are refused; add them with",
+            );
+        }
+        if !self.callbacks_tables {
+            return Some(
+                "execution tables without the completion-webhook tables (created by an older \
+                 onestep): submits with a callback are refused; add them with",
             );
         }
         (!self.buckets_table).then_some(
@@ -110,6 +119,58 @@ pub fn buckets_ddl(names: &TableNames) -> String {
   paused_until TEXT\n\
 ) WITHOUT ROWID",
         q(&buckets_table(names))
+    )
+}
+
+/// The completion-webhook outbox: `<T>_callbacks` (docs/semantics.md#completion-webhooks).
+pub fn callbacks_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "callbacks")
+}
+
+/// The completion-webhook attempts: `<T>_deliveries`.
+pub fn deliveries_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "deliveries")
+}
+
+/// `CREATE TABLE` + index for the outbox: one row per execution whose submit asked for a
+/// callback; `ix_<T>_callbacks_due` holds the pending rows by due time.
+pub fn callbacks_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {t} (\n\
+  execution_id TEXT NOT NULL PRIMARY KEY,\n\
+  namespace TEXT NOT NULL,\n\
+  url TEXT NOT NULL,\n\
+  events TEXT NOT NULL,\n\
+  state TEXT NOT NULL,\n\
+  attempts INTEGER NOT NULL DEFAULT 0,\n\
+  round_start INTEGER NOT NULL DEFAULT 0,\n\
+  next_at TEXT NOT NULL,\n\
+  claimed_until TEXT,\n\
+  last_status INTEGER,\n\
+  last_error TEXT,\n\
+  created_at TEXT NOT NULL,\n\
+  updated_at TEXT NOT NULL\n\
+) WITHOUT ROWID;\n\
+CREATE INDEX IF NOT EXISTS {ix} ON {t} (next_at) WHERE state = 'pending'",
+        t = q(&callbacks_table(names)),
+        ix = q(&derived(&names.executions, "ix_", "callbacks_due")),
+    )
+}
+
+/// `CREATE TABLE` for the delivery attempts: one row per attempt.
+pub fn deliveries_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  execution_id TEXT NOT NULL,\n\
+  attempt_no INTEGER NOT NULL,\n\
+  event TEXT NOT NULL,\n\
+  webhook_id TEXT NOT NULL,\n\
+  status INTEGER,\n\
+  error TEXT,\n\
+  at TEXT NOT NULL,\n\
+  PRIMARY KEY (execution_id, attempt_no)\n\
+) WITHOUT ROWID",
+        q(&deliveries_table(names))
     )
 }
 
@@ -422,6 +483,15 @@ pub(crate) fn ensure_schema(
             tx.execute_batch(&buckets_ddl(names))?;
             created.push(b);
         }
+        for (table, ddl) in [
+            (callbacks_table(names), callbacks_ddl(names)),
+            (deliveries_table(names), deliveries_ddl(names)),
+        ] {
+            if !exists(&tx, "table", &table)? {
+                tx.execute_batch(&ddl)?;
+                created.push(table);
+            }
+        }
         tx.commit()?;
     } else {
         let mut missing = Vec::new();
@@ -452,6 +522,8 @@ pub(crate) fn ensure_schema(
         expiry_index: exists(c, "index", &derived(t, "ix_", "expiry"))?,
         fair_keys,
         buckets_table: exists(c, "table", &buckets_table(names))?,
+        callbacks_tables: exists(c, "table", &callbacks_table(names))?
+            && exists(c, "table", &deliveries_table(names))?,
         common: CommonFeatures {
             list_indexes: exists(c, "index", &derived(t, "ix_", "status"))?
                 && exists(c, "index", &derived(t, "ix_", "status_list"))?

@@ -90,6 +90,9 @@ pub struct Fixture {
     pub probe: Arc<dyn Probe>,
     /// The store's rate-limit buckets (docs/semantics.md#rate-limits), on the same clock.
     pub buckets: Arc<dyn RateLimitStore>,
+    /// The store's completion-webhook outbox (docs/semantics.md#completion-webhooks), when it
+    /// keeps one.
+    pub callbacks: Option<Arc<dyn onestep_core::callback::CallbackStore>>,
     /// The store's clock.
     pub clock: Arc<ManualClock>,
     /// The store's limits.
@@ -108,9 +111,15 @@ impl Fixture {
         handle: String,
     ) -> Fixture
     where
-        B: ExecutionStore + LeaseStore + RateLimitStore + Clone + 'static,
+        B: ExecutionStore
+            + LeaseStore
+            + RateLimitStore
+            + onestep_core::callback::CallbackPort
+            + Clone
+            + 'static,
     {
         Fixture {
+            callbacks: onestep_core::callback::CallbackPort::callback_port(&backend),
             buckets: Arc::new(backend.clone()),
             store: Arc::new(backend.clone()),
             leases: Arc::new(backend),
@@ -291,7 +300,11 @@ macro_rules! conformance_tests {
             quota_retrying_rows_count,
             quota_running_and_finished_rows_do_not_count,
             quota_batch_answers_per_item,
-            quota_concurrent_submitters_stop_at_the_limit
+            quota_concurrent_submitters_stop_at_the_limit,
+            callbacks_written_with_new_executions_only,
+            callbacks_due_once_terminal_and_retried_after_backoff,
+            callbacks_claim_lease_runs_out,
+            callbacks_dead_then_redelivered
         }
     };
     (@list () $($name:ident),*) => {

@@ -60,6 +60,7 @@ impl FixtureFactory for PerLeaseFactory {
         Ok(Fixture {
             buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
             store: store.clone(),
+            callbacks: Some(store.clone()),
             leases: Arc::new(PerLease(store.clone())),
             probe: store,
             clock,

@@ -80,6 +80,9 @@
 //! * [`ui_browser`]: the dashboard in a real headless Chromium over WebDriver: log in, list,
 //!   filter, detail, cancel, retry, bulk cancel, a read token without actions, page loads on
 //!   100k rows.
+//! * [`webhooks`]: completion webhooks against loopback receivers on every server and SQLite:
+//!   retries then one acknowledged delivery, `dead` past the retry window, signatures checked by
+//!   the Standard Webhooks reference implementation, refusals at submit, `kill -9` mid-delivery.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
 //!
@@ -133,3 +136,4 @@ mod traces;
 mod ui_browser;
 mod upgrade;
 mod watch;
+mod webhooks;

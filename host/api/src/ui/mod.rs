@@ -251,6 +251,7 @@ pub struct DetailParams {
 
 async fn detail_fragment(
     Caller(client, role): Caller,
+    State(state): State<ApiState>,
     ExecutionId(id): ExecutionId,
     query: Result<Query<DetailParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -259,6 +260,11 @@ async fn detail_fragment(
     let attempts = client.attempts(id).await?.unwrap_or_default();
     let cancel_reason = match execution.cancel_requested_at {
         Some(_) => client.cancel_reason(id).await?.flatten(),
+        None => None,
+    };
+    // docs/ui.md#deliveries: the completion webhook, when the execution has one.
+    let deliveries = match state.callback_store() {
+        Some(store) => store.deliveries(client.namespace(), id).await?,
         None => None,
     };
     Ok(html(render::render(
@@ -270,6 +276,7 @@ async fn detail_fragment(
             role.can_cancel(),
             role.can_operate(),
             params.values.unwrap_or(true),
+            deliveries.as_ref(),
         ),
     )))
 }

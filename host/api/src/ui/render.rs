@@ -122,6 +122,49 @@ impl From<&Execution> for ListRow {
     }
 }
 
+/// The detail page's deliveries section (docs/ui.md#deliveries): an execution's completion
+/// webhook and its attempts.
+#[derive(Debug, Serialize)]
+pub struct DeliveriesBlock {
+    url: String,
+    state: String,
+    attempts: u32,
+    next_at: String,
+    items: Vec<DeliveryRow>,
+}
+
+/// One delivery attempt of the deliveries section.
+#[derive(Debug, Serialize)]
+pub struct DeliveryRow {
+    attempt: u32,
+    event: String,
+    at: String,
+    status: String,
+    error: String,
+}
+
+impl From<&onestep_core::callback::CallbackRecord> for DeliveriesBlock {
+    fn from(r: &onestep_core::callback::CallbackRecord) -> Self {
+        DeliveriesBlock {
+            url: r.url.clone(),
+            state: r.state.as_str().to_owned(),
+            attempts: r.attempts,
+            next_at: instant(r.next_at),
+            items: r
+                .deliveries
+                .iter()
+                .map(|d| DeliveryRow {
+                    attempt: d.attempt_no,
+                    event: d.event.clone(),
+                    at: instant(Some(d.at)),
+                    status: d.status.map(|s| s.to_string()).unwrap_or_default(),
+                    error: d.error.clone().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One attempt of the detail page's attempts table, with its persisted diagnostics
 /// (docs/observability.md#attempt-diagnostics); the fields are empty where nothing was stored.
 #[derive(Debug, Serialize)]
@@ -365,6 +408,7 @@ pub fn detail_context(
     can_cancel: bool,
     can_operate: bool,
     with_values: bool,
+    deliveries: Option<&onestep_core::callback::CallbackRecord>,
 ) -> minijinja::Value {
     let with_values = with_values || e.terminal();
     let mut values = Vec::new();
@@ -395,6 +439,8 @@ pub fn detail_context(
         retry_of => rerun::retry_of(e).map(|id| id.to_string()),
         timeline => timeline(e),
         attempts => attempts.iter().map(AttemptRow::from).collect::<Vec<_>>(),
+        deliveries => deliveries.map(DeliveriesBlock::from),
+        can_redeliver => can_operate && deliveries.is_some(),
         values => values,
         with_values => with_values,
         preview_kib => PREVIEW_BYTES / 1024,

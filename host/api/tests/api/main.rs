@@ -8,6 +8,7 @@
 mod attempts;
 mod bad_input;
 mod batch;
+mod callbacks;
 mod concurrency;
 mod endpoints;
 mod hostile;

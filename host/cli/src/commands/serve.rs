@@ -96,10 +96,51 @@ async fn serve(config: &AppConfig, listen: Option<SocketAddr>) -> u8 {
     };
     let local = listener.local_addr().map_or(listen, |a| a);
     tracing::info!(address = %local, "onestep API listening on http://{local}");
+    let stop_sender = tokio_util::sync::CancellationToken::new();
+    let sender = match start_sender(&backend, config, stop_sender.clone()) {
+        Ok(s) => s,
+        Err(msg) => {
+            tracing::error!("{msg}");
+            eprintln!("onestep serve: {msg}");
+            let _ = backend.close().await;
+            return 1;
+        }
+    };
     serve_on(listener, state, shutdown_signal()).await;
+    stop_sender.cancel();
+    if let Some(s) = sender {
+        let _ = s.await;
+    }
     let _ = backend.close().await;
     tracing::info!("onestep API stopped");
     0
+}
+
+/// Starts the completion-webhook sender (docs/semantics.md#completion-webhooks) when
+/// `api.callbacks` is configured and the backend keeps an outbox; it runs until `stop`.
+fn start_sender(
+    backend: &Store,
+    config: &AppConfig,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+    let Some(settings) = config
+        .api
+        .as_ref()
+        .and_then(|a| a.settings.callbacks.clone())
+    else {
+        return Ok(None);
+    };
+    let Some(store) = backend.callbacks() else {
+        tracing::warn!(
+            backend = backend.kind(),
+            "api.callbacks is configured but this backend keeps no webhook outbox: submits \
+             with a callback are refused"
+        );
+        return Ok(None);
+    };
+    let sender =
+        onestep_api::callbacks::CallbackSender::new(store, backend.executions(), settings)?;
+    Ok(Some(tokio::spawn(sender.run(stop))))
 }
 
 type Prepared = (Store, ApiState, SocketAddr);
@@ -258,7 +299,11 @@ pub(crate) async fn open_api(
     )
     .map_err(|e| usage(format!("api: {e}")))?;
     // The dashboard's overview figures.
-    let state = state.with_insights(backend.insights());
+    let mut state = state.with_insights(backend.insights());
+    // Completion webhooks (docs/semantics.md#completion-webhooks): the outbox of the store.
+    if let Some(callbacks) = backend.callbacks() {
+        state = state.with_callbacks(callbacks);
+    }
     Ok((backend, state))
 }
 

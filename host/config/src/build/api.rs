@@ -18,7 +18,7 @@ use crate::model::{ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, Secret};
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
-pub const API_KEYS: [&str; 17] = [
+pub const API_KEYS: [&str; 18] = [
     "listen",
     "connector",
     "table",
@@ -36,6 +36,7 @@ pub const API_KEYS: [&str; 17] = [
     "max_connections",
     "max_stream_s",
     "quotas",
+    "callbacks",
 ];
 /// Keys accepted in `api.metrics`.
 pub const API_METRICS_KEYS: [&str; 1] = ["public"];
@@ -156,6 +157,7 @@ pub fn build_api(
         onestep_core::api_settings::DEFAULT_API_MAX_CONNECTIONS,
     )?;
     let quotas = super::quota::build_quotas(node)?;
+    let callbacks = super::callbacks::build_callbacks(node)?;
     Ok(ApiConfig {
         listen,
         connector,
@@ -173,6 +175,7 @@ pub fn build_api(
             max_stream_s,
             quotas,
             max_connections,
+            callbacks,
         },
     })
 }

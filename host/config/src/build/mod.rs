@@ -2,6 +2,7 @@
 //! enforcing the checks that apply with and without `--strict`.
 
 pub mod api;
+pub mod callbacks;
 pub mod network;
 pub mod quota;
 pub(crate) mod rate_limit;

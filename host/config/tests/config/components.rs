@@ -1171,3 +1171,107 @@ fn api_quotas() {
             .contains("namespace 'acme' is listed twice")
     );
 }
+
+#[test]
+fn api_callbacks() {
+    const A: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const B: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let load_api = |callbacks: &str| {
+        onestep_config::load_str(
+            &format!(
+                "app: {{name: x}}\nresources:\n  db: {{type: mysql, dsn: x}}\napi: {{connector: db, namespace: n, callbacks: {callbacks}}}\n"
+            ),
+            Path::new("/srv/app.yaml"),
+            &crate::common::opts(true),
+        )
+    };
+    let cfg = onestep_config::load_str(
+        "app: {name: x}\nresources:\n  db: {type: mysql, dsn: x}\napi: {connector: db, namespace: n}\n",
+        Path::new("/srv/app.yaml"),
+        &crate::common::opts(true),
+    )
+    .expect("no callbacks");
+    assert_eq!(cfg.api.expect("api").settings.callbacks, None);
+    let cfg = load_api(&format!(
+        "{{allow: [https://hooks.example.com, 'http://127.0.0.1:9000'], secrets: '{A} {B}', \
+         namespaces: {{acme: {{secrets: [{B}]}}}}, retry: {{max_attempts: 3, first_backoff_s: 0.5}}, timeout_s: 2}}"
+    ))
+    .expect("callbacks");
+    let c = cfg.api.expect("api").settings.callbacks.expect("callbacks");
+    assert_eq!(c.allow.len(), 2);
+    assert_eq!(c.allow[0].to_string(), "https://hooks.example.com:443");
+    assert_eq!(c.secrets_for("n").len(), 2, "rotation: both sign");
+    assert_eq!(c.secrets_for("acme").len(), 1);
+    assert_eq!(c.max_attempts, 3);
+    assert_eq!(c.first_backoff, std::time::Duration::from_millis(500));
+    assert_eq!(c.timeout, std::time::Duration::from_secs(2));
+    let d = load_api(&format!("{{allow: [https://h.example.com], secrets: {A}}}"))
+        .expect("defaults")
+        .api
+        .expect("api")
+        .settings
+        .callbacks
+        .expect("callbacks");
+    assert_eq!(
+        (d.max_attempts, d.first_backoff, d.timeout),
+        (
+            8,
+            std::time::Duration::from_secs(5),
+            std::time::Duration::from_secs(10)
+        )
+    );
+    let e = |body: &str| load_api(body).expect_err(body).to_string();
+    assert!(e("[1]").starts_with("api: callbacks must be a mapping"));
+    assert!(e(&format!("{{secrets: {A}}}")).starts_with("api.callbacks: allow is required"));
+    assert!(e(&format!("{{allow: [], secrets: {A}}}")).contains("allow must be a non-empty list"));
+    let bad = e(&format!(
+        "{{allow: ['https://h.example.com/path'], secrets: {A}}}"
+    ));
+    assert!(bad.starts_with("api.callbacks.allow[0]: "), "{bad}");
+    let dup = e(&format!(
+        "{{allow: [https://h.example.com, 'https://H.example.com:443'], secrets: {A}}}"
+    ));
+    assert!(
+        dup.contains("duplicate origin https://h.example.com:443"),
+        "{dup}"
+    );
+    assert!(
+        e("{allow: [https://h.example.com]}").starts_with("api.callbacks: secrets is required")
+    );
+    let wrong = e("{allow: [https://h.example.com], secrets: 'whsec_c2hvcnQ= hunter2'}");
+    assert!(wrong.starts_with("api.callbacks.secrets: "), "{wrong}");
+    assert!(
+        !wrong.contains("hunter2") && !wrong.contains("c2hvcnQ"),
+        "never the secret: {wrong}"
+    );
+    assert!(
+        e(&format!(
+            "{{allow: [https://h.example.com], secrets: {A}, retry: {{max_attempts: 0}}}}"
+        ))
+        .contains("api.callbacks.retry: max_attempts must be an integer from 1 to 100")
+    );
+    assert!(
+        e(&format!(
+            "{{allow: [https://h.example.com], secrets: {A}, retry: {{first_backoff_s: 0}}}}"
+        ))
+        .contains("first_backoff_s must be a number > 0 and <= 3600")
+    );
+    assert!(
+        e(&format!(
+            "{{allow: [https://h.example.com], secrets: {A}, timeout_s: 301}}"
+        ))
+        .contains("timeout_s must be a number > 0 and <= 300")
+    );
+    assert!(
+        e(&format!(
+            "{{allow: [https://h.example.com], secrets: {A}, retries: 1}}"
+        ))
+        .contains("unsupported fields for api.callbacks: retries")
+    );
+    assert!(
+        e(&format!(
+            "{{allow: [https://h.example.com], secrets: {A}, namespaces: {{acme: {{}}}}}}"
+        ))
+        .starts_with("api.callbacks.namespaces.acme: secrets is required")
+    );
+}

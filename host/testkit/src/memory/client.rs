@@ -91,6 +91,11 @@ fn submit_in(
     if let Some(key) = key {
         state.keys.insert(key, sub.id);
     }
+    if let Some(cb) = &sub.callback {
+        state
+            .callbacks
+            .insert(sub.id, super::callbacks::MemCallback::new(sub, cb, now));
+    }
     Ok(execution)
 }
 

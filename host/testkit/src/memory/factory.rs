@@ -38,6 +38,7 @@ impl FixtureFactory for MemoryFactory {
         Ok(Fixture {
             buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
             store: store.clone(),
+            callbacks: Some(store.clone()),
             leases: store.clone(),
             probe: store,
             clock,

@@ -15,6 +15,7 @@
 //! from core (`ExecutionStatus`, `CompletionStatus::allowed_sources`, `attempt_status_for`),
 //! values go through the core codec, and list pages use the core cursor.
 
+mod callbacks;
 mod client;
 mod factory;
 mod lease;
@@ -140,6 +141,8 @@ pub(crate) struct State {
     /// The fair claim's passes: `(task_name, namespace, fairness key)` → pass, for keys with
     /// pending work (docs/semantics.md#fair-claim).
     pub(crate) passes: HashMap<(String, String, String), i64>,
+    /// Completion webhooks by execution id (docs/semantics.md#completion-webhooks).
+    pub(crate) callbacks: HashMap<Uuid, callbacks::MemCallback>,
 }
 
 #[derive(Debug, Default)]

@@ -322,6 +322,11 @@
           flash.append(a);
           flash.className = "flash ok";
           flash.hidden = false;
+        } else if (action === "redeliver") {
+          const ok = await confirmAction("Deliver the completion webhook of " + id + " again?", false);
+          if (!ok) return;
+          await call("POST", "/v1/executions/" + id + "/deliveries:redeliver");
+          say("Redelivery scheduled.", "ok");
         }
         await loadDetail(id);
       })().catch(function (e) { say(e.message, "error"); });
