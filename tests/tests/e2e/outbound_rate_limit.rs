@@ -70,7 +70,9 @@ async fn answer(State(seen): State<Shared>) -> impl IntoResponse {
     // The server's bucket: 10 % over the limit, two tokens more burst.
     let rate = PER_SECOND * 1.1;
     let burst = f64::from(BURST) + 2.0;
-    let elapsed = s.refilled.map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+    let elapsed = s
+        .refilled
+        .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
     s.tokens = if s.refilled.is_none() {
         burst
     } else {
@@ -89,9 +91,7 @@ async fn answer(State(seen): State<Shared>) -> impl IntoResponse {
 }
 
 async fn start_server(seen: Shared) -> Result<u16> {
-    let app = Router::new()
-        .route("/r/{i}", get(answer))
-        .with_state(seen);
+    let app = Router::new().route("/r/{i}", get(answer)).with_state(seen);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     tokio::spawn(async move {
@@ -184,7 +184,11 @@ async fn case(env: Arc<onestep_e2e::Env>) -> Result<()> {
     tokio::time::sleep_until((to + Duration::from_millis(200)).into()).await;
     let (in_window, refused) = {
         let s = lock(&seen);
-        let n = s.accepted.iter().filter(|t| **t >= from && **t < to).count();
+        let n = s
+            .accepted
+            .iter()
+            .filter(|t| **t >= from && **t < to)
+            .count();
         (n, s.refused.len())
     };
     let expected = PER_SECOND * window.as_secs_f64();
@@ -246,7 +250,10 @@ async fn case(env: Arc<onestep_e2e::Env>) -> Result<()> {
             workers.insert(a.worker_id.clone());
         }
     }
-    ensure!(workers.len() == 3, "all three workers ran guests: {workers:?}");
+    ensure!(
+        workers.len() == 3,
+        "all three workers ran guests: {workers:?}"
+    );
     // Each attempt's diagnostics say how long its requests waited for tokens.
     let origin = format!("outbound rate limit of http://127.0.0.1:{port}:");
     for id in &ids {
@@ -255,7 +262,9 @@ async fn case(env: Arc<onestep_e2e::Env>) -> Result<()> {
             .map(|t| t.lines.into_iter().map(|l| l.message).collect())
             .unwrap_or_default();
         ensure!(
-            lines.iter().any(|l| l.contains(&origin) && l.contains("waited")),
+            lines
+                .iter()
+                .any(|l| l.contains(&origin) && l.contains("waited")),
             "{id}: no rate-limit line in the attempt's diagnostics: {lines:?}"
         );
     }

@@ -30,8 +30,8 @@ use client::Clients;
 pub use client::{Resolver, Resolving};
 pub use onestep_core::sandbox::{AllowedOrigin, NetworkSettings};
 pub use onestep_core::settings::Secret;
-use send::Hooks;
 pub use outbound::OriginLimitTotals;
+use send::Hooks;
 pub use send::HttpTotals;
 
 /// The `wasi:http` part of one attempt's store data.

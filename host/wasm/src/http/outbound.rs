@@ -99,10 +99,14 @@ impl NoToken {
     pub(crate) fn error(&self, origin: &str) -> Error {
         let text = match self {
             NoToken::Cancelled => {
-                format!("the attempt was cancelled while waiting for a token of the outbound rate limit of {origin}")
+                format!(
+                    "the attempt was cancelled while waiting for a token of the outbound rate limit of {origin}"
+                )
             }
             NoToken::Deadline => {
-                format!("the attempt's deadline passed while waiting for a token of the outbound rate limit of {origin}")
+                format!(
+                    "the attempt's deadline passed while waiting for a token of the outbound rate limit of {origin}"
+                )
             }
             NoToken::Store(e) => {
                 format!("the outbound rate limit of {origin} cannot be read: {e}")
@@ -205,7 +209,11 @@ impl Limited {
 /// it is a valid value after `now`. Delays beyond [`MAX_PAUSE`](onestep_core::rate::MAX_PAUSE)
 /// are cut to it.
 pub(crate) fn retry_after(headers: &http::HeaderMap, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let value = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
     let max = onestep_core::rate::MAX_PAUSE.as_secs();
     let until = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // An overlong number of digits is a very long delay.
@@ -265,7 +273,14 @@ mod tests {
             retry_after(&headers("Mon, 07 Nov 1994 08:49:37 GMT"), now),
             Some(now + chrono::Duration::seconds(3600))
         );
-        for none in ["0", "-5", "1.5", "soon", "", "Sun, 06 Nov 1994 08:49:00 GMT"] {
+        for none in [
+            "0",
+            "-5",
+            "1.5",
+            "soon",
+            "",
+            "Sun, 06 Nov 1994 08:49:00 GMT",
+        ] {
             assert_eq!(retry_after(&headers(none), now), None, "{none:?}");
         }
         assert_eq!(retry_after(&http::HeaderMap::new(), now), None);
@@ -335,7 +350,11 @@ mod tests {
         assert_eq!(free.granted, 1, "only a 429 with Retry-After pauses");
         l.after_response(http::StatusCode::TOO_MANY_REQUESTS, &headers("30"))
             .await;
-        let paused = other.store.take(&other.bucket, other.rate, 1).await.expect("take");
+        let paused = other
+            .store
+            .take(&other.bucket, other.rate, 1)
+            .await
+            .expect("take");
         assert!(paused.paused && paused.granted == 0, "{paused:?}");
         assert!(
             paused.retry_in.is_some_and(|d| d > Duration::from_secs(25)),

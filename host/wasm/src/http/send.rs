@@ -27,8 +27,8 @@ use super::client::{AttemptClients, CONNECT_TIMEOUT, ConnectError};
 use super::outbound::{LimitTally, Limited};
 use crate::cancel::CancelHandle;
 use crate::context::LogIds;
-use onestep_core::rate::RateLimitStore;
 use crate::log_budget::LogBudget;
+use onestep_core::rate::RateLimitStore;
 use onestep_core::sandbox::NetworkSettings;
 
 /// Future `send_request` returns.
