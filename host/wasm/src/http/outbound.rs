@@ -205,9 +205,9 @@ impl Limited {
     }
 }
 
-/// When a response's `Retry-After` (RFC 9110 §10.2.3: delay-seconds or an HTTP-date) ends, if
-/// it is a valid value after `now`. Delays beyond [`MAX_PAUSE`](onestep_core::rate::MAX_PAUSE)
-/// are cut to it.
+/// When a response's `Retry-After` (delay-seconds or an HTTP-date,
+/// docs/semantics.md#outbound-rate-limits) ends, if it is a valid value after `now`. Delays
+/// beyond [`MAX_PAUSE`](onestep_core::rate::MAX_PAUSE) are cut to it.
 pub(crate) fn retry_after(headers: &http::HeaderMap, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let value = headers
         .get(http::header::RETRY_AFTER)?
