@@ -17,7 +17,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -100,6 +100,24 @@ async fn start_server(seen: Shared) -> Result<u16> {
     Ok(port)
 }
 
+/// The body of `GET url` (curl, as the other metrics tests).
+fn scrape(url: &str) -> Result<String> {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--fail", url])
+        .output()
+        .context("cannot run curl")?;
+    ensure!(out.status.success(), "GET {url}: {:?}", out.status);
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The sum of the samples of `name` whose label set contains `label` (Prometheus text).
+fn sample(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn window() -> Duration {
     let s = std::env::var("ONESTEP_E2E_OUTBOUND_WINDOW_S")
         .ok()
@@ -156,9 +174,16 @@ async fn case(env: Arc<onestep_e2e::Env>) -> Result<()> {
     let seen: Shared = Arc::default();
     let port = start_server(seen.clone()).await?.to_string();
     let envs = [("OUT_PORT", port.as_str())];
-    let _w1 = env.spawn_worker_env("w1", &envs, &[])?;
-    let _w2 = env.spawn_worker_env("w2", &envs, &[])?;
-    let _w3 = env.spawn_worker_env("w3", &envs, &[])?;
+    let mut metrics = Vec::new();
+    let mut workers_alive = Vec::new();
+    for w in ["w1", "w2", "w3"] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        workers_alive.push(env.spawn_worker_env(w, &envs, &["--metrics-addr", &addr])?);
+        metrics.push(format!("http://{addr}/metrics"));
+    }
     let window = window();
     // Far more requests than the window lets through: every guest is still asking at its end.
     let repeat = (PER_SECOND * (window.as_secs_f64() + 30.0)) as u64;
@@ -268,6 +293,39 @@ async fn case(env: Arc<onestep_e2e::Env>) -> Result<()> {
             "{id}: no rate-limit line in the attempt's diagnostics: {lines:?}"
         );
     }
+    // Every worker's `/metrics`: the tokens taken are the requests the server saw (plus at most
+    // one per guest cancelled on its way), one pause in all, and waits with their time.
+    let origin_label = format!("origin=\"http://127.0.0.1:{port}\"");
+    let mut sums = std::collections::BTreeMap::<&str, f64>::new();
+    for url in &metrics {
+        let text = scrape(url)?;
+        for name in [
+            "onestep_outbound_rate_limit_tokens_total",
+            "onestep_outbound_rate_limit_waits_total",
+            "onestep_outbound_rate_limit_wait_seconds_total",
+            "onestep_outbound_rate_limit_pauses_total",
+            "onestep_outbound_rate_limit_errors_total",
+        ] {
+            *sums.entry(name).or_default() += sample(&text, name, &origin_label);
+        }
+    }
+    let seen_total = {
+        let s = lock(&seen);
+        (s.accepted.len() + s.refused.len()) as f64
+    };
+    let tokens = sums["onestep_outbound_rate_limit_tokens_total"];
+    ensure!(
+        tokens >= seen_total && tokens <= seen_total + GUESTS as f64,
+        "tokens {tokens} vs {seen_total} requests seen: {sums:?}"
+    );
+    ensure!(
+        sums["onestep_outbound_rate_limit_pauses_total"] == 1.0
+            && sums["onestep_outbound_rate_limit_errors_total"] == 0.0
+            && sums["onestep_outbound_rate_limit_waits_total"] > 0.0
+            && sums["onestep_outbound_rate_limit_wait_seconds_total"] > 0.0,
+        "{sums:?}"
+    );
+    drop(workers_alive);
     let log = env.worker_logs();
     ensure!(
         log.contains("outbound origin answered 429 with Retry-After: paused for the fleet"),
