@@ -333,6 +333,70 @@ mod tests {
         assert!(e.contains("http://x:80"), "{e}");
     }
 
+    /// A store whose database is gone.
+    struct Down;
+
+    #[async_trait::async_trait]
+    impl RateLimitStore for Down {
+        async fn take(
+            &self,
+            _: &str,
+            _: RateLimit,
+            _: u32,
+        ) -> Result<onestep_core::rate::Take, onestep_core::ExecutionError> {
+            Err(onestep_core::ExecutionError::invalid(
+                "the database is down",
+            ))
+        }
+        async fn refund(
+            &self,
+            _: &str,
+            _: RateLimit,
+            _: u32,
+        ) -> Result<(), onestep_core::ExecutionError> {
+            Err(onestep_core::ExecutionError::invalid(
+                "the database is down",
+            ))
+        }
+        async fn pause(
+            &self,
+            _: &str,
+            _: RateLimit,
+            _: DateTime<Utc>,
+        ) -> Result<(), onestep_core::ExecutionError> {
+            Err(onestep_core::ExecutionError::invalid(
+                "the database is down",
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bucket_that_cannot_be_read_fails_the_request_closed() {
+        let l = Limited {
+            store: Arc::new(Down),
+            ..limited(RateLimit {
+                per_second: 1.0,
+                burst: 1,
+            })
+        };
+        let (wait, got) = l.acquire(&CancelHandle::new(), None).await;
+        assert!(wait.is_none(), "{wait:?}");
+        let Err(no) = got else {
+            panic!("a request went out without a token");
+        };
+        let e = no.error(&l.origin).to_string();
+        assert!(
+            e.contains("the outbound rate limit of http://127.0.0.1:9 cannot be read")
+                && e.contains("the database is down"),
+            "{e}"
+        );
+        // A pause that cannot be written is counted; the response still goes to the guest.
+        l.after_response(http::StatusCode::TOO_MANY_REQUESTS, &headers("5"))
+            .await;
+        let t = &l.tally.totals()[0];
+        assert_eq!((t.tokens, t.errors, t.pauses), (0, 2, 0), "{t:?}");
+    }
+
     #[tokio::test]
     async fn a_429_with_retry_after_pauses_the_bucket_for_everyone() {
         let l = limited(RateLimit {
