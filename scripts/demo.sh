@@ -100,21 +100,25 @@ trap stop_worker EXIT
 echo "worker pid $WORKER_PID, log $WORKER_LOG, metrics $METRICS/metrics" >&2
 
 log "submissions"
+status=0
 RUN="$(date +%s)"
 declare -a IDS=()
-submit() { # TASK PAYLOAD KEY
+submit() { # TASK PAYLOAD KEY [FAIRNESS_KEY]
     local out id
-    out="$("$BIN" submit "$1" --config "$CONFIG" --payload "$2" --key "$3" --json)"
+    out="$("$BIN" submit "$1" --config "$CONFIG" --payload "$2" --key "$3" ${4:+--fairness-key "$4"} --json)"
     id="$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
     IDS+=("$id")
     printf '%-10s %-40s -> %s\n' "$1" "$2" "$id"
 }
+# Two end customers (fairness keys) share the task: the fair claim serves them in turn.
 for doc in Apache-2.0 GPL-3 MPL-2.0 BSD Artistic; do
-    submit summarize "{\"path\": \"/docs/$doc\"}" "demo-$RUN-$doc"
+    submit summarize "{\"path\": \"/docs/$doc\"}" "demo-$RUN-$doc" tenant-a
 done
 for doc in lease-protocol.md state-machine.md; do
-    submit summarize "{\"path\": \"/repo-docs/$doc\"}" "demo-$RUN-$doc"
+    submit summarize "{\"path\": \"/repo-docs/$doc\"}" "demo-$RUN-$doc" tenant-b
 done
+log "the queue by fairness key right after submitting (onestep list --by-key: waiting and running per key, every worker)"
+"$BIN" list --by-key --config "$CONFIG" || status=1
 submit flaky '{"succeed_on_attempt": 3}' "demo-$RUN-flaky"
 # A handler calling a local HTTP service: the worker's own /healthz, through the allow-list.
 for _ in $(seq 1 50); do curl -fsS "$METRICS/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
@@ -122,7 +126,6 @@ submit fetch "{\"url\": \"$METRICS/healthz\"}" "demo-$RUN-fetch"
 submit fetch "{\"urls\": [\"http://demo@127.0.0.1:$METRICS_PORT/healthz\", \"http://127.0.0.1.:$METRICS_PORT/healthz\", \"$METRICS/healthz\"]}" "demo-$RUN-fetch-spellings"
 
 log "results"
-status=0
 for id in "${IDS[@]}"; do
     if ! "$BIN" wait "$id" --config "$CONFIG" --timeout 120 --json >"$ROOT/target/demo/$id.json"; then
         status=1
@@ -206,12 +209,12 @@ AGENT_ID="$(curl -fsS -X POST "$API/v1/executions" -H "Authorization: Bearer $TO
     -d '{"task_name": "my-agent", "payload": {"prompt": "Name three prime numbers."}}' |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
 echo "submitted my-agent over HTTP -> $AGENT_ID" >&2
+# One request that answers as soon as the execution is terminal (?wait=S, at most 60 s), no polling.
 AGENT_STATUS=""
-for _ in $(seq 1 600); do
-    AGENT_STATUS="$(curl -fsS "$API/v1/executions/$AGENT_ID" -H "Authorization: Bearer $TOKEN" |
+for _ in 1 2; do
+    AGENT_STATUS="$(curl -fsS "$API/v1/executions/$AGENT_ID?wait=60" -H "Authorization: Bearer $TOKEN" |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')"
     case "$AGENT_STATUS" in succeeded|failed|cancelled|expired) break ;; esac
-    sleep 0.2
 done
 echo "$AGENT_ID  my-agent  $AGENT_STATUS  result=$(curl -fsS "$API/v1/executions/$AGENT_ID/result" -H "Authorization: Bearer $TOKEN")"
 [ "$AGENT_STATUS" = succeeded ] || status=1

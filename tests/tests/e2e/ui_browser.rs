@@ -499,6 +499,24 @@ async fn drive(
         count(c, "#cancel").await? == 0,
         "no cancel button once cancelled"
     );
+    // The live page followed the execution's event stream (docs/ui.md#detail): the server
+    // counted requests on the stream's route (request counts need no token).
+    let metrics = c
+        .execute(
+            "return fetch('/metrics').then(function (r) { return r.text(); });",
+            vec![],
+        )
+        .await?;
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    let streamed = metrics.lines().any(|l| {
+        l.starts_with("onestep_api_requests_total{")
+            && l.contains(r#"route="/v1/executions/{id}/events""#)
+            && l.contains(r#"status="200""#)
+    });
+    ensure!(
+        streamed,
+        "the running execution's page read /v1/executions/{{id}}/events:\n{metrics}"
+    );
     shot(c, server, "detail-cancelled").await?;
 
     // Bulk-cancel the 500 queued bulkjob executions.
