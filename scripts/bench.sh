@@ -5,6 +5,10 @@
 #      and compile vs cached load of `summarize` and the JavaScript `js-echo`
 #      (host/bench/src/bin/wasm-bench.rs); then the time of a cached `onestep check` of every
 #      shipped config (components loaded from the compile cache);
+#   1b. outbound rate limit: the fetch guest's sequential requests to a loopback server without
+#      and with a `sandbox.network.rate_limits` entry (in-process, MariaDB and PostgreSQL
+#      buckets): the limiter's overhead per outbound request
+#      (host/bench/src/bin/outbound-limit-bench.rs);
 #   2. worker throughput: `onestep bench` submits N no-op executions with submit_many and drains
 #      them with one worker, on MariaDB and then on PostgreSQL (completed/s, queued→started
 #      p50/p99, CPU ms per execution);
@@ -36,6 +40,9 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 
 echo "== wasm runtime"
 "$TARGET/wasm-bench" "${BENCH_WASM_CALLS:-5000}"
+
+echo "== outbound rate limit: overhead per request (docs/semantics.md#outbound-rate-limits)"
+"$TARGET/outbound-limit-bench" "${BENCH_OUTBOUND_REQUESTS:-2000}" "$ONESTEP_TEST_MARIADB_URL" "$ONESTEP_TEST_POSTGRES_URL"
 
 echo "== cached onestep check (shipped configs; the first run fills the compile cache)"
 for config in $(find config -name '*.yaml' | sort); do

@@ -113,6 +113,76 @@ struct DirectionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OriginLabels {
+    app: LabelText,
+    task: LabelText,
+    origin: LabelText,
+}
+
+/// The per-origin counters of `sandbox.network.rate_limits` (docs/semantics.md#outbound-rate-limits).
+#[derive(Debug, Default)]
+struct OutboundLimitMetrics {
+    tokens: Family<OriginLabels, Counter>,
+    waits: Family<OriginLabels, Counter>,
+    wait_seconds: Family<OriginLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    pauses: Family<OriginLabels, Counter>,
+    errors: Family<OriginLabels, Counter>,
+}
+
+impl OutboundLimitMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "onestep_outbound_rate_limit_tokens",
+            "Tokens handlers' outbound requests took from an origin's fleet-wide rate limit (requests let through)",
+            self.tokens.clone(),
+        );
+        registry.register(
+            "onestep_outbound_rate_limit_waits",
+            "Outbound requests that waited for a token of their origin's fleet-wide rate limit",
+            self.waits.clone(),
+        );
+        registry.register(
+            "onestep_outbound_rate_limit_wait_seconds",
+            "Time outbound requests waited for a token of their origin's fleet-wide rate limit",
+            self.wait_seconds.clone(),
+        );
+        registry.register(
+            "onestep_outbound_rate_limit_pauses",
+            "429 responses with Retry-After that paused an origin for the fleet",
+            self.pauses.clone(),
+        );
+        registry.register(
+            "onestep_outbound_rate_limit_errors",
+            "Outbound requests failed because their origin's rate-limit bucket could not be read or paused",
+            self.errors.clone(),
+        );
+    }
+
+    fn record(&self, app: &LabelText, task: &str, limits: &[onestep_wasm::OriginLimitTotals]) {
+        for l in limits {
+            let labels = OriginLabels {
+                app: app.clone(),
+                task: task.into(),
+                origin: l.origin.as_str().into(),
+            };
+            self.tokens.get_or_create(&labels).inc_by(l.tokens);
+            if l.waits > 0 {
+                self.waits.get_or_create(&labels).inc_by(l.waits);
+                self.wait_seconds
+                    .get_or_create(&labels)
+                    .inc_by(l.waited.as_secs_f64());
+            }
+            if l.pauses > 0 {
+                self.pauses.get_or_create(&labels).inc_by(l.pauses);
+            }
+            if l.errors > 0 {
+                self.errors.get_or_create(&labels).inc_by(l.errors);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: LabelText,
 }
@@ -153,6 +223,8 @@ pub(crate) struct Metrics {
     guest_log_dropped: Family<TaskLabels, Counter>,
     http_requests: Family<ResultLabels, Counter>,
     http_bytes: Family<DirectionLabels, Counter>,
+    /// Outbound rate limits per origin.
+    outbound: OutboundLimitMetrics,
     started: Instant,
     ready: AtomicBool,
     stopping: CancellationToken,
@@ -287,6 +359,8 @@ impl Metrics {
             "Outbound HTTP body bytes of handlers, by direction (out: request bodies, in: response bodies)",
             http_bytes.clone(),
         );
+        let outbound = OutboundLimitMetrics::default();
+        outbound.register(&mut registry);
         let quarantine = QuarantineBoard::default();
         quarantine.register(&mut registry);
         build_info
@@ -327,6 +401,7 @@ impl Metrics {
             guest_log_dropped,
             http_requests,
             http_bytes,
+            outbound,
             started: now,
             ready: AtomicBool::new(false),
             stopping,
@@ -412,6 +487,7 @@ impl Metrics {
                     .inc_by(n);
             }
         }
+        self.outbound.record(&self.app, task, &report.rate_limits);
         let dropped = report.log.dropped_bytes + report.output_dropped_bytes;
         if dropped > 0 {
             self.guest_log_dropped

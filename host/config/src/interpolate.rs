@@ -4,8 +4,9 @@
 //! `${NAME}` is the value or the empty string; `${NAME:-d}` / `${NAME:d}` is the value when the
 //! variable is *set* (even empty), else `d`. The inner text is split at the first `:-` if present,
 //! otherwise at the first `:`. Only string values are expanded (other scalars are not), and keys
-//! only where a key is a value: the origins of `sandbox.network.headers`, which name the same
-//! origins as `allow` and expand exactly as they do. A string that is exactly one reference
+//! only where a key is a value: the origins of `sandbox.network.headers` and
+//! `sandbox.network.rate_limits`, which name the same origins as `allow` and expand exactly as
+//! they do. A string that is exactly one reference
 //! (ignoring surrounding whitespace) is JSON-typed.
 
 use crate::env::EnvLookup;
@@ -119,9 +120,10 @@ pub fn expand_tree(node: &Node, env: &EnvLookup) -> Node {
     expand_at(node, env, false)
 }
 
-/// Whether the entries of the mapping under `key` are keyed by origins (`network.headers`).
+/// Whether the entries of the mapping under `key` are keyed by origins (`network.headers`,
+/// `network.rate_limits`).
 fn keys_are_values(parent: &str, key: &str) -> bool {
-    parent == "network" && key == "headers"
+    parent == "network" && (key == "headers" || key == "rate_limits")
 }
 
 fn expand_at(node: &Node, env: &EnvLookup, expand_keys: bool) -> Node {
@@ -239,7 +241,7 @@ fn walk_missing(node: &Node, path: &str, env: &EnvLookup, out: &mut Vec<MissingV
         Value::Map(entries) => {
             for (k, v) in entries {
                 let child = format!("{path}.{k}");
-                if path.ends_with(".network") && k == "headers" {
+                if path.ends_with(".network") && (k == "headers" || k == "rate_limits") {
                     // The origin keys expand too.
                     for (origin, _) in v.entries().into_iter().flatten() {
                         for r in references(origin) {

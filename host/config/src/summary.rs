@@ -291,6 +291,17 @@ pub fn sandbox_json(s: &SandboxSettings) -> serde_json::Value {
                 .map(|a| json!({"origin": a.origin, "headers": a.headers}))
                 .collect(),
         );
+        network.insert(
+            "rate_limits".to_owned(),
+            allow
+                .iter()
+                .filter_map(|a| {
+                    a.rate_limit.map(|r| {
+                        json!({"origin": a.origin, "per_second": r.per_second, "burst": r.burst})
+                    })
+                })
+                .collect(),
+        );
     }
     v
 }
@@ -360,6 +371,17 @@ fn sandbox_text(s: &SandboxSettings) -> String {
             n.max_concurrent_requests,
             n.max_connections
         );
+        let limits: Vec<String> = n
+            .allow
+            .iter()
+            .filter_map(|o| {
+                o.rate_limit
+                    .map(|r| format!("{}:{}/s,burst={}", o.origin, r.per_second, r.burst))
+            })
+            .collect();
+        if !limits.is_empty() {
+            let _ = write!(text, " rate_limits=[{}]", limits.join(" "));
+        }
     }
     text
 }

@@ -28,7 +28,8 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(3600);
 pub const MAX_BUCKET_CHARS: usize = 512;
 
 /// A token bucket's rate: refills `per_second` tokens a second up to `burst`.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Tokens added per second (> 0, ≤ [`MAX_PER_SECOND`]).
     pub per_second: f64,

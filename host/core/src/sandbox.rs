@@ -172,6 +172,19 @@ pub struct AllowedOrigin {
     /// order.
     #[serde(default)]
     pub headers: Vec<(String, Secret)>,
+    /// `sandbox.network.rate_limits[origin]`: the fleet-wide token bucket every request to this
+    /// entry draws one token from before it is sent (docs/semantics.md#outbound-rate-limits);
+    /// bucket [`origin_bucket`](crate::rate::origin_bucket) of the entry as written (a wildcard
+    /// entry's hosts share one bucket). `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<crate::rate::RateLimit>,
+}
+
+impl AllowedOrigin {
+    /// The name of this entry's fleet-wide bucket (`origin:scheme://host:port`).
+    pub fn bucket(&self) -> String {
+        crate::rate::origin_bucket(&self.origin.to_string())
+    }
 }
 
 /// `sandbox.network:` — outbound HTTP of one task (docs/configuration.md#sandbox-network). The
@@ -236,6 +249,7 @@ impl NetworkSettings {
                     .map(|origin| AllowedOrigin {
                         origin,
                         headers: Vec::new(),
+                        rate_limit: None,
                     })
                     .map_err(|reason| InvalidOrigin {
                         origin: o.to_owned(),

@@ -11,7 +11,7 @@ use crate::capture::{Capture, StreamKind};
 use crate::context::{InvocationContext, LogIds};
 use crate::guest_log::escape;
 use crate::handles::OpenHandles;
-use crate::http::HttpTotals;
+use crate::http::{HttpTotals, OriginLimitTotals};
 use crate::log_budget::{LogBudget, LogTotals};
 use crate::outcome::{InvokeError, Outcome, TrapKind, panic_message};
 use crate::runtime::Handler;
@@ -38,6 +38,10 @@ pub struct Report {
     pub log: LogTotals,
     /// What the attempt's outbound HTTP requests did (docs/security.md#network).
     pub http: HttpTotals,
+    /// What its requests to origins with a fleet-wide rate limit did with their buckets
+    /// (tokens, waits, 429 pauses; docs/semantics.md#outbound-rate-limits), one entry per
+    /// origin used.
+    pub rate_limits: Vec<OriginLimitTotals>,
     /// Fuel consumed, when metering is on.
     pub fuel_consumed: Option<u64>,
     /// Peak total linear memory of the guest in bytes.
@@ -113,8 +117,9 @@ impl Handler {
             ids.clone(),
             budget.clone(),
         );
-        let report = |outcome, fuel, peak, http| Report {
+        let report = |outcome, fuel, peak, http, rate_limits| Report {
             outcome,
+            rate_limits,
             stdout: stdout.text(),
             stderr: stderr.text(),
             output_dropped_bytes: stdout.dropped() + stderr.dropped(),
@@ -128,7 +133,13 @@ impl Handler {
         let deadline = deadline(started, timeout);
         let grace = sandbox.cancel_grace;
         if cancel.is_cancelled() {
-            return report(trapped(TrapKind::Cancelled), None, 0, HttpTotals::default());
+            return report(
+                trapped(TrapKind::Cancelled),
+                None,
+                0,
+                HttpTotals::default(),
+                Vec::new(),
+            );
         }
         let limits = StoreLimits {
             cancel: cancel.clone(),
@@ -138,7 +149,15 @@ impl Handler {
         let mut store =
             match self.new_store(sandbox, ids.clone(), limits, &stdout, &stderr, &budget) {
                 Ok(s) => s,
-                Err(e) => return report(Outcome::HostError(e), None, 0, HttpTotals::default()),
+                Err(e) => {
+                    return report(
+                        Outcome::HostError(e),
+                        None,
+                        0,
+                        HttpTotals::default(),
+                        Vec::new(),
+                    );
+                }
             };
         let fuel_start = self.fuel_budget(sandbox);
 
@@ -253,7 +272,9 @@ impl Handler {
         };
         // A stopped or trapped store is never reused: it is dropped here.
         let http = store.data().http.totals();
+        let rate_limits = store.data().http.limit_totals();
         drop(store);
+        record_limit_waits(&ids, &rate_limits);
         let end = EndLine {
             elapsed: started.elapsed(),
             log: budget.totals(),
@@ -261,7 +282,7 @@ impl Handler {
             http,
         };
         log_outcome(&ids, &outcome, &end);
-        report(outcome, fuel, peak, http)
+        report(outcome, fuel, peak, http, rate_limits)
     }
 
     fn fuel_budget(&self, sandbox: &SandboxSettings) -> Option<u64> {
@@ -293,6 +314,8 @@ impl Handler {
             stop.deadline,
             ids.clone(),
             budget.clone(),
+            self.buckets.clone(),
+            stop.cancel.clone(),
         );
         let mut table = wasmtime_wasi::ResourceTable::new();
         table.set_max_capacity(crate::http::resources::table_capacity(
@@ -432,6 +455,32 @@ fn classify_trap(
     trapped(kind)
 }
 
+/// Writes one line per rate-limited origin that made a request wait, was paused by a `429` or
+/// could not be read into the attempt's diagnostics (docs/observability.md#attempt-diagnostics):
+/// a host line, not charged to the guest's log budget, at most one per allowed origin.
+fn record_limit_waits(ids: &LogIds, limits: &[OriginLimitTotals]) {
+    let Some(journal) = &ids.journal else {
+        return;
+    };
+    for l in limits
+        .iter()
+        .filter(|l| l.waits > 0 || l.pauses > 0 || l.errors > 0)
+    {
+        journal.log(
+            "info",
+            &format!(
+                "outbound rate limit of {}: {} requests, {} waited {:.3} s for a token in all, {} paused the origin (429 with Retry-After), {} failed on the bucket",
+                l.origin,
+                l.tokens,
+                l.waits,
+                l.waited.as_secs_f64(),
+                l.pauses,
+                l.errors
+            ),
+        );
+    }
+}
+
 /// What the attempt's end line reports besides the outcome.
 #[derive(Debug, Clone, Copy, Default)]
 struct EndLine {
@@ -461,6 +510,8 @@ fn log_outcome(ids: &LogIds, outcome: &Outcome, end: &EndLine) {
                 output_dropped_bytes = end.output_dropped_bytes,
                 http_requests = h.requests, http_denied = h.denied, http_refused = h.refused,
                 http_failed = h.failed, http_bytes_out = h.bytes_out, http_bytes_in = h.bytes_in,
+                http_rate_limit_waits = h.rate_limit_waits,
+                http_rate_limit_wait_ms = h.rate_limit_wait_ms,
                 $($rest)+
             )
         };

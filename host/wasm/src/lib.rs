@@ -93,7 +93,9 @@ mod world;
 pub use cancel::CancelHandle;
 pub use context::InvocationContext;
 pub use error::Error;
-pub use http::{AllowedOrigin, HttpTotals, NetworkSettings, Resolver, Resolving, Secret};
+pub use http::{
+    AllowedOrigin, HttpTotals, NetworkSettings, OriginLimitTotals, Resolver, Resolving, Secret,
+};
 pub use invoke::Report;
 pub use log_budget::LogTotals;
 pub use needs::{Needs, OverLimits, TABLE_ELEMENT_BYTES};

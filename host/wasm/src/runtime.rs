@@ -61,6 +61,9 @@ pub(crate) struct RuntimeInner {
     components: Mutex<HashMap<[u8; 32], Component>>,
     /// The process's shared outbound HTTP pools.
     pub(crate) clients: crate::http::client::Clients,
+    /// The buckets of outbound rate limits of handlers given no store
+    /// ([`Handler::with_outbound_rate_limits`]): one per process.
+    pub(crate) memory_buckets: Arc<dyn onestep_core::rate::RateLimitStore>,
     _ticker: Ticker,
 }
 
@@ -98,6 +101,10 @@ pub struct Handler {
     pub(crate) log_rate: LogRate,
     /// The first `wasi:http` interface the component imports, if any.
     pub(crate) http_import: Option<String>,
+    /// The fleet-wide buckets of `sandbox.network.rate_limits`
+    /// (docs/semantics.md#outbound-rate-limits); the runtime's in-process buckets unless
+    /// [`Handler::with_outbound_rate_limits`] gave a shared store.
+    pub(crate) buckets: Arc<dyn onestep_core::rate::RateLimitStore>,
 }
 
 impl std::fmt::Debug for Handler {
@@ -115,6 +122,18 @@ impl Handler {
     /// a fresh one.
     pub fn keeping_log_rate_of(mut self, previous: &Handler) -> Handler {
         self.log_rate = previous.log_rate.clone();
+        self
+    }
+
+    /// This handler drawing the tokens of its sandbox's outbound rate limits
+    /// (`sandbox.network.rate_limits`, docs/semantics.md#outbound-rate-limits) from `store`:
+    /// the database of the task's source, so every worker of the fleet shares one bucket per
+    /// origin. Without it the buckets are the runtime's own (one process).
+    pub fn with_outbound_rate_limits(
+        mut self,
+        store: Arc<dyn onestep_core::rate::RateLimitStore>,
+    ) -> Handler {
+        self.buckets = store;
         self
     }
 
@@ -221,6 +240,9 @@ impl Runtime {
                 memory_hits: AtomicU64::new(0),
                 components: Mutex::new(HashMap::new()),
                 clients,
+                memory_buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(Arc::new(
+                    onestep_core::time::SystemClock,
+                ))),
                 _ticker: ticker,
             }),
         })
@@ -310,6 +332,7 @@ impl Runtime {
             needs,
             log_rate: LogRate::default(),
             http_import,
+            buckets: self.inner.memory_buckets.clone(),
         })
     }
 

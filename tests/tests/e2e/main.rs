@@ -40,6 +40,10 @@
 //! * [`agent`]: the `agent` guest asks a loopback chat-completions server through a real
 //!   worker, the key injected by `sandbox.network.headers` from the worker's environment: the
 //!   answer, a metadata override of the model, a 500 retried then failed, no key in the log.
+//! * [`outbound_rate_limit`]: three workers share an origin's `sandbox.network.rate_limits`
+//!   bucket: the accepted rate stays within 5 % of the limit over the window against a loopback
+//!   server answering 429 past it, a 429 with `Retry-After` pauses every worker, waiting guests
+//!   are cancellable and their attempts' diagnostics show the wait.
 //! * [`metrics`]: the worker's `/metrics` after a known mix of executions (exact counter values,
 //!   parsed as Prometheus text), `/healthz` ok while running and degraded while draining.
 //! * [`health_db`]: `/healthz` 200, then 503 while a private MariaDB instance is stopped, then
@@ -117,6 +121,7 @@ mod isolation_pool;
 mod isolation_results;
 mod lease;
 mod metrics;
+mod outbound_rate_limit;
 mod params;
 mod postgres;
 mod procfs;

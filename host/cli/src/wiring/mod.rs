@@ -219,6 +219,17 @@ pub(crate) fn task_bindings(
             }
         };
         let mut runner = runner.with_params(&task.handler.params);
+        if task
+            .sandbox
+            .network
+            .allow
+            .iter()
+            .any(|a| a.rate_limit.is_some())
+        {
+            // Outbound rate limits are fleet-wide: the source's database keeps their buckets
+            // (docs/semantics.md#outbound-rate-limits).
+            runner = runner.with_outbound_rate_limits(backend.rate_limits());
+        }
         if let Some(m) = metrics {
             runner = runner.with_metrics(Arc::clone(m));
         }

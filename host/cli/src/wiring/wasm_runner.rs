@@ -63,6 +63,9 @@ pub(crate) struct WasmTaskRunner {
     /// The task's `handler.params` as JSON text, handed to `0.2.0` components in their context
     /// (docs/configuration.md#tasks).
     params_json: String,
+    /// The fleet-wide buckets of the sandbox's outbound rate limits (the task's source's
+    /// backend, docs/semantics.md#outbound-rate-limits), given to every build.
+    buckets: Option<Arc<dyn onestep_core::rate::RateLimitStore>>,
 }
 
 impl WasmTaskRunner {
@@ -87,6 +90,7 @@ impl WasmTaskRunner {
             sandbox,
             metrics: None,
             params_json: "{}".to_owned(),
+            buckets: None,
         }
     }
 
@@ -110,6 +114,10 @@ impl WasmTaskRunner {
     /// Makes `handler` the build of new attempts (in-flight attempts finish on theirs); it keeps
     /// the task's log rate. Returns the previous digest (`None`: the runner had no build).
     pub(crate) fn replace(&self, handler: Handler) -> Option<String> {
+        let handler = match &self.buckets {
+            Some(store) => handler.with_outbound_rate_limits(Arc::clone(store)),
+            None => handler,
+        };
         let mut slot = self.loaded.write().unwrap_or_else(|p| p.into_inner());
         let (handler, old) = match slot.as_ref() {
             Some(old) => (
@@ -131,6 +139,19 @@ impl WasmTaskRunner {
         params: &serde_json::Map<String, serde_json::Value>,
     ) -> Self {
         self.params_json = serde_json::Value::Object(params.clone()).to_string();
+        self
+    }
+
+    /// Draws the tokens of the sandbox's outbound rate limits from `store` (the task's source's
+    /// backend, shared by the fleet), for the current build and every later one.
+    pub(crate) fn with_outbound_rate_limits(
+        mut self,
+        store: Arc<dyn onestep_core::rate::RateLimitStore>,
+    ) -> Self {
+        self.buckets = Some(store);
+        if let Some(loaded) = self.current() {
+            self.replace(loaded.handler.clone());
+        }
         self
     }
 

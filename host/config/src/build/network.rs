@@ -13,9 +13,10 @@ use crate::model::{AllowedOrigin, MAX_CONNECTIONS_LIMIT, NetworkSettings, Origin
 use crate::node::{Node, Value};
 
 /// `sandbox.network` keys (strict validation).
-pub const NETWORK_KEYS: [&str; 9] = [
+pub const NETWORK_KEYS: [&str; 10] = [
     "allow",
     "headers",
+    "rate_limits",
     "max_response_bytes",
     "max_request_bytes",
     "connect_timeout_s",
@@ -63,11 +64,15 @@ pub fn build_network(node: &Node, path: &str) -> Result<NetworkSettings, ConfigE
             allow.push(AllowedOrigin {
                 origin,
                 headers: Vec::new(),
+                rate_limit: None,
             });
         }
     }
     if let Some(map) = node.get_set("headers") {
         build_headers(map, &join(path, "headers"), &mut allow)?;
+    }
+    if let Some(map) = node.get_set("rate_limits") {
+        build_rate_limits(map, &join(path, "rate_limits"), &mut allow)?;
     }
     let bytes = |key: &str, default: u64| -> Result<u64, ConfigError> {
         match node.get_set(key) {
@@ -219,6 +224,46 @@ fn build_headers(map: &Node, path: &str, allow: &mut [AllowedOrigin]) -> Result<
             headers.push((name.clone(), Secret::new(text)));
         }
         entry.headers = headers;
+        seen.push(origin);
+    }
+    Ok(())
+}
+
+/// Sets the fleet-wide outbound rate limit of each allowed origin `rate_limits` names
+/// (docs/configuration.md#sandbox-network): `{origin: {per_second, burst}}`, each origin one of
+/// `allow` (as written there), each at most once.
+fn build_rate_limits(
+    map: &Node,
+    path: &str,
+    allow: &mut [AllowedOrigin],
+) -> Result<(), ConfigError> {
+    let Some(entries) = map.entries() else {
+        return Err(ConfigError::at(
+            map,
+            path,
+            "rate_limits must be a mapping of origin to {per_second: NUMBER, burst: INTEGER}",
+        ));
+    };
+    let mut seen: Vec<OriginPattern> = Vec::new();
+    for (key, value) in entries {
+        let origin =
+            OriginPattern::parse(key.trim()).map_err(|why| ConfigError::at(value, path, why))?;
+        let Some(entry) = allow.iter_mut().find(|a| a.origin == origin) else {
+            return Err(ConfigError::at(
+                value,
+                path,
+                format!("{key:?} is not one of sandbox.network.allow"),
+            ));
+        };
+        if seen.contains(&origin) {
+            return Err(ConfigError::at(
+                value,
+                path,
+                format!("the rate limit of {origin} is given twice"),
+            ));
+        }
+        let opath = format!("{path}[{key:?}]");
+        entry.rate_limit = super::rate_limit::parse_rate_limit(Some(value), &opath)?;
         seen.push(origin);
     }
     Ok(())

@@ -1275,3 +1275,86 @@ fn api_callbacks() {
         .starts_with("api.callbacks.namespaces.acme: secrets is required")
     );
 }
+
+/// `sandbox.network.rate_limits` (docs/configuration.md#sandbox-network): one
+/// `{per_second, burst}` per allowed origin, keyed like `headers` (with `${VAR}` expanded);
+/// an origin not in `allow`, one given twice, an unknown key or a bound out of range is refused
+/// with its path.
+#[test]
+fn sandbox_network_rate_limits() {
+    let dir = TempDir::new();
+    dir.write("g/m.wasm", "\0asm");
+    let opts = LoadOptions {
+        env: EnvLookup::isolated([("PORT", "18080")]),
+        check_files: true,
+        strict: true,
+        ..LoadOptions::default()
+    };
+    let with = |block: &str| {
+        format!(
+            "{HEAD}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: g/m.wasm}}\n    sandbox:\n      network:\n        allow: [https://api.openai.com, 'http://127.0.0.1:${{PORT}}', https://*.example.org]\n{block}"
+        )
+    };
+    let good = with(
+        "        rate_limits:\n          https://api.openai.com: {per_second: 1, burst: 5}\n          'http://127.0.0.1:${PORT}': {per_second: 0.5, burst: 1}\n",
+    );
+    let cfg = load(&dir.write("good.yaml", &good), &opts).expect("loads");
+    let n = &cfg.tasks[0].sandbox.network;
+    let limits: Vec<Option<(f64, u32)>> = n
+        .allow
+        .iter()
+        .map(|a| a.rate_limit.map(|r| (r.per_second, r.burst)))
+        .collect();
+    assert_eq!(limits, [Some((1.0, 5)), Some((0.5, 1)), None]);
+    assert_eq!(n.allow[0].bucket(), "origin:https://api.openai.com:443");
+    let text = cfg.summary();
+    assert!(
+        text.contains(
+            "rate_limits=[https://api.openai.com:443:1/s,burst=5 http://127.0.0.1:18080:0.5/s,burst=1]"
+        ),
+        "{text}"
+    );
+    let json = serde_json::to_string(&cfg.json_summary()).expect("json");
+    assert!(json.contains("\"rate_limits\""), "{json}");
+
+    let bad = |block: &str| {
+        load(&dir.write("bad.yaml", &with(block)), &opts)
+            .expect_err(block)
+            .to_string()
+    };
+    for (block, path, why) in [
+        (
+            "        rate_limits:\n          https://other.example.com: {per_second: 1, burst: 1}\n",
+            "tasks[0].sandbox.network.rate_limits:",
+            "\"https://other.example.com\" is not one of sandbox.network.allow",
+        ),
+        (
+            "        rate_limits:\n          https://api.openai.com: {per_second: 1, burst: 1}\n          https://api.openai.com:443: {per_second: 2, burst: 1}\n",
+            "tasks[0].sandbox.network.rate_limits:",
+            "the rate limit of https://api.openai.com:443 is given twice",
+        ),
+        (
+            "        rate_limits:\n          https://api.openai.com: {per_second: 0, burst: 1}\n",
+            "tasks[0].sandbox.network.rate_limits[\"https://api.openai.com\"].per_second:",
+            "per_second must be a number > 0",
+        ),
+        (
+            "        rate_limits:\n          https://api.openai.com: {per_second: 1}\n",
+            "tasks[0].sandbox.network.rate_limits[\"https://api.openai.com\"]:",
+            "rate_limit needs burst",
+        ),
+        (
+            "        rate_limits:\n          https://api.openai.com: {per_second: 1, burst: 1, refill: 2}\n",
+            "tasks[0].sandbox.network.rate_limits[\"https://api.openai.com\"]",
+            "refill",
+        ),
+        (
+            "        rate_limits: [https://api.openai.com]\n",
+            "tasks[0].sandbox.network.rate_limits:",
+            "rate_limits must be a mapping of origin to {per_second: NUMBER, burst: INTEGER}",
+        ),
+    ] {
+        let e = bad(block);
+        assert!(e.contains(path) && e.contains(why), "{block}: {e}");
+    }
+}

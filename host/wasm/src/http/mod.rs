@@ -10,6 +10,7 @@
 //! without an allow-list matches nothing and is denied.
 
 pub(crate) mod client;
+pub(crate) mod outbound;
 pub(crate) mod policy;
 pub(crate) mod resources;
 pub(crate) mod send;
@@ -29,6 +30,7 @@ use client::Clients;
 pub use client::{Resolver, Resolving};
 pub use onestep_core::sandbox::{AllowedOrigin, NetworkSettings};
 pub use onestep_core::settings::Secret;
+pub use outbound::OriginLimitTotals;
 use send::Hooks;
 pub use send::HttpTotals;
 
@@ -45,6 +47,8 @@ impl HttpState {
         deadline: Option<Instant>,
         ids: Arc<LogIds>,
         log: crate::log_budget::LogBudget,
+        buckets: Arc<dyn onestep_core::rate::RateLimitStore>,
+        cancel: crate::cancel::CancelHandle,
     ) -> Self {
         let permits = usize::try_from(policy.max_concurrent_requests).unwrap_or(usize::MAX);
         HttpState {
@@ -58,6 +62,9 @@ impl HttpState {
                 drains: Default::default(),
                 counters: Default::default(),
                 log,
+                buckets,
+                cancel,
+                limits: Default::default(),
             },
         }
     }
@@ -65,6 +72,11 @@ impl HttpState {
     /// What the attempt's requests did so far.
     pub(crate) fn totals(&self) -> send::HttpTotals {
         self.hooks.counters.totals()
+    }
+
+    /// What the attempt's requests did with the fleet-wide buckets of rate-limited origins.
+    pub(crate) fn limit_totals(&self) -> Vec<OriginLimitTotals> {
+        self.hooks.limits.totals()
     }
 }
 

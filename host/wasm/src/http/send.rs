@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -24,8 +24,11 @@ use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::client::{AttemptClients, CONNECT_TIMEOUT, ConnectError};
+use super::outbound::{LimitTally, Limited};
+use crate::cancel::CancelHandle;
 use crate::context::LogIds;
 use crate::log_budget::LogBudget;
+use onestep_core::rate::RateLimitStore;
 use onestep_core::sandbox::NetworkSettings;
 
 /// Future `send_request` returns.
@@ -63,6 +66,13 @@ pub(crate) struct Hooks {
     /// The attempt's log budget: the lines about refused requests draw on it like any guest
     /// line (a guest looping on denied requests cannot flood the log).
     pub(crate) log: LogBudget,
+    /// The fleet-wide buckets of origins with a `rate_limit`
+    /// (docs/semantics.md#outbound-rate-limits).
+    pub(crate) buckets: Arc<dyn RateLimitStore>,
+    /// The attempt's cancel signal: a request waiting for a rate-limit token stops waiting.
+    pub(crate) cancel: CancelHandle,
+    /// What this attempt's requests did with the origins' buckets.
+    pub(crate) limits: Arc<LimitTally>,
 }
 
 /// Counters of one attempt's outbound HTTP (see [`HttpTotals`]).
@@ -77,6 +87,9 @@ pub(crate) struct HttpCounters {
     failed: AtomicU64,
     bytes_out: Arc<AtomicU64>,
     bytes_in: Arc<AtomicU64>,
+    /// Requests that waited for a token of their origin's rate limit, and for how long (µs).
+    rate_limit_waits: AtomicU64,
+    rate_limit_wait_us: AtomicU64,
 }
 
 impl HttpCounters {
@@ -89,6 +102,8 @@ impl HttpCounters {
             failed: self.failed.load(Ordering::Relaxed),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            rate_limit_waits: self.rate_limit_waits.load(Ordering::Relaxed),
+            rate_limit_wait_ms: self.rate_limit_wait_us.load(Ordering::Relaxed) / 1000,
         }
     }
 }
@@ -112,6 +127,11 @@ pub struct HttpTotals {
     pub bytes_out: u64,
     /// Response body bytes received by the guest.
     pub bytes_in: u64,
+    /// Requests that waited for a token of their origin's fleet-wide rate limit
+    /// (docs/semantics.md#outbound-rate-limits).
+    pub rate_limit_waits: u64,
+    /// Milliseconds those requests waited, in all.
+    pub rate_limit_wait_ms: u64,
 }
 
 /// Background drains of one attempt (see [`Hooks::drains`]).
@@ -322,7 +342,15 @@ impl WasiHttpHooks for Hooks {
         let max_response = self.policy.max_response_bytes;
         let drains = self.drains.clone();
         let counters = self.counters.clone();
-        counters.requests.fetch_add(1, Ordering::Relaxed);
+        let limited = entry.rate_limit.map(|rate| Limited {
+            store: self.buckets.clone(),
+            origin: entry.origin.to_string(),
+            bucket: entry.bucket(),
+            rate,
+            tally: self.limits.clone(),
+        });
+        let cancel = self.cancel.clone();
+        let attempt_deadline = self.deadline;
         let request = request.map(|body| {
             DrainOnDrop {
                 body: Some(Capped::new(
@@ -338,6 +366,36 @@ impl WasiHttpHooks for Hooks {
             .boxed_unsync()
         });
         Box::new(async move {
+            // The origin's fleet-wide rate limit: one token before the request leaves; the wait
+            // counts against the attempt's deadline, not the request's own timeouts, which
+            // start once the token is taken.
+            let (deadline, first_byte) = match &limited {
+                None => (deadline, first_byte),
+                Some(limited) => {
+                    let (wait, got) = limited.acquire(&cancel, attempt_deadline).await;
+                    let waited = wait.unwrap_or(Duration::ZERO);
+                    if wait.is_some() {
+                        counters.rate_limit_waits.fetch_add(1, Ordering::Relaxed);
+                        counters.rate_limit_wait_us.fetch_add(
+                            u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
+                            Ordering::Relaxed,
+                        );
+                    }
+                    if let Err(no) = got {
+                        counters.refused.fetch_add(1, Ordering::Relaxed);
+                        return Err(no.error(&limited.origin));
+                    }
+                    // Shift the request's own deadlines by the wait (never past the attempt's).
+                    let shift = |at: Option<Instant>| {
+                        at.map(|t| {
+                            let t = t.checked_add(waited).unwrap_or(t);
+                            attempt_deadline.map_or(t, |d| t.min(d))
+                        })
+                    };
+                    (shift(deadline), shift(first_byte))
+                }
+            };
+            counters.requests.fetch_add(1, Ordering::Relaxed);
             let sending = CONNECT_TIMEOUT.scope(connect_timeout, client.request(request));
             let response = match first_byte {
                 Some(at) => match tokio::time::timeout_at(at.into(), sending).await {
@@ -362,6 +420,11 @@ impl WasiHttpHooks for Hooks {
                 .get(http::header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse::<u64>().ok());
+            if let Some(limited) = &limited {
+                limited
+                    .after_response(response.status(), response.headers())
+                    .await;
+            }
             if let Some(n) = length.filter(|n| *n > max_response) {
                 return Err(Error::HttpResponseBodySize(Some(n)));
             }

@@ -44,6 +44,7 @@ fn allowing(server: &ChatServer, with_key: bool) -> SandboxSettings {
         } else {
             Vec::new()
         },
+        rate_limit: None,
     });
     sb
 }

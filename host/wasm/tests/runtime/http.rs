@@ -421,6 +421,7 @@ async fn injected_headers_reach_the_server_replace_the_guests_and_are_never_logg
         origin: onestep_wasm::OriginPattern::parse(&format!("http://127.0.0.1:{}", s.port()))
             .expect("origin"),
         headers: vec![("Authorization".into(), Secret::new(SECRET))],
+        rate_limit: None,
     });
     let (outcome, log) = logged(|| {
         run(

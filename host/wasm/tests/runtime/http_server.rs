@@ -1,7 +1,7 @@
 //! The loopback HTTP server of the outbound-HTTP tests (axum on
 //! 127.0.0.1, a random port): `/ok`, `/json`, `/slow?ms=`, `/huge?bytes=`
 //! (`&length=1` declares a Content-Length), `/redirect?to=` and `/headers`
-//! (echoes the request headers as JSON). It counts slow requests that were
+//! (echoes the request headers as JSON), `/too-many?after=S` (`429` with `Retry-After: S`). It counts slow requests that were
 //! dropped before they finished (the client went away) and the client ports
 //! `/ok` was served to (one per TCP connection).
 
@@ -88,6 +88,16 @@ async fn ok(
     "hello from the test server"
 }
 
+async fn too_many(Query(q): Q) -> Response {
+    let after = q.get("after").cloned().unwrap_or_else(|| "1".into());
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, after)],
+        "slow down",
+    )
+        .into_response()
+}
+
 async fn redirect(Query(q): Q) -> Response {
     let to = q.get("to").cloned().unwrap_or_default();
     (StatusCode::FOUND, [(header::LOCATION, to)], "").into_response()
@@ -118,6 +128,7 @@ pub async fn start() -> TestServer {
         .route("/slow", get(slow))
         .route("/huge", get(huge))
         .route("/redirect", get(redirect))
+        .route("/too-many", get(too_many))
         .route("/headers", get(headers))
         .with_state(counters.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

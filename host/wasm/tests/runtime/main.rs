@@ -24,6 +24,7 @@ mod http_server;
 mod limits;
 mod logs;
 mod needs;
+mod outbound_limits;
 mod python;
 mod sandbox;
 mod soak;
