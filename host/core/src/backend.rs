@@ -95,6 +95,10 @@ pub trait Backend: Send + Sync + Debug {
     /// (docs/semantics.md#rate-limits).
     fn rate_limits(&self) -> Arc<dyn crate::rate::RateLimitStore>;
 
+    /// The content-addressed component store kept in this backend's tables
+    /// (docs/semantics.md#component-store).
+    fn components(&self) -> Arc<dyn crate::components::ComponentStore>;
+
     /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
     fn tables_created(&self) -> Vec<String>;
 
@@ -114,7 +118,7 @@ pub trait Backend: Send + Sync + Debug {
     async fn close(&self) -> Result<(), ExecutionError>;
 }
 
-/// The eight port methods of [`Backend`] for a backend type that is cheap to clone and
+/// The nine port methods of [`Backend`] for a backend type that is cheap to clone and
 /// implements every port itself: each hands out a clone behind an `Arc`. Use inside
 /// `impl Backend for T { … }`.
 #[macro_export]
@@ -142,6 +146,9 @@ macro_rules! backend_ports {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
         fn rate_limits(&self) -> ::std::sync::Arc<dyn $crate::rate::RateLimitStore> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn components(&self) -> ::std::sync::Arc<dyn $crate::components::ComponentStore> {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
     };

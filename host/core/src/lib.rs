@@ -16,6 +16,7 @@ pub mod backend;
 pub mod canonical;
 pub mod client;
 pub mod codec;
+pub mod components;
 pub mod cursor;
 pub mod diagnostics;
 pub mod digest;

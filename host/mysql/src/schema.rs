@@ -112,6 +112,45 @@ pub fn buckets_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The component store's header table `<T>_components` (docs/semantics.md#component-store).
+pub fn components_table(names: &TableNames) -> String {
+    names.derived("", "components")
+}
+
+/// The component store's chunks table `<T>_component_chunks`.
+pub fn component_chunks_table(names: &TableNames) -> String {
+    names.derived("", "component_chunks")
+}
+
+/// `CREATE TABLE` for the component headers (docs/schema.md#component-store): one row per stored
+/// component, written last in its put's transaction.
+pub fn components_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  size BIGINT NOT NULL,\n\
+  chunks INT NOT NULL,\n\
+  created_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (digest)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        components_table(names)
+    )]
+}
+
+/// `CREATE TABLE` for the component chunks: up to 1 MiB per row (`LONGBLOB`; a row is far below
+/// `max_allowed_packet`).
+pub fn component_chunks_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  seq INT NOT NULL,\n\
+  bytes LONGBLOB NOT NULL,\n\
+  PRIMARY KEY (digest, seq)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        component_chunks_table(names)
+    )]
+}
+
 /// `CREATE TABLE` for the keys table (docs/schema.md#fair-claim-keys).
 pub fn keys_ddl(names: &TableNames) -> Vec<String> {
     vec![format!(
@@ -212,6 +251,9 @@ onestep_core::schema_features! {
         pub fair_keys: bool,
         /// The rate-limit buckets table `<T>_buckets` exists (docs/semantics.md#rate-limits).
         pub buckets_table: bool,
+        /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
+        /// (docs/semantics.md#component-store).
+        pub components_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -256,6 +298,11 @@ impl SchemaFeatureSet for SchemaFeatures {
             Some(
                 "execution tables without the rate-limit buckets table (created by an older \
                  onestep?): tasks with a rate_limit claim nothing; add it online with",
+            )
+        } else if !self.components_tables {
+            Some(
+                "execution tables without the component store's tables (created by an older \
+                 onestep?): components cannot be stored; add them online with",
             )
         } else {
             None
@@ -542,6 +589,8 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
         fair_keys: table_exists(conn, &keys_table(names)).await?
             && crate::upgrade::has_fair_schema(conn, names).await?,
         buckets_table: table_exists(conn, &buckets_table(names)).await?,
+        components_tables: table_exists(conn, &components_table(names)).await?
+            && table_exists(conn, &component_chunks_table(names)).await?,
         common: CommonFeatures {
             priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
@@ -685,6 +734,18 @@ async fn create_missing(
             conn.query_drop(stmt).await?;
         }
         created.push(b);
+    }
+    // The component store (docs/semantics.md#component-store): chunks first, then headers.
+    for (table, ddl) in [
+        (component_chunks_table(names), component_chunks_ddl(names)),
+        (components_table(names), components_ddl(names)),
+    ] {
+        if !table_exists(conn, &table).await? {
+            for stmt in ddl {
+                conn.query_drop(stmt).await?;
+            }
+            created.push(table);
+        }
     }
     Ok(())
 }

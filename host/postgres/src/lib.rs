@@ -28,6 +28,7 @@
 pub mod backend;
 mod buckets;
 mod client_ops;
+mod components;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;

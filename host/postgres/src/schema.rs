@@ -35,6 +35,9 @@ onestep_core::schema_features! {
         pub fair_keys: bool,
         /// The rate-limit buckets table `<T>_buckets` exists (docs/semantics.md#rate-limits).
         pub buckets_table: bool,
+        /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
+        /// (docs/semantics.md#component-store).
+        pub components_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -61,6 +64,12 @@ impl SchemaFeatureSet for SchemaFeatures {
             return Some(
                 "execution tables without the rate-limit buckets table (created by an older \
                  onestep?): tasks with a rate_limit claim nothing; add it online with",
+            );
+        }
+        if !self.components_tables {
+            return Some(
+                "execution tables without the component store's tables (created by an older \
+                 onestep?): components cannot be stored; add them online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -292,6 +301,44 @@ pub fn buckets_ddl(names: &TableNames) -> Vec<String> {
   PRIMARY KEY (bucket)\n\
 )",
         q(&buckets_table(names))
+    )]
+}
+
+/// The component store's header table (docs/semantics.md#component-store): `<T>_components`.
+pub fn components_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "components")
+}
+
+/// The component store's chunks table: `<T>_component_chunks`.
+pub fn component_chunks_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "component_chunks")
+}
+
+/// The component headers (`IF NOT EXISTS`: also the upgrade's): one row per stored component,
+/// written last in its put's transaction.
+pub fn components_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  size BIGINT NOT NULL,\n\
+  chunks INTEGER NOT NULL,\n\
+  created_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (digest)\n\
+)",
+        q(&components_table(names))
+    )]
+}
+
+/// The component chunks (`IF NOT EXISTS`: also the upgrade's): up to 1 MiB per row.
+pub fn component_chunks_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  seq INTEGER NOT NULL,\n\
+  bytes BYTEA NOT NULL,\n\
+  PRIMARY KEY (digest, seq)\n\
+)",
+        q(&component_chunks_table(names))
     )]
 }
 
@@ -600,6 +647,8 @@ pub(crate) async fn ensure_schema(
             (traces_table(names), traces_ddl(names)),
             (keys_table(names), keys_ddl(names)),
             (buckets_table(names), buckets_ddl(names)),
+            (component_chunks_table(names), component_chunks_ddl(names)),
+            (components_table(names), components_ddl(names)),
         ] {
             if !table_exists(&tx, &table).await? {
                 for stmt in ddl {
@@ -638,6 +687,8 @@ pub(crate) async fn ensure_schema(
             && index_exists(&*client, &ix_fair(names)).await?
             && index_exists(&*client, &ix_fair_running(names)).await?,
         buckets_table: table_exists(&*client, &buckets_table(names)).await?,
+        components_tables: table_exists(&*client, &components_table(names)).await?
+            && table_exists(&*client, &component_chunks_table(names)).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

@@ -216,6 +216,8 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(std::iter::once(attempts_fillfactor_sql(names)))
         .chain(crate::schema::keys_ddl(names))
         .chain(crate::schema::buckets_ddl(names))
+        .chain(crate::schema::component_chunks_ddl(names))
+        .chain(crate::schema::components_ddl(names))
         .collect()
 }
 
@@ -250,6 +252,15 @@ async fn upgrade_on(
         (
             crate::schema::buckets_table(names),
             crate::schema::buckets_ddl(names),
+        ),
+        // docs/semantics.md#component-store: the component store (new and empty).
+        (
+            crate::schema::component_chunks_table(names),
+            crate::schema::component_chunks_ddl(names),
+        ),
+        (
+            crate::schema::components_table(names),
+            crate::schema::components_ddl(names),
         ),
     ] {
         let present: i64 = client
@@ -400,7 +411,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 15);
+        assert_eq!(sql.len(), 17);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -412,6 +423,13 @@ mod tests {
         assert!(sql[12].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_keys\""));
         assert!(sql[13].starts_with("CREATE INDEX IF NOT EXISTS "));
         assert!(sql[14].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_buckets\""));
+        assert!(
+            sql[15]
+                .starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_component_chunks\"")
+        );
+        assert!(
+            sql[16].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_components\"")
+        );
         let sql = &sql[3..11];
         for s in sql {
             assert!(

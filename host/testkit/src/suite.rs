@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use onestep_core::components::{ComponentDigest, ComponentStore};
 use onestep_core::error_object::ErrorObject;
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::rate::RateLimitStore;
@@ -77,6 +78,11 @@ pub trait Probe: Send + Sync {
         let _ = (namespace, task, now);
         None
     }
+    /// Alters one byte of chunk `seq` of the stored component `digest` behind the store's back
+    /// (docs/semantics.md#component-store); false when there is no such chunk.
+    async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool;
+    /// The header rows and chunk rows stored for `digest`.
+    async fn component_rows(&self, digest: &ComponentDigest) -> (u64, u64);
 }
 
 /// A fresh, empty store plus its clock and probe.
@@ -90,6 +96,8 @@ pub struct Fixture {
     pub probe: Arc<dyn Probe>,
     /// The store's rate-limit buckets (docs/semantics.md#rate-limits), on the same clock.
     pub buckets: Arc<dyn RateLimitStore>,
+    /// The store's component store (docs/semantics.md#component-store).
+    pub components: Arc<dyn ComponentStore>,
     /// The store's clock.
     pub clock: Arc<ManualClock>,
     /// The store's limits.
@@ -108,10 +116,11 @@ impl Fixture {
         handle: String,
     ) -> Fixture
     where
-        B: ExecutionStore + LeaseStore + RateLimitStore + Clone + 'static,
+        B: ExecutionStore + LeaseStore + RateLimitStore + ComponentStore + Clone + 'static,
     {
         Fixture {
             buckets: Arc::new(backend.clone()),
+            components: Arc::new(backend.clone()),
             store: Arc::new(backend.clone()),
             leases: Arc::new(backend),
             probe,
@@ -285,6 +294,12 @@ macro_rules! conformance_tests {
             buckets_concurrent_takers_never_overdraw,
             buckets_names_and_rates_are_checked,
             buckets_are_independent,
+            components_round_trip_of_several_chunks,
+            components_put_is_idempotent,
+            components_over_the_cap_writes_nothing,
+            components_corrupt_chunk_is_detected,
+            components_missing_digest_is_none,
+            components_concurrent_puts_store_one_copy,
             quota_namespace_limit,
             quota_key_limit,
             quota_replay_over_quota_still_replays,

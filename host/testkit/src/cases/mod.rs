@@ -11,6 +11,7 @@ use crate::suite::{Case, CaseFn, Fixture};
 mod buckets;
 mod client;
 mod completions;
+mod components;
 mod concurrency;
 mod fair;
 mod heartbeats;
@@ -46,6 +47,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(schedule::cases());
     v.extend(fair::cases());
     v.extend(buckets::cases());
+    v.extend(components::cases());
     v.extend(quota::cases());
     v
 }

@@ -16,6 +16,7 @@
 //! values go through the core codec, and list pages use the core cursor.
 
 mod client;
+mod components;
 mod factory;
 mod lease;
 
@@ -32,6 +33,7 @@ use uuid::Uuid;
 
 use crate::suite::{AttemptRow, LeaseColumns};
 
+pub use components::MemoryComponents;
 pub use factory::MemoryFactory;
 
 /// Default bound of each maintenance step per claim (the SQL backends' default).
@@ -159,6 +161,7 @@ pub struct MemoryStore {
     state: Mutex<State>,
     controls: Mutex<Controls>,
     changes: watch::Sender<u64>,
+    components: std::sync::Arc<MemoryComponents>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -176,13 +179,19 @@ impl MemoryStore {
     /// An empty store reading "now" from `clock`, with `limits` for results.
     pub fn new(clock: SharedClock, limits: Limits) -> Self {
         MemoryStore {
-            clock,
             limits,
             reclaim_batch_size: DEFAULT_RECLAIM_BATCH_SIZE,
             state: Mutex::new(State::default()),
             controls: Mutex::new(Controls::default()),
             changes: watch::Sender::new(0),
+            components: std::sync::Arc::new(MemoryComponents::new(clock.clone())),
+            clock,
         }
+    }
+
+    /// The component store beside this store, on the same clock.
+    pub fn components(&self) -> std::sync::Arc<MemoryComponents> {
+        self.components.clone()
     }
 
     /// Bounds each maintenance step (expiry, dead cancel requests, reclaim) to `n` rows per claim.
