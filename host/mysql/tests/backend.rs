@@ -117,13 +117,13 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 7,
-            "each table (executions, attempts, diagnostics, keys, quotas, traces, buckets) created \
-             exactly once"
+            created, 9,
+            "each table (executions, attempts, diagnostics, keys, quotas, traces, buckets, \
+             component chunks, components) created exactly once"
         );
         assert!(backends.iter().all(|b| {
             let f = b.schema_report().features;
-            f.claimable_column && f.fair_keys && f.buckets_table
+            f.claimable_column && f.fair_keys && f.buckets_table && f.components_tables
         }));
         for b in backends {
             b.close().await.expect("close");

@@ -148,7 +148,7 @@ async fn upgraded_case(server: Server) {
         .await
         .expect("upgrade");
     // The execution tables exist already; only the diagnostics, keys, quotas, trace-context and
-    // buckets tables are new
+    // buckets tables and the component store's two tables are new
     // (the reference's two tables are altered additively, never replaced).
     assert_eq!(
         report.created,
@@ -157,7 +157,9 @@ async fn upgraded_case(server: Server) {
             "onestep_executions_keys",
             "onestep_executions_quotas",
             "onestep_executions_traces",
-            "onestep_executions_buckets"
+            "onestep_executions_buckets",
+            "onestep_executions_component_chunks",
+            "onestep_executions_components"
         ],
         "{report:?}"
     );
@@ -197,6 +199,7 @@ async fn upgraded_case(server: Server) {
     assert!(b.schema_report().features.priority_columns);
     assert!(b.schema_report().features.claim_priority_index);
     assert!(b.schema_report().features.fair_keys);
+    assert!(b.schema_report().features.components_tables);
     assert_eq!(b.schema_report().upgrade_command, None);
     // The row written before the upgrade is claimable through the new index.
     let before_id: Uuid = before["id"]

@@ -54,7 +54,9 @@ async fn reference_client_our_tables_our_worker() {
             "onestep_execution_attempts_diagnostics",
             "onestep_executions_traces",
             "onestep_executions_keys",
-            "onestep_executions_buckets"
+            "onestep_executions_buckets",
+            "onestep_executions_component_chunks",
+            "onestep_executions_components"
         ]
     );
     let ns = "interop";
@@ -239,7 +241,10 @@ async fn upgraded_reference_tables_reference_worker() {
     let b = PgBackend::open(o).await.expect("open upgraded");
     let features = b.schema_report().features;
     assert!(
-        features.expiry_index && features.list_indexes && features.buckets_table,
+        features.expiry_index
+            && features.list_indexes
+            && features.buckets_table
+            && features.components_tables,
         "{features:?}"
     );
     assert!(b.schema_report().upgrade_command.is_none());
