@@ -83,6 +83,18 @@ pub trait Probe: Send + Sync {
     async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool;
     /// The header rows and chunk rows stored for `digest`.
     async fn component_rows(&self, digest: &ComponentDigest) -> (u64, u64);
+    /// Inserts chunk `seq` of `digest` without its header, as a put cut short before its header
+    /// would leave it if its transaction were not rolled back; false when the store has no such
+    /// raw insert (the in-memory store).
+    async fn insert_component_chunk(
+        &self,
+        digest: &ComponentDigest,
+        seq: u32,
+        bytes: &[u8],
+    ) -> bool {
+        let _ = (digest, seq, bytes);
+        false
+    }
 }
 
 /// A fresh, empty store plus its clock and probe.
@@ -300,6 +312,7 @@ macro_rules! conformance_tests {
             components_corrupt_chunk_is_detected,
             components_missing_digest_is_none,
             components_concurrent_puts_store_one_copy,
+            components_headerless_chunks_are_unreadable_then_completed,
             quota_namespace_limit,
             quota_key_limit,
             quota_replay_over_quota_still_replays,

@@ -199,6 +199,23 @@ impl Probe for SqlProbe {
         })
     }
 
+    async fn insert_component_chunk(
+        &self,
+        digest: &ComponentDigest,
+        seq: u32,
+        bytes: &[u8],
+    ) -> bool {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        let table = onestep_mysql::schema::component_chunks_table(&self.tables);
+        c.exec_drop(
+            format!("INSERT INTO `{table}` (digest, seq, bytes) VALUES (?, ?, ?)"),
+            (digest.as_str(), seq, bytes.to_vec()),
+        )
+        .await
+        .expect("insert chunk");
+        true
+    }
+
     async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool {
         let mut c = self.pool.get_conn().await.expect("conn");
         let table = onestep_mysql::schema::component_chunks_table(&self.tables);

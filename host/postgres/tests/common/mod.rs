@@ -128,6 +128,23 @@ impl Probe for SqlProbe {
         u64::try_from(row.get::<_, i64>(0)).expect("count")
     }
 
+    async fn insert_component_chunk(
+        &self,
+        digest: &ComponentDigest,
+        seq: u32,
+        bytes: &[u8],
+    ) -> bool {
+        let c = self.pool.get().await.expect("conn");
+        let table = onestep_postgres::schema::component_chunks_table(&self.tables);
+        c.execute(
+            &format!("INSERT INTO \"{table}\" (digest, seq, bytes) VALUES ($1, $2, $3)"),
+            &[&digest.as_str(), &(seq as i32), &bytes],
+        )
+        .await
+        .expect("insert chunk");
+        true
+    }
+
     async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool {
         let c = self.pool.get().await.expect("conn");
         let table = onestep_postgres::schema::component_chunks_table(&self.tables);

@@ -101,6 +101,22 @@ impl Probe for SqlProbe {
         .expect("lease columns")
     }
 
+    async fn insert_component_chunk(
+        &self,
+        digest: &ComponentDigest,
+        seq: u32,
+        bytes: &[u8],
+    ) -> bool {
+        let c = self.conn.lock().expect("probe lock");
+        c.execute(
+            "INSERT INTO onestep_executions_component_chunks (digest, seq, bytes) \
+             VALUES (?1, ?2, ?3)",
+            params![digest.as_str(), seq, bytes],
+        )
+        .expect("insert chunk");
+        true
+    }
+
     async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool {
         let c = self.conn.lock().expect("probe lock");
         let bytes: Option<Vec<u8>> = c

@@ -34,6 +34,10 @@ pub(crate) fn cases() -> Vec<Case> {
         case("components_concurrent_puts_store_one_copy", |fx| {
             Box::pin(concurrent(fx))
         }),
+        case(
+            "components_headerless_chunks_are_unreadable_then_completed",
+            |fx| Box::pin(headerless(fx)),
+        ),
     ]
 }
 
@@ -197,6 +201,33 @@ async fn concurrent(fx: Fixture) {
     assert_eq!(fx.probe.component_rows(&want).await, (1, 3));
     assert_eq!(
         fx.components.get(&want).await.expect("get").as_deref(),
+        Some(&b[..])
+    );
+}
+
+/// Chunks without their header (what a put cut short would leave if its transaction survived)
+/// are not a component: nothing reads them, and the next put of the bytes completes it.
+async fn headerless(fx: Fixture) {
+    if !supported(&fx).await {
+        return;
+    }
+    let b = bytes(6);
+    let d = ComponentDigest::of(&b);
+    if !fx
+        .probe
+        .insert_component_chunk(&d, 0, &b[..CHUNK_BYTES])
+        .await
+    {
+        return;
+    }
+    assert_eq!(fx.probe.component_rows(&d).await, (0, 1));
+    assert_eq!(fx.components.get(&d).await.expect("get"), None);
+    assert_eq!(fx.components.stat(&d).await.expect("stat"), None);
+    assert!(!fx.components.exists(&d).await.expect("exists"));
+    assert_eq!(fx.components.put(&b).await.expect("put"), d);
+    assert_eq!(fx.probe.component_rows(&d).await, (1, 3));
+    assert_eq!(
+        fx.components.get(&d).await.expect("get").as_deref(),
         Some(&b[..])
     );
 }
