@@ -98,6 +98,9 @@ pub trait Backend: Send + Sync + Debug {
     /// The completion-webhook outbox (docs/semantics.md#completion-webhooks), when this
     /// backend keeps one.
     fn callbacks(&self) -> Option<Arc<dyn crate::callback::CallbackStore>>;
+    /// The content-addressed component store kept in this backend's tables
+    /// (docs/semantics.md#component-store).
+    fn components(&self) -> Arc<dyn crate::components::ComponentStore>;
 
     /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
     fn tables_created(&self) -> Vec<String>;
@@ -118,7 +121,7 @@ pub trait Backend: Send + Sync + Debug {
     async fn close(&self) -> Result<(), ExecutionError>;
 }
 
-/// The eight port methods of [`Backend`] for a backend type that is cheap to clone and
+/// The nine port methods of [`Backend`] for a backend type that is cheap to clone and
 /// implements every port itself: each hands out a clone behind an `Arc`. Use inside
 /// `impl Backend for T { … }`.
 #[macro_export]
@@ -152,6 +155,9 @@ macro_rules! backend_ports {
             &self,
         ) -> ::std::option::Option<::std::sync::Arc<dyn $crate::callback::CallbackStore>> {
             $crate::callback::CallbackPort::callback_port(self)
+        }
+        fn components(&self) -> ::std::sync::Arc<dyn $crate::components::ComponentStore> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
     };
 }

@@ -17,6 +17,7 @@ pub mod callback;
 pub mod canonical;
 pub mod client;
 pub mod codec;
+pub mod components;
 pub mod cursor;
 pub mod diagnostics;
 pub mod digest;

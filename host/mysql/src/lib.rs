@@ -32,6 +32,7 @@ mod cancel_poll;
 mod claim;
 mod client_ops;
 mod complete_batch;
+mod components;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;

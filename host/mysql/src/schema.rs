@@ -165,6 +165,45 @@ pub fn deliveries_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The component store's header table `<T>_components` (docs/semantics.md#component-store).
+pub fn components_table(names: &TableNames) -> String {
+    names.derived("", "components")
+}
+
+/// The component store's chunks table `<T>_component_chunks`.
+pub fn component_chunks_table(names: &TableNames) -> String {
+    names.derived("", "component_chunks")
+}
+
+/// `CREATE TABLE` for the component headers (docs/schema.md#component-store): one row per stored
+/// component, written last in its put's transaction.
+pub fn components_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  size BIGINT NOT NULL,\n\
+  chunks INT NOT NULL,\n\
+  created_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (digest)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        components_table(names)
+    )]
+}
+
+/// `CREATE TABLE` for the component chunks: up to 1 MiB per row (`LONGBLOB`; a row is far below
+/// `max_allowed_packet`).
+pub fn component_chunks_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  seq INT NOT NULL,\n\
+  bytes LONGBLOB NOT NULL,\n\
+  PRIMARY KEY (digest, seq)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        component_chunks_table(names)
+    )]
+}
+
 /// `CREATE TABLE` for the keys table (docs/schema.md#fair-claim-keys).
 pub fn keys_ddl(names: &TableNames) -> Vec<String> {
     vec![format!(
@@ -268,6 +307,9 @@ onestep_core::schema_features! {
         /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
         /// (docs/semantics.md#completion-webhooks).
         pub callbacks_tables: bool,
+        /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
+        /// (docs/semantics.md#component-store).
+        pub components_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -317,6 +359,11 @@ impl SchemaFeatureSet for SchemaFeatures {
             Some(
                 "execution tables without the completion-webhook tables (created by an older \
                  onestep?): submits with a callback are refused; add them online with",
+            )
+        } else if !self.components_tables {
+            Some(
+                "execution tables without the component store's tables (created by an older \
+                 onestep?): components cannot be stored; add them online with",
             )
         } else {
             None
@@ -605,6 +652,8 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
         buckets_table: table_exists(conn, &buckets_table(names)).await?,
         callbacks_tables: table_exists(conn, &callbacks_table(names)).await?
             && table_exists(conn, &deliveries_table(names)).await?,
+        components_tables: table_exists(conn, &components_table(names)).await?
+            && table_exists(conn, &component_chunks_table(names)).await?,
         common: CommonFeatures {
             priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
@@ -753,6 +802,8 @@ async fn create_missing(
     for (table, ddl) in [
         (callbacks_table(names), callbacks_ddl(names)),
         (deliveries_table(names), deliveries_ddl(names)),
+        (component_chunks_table(names), component_chunks_ddl(names)),
+        (components_table(names), components_ddl(names)),
     ] {
         if !table_exists(conn, &table).await? {
             for stmt in ddl {

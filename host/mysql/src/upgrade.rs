@@ -135,6 +135,9 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     // The completion-webhook outbox and its attempts (docs/semantics.md#completion-webhooks).
     out.extend(crate::schema::callbacks_ddl(names));
     out.extend(crate::schema::deliveries_ddl(names));
+    // The component store's tables (docs/semantics.md#component-store).
+    out.extend(crate::schema::component_chunks_ddl(names));
+    out.extend(crate::schema::components_ddl(names));
     out
 }
 
@@ -407,12 +410,15 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 16);
+        assert_eq!(sql.len(), 18);
         assert!(sql[14].starts_with("CREATE TABLE `onestep_executions_callbacks`"));
         assert!(sql[15].starts_with("CREATE TABLE `onestep_executions_deliveries`"));
         assert!(sql[11].starts_with("CREATE TABLE `onestep_executions_keys`"));
         assert!(sql[12].starts_with("CREATE TABLE `onestep_executions_quotas`"));
         assert!(sql[13].contains("`onestep_executions_buckets`"));
+        assert!(sql[16].starts_with("CREATE TABLE `onestep_executions_component_chunks`"));
+        assert!(sql[17].starts_with("CREATE TABLE `onestep_executions_components`"));
+        assert!(sql[15].starts_with("CREATE TABLE `onestep_executions_components`"));
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
         assert!(sql[1].contains("ADD COLUMN priority TINYINT NOT NULL DEFAULT '5'"));

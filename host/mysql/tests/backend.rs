@@ -117,13 +117,17 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 9,
+            created, 11,
             "each table (executions, attempts, diagnostics, keys, quotas, traces, buckets, \
-             callbacks, deliveries) created exactly once"
+             callbacks, deliveries, component chunks, components) created exactly once"
         );
         assert!(backends.iter().all(|b| {
             let f = b.schema_report().features;
-            f.claimable_column && f.fair_keys && f.buckets_table && f.callbacks_tables
+            f.claimable_column
+                && f.fair_keys
+                && f.buckets_table
+                && f.callbacks_tables
+                && f.components_tables
         }));
         for b in backends {
             b.close().await.expect("close");

@@ -148,7 +148,7 @@ async fn upgraded_case(server: Server) {
         .await
         .expect("upgrade");
     // The execution tables exist already; only the diagnostics, keys, quotas, trace-context,
-    // buckets and webhook (callbacks, deliveries) tables are new
+    // buckets, webhook (callbacks, deliveries) and component store tables are new
     // (the reference's two tables are altered additively, never replaced).
     assert_eq!(
         report.created,
@@ -159,7 +159,9 @@ async fn upgraded_case(server: Server) {
             "onestep_executions_traces",
             "onestep_executions_buckets",
             "onestep_executions_callbacks",
-            "onestep_executions_deliveries"
+            "onestep_executions_deliveries",
+            "onestep_executions_component_chunks",
+            "onestep_executions_components"
         ],
         "{report:?}"
     );
@@ -199,6 +201,7 @@ async fn upgraded_case(server: Server) {
     assert!(b.schema_report().features.priority_columns);
     assert!(b.schema_report().features.claim_priority_index);
     assert!(b.schema_report().features.fair_keys);
+    assert!(b.schema_report().features.components_tables);
     assert_eq!(b.schema_report().upgrade_command, None);
     // The row written before the upgrade is claimable through the new index.
     let before_id: Uuid = before["id"]

@@ -29,6 +29,7 @@ pub mod backend;
 mod buckets;
 mod callbacks;
 mod client_ops;
+mod components;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;

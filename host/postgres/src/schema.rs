@@ -38,6 +38,9 @@ onestep_core::schema_features! {
         /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
         /// (docs/semantics.md#completion-webhooks).
         pub callbacks_tables: bool,
+        /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
+        /// (docs/semantics.md#component-store).
+        pub components_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -70,6 +73,12 @@ impl SchemaFeatureSet for SchemaFeatures {
             return Some(
                 "execution tables without the completion-webhook tables (created by an older \
                  onestep?): submits with a callback are refused; add them online with",
+            );
+        }
+        if !self.components_tables {
+            return Some(
+                "execution tables without the component store's tables (created by an older \
+                 onestep?): components cannot be stored; add them online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -360,6 +369,44 @@ pub fn deliveries_ddl(names: &TableNames) -> Vec<String> {
   PRIMARY KEY (execution_id, attempt_no)\n\
 )",
         q(&deliveries_table(names))
+    )]
+}
+
+/// The component store's header table (docs/semantics.md#component-store): `<T>_components`.
+pub fn components_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "components")
+}
+
+/// The component store's chunks table: `<T>_component_chunks`.
+pub fn component_chunks_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "component_chunks")
+}
+
+/// The component headers (`IF NOT EXISTS`: also the upgrade's): one row per stored component,
+/// written last in its put's transaction.
+pub fn components_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  size BIGINT NOT NULL,\n\
+  chunks INTEGER NOT NULL,\n\
+  created_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (digest)\n\
+)",
+        q(&components_table(names))
+    )]
+}
+
+/// The component chunks (`IF NOT EXISTS`: also the upgrade's): up to 1 MiB per row.
+pub fn component_chunks_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  seq INTEGER NOT NULL,\n\
+  bytes BYTEA NOT NULL,\n\
+  PRIMARY KEY (digest, seq)\n\
+)",
+        q(&component_chunks_table(names))
     )]
 }
 
@@ -670,6 +717,8 @@ pub(crate) async fn ensure_schema(
             (buckets_table(names), buckets_ddl(names)),
             (callbacks_table(names), callbacks_ddl(names)),
             (deliveries_table(names), deliveries_ddl(names)),
+            (component_chunks_table(names), component_chunks_ddl(names)),
+            (components_table(names), components_ddl(names)),
         ] {
             if !table_exists(&tx, &table).await? {
                 for stmt in ddl {
@@ -710,6 +759,8 @@ pub(crate) async fn ensure_schema(
         buckets_table: table_exists(&*client, &buckets_table(names)).await?,
         callbacks_tables: table_exists(&*client, &callbacks_table(names)).await?
             && table_exists(&*client, &deliveries_table(names)).await?,
+        components_tables: table_exists(&*client, &components_table(names)).await?
+            && table_exists(&*client, &component_chunks_table(names)).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

@@ -218,6 +218,8 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(crate::schema::buckets_ddl(names))
         .chain(crate::schema::callbacks_ddl(names))
         .chain(crate::schema::deliveries_ddl(names))
+        .chain(crate::schema::component_chunks_ddl(names))
+        .chain(crate::schema::components_ddl(names))
         .collect()
 }
 
@@ -261,6 +263,15 @@ async fn upgrade_on(
         (
             crate::schema::deliveries_table(names),
             crate::schema::deliveries_ddl(names),
+        ),
+        // docs/semantics.md#component-store: the component store (new and empty).
+        (
+            crate::schema::component_chunks_table(names),
+            crate::schema::component_chunks_ddl(names),
+        ),
+        (
+            crate::schema::components_table(names),
+            crate::schema::components_ddl(names),
         ),
     ] {
         let present: i64 = client
@@ -411,7 +422,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 18);
+        assert_eq!(sql.len(), 20);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -427,6 +438,13 @@ mod tests {
         assert!(sql[16].contains("\"ix_onestep_executions_callbacks_due\""));
         assert!(
             sql[17].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deliveries\"")
+        );
+        assert!(
+            sql[18]
+                .starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_component_chunks\"")
+        );
+        assert!(
+            sql[19].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_components\"")
         );
         let sql = &sql[3..11];
         for s in sql {

@@ -56,7 +56,9 @@ async fn reference_client_our_tables_our_worker() {
             "onestep_executions_keys",
             "onestep_executions_buckets",
             "onestep_executions_callbacks",
-            "onestep_executions_deliveries"
+            "onestep_executions_deliveries",
+            "onestep_executions_component_chunks",
+            "onestep_executions_components"
         ]
     );
     let ns = "interop";
@@ -244,7 +246,8 @@ async fn upgraded_reference_tables_reference_worker() {
         features.expiry_index
             && features.list_indexes
             && features.buckets_table
-            && features.callbacks_tables,
+            && features.callbacks_tables
+            && features.components_tables,
         "{features:?}"
     );
     assert!(b.schema_report().upgrade_command.is_none());

@@ -27,6 +27,9 @@ onestep_core::schema_features! {
         /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
         /// (docs/semantics.md#completion-webhooks).
         pub callbacks_tables: bool,
+        /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
+        /// (docs/semantics.md#component-store).
+        pub components_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected.
     pub type SchemaReport;
@@ -64,9 +67,15 @@ impl SchemaFeatureSet for SchemaFeatures {
                  onestep): submits with a callback are refused; add them with",
             );
         }
-        (!self.buckets_table).then_some(
-            "execution tables without the rate-limit buckets table (created by an older \
-             onestep): tasks with a rate_limit claim nothing; add it with",
+        if !self.buckets_table {
+            return Some(
+                "execution tables without the rate-limit buckets table (created by an older \
+                 onestep): tasks with a rate_limit claim nothing; add it with",
+            );
+        }
+        (!self.components_tables).then_some(
+            "execution tables without the component store's tables (created by an older \
+             onestep): components cannot be stored; add them with",
         )
     }
 
@@ -107,6 +116,43 @@ pub fn keys_table(names: &TableNames) -> String {
 /// The rate-limit buckets table: `<T>_buckets` (docs/semantics.md#rate-limits).
 pub fn buckets_table(names: &TableNames) -> String {
     derived(&names.executions, "", "buckets")
+}
+
+/// The component store's header table: `<T>_components` (docs/semantics.md#component-store).
+pub fn components_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "components")
+}
+
+/// The component store's chunks table: `<T>_component_chunks`.
+pub fn component_chunks_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "component_chunks")
+}
+
+/// `CREATE TABLE` for the component headers: one row per stored component, written last in
+/// its put's transaction.
+pub fn components_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE {} (\n\
+  digest TEXT NOT NULL PRIMARY KEY,\n\
+  size INTEGER NOT NULL,\n\
+  chunks INTEGER NOT NULL,\n\
+  created_at TEXT NOT NULL\n\
+)",
+        q(&components_table(names))
+    )
+}
+
+/// `CREATE TABLE` for the component chunks: up to 1 MiB per row.
+pub fn component_chunks_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE {} (\n\
+  digest TEXT NOT NULL,\n\
+  seq INTEGER NOT NULL,\n\
+  bytes BLOB NOT NULL,\n\
+  PRIMARY KEY (digest, seq)\n\
+)",
+        q(&component_chunks_table(names))
+    )
 }
 
 /// `CREATE TABLE` for the rate-limit buckets table: one row per bucket name.
@@ -486,6 +532,8 @@ pub(crate) fn ensure_schema(
         for (table, ddl) in [
             (callbacks_table(names), callbacks_ddl(names)),
             (deliveries_table(names), deliveries_ddl(names)),
+            (component_chunks_table(names), component_chunks_ddl(names)),
+            (components_table(names), components_ddl(names)),
         ] {
             if !exists(&tx, "table", &table)? {
                 tx.execute_batch(&ddl)?;
@@ -524,6 +572,8 @@ pub(crate) fn ensure_schema(
         buckets_table: exists(c, "table", &buckets_table(names))?,
         callbacks_tables: exists(c, "table", &callbacks_table(names))?
             && exists(c, "table", &deliveries_table(names))?,
+        components_tables: exists(c, "table", &components_table(names))?
+            && exists(c, "table", &component_chunks_table(names))?,
         common: CommonFeatures {
             list_indexes: exists(c, "index", &derived(t, "ix_", "status"))?
                 && exists(c, "index", &derived(t, "ix_", "status_list"))?

@@ -234,6 +234,8 @@ async fn upgrade_adds_the_priority_columns() {
          DROP INDEX ix_onestep_executions_fair_running; \
          DROP INDEX ix_onestep_executions_quota; \
          DROP TABLE onestep_executions_keys; \
+         DROP TABLE onestep_executions_components; \
+         DROP TABLE onestep_executions_component_chunks; \
          ALTER TABLE onestep_executions DROP COLUMN priority; \
          ALTER TABLE onestep_executions DROP COLUMN fairness_key; \
          CREATE INDEX ix_onestep_executions_claim ON onestep_executions \
@@ -285,12 +287,31 @@ async fn upgrade_adds_the_priority_columns() {
             && text.contains("onestep migrate --upgrade"),
         "{text}"
     );
+    // Without the component tables the component store refuses, naming the upgrade
+    // (docs/semantics.md#component-store).
+    let refused = onestep_core::Backend::components(&older)
+        .put(b"component")
+        .await
+        .expect_err("needs the component tables");
+    assert!(
+        refused
+            .to_string()
+            .contains(onestep_core::components::COMPONENTS_TABLE_ABSENT),
+        "{refused}"
+    );
     older.close().await.expect("close");
 
     let report = SqliteBackend::upgrade(StoreOptions::new(&dsn))
         .await
         .expect("upgrade");
-    assert_eq!(report.created, ["onestep_executions_keys"]);
+    assert_eq!(
+        report.created,
+        [
+            "onestep_executions_keys",
+            "onestep_executions_component_chunks",
+            "onestep_executions_components"
+        ]
+    );
     let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
     assert_eq!(
         added,
@@ -311,6 +332,7 @@ async fn upgrade_adds_the_priority_columns() {
     let b = common::open(&dsn, clock.clone(), Limits::default()).await;
     assert!(b.schema_report().features.priority_columns);
     assert!(b.schema_report().features.fair_keys);
+    assert!(b.schema_report().features.components_tables);
     assert_eq!(b.schema_report().upgrade_command, None);
     clock.advance(1.0);
     let u = b.submit(urgent("u2")).await.expect("kept now");

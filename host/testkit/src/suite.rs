@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use onestep_core::components::{ComponentDigest, ComponentStore};
 use onestep_core::error_object::ErrorObject;
 use onestep_core::ports::{ExecutionStore, LeaseStore};
 use onestep_core::rate::RateLimitStore;
@@ -77,6 +78,23 @@ pub trait Probe: Send + Sync {
         let _ = (namespace, task, now);
         None
     }
+    /// Alters one byte of chunk `seq` of the stored component `digest` behind the store's back
+    /// (docs/semantics.md#component-store); false when there is no such chunk.
+    async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool;
+    /// The header rows and chunk rows stored for `digest`.
+    async fn component_rows(&self, digest: &ComponentDigest) -> (u64, u64);
+    /// Inserts chunk `seq` of `digest` without its header, as a put cut short before its header
+    /// would leave it if its transaction were not rolled back; false when the store has no such
+    /// raw insert (the in-memory store).
+    async fn insert_component_chunk(
+        &self,
+        digest: &ComponentDigest,
+        seq: u32,
+        bytes: &[u8],
+    ) -> bool {
+        let _ = (digest, seq, bytes);
+        false
+    }
 }
 
 /// A fresh, empty store plus its clock and probe.
@@ -93,6 +111,8 @@ pub struct Fixture {
     /// The store's completion-webhook outbox (docs/semantics.md#completion-webhooks), when it
     /// keeps one.
     pub callbacks: Option<Arc<dyn onestep_core::callback::CallbackStore>>,
+    /// The store's component store (docs/semantics.md#component-store).
+    pub components: Arc<dyn ComponentStore>,
     /// The store's clock.
     pub clock: Arc<ManualClock>,
     /// The store's limits.
@@ -115,12 +135,14 @@ impl Fixture {
             + LeaseStore
             + RateLimitStore
             + onestep_core::callback::CallbackPort
+            + ComponentStore
             + Clone
             + 'static,
     {
         Fixture {
             callbacks: onestep_core::callback::CallbackPort::callback_port(&backend),
             buckets: Arc::new(backend.clone()),
+            components: Arc::new(backend.clone()),
             store: Arc::new(backend.clone()),
             leases: Arc::new(backend),
             probe,
@@ -294,6 +316,13 @@ macro_rules! conformance_tests {
             buckets_concurrent_takers_never_overdraw,
             buckets_names_and_rates_are_checked,
             buckets_are_independent,
+            components_round_trip_of_several_chunks,
+            components_put_is_idempotent,
+            components_over_the_cap_writes_nothing,
+            components_corrupt_chunk_is_detected,
+            components_missing_digest_is_none,
+            components_concurrent_puts_store_one_copy,
+            components_headerless_chunks_are_unreadable_then_completed,
             quota_namespace_limit,
             quota_key_limit,
             quota_replay_over_quota_still_replays,

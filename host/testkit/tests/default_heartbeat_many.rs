@@ -59,6 +59,7 @@ impl FixtureFactory for PerLeaseFactory {
         let store = Arc::new(MemoryStore::new(clock.clone(), limits));
         Ok(Fixture {
             buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
+            components: store.components(),
             store: store.clone(),
             callbacks: Some(store.clone()),
             leases: Arc::new(PerLease(store.clone())),

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use chrono::NaiveDateTime;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Row, Value as DbValue};
+use onestep_core::components::ComponentDigest;
 use onestep_core::names::TableNames;
 use onestep_core::{AttemptStatus, Limits};
 use onestep_mysql::rows::{bind_uuid, error_column, parse_uuid};
@@ -196,6 +197,68 @@ impl Probe for SqlProbe {
                 updated_at: naive(n()),
             }
         })
+    }
+
+    async fn insert_component_chunk(
+        &self,
+        digest: &ComponentDigest,
+        seq: u32,
+        bytes: &[u8],
+    ) -> bool {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        let table = onestep_mysql::schema::component_chunks_table(&self.tables);
+        c.exec_drop(
+            format!("INSERT INTO `{table}` (digest, seq, bytes) VALUES (?, ?, ?)"),
+            (digest.as_str(), seq, bytes.to_vec()),
+        )
+        .await
+        .expect("insert chunk");
+        true
+    }
+
+    async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        let table = onestep_mysql::schema::component_chunks_table(&self.tables);
+        let bytes: Option<Vec<u8>> = c
+            .exec_first(
+                format!("SELECT bytes FROM `{table}` WHERE digest = ? AND seq = ?"),
+                (digest.as_str(), seq),
+            )
+            .await
+            .expect("read chunk");
+        let Some(mut bytes) = bytes else {
+            return false;
+        };
+        bytes[0] ^= 1;
+        c.exec_drop(
+            format!("UPDATE `{table}` SET bytes = ? WHERE digest = ? AND seq = ?"),
+            (bytes, digest.as_str(), seq),
+        )
+        .await
+        .expect("corrupt chunk");
+        true
+    }
+
+    async fn component_rows(&self, digest: &ComponentDigest) -> (u64, u64) {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        let mut out = [0u64; 2];
+        for (i, table) in [
+            onestep_mysql::schema::components_table(&self.tables),
+            onestep_mysql::schema::component_chunks_table(&self.tables),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let n: Option<u64> = c
+                .exec_first(
+                    format!("SELECT COUNT(*) FROM `{table}` WHERE digest = ?"),
+                    (digest.as_str(),),
+                )
+                .await
+                .expect("count");
+            out[i] = n.unwrap_or(0);
+        }
+        (out[0], out[1])
     }
 
     async fn count_executions(&self) -> u64 {

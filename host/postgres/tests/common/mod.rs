@@ -13,6 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
+use onestep_core::components::ComponentDigest;
 use onestep_core::names::TableNames;
 use onestep_core::{AttemptStatus, Limits};
 use onestep_postgres::rows::error_value;
@@ -125,6 +126,61 @@ impl Probe for SqlProbe {
             .await
             .expect("count");
         u64::try_from(row.get::<_, i64>(0)).expect("count")
+    }
+
+    async fn insert_component_chunk(
+        &self,
+        digest: &ComponentDigest,
+        seq: u32,
+        bytes: &[u8],
+    ) -> bool {
+        let c = self.pool.get().await.expect("conn");
+        let table = onestep_postgres::schema::component_chunks_table(&self.tables);
+        c.execute(
+            &format!("INSERT INTO \"{table}\" (digest, seq, bytes) VALUES ($1, $2, $3)"),
+            &[&digest.as_str(), &(seq as i32), &bytes],
+        )
+        .await
+        .expect("insert chunk");
+        true
+    }
+
+    async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool {
+        let c = self.pool.get().await.expect("conn");
+        let table = onestep_postgres::schema::component_chunks_table(&self.tables);
+        let n = c
+            .execute(
+                &format!(
+                    "UPDATE \"{table}\" SET bytes = set_byte(bytes, 0, get_byte(bytes, 0) # 1) \
+                     WHERE digest = $1 AND seq = $2"
+                ),
+                &[&digest.as_str(), &(seq as i32)],
+            )
+            .await
+            .expect("corrupt chunk");
+        n == 1
+    }
+
+    async fn component_rows(&self, digest: &ComponentDigest) -> (u64, u64) {
+        let c = self.pool.get().await.expect("conn");
+        let mut out = [0u64; 2];
+        for (i, table) in [
+            onestep_postgres::schema::components_table(&self.tables),
+            onestep_postgres::schema::component_chunks_table(&self.tables),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let row = c
+                .query_one(
+                    &format!("SELECT count(*) FROM \"{table}\" WHERE digest = $1"),
+                    &[&digest.as_str()],
+                )
+                .await
+                .expect("count");
+            out[i] = u64::try_from(row.get::<_, i64>(0)).expect("count");
+        }
+        (out[0], out[1])
     }
 
     async fn insert_without_schedule(

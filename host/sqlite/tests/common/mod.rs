@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use onestep_core::components::ComponentDigest;
 use onestep_core::{AttemptStatus, Limits};
 use onestep_sqlite::rows::{opt_json, opt_time, opt_uuid, time, uuid};
 use onestep_sqlite::{SqliteBackend, StoreOptions};
@@ -98,6 +99,64 @@ impl Probe for SqlProbe {
         )
         .optional()
         .expect("lease columns")
+    }
+
+    async fn insert_component_chunk(
+        &self,
+        digest: &ComponentDigest,
+        seq: u32,
+        bytes: &[u8],
+    ) -> bool {
+        let c = self.conn.lock().expect("probe lock");
+        c.execute(
+            "INSERT INTO onestep_executions_component_chunks (digest, seq, bytes) \
+             VALUES (?1, ?2, ?3)",
+            params![digest.as_str(), seq, bytes],
+        )
+        .expect("insert chunk");
+        true
+    }
+
+    async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool {
+        let c = self.conn.lock().expect("probe lock");
+        let bytes: Option<Vec<u8>> = c
+            .query_row(
+                "SELECT bytes FROM onestep_executions_component_chunks \
+                 WHERE digest = ?1 AND seq = ?2",
+                params![digest.as_str(), seq],
+                |r| r.get(0),
+            )
+            .optional()
+            .expect("read chunk");
+        let Some(mut bytes) = bytes else {
+            return false;
+        };
+        bytes[0] ^= 1;
+        c.execute(
+            "UPDATE onestep_executions_component_chunks SET bytes = ?1 \
+             WHERE digest = ?2 AND seq = ?3",
+            params![bytes, digest.as_str(), seq],
+        )
+        .expect("corrupt chunk");
+        true
+    }
+
+    async fn component_rows(&self, digest: &ComponentDigest) -> (u64, u64) {
+        let c = self.conn.lock().expect("probe lock");
+        let count = |table: &str| -> u64 {
+            let n: i64 = c
+                .query_row(
+                    &format!("SELECT count(*) FROM {table} WHERE digest = ?1"),
+                    params![digest.as_str()],
+                    |r| r.get(0),
+                )
+                .expect("count");
+            u64::try_from(n).expect("count")
+        };
+        (
+            count("onestep_executions_components"),
+            count("onestep_executions_component_chunks"),
+        )
     }
 
     async fn count_executions(&self) -> u64 {

@@ -12,6 +12,7 @@ mod buckets;
 mod callbacks;
 mod client;
 mod completions;
+mod components;
 mod concurrency;
 mod fair;
 mod heartbeats;
@@ -47,6 +48,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(schedule::cases());
     v.extend(fair::cases());
     v.extend(buckets::cases());
+    v.extend(components::cases());
     v.extend(quota::cases());
     v.extend(callbacks::cases());
     v

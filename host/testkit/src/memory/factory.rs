@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use onestep_core::Limits;
+use onestep_core::components::ComponentDigest;
 use uuid::Uuid;
 
 use super::MemoryStore;
@@ -24,6 +25,14 @@ impl Probe for MemoryStore {
     async fn count_executions(&self) -> u64 {
         self.len() as u64
     }
+
+    async fn corrupt_component_chunk(&self, digest: &ComponentDigest, seq: u32) -> bool {
+        self.components().corrupt_chunk(digest, seq)
+    }
+
+    async fn component_rows(&self, digest: &ComponentDigest) -> (u64, u64) {
+        self.components().rows(digest)
+    }
 }
 
 /// Fresh, empty [`MemoryStore`]s on their own [`ManualClock`]; destroying one drops it.
@@ -37,6 +46,7 @@ impl FixtureFactory for MemoryFactory {
         let store = Arc::new(MemoryStore::new(clock.clone(), limits));
         Ok(Fixture {
             buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
+            components: store.components(),
             store: store.clone(),
             callbacks: Some(store.clone()),
             leases: store.clone(),

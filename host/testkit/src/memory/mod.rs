@@ -17,6 +17,7 @@
 
 mod callbacks;
 mod client;
+mod components;
 mod factory;
 mod lease;
 
@@ -33,6 +34,7 @@ use uuid::Uuid;
 
 use crate::suite::{AttemptRow, LeaseColumns};
 
+pub use components::MemoryComponents;
 pub use factory::MemoryFactory;
 
 /// Default bound of each maintenance step per claim (the SQL backends' default).
@@ -162,6 +164,7 @@ pub struct MemoryStore {
     state: Mutex<State>,
     controls: Mutex<Controls>,
     changes: watch::Sender<u64>,
+    components: std::sync::Arc<MemoryComponents>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -179,13 +182,19 @@ impl MemoryStore {
     /// An empty store reading "now" from `clock`, with `limits` for results.
     pub fn new(clock: SharedClock, limits: Limits) -> Self {
         MemoryStore {
-            clock,
             limits,
             reclaim_batch_size: DEFAULT_RECLAIM_BATCH_SIZE,
             state: Mutex::new(State::default()),
             controls: Mutex::new(Controls::default()),
             changes: watch::Sender::new(0),
+            components: std::sync::Arc::new(MemoryComponents::new(clock.clone())),
+            clock,
         }
+    }
+
+    /// The component store beside this store, on the same clock.
+    pub fn components(&self) -> std::sync::Arc<MemoryComponents> {
+        self.components.clone()
     }
 
     /// Bounds each maintenance step (expiry, dead cancel requests, reclaim) to `n` rows per claim.
