@@ -418,7 +418,6 @@ mod tests {
         assert!(sql[13].contains("`onestep_executions_buckets`"));
         assert!(sql[16].starts_with("CREATE TABLE `onestep_executions_component_chunks`"));
         assert!(sql[17].starts_with("CREATE TABLE `onestep_executions_components`"));
-        assert!(sql[15].starts_with("CREATE TABLE `onestep_executions_components`"));
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
         assert!(sql[1].contains("ADD COLUMN priority TINYINT NOT NULL DEFAULT '5'"));
