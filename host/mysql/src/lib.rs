@@ -28,6 +28,7 @@
 pub mod backend;
 mod buckets;
 mod cancel_poll;
+mod cap;
 mod claim;
 mod client_ops;
 mod complete_batch;

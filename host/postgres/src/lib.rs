@@ -27,6 +27,7 @@
 
 pub mod backend;
 mod buckets;
+mod cap;
 mod client_ops;
 mod diagnostics;
 pub mod dsn;

@@ -291,7 +291,10 @@ macro_rules! conformance_tests {
             quota_retrying_rows_count,
             quota_running_and_finished_rows_do_not_count,
             quota_batch_answers_per_item,
-            quota_concurrent_submitters_stop_at_the_limit
+            quota_concurrent_submitters_stop_at_the_limit,
+            max_running_sequential_claims,
+            max_running_concurrent_claimers,
+            max_running_slot_back_after_reclaim
         }
     };
     (@list () $($name:ident),*) => {

@@ -9,6 +9,7 @@ use crate::builders;
 use crate::suite::{Case, CaseFn, Fixture};
 
 mod buckets;
+mod cap;
 mod client;
 mod completions;
 mod concurrency;
@@ -47,6 +48,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(fair::cases());
     v.extend(buckets::cases());
     v.extend(quota::cases());
+    v.extend(cap::cases());
     v
 }
 
