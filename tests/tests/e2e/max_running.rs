@@ -5,8 +5,9 @@
 //! 50 ms and checks that no sample holds more than 3 `running`/`cancel_requested` executions of
 //! the capped task or more than 2 of one key, while the test SIGKILLs a worker three times
 //! (its leases keep their slots until they expire and another worker's claim reclaims them)
-//! and starts a new one in its place. Every execution ends `succeeded`, and the samples saw
-//! both caps reached (so the fleet did press against them).
+//! and starts a new one in its place. Every execution ends `succeeded`, some attempts ended
+//! `lease_lost` (the kills hit leases), and the samples saw both caps reached (so the fleet
+//! did press against them).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -116,6 +117,15 @@ async fn caps_hold_across_three_workers_while_workers_are_killed() -> Result<()>
             let (samples, most) = sampler.await??;
             finished?;
             ensure!(samples >= 20, "only {samples} samples");
+            // The kills hit workers holding leases: their attempts were reclaimed.
+            let lost = env
+                .db
+                .query_strings(
+                    "SELECT status FROM onestep_execution_attempts WHERE status = 'lease_lost'",
+                )
+                .await?
+                .len();
+            ensure!(lost >= 1, "no attempt of a killed worker was reclaimed");
             ensure!(
                 most.get("capped") == Some(&CAP),
                 "the capped task never reached its cap: {most:?}"
