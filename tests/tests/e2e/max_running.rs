@@ -93,7 +93,7 @@ async fn caps_hold_across_three_workers_while_workers_are_killed() -> Result<()>
                 }
             });
 
-            let mut workers = vec![
+            let mut workers = [
                 env.spawn_worker("w1")?,
                 env.spawn_worker("w2")?,
                 env.spawn_worker("w3")?,
