@@ -133,19 +133,20 @@ async fn concurrent(fx: Fixture) {
         return;
     }
     const CAP: u32 = 5;
-    for i in 0..40 {
+    const ROUNDS: usize = 12;
+    for i in 0..(CAP as usize * ROUNDS + 10) {
         submit(&fx, json!(i)).await;
     }
     fx.clock.advance(1.0);
-    for round in 0..3 {
-        // Eight claimers at once, each asking for 3 and claiming until it gets nothing.
+    for round in 0..ROUNDS {
+        // Eight claimers at once, each asking for 1 to 3 and claiming until it gets nothing.
         let mut joins = Vec::new();
         for w in 0..8 {
             let leases = Arc::clone(&fx.leases);
             joins.push(tokio::spawn(async move {
                 let mut got = Vec::new();
                 loop {
-                    let req = capped(3, CAP, 60.0, &format!("w{w}"));
+                    let req = capped(1 + w % 3, CAP, 60.0, &format!("w{w}"));
                     let more = leases.claim(&req).await.expect("claim");
                     if more.is_empty() {
                         return got;
