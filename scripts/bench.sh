@@ -13,7 +13,10 @@
 #   3. outbound HTTP: `onestep bench --http-delay-ms 1000` with the fetch guest, 1,000 executions
 #      in flight in one worker against a loopback server that answers after 1 s (completed/s,
 #      RSS per in-flight execution, heartbeat calls per tick);
-#   4. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
+#   4. waiting callers: one `onestep serve` holding 0, 1,000 and 10,000 `?wait=60` requests
+#      (host/bench/src/bin/waiters-bench.rs): its RSS per caller, the database's commits/s
+#      while they wait, and completion-to-answer latency p50/p99 while 5,000 complete;
+#   5. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
 # Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_HTTP_EXECUTIONS
 # (3000), BENCH_HISTORY (200000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level).
 set -euo pipefail
@@ -94,6 +97,9 @@ echo "== outbound HTTP: 1,000 executions in flight in one worker, each waiting 1
 "$TARGET/onestep" bench -n "${BENCH_HTTP_EXECUTIONS:-3000}" --concurrency 1000 --batch-size 500 \
     --http-delay-ms 1000 --handler component:guest-examples/out/fetch.wasm \
     --server-url "$ONESTEP_TEST_MARIADB_URL"
+
+echo "== waiting callers: one onestep serve, 0 / 1,000 / 10,000 callers on ?wait=60 (PostgreSQL; docs/benchmarks.md#waiting-callers)"
+"$TARGET/waiters-bench" "$TARGET/onestep" "$ONESTEP_TEST_POSTGRES_URL" 0 1000 10000
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \

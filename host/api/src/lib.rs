@@ -39,6 +39,7 @@ pub mod batch;
 pub mod error;
 pub mod extract;
 pub mod guard;
+pub mod keys;
 pub mod metrics;
 pub mod openapi;
 pub mod operate;
@@ -117,6 +118,7 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(operate::bulk_cancel))
         .routes(routes!(operate::bulk_retry))
         .routes(routes!(operate::whoami))
+        .routes(routes!(keys::list_keys))
         .routes(routes!(routes::healthz))
         .routes(routes!(routes::readyz))
 }

@@ -125,6 +125,8 @@ pub enum FiguresScope {
 #[derive(Debug, Default)]
 struct Sample {
     rows: Vec<(String, onestep_core::ports::StatusCount)>,
+    /// The busiest fairness keys of the API's namespaces.
+    keys: onestep_core::ports::KeyLoads,
     /// Unix time of the sample; `None` before the first success.
     at: Option<f64>,
 }
@@ -132,6 +134,10 @@ struct Sample {
 /// The `onestep_executions` gauge is re-read from the database at most this often, however
 /// often `/metrics` is scraped.
 pub const EXECUTIONS_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// `onestep_fairness_key_executions` shows this many keys: the busiest of every namespace the
+/// API serves (a bounded label set however many keys have work).
+pub const METRIC_KEYS: u32 = 20;
 
 /// Where the `onestep_executions` gauge comes from: one grouped statement over the API's
 /// namespaces.
@@ -231,14 +237,19 @@ impl ApiMetrics {
             return;
         }
         *last = Some(Instant::now());
-        match s.insights.counts_by_namespace(&s.namespaces).await {
-            Ok(rows) => {
+        let read = tokio::try_join!(
+            s.insights.counts_by_namespace(&s.namespaces),
+            s.insights.key_loads(&s.namespaces, METRIC_KEYS),
+        );
+        match read {
+            Ok((rows, keys)) => {
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
                 let mut sample = figures.lock().unwrap_or_else(|e| e.into_inner());
                 *sample = Sample {
                     rows,
+                    keys,
                     at: Some(now),
                 };
             }
@@ -369,10 +380,43 @@ fn figures_registry(sample: &Sample, scope: &FiguresScope) -> Registry {
                 .set(i64::try_from(c.count).unwrap_or(i64::MAX));
         }
     }
+    let keys = Family::<KeyLabels, Gauge>::default();
+    registry.register(
+        "onestep_fairness_key_executions",
+        "Executions waiting (queued, retrying) and running (running, cancel_requested) of the 20 busiest fairness keys, by namespace, task and key, sampled with onestep_executions",
+        keys.clone(),
+    );
+    for k in &sample.keys.keys {
+        let visible = match scope {
+            FiguresScope::None => false,
+            FiguresScope::Namespace(ns) => *ns == k.namespace,
+            FiguresScope::All => true,
+        };
+        if !visible {
+            continue;
+        }
+        for (state, n) in [("waiting", k.waiting), ("running", k.running)] {
+            keys.get_or_create(&KeyLabels {
+                namespace: k.namespace.as_str().into(),
+                task: k.task_name.as_str().into(),
+                fairness_key: k.fairness_key.as_str().into(),
+                state,
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
     if let Some(at) = sample.at {
         sampled_at.set(at);
     }
     registry
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    namespace: LabelText,
+    task: LabelText,
+    fairness_key: LabelText,
+    state: &'static str,
 }
 
 /// Middleware: counts and times every request under its route template (`unmatched` for
@@ -486,10 +530,71 @@ mod tests {
         ApiMetrics {
             figures: Some(std::sync::Mutex::new(Sample {
                 rows,
+                keys: onestep_core::ports::KeyLoads::default(),
                 at: Some(1.0),
             })),
             ..ApiMetrics::default()
         }
+    }
+
+    #[test]
+    fn busiest_keys_are_gauged_per_state_escaped_and_in_scope_only() {
+        let key = |ns: &str, k: &str, waiting, running| onestep_core::ports::KeyLoad {
+            namespace: ns.into(),
+            task_name: "llm".into(),
+            fairness_key: k.into(),
+            waiting,
+            running,
+        };
+        let m = ApiMetrics {
+            figures: Some(std::sync::Mutex::new(Sample {
+                rows: Vec::new(),
+                keys: onestep_core::ports::KeyLoads {
+                    keys: vec![key("a", HOSTILE[0], 7, 2), key("b", "tenant-b", 1, 0)],
+                    truncated: false,
+                },
+                at: Some(1.0),
+            })),
+            ..ApiMetrics::default()
+        };
+        let text = m.render(&FiguresScope::Namespace("a".into()));
+        let parsed = parse_openmetrics(&text).unwrap_or_else(|e| panic!("{e:?} in:\n{text}"));
+        let mut seen: Vec<(String, String, String, f64)> =
+            parsed.families["onestep_fairness_key_executions"]
+                .iter_samples()
+                .map(|s| {
+                    let l = s.get_labelset().expect("labels");
+                    let v = match &s.value {
+                        openmetrics_parser::OpenMetricsValue::Gauge(v) => v.as_f64(),
+                        _ => f64::NAN,
+                    };
+                    (
+                        l.get_label_value("namespace")
+                            .unwrap_or_default()
+                            .to_owned(),
+                        l.get_label_value("fairness_key")
+                            .unwrap_or_default()
+                            .to_owned(),
+                        l.get_label_value("state").unwrap_or_default().to_owned(),
+                        v,
+                    )
+                })
+                .collect();
+        seen.sort_by(|x, y| x.2.cmp(&y.2));
+        assert_eq!(
+            seen,
+            [
+                ("a".into(), HOSTILE[0].into(), "running".into(), 2.0),
+                ("a".into(), HOSTILE[0].into(), "waiting".into(), 7.0),
+            ],
+            "namespace a's key only, its name back exactly:\n{text}"
+        );
+        let none = m.render(&FiguresScope::None);
+        assert!(
+            !none.contains("tenant-b") && !none.contains("fairness_key="),
+            "{none}"
+        );
+        assert!(m.render(&FiguresScope::All).contains("tenant-b"));
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct OverviewSnapshot {
     pub counts: Vec<StatusCount>,
     /// The last hour.
     pub recent: RecentActivity,
+    /// The busiest fairness keys (docs/ui.md#keys).
+    pub keys: onestep_core::ports::KeyLoads,
 }
 
 #[derive(Clone)]
@@ -139,6 +141,11 @@ impl ApiState {
     /// Whether `/metrics` shows every namespace's figures without a token.
     pub fn metrics_public(&self) -> bool {
         self.inner.settings.metrics_public
+    }
+
+    /// `api.max_connections`: connections the server holds open at once.
+    pub fn max_connections(&self) -> u32 {
+        self.inner.settings.max_connections
     }
 
     /// The overview figures' source as a shared handle (for the metrics' gauge).

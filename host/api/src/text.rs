@@ -11,6 +11,46 @@ use serde_json::Value;
 use crate::attempts::{AttemptsView, LogsView, ProgressView};
 use crate::view::{ErrorObjectView, ExecutionView};
 
+/// The `onestep list --by-key` table: the busiest fairness keys (docs/cli.md#list).
+pub fn key_table(view: &crate::keys::KeysView) -> String {
+    let header = ["TASK", "FAIRNESS_KEY", "WAITING", "RUNNING"];
+    let rows: Vec<[String; 4]> = view
+        .items
+        .iter()
+        .map(|k| {
+            [
+                visible(&k.task_name).into_owned(),
+                visible(&k.fairness_key).into_owned(),
+                k.waiting.to_string(),
+                k.running.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for cells in std::iter::once(header.map(str::to_owned)).chain(rows) {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    }
+    if view.truncated {
+        out.push_str("(more keys have work; raise --limit)\n");
+    }
+    out
+}
+
 /// A table of executions: `ID  TASK  STATUS  PRI  ATTEMPTS  CREATED  FINISHED`, one row each
 /// (`PRI`: the priority, docs/semantics.md#priority-and-fairness-key).
 pub fn execution_table(items: &[ExecutionView]) -> String {
@@ -309,5 +349,29 @@ mod tests {
             result_text(&serde_json::json!({"a": 1})),
             "{\n  \"a\": 1\n}"
         );
+    }
+
+    #[test]
+    fn key_table_escapes_tenant_text_and_says_when_cut() {
+        let view = crate::keys::KeysView {
+            namespace: "ns".into(),
+            items: vec![crate::keys::KeyLoadView {
+                task_name: "llm".into(),
+                fairness_key: "t\u{202e}1".into(),
+                waiting: 12,
+                running: 2,
+            }],
+            truncated: true,
+        };
+        let t = key_table(&view);
+        let mut lines = t.lines();
+        assert_eq!(lines.next(), Some("TASK  FAIRNESS_KEY  WAITING  RUNNING"));
+        let row = lines.next().unwrap_or_default();
+        assert!(!row.contains('\u{202e}'), "{row}");
+        assert!(
+            row.starts_with("llm") && row.ends_with("12       2"),
+            "{row:?}"
+        );
+        assert_eq!(lines.next(), Some("(more keys have work; raise --limit)"));
     }
 }

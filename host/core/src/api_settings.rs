@@ -36,7 +36,15 @@ pub struct ApiSettings {
     /// `api.quotas`: limits of waiting executions per namespace and fairness key, checked at
     /// submit (docs/semantics.md#quotas); `None`: no quota.
     pub quotas: Option<QuotaSettings>,
+    /// `api.max_connections`: connections one API process holds open at once (1 to
+    /// [`MAX_API_CONNECTIONS`]); one more waits in the listen backlog (docs/security.md#api-connections).
+    pub max_connections: u32,
 }
+
+/// The default `api.max_connections` (docs/security.md#api-connections).
+pub const DEFAULT_API_MAX_CONNECTIONS: u32 = 512;
+/// The largest `api.max_connections` (each is a file descriptor of the process).
+pub const MAX_API_CONNECTIONS: u32 = 65_536;
 
 /// The largest `api.max_wait_s` (docs/http-api.md#waiting).
 pub const MAX_API_WAIT_S: u32 = 60;
@@ -62,6 +70,7 @@ impl Default for ApiSettings {
             max_streams: DEFAULT_API_MAX_STREAMS,
             max_stream_s: DEFAULT_API_MAX_STREAM_S,
             quotas: None,
+            max_connections: DEFAULT_API_MAX_CONNECTIONS,
         }
     }
 }

@@ -263,6 +263,58 @@ impl StatusCount {
     }
 }
 
+/// The work of one fairness key of one task (docs/semantics.md#fair-claim): what waits and what
+/// runs, across the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyLoad {
+    /// Namespace.
+    pub namespace: String,
+    /// Task name.
+    pub task_name: String,
+    /// The effective fairness key (the namespace when the submit set none).
+    pub fairness_key: String,
+    /// Executions `queued` or `retrying`.
+    pub waiting: u64,
+    /// Executions `running` or `cancel_requested` (they hold a slot).
+    pub running: u64,
+}
+
+/// The busiest fairness keys, most waiting first ([`ExecutionInsights::key_loads`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyLoads {
+    /// At most the `limit` asked for.
+    pub keys: Vec<KeyLoad>,
+    /// More keys had work than `limit`.
+    pub truncated: bool,
+}
+
+impl KeyLoads {
+    /// The rows `(namespace, task, key, waiting, running)` a backend read with `LIMIT limit + 1`,
+    /// busiest first: the extra row only says that more keys had work.
+    pub fn from_rows(
+        rows: impl IntoIterator<Item = (String, String, String, i64, i64)>,
+        limit: u32,
+    ) -> Self {
+        let mut out = KeyLoads::default();
+        for (i, (namespace, task_name, fairness_key, waiting, running)) in
+            rows.into_iter().enumerate()
+        {
+            if i >= limit as usize {
+                out.truncated = true;
+                break;
+            }
+            out.keys.push(KeyLoad {
+                namespace,
+                task_name,
+                fairness_key,
+                waiting: u64::try_from(waiting).unwrap_or(0),
+                running: u64::try_from(running).unwrap_or(0),
+            });
+        }
+        out
+    }
+}
+
 /// The executions created in a recent window, as the dashboard's overview summarises them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecentActivity {
@@ -342,4 +394,13 @@ pub trait ExecutionInsights: Send + Sync {
         since: DateTime<Utc>,
         max_rows: u32,
     ) -> Result<RecentActivity, ExecutionError>;
+
+    /// The at most `limit` fairness keys of `namespaces` with the most executions waiting
+    /// (then running), each with its waiting and running counts: one grouped statement over the
+    /// executions not yet finished (docs/ui.md#keys).
+    async fn key_loads(
+        &self,
+        namespaces: &[String],
+        limit: u32,
+    ) -> Result<KeyLoads, ExecutionError>;
 }

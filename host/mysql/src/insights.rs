@@ -8,7 +8,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value as DbValue};
 use onestep_core::ExecutionError;
 use onestep_core::store::insights::{
-    NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
+    KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
 
 use crate::backend::MySqlBackend;
@@ -71,5 +71,28 @@ impl OverviewRows for MySqlBackend {
         );
         let params = vec![DbValue::from(newest.namespace), bind_time(newest.since)];
         self.overview(sql, params).await
+    }
+
+    /// Reads the unfinished rows of the namespaces; a table without the `fairness_key` column
+    /// has one key per namespace.
+    async fn key_rows(&self, namespaces: &[String], limit: u64) -> Result<KeyRows, ExecutionError> {
+        let key = if self.priority_columns() {
+            "COALESCE(fairness_key, namespace)"
+        } else {
+            "namespace"
+        };
+        let sql = format!(
+            "SELECT namespace, task_name, {key} AS k, \
+             CAST(SUM(CASE WHEN status IN ('queued', 'retrying') THEN 1 ELSE 0 END) AS SIGNED) AS w, \
+             CAST(SUM(CASE WHEN status IN ('running', 'cancel_requested') THEN 1 ELSE 0 END) AS SIGNED) AS r \
+             FROM `{}` WHERE namespace IN ({}) \
+             AND status IN ('queued', 'retrying', 'running', 'cancel_requested') \
+             GROUP BY namespace, task_name, k ORDER BY w DESC, r DESC, namespace, task_name, k \
+             LIMIT {limit}",
+            self.t(),
+            placeholders(namespaces.len())
+        );
+        let params = namespaces.iter().map(|n| DbValue::from(n.as_str()));
+        self.overview(sql, params.collect()).await
     }
 }

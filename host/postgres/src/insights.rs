@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use onestep_core::ExecutionError;
 use onestep_core::store::insights::{
-    NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
+    KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -69,6 +69,31 @@ impl OverviewRows for PgBackend {
             .overview(&sql, &[&newest.namespace, &newest.since, &limit])
             .await?;
         rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?))).collect()
+    }
+
+    /// Reads the unfinished rows of the namespaces (the status index's ranges); a table without
+    /// the `fairness_key` column has one key per namespace.
+    async fn key_rows(&self, namespaces: &[String], limit: u64) -> Result<KeyRows, ExecutionError> {
+        let key = if self.sql().priority_columns {
+            crate::schema::KEY_EXPR
+        } else {
+            "namespace"
+        };
+        let sql = format!(
+            "SELECT namespace, task_name, {key} AS k, \
+             COUNT(*) FILTER (WHERE status IN ('queued', 'retrying')) AS w, \
+             COUNT(*) FILTER (WHERE status IN ('running', 'cancel_requested')) AS r \
+             FROM {} WHERE namespace = ANY($1::text[]) \
+             AND status IN ('queued', 'retrying', 'running', 'cancel_requested') \
+             GROUP BY namespace, task_name, k ORDER BY w DESC, r DESC, namespace, task_name, k \
+             LIMIT $2",
+            q(&self.tables().executions)
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.overview(&sql, &[&namespaces, &limit]).await?;
+        rows.iter()
+            .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?, get(r, 3)?, get(r, 4)?)))
+            .collect()
     }
 }
 

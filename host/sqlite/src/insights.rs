@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use onestep_core::ExecutionError;
 use onestep_core::store::insights::{
-    NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
+    KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
 use rusqlite::params;
 
@@ -73,6 +73,38 @@ impl OverviewRows for SqliteBackend {
                 ))?;
                 let rows = st.query_map(params![ns, since, limit], |r| {
                     Ok((r.get::<_, String>(0)?, micros_between(r.get(1)?, r.get(2)?)))
+                })?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+        })
+        .await
+    }
+
+    /// Reads the unfinished rows of the namespaces; a table without the `fairness_key` column
+    /// has one key per namespace.
+    async fn key_rows(&self, namespaces: &[String], limit: u64) -> Result<KeyRows, ExecutionError> {
+        let list = serde_json::to_string(namespaces).unwrap_or_default();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.run("stats", || {
+            let list = list.clone();
+            self.read(move |b, c| {
+                let key = if b.schema_report().features.priority_columns {
+                    "COALESCE(fairness_key, namespace)"
+                } else {
+                    "namespace"
+                };
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT namespace, task_name, {key} AS k, \
+                     SUM(status IN ('queued', 'retrying')) AS w, \
+                     SUM(status IN ('running', 'cancel_requested')) AS r \
+                     FROM {} WHERE namespace IN (SELECT value FROM json_each(?1)) \
+                     AND status IN ('queued', 'retrying', 'running', 'cancel_requested') \
+                     GROUP BY namespace, task_name, k \
+                     ORDER BY w DESC, r DESC, namespace, task_name, k LIMIT ?2",
+                    b.t()
+                ))?;
+                let rows = st.query_map(params![list, limit], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                 })?;
                 Ok(rows.collect::<Result<_, _>>()?)
             })

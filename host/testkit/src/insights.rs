@@ -121,6 +121,61 @@ where
         .expect("recent, none");
     assert_eq!(future.sampled, 0);
 
+    // The busiest fairness keys: task z's key t1 has 2 waiting and 1 running; the finished
+    // rows count nowhere.
+    for i in 0..3 {
+        let req = onestep_core::request::SubmitRequest {
+            task_name: "z".into(),
+            payload: json!({"i": i}),
+            fairness_key: Some("t1".into()),
+            ..onestep_core::request::SubmitRequest::default()
+        };
+        store
+            .submit(crate::builders::prepare("ins-a", &req))
+            .await
+            .expect("submit z");
+    }
+    let z = store
+        .claim(&claim("ins-a", "z", 1, 30.0, "w-ins"))
+        .await
+        .expect("claim z");
+    assert_eq!(z.len(), 1);
+    let loads = insights
+        .key_loads(&["ins-a".into(), "ins-b".into()], 10)
+        .await
+        .expect("key loads");
+    let rows: Vec<(&str, &str, &str, u64, u64)> = loads
+        .keys
+        .iter()
+        .map(|k| {
+            let (ns, t, key) = (&k.namespace, &k.task_name, &k.fairness_key);
+            (ns.as_str(), t.as_str(), key.as_str(), k.waiting, k.running)
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("ins-a", "z", "t1", 2, 1),
+            ("ins-a", "x", "ins-a", 1, 0),
+            ("ins-a", "y", "ins-a", 1, 0),
+            ("ins-b", "x", "ins-b", 1, 0),
+        ],
+        "busiest first"
+    );
+    assert!(!loads.truncated);
+    let cut = insights
+        .key_loads(&["ins-a".into(), "ins-b".into()], 2)
+        .await
+        .expect("key loads, cut");
+    assert!(cut.truncated, "{cut:?}");
+    assert_eq!(cut.keys.len(), 2);
+    assert_eq!(cut.keys[0].fairness_key, "t1");
+    let only_b = insights
+        .key_loads(&["ins-b".into()], 10)
+        .await
+        .expect("key loads of ins-b");
+    assert_eq!(only_b.keys.len(), 1, "another namespace's keys are absent");
+
     let attempts = store
         .attempts("ins-a", ok_id)
         .await

@@ -104,6 +104,7 @@ mod check_vs_run;
 mod copy;
 mod dev;
 mod diagnostics;
+mod fair_starvation;
 mod health_db;
 mod http_fetch;
 mod isolation_cancel;

@@ -499,6 +499,18 @@ async fn drive(
         count(c, "#cancel").await? == 0,
         "no cancel button once cancelled"
     );
+    // The live page followed the execution's event stream (docs/ui.md#detail).
+    let streamed = c
+        .execute(
+            "return performance.getEntriesByType('resource')\
+             .some(function (e) { return e.name.indexOf('/events') >= 0; });",
+            vec![],
+        )
+        .await?;
+    ensure!(
+        streamed == serde_json::Value::Bool(true),
+        "the running execution's page read /v1/executions/{{id}}/events: {streamed}"
+    );
     shot(c, server, "detail-cancelled").await?;
 
     // Bulk-cancel the 500 queued bulkjob executions.

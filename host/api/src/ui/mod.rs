@@ -33,6 +33,9 @@ pub const OVERVIEW_CACHE: Duration = Duration::from_secs(5);
 pub const OVERVIEW_STALE_MAX: Duration = Duration::from_secs(60);
 /// Rows the "last hour" figures read at most.
 pub const RECENT_ROWS: u32 = 10_000;
+
+/// The overview's table of the busiest fairness keys holds at most this many rows.
+pub const OVERVIEW_KEYS: u32 = 10;
 /// Rows per list page of the dashboard.
 pub const PAGE_ROWS: u32 = 50;
 
@@ -145,6 +148,8 @@ async fn overview_fragment(
             statuses => render::status_names(),
             counts => render::count_rows(&snapshot.counts),
             hour => render::hour_context(&snapshot.recent),
+            keys => minijinja::Value::from_serialize(&snapshot.keys.keys),
+            keys_truncated => snapshot.keys.truncated,
             as_of => snapshot.as_of.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             cache_s => OVERVIEW_CACHE.as_secs(),
         },
@@ -159,15 +164,18 @@ async fn read_overview(
 ) -> Result<OverviewSnapshot, onestep_core::ExecutionError> {
     // The two statements are independent: run them side by side on two connections.
     let since = Utc::now() - chrono::Duration::hours(1);
-    let (counts, recent) = tokio::try_join!(
+    let namespaces = [namespace.to_owned()];
+    let (counts, recent, keys) = tokio::try_join!(
         insights.counts_by_task_status(namespace),
         insights.recent_activity(namespace, since, RECENT_ROWS),
+        insights.key_loads(&namespaces, OVERVIEW_KEYS),
     )?;
     let snapshot = OverviewSnapshot {
         taken: Instant::now(),
         as_of: Utc::now(),
         counts,
         recent,
+        keys,
     };
     state.store_overview(namespace, snapshot.clone());
     Ok(snapshot)

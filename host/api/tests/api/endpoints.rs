@@ -5,7 +5,7 @@ use axum::http::{Method, StatusCode};
 use mysql_async::prelude::Queryable;
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, id_of, req, single_settings};
+use crate::support::{TOKEN_A, TOKEN_B, TestApp, id_of, req, single_settings, tenant_settings};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_get_replay_cancel_and_the_execution_view() {
@@ -371,4 +371,69 @@ async fn metrics_count_requests_by_route_template_and_status() {
         !text.contains(&id.to_string()),
         "no execution id in labels:\n{text}"
     );
+}
+
+#[tokio::test]
+async fn keys_show_each_tenants_busiest_fairness_keys_only() {
+    let app = TestApp::start(tenant_settings()).await;
+    let post = |token: &'static str, key: String, body: serde_json::Value| {
+        req(Method::POST, "/v1/executions", Some(token))
+            .header("Idempotency-Key", &key)
+            .json(&body)
+    };
+    for i in 0..3 {
+        let body = json!({"task_name": "run_agent", "payload": i, "fairness_key": "tenant-42"});
+        let (status, v) = app.send(post(TOKEN_A, format!("a-{i}"), body)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{v}");
+    }
+    let body = json!({"task_name": "echo", "payload": 1});
+    let (status, _) = app.send(post(TOKEN_A, "a-plain".into(), body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let body = json!({"task_name": "echo", "payload": 1, "fairness_key": "b-secret"});
+    let (status, _) = app.send(post(TOKEN_B, "b-1".into(), body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    let (status, keys) = app
+        .send(req(Method::GET, "/v1/keys", Some(TOKEN_A)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{keys}");
+    let ns = keys["namespace"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        keys["items"],
+        json!([
+            {"task_name": "run_agent", "fairness_key": "tenant-42", "waiting": 3, "running": 0},
+            {"task_name": "echo", "fairness_key": ns, "waiting": 1, "running": 0},
+        ]),
+        "busiest first; a submit without a key is its namespace's"
+    );
+    assert_eq!(keys["truncated"], json!(false));
+    assert!(!keys.to_string().contains("b-secret"), "{keys}");
+
+    let (status, cut) = app
+        .send(req(Method::GET, "/v1/keys?limit=1", Some(TOKEN_A)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (
+            cut["items"].as_array().map(Vec::len),
+            cut["truncated"].clone()
+        ),
+        (Some(1), json!(true))
+    );
+
+    for bad in ["0", "1001", "x"] {
+        let (status, err) = app
+            .send(req(Method::GET, &format!("/v1/keys?limit={bad}"), Some(TOKEN_A)).empty())
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+        assert!(
+            err["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("limit must be an integer from 1 to 1000"),
+            "{err}"
+        );
+    }
+    let (status, _) = app.send(req(Method::GET, "/v1/keys", None).empty()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

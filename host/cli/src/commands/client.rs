@@ -91,6 +91,10 @@ pub(crate) struct ListArgs {
     /// Follow every page to the end.
     #[arg(long)]
     pub(crate) all: bool,
+    /// List the busiest fairness keys instead of executions: per task and key, the executions
+    /// waiting and running across the fleet (`--limit` up to 1000).
+    #[arg(long, conflicts_with_all = ["task", "status", "cursor", "all"])]
+    pub(crate) by_key: bool,
     #[command(flatten)]
     pub(crate) conn: ConnArgs,
 }
@@ -285,6 +289,9 @@ pub(crate) async fn get(args: GetArgs) -> u8 {
 
 /// `onestep list`.
 pub(crate) async fn list(args: ListArgs) -> u8 {
+    if args.by_key {
+        return list_keys(args).await;
+    }
     with_client(&args.conn, async |c| {
         let status = args
             .status
@@ -309,6 +316,28 @@ pub(crate) async fn list(args: ListArgs) -> u8 {
                 }
             }
         }
+    })
+    .await
+}
+
+/// `onestep list --by-key`: the busiest fairness keys of the namespace (`GET /v1/keys`).
+async fn list_keys(args: ListArgs) -> u8 {
+    with_client(&args.conn, async |c| {
+        let limit = onestep_api::keys::parse_limit(Some(&args.limit.to_string()))
+            .map_err(|e| Failure::usage(format!("--limit: {}", e.body().message)))?;
+        let namespace = c.client.namespace().to_owned();
+        let loads = c
+            .backend()
+            .insights()
+            .key_loads(std::slice::from_ref(&namespace), limit)
+            .await?;
+        let view = onestep_api::keys::KeysView::new(&namespace, &loads);
+        if args.conn.json {
+            output::print_json(&view);
+        } else {
+            print!("{}", onestep_api::text::key_table(&view));
+        }
+        Ok(OK)
     })
     .await
 }

@@ -120,6 +120,28 @@ async fn prepare(config: &AppConfig, listen: Option<SocketAddr>) -> Result<Prepa
     Ok((backend, state, listen.unwrap_or(api.listen)))
 }
 
+/// Warns when `api.max_connections` (plus the database pool's and the process's own descriptors)
+/// exceeds the open-files limit: past it, accepting fails with EMFILE instead of queueing
+/// (docs/security.md#api-connections).
+fn warn_if_descriptors_short(max_connections: usize) {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Resource, getrlimit};
+        const SPARE: u64 = 256;
+        if let Some(soft) = getrlimit(Resource::Nofile).current {
+            let wanted = max_connections as u64 + SPARE;
+            if wanted > soft {
+                tracing::warn!(
+                    max_connections,
+                    open_files_limit = soft,
+                    "api.max_connections plus {SPARE} spare descriptors exceeds the open-files limit \
+                     (RLIMIT_NOFILE); raise the limit (ulimit -n) or lower api.max_connections"
+                );
+            }
+        }
+    }
+}
+
 /// Serves `state`'s router on `listener` with the default connection limits until `shutdown`
 /// resolves (in-flight requests finish); `onestep serve` and `onestep dev`.
 pub(crate) async fn serve_on(
@@ -127,7 +149,12 @@ pub(crate) async fn serve_on(
     state: ApiState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let limits = ServerLimits::default();
+    let limits = ServerLimits {
+        max_connections: usize::try_from(state.max_connections()).unwrap_or(usize::MAX),
+        ..ServerLimits::default()
+    };
+    super::run::raise_open_files_limit();
+    warn_if_descriptors_short(limits.max_connections);
     tracing::info!(
         max_connections = limits.max_connections,
         header_read_timeout_s = limits.header_read_timeout.as_secs(),

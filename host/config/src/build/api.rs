@@ -18,7 +18,7 @@ use crate::model::{ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, Secret};
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
-pub const API_KEYS: [&str; 16] = [
+pub const API_KEYS: [&str; 17] = [
     "listen",
     "connector",
     "table",
@@ -33,6 +33,7 @@ pub const API_KEYS: [&str; 16] = [
     "metrics",
     "max_wait_s",
     "max_streams",
+    "max_connections",
     "max_stream_s",
     "quotas",
 ];
@@ -147,6 +148,13 @@ pub fn build_api(
         onestep_core::api_settings::MAX_API_STREAM_S,
         onestep_core::api_settings::DEFAULT_API_MAX_STREAM_S,
     )?;
+    let max_connections = bounded_u32(
+        node,
+        "max_connections",
+        1,
+        onestep_core::api_settings::MAX_API_CONNECTIONS,
+        onestep_core::api_settings::DEFAULT_API_MAX_CONNECTIONS,
+    )?;
     let quotas = super::quota::build_quotas(node)?;
     Ok(ApiConfig {
         listen,
@@ -164,6 +172,7 @@ pub fn build_api(
             max_streams,
             max_stream_s,
             quotas,
+            max_connections,
         },
     })
 }

@@ -348,7 +348,17 @@ fn api_section() {
         .expect("streams off, a day each");
     let s = &cfg.api.as_ref().expect("api").settings;
     assert_eq!((s.max_streams, s.max_stream_s), (0, 86_400));
+    // Open connections (docs/security.md#api-connections): 512 by default.
+    assert_eq!(a.settings.max_connections, 512);
+    let cfg = load_api("{connector: db, namespace: n, max_connections: 20000}").expect("20,000");
+    assert_eq!(
+        cfg.api.as_ref().expect("api").settings.max_connections,
+        20_000
+    );
     for (key, bad, range) in [
+        ("max_connections", "0", "1 to 65536"),
+        ("max_connections", "65537", "1 to 65536"),
+        ("max_connections", "'lots'", "1 to 65536"),
         ("max_streams", "-1", "0 to 65536"),
         ("max_streams", "65537", "0 to 65536"),
         ("max_streams", "'many'", "0 to 65536"),

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::error::ExecutionError;
-use crate::ports::{ExecutionInsights, RecentActivity, StatusCount};
+use crate::ports::{ExecutionInsights, KeyLoads, RecentActivity, StatusCount};
 
 /// `(task_name, status, count)` rows: the executions of one task in one status.
 pub type TaskStatusRows = Vec<(String, String, i64)>;
@@ -14,6 +14,9 @@ pub type TaskStatusRows = Vec<(String, String, i64)>;
 /// `(namespace, task_name, status, count)` rows: the executions of one task of one namespace
 /// in one status.
 pub type NamespaceRows = Vec<(String, String, String, i64)>;
+
+/// `(namespace, task_name, fairness key, waiting, running)` rows, busiest first.
+pub type KeyRows = Vec<(String, String, String, i64, i64)>;
 
 /// `(status, queue wait in µs)` rows, one per execution.
 pub type NewestRows = Vec<(String, Option<i64>)>;
@@ -42,6 +45,12 @@ pub trait OverviewRows: Send + Sync {
 
     /// The [`NewestRows`]s of the executions `newest` asks for, newest first.
     async fn newest_rows(&self, newest: Newest<'_>) -> Result<NewestRows, ExecutionError>;
+
+    /// The [`KeyRows`] of the executions of `namespaces` (never empty) that are waiting
+    /// (`queued`, `retrying`) or hold a slot (`running`, `cancel_requested`), grouped by
+    /// namespace, task and effective fairness key, most waiting first, then most running, then
+    /// by namespace, task and key; at most `limit` rows.
+    async fn key_rows(&self, namespaces: &[String], limit: u64) -> Result<KeyRows, ExecutionError>;
 }
 
 #[async_trait]
@@ -87,5 +96,18 @@ impl<T: OverviewRows> ExecutionInsights for T {
         };
         let rows = self.newest_rows(newest).await?;
         Ok(RecentActivity::from_rows(rows, max_rows))
+    }
+
+    /// One row more than `limit`, so that the answer knows whether it was cut.
+    async fn key_loads(
+        &self,
+        namespaces: &[String],
+        limit: u32,
+    ) -> Result<KeyLoads, ExecutionError> {
+        if namespaces.is_empty() || limit == 0 {
+            return Ok(KeyLoads::default());
+        }
+        let rows = self.key_rows(namespaces, u64::from(limit) + 1).await?;
+        Ok(KeyLoads::from_rows(rows, limit))
     }
 }

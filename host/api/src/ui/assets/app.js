@@ -202,8 +202,48 @@
       "/attempts/" + encodeURIComponent(details.dataset.attempt) + "/logs");
   }
 
-  // The auto-refresh of a live execution asks for the fragment without the payload and
-  // metadata (they do not change) and keeps the ones already shown (docs/ui.md#detail).
+  // A live execution's page follows its event stream (GET /v1/executions/{id}/events, read with
+  // fetch so that the token stays in the header) and re-reads the fragment after events, at most
+  // every 250 ms; when the stream cannot be opened (or ends before the execution does) the page
+  // re-reads every 1.5 s and tries the stream again (docs/ui.md#detail).
+  let stream = null;
+  async function follow(id) {
+    const ctl = new AbortController();
+    stream = ctl;
+    let pending = null;
+    const refresh = function () {
+      if (pending) return;
+      pending = setTimeout(function () {
+        pending = null;
+        if (stream === ctl) loadDetail(id, true).catch(function () {});
+      }, 250);
+    };
+    let ok = false;
+    try {
+      const r = await fetch("/v1/executions/" + encodeURIComponent(id) + "/events",
+        { headers: headers({ "Accept": "text/event-stream" }), signal: ctl.signal });
+      if (r.ok && r.body) {
+        const reader = r.body.getReader();
+        for (;;) {
+          const part = await reader.read();
+          if (part.done) break;
+          refresh();
+        }
+        ok = true;
+      }
+    } catch (_) {
+      ok = false;
+    }
+    if (stream !== ctl) return;
+    stream = null;
+    clearTimeout(pending);
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(function () { loadDetail(id, true).catch(function () {}); },
+      ok ? 0 : 1500);
+  }
+
+  // The refresh of a live execution asks for the fragment without the payload and metadata
+  // (they do not change) and keeps the ones already shown (docs/ui.md#detail).
   async function loadDetail(id, refresh) {
     const box = document.getElementById("detail");
     const open = Array.from(box.querySelectorAll("details[id]"))
@@ -221,7 +261,10 @@
     const d = document.getElementById("execution");
     clearTimeout(refreshTimer);
     if (d && d.dataset.terminal !== "true") {
-      refreshTimer = setTimeout(function () { loadDetail(id, true).catch(function () {}); }, 1500);
+      if (!stream) follow(id);
+    } else if (stream) {
+      stream.abort();
+      stream = null;
     }
   }
 

@@ -1,0 +1,375 @@
+//! `waiters-bench`: one `onestep serve` holding many waiting callers (docs/benchmarks.md#waiting-callers).
+//! Figures, not a test.
+//!
+//! ```text
+//! waiters-bench ONESTEP_BIN POSTGRES_ROOT_URL [LEVELS...]      (default levels: 0 1000 10000)
+//! ```
+//!
+//! For each level N: submits 5,000 executions, opens N HTTP/1.1 connections to a real
+//! `onestep serve` (a child process on a scratch PostgreSQL database, `api.max_connections`
+//! raised for the level), each waiting on `GET /v1/executions/{id}?wait=60` (N / 5,000 callers
+//! per execution), then:
+//! * the server's RSS before and while they wait (per waiting caller);
+//! * the database's committed statements per second (`pg_stat_database.xact_commit`) over 10 s
+//!   while they wait and nothing changes: the cost of noticing changes, which must not grow
+//!   with N;
+//! * drains the 5,000 in this process (claim and complete, about 1,000 a second) and reports,
+//!   per caller, the time from the execution's `finished_at` to its answer (p50, p99, max).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use chrono::{DateTime, Utc};
+use http_body_util::{BodyExt, Empty};
+use onestep_core::ports::{ExecutionStore, LeaseStore};
+use onestep_core::request::{ClaimRequest, NamespaceScope, SubmitRequest, prepare_submission};
+use onestep_core::{Completion, Limits};
+use onestep_postgres::{PgBackend, ScratchDatabase};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use uuid::Uuid;
+
+const EXECUTIONS: usize = 5_000;
+const NAMESPACE: &str = "bench";
+const TASK: &str = "wait";
+/// Connections opened at once while the callers arrive (the listen backlog holds the rest).
+const CONNECTING: usize = 256;
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(bin), Some(root)) = (args.get(1), args.get(2)) else {
+        bail!("usage: waiters-bench ONESTEP_BIN POSTGRES_ROOT_URL [LEVELS...]");
+    };
+    let levels: Vec<usize> = if args.len() > 3 {
+        args[3..]
+            .iter()
+            .map(|a| {
+                a.parse()
+                    .with_context(|| format!("level {a:?} is not a number"))
+            })
+            .collect::<Result<_>>()?
+    } else {
+        vec![0, 1_000, 10_000]
+    };
+    let db = ScratchDatabase::create(root.trim(), "onestep_waiters_")
+        .await
+        .context("scratch database")?;
+    let outcome = run(bin, db.dsn(), &levels).await;
+    let dropped = db.drop_database().await;
+    outcome?;
+    dropped.context("drop the scratch database")?;
+    Ok(())
+}
+
+async fn run(bin: &str, dsn: &str, levels: &[usize]) -> Result<()> {
+    let mut opts = onestep_core::StoreOptions::new(dsn);
+    opts.auto_create = true;
+    opts.pool_max = 8;
+    let backend = PgBackend::open(opts).await.context("open the backend")?;
+    let (stats, stats_conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .context("statistics connection")?;
+    tokio::spawn(stats_conn);
+    let datname: String = stats
+        .query_one("SELECT current_database()", &[])
+        .await?
+        .get(0);
+    println!(
+        "waiting callers on one `onestep serve` (PostgreSQL), {EXECUTIONS} executions per level"
+    );
+    println!(
+        "{:>8} {:>9} {:>9} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9}",
+        "waiters",
+        "rss MiB",
+        "rss wait",
+        "KiB/waiter",
+        "commits/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "answered"
+    );
+    for &n in levels {
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let config = dir.path().join("serve.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: onestep/v1alpha1\nkind: App\napp: {{name: waiters-bench}}\n\
+                 resources:\n  db:\n    type: postgres\n    dsn: \"${{ONESTEP_DSN}}\"\n    \
+                 engine_options: {{max_connections: 8}}\n\
+                 api:\n  listen: 127.0.0.1:{port}\n  connector: db\n  namespace: {NAMESPACE}\n  \
+                 max_connections: {}\n",
+                (n + 512).min(65_536)
+            ),
+        )?;
+        let server = Server::start(bin, &config, dsn, port).await?;
+        let row = level(&backend, &stats, &datname, &server, n).await;
+        drop(server);
+        row?;
+    }
+    Ok(())
+}
+
+/// A running `onestep serve`, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    async fn start(bin: &str, config: &std::path::Path, dsn: &str, port: u16) -> Result<Server> {
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg(config)
+            .env("ONESTEP_DSN", dsn)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("spawn {bin} serve"))?;
+        let server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            ensure!(
+                Instant::now() < deadline,
+                "onestep serve did not listen within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(server)
+    }
+
+    /// Resident set size in bytes (`/proc/PID/status`).
+    fn rss(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .context("no VmRSS")?;
+        Ok(kib * 1024)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Committed transactions of the database so far (flushed by each backend at least every
+/// second while it is busy).
+async fn commits(stats: &tokio_postgres::Client, datname: &str) -> Result<i64> {
+    // A fresh snapshot of the cumulative statistics, not the one cached in this transaction.
+    stats
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let row = stats
+        .query_one(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = $1",
+            &[&datname],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// One answer of a waiting caller: the execution, when the answer came, and its status.
+struct Answer {
+    id: Uuid,
+    at: DateTime<Utc>,
+    terminal: bool,
+}
+
+async fn wait_on(port: u16, id: Uuid) -> Result<Answer> {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let request = http::Request::get(format!("/v1/executions/{id}?wait=60"))
+        .header(http::header::HOST, format!("127.0.0.1:{port}"))
+        .body(Empty::<bytes::Bytes>::new())?;
+    let response = sender.send_request(request).await?;
+    let at = Utc::now();
+    let status = response.status();
+    let body = response.into_body().collect().await?.to_bytes();
+    ensure!(
+        status.is_success(),
+        "{status}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    let view: Value = serde_json::from_slice(&body)?;
+    let terminal = matches!(
+        view["status"].as_str(),
+        Some("succeeded" | "failed" | "cancelled" | "expired")
+    );
+    Ok(Answer { id, at, terminal })
+}
+
+async fn level(
+    backend: &PgBackend,
+    stats: &tokio_postgres::Client,
+    datname: &str,
+    server: &Server,
+    n: usize,
+) -> Result<()> {
+    let limits = Limits::default();
+    let mut ids = Vec::with_capacity(EXECUTIONS);
+    for chunk in 0..EXECUTIONS.div_ceil(1000) {
+        let mut batch = Vec::new();
+        for i in chunk * 1000..((chunk + 1) * 1000).min(EXECUTIONS) {
+            let req = SubmitRequest {
+                task_name: TASK.into(),
+                payload: json!({"i": i}),
+                ..SubmitRequest::default()
+            };
+            batch.push(prepare_submission(NAMESPACE, &req, &limits)?);
+        }
+        for e in backend.submit_many(batch).await? {
+            ids.push(e?.id);
+        }
+    }
+    let rss_before = server.rss()?;
+    // The callers, N / EXECUTIONS per execution.
+    let connecting = Arc::new(Semaphore::new(CONNECTING));
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let mut callers = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let id = ids[i % ids.len()];
+        let (port, connecting) = (server.port, Arc::clone(&connecting));
+        let arrived = Arc::clone(&arrived);
+        callers.spawn(async move {
+            let permit = connecting.acquire_owned().await;
+            let answer = wait_on(port, id);
+            tokio::pin!(answer);
+            // The permit covers the connect and the request's start only.
+            tokio::select! {
+                biased;
+                a = &mut answer => {
+                    arrived.fetch_add(1, Ordering::Relaxed);
+                    a
+                }
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    drop(permit);
+                    arrived.fetch_add(1, Ordering::Relaxed);
+                    answer.await
+                }
+            }
+        });
+    }
+    // Wait until every caller has connected and the server's memory has settled.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while arrived.load(Ordering::Relaxed) < n {
+        ensure!(
+            Instant::now() < deadline,
+            "callers did not connect within 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut last = server.rss()?;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = server.rss()?;
+        if now.abs_diff(last) < 256 * 1024 {
+            break;
+        }
+        last = now;
+    }
+    let rss_waiting = server.rss()?;
+    let c0 = commits(stats, datname).await?;
+    let t0 = Instant::now();
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let c1 = commits(stats, datname).await?;
+    // The two statistics reads of this process (clear + read) are one commit each.
+    let per_second = (c1 - c0 - 2).max(0) as f64 / t0.elapsed().as_secs_f64();
+    // Drain: claim and complete about 1,000 a second.
+    let claim = ClaimRequest {
+        namespaces: NamespaceScope::One(NAMESPACE.into()),
+        fair: Default::default(),
+        task_names: vec![TASK.into()],
+        limit: 100,
+        lease_duration_s: 30.0,
+        worker_id: "waiters-bench".into(),
+    };
+    loop {
+        let leases = backend.claim(&claim).await?;
+        if leases.is_empty() {
+            break;
+        }
+        let items: Vec<_> = leases
+            .iter()
+            .map(|l| (l.lease_ref(), Completion::succeeded(json!(null))))
+            .collect();
+        for r in backend.complete_many(&items).await? {
+            r?;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut answers = Vec::with_capacity(n);
+    while let Some(joined) = callers.join_next().await {
+        answers.push(joined??);
+    }
+    let mut finished = std::collections::HashMap::with_capacity(ids.len());
+    for id in &ids {
+        let e = backend
+            .get(NAMESPACE, *id)
+            .await?
+            .context("execution gone")?;
+        finished.insert(*id, e.finished_at);
+    }
+    let mut lat_ms: Vec<f64> = Vec::with_capacity(answers.len());
+    let mut not_terminal = 0usize;
+    for a in &answers {
+        if !a.terminal {
+            not_terminal += 1;
+            continue;
+        }
+        if let Some(Some(f)) = finished.get(&a.id) {
+            lat_ms.push((a.at - f).num_microseconds().unwrap_or(0) as f64 / 1000.0);
+        }
+    }
+    lat_ms.sort_by(f64::total_cmp);
+    let q = |p: f64| -> String {
+        if lat_ms.is_empty() {
+            return "-".into();
+        }
+        let i = ((lat_ms.len() as f64 - 1.0) * p).round() as usize;
+        format!("{:.0}", lat_ms[i.min(lat_ms.len() - 1)])
+    };
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let per_waiter = if n == 0 {
+        "-".to_owned()
+    } else {
+        format!(
+            "{:.1}",
+            (rss_waiting.saturating_sub(rss_before)) as f64 / 1024.0 / n as f64
+        )
+    };
+    println!(
+        "{:>8} {:>9.1} {:>9.1} {:>11} {:>10.1} {:>8} {:>8} {:>8} {:>9}",
+        n,
+        mib(rss_before),
+        mib(rss_waiting),
+        per_waiter,
+        per_second,
+        q(0.5),
+        q(0.99),
+        q(1.0),
+        format!("{}/{}", answers.len() - not_terminal, n)
+    );
+    Ok(())
+}
