@@ -174,7 +174,11 @@ async fn history_does_not_cost(server: Server) {
         .into_iter()
         .chain(b.fair_claim_read_statements(10))
         // The running count of a task's max_running (docs/semantics.md#max-running).
-        .chain(b.cap_statements().into_iter().filter(|(l, _)| *l == "cap_running"));
+        .chain(
+            b.cap_statements()
+                .into_iter()
+                .filter(|(l, _)| *l == "cap_running"),
+        );
     for (label, sql) in statements {
         let (task, ns) = ("'t'".to_owned(), "'ns'".to_owned());
         let literals: Vec<String> = match label {
