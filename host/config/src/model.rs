@@ -309,6 +309,9 @@ pub struct TaskConfig {
     /// `rate_limit: {per_second, burst}`: the fleet-wide limit on the task's execution starts
     /// (docs/semantics.md#rate-limits); `None` = unlimited.
     pub rate_limit: Option<onestep_core::rate::RateLimit>,
+    /// `max_running`: most executions of the task running at once across the whole fleet
+    /// (docs/semantics.md#max-running; ≥ 1); `None` = no cap.
+    pub max_running: Option<u32>,
     /// Retry policy (default `NoRetry`).
     pub retry: RetryPolicy,
     /// `timeout_s`: wall-clock limit of one handler call (> 0), `None` = unlimited.

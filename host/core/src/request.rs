@@ -491,6 +491,10 @@ pub struct ClaimRequest {
     pub worker_id: String,
     /// Weights and the per-key running cap of the fair claim.
     pub fair: crate::schedule::FairShare,
+    /// The task's fleet-wide running cap (docs/semantics.md#max-running): the claim takes at
+    /// most `max_running` minus the task's `running`/`cancel_requested` executions. Needs
+    /// exactly one task name; `None` = no cap.
+    pub max_running: Option<u32>,
 }
 
 impl ClaimRequest {
@@ -536,6 +540,16 @@ impl ClaimRequest {
         if self.fair.max_running_per_key == Some(0) {
             return Err(ExecutionError::invalid("max_running_per_key must be >= 1"));
         }
+        if let Some(cap) = self.max_running {
+            if cap < 1 {
+                return Err(ExecutionError::invalid("max_running must be >= 1"));
+            }
+            if names.len() != 1 {
+                return Err(ExecutionError::invalid(
+                    "max_running needs a claim of exactly one task name",
+                ));
+            }
+        }
         Ok(ClaimRequest {
             namespaces,
             task_names: names,
@@ -543,6 +557,7 @@ impl ClaimRequest {
             lease_duration_s: self.lease_duration_s,
             worker_id: w.to_owned(),
             fair: self.fair.clone(),
+            max_running: self.max_running,
         })
     }
 

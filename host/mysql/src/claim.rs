@@ -104,6 +104,21 @@ impl MySqlBackend {
             plain_claim_namespace(req, self.inner.features.fair_keys)?
         };
         self.maintain(tx, now).await?;
+        // docs/semantics.md#max-running: after maintenance (a reclaimed lease no longer counts).
+        let limit = self.cap_limit(tx, req, now).await?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let capped;
+        let req = if limit == req.limit {
+            req
+        } else {
+            capped = ClaimRequest {
+                limit,
+                ..req.clone()
+            };
+            &capped
+        };
         if fair {
             return self.fair_claim(tx, req, now, lease_expires_at).await;
         }

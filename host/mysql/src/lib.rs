@@ -29,6 +29,7 @@ pub mod backend;
 mod buckets;
 mod callbacks;
 mod cancel_poll;
+mod cap;
 mod claim;
 mod client_ops;
 mod complete_batch;

@@ -490,6 +490,7 @@ async fn upgrade_adds_fair_claim(server: Server) {
             lease_duration_s: 30.0,
             worker_id: "w".into(),
             fair: FairShare::default(),
+            max_running: None,
         };
         let mut o = StoreOptions::new(&dsn);
         o.auto_create = false;

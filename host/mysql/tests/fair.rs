@@ -51,6 +51,7 @@ fn request(limit: u32, cap: Option<u32>, worker: &str) -> ClaimRequest {
             max_running_per_key: cap,
             ..FairShare::default()
         },
+        max_running: None,
     }
 }
 

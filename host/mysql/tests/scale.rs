@@ -1,8 +1,9 @@
 //! Costs that must not grow with history (docs/schema.md#evidence).
 //!
 //! `history_does_not_cost_*`: with 100,000 finished executions (and their attempts) in the table
-//! pair, every maintenance read, the claim read and the fair claim's reads
-//! (`MySqlBackend::fair_claim_read_statements`) are served by an index range that excludes the
+//! pair, every maintenance read, the claim read, the fair claim's reads
+//! (`MySqlBackend::fair_claim_read_statements`) and the running count of a task's `max_running`
+//! (`MySqlBackend::cap_statements`) are served by an index range that excludes the
 //! finished rows. Checked with EXPLAIN (no full scan, an index is used) and with the session
 //! `Handler_read_*` counters of the statement (bounded rows examined).
 //!
@@ -171,7 +172,13 @@ async fn history_does_not_cost(server: Server) {
     let statements = b
         .claim_read_statements(1, 10)
         .into_iter()
-        .chain(b.fair_claim_read_statements(10));
+        .chain(b.fair_claim_read_statements(10))
+        // The running count of a task's max_running (docs/semantics.md#max-running).
+        .chain(
+            b.cap_statements()
+                .into_iter()
+                .filter(|(l, _)| *l == "cap_running"),
+        );
     for (label, sql) in statements {
         let (task, ns) = ("'t'".to_owned(), "'ns'".to_owned());
         let literals: Vec<String> = match label {
@@ -181,6 +188,7 @@ async fn history_does_not_cost(server: Server) {
             "fair_candidates" => vec![task.clone(), now.clone(), ns.clone()],
             "fair_lock" => vec![task.clone(), ns.clone(), ns.clone()],
             "fair_running" | "fair_empty" => vec![task.clone(), ns.clone()],
+            "cap_running" => vec![task.clone()],
             "fair_heads" => vec![task.clone(), ns.clone(), now.clone(), now.clone()],
             _ => vec![now.clone()],
         };

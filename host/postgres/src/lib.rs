@@ -28,6 +28,7 @@
 pub mod backend;
 mod buckets;
 mod callbacks;
+mod cap;
 mod client_ops;
 mod components;
 mod diagnostics;

@@ -104,6 +104,21 @@ impl PgBackend {
         };
         let st = tx.prepare_cached(&self.sql().maintain).await?;
         tx.query_one(&st, &[&now]).await?;
+        // docs/semantics.md#max-running: after maintenance (a reclaimed lease no longer counts).
+        let limit = self.cap_limit(tx, req, now).await?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let capped;
+        let req = if limit == req.limit {
+            req
+        } else {
+            capped = ClaimRequest {
+                limit,
+                ..req.clone()
+            };
+            &capped
+        };
         if let Some((sql, task)) = fair {
             return self
                 .fair_claim_in(tx, sql, req, task, now, lease_expires_at)

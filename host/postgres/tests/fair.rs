@@ -1,6 +1,6 @@
 //! The fair claim on PostgreSQL beyond the conformance cases (docs/postgres.md#fair-claim):
 //! every statement's plan reads the fair indexes (never a sequential scan of the executions
-//! table), and a per-key cap holds exactly under concurrent claimers on separate connections.
+//! table; with them the running count of a task's `max_running`), and a per-key cap holds exactly under concurrent claimers on separate connections.
 #![allow(clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -48,6 +48,7 @@ fn request(limit: u32, cap: Option<u32>, worker: &str) -> ClaimRequest {
             max_running_per_key: cap,
             ..FairShare::default()
         },
+        max_running: None,
     }
 }
 
@@ -81,7 +82,9 @@ async fn fair_statements_read_the_fair_indexes() {
     conn.batch_execute("SET plan_cache_mode = force_generic_plan")
         .await
         .expect("generic plans");
-    for (name, sql) in b.fair_claim_statements() {
+    // With them the statements of a task's running cap (docs/semantics.md#max-running).
+    let cap: Vec<(&'static str, String)> = b.cap_statements().into_iter().collect();
+    for (name, sql) in b.fair_claim_statements().into_iter().chain(cap) {
         // Generic plans (what the prepared statement runs with any parameters).
         let st = conn.prepare(&sql).await.expect("prepare");
         let n = st.params().len();
@@ -122,6 +125,15 @@ async fn fair_statements_read_the_fair_indexes() {
         }
         if ["set_keys", "delete"].contains(&name) {
             assert!(text.contains("ctid = ANY"), "{name}:\n{text}");
+        }
+        // The task's running count: a partial index of the running rows, never the task's
+        // finished history.
+        if name == "cap_running" {
+            assert!(
+                text.contains("ix_onestep_executions_fair_running")
+                    || text.contains("ix_onestep_executions_lease"),
+                "{name}:\n{text}"
+            );
         }
         if name == "running" {
             assert!(

@@ -16,6 +16,7 @@ use onestep_core::plan::CompletionPlan;
 use onestep_core::request::ClaimRequest;
 use onestep_core::status::attempt_status_for;
 use onestep_core::store::batch::{self, CompletionTx, LockedRows, SetWrite};
+use onestep_core::store::cap::{capped_limit, capped_task};
 use onestep_core::store::fair::plain_claim_namespace;
 use onestep_core::store::lease::{LeaseWindow, claim_rows, heartbeat_answer};
 use onestep_core::time::add_seconds;
@@ -131,6 +132,32 @@ impl SqliteBackend {
         };
         let now_s = ts(window.now);
         self.maintain(c, &now_s)?;
+        // docs/semantics.md#max-running: after maintenance (a reclaimed lease no longer counts);
+        // the transaction's write lock (`BEGIN IMMEDIATE`) is the cap's lock.
+        let capped;
+        let req = match capped_task(req) {
+            None => req,
+            Some(task) => {
+                let running: i64 = c.query_row(
+                    &format!(
+                        "SELECT count(*) FROM {t} WHERE task_name = ?1 \
+                         AND status IN ('running', 'cancel_requested')",
+                        t = self.t()
+                    ),
+                    params![task],
+                    |r| r.get(0),
+                )?;
+                let limit = capped_limit(req, u64::try_from(running).unwrap_or(0));
+                if limit == 0 {
+                    return Ok(Vec::new());
+                }
+                capped = ClaimRequest {
+                    limit,
+                    ..req.clone()
+                };
+                &capped
+            }
+        };
         match namespace {
             None => self.fair_claim_in(c, req, window),
             Some(ns) => {

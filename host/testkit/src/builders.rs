@@ -44,6 +44,7 @@ pub fn claim(namespace: &str, task: &str, limit: u32, lease_s: f64, worker: &str
         limit,
         lease_duration_s: lease_s,
         worker_id: worker.to_owned(),
+        max_running: None,
     }
 }
 

@@ -333,7 +333,10 @@ macro_rules! conformance_tests {
             callbacks_written_with_new_executions_only,
             callbacks_due_once_terminal_and_retried_after_backoff,
             callbacks_claim_lease_runs_out,
-            callbacks_dead_then_redelivered
+            callbacks_dead_then_redelivered,
+            max_running_sequential_claims,
+            max_running_concurrent_claimers,
+            max_running_slot_back_after_reclaim
         }
     };
     (@list () $($name:ident),*) => {

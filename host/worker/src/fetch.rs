@@ -98,6 +98,7 @@ pub(crate) async fn fetch_loop(
             limit,
             lease_duration_s: s.lease_duration_secs(),
             worker_id: s.worker_id.clone(),
+            max_running: s.max_running,
         };
         let claim_started = tokio::time::Instant::now();
         let wall_started = onestep_telemetry::enabled().then(std::time::SystemTime::now);

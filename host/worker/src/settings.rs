@@ -58,6 +58,9 @@ pub struct TaskSettings {
     /// Fleet-wide limit on the task's execution starts (docs/semantics.md#rate-limits); needs a
     /// bucket store ([`Worker::with_rate_limits`](crate::Worker::with_rate_limits)).
     pub rate_limit: Option<onestep_core::rate::RateLimit>,
+    /// Most executions of the task running at once across the whole fleet
+    /// (docs/semantics.md#max-running; ≥ 1); `None` = no cap.
+    pub max_running: Option<u32>,
 }
 
 impl TaskSettings {
@@ -80,6 +83,7 @@ impl TaskSettings {
             timeout: None,
             max_result_bytes: Limits::default().max_result_bytes,
             rate_limit: None,
+            max_running: None,
         }
     }
 
@@ -120,6 +124,9 @@ impl TaskSettings {
         if let Some(rate) = self.rate_limit {
             rate.validate()
                 .map_err(|m| ExecutionError::invalid(format!("rate_limit: {m}")))?;
+        }
+        if self.max_running == Some(0) {
+            return Err(ExecutionError::invalid("max_running must be >= 1"));
         }
         self.retry.validate()
     }

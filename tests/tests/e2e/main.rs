@@ -15,6 +15,8 @@
 //!   column and indexes online (MySQL family) or builds our indexes concurrently (PostgreSQL).
 //! * [`smoke`]: the deployment smoke checks (lifecycle, idempotency, cancellation, restart, paging).
 //! * [`lease`]: SIGKILL (lease expiry and reclaim) and SIGTERM (drain).
+//! * [`max_running`]: a task's `max_running` and a source's `max_running_per_key` hold in
+//!   every 50 ms sample across three workers while workers are SIGKILLed and replaced.
 //! * [`api_connections`]: 500 slow connections, an idle keep-alive one and a stalled body
 //!   against `onestep serve`: closed within the timeouts, RSS under a ceiling, requests answered.
 //! * [`api_flow`]: the curl flow of docs/http-api.md#the-curl-flow against `onestep serve` + `onestep run`.
@@ -120,6 +122,7 @@ mod isolation_logs;
 mod isolation_pool;
 mod isolation_results;
 mod lease;
+mod max_running;
 mod metrics;
 mod outbound_rate_limit;
 mod params;

@@ -52,6 +52,7 @@ async fn attempts_and_logs_of_an_execution() {
             limit: 1,
             lease_duration_s: 30.0,
             worker_id: "w-api".into(),
+            max_running: None,
         })
         .await
         .expect("claim");

@@ -25,6 +25,7 @@ async fn fail_all(app: &TestApp, task: &str) -> Vec<Uuid> {
             limit: 500,
             lease_duration_s: 30.0,
             worker_id: "test-worker".into(),
+            max_running: None,
         })
         .await
         .expect("claim");

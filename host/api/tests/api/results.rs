@@ -18,6 +18,7 @@ async fn claim_one(app: &TestApp, task: &str) -> Vec<ExecutionLease> {
             limit: 1,
             lease_duration_s: 60.0,
             worker_id: "test-worker".into(),
+            max_running: None,
         })
         .await
         .expect("claim")

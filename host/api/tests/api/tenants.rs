@@ -132,6 +132,7 @@ async fn cursor_at_a_purged_execution_still_pages() {
             limit: 1,
             lease_duration_s: 30.0,
             worker_id: "w1".into(),
+            max_running: None,
         })
         .await
         .expect("claim");

@@ -309,6 +309,7 @@ async fn level(
         limit: 100,
         lease_duration_s: 30.0,
         worker_id: "waiters-bench".into(),
+        max_running: None,
     };
     loop {
         let leases = backend.claim(&claim).await?;

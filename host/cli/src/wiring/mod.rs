@@ -159,6 +159,7 @@ pub(crate) fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -
         timeout: task.timeout,
         max_result_bytes: source.limits.max_result_bytes,
         rate_limit: task.rate_limit,
+        max_running: task.max_running,
     }
 }
 

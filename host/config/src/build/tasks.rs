@@ -19,7 +19,7 @@ use crate::node::{Node, Value};
 use onestep_core::settings::DEFAULT_CONCURRENCY;
 
 /// Task keys accepted by strict validation (docs/configuration.md#strict-validation plus `sandbox`).
-pub const TASK_KEYS: [&str; 14] = [
+pub const TASK_KEYS: [&str; 15] = [
     "name",
     "description",
     "source",
@@ -31,6 +31,7 @@ pub const TASK_KEYS: [&str; 14] = [
     "hooks",
     "concurrency",
     "rate_limit",
+    "max_running",
     "retry",
     "timeout_s",
     "sandbox",
@@ -207,6 +208,23 @@ fn build_task(
             _ => return Err(ConfigError::at(n, path, "concurrency must be >= 1")),
         },
     };
+    // docs/semantics.md#max-running: fleet-wide, so independent of `concurrency`.
+    let max_running = match node.get_set("max_running") {
+        None => None,
+        Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
+            Some(c) if c >= 1 => Some(c),
+            _ => {
+                return Err(ConfigError::at(
+                    n,
+                    path,
+                    format!(
+                        "max_running must be an integer >= 1 (got {})",
+                        crate::fields::scalar_text(n)
+                    ),
+                ));
+            }
+        },
+    };
     let timeout = match node.get_set("timeout_s") {
         None => None,
         Some(n) => match number(n).filter(|t| t.is_finite()).map(positive_seconds) {
@@ -240,6 +258,7 @@ fn build_task(
         sandbox,
         concurrency,
         rate_limit,
+        max_running,
         retry,
         timeout,
         config: json_map(node, "config", path)?,

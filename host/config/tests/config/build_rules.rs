@@ -344,6 +344,17 @@ fn backend_option_rules() {
 }
 
 #[test]
+fn max_running_is_read_in_both_modes() {
+    for strict in [false, true] {
+        let cfg = crate::common::load_text(&task_doc("    max_running: 3\n"), strict)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.tasks[0].max_running, Some(3));
+        let cfg = crate::common::load_text(&task_doc(""), strict).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.tasks[0].max_running, None);
+    }
+}
+
+#[test]
 fn task_rules() {
     check(
         &[
@@ -354,6 +365,22 @@ fn task_rules() {
             (
                 task_doc("    concurrency: '2'\n"),
                 "tasks[0]: concurrency must be >= 1 (line 16, column 18)",
+            ),
+            (
+                task_doc("    max_running: 0\n"),
+                "tasks[0]: max_running must be an integer >= 1 (got 0) (line 16, column 18)",
+            ),
+            (
+                task_doc("    max_running: '3'\n"),
+                "tasks[0]: max_running must be an integer >= 1 (got 3) (line 16, column 18)",
+            ),
+            (
+                task_doc("    max_running: 1.5\n"),
+                "tasks[0]: max_running must be an integer >= 1 (got 1.5) (line 16, column 18)",
+            ),
+            (
+                task_doc("    max_running: 99999999999\n"),
+                "tasks[0]: max_running must be an integer >= 1 (got 99999999999) (line 16, column 18)",
             ),
             (
                 task_doc("    timeout_s: 0\n"),

@@ -371,6 +371,7 @@ mod tests {
             lease_duration_s: 1.0,
             worker_id: "w".into(),
             fair: FairShare::default(),
+            max_running: None,
         };
         assert_eq!(plain_claim_namespace(&req, false).unwrap(), "ns");
         req.fair.max_running_per_key = Some(1);

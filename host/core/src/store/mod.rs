@@ -20,6 +20,7 @@ pub mod ambiguity;
 pub mod backoff;
 pub mod base;
 pub mod batch;
+pub mod cap;
 pub mod client_port;
 pub mod completion;
 pub mod diagnostics;

@@ -369,6 +369,7 @@ where
         limit: 5,
         lease_duration_s: 30.0,
         worker_id: "w3".into(),
+        max_running: None,
     };
     assert_eq!(b.claim(&both).await.expect("claim").len(), 3);
     m.step("claim (nothing to do)").await;

@@ -40,6 +40,7 @@ fn request(scope: NamespaceScope, fair: FairShare, limit: u32) -> ClaimRequest {
         lease_duration_s: 30.0,
         worker_id: "w".into(),
         fair,
+        max_running: None,
     }
 }
 

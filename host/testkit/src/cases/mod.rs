@@ -10,6 +10,7 @@ use crate::suite::{Case, CaseFn, Fixture};
 
 mod buckets;
 mod callbacks;
+mod cap;
 mod client;
 mod completions;
 mod components;
@@ -51,6 +52,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(components::cases());
     v.extend(quota::cases());
     v.extend(callbacks::cases());
+    v.extend(cap::cases());
     v
 }
 

@@ -148,6 +148,7 @@ async fn claim_order(fx: Fixture) {
             limit: 10,
             lease_duration_s: 30.0,
             worker_id: " w2 ".into(),
+            max_running: None,
         })
         .await
         .expect("claim");

@@ -205,6 +205,30 @@ fn claim_in(
     now: DateTime<Utc>,
     lease_expires_at: DateTime<Utc>,
 ) -> Vec<ExecutionLease> {
+    // docs/semantics.md#max-running: the store's mutex is the cap's lock.
+    let capped;
+    let req = match onestep_core::store::cap::capped_task(req) {
+        None => req,
+        Some(task) => {
+            let running = state
+                .rows
+                .values()
+                .filter(|r| {
+                    r.execution.task_name == task && RUNNING_STATUSES.contains(&r.execution.status)
+                })
+                .count();
+            let limit =
+                onestep_core::store::cap::capped_limit(req, u64::try_from(running).unwrap_or(0));
+            if limit == 0 {
+                return Vec::new();
+            }
+            capped = ClaimRequest {
+                limit,
+                ..req.clone()
+            };
+            &capped
+        }
+    };
     let picked = if req.task_names.len() == 1 {
         fair_pick(state, req, now)
     } else {
