@@ -983,6 +983,30 @@ async fn seed_side_tables(c: &mut mysql_async::Conn, tables: &TableNames) {
                 id = hex("id"),
             ),
         ),
+        // A delivered webhook (callback and one delivery attempt) per execution, so that the
+        // purge's deletes of both are planned over full tables too.
+        (
+            tables.executions.clone(),
+            format!(
+                "INSERT INTO `{}` (execution_id, namespace, url, events, state, attempts, \
+                 round_start, next_at, last_status, created_at, updated_at) \
+                 SELECT {id}, namespace, 'https://hooks.example.com/x', 'terminal', 'delivered', \
+                 1, 0, created_at, 204, created_at, created_at FROM `{}`",
+                onestep_mysql::schema::callbacks_table(tables),
+                tables.executions,
+                id = hex("id"),
+            ),
+        ),
+        (
+            tables.executions.clone(),
+            format!(
+                "INSERT INTO `{}` (execution_id, attempt_no, event, webhook_id, status, at) \
+                 SELECT {id}, 1, 'terminal', CONCAT('msg_', {id}), 204, created_at FROM `{}`",
+                onestep_mysql::schema::deliveries_table(tables),
+                tables.executions,
+                id = hex("id"),
+            ),
+        ),
     ];
     for (source, insert) in side {
         let mut after: Option<String> = None;
@@ -1044,11 +1068,13 @@ async fn every_statement(server: Server) {
     seed_side_tables(&mut c, &tables).await;
     let side_s = seeded.elapsed().as_secs_f64() - seed_s;
     c.query_drop(format!(
-        "ANALYZE TABLE `{}`, `{}`, `{}`, `{}`",
+        "ANALYZE TABLE `{}`, `{}`, `{}`, `{}`, `{}`, `{}`",
         tables.executions,
         tables.attempts,
         tables.diagnostics(),
-        tables.traces()
+        tables.traces(),
+        onestep_mysql::schema::callbacks_table(&tables),
+        onestep_mysql::schema::deliveries_table(&tables)
     ))
     .await
     .expect("analyze");
