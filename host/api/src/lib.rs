@@ -51,6 +51,7 @@ pub mod server;
 pub mod state;
 pub mod stream;
 pub mod text;
+pub mod throttles;
 pub mod ui;
 pub mod view;
 pub mod wait;
@@ -122,6 +123,7 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(operate::bulk_retry))
         .routes(routes!(operate::whoami))
         .routes(routes!(keys::list_keys))
+        .routes(routes!(throttles::list_rate_limits))
         .routes(routes!(routes::healthz))
         .routes(routes!(routes::readyz))
 }

@@ -127,6 +127,8 @@ struct Sample {
     rows: Vec<(String, onestep_core::ports::StatusCount)>,
     /// The busiest fairness keys of the API's namespaces.
     keys: onestep_core::ports::KeyLoads,
+    /// The fleet-wide rate-limit buckets (at most [`METRIC_BUCKETS`]).
+    buckets: onestep_core::rate::BucketStates,
     /// Unix time of the sample; `None` before the first success.
     at: Option<f64>,
 }
@@ -138,6 +140,10 @@ pub const EXECUTIONS_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
 /// `onestep_fairness_key_executions` shows this many keys: the busiest of every namespace the
 /// API serves (a bounded label set however many keys have work).
 pub const METRIC_KEYS: u32 = 20;
+
+/// `onestep_rate_limit_tokens` shows this many buckets: paused first, then fewest tokens (a
+/// bounded label set however many origins and tasks are limited).
+pub const METRIC_BUCKETS: u32 = 20;
 
 /// Where the `onestep_executions` gauge comes from: one grouped statement over the API's
 /// namespaces.
@@ -240,9 +246,10 @@ impl ApiMetrics {
         let read = tokio::try_join!(
             s.insights.counts_by_namespace(&s.namespaces),
             s.insights.key_loads(&s.namespaces, METRIC_KEYS),
+            s.insights.rate_limits(METRIC_BUCKETS),
         );
         match read {
-            Ok((rows, keys)) => {
+            Ok((rows, keys, buckets)) => {
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
@@ -250,6 +257,7 @@ impl ApiMetrics {
                 *sample = Sample {
                     rows,
                     keys,
+                    buckets,
                     at: Some(now),
                 };
             }
@@ -405,10 +413,42 @@ fn figures_registry(sample: &Sample, scope: &FiguresScope) -> Registry {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
+    // The buckets are fleet-wide (shared by every namespace): any scope that shows figures
+    // shows them (docs/observability.md#api-metrics).
+    let tokens = Family::<BucketLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    registry.register(
+        "onestep_rate_limit_tokens",
+        "Tokens of the 20 most throttled fleet-wide rate-limit buckets at their last take, by kind (task, origin) and target, sampled with onestep_executions",
+        tokens.clone(),
+    );
+    let paused = Family::<BucketLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    registry.register(
+        "onestep_rate_limit_paused_until_timestamp_seconds",
+        "Unix time until which an upstream's 429 Retry-After pauses the bucket for the whole fleet (buckets with a pause only), sampled with onestep_executions",
+        paused.clone(),
+    );
+    for b in &sample.buckets.items {
+        let labels = BucketLabels {
+            kind: b.kind().into(),
+            target: b.target().into(),
+        };
+        tokens.get_or_create(&labels).set(b.state.tokens);
+        if let Some(until) = b.state.paused_until {
+            paused
+                .get_or_create(&labels)
+                .set(until.timestamp_micros() as f64 / 1e6);
+        }
+    }
     if let Some(at) = sample.at {
         sampled_at.set(at);
     }
     registry
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BucketLabels {
+    kind: LabelText,
+    target: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -531,10 +571,81 @@ mod tests {
             figures: Some(std::sync::Mutex::new(Sample {
                 rows,
                 keys: onestep_core::ports::KeyLoads::default(),
+                buckets: onestep_core::rate::BucketStates::default(),
                 at: Some(1.0),
             })),
             ..ApiMetrics::default()
         }
+    }
+
+    #[test]
+    fn rate_limit_buckets_are_gauged_with_their_pause_and_only_with_figures() {
+        use chrono::TimeZone;
+        use onestep_core::rate::{BucketSnapshot, BucketState, BucketStates};
+        let at = chrono::Utc
+            .timestamp_opt(1_800_000_000, 0)
+            .single()
+            .unwrap_or_else(chrono::Utc::now);
+        let bucket = |name: &str, tokens: f64, paused: bool| BucketState {
+            bucket: name.into(),
+            state: BucketSnapshot {
+                tokens,
+                refilled_at: at,
+                paused_until: paused.then_some(at),
+            },
+        };
+        let m = ApiMetrics {
+            figures: Some(std::sync::Mutex::new(Sample {
+                rows: Vec::new(),
+                keys: onestep_core::ports::KeyLoads::default(),
+                buckets: BucketStates {
+                    kept: true,
+                    items: vec![
+                        bucket("origin:https://api.example:443", 0.5, true),
+                        bucket(&format!("task:{}", HOSTILE[0]), 2.0, false),
+                    ],
+                    truncated: false,
+                },
+                at: Some(1.0),
+            })),
+            ..ApiMetrics::default()
+        };
+        let text = m.render(&FiguresScope::Namespace("a".into()));
+        let parsed = parse_openmetrics(&text).unwrap_or_else(|e| panic!("{e:?} in:\n{text}"));
+        let gauge = |family: &str| -> Vec<(String, String, f64)> {
+            let mut v: Vec<_> = parsed.families[family]
+                .iter_samples()
+                .map(|s| {
+                    let l = s.get_labelset().expect("labels");
+                    let v = match &s.value {
+                        openmetrics_parser::OpenMetricsValue::Gauge(v) => v.as_f64(),
+                        _ => f64::NAN,
+                    };
+                    (
+                        l.get_label_value("kind").unwrap_or_default().to_owned(),
+                        l.get_label_value("target").unwrap_or_default().to_owned(),
+                        v,
+                    )
+                })
+                .collect();
+            v.sort_by(|x, y| x.0.cmp(&y.0));
+            v
+        };
+        assert_eq!(
+            gauge("onestep_rate_limit_tokens"),
+            [
+                ("origin".into(), "https://api.example:443".into(), 0.5),
+                ("task".into(), HOSTILE[0].into(), 2.0),
+            ],
+            "{text}"
+        );
+        assert_eq!(
+            gauge("onestep_rate_limit_paused_until_timestamp_seconds"),
+            [("origin".into(), "https://api.example:443".into(), 1.8e9)],
+            "{text}"
+        );
+        let none = m.render(&FiguresScope::None);
+        assert!(!none.contains("onestep_rate_limit_tokens"), "{none}");
     }
 
     #[test]
@@ -553,6 +664,7 @@ mod tests {
                     keys: vec![key("a", HOSTILE[0], 7, 2), key("b", "tenant-b", 1, 0)],
                     truncated: false,
                 },
+                buckets: onestep_core::rate::BucketStates::default(),
                 at: Some(1.0),
             })),
             ..ApiMetrics::default()

@@ -19,6 +19,7 @@ Every error body is `{\"code\", \"message\"}`.",
     tags(
         (name = "executions", description = "Tracked executions of the caller's namespace"),
         (name = "health", description = "Liveness and readiness"),
+        (name = "operate", description = "Fleet-wide state for operators (`operate` tokens)"),
     )
 )]
 struct ApiDoc;

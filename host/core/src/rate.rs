@@ -181,6 +181,110 @@ pub trait RateLimitStore: Send + Sync {
     ) -> Result<(), ExecutionError>;
 }
 
+/// One stored bucket as the dashboard and `/metrics` show it (docs/ui.md#throttles): its name
+/// and state at its last take, refund or pause. The rate is the workers' configuration, not
+/// stored, so `tokens` is the level at `refilled_at`, not refilled to now.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BucketState {
+    /// The bucket's name ([`task_bucket`] or [`origin_bucket`]).
+    pub bucket: String,
+    /// The bucket's state.
+    #[serde(flatten)]
+    pub state: BucketSnapshot,
+}
+
+/// [`Bucket`] as serialised for a view.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BucketSnapshot {
+    /// Tokens held at `refilled_at`.
+    pub tokens: f64,
+    /// When the bucket was last taken from, refunded or paused.
+    pub refilled_at: DateTime<Utc>,
+    /// No token is handed out before this (an upstream's `Retry-After`).
+    pub paused_until: Option<DateTime<Utc>>,
+}
+
+impl From<Bucket> for BucketSnapshot {
+    fn from(b: Bucket) -> Self {
+        BucketSnapshot {
+            tokens: b.tokens,
+            refilled_at: b.refilled_at,
+            paused_until: b.paused_until,
+        }
+    }
+}
+
+impl BucketState {
+    /// What the bucket limits: `task` (execution starts) or `origin` (outbound requests).
+    pub fn kind(&self) -> &str {
+        self.bucket.split_once(':').map_or("", |(k, _)| k)
+    }
+
+    /// The task's or origin's name, without the kind.
+    pub fn target(&self) -> &str {
+        self.bucket.split_once(':').map_or(&self.bucket, |(_, t)| t)
+    }
+
+    /// Whether an upstream's `Retry-After` pauses the bucket at `now`.
+    pub fn paused_at(&self, now: DateTime<Utc>) -> bool {
+        self.state.paused_until.is_some_and(|p| p > now)
+    }
+
+    /// Whether the bucket held less than one token at its last write (a taker was refused or
+    /// took the last token), so callers were being held back then.
+    pub fn drained(&self) -> bool {
+        self.state.tokens < 1.0
+    }
+}
+
+/// The stored buckets, paused first, then fewest tokens (docs/ui.md#throttles).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct BucketStates {
+    /// Whether the store keeps buckets at all (tables created without `<T>_buckets` do not).
+    pub kept: bool,
+    /// At most the `limit` asked for.
+    pub items: Vec<BucketState>,
+    /// More buckets are stored than were listed.
+    pub truncated: bool,
+}
+
+impl BucketStates {
+    /// The rows `(bucket, tokens, refilled_at, paused_until)` a backend read with
+    /// `LIMIT limit + 1`, in order: the extra row only says that more are stored. `None` is a
+    /// store without the buckets table.
+    pub fn from_rows(rows: Option<Vec<BucketRow>>, limit: u32) -> Self {
+        let Some(rows) = rows else {
+            return BucketStates::default();
+        };
+        let mut out = BucketStates {
+            kept: true,
+            ..BucketStates::default()
+        };
+        for (i, (bucket, tokens, refilled_at, paused_until)) in rows.into_iter().enumerate() {
+            if i >= limit as usize {
+                out.truncated = true;
+                break;
+            }
+            out.items.push(BucketState {
+                bucket,
+                state: BucketSnapshot {
+                    tokens,
+                    refilled_at,
+                    paused_until,
+                },
+            });
+        }
+        out
+    }
+}
+
+/// `(bucket, tokens, refilled_at, paused_until)`: one stored bucket row.
+pub type BucketRow = (String, f64, DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// The `LIKE` patterns of the buckets a view lists: the task and origin rate limits, not the
+/// lock rows of `max_running` kept in the same table.
+pub const LISTED_BUCKET_PREFIXES: [&str; 2] = ["task:", "origin:"];
+
 /// The bucket name of a task's `rate_limit` on execution starts.
 pub fn task_bucket(task_name: &str) -> String {
     format!("task:{task_name}")
@@ -283,6 +387,29 @@ impl MemoryBuckets {
     }
 }
 
+impl MemoryBuckets {
+    /// The buckets as [`BucketStates`] lists them: paused first (latest pause first), then
+    /// fewest tokens, then by name; at most `limit`.
+    pub fn states(&self, limit: u32) -> BucketStates {
+        let map = self
+            .buckets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut rows: Vec<BucketRow> = map
+            .iter()
+            .filter(|(name, _)| LISTED_BUCKET_PREFIXES.iter().any(|p| name.starts_with(p)))
+            .map(|(name, b)| (name.clone(), b.tokens, b.refilled_at, b.paused_until))
+            .collect();
+        drop(map);
+        rows.sort_by(|a, b| {
+            b.3.cmp(&a.3)
+                .then(a.1.total_cmp(&b.1))
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        BucketStates::from_rows(Some(rows), limit)
+    }
+}
+
 #[async_trait]
 impl RateLimitStore for MemoryBuckets {
     async fn take(
@@ -323,6 +450,34 @@ mod tests {
         per_second: 2.0,
         burst: 3,
     };
+
+    #[test]
+    fn memory_states_list_paused_then_fewest_tokens_without_lock_rows() {
+        let clock: SharedClock = std::sync::Arc::new(crate::time::SystemClock);
+        let m = MemoryBuckets::new(clock);
+        let now = Utc::now();
+        for (bucket, op) in [
+            ("task:b", BucketOp::Take(1)),
+            ("task:a", BucketOp::Take(3)),
+            (
+                "origin:http://x:80",
+                BucketOp::Pause(now + chrono::Duration::seconds(30)),
+            ),
+            ("max_running:t", BucketOp::Take(1)),
+        ] {
+            assert!(m.apply(bucket, RATE, op).is_ok());
+        }
+        let s = m.states(10);
+        let names: Vec<&str> = s.items.iter().map(|b| b.bucket.as_str()).collect();
+        assert_eq!(names, ["origin:http://x:80", "task:a", "task:b"]);
+        assert!(s.kept && !s.truncated);
+        assert!(s.items[0].paused_at(now) && !s.items[1].paused_at(now));
+        assert!(s.items[1].drained() && !s.items[2].drained());
+        assert_eq!((s.items[0].kind(), s.items[0].target()), ("origin", "http://x:80"));
+        let cut = m.states(1);
+        assert_eq!(cut.items.len(), 1);
+        assert!(cut.truncated);
+    }
 
     #[test]
     fn a_new_bucket_grants_its_burst_then_refills_at_the_rate() {

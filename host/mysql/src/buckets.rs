@@ -11,7 +11,9 @@ use chrono::{DateTime, Utc};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Transaction, Value as DbValue, from_value_opt};
 use onestep_core::ExecutionError;
-use onestep_core::rate::{BUCKETS_TABLE_ABSENT, Bucket, BucketOp, RateLimit, RateLimitStore, Take};
+use onestep_core::rate::{
+    BUCKETS_TABLE_ABSENT, Bucket, BucketOp, BucketRow, RateLimit, RateLimitStore, Take,
+};
 use onestep_core::store::DecodeError;
 
 use crate::backend::{MySqlBackend, begin};
@@ -52,6 +54,43 @@ impl MySqlBackend {
         let table = self.buckets()?;
         self.run("rate_limit", || self.bucket_once(&table, bucket, rate, op))
             .await
+    }
+}
+
+impl MySqlBackend {
+    /// The listed buckets (task and origin rate limits), latest pause first, then fewest
+    /// tokens, then by name; `None` when the tables lack the buckets table.
+    pub(crate) async fn bucket_rows(
+        &self,
+        limit: u64,
+    ) -> Result<Option<Vec<BucketRow>>, ExecutionError> {
+        if !self.schema_report().features.buckets_table {
+            return Ok(None);
+        }
+        let table = crate::schema::buckets_table(self.tables());
+        let sql = format!(
+            "SELECT tokens, refilled_at, paused_until, bucket FROM `{table}` \
+             WHERE bucket LIKE 'task:%' OR bucket LIKE 'origin:%' \
+             ORDER BY paused_until DESC, tokens, bucket LIMIT {limit}"
+        );
+        let rows: Vec<Row> = async {
+            let mut conn = self.conn().await?;
+            Ok::<_, OpError>(conn.query(sql).await?)
+        }
+        .await
+        .map_err(|e| self.error(e, "stats"))?;
+        rows.into_iter()
+            .map(|mut r| {
+                let name = from_value_opt::<Vec<u8>>(r.take::<DbValue, _>(3).unwrap_or(DbValue::NULL))
+                    .map_err(|e| DecodeError(format!("bucket: {e}")))?;
+                let name = String::from_utf8(name)
+                    .map_err(|e| DecodeError(format!("bucket: not UTF-8: {e}")))?;
+                let b = decode(r)?;
+                Ok((name, b.tokens, b.refilled_at, b.paused_until))
+            })
+            .collect::<Result<_, DecodeError>>()
+            .map(Some)
+            .map_err(ExecutionError::from)
     }
 }
 

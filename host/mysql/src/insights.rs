@@ -10,6 +10,7 @@ use onestep_core::ExecutionError;
 use onestep_core::store::insights::{
     KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
+use onestep_core::rate::BucketRow;
 
 use crate::backend::MySqlBackend;
 use crate::errors::OpError;
@@ -94,5 +95,10 @@ impl OverviewRows for MySqlBackend {
         );
         let params = namespaces.iter().map(|n| DbValue::from(n.as_str()));
         self.overview(sql, params.collect()).await
+    }
+
+    /// The small buckets table, read whole up to `limit` (docs/ui.md#throttles).
+    async fn bucket_rows(&self, limit: u64) -> Result<Option<Vec<BucketRow>>, ExecutionError> {
+        MySqlBackend::bucket_rows(self, limit).await
     }
 }

@@ -94,6 +94,7 @@ async fn insights_on(server: Server) {
         .await
         .expect("open backend");
     onestep_testkit::insights::counts_recent_and_attempts(&b, &b).await;
+    onestep_testkit::insights::rate_limit_states(&b, &b).await;
     let mut conn = admin.get_conn().await.expect("conn");
     // MySQL 9 defaults to the tree format; MariaDB knows only the traditional one.
     let explain = match server {

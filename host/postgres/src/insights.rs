@@ -9,6 +9,7 @@ use onestep_core::ExecutionError;
 use onestep_core::store::insights::{
     KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
+use onestep_core::rate::BucketRow;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -94,6 +95,25 @@ impl OverviewRows for PgBackend {
         rows.iter()
             .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?, get(r, 3)?, get(r, 4)?)))
             .collect()
+    }
+
+    /// The small buckets table, read whole up to `limit` (docs/ui.md#throttles).
+    async fn bucket_rows(&self, limit: u64) -> Result<Option<Vec<BucketRow>>, ExecutionError> {
+        if !self.schema_report().features.buckets_table {
+            return Ok(None);
+        }
+        let sql = format!(
+            "SELECT bucket, tokens, refilled_at, paused_until FROM {} \
+             WHERE bucket LIKE 'task:%' OR bucket LIKE 'origin:%' \
+             ORDER BY paused_until DESC NULLS LAST, tokens, bucket LIMIT $1",
+            q(&crate::schema::buckets_table(self.tables()))
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.overview(&sql, &[&limit]).await?;
+        rows.iter()
+            .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?, get(r, 3)?)))
+            .collect::<Result<_, ExecutionError>>()
+            .map(Some)
     }
 }
 

@@ -28,6 +28,7 @@ async fn insights_and_attempts_postgres() {
         .await
         .expect("open backend");
     onestep_testkit::insights::counts_recent_and_attempts(&b, &b).await;
+    onestep_testkit::insights::rate_limit_states(&b, &b).await;
     let conn = b.test_pool().get().await.expect("conn");
     conn.batch_execute("SET enable_seqscan = off")
         .await

@@ -8,6 +8,7 @@ use onestep_core::ExecutionError;
 use onestep_core::store::insights::{
     KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
+use onestep_core::rate::BucketRow;
 use rusqlite::params;
 
 use crate::backend::SqliteBackend;
@@ -107,6 +108,48 @@ impl OverviewRows for SqliteBackend {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                 })?;
                 Ok(rows.collect::<Result<_, _>>()?)
+            })
+        })
+        .await
+    }
+
+    /// The small buckets table, read whole up to `limit` (docs/ui.md#throttles).
+    async fn bucket_rows(&self, limit: u64) -> Result<Option<Vec<BucketRow>>, ExecutionError> {
+        if !self.schema_report().features.buckets_table {
+            return Ok(None);
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.run("stats", || {
+            self.read(move |b, c| {
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT bucket, tokens, refilled_at, paused_until FROM {} \
+                     WHERE bucket LIKE 'task:%' OR bucket LIKE 'origin:%' \
+                     ORDER BY paused_until DESC, tokens, bucket LIMIT ?1",
+                    crate::schema::q(&crate::schema::buckets_table(b.tables()))
+                ))?;
+                let rows = st.query_map(params![limit], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, f64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                    ))
+                })?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (bucket, tokens, refilled_at, paused_until) = row?;
+                    let refilled_at = parse_time(&refilled_at, "refilled_at")
+                        .map_err(|e| crate::errors::OpError::Domain(e.into()))?;
+                    let paused_until = match paused_until {
+                        Some(p) => Some(
+                            parse_time(&p, "paused_until")
+                                .map_err(|e| crate::errors::OpError::Domain(e.into()))?,
+                        ),
+                        None => None,
+                    };
+                    out.push((bucket, tokens, refilled_at, paused_until));
+                }
+                Ok(Some(out))
             })
         })
         .await

@@ -18,5 +18,6 @@ async fn insights_and_attempts_sqlite() {
         .await
         .expect("open backend");
     onestep_testkit::insights::counts_recent_and_attempts(&b, &b).await;
+    onestep_testkit::insights::rate_limit_states(&b, &b).await;
     b.close().await.expect("close");
 }

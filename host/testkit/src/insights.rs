@@ -195,3 +195,74 @@ where
         "another namespace's execution is absent"
     );
 }
+
+/// Seeds four buckets through `buckets` (a drained task bucket, a paused origin, a task bucket
+/// with tokens left, and a `max_running` lock row), then checks what
+/// [`ExecutionInsights::rate_limits`] lists: paused first, then fewest tokens, no lock rows, and
+/// the cut. The store's buckets table must be empty.
+pub async fn rate_limit_states<B>(buckets: &B, insights: &dyn ExecutionInsights)
+where
+    B: onestep_core::rate::RateLimitStore,
+{
+    use onestep_core::rate::RateLimit;
+    let empty = insights.rate_limits(10).await.expect("rate limits");
+    assert!(empty.kept, "the store keeps buckets");
+    assert!(empty.items.is_empty() && !empty.truncated, "{empty:?}");
+
+    let slow = RateLimit {
+        per_second: 0.001,
+        burst: 3,
+    };
+    let roomy = RateLimit {
+        per_second: 0.001,
+        burst: 5,
+    };
+    let took = buckets
+        .take("task:thr-drained", slow, 3)
+        .await
+        .expect("take");
+    assert_eq!(took.granted, 3);
+    buckets
+        .take("task:thr-roomy", roomy, 1)
+        .await
+        .expect("take");
+    let until = Utc::now() + Duration::seconds(60);
+    buckets
+        .pause("origin:https://llm.example:443", roomy, until)
+        .await
+        .expect("pause");
+    // A fleet-wide cap's lock row lives in the same table and is not a rate limit.
+    buckets
+        .take("max_running:thr-capped", roomy, 1)
+        .await
+        .expect("take");
+
+    let got = insights.rate_limits(10).await.expect("rate limits");
+    let names: Vec<&str> = got.items.iter().map(|b| b.bucket.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "origin:https://llm.example:443",
+            "task:thr-drained",
+            "task:thr-roomy"
+        ],
+        "{got:?}"
+    );
+    assert!(!got.truncated);
+    let origin = &got.items[0];
+    assert_eq!(origin.kind(), "origin");
+    assert_eq!(origin.target(), "https://llm.example:443");
+    assert!(origin.paused_at(Utc::now()), "{origin:?}");
+    let paused = origin.state.paused_until.expect("paused_until");
+    assert!((paused - until).num_milliseconds().abs() <= 1, "{paused} vs {until}");
+    let drained = &got.items[1];
+    assert!(drained.drained() && !drained.paused_at(Utc::now()), "{drained:?}");
+    assert!(drained.state.tokens < 0.5, "{drained:?}");
+    let roomy_state = &got.items[2];
+    assert!(!roomy_state.drained(), "{roomy_state:?}");
+    assert!((roomy_state.state.tokens - 4.0).abs() < 0.5, "{roomy_state:?}");
+
+    let cut = insights.rate_limits(2).await.expect("rate limits");
+    assert_eq!(cut.items.len(), 2);
+    assert!(cut.truncated);
+}

@@ -34,6 +34,9 @@ pub const OVERVIEW_STALE_MAX: Duration = Duration::from_secs(60);
 /// Rows the "last hour" figures read at most.
 pub const RECENT_ROWS: u32 = 10_000;
 
+/// The overview's table of rate-limit buckets (operate tokens) holds at most this many rows.
+const OVERVIEW_BUCKETS: u32 = 20;
+
 /// The overview's table of the busiest fairness keys holds at most this many rows.
 pub const OVERVIEW_KEYS: u32 = 10;
 /// Rows per list page of the dashboard.
@@ -113,7 +116,7 @@ async fn detail_shell(ExecutionId(id): ExecutionId) -> Response {
 }
 
 async fn overview_fragment(
-    Caller(client, _role): Caller,
+    Caller(client, role): Caller,
     State(state): State<ApiState>,
 ) -> Result<Response, ApiError> {
     let Some(insights) = state.insights() else {
@@ -150,6 +153,13 @@ async fn overview_fragment(
             hour => render::hour_context(&snapshot.recent),
             keys => minijinja::Value::from_serialize(&snapshot.keys.keys),
             keys_truncated => snapshot.keys.truncated,
+            // Fleet-wide, shared by every namespace: operate tokens only (docs/ui.md#throttles).
+            throttles => if role.can_operate() {
+                crate::throttles::RateLimitsView::new(&snapshot.rate_limits, Utc::now()).items
+            } else {
+                Vec::new()
+            },
+            throttles_truncated => role.can_operate() && snapshot.rate_limits.truncated,
             as_of => snapshot.as_of.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             cache_s => OVERVIEW_CACHE.as_secs(),
         },
@@ -165,10 +175,11 @@ async fn read_overview(
     // The two statements are independent: run them side by side on two connections.
     let since = Utc::now() - chrono::Duration::hours(1);
     let namespaces = [namespace.to_owned()];
-    let (counts, recent, keys) = tokio::try_join!(
+    let (counts, recent, keys, rate_limits) = tokio::try_join!(
         insights.counts_by_task_status(namespace),
         insights.recent_activity(namespace, since, RECENT_ROWS),
         insights.key_loads(&namespaces, OVERVIEW_KEYS),
+        insights.rate_limits(OVERVIEW_BUCKETS),
     )?;
     let snapshot = OverviewSnapshot {
         taken: Instant::now(),
@@ -176,6 +187,7 @@ async fn read_overview(
         counts,
         recent,
         keys,
+        rate_limits,
     };
     state.store_overview(namespace, snapshot.clone());
     Ok(snapshot)

@@ -447,3 +447,94 @@ async fn search_filters_in_list_and_bulk() {
     let (_, page) = app.send(list("status=queued")).await;
     assert_eq!(page["items"].as_array().map(Vec::len), Some(1));
 }
+
+/// `GET /v1/rate-limits` (docs/http-api.md#rate-limits): `operate` only; the buckets workers
+/// wrote, throttled first, with why; the dashboard overview shows them to operate tokens only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_show_operators_who_is_throttled_and_why() {
+    use onestep_core::rate::{RateLimit, RateLimitStore};
+    let app = TestApp::start(role_settings()).await;
+    let (status, empty) = app
+        .send(req(Method::GET, "/v1/rate-limits", Some(OPERATE)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{empty}");
+    assert_eq!((empty["kept"].clone(), empty["items"].clone()), (json!(true), json!([])));
+
+    let rate = RateLimit {
+        per_second: 0.001,
+        burst: 2,
+    };
+    let b = &app.backend;
+    assert_eq!(b.take("task:summarize", rate, 2).await.expect("take").granted, 2);
+    b.take("task:echo", rate, 1).await.expect("take");
+    let until = chrono::Utc::now() + chrono::Duration::seconds(120);
+    b.pause("origin:https://api.openai.com:443", rate, until)
+        .await
+        .expect("pause");
+    b.take("max_running:summarize", rate, 1).await.expect("take");
+
+    let (status, got) = app
+        .send(req(Method::GET, "/v1/rate-limits", Some(OPERATE)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    let rows: Vec<(String, String, Value)> = got["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    (
+                        i["kind"].as_str().unwrap_or_default().to_owned(),
+                        i["target"].as_str().unwrap_or_default().to_owned(),
+                        i["throttled"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        rows,
+        [
+            ("origin".into(), "https://api.openai.com:443".into(), json!("paused")),
+            ("task".into(), "summarize".into(), json!("drained")),
+            ("task".into(), "echo".into(), Value::Null),
+        ],
+        "paused, then fewest tokens; the cap's lock row is not listed: {got}"
+    );
+    assert!(got["items"][0]["paused_until"].is_string(), "{got}");
+
+    let (status, cut) = app
+        .send(req(Method::GET, "/v1/rate-limits?limit=1", Some(OPERATE)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (cut["items"].as_array().map(Vec::len), cut["truncated"].clone()),
+        (Some(1), json!(true))
+    );
+    let (status, err) = app
+        .send(req(Method::GET, "/v1/rate-limits?limit=0", Some(OPERATE)).empty())
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    assert!(err["message"].as_str().unwrap_or_default().contains("from 1 to 1000"), "{err}");
+
+    for token in [READ, SUBMIT, DEFAULT] {
+        let (status, err) = app
+            .send(req(Method::GET, "/v1/rate-limits", Some(token)).empty())
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{token}: {err}");
+        assert!(!err.to_string().contains("openai"), "{err}");
+    }
+
+    // The dashboard overview: the table for operate tokens, nothing of it for the others.
+    let (status, _ct, page) = app
+        .send_text(req(Method::GET, "/ui/fragments/overview", Some(OPERATE)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("id=\"throttles\""), "{page}");
+    assert!(page.contains("paused by the upstream&#x27;s Retry-After") || page.contains("paused by the upstream's Retry-After"), "{page}");
+    assert!(page.contains("out of tokens"), "{page}");
+    let (status, _ct, page) = app
+        .send_text(req(Method::GET, "/ui/fragments/overview", Some(DEFAULT)).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(!page.contains("throttles") && !page.contains("openai"), "{page}");
+}

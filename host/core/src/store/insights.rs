@@ -7,6 +7,9 @@ use chrono::{DateTime, Utc};
 
 use crate::error::ExecutionError;
 use crate::ports::{ExecutionInsights, KeyLoads, RecentActivity, StatusCount};
+use crate::rate::{BucketRow, BucketStates};
+#[cfg(doc)]
+use crate::rate::LISTED_BUCKET_PREFIXES;
 
 /// `(task_name, status, count)` rows: the executions of one task in one status.
 pub type TaskStatusRows = Vec<(String, String, i64)>;
@@ -51,6 +54,10 @@ pub trait OverviewRows: Send + Sync {
     /// namespace, task and effective fairness key, most waiting first, then most running, then
     /// by namespace, task and key; at most `limit` rows.
     async fn key_rows(&self, namespaces: &[String], limit: u64) -> Result<KeyRows, ExecutionError>;
+    /// The task and origin buckets ([`LISTED_BUCKET_PREFIXES`]) of the buckets table, the
+    /// latest pause first (no pause last), then fewest tokens, then by name; at most `limit`
+    /// rows. `None` when the tables lack the buckets table.
+    async fn bucket_rows(&self, limit: u64) -> Result<Option<Vec<BucketRow>>, ExecutionError>;
 }
 
 #[async_trait]
@@ -109,5 +116,14 @@ impl<T: OverviewRows> ExecutionInsights for T {
         }
         let rows = self.key_rows(namespaces, u64::from(limit) + 1).await?;
         Ok(KeyLoads::from_rows(rows, limit))
+    }
+
+    /// One row more than `limit`, so that the answer knows whether it was cut.
+    async fn rate_limits(&self, limit: u32) -> Result<BucketStates, ExecutionError> {
+        if limit == 0 {
+            return Ok(BucketStates::default());
+        }
+        let rows = self.bucket_rows(u64::from(limit) + 1).await?;
+        Ok(BucketStates::from_rows(rows, limit))
     }
 }
