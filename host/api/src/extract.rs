@@ -39,7 +39,7 @@ pub enum Permission {
     Submit,
     /// `POST /v1/executions/{id}/cancel`.
     Cancel,
-    /// Retry and the bulk operations.
+    /// Retry, the bulk operations and the fleet-wide figures (`GET /v1/rate-limits`).
     Operate,
 }
 
@@ -56,7 +56,9 @@ impl Permission {
         match self {
             Permission::Submit => "submit",
             Permission::Cancel => "cancel",
-            Permission::Operate => "retry or run bulk operations",
+            Permission::Operate => {
+                "retry, run bulk operations or read fleet-wide figures (role 'operate' only)"
+            }
         }
     }
 }

@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::Operator;
-use crate::openapi::V1Errors;
+use crate::openapi::{ForbiddenErrors, V1Errors};
 use crate::state::ApiState;
 
 /// Default `limit` of `GET /v1/rate-limits`.
@@ -81,7 +81,11 @@ impl RateLimitsView {
     pub fn new(states: &BucketStates, now: DateTime<Utc>) -> Self {
         RateLimitsView {
             kept: states.kept,
-            items: states.items.iter().map(|b| BucketView::new(b, now)).collect(),
+            items: states
+                .items
+                .iter()
+                .map(|b| BucketView::new(b, now))
+                .collect(),
             truncated: states.truncated,
             as_of: now,
         }
@@ -119,6 +123,7 @@ pub fn parse_limit(limit: Option<&str>) -> Result<u32, ApiError> {
         (status = 200, description = "The buckets, paused first, then fewest tokens", body = RateLimitsView),
         (status = 422, description = "limit out of range", body = ErrorBody),
         (status = 503, description = "This server reads no queue figures", body = ErrorBody),
+        ForbiddenErrors,
         V1Errors,
     ),
     security(("bearer" = []))
@@ -154,7 +159,10 @@ mod tests {
         for bad in ["0", "1001", "x"] {
             let e = parse_limit(Some(bad)).err().map(|e| e.to_string());
             let e = e.unwrap_or_default();
-            assert!(e.contains("from 1 to 1000") && e.contains(bad), "{bad}: {e}");
+            assert!(
+                e.contains("from 1 to 1000") && e.contains(bad),
+                "{bad}: {e}"
+            );
         }
     }
 
@@ -171,8 +179,14 @@ mod tests {
         };
         let v = BucketView::new(&b(3.0, Some(30)), now);
         assert_eq!(v.throttled.as_deref(), Some("paused"));
-        assert_eq!((v.kind.as_str(), v.target.as_str()), ("origin", "https://api.example:443"));
-        assert_eq!(BucketView::new(&b(0.2, None), now).throttled.as_deref(), Some("drained"));
+        assert_eq!(
+            (v.kind.as_str(), v.target.as_str()),
+            ("origin", "https://api.example:443")
+        );
+        assert_eq!(
+            BucketView::new(&b(0.2, None), now).throttled.as_deref(),
+            Some("drained")
+        );
         // A pause that has passed no longer throttles.
         assert_eq!(BucketView::new(&b(2.0, Some(-5)), now).throttled, None);
     }

@@ -473,7 +473,10 @@ mod tests {
         assert!(s.kept && !s.truncated);
         assert!(s.items[0].paused_at(now) && !s.items[1].paused_at(now));
         assert!(s.items[1].drained() && !s.items[2].drained());
-        assert_eq!((s.items[0].kind(), s.items[0].target()), ("origin", "http://x:80"));
+        assert_eq!(
+            (s.items[0].kind(), s.items[0].target()),
+            ("origin", "http://x:80")
+        );
         let cut = m.states(1);
         assert_eq!(cut.items.len(), 1);
         assert!(cut.truncated);

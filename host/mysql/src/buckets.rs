@@ -81,8 +81,9 @@ impl MySqlBackend {
         .map_err(|e| self.error(e, "stats"))?;
         rows.into_iter()
             .map(|mut r| {
-                let name = from_value_opt::<Vec<u8>>(r.take::<DbValue, _>(3).unwrap_or(DbValue::NULL))
-                    .map_err(|e| DecodeError(format!("bucket: {e}")))?;
+                let name =
+                    from_value_opt::<Vec<u8>>(r.take::<DbValue, _>(3).unwrap_or(DbValue::NULL))
+                        .map_err(|e| DecodeError(format!("bucket: {e}")))?;
                 let name = String::from_utf8(name)
                     .map_err(|e| DecodeError(format!("bucket: not UTF-8: {e}")))?;
                 let b = decode(r)?;

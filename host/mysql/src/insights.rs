@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value as DbValue};
 use onestep_core::ExecutionError;
+use onestep_core::rate::BucketRow;
 use onestep_core::store::insights::{
     KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
-use onestep_core::rate::BucketRow;
 
 use crate::backend::MySqlBackend;
 use crate::errors::OpError;

@@ -6,10 +6,10 @@
 
 use async_trait::async_trait;
 use onestep_core::ExecutionError;
+use onestep_core::rate::BucketRow;
 use onestep_core::store::insights::{
     KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
-use onestep_core::rate::BucketRow;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 

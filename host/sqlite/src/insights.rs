@@ -5,10 +5,10 @@
 
 use async_trait::async_trait;
 use onestep_core::ExecutionError;
+use onestep_core::rate::BucketRow;
 use onestep_core::store::insights::{
     KeyRows, NamespaceRows, Newest, NewestRows, OverviewRows, TaskStatusRows,
 };
-use onestep_core::rate::BucketRow;
 use rusqlite::params;
 
 use crate::backend::SqliteBackend;

@@ -254,13 +254,22 @@ where
     assert_eq!(origin.target(), "https://llm.example:443");
     assert!(origin.paused_at(Utc::now()), "{origin:?}");
     let paused = origin.state.paused_until.expect("paused_until");
-    assert!((paused - until).num_milliseconds().abs() <= 1, "{paused} vs {until}");
+    assert!(
+        (paused - until).num_milliseconds().abs() <= 1,
+        "{paused} vs {until}"
+    );
     let drained = &got.items[1];
-    assert!(drained.drained() && !drained.paused_at(Utc::now()), "{drained:?}");
+    assert!(
+        drained.drained() && !drained.paused_at(Utc::now()),
+        "{drained:?}"
+    );
     assert!(drained.state.tokens < 0.5, "{drained:?}");
     let roomy_state = &got.items[2];
     assert!(!roomy_state.drained(), "{roomy_state:?}");
-    assert!((roomy_state.state.tokens - 4.0).abs() < 0.5, "{roomy_state:?}");
+    assert!(
+        (roomy_state.state.tokens - 4.0).abs() < 0.5,
+        "{roomy_state:?}"
+    );
 
     let cut = insights.rate_limits(2).await.expect("rate limits");
     assert_eq!(cut.items.len(), 2);

@@ -458,20 +458,31 @@ async fn rate_limits_show_operators_who_is_throttled_and_why() {
         .send(req(Method::GET, "/v1/rate-limits", Some(OPERATE)).empty())
         .await;
     assert_eq!(status, StatusCode::OK, "{empty}");
-    assert_eq!((empty["kept"].clone(), empty["items"].clone()), (json!(true), json!([])));
+    assert_eq!(
+        (empty["kept"].clone(), empty["items"].clone()),
+        (json!(true), json!([]))
+    );
 
     let rate = RateLimit {
         per_second: 0.001,
         burst: 2,
     };
     let b = &app.backend;
-    assert_eq!(b.take("task:summarize", rate, 2).await.expect("take").granted, 2);
+    assert_eq!(
+        b.take("task:summarize", rate, 2)
+            .await
+            .expect("take")
+            .granted,
+        2
+    );
     b.take("task:echo", rate, 1).await.expect("take");
     let until = chrono::Utc::now() + chrono::Duration::seconds(120);
     b.pause("origin:https://api.openai.com:443", rate, until)
         .await
         .expect("pause");
-    b.take("max_running:summarize", rate, 1).await.expect("take");
+    b.take("max_running:summarize", rate, 1)
+        .await
+        .expect("take");
 
     let (status, got) = app
         .send(req(Method::GET, "/v1/rate-limits", Some(OPERATE)).empty())
@@ -494,7 +505,11 @@ async fn rate_limits_show_operators_who_is_throttled_and_why() {
     assert_eq!(
         rows,
         [
-            ("origin".into(), "https://api.openai.com:443".into(), json!("paused")),
+            (
+                "origin".into(),
+                "https://api.openai.com:443".into(),
+                json!("paused")
+            ),
             ("task".into(), "summarize".into(), json!("drained")),
             ("task".into(), "echo".into(), Value::Null),
         ],
@@ -507,14 +522,23 @@ async fn rate_limits_show_operators_who_is_throttled_and_why() {
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
-        (cut["items"].as_array().map(Vec::len), cut["truncated"].clone()),
+        (
+            cut["items"].as_array().map(Vec::len),
+            cut["truncated"].clone()
+        ),
         (Some(1), json!(true))
     );
     let (status, err) = app
         .send(req(Method::GET, "/v1/rate-limits?limit=0", Some(OPERATE)).empty())
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
-    assert!(err["message"].as_str().unwrap_or_default().contains("from 1 to 1000"), "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("from 1 to 1000"),
+        "{err}"
+    );
 
     for token in [READ, SUBMIT, DEFAULT] {
         let (status, err) = app
@@ -530,11 +554,18 @@ async fn rate_limits_show_operators_who_is_throttled_and_why() {
         .await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains("id=\"throttles\""), "{page}");
-    assert!(page.contains("paused by the upstream&#x27;s Retry-After") || page.contains("paused by the upstream's Retry-After"), "{page}");
+    assert!(
+        page.contains("paused by the upstream&#x27;s Retry-After")
+            || page.contains("paused by the upstream's Retry-After"),
+        "{page}"
+    );
     assert!(page.contains("out of tokens"), "{page}");
     let (status, _ct, page) = app
         .send_text(req(Method::GET, "/ui/fragments/overview", Some(DEFAULT)).empty())
         .await;
     assert_eq!(status, StatusCode::OK, "{page}");
-    assert!(!page.contains("throttles") && !page.contains("openai"), "{page}");
+    assert!(
+        !page.contains("throttles") && !page.contains("openai"),
+        "{page}"
+    );
 }

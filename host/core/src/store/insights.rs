@@ -7,9 +7,9 @@ use chrono::{DateTime, Utc};
 
 use crate::error::ExecutionError;
 use crate::ports::{ExecutionInsights, KeyLoads, RecentActivity, StatusCount};
-use crate::rate::{BucketRow, BucketStates};
 #[cfg(doc)]
 use crate::rate::LISTED_BUCKET_PREFIXES;
+use crate::rate::{BucketRow, BucketStates};
 
 /// `(task_name, status, count)` rows: the executions of one task in one status.
 pub type TaskStatusRows = Vec<(String, String, i64)>;
