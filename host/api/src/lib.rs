@@ -11,6 +11,7 @@
 //! | `GET /v1/executions?task_name&status&limit&cursor` | 200 page | 422 |
 //! | `GET /v1/executions/{id}` | 200 execution | 404, 422 |
 //! | `GET /v1/executions/{id}/events` | 200 `text/event-stream` ([`stream`]) | 404, 422, 429 |
+//! | `GET /v1/executions/events?ids=A,B,…` | 200 `text/event-stream` of several executions ([`stream_many`]) | 422, 429 |
 //! | `POST /v1/executions/{id}/cancel` | 200 execution | 404, 422 |
 //! | `GET /v1/executions/{id}/result` | 200 `{result}` | 404, 409 not ready / cancelled, 410 expired, 422 failed |
 //! | `POST /v1/executions/{id}/retry` (header `Idempotency-Key`) | 202 new execution | 403, 404, 409 not retryable / conflict, 422 |
@@ -50,6 +51,7 @@ pub mod search;
 pub mod server;
 pub mod state;
 pub mod stream;
+pub mod stream_many;
 pub mod text;
 pub mod throttles;
 pub mod ui;
@@ -118,6 +120,7 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(callbacks::list_deliveries))
         .routes(routes!(callbacks::redeliver))
         .routes(routes!(stream::stream_events))
+        .routes(routes!(stream_many::stream_many_events))
         .routes(routes!(operate::retry_execution))
         .routes(routes!(operate::bulk_cancel))
         .routes(routes!(operate::bulk_retry))

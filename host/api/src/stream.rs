@@ -472,8 +472,13 @@ impl StreamHub {
         lock(&self.inner.feeds).len()
     }
 
+    /// How long a stream stays open at most (`api.max_stream_s`).
+    pub(crate) fn max_duration(&self) -> Duration {
+        self.inner.max_duration
+    }
+
     /// A permit for one more stream, or 429 `too_many_streams`.
-    fn permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+    pub(crate) fn permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
         Arc::clone(&self.inner.permits)
             .try_acquire_owned()
             .map_err(|_| {
@@ -496,7 +501,7 @@ impl StreamHub {
 
     /// The snapshots of execution `id` as `client` reads it: the feed's, started when it is
     /// the first stream of that execution.
-    fn subscribe(
+    pub(crate) fn subscribe(
         &self,
         client: &ExecutionClient,
         id: Uuid,

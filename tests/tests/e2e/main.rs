@@ -82,6 +82,9 @@
 //! * [`stream`]: `onestep watch --json` against `onestep serve` with one-second streams and a
 //!   real worker: every attempt start and end, log line and progress report once across the
 //!   resumed streams, exit 0 / 1 (MariaDB, MySQL, PostgreSQL and SQLite).
+//! * [`api_instances`]: two `onestep serve` processes on one database: a wait on one answers
+//!   within the documented bound of a cancel through the other, and a stream of several
+//!   executions resumes across them without loss or repetition (MariaDB, MySQL, PostgreSQL).
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
 //! * [`ui_browser`]: the dashboard in a real headless Chromium over WebDriver: log in, list,
 //!   filter, detail, cancel, retry, bulk cancel, a read token without actions, page loads on
@@ -103,6 +106,7 @@
 mod agent;
 mod api_connections;
 mod api_flow;
+mod api_instances;
 mod api_storable;
 mod bench;
 mod bench_rounds;

@@ -21,13 +21,13 @@ use crate::api_flow::curl;
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// `onestep serve config/e2e/stream.yaml`, killed when dropped.
-struct Serve {
+pub(crate) struct Serve {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Serve {
-    fn spawn(envs: &[(&str, &str)], log: &Path) -> Result<Serve> {
+    pub(crate) fn spawn(envs: &[(&str, &str)], log: &Path) -> Result<Serve> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let listen = format!("127.0.0.1:{port}");
         let out = std::fs::File::create(log)?;

@@ -3,7 +3,8 @@
 //! role-bound tokens and `onestep run` as real processes on one database holding 100k finished
 //! executions. Logs in, sees the seeded executions, filters by status, opens a detail page with
 //! its timeline, cancels a running execution until it is `cancelled`, retries a failed one and
-//! follows the link, bulk-cancels 500 queued executions and sees the count, and checks that a
+//! follows the link, watches a row of the list page turn `cancelled` in place (one event stream,
+//! no re-read of the list), bulk-cancels 500 queued executions and sees the count, and checks that a
 //! `read` token sees no action button. Screenshots go to `target/ui-screenshots/`; page load
 //! times on the 100k-row table are printed (not asserted).
 //!
@@ -316,8 +317,13 @@ async fn case(env: Arc<Env>) -> Result<()> {
     let long = env
         .submit("countdown", json!({"steps": 600, "step_ms": 100}))
         .await?;
+    // Followed on the list page while the test cancels it through the API.
+    let later = env
+        .submit("countdown", json!({"steps": 3000, "step_ms": 100}))
+        .await?;
     env.wait_status(echo.id, &[S::Succeeded], LIMIT).await?;
     env.wait_status(long.id, &[S::Running], LIMIT).await?;
+    env.wait_status(later.id, &[S::Running], LIMIT).await?;
     let deadline = Instant::now() + LIMIT;
     while env.get(failed.id).await?.status != S::Failed {
         ensure!(Instant::now() < deadline, "misbehave did not fail");
@@ -333,7 +339,7 @@ async fn case(env: Arc<Env>) -> Result<()> {
     wait_port("chromedriver", driver_port, &logs.path().join("driver.log")).await?;
     let base = format!("http://127.0.0.1:{port}");
     let c = browser(driver_port).await?;
-    let outcome = drive(&c, server, &base, echo.id, failed.id, long.id).await;
+    let outcome = drive(&c, server, &base, echo.id, failed.id, long.id, later.id).await;
     if outcome.is_err() {
         let _ = shot(&c, server, "failure").await;
         eprintln!(
@@ -344,6 +350,7 @@ async fn case(env: Arc<Env>) -> Result<()> {
     c.close().await?;
     outcome?;
     env.wait_status(long.id, &[S::Cancelled], LIMIT).await?;
+    env.wait_status(later.id, &[S::Cancelled], LIMIT).await?;
     Ok(())
 }
 
@@ -354,6 +361,7 @@ async fn drive(
     echo: Uuid,
     failed: Uuid,
     long: Uuid,
+    later: Uuid,
 ) -> Result<()> {
     // Without a token: the login prompt, no data.
     c.goto(&format!("{base}/ui")).await?;
@@ -518,6 +526,51 @@ async fn drive(
         "the running execution's page read /v1/executions/{{id}}/events:\n{metrics}"
     );
     shot(c, server, "detail-cancelled").await?;
+
+    // The list page follows its live rows on one event stream (docs/ui.md#list): `later` is
+    // cancelled through the API while the page shows it, and its row turns `cancelled` in place
+    // — with exactly one `/v1/executions/events` request and no re-read of the list, also
+    // seconds after (the page used to re-read it every 2 s).
+    c.goto(&format!("{base}/ui?task_name=countdown")).await?;
+    let status = format!("#rows tr.row[data-id='{later}'] .status");
+    wait_text(c, &status, |t| t == "running").await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let answered = c
+        .execute(
+            "const t = sessionStorage.getItem('onestep.token'); \
+             return fetch('/v1/executions/' + arguments[0] + '/cancel', {method: 'POST', \
+             headers: {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + t}, \
+             body: '{}'}).then(function (r) { return r.status; });",
+            vec![json!(later.to_string())],
+        )
+        .await?;
+    ensure!(answered == json!(200), "cancel through the API: {answered}");
+    wait_text(c, &status, |t| t == "cancelled").await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let requests = c
+        .execute(
+            "const n = function (p) { return performance.getEntriesByType('resource')\
+             .filter(function (e) { return new URL(e.name).pathname === p; }).length; }; \
+             return [n('/ui/fragments/list'), n('/v1/executions/events')];",
+            vec![],
+        )
+        .await?;
+    ensure!(
+        requests == json!([1, 1]),
+        "one list read and one stream request ([list, events]): {requests}"
+    );
+    let row_terminal = c
+        .execute(
+            "return document.querySelector(\"#rows tr.row[data-id='\" + arguments[0] + \"']\")\
+             .dataset.terminal;",
+            vec![json!(later.to_string())],
+        )
+        .await?;
+    ensure!(
+        row_terminal == json!("true"),
+        "the row is terminal: {row_terminal}"
+    );
+    shot(c, server, "list-followed").await?;
 
     // Bulk-cancel the 500 queued bulkjob executions.
     c.goto(&format!("{base}/ui?task_name=bulkjob&status=queued"))

@@ -99,6 +99,9 @@ pub struct ListRow {
     short_id: String,
     task_name: String,
     status: &'static str,
+    /// Where the list's event stream starts (docs/ui.md#list).
+    version: i64,
+    terminal: bool,
     attempts: u32,
     created_at: String,
     finished_at: String,
@@ -114,6 +117,8 @@ impl From<&Execution> for ListRow {
             id,
             task_name: e.task_name.clone(),
             status: e.status.as_str(),
+            version: e.version,
+            terminal: e.terminal(),
             attempts: e.attempts,
             created_at: instant(Some(e.created_at)),
             finished_at: instant(e.finished_at),

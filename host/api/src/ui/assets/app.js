@@ -115,12 +115,145 @@
     const q = Object.assign({}, f);
     if (cursor) q.cursor = cursor;
     const html = await fragment("/ui/fragments/list?" + query(q));
+    stopList();
     document.getElementById("list").innerHTML = html;
     loaded("list");
-    const table = document.getElementById("rows");
     clearTimeout(refreshTimer);
-    if (table && table.dataset.live === "true") {
-      refreshTimer = setTimeout(function () { loadList().catch(function () {}); }, 2000);
+    followList();
+  }
+
+  // The list's live rows follow one event stream (GET /v1/executions/events?ids=…, read with
+  // fetch so that the token stays in the header), which updates them in place; it starts at the
+  // versions the page shows (Last-Event-ID) and resumes from its last event id when the server
+  // closes it before every row has ended. Only when the stream cannot be opened does the page
+  // re-read the list every 2 s (docs/ui.md#list).
+  let listStream = null;
+  function stopList() {
+    if (listStream) listStream.abort();
+    listStream = null;
+  }
+
+  // Server-sent events of a response body: calls on(name, id, data) for each event.
+  async function readEvents(body, on) {
+    const reader = body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const part = await reader.read();
+      if (part.done) return;
+      buf += decoder.decode(part.value, { stream: true });
+      let end;
+      while ((end = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        let name = "message", id = null;
+        const data = [];
+        block.split("\n").forEach(function (line) {
+          if (line.startsWith(":")) return;
+          const at = line.indexOf(":");
+          const field = at < 0 ? line : line.slice(0, at);
+          let value = at < 0 ? "" : line.slice(at + 1);
+          if (value.startsWith(" ")) value = value.slice(1);
+          if (field === "event") name = value;
+          else if (field === "id") id = value;
+          else if (field === "data") data.push(value);
+        });
+        if (data.length) on(name, id, JSON.parse(data.join("\n")));
+      }
+    }
+  }
+
+  function liveRows() {
+    return Array.from(document.querySelectorAll("#rows tr.row"))
+      .filter(function (r) { return r.dataset.terminal !== "true"; });
+  }
+
+  // Control, bidirectional and zero-width characters as visible escapes, as the server renders
+  // every tenant text (onestep_core::text::visible, docs/security.md#invisible-characters).
+  function visible(text) {
+    return String(text).replace(
+      /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u200b-\u200d\u2060\ufeff]/g,
+      function (c) {
+        if (c === "\n") return "\\n";
+        if (c === "\r") return "\\r";
+        if (c === "\t") return "\\t";
+        return "\\u{" + c.charCodeAt(0).toString(16) + "}";
+      });
+  }
+
+  // One event of the list stream applied to its row (text only: textContent, never HTML).
+  function applyListEvent(name, data) {
+    const row = document.querySelector("#rows tr.row[data-id='" + CSS.escape(String(data.execution_id)) + "']");
+    if (!row) return;
+    const status = row.querySelector(".c-status .status");
+    if (name === "status") {
+      row.dataset.status = data.status;
+      row.dataset.version = String(data.version);
+      row.dataset.terminal = data.terminal ? "true" : "false";
+      status.className = "status s-" + data.status;
+      status.textContent = data.status;
+      status.title = "";
+      row.querySelector(".c-attempts").textContent = String(data.attempts);
+      row.querySelector(".c-finished").textContent =
+        data.finished_at ? new Date(data.finished_at).toISOString() : "";
+      const e = data.error;
+      row.querySelector(".c-error").textContent = e
+        ? visible(e.exception_type + " (" + e.kind + (e.stage ? ", " + e.stage : "") + ")") : "";
+    } else if (name === "progress") {
+      status.title = "attempt " + data.attempt + ": " + data.done + "/" + data.total +
+        (data.note ? " " + visible(data.note) : "");
+    }
+  }
+
+  async function followList() {
+    const rows = liveRows();
+    if (!rows.length) return;
+    const ctl = new AbortController();
+    listStream = ctl;
+    const ids = rows.map(function (r) { return r.dataset.id; });
+    let last = rows.map(function (r) { return r.dataset.version; }).join(",");
+    for (;;) {
+      let ok = false, got = 0;
+      try {
+        const r = await fetch("/v1/executions/events?ids=" + ids.join(","), {
+          headers: headers({ "Accept": "text/event-stream", "Last-Event-ID": last }),
+          signal: ctl.signal,
+        });
+        if (r.ok && r.body) {
+          ok = true;
+          await readEvents(r.body, function (name, id, data) {
+            if (id) last = id;
+            got += 1;
+            if (listStream === ctl) applyListEvent(name, data);
+          });
+        }
+      } catch (_) {
+        ok = false;
+      }
+      if (listStream !== ctl) return;
+      if (!ok) {
+        // The stream failed: poll the list instead (the next load tries the stream again).
+        listStream = null;
+        refreshTimer = setTimeout(function () { loadList().catch(function () {}); }, 2000);
+        return;
+      }
+      // Closed by the server: every row ended, or the stream's time ran out (resume). A row
+      // whose execution no longer exists never ends: a stream that closed without an event
+      // re-reads the list once instead.
+      if (!ids.some(function (id) {
+        const row = document.querySelector("#rows tr.row[data-id='" + CSS.escape(id) + "']");
+        return row && row.dataset.terminal !== "true";
+      })) {
+        listStream = null;
+        return;
+      }
+      await new Promise(function (done) { setTimeout(done, 1000); });
+      if (listStream !== ctl) return;
+      if (!got) {
+        listStream = null;
+        loadList().catch(function () {});
+        return;
+      }
     }
   }
 
