@@ -490,6 +490,104 @@ pub trait DeploymentStore: Send + Sync {
     ) -> Result<GcReport, DeploymentError>;
 }
 
+/// The deployment columns every backend selects, in [`DeploymentRow`]'s order.
+pub const DEPLOYMENT_COLUMNS: &str = "namespace, task, version, digest, settings, state, \
+    deployed_by, deployed_at, previous_version, previous_digest, note, revision, updated_at";
+
+/// The event columns every backend selects, in [`EventRow`]'s order.
+pub const EVENT_COLUMNS: &str =
+    "revision, namespace, task, action, version, digest, from_version, from_digest, actor, at, note";
+
+fn stored_digest(text: &str, col: &str) -> Result<ComponentDigest, ExecutionError> {
+    ComponentDigest::parse(text)
+        .map_err(|e| ExecutionError::Undecodable(format!("stored deployment {col}: {e}")))
+}
+
+/// A deployment row as read, before decoding ([`DEPLOYMENT_COLUMNS`]).
+#[derive(Debug, Clone)]
+#[allow(missing_docs)]
+pub struct DeploymentRow {
+    pub namespace: String,
+    pub task: String,
+    pub version: i64,
+    pub digest: String,
+    pub settings: String,
+    pub state: String,
+    pub deployed_by: String,
+    pub deployed_at: DateTime<Utc>,
+    pub previous_version: Option<i64>,
+    pub previous_digest: Option<String>,
+    pub note: Option<String>,
+    pub revision: i64,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl DeploymentRow {
+    /// The deployment; a bad digest, settings document or state is
+    /// [`ExecutionError::Undecodable`].
+    pub fn decode(self) -> Result<Deployment, ExecutionError> {
+        Ok(Deployment {
+            digest: stored_digest(&self.digest, "digest")?,
+            settings: DeploymentSettings::from_stored(&self.settings)?,
+            state: DeploymentState::parse(&self.state)?,
+            previous_digest: self
+                .previous_digest
+                .as_deref()
+                .map(|d| stored_digest(d, "previous_digest"))
+                .transpose()?,
+            namespace: self.namespace,
+            task: self.task,
+            version: self.version,
+            deployed_by: self.deployed_by,
+            deployed_at: self.deployed_at,
+            previous_version: self.previous_version,
+            note: self.note,
+            revision: self.revision,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// An event row as read, before decoding ([`EVENT_COLUMNS`]).
+#[derive(Debug, Clone)]
+#[allow(missing_docs)]
+pub struct EventRow {
+    pub revision: i64,
+    pub namespace: String,
+    pub task: String,
+    pub action: String,
+    pub version: i64,
+    pub digest: String,
+    pub from_version: Option<i64>,
+    pub from_digest: Option<String>,
+    pub actor: String,
+    pub at: DateTime<Utc>,
+    pub note: Option<String>,
+}
+
+impl EventRow {
+    /// The event; a bad digest or action is [`ExecutionError::Undecodable`].
+    pub fn decode(self) -> Result<DeploymentEvent, ExecutionError> {
+        Ok(DeploymentEvent {
+            action: DeploymentAction::parse(&self.action)?,
+            digest: stored_digest(&self.digest, "digest")?,
+            from_digest: self
+                .from_digest
+                .as_deref()
+                .map(|d| stored_digest(d, "from_digest"))
+                .transpose()?,
+            revision: self.revision,
+            namespace: self.namespace,
+            task: self.task,
+            version: self.version,
+            from_version: self.from_version,
+            actor: self.actor,
+            at: self.at,
+            note: self.note,
+        })
+    }
+}
+
 /// Checks a namespace, task name or actor: 1..=[`MAX_NAME_CHARS`] characters, no control
 /// characters, no surrounding white space.
 pub fn check_name(field: &str, text: &str) -> Result<(), DeploymentError> {
