@@ -972,7 +972,20 @@ mod tests {
             }]
         );
         let (c3, d3) = changed(
-            plan_activate("ns", "t", 1, Some(d1.clone()), Some(&d2), 2, "bob", None, now)
+            plan_activate(
+                "ns",
+                "t",
+                1,
+                Some(Deployment {
+                    state: DeploymentState::Superseded,
+                    ..d1.clone()
+                }),
+                Some(&d2),
+                2,
+                "bob",
+                None,
+                now,
+            )
                 .expect("rollback"),
         );
         assert_eq!(d3.state, DeploymentState::Active);
