@@ -369,7 +369,11 @@ impl<T> Page<T> {
     pub fn of(mut rows: Vec<T>, limit: u32, revision: impl Fn(&T) -> i64) -> Page<T> {
         let more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
-        let next_before = if more { rows.last().map(&revision) } else { None };
+        let next_before = if more {
+            rows.last().map(&revision)
+        } else {
+            None
+        };
         Page {
             items: rows,
             next_before,
@@ -495,8 +499,7 @@ pub const DEPLOYMENT_COLUMNS: &str = "namespace, task, version, digest, settings
     deployed_by, deployed_at, previous_version, previous_digest, note, revision, updated_at";
 
 /// The event columns every backend selects, in [`EventRow`]'s order.
-pub const EVENT_COLUMNS: &str =
-    "revision, namespace, task, action, version, digest, from_version, from_digest, actor, at, note";
+pub const EVENT_COLUMNS: &str = "revision, namespace, task, action, version, digest, from_version, from_digest, actor, at, note";
 
 fn stored_digest(text: &str, col: &str) -> Result<ComponentDigest, ExecutionError> {
     ComponentDigest::parse(text)
@@ -592,7 +595,9 @@ impl EventRow {
 /// characters, no surrounding white space.
 pub fn check_name(field: &str, text: &str) -> Result<(), DeploymentError> {
     if text.is_empty() {
-        return Err(DeploymentError::invalid(format!("{field} must not be empty")));
+        return Err(DeploymentError::invalid(format!(
+            "{field} must not be empty"
+        )));
     }
     let chars = text.chars().count();
     if chars > MAX_NAME_CHARS {
@@ -625,7 +630,10 @@ pub fn check_note(note: Option<&str>) -> Result<(), DeploymentError> {
             "note is {chars} characters; at most {MAX_NOTE_CHARS} are allowed"
         )));
     }
-    if note.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+    if note
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
         return Err(DeploymentError::invalid(
             "note must not contain control characters other than newline and tab",
         ));
@@ -986,7 +994,7 @@ mod tests {
                 None,
                 now,
             )
-                .expect("rollback"),
+            .expect("rollback"),
         );
         assert_eq!(d3.state, DeploymentState::Active);
         assert_eq!(c3.changes.len(), 2);

@@ -13,10 +13,10 @@ use mysql_async::{Row, Transaction, Value as DbValue, from_value_opt};
 use onestep_core::ExecutionError;
 use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
-    ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment,
-    DeploymentError, DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore,
-    EVENT_COLUMNS, EventRow, GcReport, NewDeployment, Page, Plan, check_name, check_new,
-    check_note, check_page, check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
+    ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment, DeploymentError,
+    DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore, EVENT_COLUMNS, EventRow,
+    GcReport, NewDeployment, Page, Plan, check_name, check_new, check_note, check_page,
+    check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
 };
 
 use crate::backend::{MySqlBackend, begin};
@@ -256,7 +256,9 @@ impl MySqlBackend {
                 chunks: component_chunks_table(n),
             })
         } else {
-            Err(DeploymentError::Invalid(DEPLOYMENTS_TABLE_ABSENT.to_owned()))
+            Err(DeploymentError::Invalid(
+                DEPLOYMENTS_TABLE_ABSENT.to_owned(),
+            ))
         }
     }
 
@@ -527,11 +529,7 @@ impl DeploymentStore for MySqlBackend {
     ) -> Result<Page<Deployment>, DeploymentError> {
         check_page(before, limit)?;
         let t = self.deployment_tables()?;
-        let (cond, mut args) = filters(
-            filter.namespace.as_deref(),
-            filter.task.as_deref(),
-            before,
-        );
+        let (cond, mut args) = filters(filter.namespace.as_deref(), filter.task.as_deref(), before);
         args.push((i64::from(limit) + 1).into());
         let sql = format!(
             "SELECT {DEPLOYMENT_COLUMNS} FROM `{}` WHERE {cond} ORDER BY revision DESC LIMIT ?",
@@ -660,8 +658,6 @@ impl DeploymentStore for MySqlBackend {
         grace: std::time::Duration,
     ) -> Result<GcReport, DeploymentError> {
         let t = self.deployment_tables()?;
-        Ok(self
-            .run("component_gc", || self.gc_once(&t, grace))
-            .await?)
+        Ok(self.run("component_gc", || self.gc_once(&t, grace)).await?)
     }
 }

@@ -910,7 +910,10 @@ async fn create_missing(
         // docs/deployments.md#data-model: the deployments, their events and revision.
         (deployments_table(names), deployments_ddl(names)),
         (deployment_events_table(names), deployment_events_ddl(names)),
-        (deployment_revision_table(names), deployment_revision_ddl(names)),
+        (
+            deployment_revision_table(names),
+            deployment_revision_ddl(names),
+        ),
     ] {
         if !table_exists(conn, &table).await? {
             for stmt in ddl {

@@ -10,10 +10,10 @@
 use async_trait::async_trait;
 use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
-    ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment,
-    DeploymentError, DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore,
-    EVENT_COLUMNS, EventRow, GcReport, NewDeployment, Page, Plan, check_name, check_new,
-    check_note, check_page, check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
+    ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment, DeploymentError,
+    DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore, EVENT_COLUMNS, EventRow,
+    GcReport, NewDeployment, Page, Plan, check_name, check_new, check_note, check_page,
+    check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -219,7 +219,9 @@ impl PgBackend {
                 chunks: q(&component_chunks_table(n)),
             })
         } else {
-            Err(DeploymentError::Invalid(DEPLOYMENTS_TABLE_ABSENT.to_owned()))
+            Err(DeploymentError::Invalid(
+                DEPLOYMENTS_TABLE_ABSENT.to_owned(),
+            ))
         }
     }
 
@@ -407,7 +409,12 @@ impl DeploymentStore for PgBackend {
             t.deployments
         );
         Ok(self
-            .look("deployment_get", &sql, &[&namespace, &task, &version], deployment)
+            .look(
+                "deployment_get",
+                &sql,
+                &[&namespace, &task, &version],
+                deployment,
+            )
             .await?
             .into_iter()
             .next())
@@ -570,8 +577,6 @@ impl DeploymentStore for PgBackend {
         grace: std::time::Duration,
     ) -> Result<GcReport, DeploymentError> {
         let t = self.deployment_tables()?;
-        Ok(self
-            .run("component_gc", || self.gc_once(&t, grace))
-            .await?)
+        Ok(self.run("component_gc", || self.gc_once(&t, grace)).await?)
     }
 }

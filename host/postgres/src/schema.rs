@@ -830,7 +830,10 @@ pub(crate) async fn ensure_schema(
             (components_table(names), components_ddl(names)),
             (deployments_table(names), deployments_ddl(names)),
             (deployment_events_table(names), deployment_events_ddl(names)),
-            (deployment_revision_table(names), deployment_revision_ddl(names)),
+            (
+                deployment_revision_table(names),
+                deployment_revision_ddl(names),
+            ),
         ] {
             if !table_exists(&tx, &table).await? {
                 for stmt in ddl {

@@ -475,8 +475,9 @@ mod tests {
         );
         assert!(sql[26].contains("\"ix_onestep_executions_deployment_events_task\""));
         assert!(
-            sql[27]
-                .starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deployment_revision\"")
+            sql[27].starts_with(
+                "CREATE TABLE IF NOT EXISTS \"onestep_executions_deployment_revision\""
+            )
         );
         let sql = &sql[3..11];
         for s in sql {

@@ -9,10 +9,10 @@
 use async_trait::async_trait;
 use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
-    ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment,
-    DeploymentError, DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore,
-    EVENT_COLUMNS, EventRow, GcReport, NewDeployment, Page, Plan, check_name, check_new,
-    check_note, check_page, check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
+    ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment, DeploymentError,
+    DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore, EVENT_COLUMNS, EventRow,
+    GcReport, NewDeployment, Page, Plan, check_name, check_new, check_note, check_page,
+    check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
 };
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
@@ -48,7 +48,9 @@ impl SqliteBackend {
                 chunks: q(&component_chunks_table(n)),
             })
         } else {
-            Err(DeploymentError::Invalid(DEPLOYMENTS_TABLE_ABSENT.to_owned()))
+            Err(DeploymentError::Invalid(
+                DEPLOYMENTS_TABLE_ABSENT.to_owned(),
+            ))
         }
     }
 }
@@ -122,7 +124,11 @@ fn one(
     let (cond, args) = match version {
         Some(v) => (
             "namespace = ?1 AND task = ?2 AND version = ?3",
-            vec![namespace.to_owned().into(), task.to_owned().into(), v.into()],
+            vec![
+                namespace.to_owned().into(),
+                task.to_owned().into(),
+                v.into(),
+            ],
         ),
         None => (
             "namespace = ?1 AND task = ?2 AND state = 'active'",
@@ -133,15 +139,22 @@ fn one(
 }
 
 fn revision_in(c: &Connection, t: &Tables) -> OpResult<i64> {
-    Ok(c
-        .prepare_cached(&format!("SELECT revision FROM {} WHERE id = 1", t.revision))?
-        .query_row([], |r| r.get::<_, i64>(0))
-        .optional()?
-        .unwrap_or(0))
+    Ok(
+        c.prepare_cached(&format!("SELECT revision FROM {} WHERE id = 1", t.revision))?
+            .query_row([], |r| r.get::<_, i64>(0))
+            .optional()?
+            .unwrap_or(0),
+    )
 }
 
 /// Writes a plan's rows, event and revision; returns its answer.
-fn apply(c: &Connection, t: &Tables, namespace: &str, task: &str, plan: Plan) -> OpResult<Deployment> {
+fn apply(
+    c: &Connection,
+    t: &Tables,
+    namespace: &str,
+    task: &str,
+    plan: Plan,
+) -> OpResult<Deployment> {
     let (change, after) = match plan {
         Plan::Unchanged(d) => return Ok(d),
         Plan::Change(change, after) => (change, after),
@@ -258,11 +271,11 @@ impl DeploymentStore for SqliteBackend {
                     t.deployments
                 ))?
                 .query_row(params![new.namespace, new.task], |r| r.get(0))?;
-            let plan = match plan_deploy(&new, revision, active.as_ref(), max_version, stored, now(b))
-            {
-                Ok(p) => p,
-                Err(e) => return Ok(Err(e)),
-            };
+            let plan =
+                match plan_deploy(&new, revision, active.as_ref(), max_version, stored, now(b)) {
+                    Ok(p) => p,
+                    Err(e) => return Ok(Err(e)),
+                };
             let created = matches!(plan, Plan::Change(..));
             let deployment = apply(c, &t, &new.namespace, &new.task, plan)?;
             Ok(Ok(Deployed {
@@ -284,8 +297,10 @@ impl DeploymentStore for SqliteBackend {
         check_version(version)?;
         let t = self.deployment_tables()?;
         let (ns, task) = (namespace.to_owned(), task.to_owned());
-        self.look("deployment_get", move |c| one(c, &t, &ns, &task, Some(version)))
-            .await
+        self.look("deployment_get", move |c| {
+            one(c, &t, &ns, &task, Some(version))
+        })
+        .await
     }
 
     async fn active(

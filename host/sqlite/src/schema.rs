@@ -628,7 +628,10 @@ pub(crate) fn ensure_schema(
             (components_table(names), components_ddl(names)),
             (deployments_table(names), deployments_ddl(names)),
             (deployment_events_table(names), deployment_events_ddl(names)),
-            (deployment_revision_table(names), deployment_revision_ddl(names)),
+            (
+                deployment_revision_table(names),
+                deployment_revision_ddl(names),
+            ),
         ] {
             if !exists(&tx, "table", &table)? {
                 tx.execute_batch(&ddl)?;

@@ -23,18 +23,21 @@ use crate::suite::{Case, Fixture};
 
 pub(crate) fn cases() -> Vec<Case> {
     vec![
-        case("deployments_versions_per_task_and_idempotent_repeat", |fx| {
-            Box::pin(versions(fx))
-        }),
-        case("deployments_concurrent_deploys_get_consecutive_versions", |fx| {
-            Box::pin(concurrent_deploys(fx))
-        }),
+        case(
+            "deployments_versions_per_task_and_idempotent_repeat",
+            |fx| Box::pin(versions(fx)),
+        ),
+        case(
+            "deployments_concurrent_deploys_get_consecutive_versions",
+            |fx| Box::pin(concurrent_deploys(fx)),
+        ),
         case("deployments_rollback_and_deactivate", |fx| {
             Box::pin(rollback(fx))
         }),
-        case("deployments_concurrent_activations_leave_one_active", |fx| {
-            Box::pin(concurrent_activations(fx))
-        }),
+        case(
+            "deployments_concurrent_activations_leave_one_active",
+            |fx| Box::pin(concurrent_activations(fx)),
+        ),
         case("deployments_unknown_component_writes_nothing", |fx| {
             Box::pin(unknown_component(fx))
         }),
@@ -47,9 +50,10 @@ pub(crate) fn cases() -> Vec<Case> {
         case("deployments_revision_moves_on_every_change_only", |fx| {
             Box::pin(revision(fx))
         }),
-        case("deployments_gc_keeps_referenced_and_young_components", |fx| {
-            Box::pin(gc(fx))
-        }),
+        case(
+            "deployments_gc_keeps_referenced_and_young_components",
+            |fx| Box::pin(gc(fx)),
+        ),
     ]
 }
 
@@ -65,7 +69,8 @@ async fn supported(fx: &Fixture) -> bool {
             let text = e.to_string();
             assert_eq!(e.code(), "invalid_argument", "{text}");
             assert!(
-                text.contains(DEPLOYMENTS_TABLE_ABSENT) && text.contains("onestep migrate --upgrade"),
+                text.contains(DEPLOYMENTS_TABLE_ABSENT)
+                    && text.contains("onestep migrate --upgrade"),
                 "{text}"
             );
             false
@@ -114,8 +119,14 @@ async fn versions(fx: Fixture) {
     assert_eq!(v1.digest, c1);
     assert_eq!(v1.settings.as_str(), r#"{"timeout":30}"#);
     assert_eq!(v1.deployed_by, "alice");
-    assert_eq!((v1.previous_version, v1.previous_digest.clone()), (None, None));
-    assert!(v1.deployed_at >= before - chrono::TimeDelta::seconds(1), "{v1:?}");
+    assert_eq!(
+        (v1.previous_version, v1.previous_digest.clone()),
+        (None, None)
+    );
+    assert!(
+        v1.deployed_at >= before - chrono::TimeDelta::seconds(1),
+        "{v1:?}"
+    );
     assert_eq!(d.get("ns", "t", 1).await.expect("get"), Some(v1.clone()));
     assert_eq!(d.active("ns", "t").await.expect("active"), Some(v1.clone()));
 
@@ -216,7 +227,11 @@ async fn concurrent_deploys(fx: Fixture) {
     assert_eq!(revs, (1..=8).rev().collect::<Vec<i64>>());
     // Each deploy went from the version before it.
     for e in &audit.items {
-        assert_eq!(e.from_version, (e.version > 1).then(|| e.version - 1), "{e:?}");
+        assert_eq!(
+            e.from_version,
+            (e.version > 1).then(|| e.version - 1),
+            "{e:?}"
+        );
     }
 }
 
@@ -238,7 +253,10 @@ async fn rollback(fx: Fixture) {
     assert_eq!(back.digest, c1);
     assert_eq!(back.deployed_by, "alice", "the deploy's author stays");
     assert_eq!(
-        d.active("ns", "t").await.expect("active").map(|a| a.version),
+        d.active("ns", "t")
+            .await
+            .expect("active")
+            .map(|a| a.version),
         Some(1)
     );
     assert_eq!(
@@ -248,7 +266,10 @@ async fn rollback(fx: Fixture) {
     // Activating the active version changes nothing.
     let rev = d.revision().await.expect("revision");
     assert_eq!(
-        d.activate("ns", "t", 1, "bob", None).await.expect("again").version,
+        d.activate("ns", "t", 1, "bob", None)
+            .await
+            .expect("again")
+            .version,
         1
     );
     assert_eq!(d.revision().await.expect("revision"), rev);
@@ -263,7 +284,10 @@ async fn rollback(fx: Fixture) {
         .deactivate("ns", "t", "carol", None)
         .await
         .expect("deactivate");
-    assert_eq!((stopped.version, stopped.state), (1, DeploymentState::Inactive));
+    assert_eq!(
+        (stopped.version, stopped.state),
+        (1, DeploymentState::Inactive)
+    );
     assert_eq!(d.active("ns", "t").await.expect("active"), None);
     let e = d
         .deactivate("ns", "t", "carol", None)
@@ -283,13 +307,15 @@ async fn rollback(fx: Fixture) {
     assert_eq!(last.items[0].from_version, None);
     // A deploy after a deactivation starts from no active version too, numbered after the
     // highest.
-    d.deactivate("ns", "t", "carol", None).await.expect("deactivate");
-    let v3 = d
-        .deploy(&new("ns", "t", &c1, json!({})))
+    d.deactivate("ns", "t", "carol", None)
         .await
-        .expect("v3");
+        .expect("deactivate");
+    let v3 = d.deploy(&new("ns", "t", &c1, json!({}))).await.expect("v3");
     assert!(v3.created, "no active version to repeat");
-    assert_eq!((v3.deployment.version, v3.deployment.previous_version), (3, None));
+    assert_eq!(
+        (v3.deployment.version, v3.deployment.previous_version),
+        (3, None)
+    );
 }
 
 async fn concurrent_activations(fx: Fixture) {
@@ -380,14 +406,18 @@ async fn unknown_component(fx: Fixture) {
         .await
         .expect("list");
     assert!(page.items.is_empty() && page.next_before.is_none());
-    assert!(fx
-        .deployments
-        .audit("ns", None, None, 10)
-        .await
-        .expect("audit")
-        .items
-        .is_empty());
-    assert_eq!(fx.deployments.active("ns", "t").await.expect("active"), None);
+    assert!(
+        fx.deployments
+            .audit("ns", None, None, 10)
+            .await
+            .expect("audit")
+            .items
+            .is_empty()
+    );
+    assert_eq!(
+        fx.deployments.active("ns", "t").await.expect("active"),
+        None
+    );
 }
 
 async fn paging(fx: Fixture) {
@@ -397,7 +427,15 @@ async fn paging(fx: Fixture) {
     let c = component(&fx, "c").await;
     let d = fx.deployments.clone();
     // a/t ×3, a/u ×2, b/t ×2, interleaved: revisions 1..=7.
-    let order = [("a", "t"), ("a", "u"), ("b", "t"), ("a", "t"), ("b", "t"), ("a", "u"), ("a", "t")];
+    let order = [
+        ("a", "t"),
+        ("a", "u"),
+        ("b", "t"),
+        ("a", "t"),
+        ("b", "t"),
+        ("a", "u"),
+        ("a", "t"),
+    ];
     for (i, (ns, task)) in order.iter().enumerate() {
         d.deploy(&new(ns, task, &c, json!({ "i": i })))
             .await
@@ -429,7 +467,11 @@ async fn paging(fx: Fixture) {
         )
         .await
         .expect("namespace a");
-    let got: Vec<(String, i64)> = a.items.iter().map(|r| (r.task.clone(), r.version)).collect();
+    let got: Vec<(String, i64)> = a
+        .items
+        .iter()
+        .map(|r| (r.task.clone(), r.version))
+        .collect();
     assert_eq!(
         got,
         [
@@ -466,7 +508,10 @@ async fn paging(fx: Fixture) {
         )
         .await
         .expect("a/t page 2");
-    assert_eq!(rest.items.iter().map(|r| r.version).collect::<Vec<_>>(), [1]);
+    assert_eq!(
+        rest.items.iter().map(|r| r.version).collect::<Vec<_>>(),
+        [1]
+    );
     assert_eq!(rest.next_before, None);
     let t_any = d
         .list(
@@ -485,7 +530,10 @@ async fn paging(fx: Fixture) {
             .list(&DeploymentFilter::default(), None, bad)
             .await
             .expect_err("limit");
-        assert!(e.to_string().contains("limit must be between 1 and 200"), "{e}");
+        assert!(
+            e.to_string().contains("limit must be between 1 and 200"),
+            "{e}"
+        );
     }
 }
 
@@ -517,8 +565,12 @@ async fn audit_trail(fx: Fixture) {
     fx.clock.advance(10.0);
     d.deactivate("ns", "t", "dave", None).await.expect("stop");
     // Another task's and another namespace's events stay out of this trail.
-    d.deploy(&new("ns", "other", &c1, json!({}))).await.expect("other");
-    d.deploy(&new("ns2", "t", &c1, json!({}))).await.expect("ns2");
+    d.deploy(&new("ns", "other", &c1, json!({})))
+        .await
+        .expect("other");
+    d.deploy(&new("ns2", "t", &c1, json!({})))
+        .await
+        .expect("ns2");
 
     let trail = d.audit("ns", Some("t"), None, 50).await.expect("audit");
     assert_eq!(trail.next_before, None);
@@ -542,8 +594,26 @@ async fn audit_trail(fx: Fixture) {
     assert_eq!(
         got,
         [
-            (DeploymentAction::Deploy, 1, c1.clone(), None, None, "alice".to_owned(), Some("first".to_owned()), 0),
-            (DeploymentAction::Deploy, 2, c2.clone(), Some(1), Some(c1.clone()), "bob".to_owned(), None, 10),
+            (
+                DeploymentAction::Deploy,
+                1,
+                c1.clone(),
+                None,
+                None,
+                "alice".to_owned(),
+                Some("first".to_owned()),
+                0
+            ),
+            (
+                DeploymentAction::Deploy,
+                2,
+                c2.clone(),
+                Some(1),
+                Some(c1.clone()),
+                "bob".to_owned(),
+                None,
+                10
+            ),
             (
                 DeploymentAction::Activate,
                 1,
@@ -554,13 +624,25 @@ async fn audit_trail(fx: Fixture) {
                 Some("rollback: v2 is slow".to_owned()),
                 20
             ),
-            (DeploymentAction::Deactivate, 1, c1.clone(), Some(1), Some(c1.clone()), "dave".to_owned(), None, 30),
+            (
+                DeploymentAction::Deactivate,
+                1,
+                c1.clone(),
+                Some(1),
+                Some(c1.clone()),
+                "dave".to_owned(),
+                None,
+                30
+            ),
         ]
     );
     for e in &trail.items {
         assert_eq!((e.namespace.as_str(), e.task.as_str()), ("ns", "t"));
     }
-    let ns = d.audit("ns", None, None, 50).await.expect("namespace audit");
+    let ns = d
+        .audit("ns", None, None, 50)
+        .await
+        .expect("namespace audit");
     assert_eq!(ns.items.len(), 5);
     let page = d.audit("ns", None, None, 2).await.expect("page");
     assert_eq!(page.items.len(), 2);
@@ -597,20 +679,31 @@ async fn revision(fx: Fixture) {
     d.deploy(&new("b", "t", &c2, json!({}))).await.expect("b/t");
     assert_eq!(rev().await, 2);
     // Reads, repeats, refusals and a collection move nothing.
-    d.deploy(&new("a", "t", &c1, json!({}))).await.expect("repeat");
-    d.activate("a", "t", 1, "x", None).await.expect("active already");
+    d.deploy(&new("a", "t", &c1, json!({})))
+        .await
+        .expect("repeat");
+    d.activate("a", "t", 1, "x", None)
+        .await
+        .expect("active already");
     let _ = d.activate("a", "t", 7, "x", None).await.expect_err("no v7");
     let _ = d
         .deploy(&new("a", "t", &ComponentDigest::of(b"nope"), json!({})))
         .await
         .expect_err("unknown");
-    let _ = d.deactivate("a", "none", "x", None).await.expect_err("none");
-    d.list(&DeploymentFilter::default(), None, 10).await.expect("list");
+    let _ = d
+        .deactivate("a", "none", "x", None)
+        .await
+        .expect_err("none");
+    d.list(&DeploymentFilter::default(), None, 10)
+        .await
+        .expect("list");
     d.audit("a", None, None, 10).await.expect("audit");
     d.collect_garbage(Duration::ZERO).await.expect("gc");
     assert_eq!(rev().await, 2);
     // Every change moves it by one.
-    d.deploy(&new("a", "t", &c2, json!({}))).await.expect("a/t v2");
+    d.deploy(&new("a", "t", &c2, json!({})))
+        .await
+        .expect("a/t v2");
     assert_eq!(rev().await, 3);
     d.activate("a", "t", 1, "x", None).await.expect("rollback");
     assert_eq!(rev().await, 4);
@@ -652,38 +745,60 @@ async fn gc(fx: Fixture) {
     let stopped = component(&fx, "stopped").await;
     let orphan_bytes = vec![9u8; 3000];
     let orphan = fx.components.put(&orphan_bytes).await.expect("orphan");
-    d.deploy(&new("ns", "t", &superseded, json!({}))).await.expect("v1");
-    d.deploy(&new("ns", "t", &active, json!({}))).await.expect("v2");
-    d.deploy(&new("ns", "u", &stopped, json!({}))).await.expect("u");
+    d.deploy(&new("ns", "t", &superseded, json!({})))
+        .await
+        .expect("v1");
+    d.deploy(&new("ns", "t", &active, json!({})))
+        .await
+        .expect("v2");
+    d.deploy(&new("ns", "u", &stopped, json!({})))
+        .await
+        .expect("u");
     d.deactivate("ns", "u", "ops", None).await.expect("stop u");
     let rev = d.revision().await.expect("revision");
 
     // Everything is younger than the grace: nothing goes.
     fx.clock.advance(600.0);
     let young = fx.components.put(b"young orphan").await.expect("young");
-    let report = d.collect_garbage(Duration::from_secs(3600)).await.expect("gc");
+    let report = d
+        .collect_garbage(Duration::from_secs(3600))
+        .await
+        .expect("gc");
     assert_eq!((report.components, report.bytes), (0, 0));
     assert!(fx.components.exists(&orphan).await.expect("exists"));
 
     // An hour later the old orphan goes; the young one (stored 10 minutes later) and every
     // referenced one stay.
     fx.clock.advance(3000.0 + 60.0);
-    let report = d.collect_garbage(Duration::from_secs(3600)).await.expect("gc");
+    let report = d
+        .collect_garbage(Duration::from_secs(3600))
+        .await
+        .expect("gc");
     assert_eq!((report.components, report.bytes), (1, 3000), "{report:?}");
     assert!(!fx.components.exists(&orphan).await.expect("exists"));
     assert_eq!(fx.probe.component_rows(&orphan).await, (0, 0));
     for kept in [&superseded, &active, &stopped, &young] {
         assert!(fx.components.exists(kept).await.expect("exists"), "{kept}");
-        assert!(fx.components.get(kept).await.expect("get").is_some(), "{kept}");
+        assert!(
+            fx.components.get(kept).await.expect("get").is_some(),
+            "{kept}"
+        );
     }
-    assert_eq!(d.revision().await.expect("revision"), rev, "gc is no change");
+    assert_eq!(
+        d.revision().await.expect("revision"),
+        rev,
+        "gc is no change"
+    );
     // The collected component cannot be deployed until it is stored again.
     let e = d
         .deploy(&new("ns", "w", &orphan, json!({})))
         .await
         .expect_err("collected");
     assert_eq!(e.code(), "unknown_component", "{e}");
-    assert_eq!(fx.components.put(&orphan_bytes).await.expect("again"), orphan);
+    assert_eq!(
+        fx.components.put(&orphan_bytes).await.expect("again"),
+        orphan
+    );
     d.deploy(&new("ns", "w", &orphan, json!({})))
         .await
         .expect("deploy after storing again");
@@ -692,9 +807,16 @@ async fn gc(fx: Fixture) {
     assert_eq!(report.components, 1, "{report:?}");
     assert!(!fx.components.exists(&young).await.expect("exists"));
     // Rollback to the oldest version still finds its component.
-    let back = d.activate("ns", "t", 1, "ops", None).await.expect("rollback");
+    let back = d
+        .activate("ns", "t", 1, "ops", None)
+        .await
+        .expect("rollback");
     assert_eq!(
-        fx.components.get(&back.digest).await.expect("get").as_deref(),
+        fx.components
+            .get(&back.digest)
+            .await
+            .expect("get")
+            .as_deref(),
         Some(&b"component superseded"[..])
     );
 }
