@@ -102,6 +102,9 @@ pub trait Backend: Send + Sync + Debug {
     /// (docs/semantics.md#component-store).
     fn components(&self) -> Arc<dyn crate::components::ComponentStore>;
 
+    /// The task deployments kept in this backend's tables (docs/deployments.md#data-model).
+    fn deployments(&self) -> Arc<dyn crate::deployments::DeploymentStore>;
+
     /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
     fn tables_created(&self) -> Vec<String>;
 
@@ -121,7 +124,7 @@ pub trait Backend: Send + Sync + Debug {
     async fn close(&self) -> Result<(), ExecutionError>;
 }
 
-/// The nine port methods of [`Backend`] for a backend type that is cheap to clone and
+/// The eleven port methods of [`Backend`] for a backend type that is cheap to clone and
 /// implements every port itself: each hands out a clone behind an `Arc`. Use inside
 /// `impl Backend for T { … }`.
 #[macro_export]
@@ -157,6 +160,9 @@ macro_rules! backend_ports {
             $crate::callback::CallbackPort::callback_port(self)
         }
         fn components(&self) -> ::std::sync::Arc<dyn $crate::components::ComponentStore> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn deployments(&self) -> ::std::sync::Arc<dyn $crate::deployments::DeploymentStore> {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
     };

@@ -34,6 +34,7 @@ mod claim;
 mod client_ops;
 mod complete_batch;
 mod components;
+mod deployments;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;

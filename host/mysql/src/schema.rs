@@ -165,6 +165,98 @@ pub fn deliveries_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The deployments table `<T>_deployments` (docs/deployments.md#data-model).
+pub fn deployments_table(names: &TableNames) -> String {
+    names.derived("", "deployments")
+}
+
+/// The deployments' audit events `<T>_deployment_events`.
+pub fn deployment_events_table(names: &TableNames) -> String {
+    names.derived("", "deployment_events")
+}
+
+/// The deployments' revision (one row) `<T>_deployment_revision`.
+pub fn deployment_revision_table(names: &TableNames) -> String {
+    names.derived("", "deployment_revision")
+}
+
+/// `CREATE TABLE` for the deployments: one row per version of a task. The stored generated
+/// column `active_key` is 1 for the active version and NULL otherwise, so the unique key
+/// `uq_<T>_deployments_active (namespace, task, active_key)` keeps at most one active version per
+/// task; `uq_<T>_deployments_revision` orders the history, `ix_<T>_deployments_namespace` pages
+/// a namespace's and `ix_<T>_deployments_digest` serves the component garbage collection.
+pub fn deployments_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{t}` (\n\
+  namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  task VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  version BIGINT NOT NULL,\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  settings MEDIUMTEXT NOT NULL,\n\
+  state VARCHAR(16) NOT NULL,\n\
+  active_key TINYINT AS (IF(state = 'active', 1, NULL)) STORED,\n\
+  deployed_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  deployed_at DATETIME(6) NOT NULL,\n\
+  previous_version BIGINT NULL,\n\
+  previous_digest VARCHAR(71) NULL,\n\
+  note TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,\n\
+  revision BIGINT NOT NULL,\n\
+  updated_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (namespace, task, version),\n\
+  UNIQUE KEY `{active}` (namespace, task, active_key),\n\
+  UNIQUE KEY `{rev}` (revision),\n\
+  INDEX `{ns}` (namespace, revision),\n\
+  INDEX `{digest}` (digest),\n\
+  CHECK (version >= 1),\n\
+  CHECK (state IN ('active', 'superseded', 'inactive'))\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        t = deployments_table(names),
+        active = names.derived("uq_", "deployments_active"),
+        rev = names.derived("uq_", "deployments_revision"),
+        ns = names.derived("ix_", "deployments_namespace"),
+        digest = names.derived("ix_", "deployments_digest"),
+    )]
+}
+
+/// `CREATE TABLE` for the audit events: one row per change, keyed by its revision;
+/// `ix_<T>_deployment_events_task` pages a namespace's or a task's.
+pub fn deployment_events_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{t}` (\n\
+  revision BIGINT NOT NULL,\n\
+  namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  task VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  action VARCHAR(16) NOT NULL,\n\
+  version BIGINT NOT NULL,\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  from_version BIGINT NULL,\n\
+  from_digest VARCHAR(71) NULL,\n\
+  actor VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  at DATETIME(6) NOT NULL,\n\
+  note TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,\n\
+  PRIMARY KEY (revision),\n\
+  INDEX `{ix}` (namespace, task, revision),\n\
+  CHECK (action IN ('deploy', 'activate', 'deactivate'))\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        t = deployment_events_table(names),
+        ix = names.derived("ix_", "deployment_events_task"),
+    )]
+}
+
+/// `CREATE TABLE` for the revision: at most one row (`id = 1`), locked and written by every
+/// change.
+pub fn deployment_revision_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  id TINYINT NOT NULL,\n\
+  revision BIGINT NOT NULL,\n\
+  PRIMARY KEY (id),\n\
+  CHECK (id = 1)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        deployment_revision_table(names)
+    )]
+}
+
 /// The component store's header table `<T>_components` (docs/semantics.md#component-store).
 pub fn components_table(names: &TableNames) -> String {
     names.derived("", "components")
@@ -310,6 +402,9 @@ onestep_core::schema_features! {
         /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
         /// (docs/semantics.md#component-store).
         pub components_tables: bool,
+        /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
+        /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
+        pub deployments_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -364,6 +459,11 @@ impl SchemaFeatureSet for SchemaFeatures {
             Some(
                 "execution tables without the component store's tables (created by an older \
                  onestep?): components cannot be stored; add them online with",
+            )
+        } else if !self.deployments_tables {
+            Some(
+                "execution tables without the deployment tables (created by an older \
+                 onestep?): tasks cannot be deployed; add them online with",
             )
         } else {
             None
@@ -654,6 +754,9 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
             && table_exists(conn, &deliveries_table(names)).await?,
         components_tables: table_exists(conn, &components_table(names)).await?
             && table_exists(conn, &component_chunks_table(names)).await?,
+        deployments_tables: table_exists(conn, &deployments_table(names)).await?
+            && table_exists(conn, &deployment_events_table(names)).await?
+            && table_exists(conn, &deployment_revision_table(names)).await?,
         common: CommonFeatures {
             priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
@@ -804,6 +907,13 @@ async fn create_missing(
         (deliveries_table(names), deliveries_ddl(names)),
         (component_chunks_table(names), component_chunks_ddl(names)),
         (components_table(names), components_ddl(names)),
+        // docs/deployments.md#data-model: the deployments, their events and revision.
+        (deployments_table(names), deployments_ddl(names)),
+        (deployment_events_table(names), deployment_events_ddl(names)),
+        (
+            deployment_revision_table(names),
+            deployment_revision_ddl(names),
+        ),
     ] {
         if !table_exists(conn, &table).await? {
             for stmt in ddl {

@@ -138,6 +138,10 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     // The component store's tables (docs/semantics.md#component-store).
     out.extend(crate::schema::component_chunks_ddl(names));
     out.extend(crate::schema::components_ddl(names));
+    // The deployments, their audit events and revision (docs/deployments.md#data-model).
+    out.extend(crate::schema::deployments_ddl(names));
+    out.extend(crate::schema::deployment_events_ddl(names));
+    out.extend(crate::schema::deployment_revision_ddl(names));
     out
 }
 
@@ -410,7 +414,7 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 18);
+        assert_eq!(sql.len(), 21);
         assert!(sql[14].starts_with("CREATE TABLE `onestep_executions_callbacks`"));
         assert!(sql[15].starts_with("CREATE TABLE `onestep_executions_deliveries`"));
         assert!(sql[11].starts_with("CREATE TABLE `onestep_executions_keys`"));
@@ -418,6 +422,10 @@ mod tests {
         assert!(sql[13].contains("`onestep_executions_buckets`"));
         assert!(sql[16].starts_with("CREATE TABLE `onestep_executions_component_chunks`"));
         assert!(sql[17].starts_with("CREATE TABLE `onestep_executions_components`"));
+        assert!(sql[18].starts_with("CREATE TABLE `onestep_executions_deployments`"));
+        assert!(sql[18].contains("UNIQUE KEY `uq_onestep_executions_deployments_active`"));
+        assert!(sql[19].starts_with("CREATE TABLE `onestep_executions_deployment_events`"));
+        assert!(sql[20].starts_with("CREATE TABLE `onestep_executions_deployment_revision`"));
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
         assert!(sql[1].contains("ADD COLUMN priority TINYINT NOT NULL DEFAULT '5'"));

@@ -117,9 +117,10 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 11,
+            created, 14,
             "each table (executions, attempts, diagnostics, keys, quotas, traces, buckets, \
-             callbacks, deliveries, component chunks, components) created exactly once"
+             callbacks, deliveries, component chunks, components, deployments, deployment \
+             events, deployment revision) created exactly once"
         );
         assert!(backends.iter().all(|b| {
             let f = b.schema_report().features;
@@ -128,6 +129,7 @@ async fn concurrent_open(server: Server) {
                 && f.buckets_table
                 && f.callbacks_tables
                 && f.components_tables
+                && f.deployments_tables
         }));
         for b in backends {
             b.close().await.expect("close");

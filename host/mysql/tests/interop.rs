@@ -148,7 +148,7 @@ async fn upgraded_case(server: Server) {
         .await
         .expect("upgrade");
     // The execution tables exist already; only the diagnostics, keys, quotas, trace-context,
-    // buckets, webhook (callbacks, deliveries) and component store tables are new
+    // buckets, webhook (callbacks, deliveries), component store and deployment tables are new
     // (the reference's two tables are altered additively, never replaced).
     assert_eq!(
         report.created,
@@ -161,7 +161,10 @@ async fn upgraded_case(server: Server) {
             "onestep_executions_callbacks",
             "onestep_executions_deliveries",
             "onestep_executions_component_chunks",
-            "onestep_executions_components"
+            "onestep_executions_components",
+            "onestep_executions_deployments",
+            "onestep_executions_deployment_events",
+            "onestep_executions_deployment_revision"
         ],
         "{report:?}"
     );
@@ -202,6 +205,7 @@ async fn upgraded_case(server: Server) {
     assert!(b.schema_report().features.claim_priority_index);
     assert!(b.schema_report().features.fair_keys);
     assert!(b.schema_report().features.components_tables);
+    assert!(b.schema_report().features.deployments_tables);
     assert_eq!(b.schema_report().upgrade_command, None);
     // The row written before the upgrade is claimable through the new index.
     let before_id: Uuid = before["id"]

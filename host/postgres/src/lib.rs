@@ -31,6 +31,7 @@ mod callbacks;
 mod cap;
 mod client_ops;
 mod components;
+mod deployments;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;

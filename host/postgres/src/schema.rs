@@ -41,6 +41,9 @@ onestep_core::schema_features! {
         /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
         /// (docs/semantics.md#component-store).
         pub components_tables: bool,
+        /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
+        /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
+        pub deployments_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -79,6 +82,12 @@ impl SchemaFeatureSet for SchemaFeatures {
             return Some(
                 "execution tables without the component store's tables (created by an older \
                  onestep?): components cannot be stored; add them online with",
+            );
+        }
+        if !self.deployments_tables {
+            return Some(
+                "execution tables without the deployment tables (created by an older \
+                 onestep?): tasks cannot be deployed; add them online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -410,6 +419,106 @@ pub fn component_chunks_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The deployments table (docs/deployments.md#data-model): `<T>_deployments`.
+pub fn deployments_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "deployments")
+}
+
+/// The deployments' audit events: `<T>_deployment_events`.
+pub fn deployment_events_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "deployment_events")
+}
+
+/// The deployments' revision (one row): `<T>_deployment_revision`.
+pub fn deployment_revision_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "deployment_revision")
+}
+
+/// The deployments (`IF NOT EXISTS`: also the upgrade's): one row per version of a task; the
+/// partial unique index `uq_<T>_deployments_active` keeps at most one active version per task,
+/// `uq_<T>_deployments_revision` orders the history, `ix_<T>_deployments_namespace` pages a
+/// namespace's and `ix_<T>_deployments_digest` serves the component garbage collection.
+pub fn deployments_ddl(names: &TableNames) -> Vec<String> {
+    let t = &names.executions;
+    let d = q(&deployments_table(names));
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {d} (\n\
+  namespace VARCHAR(255) NOT NULL,\n\
+  task VARCHAR(255) NOT NULL,\n\
+  version BIGINT NOT NULL CHECK (version >= 1),\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  settings TEXT NOT NULL,\n\
+  state VARCHAR(16) NOT NULL CHECK (state IN ('active', 'superseded', 'inactive')),\n\
+  deployed_by VARCHAR(255) NOT NULL,\n\
+  deployed_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  previous_version BIGINT,\n\
+  previous_digest VARCHAR(71),\n\
+  note TEXT,\n\
+  revision BIGINT NOT NULL,\n\
+  updated_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (namespace, task, version)\n\
+)"
+        ),
+        format!(
+            "CREATE UNIQUE INDEX IF NOT EXISTS {} ON {d} (namespace, task) \
+             WHERE state = 'active'",
+            q(&derived(t, "uq_", "deployments_active"))
+        ),
+        format!(
+            "CREATE UNIQUE INDEX IF NOT EXISTS {} ON {d} (revision)",
+            q(&derived(t, "uq_", "deployments_revision"))
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {d} (namespace, revision)",
+            q(&derived(t, "ix_", "deployments_namespace"))
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {d} (digest)",
+            q(&derived(t, "ix_", "deployments_digest"))
+        ),
+    ]
+}
+
+/// The audit events (`IF NOT EXISTS`: also the upgrade's): one row per change, keyed by its
+/// revision; `ix_<T>_deployment_events_task` pages a namespace's or a task's.
+pub fn deployment_events_ddl(names: &TableNames) -> Vec<String> {
+    let e = q(&deployment_events_table(names));
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {e} (\n\
+  revision BIGINT NOT NULL PRIMARY KEY,\n\
+  namespace VARCHAR(255) NOT NULL,\n\
+  task VARCHAR(255) NOT NULL,\n\
+  action VARCHAR(16) NOT NULL CHECK (action IN ('deploy', 'activate', 'deactivate')),\n\
+  version BIGINT NOT NULL,\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  from_version BIGINT,\n\
+  from_digest VARCHAR(71),\n\
+  actor VARCHAR(255) NOT NULL,\n\
+  at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  note TEXT\n\
+)"
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {e} (namespace, task, revision)",
+            q(&derived(&names.executions, "ix_", "deployment_events_task"))
+        ),
+    ]
+}
+
+/// The revision (`IF NOT EXISTS`: also the upgrade's): at most one row (`id = 1`), locked and
+/// written by every change.
+pub fn deployment_revision_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  id SMALLINT NOT NULL PRIMARY KEY CHECK (id = 1),\n\
+  revision BIGINT NOT NULL\n\
+)",
+        q(&deployment_revision_table(names))
+    )]
+}
+
 /// `ix_<T>_quota`: the waiting rows of one namespace by key, for the submit quotas.
 pub fn ix_quota(names: &TableNames) -> String {
     derived(&names.executions, "ix_", "quota")
@@ -719,6 +828,12 @@ pub(crate) async fn ensure_schema(
             (deliveries_table(names), deliveries_ddl(names)),
             (component_chunks_table(names), component_chunks_ddl(names)),
             (components_table(names), components_ddl(names)),
+            (deployments_table(names), deployments_ddl(names)),
+            (deployment_events_table(names), deployment_events_ddl(names)),
+            (
+                deployment_revision_table(names),
+                deployment_revision_ddl(names),
+            ),
         ] {
             if !table_exists(&tx, &table).await? {
                 for stmt in ddl {
@@ -761,6 +876,9 @@ pub(crate) async fn ensure_schema(
             && table_exists(&*client, &deliveries_table(names)).await?,
         components_tables: table_exists(&*client, &components_table(names)).await?
             && table_exists(&*client, &component_chunks_table(names)).await?,
+        deployments_tables: table_exists(&*client, &deployments_table(names)).await?
+            && table_exists(&*client, &deployment_events_table(names)).await?
+            && table_exists(&*client, &deployment_revision_table(names)).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

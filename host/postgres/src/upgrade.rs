@@ -220,6 +220,9 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(crate::schema::deliveries_ddl(names))
         .chain(crate::schema::component_chunks_ddl(names))
         .chain(crate::schema::components_ddl(names))
+        .chain(crate::schema::deployments_ddl(names))
+        .chain(crate::schema::deployment_events_ddl(names))
+        .chain(crate::schema::deployment_revision_ddl(names))
         .collect()
 }
 
@@ -272,6 +275,20 @@ async fn upgrade_on(
         (
             crate::schema::components_table(names),
             crate::schema::components_ddl(names),
+        ),
+        // docs/deployments.md#data-model: the deployments, their events and revision (new and
+        // empty).
+        (
+            crate::schema::deployments_table(names),
+            crate::schema::deployments_ddl(names),
+        ),
+        (
+            crate::schema::deployment_events_table(names),
+            crate::schema::deployment_events_ddl(names),
+        ),
+        (
+            crate::schema::deployment_revision_table(names),
+            crate::schema::deployment_revision_ddl(names),
         ),
     ] {
         let present: i64 = client
@@ -422,7 +439,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 20);
+        assert_eq!(sql.len(), 28);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -445,6 +462,22 @@ mod tests {
         );
         assert!(
             sql[19].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_components\"")
+        );
+        assert!(
+            sql[20].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deployments\"")
+        );
+        assert!(sql[21].contains("\"uq_onestep_executions_deployments_active\""));
+        assert!(sql[21].ends_with("WHERE state = 'active'"));
+        assert!(sql[24].contains("\"ix_onestep_executions_deployments_digest\""));
+        assert!(
+            sql[25]
+                .starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deployment_events\"")
+        );
+        assert!(sql[26].contains("\"ix_onestep_executions_deployment_events_task\""));
+        assert!(
+            sql[27].starts_with(
+                "CREATE TABLE IF NOT EXISTS \"onestep_executions_deployment_revision\""
+            )
         );
         let sql = &sql[3..11];
         for s in sql {

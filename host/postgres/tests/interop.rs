@@ -58,7 +58,10 @@ async fn reference_client_our_tables_our_worker() {
             "onestep_executions_callbacks",
             "onestep_executions_deliveries",
             "onestep_executions_component_chunks",
-            "onestep_executions_components"
+            "onestep_executions_components",
+            "onestep_executions_deployments",
+            "onestep_executions_deployment_events",
+            "onestep_executions_deployment_revision"
         ]
     );
     let ns = "interop";
@@ -247,7 +250,8 @@ async fn upgraded_reference_tables_reference_worker() {
             && features.list_indexes
             && features.buckets_table
             && features.callbacks_tables
-            && features.components_tables,
+            && features.components_tables
+            && features.deployments_tables,
         "{features:?}"
     );
     assert!(b.schema_report().upgrade_command.is_none());

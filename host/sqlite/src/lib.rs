@@ -25,6 +25,7 @@ mod buckets;
 mod callbacks;
 mod client_ops;
 mod components;
+mod deployments;
 mod diagnostics;
 pub mod dsn;
 pub mod errors;

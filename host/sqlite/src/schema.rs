@@ -30,6 +30,9 @@ onestep_core::schema_features! {
         /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
         /// (docs/semantics.md#component-store).
         pub components_tables: bool,
+        /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
+        /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
+        pub deployments_tables: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected.
     pub type SchemaReport;
@@ -73,9 +76,15 @@ impl SchemaFeatureSet for SchemaFeatures {
                  onestep): tasks with a rate_limit claim nothing; add it with",
             );
         }
-        (!self.components_tables).then_some(
-            "execution tables without the component store's tables (created by an older \
-             onestep): components cannot be stored; add them with",
+        if !self.components_tables {
+            return Some(
+                "execution tables without the component store's tables (created by an older \
+                 onestep): components cannot be stored; add them with",
+            );
+        }
+        (!self.deployments_tables).then_some(
+            "execution tables without the deployment tables (created by an older onestep): \
+             tasks cannot be deployed; add them with",
         )
     }
 
@@ -152,6 +161,89 @@ pub fn component_chunks_ddl(names: &TableNames) -> String {
   PRIMARY KEY (digest, seq)\n\
 )",
         q(&component_chunks_table(names))
+    )
+}
+
+/// The deployments table: `<T>_deployments` (docs/deployments.md#data-model).
+pub fn deployments_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "deployments")
+}
+
+/// The deployments' audit events: `<T>_deployment_events`.
+pub fn deployment_events_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "deployment_events")
+}
+
+/// The deployments' revision (one row): `<T>_deployment_revision`.
+pub fn deployment_revision_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "deployment_revision")
+}
+
+/// `CREATE TABLE` + indexes for the deployments: one row per version of a task; the partial
+/// unique index `uq_<T>_deployments_active` keeps at most one active version per task,
+/// `uq_<T>_deployments_revision` orders the history, `ix_<T>_deployments_digest` serves the
+/// component garbage collection.
+pub fn deployments_ddl(names: &TableNames) -> String {
+    let t = &names.executions;
+    format!(
+        "CREATE TABLE IF NOT EXISTS {d} (\n\
+  namespace TEXT NOT NULL,\n\
+  task TEXT NOT NULL,\n\
+  version INTEGER NOT NULL CHECK (version >= 1),\n\
+  digest TEXT NOT NULL,\n\
+  settings TEXT NOT NULL,\n\
+  state TEXT NOT NULL CHECK (state IN ('active', 'superseded', 'inactive')),\n\
+  deployed_by TEXT NOT NULL,\n\
+  deployed_at TEXT NOT NULL,\n\
+  previous_version INTEGER,\n\
+  previous_digest TEXT,\n\
+  note TEXT,\n\
+  revision INTEGER NOT NULL,\n\
+  updated_at TEXT NOT NULL,\n\
+  PRIMARY KEY (namespace, task, version)\n\
+) WITHOUT ROWID;\n\
+CREATE UNIQUE INDEX IF NOT EXISTS {active} ON {d} (namespace, task) WHERE state = 'active';\n\
+CREATE UNIQUE INDEX IF NOT EXISTS {rev} ON {d} (revision);\n\
+CREATE INDEX IF NOT EXISTS {ns} ON {d} (namespace, revision);\n\
+CREATE INDEX IF NOT EXISTS {digest} ON {d} (digest)",
+        d = q(&deployments_table(names)),
+        active = q(&derived(t, "uq_", "deployments_active")),
+        rev = q(&derived(t, "uq_", "deployments_revision")),
+        ns = q(&derived(t, "ix_", "deployments_namespace")),
+        digest = q(&derived(t, "ix_", "deployments_digest")),
+    )
+}
+
+/// `CREATE TABLE` + index for the audit events: one row per change, keyed by its revision.
+pub fn deployment_events_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {e} (\n\
+  revision INTEGER NOT NULL PRIMARY KEY,\n\
+  namespace TEXT NOT NULL,\n\
+  task TEXT NOT NULL,\n\
+  action TEXT NOT NULL CHECK (action IN ('deploy', 'activate', 'deactivate')),\n\
+  version INTEGER NOT NULL,\n\
+  digest TEXT NOT NULL,\n\
+  from_version INTEGER,\n\
+  from_digest TEXT,\n\
+  actor TEXT NOT NULL,\n\
+  at TEXT NOT NULL,\n\
+  note TEXT\n\
+);\n\
+CREATE INDEX IF NOT EXISTS {ix} ON {e} (namespace, task, revision)",
+        e = q(&deployment_events_table(names)),
+        ix = q(&derived(&names.executions, "ix_", "deployment_events_task")),
+    )
+}
+
+/// `CREATE TABLE` for the revision: at most one row (`id = 1`), written by every change.
+pub fn deployment_revision_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  id INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),\n\
+  revision INTEGER NOT NULL\n\
+)",
+        q(&deployment_revision_table(names))
     )
 }
 
@@ -534,6 +626,12 @@ pub(crate) fn ensure_schema(
             (deliveries_table(names), deliveries_ddl(names)),
             (component_chunks_table(names), component_chunks_ddl(names)),
             (components_table(names), components_ddl(names)),
+            (deployments_table(names), deployments_ddl(names)),
+            (deployment_events_table(names), deployment_events_ddl(names)),
+            (
+                deployment_revision_table(names),
+                deployment_revision_ddl(names),
+            ),
         ] {
             if !exists(&tx, "table", &table)? {
                 tx.execute_batch(&ddl)?;
@@ -574,6 +672,9 @@ pub(crate) fn ensure_schema(
             && exists(c, "table", &deliveries_table(names))?,
         components_tables: exists(c, "table", &components_table(names))?
             && exists(c, "table", &component_chunks_table(names))?,
+        deployments_tables: exists(c, "table", &deployments_table(names))?
+            && exists(c, "table", &deployment_events_table(names))?
+            && exists(c, "table", &deployment_revision_table(names))?,
         common: CommonFeatures {
             list_indexes: exists(c, "index", &derived(t, "ix_", "status"))?
                 && exists(c, "index", &derived(t, "ix_", "status_list"))?

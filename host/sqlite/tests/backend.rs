@@ -236,6 +236,9 @@ async fn upgrade_adds_the_priority_columns() {
          DROP TABLE onestep_executions_keys; \
          DROP TABLE onestep_executions_components; \
          DROP TABLE onestep_executions_component_chunks; \
+         DROP TABLE onestep_executions_deployments; \
+         DROP TABLE onestep_executions_deployment_events; \
+         DROP TABLE onestep_executions_deployment_revision; \
          ALTER TABLE onestep_executions DROP COLUMN priority; \
          ALTER TABLE onestep_executions DROP COLUMN fairness_key; \
          CREATE INDEX ix_onestep_executions_claim ON onestep_executions \
@@ -309,7 +312,10 @@ async fn upgrade_adds_the_priority_columns() {
         [
             "onestep_executions_keys",
             "onestep_executions_component_chunks",
-            "onestep_executions_components"
+            "onestep_executions_components",
+            "onestep_executions_deployments",
+            "onestep_executions_deployment_events",
+            "onestep_executions_deployment_revision"
         ]
     );
     let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
@@ -333,6 +339,7 @@ async fn upgrade_adds_the_priority_columns() {
     assert!(b.schema_report().features.priority_columns);
     assert!(b.schema_report().features.fair_keys);
     assert!(b.schema_report().features.components_tables);
+    assert!(b.schema_report().features.deployments_tables);
     assert_eq!(b.schema_report().upgrade_command, None);
     clock.advance(1.0);
     let u = b.submit(urgent("u2")).await.expect("kept now");

@@ -113,6 +113,8 @@ pub struct Fixture {
     pub callbacks: Option<Arc<dyn onestep_core::callback::CallbackStore>>,
     /// The store's component store (docs/semantics.md#component-store).
     pub components: Arc<dyn ComponentStore>,
+    /// The store's deployments (docs/deployments.md#data-model), over the same components.
+    pub deployments: Arc<dyn onestep_core::deployments::DeploymentStore>,
     /// The store's clock.
     pub clock: Arc<ManualClock>,
     /// The store's limits.
@@ -136,6 +138,7 @@ impl Fixture {
             + RateLimitStore
             + onestep_core::callback::CallbackPort
             + ComponentStore
+            + onestep_core::deployments::DeploymentStore
             + Clone
             + 'static,
     {
@@ -143,6 +146,7 @@ impl Fixture {
             callbacks: onestep_core::callback::CallbackPort::callback_port(&backend),
             buckets: Arc::new(backend.clone()),
             components: Arc::new(backend.clone()),
+            deployments: Arc::new(backend.clone()),
             store: Arc::new(backend.clone()),
             leases: Arc::new(backend),
             probe,
@@ -323,6 +327,15 @@ macro_rules! conformance_tests {
             components_missing_digest_is_none,
             components_concurrent_puts_store_one_copy,
             components_headerless_chunks_are_unreadable_then_completed,
+            deployments_versions_per_task_and_idempotent_repeat,
+            deployments_concurrent_deploys_get_consecutive_versions,
+            deployments_rollback_and_deactivate,
+            deployments_concurrent_activations_leave_one_active,
+            deployments_unknown_component_writes_nothing,
+            deployments_list_pages_newest_first,
+            deployments_audit_trail_names_who_when_and_digests,
+            deployments_revision_moves_on_every_change_only,
+            deployments_gc_keeps_referenced_and_young_components,
             quota_namespace_limit,
             quota_key_limit,
             quota_replay_over_quota_still_replays,

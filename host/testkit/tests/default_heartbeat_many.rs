@@ -60,6 +60,7 @@ impl FixtureFactory for PerLeaseFactory {
         Ok(Fixture {
             buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
             components: store.components(),
+            deployments: store.deployments(),
             store: store.clone(),
             callbacks: Some(store.clone()),
             leases: Arc::new(PerLease(store.clone())),

@@ -15,6 +15,7 @@ mod client;
 mod completions;
 mod components;
 mod concurrency;
+mod deployments;
 mod fair;
 mod heartbeats;
 mod listing;
@@ -50,6 +51,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(fair::cases());
     v.extend(buckets::cases());
     v.extend(components::cases());
+    v.extend(deployments::cases());
     v.extend(quota::cases());
     v.extend(callbacks::cases());
     v.extend(cap::cases());

@@ -59,6 +59,30 @@ impl MemoryComponents {
         }
     }
 
+    /// The header of `digest`, read without awaiting (for the deployments beside this store).
+    pub fn stat_now(&self, digest: &ComponentDigest) -> Option<ComponentStat> {
+        self.lock().get(digest).map(|s| s.stat.clone())
+    }
+
+    /// Removes every component stored before `cutoff` whose digest is not in `referenced`
+    /// (the garbage collection of [`super::MemoryDeployments`]).
+    pub fn remove_unreferenced(
+        &self,
+        referenced: &std::collections::HashSet<ComponentDigest>,
+        cutoff: chrono::DateTime<chrono::Utc>,
+    ) -> onestep_core::deployments::GcReport {
+        let mut report = onestep_core::deployments::GcReport::default();
+        self.lock().retain(|d, s| {
+            let keep = referenced.contains(d) || s.stat.created_at >= cutoff;
+            if !keep {
+                report.components += 1;
+                report.bytes += s.stat.size;
+            }
+            keep
+        });
+        report
+    }
+
     /// Header rows and chunk rows kept for `digest`.
     pub fn rows(&self, digest: &ComponentDigest) -> (u64, u64) {
         self.lock()

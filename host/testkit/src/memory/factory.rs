@@ -47,6 +47,7 @@ impl FixtureFactory for MemoryFactory {
         Ok(Fixture {
             buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
             components: store.components(),
+            deployments: store.deployments(),
             store: store.clone(),
             callbacks: Some(store.clone()),
             leases: store.clone(),

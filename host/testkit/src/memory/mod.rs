@@ -18,6 +18,7 @@
 mod callbacks;
 mod client;
 mod components;
+mod deployments;
 mod factory;
 mod lease;
 
@@ -35,6 +36,7 @@ use uuid::Uuid;
 use crate::suite::{AttemptRow, LeaseColumns};
 
 pub use components::MemoryComponents;
+pub use deployments::MemoryDeployments;
 pub use factory::MemoryFactory;
 
 /// Default bound of each maintenance step per claim (the SQL backends' default).
@@ -165,6 +167,7 @@ pub struct MemoryStore {
     controls: Mutex<Controls>,
     changes: watch::Sender<u64>,
     components: std::sync::Arc<MemoryComponents>,
+    deployments: std::sync::Arc<MemoryDeployments>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,13 +184,18 @@ pub(crate) fn decoded(id: Uuid, v: &Value) -> Result<Value, ExecutionError> {
 impl MemoryStore {
     /// An empty store reading "now" from `clock`, with `limits` for results.
     pub fn new(clock: SharedClock, limits: Limits) -> Self {
+        let components = std::sync::Arc::new(MemoryComponents::new(clock.clone()));
         MemoryStore {
             limits,
             reclaim_batch_size: DEFAULT_RECLAIM_BATCH_SIZE,
             state: Mutex::new(State::default()),
             controls: Mutex::new(Controls::default()),
             changes: watch::Sender::new(0),
-            components: std::sync::Arc::new(MemoryComponents::new(clock.clone())),
+            deployments: std::sync::Arc::new(MemoryDeployments::new(
+                clock.clone(),
+                components.clone(),
+            )),
+            components,
             clock,
         }
     }
@@ -195,6 +203,11 @@ impl MemoryStore {
     /// The component store beside this store, on the same clock.
     pub fn components(&self) -> std::sync::Arc<MemoryComponents> {
         self.components.clone()
+    }
+
+    /// The deployment store beside this store, on the same clock, over its components.
+    pub fn deployments(&self) -> std::sync::Arc<MemoryDeployments> {
+        self.deployments.clone()
     }
 
     /// Bounds each maintenance step (expiry, dead cancel requests, reclaim) to `n` rows per claim.
