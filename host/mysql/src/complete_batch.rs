@@ -27,7 +27,7 @@ use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
 use crate::fenced_writes::{finished_at_param, result_param, status_list};
 use crate::rows::{
-    EXECUTION_COLUMN_COUNT, bind_error, bind_time, bind_uuid, decode_execution, parse_uuid,
+    EXECUTION_COLUMN_COUNT, bind_error, bind_time, bind_uuid, decode_execution, padded, parse_uuid,
     placeholders,
 };
 
@@ -237,19 +237,9 @@ impl Completing<'_, '_> {
     }
 }
 
-/// `rows` extended to the next power of two by repeating its last row (see the module
-/// documentation); empty stays empty.
-fn padded<T>(rows: &[T]) -> Vec<&T> {
-    let mut out: Vec<&T> = rows.iter().collect();
-    if let Some(last) = rows.last() {
-        out.resize(rows.len().next_power_of_two(), last);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::padded;
+    use crate::rows::padded;
 
     #[test]
     fn padded_repeats_the_last_row_up_to_a_power_of_two() {
