@@ -81,11 +81,13 @@ echo "== warm-up (creates the tables), then the measured run: $BIN bench -n $N $
 Q -At -c "SELECT format('ALTER TABLE %I SET (autovacuum_enabled = false);', relname) FROM pg_stat_user_tables" | Q >/dev/null
 Q -c "CHECKPOINT" -c "SELECT pg_stat_reset()" -c "SELECT pg_stat_statements_reset()" >/dev/null
 LSN0="$(Q -At -c "SELECT pg_current_wal_insert_lsn()")"
-"$BIN" bench -n "$N" --dsn "$DSN" "${EXTRA[@]}" >"${WORK:-/tmp}/bench-$DB.txt"
+BENCH_OUT="$(mktemp)"
+"$BIN" bench -n "$N" --dsn "$DSN" "${EXTRA[@]}" >"$BENCH_OUT"
 LSN1="$(Q -At -c "SELECT pg_current_wal_insert_lsn()")"
 Q -c "SELECT pg_stat_force_next_flush()" >/dev/null 2>&1 || true
 sleep 1
-grep -E "completed/s|submit/s|CPU ms" "${WORK:-/tmp}/bench-$DB.txt" || true
+grep -E "^  (submit|completed|CPU per)" "$BENCH_OUT" >&2 || true
+rm -f "$BENCH_OUT"
 
 echo
 echo "### Statements per execution ($N executions; pg_stat_statements, this database)"
