@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::backend::{MySqlBackend, begin};
 use crate::errors::OpResult;
-use crate::rows::{bind_time, bind_uuid, decode_execution, placeholders};
+use crate::rows::{bind_time, bind_uuid, decode_execution, padded, placeholders};
 use crate::schema::{ix_claim_priority, ix_claimable};
 
 impl MySqlBackend {
@@ -204,17 +204,19 @@ impl MySqlBackend {
         now: DateTime<Utc>,
         lease_expires_at: DateTime<Utc>,
     ) -> OpResult<()> {
-        let case: String = picked.iter().map(|_| " WHEN ? THEN ?").collect();
+        // Padded (a repeated id sets the same token once): one text per power of two.
+        let rows = padded(picked);
+        let case: String = rows.iter().map(|_| " WHEN ? THEN ?").collect();
         let sql = format!(
             "UPDATE `{t}` SET status = 'running', attempts = attempts + 1, \
              lease_token = CASE id{case} END, lease_expires_at = ?, worker_id = ?, \
              started_at = COALESCE(started_at, ?), updated_at = ?, version = version + 1 \
              WHERE id IN ({ids})",
             t = self.t(),
-            ids = placeholders(picked.len()),
+            ids = placeholders(rows.len()),
         );
-        let mut params: Vec<DbValue> = Vec::with_capacity(picked.len() * 3 + 4);
-        for p in picked {
+        let mut params: Vec<DbValue> = Vec::with_capacity(rows.len() * 3 + 4);
+        for p in &rows {
             params.push(bind_uuid(p.execution.id));
             params.push(bind_uuid(p.lease_token));
         }
@@ -222,7 +224,7 @@ impl MySqlBackend {
         params.push(worker_id.into());
         params.push(bind_time(now));
         params.push(bind_time(now));
-        params.extend(picked.iter().map(|p| bind_uuid(p.execution.id)));
+        params.extend(rows.iter().map(|p| bind_uuid(p.execution.id)));
         tx.exec_drop(sql, Params::Positional(params)).await?;
         let matched = tx.affected_rows();
         if matched != picked.len() as u64 {

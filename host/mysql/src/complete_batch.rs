@@ -5,6 +5,14 @@
 //! one locking read, one UPDATE per table with per-row values through `CASE` (each row still
 //! fenced by its own token in the WHERE clause), one read-back, and the single-completion path
 //! of `fenced_writes.rs`.
+//!
+//! Each of these statements lists one placeholder group per row, so its text depends on the
+//! number of rows, and every distinct text is one more server-side prepare (mysql_async keeps
+//! a small per-connection cache of prepared statements). The row lists are therefore padded to
+//! the next power of two by repeating the last row (a repeated id in `IN`, `CASE` or the `OR`
+//! of fences matches the same row with the same values, so the rows written and the counts
+//! compared are unchanged): a batch of 2 to 64 completions uses 6 row counts per statement
+//! instead of up to 63 (docs/benchmarks.md#where-the-database-time-goes-issue-35).
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mysql_async::prelude::Queryable;
@@ -19,7 +27,7 @@ use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
 use crate::fenced_writes::{finished_at_param, result_param, status_list};
 use crate::rows::{
-    EXECUTION_COLUMN_COUNT, bind_error, bind_time, bind_uuid, decode_execution, parse_uuid,
+    EXECUTION_COLUMN_COUNT, bind_error, bind_time, bind_uuid, decode_execution, padded, parse_uuid,
     placeholders,
 };
 
@@ -56,6 +64,7 @@ impl CompletionTx for Completing<'_, '_> {
     /// One locking read of every row; an undecodable row is left out
     /// (docs/semantics.md#undecodable-rows).
     async fn lock_rows(&mut self, ids: &[Uuid]) -> OpResult<LockedRows> {
+        let ids = padded(ids);
         let sql = format!(
             "SELECT {}, lease_token, lease_expires_at FROM `{}` WHERE id IN ({}) \
              FOR UPDATE",
@@ -63,7 +72,7 @@ impl CompletionTx for Completing<'_, '_> {
             self.backend.t(),
             placeholders(ids.len())
         );
-        let params: Vec<DbValue> = ids.iter().map(|id| bind_uuid(*id)).collect();
+        let params: Vec<DbValue> = ids.iter().map(|id| bind_uuid(**id)).collect();
         let rows: Vec<Row> = self.tx.exec(sql, Params::Positional(params)).await?;
         let mut locked = LockedRows::with_capacity(rows.len());
         for mut r in rows {
@@ -103,13 +112,14 @@ impl CompletionTx for Completing<'_, '_> {
         {
             return Ok(None);
         }
+        let rows = padded(set);
         let sql = format!(
             "SELECT {} FROM `{}` WHERE id IN ({})",
             self.backend.cols(),
             self.backend.t(),
-            placeholders(set.len())
+            placeholders(rows.len())
         );
-        let params: Vec<DbValue> = set
+        let params: Vec<DbValue> = rows
             .iter()
             .map(|s| bind_uuid(items[s.index].0.execution_id))
             .collect();
@@ -131,6 +141,7 @@ impl Completing<'_, '_> {
         now: DateTime<Utc>,
     ) -> OpResult<bool> {
         let n = set.len();
+        let set = padded(set);
         let case: String = set.iter().map(|_| " WHEN ? THEN ?").collect();
         let fences: Vec<String> = set
             .iter()
@@ -149,35 +160,35 @@ impl Completing<'_, '_> {
              WHERE id IN ({ids}) AND lease_expires_at IS NOT NULL AND lease_expires_at > ? \
              AND ({fences})",
             t = self.backend.t(),
-            ids = placeholders(n),
+            ids = placeholders(set.len()),
             fences = fences.join(" OR "),
         );
         let id_of = |s: &SetItem| bind_uuid(items[s.index].0.execution_id);
-        let mut params: Vec<DbValue> = Vec::with_capacity(n * 14 + 2);
-        for s in set {
+        let mut params: Vec<DbValue> = Vec::with_capacity(set.len() * 14 + 2);
+        for s in &set {
             params.push(id_of(s));
             params.push(s.plan.effective.as_str().into());
         }
         params.push(bind_time(now));
-        for s in set {
+        for s in &set {
             params.push(id_of(s));
             params.push(result_param(&s.plan));
         }
-        for s in set {
+        for s in &set {
             params.push(id_of(s));
             params.push(bind_error(s.plan.error.as_ref())?);
         }
-        for s in set {
+        for s in &set {
             params.push(id_of(s));
             params.push(bind_time(s.plan.available_at));
         }
-        for s in set {
+        for s in &set {
             params.push(id_of(s));
             params.push(finished_at_param(&s.plan, now));
         }
-        params.extend(set.iter().map(id_of));
+        params.extend(set.iter().map(|s| id_of(s)));
         params.push(bind_time(now));
-        for s in set {
+        for s in &set {
             params.push(id_of(s));
             params.push(bind_uuid(items[s.index].0.lease_token));
         }
@@ -193,27 +204,29 @@ impl Completing<'_, '_> {
         now: DateTime<Utc>,
     ) -> OpResult<bool> {
         let n = set.len();
+        let set = padded(set);
         let case: String = set.iter().map(|_| " WHEN ? THEN ?").collect();
-        let fences = vec!["(id = ? AND execution_id = ? AND lease_token = ?)"; n].join(" OR ");
+        let fences =
+            vec!["(id = ? AND execution_id = ? AND lease_token = ?)"; set.len()].join(" OR ");
         let sql = format!(
             "UPDATE `{a}` SET status = CASE id{case} END, error = CASE id{case} END, \
              finished_at = ? WHERE id IN ({ids}) AND status = 'running' AND ({fences})",
             a = self.backend.a(),
-            ids = placeholders(n),
+            ids = placeholders(set.len()),
         );
         let attempt_of = |s: &SetItem| bind_uuid(items[s.index].0.attempt_id);
-        let mut params: Vec<DbValue> = Vec::with_capacity(n * 8 + 1);
-        for s in set {
+        let mut params: Vec<DbValue> = Vec::with_capacity(set.len() * 8 + 1);
+        for s in &set {
             params.push(attempt_of(s));
             params.push(attempt_status_for(s.plan.effective).as_str().into());
         }
-        for s in set {
+        for s in &set {
             params.push(attempt_of(s));
             params.push(bind_error(s.plan.error.as_ref())?);
         }
         params.push(bind_time(now));
-        params.extend(set.iter().map(attempt_of));
-        for s in set {
+        params.extend(set.iter().map(|s| attempt_of(s)));
+        for s in &set {
             let lease = &items[s.index].0;
             params.push(attempt_of(s));
             params.push(bind_uuid(lease.execution_id));
@@ -221,5 +234,22 @@ impl Completing<'_, '_> {
         }
         self.tx.exec_drop(sql, Params::Positional(params)).await?;
         Ok(self.tx.affected_rows() == n as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rows::padded;
+
+    #[test]
+    fn padded_repeats_the_last_row_up_to_a_power_of_two() {
+        assert!(padded::<u8>(&[]).is_empty());
+        assert_eq!(padded(&[1]), vec![&1]);
+        assert_eq!(padded(&[1, 2, 3]), vec![&1, &2, &3, &3]);
+        let many: Vec<u32> = (0..33).collect();
+        let p = padded(&many);
+        assert_eq!(p.len(), 64);
+        assert!(p[33..].iter().all(|x| **x == 32));
+        assert_eq!(padded(&many[..32]).len(), 32);
     }
 }

@@ -117,12 +117,15 @@ impl MySqlBackend {
         )
     }
 
-    /// Step 2: up to `limit` ready keys of the task in scope, least pass first.
-    fn candidates_sql(&self, scope_len: Option<usize>, limit: u32) -> String {
+    /// Step 2: up to `limit` ready keys of the task in scope, least pass first. `None` binds
+    /// the limit as the last `?`, so that one text serves every limit (one server-side prepare
+    /// per connection, not one per limit: docs/benchmarks.md#where-the-database-time-goes-issue-35).
+    fn candidates_sql(&self, scope_len: Option<usize>, limit: Option<u32>) -> String {
         let scope = match scope_len {
             Some(n) => format!(" AND namespace IN ({})", placeholders(n)),
             None => String::new(),
         };
+        let limit = limit.map_or_else(|| "?".to_owned(), |n| n.to_string());
         format!(
             "SELECT namespace, fairness_key FROM `{k}` FORCE INDEX (`{ix}`) \
              WHERE task_name = ? AND ready_at <= ?{scope} \
@@ -153,8 +156,10 @@ impl MySqlBackend {
     }
 
     /// Step 6, one key (labelled `j` in a last column): its `n` head rows in claim order,
-    /// locked unless another claimer holds them.
-    fn head_part(&self, j: usize, m: &str, n: u32) -> String {
+    /// locked unless another claimer holds them. `None` binds `n` as the part's last `?`, as in
+    /// [`Self::candidates_sql`].
+    fn head_part(&self, j: usize, m: &str, n: Option<u32>) -> String {
+        let n = n.map_or_else(|| "?".to_owned(), |n| n.to_string());
         format!(
             "(SELECT {cols}, {j} AS fair_i FROM `{t}` e FORCE INDEX (`{ix}`) \
              WHERE e.task_name = ? AND e.claimable = 1 AND {m} AND e.available_at <= ? \
@@ -188,10 +193,10 @@ impl MySqlBackend {
         vec![
             ("fair_sweep", self.sweep_keys_sql()),
             ("fair_wake", self.sweep_wake_sql()),
-            ("fair_candidates", self.candidates_sql(Some(1), limit)),
+            ("fair_candidates", self.candidates_sql(Some(1), Some(limit))),
             ("fair_lock", self.lock_keys_sql("(?, ?)")),
             ("fair_running", self.running_part(0, m)),
-            ("fair_heads", self.head_part(0, m, limit)),
+            ("fair_heads", self.head_part(0, m, Some(limit))),
             ("fair_empty", self.empty_part(0, m)),
         ]
     }
@@ -324,9 +329,10 @@ impl MySqlBackend {
             }
             NamespaceScope::All => None,
         };
+        params.push(req.limit.into());
         let rows: Vec<(String, String)> = tx
             .exec(
-                self.candidates_sql(scope_len, req.limit),
+                self.candidates_sql(scope_len, None),
                 Params::Positional(params),
             )
             .await?;
@@ -374,7 +380,8 @@ impl MySqlBackend {
                 let m = key_match(&k.namespace, &k.key, &mut params);
                 params.push(bind_time(now));
                 params.push(bind_time(now));
-                parts.push(self.head_part(j, m, n.saturating_add(1)));
+                params.push(n.saturating_add(1).into());
+                parts.push(self.head_part(j, m, None));
             }
             let rows: Vec<Row> = tx
                 .exec(parts.join(" UNION ALL "), Params::Positional(params))
