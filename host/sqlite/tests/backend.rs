@@ -504,7 +504,7 @@ async fn fair_claim_plans_and_a_200k_backlog() {
 /// upgrade); `onestep migrate --upgrade` adds the columns, once (docs/semantics.md#completion-webhooks).
 #[tokio::test]
 async fn upgrade_adds_the_callback_event_columns() {
-    use onestep_core::callback::{CallbackPort, CallbackStore};
+    use onestep_core::callback::CallbackPort;
 
     let (_dir, dsn) = common::scratch();
     let clock = Arc::new(ManualClock::default());
