@@ -20,9 +20,13 @@
 #   4. waiting callers: one `onestep serve` holding 0, 1,000 and 10,000 `?wait=60` requests
 #      (host/bench/src/bin/waiters-bench.rs): its RSS per caller, the database's commits/s
 #      while they wait, and completion-to-answer latency p50/p99 while 5,000 complete;
-#   5. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
+#   5. webhook deliveries: the real completion-webhook sender posting BENCH_WEBHOOKS ended
+#      executions' callbacks to a loopback receiver (host/bench/src/bin/webhooks-bench.rs,
+#      SQLite, a few seconds): deliveries/s;
+#   6. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
 # Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_HTTP_EXECUTIONS
-# (3000), BENCH_HISTORY (200000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level).
+# (3000), BENCH_HISTORY (200000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level),
+# BENCH_WEBHOOKS (2000).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -107,6 +111,9 @@ echo "== outbound HTTP: 1,000 executions in flight in one worker, each waiting 1
 
 echo "== waiting callers: one onestep serve, 0 / 1,000 / 10,000 callers on ?wait=60 (PostgreSQL; docs/benchmarks.md#waiting-callers)"
 "$TARGET/waiters-bench" "$TARGET/onestep" "$ONESTEP_TEST_POSTGRES_URL" 0 1000 10000
+
+echo "== webhook deliveries: 2,000 completion webhooks to a loopback receiver (SQLite; docs/benchmarks.md#webhook-deliveries)"
+"$TARGET/webhooks-bench" "" "${BENCH_WEBHOOKS:-2000}"
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \

@@ -58,6 +58,8 @@ struct Inner {
     /// The completion-webhook outbox (docs/semantics.md#completion-webhooks), when the store
     /// keeps one.
     callbacks: Option<Arc<dyn onestep_core::callback::CallbackStore>>,
+    /// The webhook sender's delivery metrics (shown at `/metrics`).
+    webhook_metrics: Arc<crate::callbacks::metrics::WebhookMetrics>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -116,6 +118,7 @@ impl ApiState {
                 waits,
                 streams,
                 callbacks: None,
+                webhook_metrics: Arc::default(),
             }),
         })
     }
@@ -156,6 +159,12 @@ impl ApiState {
     /// The completion-webhook outbox, when the store keeps one.
     pub fn callback_store(&self) -> Option<&Arc<dyn onestep_core::callback::CallbackStore>> {
         self.inner.callbacks.as_ref()
+    }
+
+    /// The webhook delivery metrics of this process: give them to its
+    /// [`crate::callbacks::CallbackSender`] so that `/metrics` shows its deliveries.
+    pub fn webhook_metrics(&self) -> Arc<crate::callbacks::metrics::WebhookMetrics> {
+        Arc::clone(&self.inner.webhook_metrics)
     }
 
     /// `api.callbacks`, when configured.

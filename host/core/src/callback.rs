@@ -25,10 +25,19 @@ use crate::error::ExecutionError;
 use crate::network::OriginPattern;
 use crate::status::ExecutionStatus;
 
-/// The only event a callback may ask for today: the execution's terminal status.
+/// The event of the execution's terminal status (always delivered, last).
 pub const TERMINAL_EVENT: &str = "terminal";
-/// Events a submit may name in `callback.events`.
-pub const CALLBACK_EVENTS: [&str; 1] = [TERMINAL_EVENT];
+/// The event of the execution's first attempt starting (opt-in).
+pub const STARTED_EVENT: &str = "started";
+/// The event of the handler's latest progress report (opt-in, throttled).
+pub const PROGRESS_EVENT: &str = "progress";
+/// Events a submit may name in `callback.events`, in their delivery order.
+pub const CALLBACK_EVENTS: [&str; 3] = [STARTED_EVENT, PROGRESS_EVENT, TERMINAL_EVENT];
+/// Default `api.callbacks.progress_interval_s`: at most one progress delivery per callback
+/// per interval.
+pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+/// Bounds of `api.callbacks.progress_interval_s` (seconds).
+pub const PROGRESS_INTERVAL_RANGE_S: std::ops::RangeInclusive<u64> = 1..=3600;
 /// Longest callback URL (characters).
 pub const MAX_CALLBACK_URL_CHARS: usize = 2048;
 /// Default `api.callbacks.retry.max_attempts`.
@@ -70,7 +79,7 @@ impl CallbackSpec {
 }
 
 /// Checks `callback.events`: `None` is the default (`terminal`); each entry one of
-/// [`CALLBACK_EVENTS`], at most once.
+/// [`CALLBACK_EVENTS`], at most once, and `terminal` among them (a callback ends with it).
 pub fn check_events(events: Option<&[String]>) -> Result<Vec<String>, String> {
     let Some(events) = events else {
         return Ok(vec![TERMINAL_EVENT.to_owned()]);
@@ -92,7 +101,62 @@ pub fn check_events(events: Option<&[String]>) -> Result<Vec<String>, String> {
         }
         out.push(e.to_owned());
     }
+    if !out.iter().any(|e| e == TERMINAL_EVENT) {
+        return Err(
+            "callback.events must include \"terminal\" (every callback ends with it; \
+             \"started\" and \"progress\" come before it)"
+                .into(),
+        );
+    }
     Ok(out)
+}
+
+/// One event of a callback, in delivery order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallbackEvent {
+    /// The first attempt started (`execution.started`).
+    Started,
+    /// The latest progress report (`execution.progress`).
+    Progress,
+    /// The terminal status (`execution.succeeded`, …).
+    Terminal,
+}
+
+impl CallbackEvent {
+    /// The name used in `callback.events` and in the metrics' `event` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallbackEvent::Started => STARTED_EVENT,
+            CallbackEvent::Progress => PROGRESS_EVENT,
+            CallbackEvent::Terminal => TERMINAL_EVENT,
+        }
+    }
+}
+
+/// Which event a claimed callback delivers now, derived from the execution's durable state:
+/// `started` once its first attempt started (if asked for and not yet passed), else the
+/// terminal status once it ended, else `progress` when asked for and a report newer than the
+/// last one passed exists (`latest_progress_at`). `None`: nothing (a claim raced a change).
+pub fn next_event(
+    due: &DueCallback,
+    status: ExecutionStatus,
+    started: bool,
+    latest_progress_at: Option<DateTime<Utc>>,
+) -> Option<CallbackEvent> {
+    let wants = |e: &str| due.events.iter().any(|x| x == e);
+    if wants(STARTED_EVENT) && !due.started_done && started {
+        return Some(CallbackEvent::Started);
+    }
+    if status.is_terminal() {
+        return Some(CallbackEvent::Terminal);
+    }
+    if wants(PROGRESS_EVENT)
+        && latest_progress_at.is_some_and(|at| due.progress_sent_at.is_none_or(|sent| at > sent))
+    {
+        return Some(CallbackEvent::Progress);
+    }
+    None
 }
 
 /// A Standard Webhooks signing secret: the bytes after `whsec_`, base64-decoded. Never printed.
@@ -167,6 +231,8 @@ pub struct CallbackSettings {
     pub first_backoff: Duration,
     /// The longest one delivery may take.
     pub timeout: Duration,
+    /// At most one `progress` delivery per callback per this interval.
+    pub progress_interval: Duration,
 }
 
 impl CallbackSettings {
@@ -225,6 +291,17 @@ pub fn message_id(execution_id: Uuid, event: &str) -> String {
     format!("msg_{}_{event}", execution_id.simple())
 }
 
+/// The `webhook-id` of an execution's `seq`-th progress delivery (1-based): the same on every
+/// retry of it.
+pub fn progress_message_id(execution_id: Uuid, seq: u32) -> String {
+    format!("msg_{}_{PROGRESS_EVENT}_{seq}", execution_id.simple())
+}
+
+/// The payload `type` of the `started` event.
+pub const STARTED_TYPE: &str = "execution.started";
+/// The payload `type` of the `progress` event.
+pub const PROGRESS_TYPE: &str = "execution.progress";
+
 /// The payload `type` of a terminal status (`execution.succeeded`, …).
 pub fn event_type(status: ExecutionStatus) -> String {
     format!("execution.{}", status.as_str())
@@ -274,8 +351,35 @@ pub struct DueCallback {
     pub url: String,
     /// Attempts made so far (all rounds).
     pub attempts: u32,
-    /// Attempts made before the current round (a redelivery starts a new round).
+    /// Attempts made before the current round (a redelivery or a passed event starts a new
+    /// round).
     pub round_start: u32,
+    /// The events asked for.
+    pub events: Vec<String>,
+    /// Whether the `started` event was passed (acknowledged, or out of attempts).
+    pub started_done: bool,
+    /// Progress deliveries passed so far (the next one's `webhook-id` carries this + 1).
+    pub progress_seq: u32,
+    /// The report instant of the last progress passed.
+    pub progress_sent_at: Option<DateTime<Utc>>,
+}
+
+/// A non-terminal event the callback moves past with an attempt (acknowledged, or out of
+/// attempts): the next event starts a new round of attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassedEvent {
+    /// `started` is done.
+    Started,
+    /// Progress delivery `seq` (1-based) carried the report made at `progress_at`; no other
+    /// before `after` (the throttle).
+    Progress {
+        /// The progress deliveries passed, this one included.
+        seq: u32,
+        /// The report instant delivered.
+        progress_at: DateTime<Utc>,
+        /// No progress delivery before this instant.
+        after: DateTime<Utc>,
+    },
 }
 
 /// One attempt's result and the callback's state after it.
@@ -299,6 +403,8 @@ pub struct DeliveryOutcome {
     pub state: CallbackState,
     /// With [`CallbackState::Pending`]: when to try again.
     pub next_at: Option<DateTime<Utc>>,
+    /// A non-terminal event this attempt ends (the callback stays pending for the next).
+    pub passed: Option<PassedEvent>,
 }
 
 /// One recorded delivery attempt (`GET /v1/executions/{id}/deliveries`).
@@ -381,8 +487,19 @@ mod tests {
     fn events_default_to_terminal_and_refuse_unknown_and_duplicates() {
         assert_eq!(check_events(None).unwrap(), vec!["terminal"]);
         assert!(check_events(Some(&[])).is_err());
+        let e = check_events(Some(&["finished".into()])).unwrap_err();
+        assert!(e.contains("unknown event \"finished\""), "{e}");
         let e = check_events(Some(&["progress".into()])).unwrap_err();
-        assert!(e.contains("unknown event \"progress\""), "{e}");
+        assert!(e.contains("must include \"terminal\""), "{e}");
+        assert_eq!(
+            check_events(Some(&[
+                "started".into(),
+                "progress".into(),
+                "terminal".into()
+            ]))
+            .unwrap(),
+            vec!["started", "progress", "terminal"]
+        );
         let e = check_events(Some(&["terminal".into(), "terminal".into()])).unwrap_err();
         assert!(e.contains("listed twice"), "{e}");
     }
@@ -444,6 +561,7 @@ mod tests {
             max_attempts: 3,
             first_backoff: first,
             timeout: DEFAULT_DELIVERY_TIMEOUT,
+            progress_interval: DEFAULT_PROGRESS_INTERVAL,
         };
         let at = Utc::now();
         assert_eq!(
@@ -461,6 +579,62 @@ mod tests {
     }
 
     #[test]
+    fn the_next_event_follows_started_progress_terminal() {
+        let t0 = Utc::now();
+        let mut due = DueCallback {
+            execution_id: Uuid::nil(),
+            namespace: "ns".into(),
+            url: "https://x".into(),
+            attempts: 0,
+            round_start: 0,
+            events: vec!["started".into(), "progress".into(), "terminal".into()],
+            started_done: false,
+            progress_seq: 0,
+            progress_sent_at: None,
+        };
+        use ExecutionStatus::{Queued, Running, Succeeded};
+        assert_eq!(next_event(&due, Queued, false, None), None);
+        assert_eq!(
+            next_event(&due, Running, true, Some(t0)),
+            Some(CallbackEvent::Started)
+        );
+        // Ended before the sender saw it start: started still comes first.
+        assert_eq!(
+            next_event(&due, Succeeded, true, None),
+            Some(CallbackEvent::Started)
+        );
+        due.started_done = true;
+        assert_eq!(next_event(&due, Running, true, None), None);
+        assert_eq!(
+            next_event(&due, Running, true, Some(t0)),
+            Some(CallbackEvent::Progress)
+        );
+        due.progress_sent_at = Some(t0);
+        assert_eq!(next_event(&due, Running, true, Some(t0)), None);
+        // Never progress once terminal.
+        assert_eq!(
+            next_event(
+                &due,
+                Succeeded,
+                true,
+                Some(t0 + chrono::Duration::seconds(1))
+            ),
+            Some(CallbackEvent::Terminal)
+        );
+        // Cancelled while queued: no started, the terminal only.
+        due.started_done = false;
+        assert_eq!(
+            next_event(&due, ExecutionStatus::Cancelled, false, None),
+            Some(CallbackEvent::Terminal)
+        );
+        due.events = vec!["terminal".into()];
+        assert_eq!(
+            next_event(&due, Running, true, Some(t0 + chrono::Duration::seconds(9))),
+            None
+        );
+    }
+
+    #[test]
     fn message_ids_are_stable_per_event() {
         let id = Uuid::nil();
         assert_eq!(
@@ -470,6 +644,10 @@ mod tests {
         assert_eq!(
             event_type(ExecutionStatus::Succeeded),
             "execution.succeeded"
+        );
+        assert_eq!(
+            progress_message_id(id, 3),
+            "msg_00000000000000000000000000000000_progress_3"
         );
     }
 }

@@ -13,7 +13,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Transaction, Value as DbValue, from_value_opt};
 use onestep_core::callback::{
     CallbackRecord, CallbackSpec, CallbackState, CallbackStore, DeliveryAttempt, DeliveryOutcome,
-    DueCallback,
+    DueCallback, PROGRESS_EVENT, PassedEvent, STARTED_EVENT,
 };
 use onestep_core::request::PreparedSubmission;
 use onestep_core::store::DecodeError;
@@ -23,12 +23,14 @@ use uuid::Uuid;
 use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
 use crate::rows::{
-    bind_opt_time, bind_time, bind_uuid, instant, opt_text, parse_uuid, placeholders, text,
+    bind_opt_time, bind_time, bind_uuid, instant, opt_instant, opt_text, parse_uuid, placeholders,
+    text,
 };
 
 /// Refusal of a callback when the tables lack the outbox.
-const CALLBACKS_ABSENT: &str = "the completion-webhook tables are absent: submits with a \
-     callback are refused; `onestep migrate --upgrade` adds them";
+const CALLBACKS_ABSENT: &str = "the completion-webhook tables are absent (or lack the \
+     started/progress columns): submits with a callback are refused; `onestep migrate \
+     --upgrade` adds them";
 
 fn terminal_list() -> String {
     [
@@ -123,22 +125,41 @@ impl MySqlBackend {
         let now = self.now();
         let until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::minutes(1));
         let terminal = terminal_list();
+        let mut params = vec![bind_time(now), bind_time(now)];
+        // Progress newer than the last passed, once the throttle ran out (module docs).
+        let progress = match self.d() {
+            Some(d) => {
+                params.push(bind_time(now));
+                format!(
+                    " OR (cb.events LIKE '%{PROGRESS_EVENT}%' \
+                       AND (cb.progress_after IS NULL OR cb.progress_after <= ?) \
+                       AND EXISTS (SELECT 1 FROM `{d}` dg WHERE dg.execution_id = cb.execution_id \
+                         AND dg.progress_at IS NOT NULL \
+                         AND (cb.progress_sent_at IS NULL OR dg.progress_at > cb.progress_sent_at)))"
+                )
+            }
+            None => String::new(),
+        };
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
         let out = async {
             let rows: Vec<Row> = tx
                 .exec(
                     format!(
-                        "SELECT cb.execution_id, cb.namespace, cb.url, cb.attempts, cb.round_start \
+                        "SELECT cb.execution_id, cb.namespace, cb.url, cb.attempts, cb.round_start, \
+                           cb.events, cb.started_done, cb.progress_seq, cb.progress_sent_at \
                          FROM `{cb}` cb \
                          WHERE cb.state = 'pending' AND cb.next_at <= ? \
                            AND (cb.claimed_until IS NULL OR cb.claimed_until <= ?) \
-                           AND EXISTS (SELECT 1 FROM `{t}` e WHERE e.id = cb.execution_id \
-                                       AND e.status IN ({terminal})) \
+                           AND (EXISTS (SELECT 1 FROM `{t}` e WHERE e.id = cb.execution_id \
+                                       AND (e.status IN ({terminal}) \
+                                         OR (cb.events LIKE '%{STARTED_EVENT}%' \
+                                             AND cb.started_done = 0 \
+                                             AND e.started_at IS NOT NULL))){progress}) \
                          ORDER BY cb.next_at LIMIT {limit} \
                          FOR UPDATE SKIP LOCKED"
                     ),
-                    (bind_time(now), bind_time(now)),
+                    Params::Positional(params),
                 )
                 .await?;
             let mut out = Vec::with_capacity(rows.len());
@@ -149,6 +170,13 @@ impl MySqlBackend {
                     url: text(col(&mut r, 2), "url").map_err(domain)?,
                     attempts: u32_of(int(col(&mut r, 3), "attempts").map_err(domain)?),
                     round_start: u32_of(int(col(&mut r, 4), "round_start").map_err(domain)?),
+                    events: CallbackSpec::events_of(
+                        &text(col(&mut r, 5), "events").map_err(domain)?,
+                    ),
+                    started_done: int(col(&mut r, 6), "started_done").map_err(domain)? != 0,
+                    progress_seq: u32_of(int(col(&mut r, 7), "progress_seq").map_err(domain)?),
+                    progress_sent_at: opt_instant(col(&mut r, 8), "progress_sent_at")
+                        .map_err(domain)?,
                 });
             }
             if !out.is_empty() {
@@ -197,6 +225,45 @@ impl MySqlBackend {
             )
             .await?;
             // A stale sender (its claim ran out, another delivered) never reopens a callback.
+            match &o.passed {
+                None => {}
+                Some(PassedEvent::Started) => {
+                    tx.exec_drop(
+                        format!(
+                            "UPDATE `{cb}` SET started_done = 1, \
+                             round_start = GREATEST(round_start, ?) \
+                             WHERE execution_id = ? AND state = 'pending'"
+                        ),
+                        Params::Positional(vec![DbValue::from(attempt), bind_uuid(o.execution_id)]),
+                    )
+                    .await?;
+                }
+                Some(PassedEvent::Progress {
+                    seq,
+                    progress_at,
+                    after,
+                }) => {
+                    tx.exec_drop(
+                        format!(
+                            "UPDATE `{cb}` SET progress_seq = GREATEST(progress_seq, ?), \
+                             progress_sent_at = GREATEST(COALESCE(progress_sent_at, ?), ?), \
+                             progress_after = GREATEST(COALESCE(progress_after, ?), ?), \
+                             round_start = GREATEST(round_start, ?) \
+                             WHERE execution_id = ? AND state = 'pending'"
+                        ),
+                        Params::Positional(vec![
+                            DbValue::from(i64::from(*seq)),
+                            bind_time(*progress_at),
+                            bind_time(*progress_at),
+                            bind_time(*after),
+                            bind_time(*after),
+                            DbValue::from(attempt),
+                            bind_uuid(o.execution_id),
+                        ]),
+                    )
+                    .await?;
+                }
+            }
             tx.exec_drop(
                 format!(
                     "UPDATE `{cb}` SET state = ?, attempts = GREATEST(attempts, ?), \

@@ -140,12 +140,26 @@ pub fn callbacks_ddl(names: &TableNames) -> Vec<String> {
   last_error TEXT CHARACTER SET utf8mb4 NULL,\n\
   created_at DATETIME(6) NOT NULL,\n\
   updated_at DATETIME(6) NOT NULL,\n\
+  started_done TINYINT NOT NULL DEFAULT 0,\n\
+  progress_seq INT NOT NULL DEFAULT 0,\n\
+  progress_sent_at DATETIME(6) NULL,\n\
+  progress_after DATETIME(6) NULL,\n\
   PRIMARY KEY (execution_id),\n\
   INDEX `{ix}` (state, next_at)\n\
 ) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
         t = callbacks_table(names),
         ix = names.derived("ix_", "callbacks_due"),
     )]
+}
+
+/// The `ADD COLUMN` clauses of the `started` and `progress` events' columns
+/// (docs/semantics.md#completion-webhooks), which `onestep migrate --upgrade` adds to an outbox
+/// created before them.
+pub fn callback_columns_def() -> &'static str {
+    "ADD COLUMN started_done TINYINT NOT NULL DEFAULT 0, \
+     ADD COLUMN progress_seq INT NOT NULL DEFAULT 0, \
+     ADD COLUMN progress_sent_at DATETIME(6) NULL, \
+     ADD COLUMN progress_after DATETIME(6) NULL"
 }
 
 /// `CREATE TABLE` for the delivery attempts: one row per attempt.
@@ -730,7 +744,7 @@ pub fn traces_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
-async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
+pub(crate) async fn table_exists(conn: &mut Conn, table: &str) -> OpResult<bool> {
     let n: Option<i64> = conn
         .exec_first(
             "SELECT COUNT(*) FROM information_schema.TABLES \
@@ -751,7 +765,9 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
             && crate::upgrade::has_fair_schema(conn, names).await?,
         buckets_table: table_exists(conn, &buckets_table(names)).await?,
         callbacks_tables: table_exists(conn, &callbacks_table(names)).await?
-            && table_exists(conn, &deliveries_table(names)).await?,
+            && table_exists(conn, &deliveries_table(names)).await?
+            && crate::upgrade::column_exists(conn, &callbacks_table(names), "progress_after")
+                .await?,
         components_tables: table_exists(conn, &components_table(names)).await?
             && table_exists(conn, &component_chunks_table(names)).await?,
         deployments_tables: table_exists(conn, &deployments_table(names)).await?

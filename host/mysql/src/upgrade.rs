@@ -134,6 +134,12 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     out.extend(crate::schema::buckets_ddl(names));
     // The completion-webhook outbox and its attempts (docs/semantics.md#completion-webhooks).
     out.extend(crate::schema::callbacks_ddl(names));
+    // … and, on an outbox created before the started/progress events, their columns.
+    out.push(format!(
+        "ALTER TABLE `{}` {}, ALGORITHM=INSTANT",
+        crate::schema::callbacks_table(names),
+        crate::schema::callback_columns_def()
+    ));
     out.extend(crate::schema::deliveries_ddl(names));
     // The component store's tables (docs/semantics.md#component-store).
     out.extend(crate::schema::component_chunks_ddl(names));
@@ -185,7 +191,7 @@ enum Catalog {
     Index,
 }
 
-async fn column_exists(conn: &mut Conn, table: &str, column: &str) -> OpResult<bool> {
+pub(crate) async fn column_exists(conn: &mut Conn, table: &str, column: &str) -> OpResult<bool> {
     has(conn, Catalog::Column, table, column).await
 }
 
@@ -350,6 +356,25 @@ async fn upgrade_on(conn: &mut Conn, names: &TableNames) -> OpResult<Vec<Upgrade
             });
         }
     }
+    // An outbox created before the started/progress events lacks their columns.
+    let cb = crate::schema::callbacks_table(names);
+    if crate::schema::table_exists(conn, &cb).await?
+        && !column_exists(conn, &cb, "progress_after").await?
+    {
+        let form = alter_online(
+            conn,
+            &cb,
+            crate::schema::callback_columns_def(),
+            &["ALGORITHM=INSTANT", "ALGORITHM=INPLACE, LOCK=NONE", ""],
+        )
+        .await?;
+        steps.push(UpgradeStep {
+            added: format!(
+                "columns started_done, progress_seq, progress_sent_at, progress_after on {cb}"
+            ),
+            form,
+        });
+    }
     Ok(steps)
 }
 
@@ -414,18 +439,22 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 21);
+        assert_eq!(sql.len(), 22);
         assert!(sql[14].starts_with("CREATE TABLE `onestep_executions_callbacks`"));
-        assert!(sql[15].starts_with("CREATE TABLE `onestep_executions_deliveries`"));
+        assert!(sql[15].starts_with(
+            "ALTER TABLE `onestep_executions_callbacks` ADD COLUMN started_done TINYINT"
+        ));
+        assert!(sql[15].ends_with("ALGORITHM=INSTANT"));
+        assert!(sql[16].starts_with("CREATE TABLE `onestep_executions_deliveries`"));
         assert!(sql[11].starts_with("CREATE TABLE `onestep_executions_keys`"));
         assert!(sql[12].starts_with("CREATE TABLE `onestep_executions_quotas`"));
         assert!(sql[13].contains("`onestep_executions_buckets`"));
-        assert!(sql[16].starts_with("CREATE TABLE `onestep_executions_component_chunks`"));
-        assert!(sql[17].starts_with("CREATE TABLE `onestep_executions_components`"));
-        assert!(sql[18].starts_with("CREATE TABLE `onestep_executions_deployments`"));
-        assert!(sql[18].contains("UNIQUE KEY `uq_onestep_executions_deployments_active`"));
-        assert!(sql[19].starts_with("CREATE TABLE `onestep_executions_deployment_events`"));
-        assert!(sql[20].starts_with("CREATE TABLE `onestep_executions_deployment_revision`"));
+        assert!(sql[17].starts_with("CREATE TABLE `onestep_executions_component_chunks`"));
+        assert!(sql[18].starts_with("CREATE TABLE `onestep_executions_components`"));
+        assert!(sql[19].starts_with("CREATE TABLE `onestep_executions_deployments`"));
+        assert!(sql[19].contains("UNIQUE KEY `uq_onestep_executions_deployments_active`"));
+        assert!(sql[20].starts_with("CREATE TABLE `onestep_executions_deployment_events`"));
+        assert!(sql[21].starts_with("CREATE TABLE `onestep_executions_deployment_revision`"));
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
         assert!(sql[1].contains("ADD COLUMN priority TINYINT NOT NULL DEFAULT '5'"));

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use onestep_core::callback::{
     CallbackRecord, CallbackSpec, CallbackState, CallbackStore, DeliveryAttempt, DeliveryOutcome,
-    DueCallback,
+    DueCallback, PROGRESS_EVENT, PassedEvent, STARTED_EVENT,
 };
 use onestep_core::request::PreparedSubmission;
 use onestep_core::{ExecutionError, ExecutionStatus};
@@ -20,11 +20,35 @@ use uuid::Uuid;
 use crate::backend::PgBackend;
 use crate::errors::{OpError, OpResult};
 use crate::schema::{callbacks_table, deliveries_table, q};
+
+/// When a pending callback has an event to deliver (`$1`: now): its execution ended; or it
+/// asks for `started`, has not passed it, and the first attempt started; or it asks for
+/// `progress`, its throttle has run out, and an attempt reported progress newer than the last
+/// passed (`diag`: the quoted diagnostics table; without it there is no progress).
+pub(crate) fn has_event_sql(diag: Option<&str>) -> String {
+    let terminal = terminal_list();
+    let progress = match diag {
+        Some(d) => format!(
+            " OR (cb.events LIKE '%{PROGRESS_EVENT}%' \
+               AND (cb.progress_after IS NULL OR cb.progress_after <= $1) \
+               AND EXISTS (SELECT 1 FROM {d} dg WHERE dg.execution_id = cb.execution_id \
+                 AND dg.progress_at IS NOT NULL \
+                 AND (cb.progress_sent_at IS NULL OR dg.progress_at > cb.progress_sent_at)))"
+        ),
+        None => String::new(),
+    };
+    format!(
+        "(e.status IN ({terminal}) \
+          OR (cb.events LIKE '%{STARTED_EVENT}%' AND NOT cb.started_done \
+              AND e.started_at IS NOT NULL){progress})"
+    )
+}
 use crate::worker_ops::finish;
 
 /// Refusal of a callback when the tables lack the outbox.
-pub(crate) const CALLBACKS_ABSENT: &str = "the completion-webhook tables are absent: submits \
-     with a callback are refused; `onestep migrate --upgrade` adds them";
+pub(crate) const CALLBACKS_ABSENT: &str = "the completion-webhook tables are absent (or lack \
+     the started/progress columns): submits with a callback are refused; `onestep migrate \
+     --upgrade` adds them";
 
 /// The terminal statuses as a SQL list (`'succeeded', …`).
 pub(crate) fn terminal_list() -> String {
@@ -104,7 +128,8 @@ impl PgBackend {
         let t = &self.sql().t;
         let now = self.now();
         let until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::minutes(1));
-        let terminal = terminal_list();
+        let diag = self.d();
+        let has_event = has_event_sql(diag.as_deref());
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let out = async {
@@ -115,24 +140,31 @@ impl PgBackend {
                            SELECT cb.execution_id FROM {c} cb JOIN {t} e ON e.id = cb.execution_id \
                            WHERE cb.state = 'pending' AND cb.next_at <= $1 \
                              AND (cb.claimed_until IS NULL OR cb.claimed_until <= $1) \
-                             AND e.status IN ({terminal}) \
+                             AND {has_event} \
                            ORDER BY cb.next_at LIMIT $2 \
                            FOR UPDATE OF cb SKIP LOCKED) \
                          UPDATE {c} AS cb SET claimed_until = $3 FROM due \
                          WHERE cb.execution_id = due.execution_id \
-                         RETURNING cb.execution_id, cb.namespace, cb.url, cb.attempts, cb.round_start"
+                         RETURNING cb.execution_id, cb.namespace, cb.url, cb.attempts, \
+                           cb.round_start, cb.events, cb.started_done, cb.progress_seq, \
+                           cb.progress_sent_at"
                     ),
                     &[&now, &limit, &until],
                 )
                 .await?;
             rows.iter()
                 .map(|r| {
+                    let events: String = r.try_get(5)?;
                     Ok(DueCallback {
                         execution_id: r.try_get(0)?,
                         namespace: r.try_get(1)?,
                         url: r.try_get(2)?,
                         attempts: u32_of(r.try_get(3)?),
                         round_start: u32_of(r.try_get(4)?),
+                        events: CallbackSpec::events_of(&events),
+                        started_done: r.try_get(6)?,
+                        progress_seq: u32_of(r.try_get(7)?),
+                        progress_sent_at: r.try_get(8)?,
                     })
                 })
                 .collect::<OpResult<Vec<_>>>()
@@ -167,6 +199,38 @@ impl PgBackend {
             )
             .await?;
             // A stale sender (its claim ran out, another delivered) never reopens a callback.
+            match &o.passed {
+                None => {}
+                Some(PassedEvent::Started) => {
+                    tx.execute(
+                        &format!(
+                            "UPDATE {c} SET started_done = true, \
+                             round_start = GREATEST(round_start, $2) \
+                             WHERE execution_id = $1 AND state = 'pending'"
+                        ),
+                        &[&o.execution_id, &attempt],
+                    )
+                    .await?;
+                }
+                Some(PassedEvent::Progress {
+                    seq,
+                    progress_at,
+                    after,
+                }) => {
+                    let seq = i32::try_from(*seq).unwrap_or(i32::MAX);
+                    tx.execute(
+                        &format!(
+                            "UPDATE {c} SET progress_seq = GREATEST(progress_seq, $3), \
+                             progress_sent_at = GREATEST(progress_sent_at, $4), \
+                             progress_after = GREATEST(progress_after, $5), \
+                             round_start = GREATEST(round_start, $2) \
+                             WHERE execution_id = $1 AND state = 'pending'"
+                        ),
+                        &[&o.execution_id, &attempt, &seq, progress_at, after],
+                    )
+                    .await?;
+                }
+            }
             tx.execute(
                 &format!(
                     "UPDATE {c} SET state = $2, attempts = GREATEST(attempts, $3), \

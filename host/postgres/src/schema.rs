@@ -352,6 +352,10 @@ pub fn callbacks_ddl(names: &TableNames) -> Vec<String> {
   last_error TEXT,\n\
   created_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
   updated_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  started_done BOOLEAN DEFAULT false NOT NULL,\n\
+  progress_seq INTEGER DEFAULT 0 NOT NULL,\n\
+  progress_sent_at TIMESTAMP WITH TIME ZONE,\n\
+  progress_after TIMESTAMP WITH TIME ZONE,\n\
   PRIMARY KEY (execution_id)\n\
 )",
             q(&callbacks_table(names))
@@ -362,6 +366,44 @@ pub fn callbacks_ddl(names: &TableNames) -> Vec<String> {
             q(&callbacks_table(names))
         ),
     ]
+}
+
+/// The columns of the `started` and `progress` events (docs/semantics.md#completion-webhooks)
+/// that `onestep migrate --upgrade` adds to an outbox created before them (catalog only:
+/// constant defaults).
+pub const CALLBACK_EVENT_COLUMNS: [&str; 4] = [
+    "started_done BOOLEAN DEFAULT false NOT NULL",
+    "progress_seq INTEGER DEFAULT 0 NOT NULL",
+    "progress_sent_at TIMESTAMP WITH TIME ZONE",
+    "progress_after TIMESTAMP WITH TIME ZONE",
+];
+
+/// The `ALTER TABLE` adding [`CALLBACK_EVENT_COLUMNS`] (`IF NOT EXISTS`: a no-op on an outbox
+/// that has them).
+pub fn callback_columns_sql(names: &TableNames) -> String {
+    let adds = CALLBACK_EVENT_COLUMNS
+        .iter()
+        .map(|c| format!("ADD COLUMN IF NOT EXISTS {c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("ALTER TABLE {} {adds}", q(&callbacks_table(names)))
+}
+
+/// Whether the outbox has the event columns.
+pub(crate) async fn has_callback_columns<C: tokio_postgres::GenericClient>(
+    c: &C,
+    names: &TableNames,
+) -> OpResult<bool> {
+    let row = c
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1 \
+             AND column_name IN ('started_done', 'progress_seq', 'progress_sent_at', \
+             'progress_after')",
+            &[&callbacks_table(names)],
+        )
+        .await?;
+    Ok(row.try_get::<_, i64>(0)? == 4)
 }
 
 /// The delivery attempts table (`IF NOT EXISTS`: also the upgrade's): one row per attempt.
@@ -873,7 +915,8 @@ pub(crate) async fn ensure_schema(
             && index_exists(&*client, &ix_fair_running(names)).await?,
         buckets_table: table_exists(&*client, &buckets_table(names)).await?,
         callbacks_tables: table_exists(&*client, &callbacks_table(names)).await?
-            && table_exists(&*client, &deliveries_table(names)).await?,
+            && table_exists(&*client, &deliveries_table(names)).await?
+            && has_callback_columns(&*client, names).await?,
         components_tables: table_exists(&*client, &components_table(names)).await?
             && table_exists(&*client, &component_chunks_table(names)).await?,
         deployments_tables: table_exists(&*client, &deployments_table(names)).await?

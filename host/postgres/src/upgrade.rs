@@ -217,6 +217,7 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(crate::schema::keys_ddl(names))
         .chain(crate::schema::buckets_ddl(names))
         .chain(crate::schema::callbacks_ddl(names))
+        .chain(std::iter::once(crate::schema::callback_columns_sql(names)))
         .chain(crate::schema::deliveries_ddl(names))
         .chain(crate::schema::component_chunks_ddl(names))
         .chain(crate::schema::components_ddl(names))
@@ -308,6 +309,19 @@ async fn upgrade_on(
                 form: "CREATE TABLE (new, empty)".to_owned(),
             });
         }
+    }
+    // An outbox created before the started/progress events lacks their columns.
+    if !crate::schema::has_callback_columns(client, names).await? {
+        client
+            .batch_execute(&crate::schema::callback_columns_sql(names))
+            .await?;
+        steps.push(UpgradeStep {
+            added: format!(
+                "columns started_done, progress_seq, progress_sent_at, progress_after on {}",
+                crate::schema::callbacks_table(names)
+            ),
+            form: "ADD COLUMN (catalog only)".to_owned(),
+        });
     }
     Ok(steps)
 }
@@ -439,7 +453,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 28);
+        assert_eq!(sql.len(), 29);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -453,29 +467,33 @@ mod tests {
         assert!(sql[14].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_buckets\""));
         assert!(sql[15].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_callbacks\""));
         assert!(sql[16].contains("\"ix_onestep_executions_callbacks_due\""));
+        assert!(sql[17].starts_with(
+            "ALTER TABLE \"onestep_executions_callbacks\" ADD COLUMN IF NOT EXISTS started_done"
+        ));
+        assert!(sql[17].contains("ADD COLUMN IF NOT EXISTS progress_after"));
         assert!(
-            sql[17].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deliveries\"")
+            sql[18].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deliveries\"")
         );
         assert!(
-            sql[18]
+            sql[19]
                 .starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_component_chunks\"")
         );
         assert!(
-            sql[19].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_components\"")
+            sql[20].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_components\"")
         );
         assert!(
-            sql[20].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deployments\"")
+            sql[21].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deployments\"")
         );
-        assert!(sql[21].contains("\"uq_onestep_executions_deployments_active\""));
-        assert!(sql[21].ends_with("WHERE state = 'active'"));
-        assert!(sql[24].contains("\"ix_onestep_executions_deployments_digest\""));
+        assert!(sql[22].contains("\"uq_onestep_executions_deployments_active\""));
+        assert!(sql[22].ends_with("WHERE state = 'active'"));
+        assert!(sql[25].contains("\"ix_onestep_executions_deployments_digest\""));
         assert!(
-            sql[25]
+            sql[26]
                 .starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_deployment_events\"")
         );
-        assert!(sql[26].contains("\"ix_onestep_executions_deployment_events_task\""));
+        assert!(sql[27].contains("\"ix_onestep_executions_deployment_events_task\""));
         assert!(
-            sql[27].starts_with(
+            sql[28].starts_with(
                 "CREATE TABLE IF NOT EXISTS \"onestep_executions_deployment_revision\""
             )
         );

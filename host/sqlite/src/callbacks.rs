@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use onestep_core::callback::{
     CallbackRecord, CallbackSpec, CallbackState, CallbackStore, DeliveryAttempt, DeliveryOutcome,
-    DueCallback,
+    DueCallback, PROGRESS_EVENT, PassedEvent, STARTED_EVENT,
 };
 use onestep_core::request::PreparedSubmission;
 use onestep_core::{ExecutionError, ExecutionStatus};
@@ -23,8 +23,9 @@ use crate::rows::{ots, parse_time, ts, uid};
 use crate::schema::{callbacks_table, deliveries_table, q};
 
 /// Refusal of a callback when the tables lack the outbox.
-const CALLBACKS_ABSENT: &str = "the completion-webhook tables are absent: submits with a \
-     callback are refused; `onestep migrate --upgrade` adds them";
+const CALLBACKS_ABSENT: &str = "the completion-webhook tables are absent (or lack the \
+     started/progress columns): submits with a callback are refused; `onestep migrate \
+     --upgrade` adds them";
 
 fn terminal_list() -> String {
     [
@@ -113,28 +114,54 @@ impl CallbackStore for SqliteBackend {
                     now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::minutes(1));
                 let t = q(&b.tables().executions);
                 let terminal = terminal_list();
+                // Progress newer than the last passed, once the throttle ran out.
+                let progress = match b.d() {
+                    Some(d) => format!(
+                        " OR (cb.events LIKE '%{PROGRESS_EVENT}%' \
+                           AND (cb.progress_after IS NULL OR cb.progress_after <= ?1) \
+                           AND EXISTS (SELECT 1 FROM {d} dg \
+                             WHERE dg.execution_id = cb.execution_id \
+                             AND dg.progress_at IS NOT NULL \
+                             AND (cb.progress_sent_at IS NULL \
+                               OR dg.progress_at > cb.progress_sent_at)))"
+                    ),
+                    None => String::new(),
+                };
                 let mut st = c.prepare_cached(&format!(
-                    "SELECT cb.execution_id, cb.namespace, cb.url, cb.attempts, cb.round_start \
+                    "SELECT cb.execution_id, cb.namespace, cb.url, cb.attempts, cb.round_start, \
+                       cb.events, cb.started_done, cb.progress_seq, cb.progress_sent_at \
                      FROM {cb} cb JOIN {t} e ON e.id = cb.execution_id \
                      WHERE cb.state = 'pending' AND cb.next_at <= ?1 \
                        AND (cb.claimed_until IS NULL OR cb.claimed_until <= ?1) \
-                       AND e.status IN ({terminal}) \
+                       AND (e.status IN ({terminal}) \
+                         OR (cb.events LIKE '%{STARTED_EVENT}%' AND cb.started_done = 0 \
+                             AND e.started_at IS NOT NULL){progress}) \
                      ORDER BY cb.next_at LIMIT ?2"
                 ))?;
                 let rows = st
                     .query_map(params![ts(now), limit], |r| {
                         Ok((
-                            r.get::<_, String>(0)?,
-                            r.get::<_, String>(1)?,
-                            r.get::<_, String>(2)?,
-                            r.get::<_, i64>(3)?,
-                            r.get::<_, i64>(4)?,
+                            (
+                                r.get::<_, String>(0)?,
+                                r.get::<_, String>(1)?,
+                                r.get::<_, String>(2)?,
+                                r.get::<_, i64>(3)?,
+                                r.get::<_, i64>(4)?,
+                            ),
+                            (
+                                r.get::<_, String>(5)?,
+                                r.get::<_, i64>(6)?,
+                                r.get::<_, i64>(7)?,
+                                r.get::<_, Option<String>>(8)?,
+                            ),
                         ))
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 drop(st);
                 let mut out = Vec::with_capacity(rows.len());
-                for (id, namespace, url, attempts, round_start) in rows {
+                for ((id, namespace, url, attempts, round_start), (events, started, seq, sent)) in
+                    rows
+                {
                     c.prepare_cached(&format!(
                         "UPDATE {cb} SET claimed_until = ?2 WHERE execution_id = ?1"
                     ))?
@@ -145,6 +172,13 @@ impl CallbackStore for SqliteBackend {
                         url,
                         attempts: u32_of(attempts),
                         round_start: u32_of(round_start),
+                        events: CallbackSpec::events_of(&events),
+                        started_done: started != 0,
+                        progress_seq: u32_of(seq),
+                        progress_sent_at: sent
+                            .as_deref()
+                            .map(|s| time_of(s, "progress_sent_at"))
+                            .transpose()?,
                     });
                 }
                 Ok(out)
@@ -176,6 +210,37 @@ impl CallbackStore for SqliteBackend {
                     ts(o.at)
                 ])?;
                 // A stale sender (its claim ran out, another delivered) never reopens a callback.
+                match &o.passed {
+                    None => {}
+                    Some(PassedEvent::Started) => {
+                        c.prepare_cached(&format!(
+                            "UPDATE {cb} SET started_done = 1, \
+                             round_start = MAX(round_start, ?2) \
+                             WHERE execution_id = ?1 AND state = 'pending'"
+                        ))?
+                        .execute(params![uid(o.execution_id), attempt])?;
+                    }
+                    Some(PassedEvent::Progress {
+                        seq,
+                        progress_at,
+                        after,
+                    }) => {
+                        c.prepare_cached(&format!(
+                            "UPDATE {cb} SET progress_seq = MAX(progress_seq, ?3), \
+                             progress_sent_at = MAX(COALESCE(progress_sent_at, ?4), ?4), \
+                             progress_after = MAX(COALESCE(progress_after, ?5), ?5), \
+                             round_start = MAX(round_start, ?2) \
+                             WHERE execution_id = ?1 AND state = 'pending'"
+                        ))?
+                        .execute(params![
+                            uid(o.execution_id),
+                            attempt,
+                            i64::from(*seq),
+                            ts(*progress_at),
+                            ts(*after)
+                        ])?;
+                    }
+                }
                 c.prepare_cached(&format!(
                     "UPDATE {cb} SET state = ?2, attempts = MAX(attempts, ?3), \
                      next_at = COALESCE(?4, next_at), claimed_until = NULL, last_status = ?5, \

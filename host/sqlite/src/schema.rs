@@ -287,7 +287,11 @@ pub fn callbacks_ddl(names: &TableNames) -> String {
   last_status INTEGER,\n\
   last_error TEXT,\n\
   created_at TEXT NOT NULL,\n\
-  updated_at TEXT NOT NULL\n\
+  updated_at TEXT NOT NULL,\n\
+  started_done INTEGER NOT NULL DEFAULT 0,\n\
+  progress_seq INTEGER NOT NULL DEFAULT 0,\n\
+  progress_sent_at TEXT,\n\
+  progress_after TEXT\n\
 ) WITHOUT ROWID;\n\
 CREATE INDEX IF NOT EXISTS {ix} ON {t} (next_at) WHERE state = 'pending'",
         t = q(&callbacks_table(names)),
@@ -669,7 +673,8 @@ pub(crate) fn ensure_schema(
         fair_keys,
         buckets_table: exists(c, "table", &buckets_table(names))?,
         callbacks_tables: exists(c, "table", &callbacks_table(names))?
-            && exists(c, "table", &deliveries_table(names))?,
+            && exists(c, "table", &deliveries_table(names))?
+            && column_exists(c, &callbacks_table(names), "progress_after")?,
         components_tables: exists(c, "table", &components_table(names))?
             && exists(c, "table", &component_chunks_table(names))?,
         deployments_tables: exists(c, "table", &deployments_table(names))?
@@ -696,6 +701,15 @@ pub const PRIORITY_COLUMNS: [(&str, &str); 2] = [
          CHECK (priority BETWEEN 0 AND 9)",
     ),
     ("fairness_key", "fairness_key TEXT"),
+];
+
+/// The columns of the `started` and `progress` events (docs/semantics.md#completion-webhooks)
+/// that `onestep migrate --upgrade` adds to an outbox created before them: (name, definition).
+pub const CALLBACK_EVENT_COLUMNS: [(&str, &str); 4] = [
+    ("started_done", "started_done INTEGER NOT NULL DEFAULT 0"),
+    ("progress_seq", "progress_seq INTEGER NOT NULL DEFAULT 0"),
+    ("progress_sent_at", "progress_sent_at TEXT"),
+    ("progress_after", "progress_after TEXT"),
 ];
 
 fn column_exists(c: &Connection, table: &str, column: &str) -> OpResult<bool> {
@@ -729,6 +743,15 @@ pub(crate) fn add_missing_columns(c: &Connection, names: &TableNames) -> OpResul
                 q(&names.executions)
             ))?;
             added.push(column.to_owned());
+        }
+    }
+    let cb = callbacks_table(names);
+    if exists(c, "table", &cb)? {
+        for (column, def) in CALLBACK_EVENT_COLUMNS {
+            if !column_exists(c, &cb, column)? {
+                c.execute_batch(&format!("ALTER TABLE {} ADD COLUMN {def}", q(&cb)))?;
+                added.push(format!("{cb}.{column}"));
+            }
         }
     }
     Ok(added)

@@ -505,3 +505,69 @@ async fn fair_claim_plans_and_a_200k_backlog() {
     assert!(max - min <= 1, "{min}..{max}: {served:?}");
     b.close().await.expect("close");
 }
+
+/// An outbox an older onestep created (before the `started`/`progress` webhook events, without
+/// their four columns): open treats the outbox as absent (callbacks refused, naming the
+/// upgrade); `onestep migrate --upgrade` adds the columns, once (docs/semantics.md#completion-webhooks).
+#[tokio::test]
+async fn upgrade_adds_the_callback_event_columns() {
+    use onestep_core::callback::CallbackPort;
+
+    let (_dir, dsn) = common::scratch();
+    let clock = Arc::new(ManualClock::default());
+    let b = common::open(&dsn, clock.clone(), Limits::default()).await;
+    let c = b.test_connection().expect("connection");
+    c.execute_batch(
+        "ALTER TABLE onestep_executions_callbacks DROP COLUMN started_done; \
+         ALTER TABLE onestep_executions_callbacks DROP COLUMN progress_seq; \
+         ALTER TABLE onestep_executions_callbacks DROP COLUMN progress_sent_at; \
+         ALTER TABLE onestep_executions_callbacks DROP COLUMN progress_after",
+    )
+    .expect("older outbox");
+    drop(c);
+    b.close().await.expect("close");
+
+    let mut o = StoreOptions::new(&dsn);
+    o.clock = clock.clone();
+    o.auto_create = false;
+    let older = SqliteBackend::open(o).await.expect("open older");
+    assert!(!older.schema_report().features.callbacks_tables);
+    let outbox = older.callback_port().expect("port");
+    let refused = outbox
+        .claim_due(1, std::time::Duration::from_secs(30))
+        .await
+        .expect_err("refused before the upgrade");
+    assert!(
+        refused.to_string().contains("onestep migrate --upgrade"),
+        "{refused}"
+    );
+    older.close().await.expect("close");
+
+    let report = SqliteBackend::upgrade(StoreOptions::new(&dsn))
+        .await
+        .expect("upgrade");
+    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+    assert_eq!(
+        added,
+        [
+            "column onestep_executions_callbacks.started_done",
+            "column onestep_executions_callbacks.progress_seq",
+            "column onestep_executions_callbacks.progress_sent_at",
+            "column onestep_executions_callbacks.progress_after",
+        ]
+    );
+    let again = SqliteBackend::upgrade(StoreOptions::new(&dsn))
+        .await
+        .expect("second upgrade");
+    assert!(again.steps.is_empty(), "idempotent: {again:?}");
+    let b = common::open(&dsn, clock, Limits::default()).await;
+    assert!(b.schema_report().features.callbacks_tables);
+    let due = b
+        .callback_port()
+        .expect("port")
+        .claim_due(1, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim after the upgrade");
+    assert!(due.is_empty());
+    b.close().await.expect("close");
+}

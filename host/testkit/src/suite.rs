@@ -347,6 +347,8 @@ macro_rules! conformance_tests {
             callbacks_due_once_terminal_and_retried_after_backoff,
             callbacks_claim_lease_runs_out,
             callbacks_dead_then_redelivered,
+            callbacks_started_before_terminal,
+            callbacks_progress_throttled_never_after_terminal,
             max_running_sequential_claims,
             max_running_concurrent_claimers,
             max_running_slot_back_after_reclaim

@@ -12,7 +12,17 @@
 //! * a callback URL outside `api.callbacks.allow`, an unknown event or a callback in a batch is
 //!   refused at submit with `422 callback_not_allowed` and a specific message;
 //! * `kill -9` of the sending process in the middle of a delivery loses nothing: a new process
-//!   claims the callback once the dead one's claim runs out and delivers it.
+//!   claims the callback once the dead one's claim runs out and delivers it;
+//! * with a real worker running `countdown` (which reports progress every step) and
+//!   `events: [started, progress, terminal]`, the receiver gets `execution.started`, at least one
+//!   `execution.progress` (throttled to one per second), then `execution.succeeded`, in that
+//!   order, each verified by the reference implementation; the deliveries endpoint lists them
+//!   and `/metrics` counts them by event and outcome;
+//! * a callback URL allowed only by a wildcard entry whose name resolves to a loopback or
+//!   private address is refused at submit (`422`, no execution written): `onestep serve` runs in
+//!   a private mount namespace (`unshare -rm`) whose /etc/hosts names `hooks.e2e.test` →
+//!   127.0.0.1 and `private.e2e.test` → 10.1.2.3 — skipped loudly where user namespaces are
+//!   not allowed.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -23,7 +33,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use axum::http::{HeaderMap, StatusCode};
 use onestep_e2e::{
-    Schedule, e2e_config, on_each_server, onestep_bin, repo_root, run_cli, wait_for,
+    Schedule, e2e_config, guest, on_each_server, onestep_bin, repo_root, run_cli, wait_for,
 };
 use serde_json::{Value, json};
 
@@ -134,13 +144,37 @@ impl Drop for Serve {
 
 impl Serve {
     async fn start(envs: &[(String, String)], log: &Path) -> Result<Serve> {
+        Serve::start_in(envs, log, None).await
+    }
+
+    /// [`Serve::start`], in a private mount namespace whose /etc/hosts is `hosts` when given.
+    async fn start_in(
+        envs: &[(String, String)],
+        log: &Path,
+        hosts: Option<&Path>,
+    ) -> Result<Serve> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let listen = format!("127.0.0.1:{port}");
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)?;
-        let child = Command::new(onestep_bin()?)
+        let mut command = match hosts {
+            None => Command::new(onestep_bin()?),
+            Some(hosts) => {
+                let mut c = Command::new("unshare");
+                c.args([
+                    "-rm",
+                    "sh",
+                    "-c",
+                    "mount --bind \"$0\" /etc/hosts && exec \"$@\"",
+                ])
+                .arg(hosts)
+                .arg(onestep_bin()?);
+                c
+            }
+        };
+        let child = command
             .arg("serve")
             .arg(e2e_config("webhooks.yaml"))
             .envs(envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -356,8 +390,12 @@ async fn flow(server: &str, base: &[(&str, &str)]) -> Result<()> {
             "is not in api.callbacks.allow",
         ),
         (
+            json!({"url": format!("http://127.0.0.1:{}/x", flaky.port), "events": ["finished"]}),
+            "unknown event \"finished\"",
+        ),
+        (
             json!({"url": format!("http://127.0.0.1:{}/x", flaky.port), "events": ["progress"]}),
-            "unknown event \"progress\"",
+            "must include \"terminal\"",
         ),
         (json!({"url": "not a url"}), "callback.url"),
     ];
@@ -534,4 +572,262 @@ async fn webhooks_on_sqlite() -> Result<()> {
         ("ONESTEP_DSN", dsn.as_str()),
     ];
     flow("sqlite", &base).await
+}
+
+/// The payload types the receiver got, in order.
+fn types(hits: &[Hit]) -> Result<Vec<String>> {
+    hits.iter()
+        .map(|h| {
+            let v: Value = serde_json::from_str(&h.body)?;
+            Ok(v["type"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+/// `started`, `progress` and `terminal` of a real run (`countdown`: 8 steps of 0.5 s, a
+/// progress report each, stored by the worker's heartbeat every 0.5 s).
+async fn events_flow(server: &str, base: &[(&str, &str)]) -> Result<()> {
+    let logs = tempfile::tempdir()?;
+    let receiver = Receiver::start(Plan::FailFirst(0)).await?;
+    let env = serve_env(base, receiver.port, dead_port()?);
+    let serve = Serve::start(&env, &logs.path().join("serve.log")).await?;
+    let (code, body) = serve.post(
+        "/v1/executions",
+        &json!({"task_name": "countdown", "payload": {"steps": 8, "step_ms": 500},
+                "callback": {"url": format!("http://127.0.0.1:{}/events", receiver.port),
+                             "events": ["started", "progress", "terminal"]}}),
+    )?;
+    ensure!(code == 202, "[{server}] submit answered {code}: {body}");
+    let id = body["id"].as_str().context("no id")?.to_owned();
+    let view = wait_for(
+        &format!("[{server}] the callback of {id} to be delivered"),
+        Duration::from_secs(90),
+        || {
+            let got = serve.deliveries(&id);
+            async move {
+                let (code, body) = got?;
+                Ok((code == 200 && body["state"] == "delivered").then_some(body))
+            }
+        },
+    )
+    .await
+    .with_context(|| serve.log_text())?;
+    let hits = receiver.hits();
+    let kinds = types(&hits)?;
+    ensure!(
+        kinds.first().map(String::as_str) == Some("execution.started"),
+        "[{server}] first {kinds:?}"
+    );
+    ensure!(
+        kinds.last().map(String::as_str) == Some("execution.succeeded"),
+        "[{server}] last {kinds:?}"
+    );
+    let middle = &kinds[1..kinds.len().saturating_sub(1)];
+    ensure!(
+        !middle.is_empty() && middle.iter().all(|k| k == "execution.progress"),
+        "[{server}] at least one progress between started and the end: {kinds:?}"
+    );
+    ensure!(
+        kinds.iter().filter(|k| *k == "execution.started").count() == 1
+            && kinds.iter().filter(|k| *k == "execution.succeeded").count() == 1,
+        "[{server}] one started, one terminal: {kinds:?}"
+    );
+    // Distinct, stable ids: started, progress_1.., terminal.
+    let ids: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+    let simple = id.replace('-', "");
+    ensure!(
+        ids[0] == format!("msg_{simple}_started")
+            && ids[ids.len() - 1] == format!("msg_{simple}_terminal"),
+        "[{server}] ids {ids:?}"
+    );
+    for (n, pid) in ids[1..ids.len() - 1].iter().enumerate() {
+        ensure!(
+            *pid == format!("msg_{simple}_progress_{}", n + 1),
+            "[{server}] progress ids {ids:?}"
+        );
+    }
+    // The progress payloads carry the report, non-decreasing.
+    let mut last_done = 0;
+    for h in &hits[1..hits.len() - 1] {
+        let v: Value = serde_json::from_str(&h.body)?;
+        let done = v["data"]["progress"]["done"]
+            .as_u64()
+            .with_context(|| format!("[{server}] no progress in {v}"))?;
+        ensure!(done >= last_done, "[{server}] progress went back: {v}");
+        ensure!(v["data"]["progress"]["total"] == 8, "[{server}] {v}");
+        last_done = done;
+    }
+    // Throttled: at most one per second (0.2 s of slack for the clocks).
+    let at = |h: &Hit| -> Result<i64> { Ok(h.timestamp.parse::<i64>()?) };
+    let progress_at: Vec<i64> = hits[1..hits.len() - 1]
+        .iter()
+        .map(at)
+        .collect::<Result<_>>()?;
+    ensure!(
+        progress_at.len() <= 6,
+        "[{server}] {} progress deliveries in a 4 s run throttled to 1/s",
+        progress_at.len()
+    );
+    let items = view["items"].as_array().context("items")?;
+    let listed: Vec<&str> = items
+        .iter()
+        .map(|i| i["event"].as_str().unwrap_or_default())
+        .collect();
+    ensure!(
+        listed == kinds,
+        "[{server}] listed {listed:?} vs received {kinds:?}"
+    );
+    if let Some(python) = verifier()? {
+        let payloads = verify_with_reference(&python, &hits)?;
+        ensure!(
+            payloads.iter().all(|p| p["data"]["id"] == id.as_str()),
+            "[{server}] verified payloads {payloads:?}"
+        );
+    }
+    // /metrics counts them.
+    let (code, text) = curl_text(&format!("{}/metrics", serve.base))?;
+    ensure!(code == 200, "[{server}] /metrics answered {code}");
+    for (event, n) in [("started", 1), ("terminal", 1)] {
+        let line = format!(
+            "onestep_webhook_deliveries_total{{event=\"{event}\",outcome=\"acknowledged\"}} {n}"
+        );
+        ensure!(text.contains(&line), "[{server}] no {line:?} in\n{text}");
+    }
+    ensure!(
+        text.contains(&format!(
+            "onestep_webhook_deliveries_total{{event=\"progress\",outcome=\"acknowledged\"}} {}",
+            middle.len()
+        )),
+        "[{server}] progress count in\n{text}"
+    );
+    ensure!(
+        text.contains("onestep_webhook_delivery_duration_seconds_count{event=\"terminal\"} 1"),
+        "[{server}] latency histogram in\n{text}"
+    );
+    Ok(())
+}
+
+/// `curl -s URL`: status and body text.
+fn curl_text(url: &str) -> Result<(u16, String)> {
+    let out = Command::new("curl")
+        .args(["-s", "-o", "-", "-w", "\n%{http_code}", url])
+        .output()
+        .context("cannot run curl")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').context("no status")?;
+    Ok((code.trim().parse()?, body.to_owned()))
+}
+
+/// Whether this machine lets an unprivileged process bind-mount in a user namespace.
+fn can_unshare() -> bool {
+    Command::new("unshare")
+        .args(["-rm", "sh", "-c", "mount --bind /etc/hosts /etc/hosts"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A callback URL allowed only by the wildcard `http://*.e2e.test:PORT` whose name resolves to
+/// loopback or a private address: refused at submit, nothing written.
+async fn private_flow(server: &str, base: &[(&str, &str)]) -> Result<()> {
+    if !can_unshare() {
+        eprintln!(
+            "\n*** SKIPPED [{server}]: `unshare -rm` (a user and mount namespace) is not allowed \
+             here, so /etc/hosts cannot name a private address; the submit-time refusal is \
+             covered by host/api's unit tests only ***\n"
+        );
+        return Ok(());
+    }
+    let logs = tempfile::tempdir()?;
+    let receiver = Receiver::start(Plan::FailFirst(0)).await?;
+    let hosts = logs.path().join("hosts");
+    let mut text = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    text.push_str("\n127.0.0.1 hooks.e2e.test\n10.1.2.3 private.e2e.test\n");
+    std::fs::write(&hosts, text)?;
+    let env = serve_env(base, receiver.port, dead_port()?);
+    let serve = Serve::start_in(&env, &logs.path().join("serve.log"), Some(&hosts)).await?;
+    let count = || -> Result<usize> {
+        let (code, body) = curl(&[format!("{}/v1/executions?limit=100", serve.base).as_str()])?;
+        ensure!(code == 200, "[{server}] list answered {code}: {body}");
+        Ok(body["items"].as_array().map_or(0, Vec::len))
+    };
+    let before = count()?;
+    for host in ["hooks.e2e.test", "private.e2e.test"] {
+        let (code, body) = serve.post(
+            "/v1/executions",
+            &json!({"task_name": "echo", "payload": 1,
+                    "callback": {"url": format!("http://{host}:{}/x", receiver.port)}}),
+        )?;
+        ensure!(
+            code == 422 && body["code"] == "callback_not_allowed",
+            "[{server}] {host}: {code} {body}"
+        );
+        let message = body["message"].as_str().unwrap_or_default();
+        ensure!(
+            message.contains(&format!(
+                "callback host {host} resolves only to private or special addresses"
+            )),
+            "[{server}] {host}: message {message:?}"
+        );
+    }
+    ensure!(
+        count()? == before,
+        "[{server}] a refused submit wrote an execution"
+    );
+    // The same wildcard with a public-looking name that does not resolve: refused for that.
+    let (code, body) = serve.post(
+        "/v1/executions",
+        &json!({"task_name": "echo", "payload": 1,
+                "callback": {"url": format!("http://nowhere.e2e.test:{}/x", receiver.port)}}),
+    )?;
+    ensure!(code == 422, "[{server}] unresolvable: {code} {body}");
+    ensure!(
+        receiver.hits().is_empty(),
+        "[{server}] the receiver got a request"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhooks_started_progress_terminal_in_order() -> Result<()> {
+    guest("countdown")?;
+    on_each_server(
+        "webhook events",
+        &e2e_config("worker.yaml"),
+        Schedule::Concurrent,
+        |env| async move {
+            let _worker = env.spawn_worker("hooks-worker")?;
+            let base = env.onestep_env();
+            events_flow(env.server(), &base).await?;
+            private_flow(env.server(), &base).await
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhook_events_on_sqlite() -> Result<()> {
+    guest("countdown")?;
+    let dir = tempfile::tempdir()?;
+    let dsn = format!("sqlite://{}", dir.path().join("events.db").display());
+    let (code, out, err) = run_cli(&["migrate", "--dsn", &dsn], &[])?;
+    if code != 0 {
+        bail!("migrate exited {code}: {out}{err}");
+    }
+    let _worker = onestep_e2e::WorkerProcess::spawn(
+        &e2e_config("worker.yaml"),
+        &[
+            ("ONESTEP_E2E_BACKEND", "sqlite"),
+            ("ONESTEP_DSN", &dsn),
+            ("ONESTEP_WORKER_ID", "hooks-worker"),
+        ],
+        dir.path(),
+    )?;
+    let base = [
+        ("ONESTEP_E2E_BACKEND", "sqlite"),
+        ("ONESTEP_DSN", dsn.as_str()),
+    ];
+    events_flow("sqlite", &base).await?;
+    private_flow("sqlite", &base).await
 }

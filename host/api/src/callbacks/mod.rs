@@ -4,6 +4,7 @@
 //! `operate` caller (`POST /v1/executions/{id}/deliveries:redeliver`), and the sender loop
 //! ([`sender::CallbackSender`]).
 
+pub mod metrics;
 pub mod sender;
 pub mod target;
 
@@ -30,7 +31,8 @@ pub struct CallbackBody {
     /// Where the deliveries are posted; its origin must be in `api.callbacks.allow`.
     #[schema(example = "https://hooks.example.com/onestep")]
     pub url: String,
-    /// The events delivered: `["terminal"]` (the default, the only one today).
+    /// The events delivered: `["terminal"]` (the default); `"started"` and `"progress"` may be
+    /// added, `"terminal"` must stay.
     #[serde(default)]
     pub events: Option<Vec<String>>,
 }
@@ -75,7 +77,8 @@ pub async fn check_callback(
 pub struct DeliveryView {
     /// 1-based, over every round.
     pub attempt: u32,
-    /// `execution.succeeded`, `execution.failed`, `execution.cancelled` or `execution.expired`.
+    /// `execution.started`, `execution.progress`, or the terminal `execution.succeeded`,
+    /// `execution.failed`, `execution.cancelled` or `execution.expired`.
     pub event: String,
     /// The `webhook-id` header sent (the same on every retry of an event).
     pub webhook_id: String,

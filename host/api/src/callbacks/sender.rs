@@ -14,13 +14,16 @@ use chrono::Utc;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use onestep_core::callback::{
-    CallbackSettings, CallbackState, CallbackStore, DeliveryOutcome, DueCallback, TERMINAL_EVENT,
-    event_type, message_id, sign,
+    CallbackEvent, CallbackSettings, CallbackState, CallbackStore, DeliveryOutcome, DueCallback,
+    PROGRESS_EVENT, PROGRESS_TYPE, PassedEvent, STARTED_EVENT, STARTED_TYPE, TERMINAL_EVENT,
+    event_type, message_id, next_event, progress_message_id, sign,
 };
+use onestep_core::diagnostics::AttemptProgress;
 use onestep_core::network::{HttpScheme, RequestHost};
 use onestep_core::ports::ExecutionStore;
 use tokio_util::sync::CancellationToken;
 
+use super::metrics::{DeliveryResult, WebhookMetrics};
 use super::target::{CallbackTarget, check_url, resolve};
 use crate::view::ExecutionView;
 
@@ -36,6 +39,17 @@ pub struct CallbackSender {
     executions: Arc<dyn ExecutionStore>,
     settings: Arc<CallbackSettings>,
     tls: tokio_rustls::TlsConnector,
+    metrics: Arc<WebhookMetrics>,
+}
+
+/// What one attempt delivers.
+struct Message {
+    event: CallbackEvent,
+    /// The payload `type`.
+    kind: String,
+    webhook_id: String,
+    /// The report a progress delivery carries.
+    progress: Option<AttemptProgress>,
 }
 
 impl std::fmt::Debug for CallbackSender {
@@ -66,7 +80,21 @@ impl CallbackSender {
             executions,
             settings: Arc::new(settings),
             tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            metrics: Arc::default(),
         })
+    }
+
+    /// The same sender counting its deliveries in `metrics` (the API's
+    /// [`crate::ApiState::webhook_metrics`], shown at `/metrics`).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<WebhookMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The delivery metrics this sender counts in.
+    pub fn metrics(&self) -> &Arc<WebhookMetrics> {
+        &self.metrics
     }
 
     /// How long a claim holds a callback: longer than one delivery may take.
@@ -105,21 +133,46 @@ impl CallbackSender {
         Ok(n)
     }
 
-    /// One attempt at `due`, recorded.
+    /// The latest progress report of the execution's attempts (`None`: none, or unreadable).
+    async fn latest_progress(&self, due: &DueCallback) -> Option<AttemptProgress> {
+        match self
+            .executions
+            .attempts(&due.namespace, due.execution_id)
+            .await
+        {
+            Ok(attempts) => attempts
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|a| a.diagnostics.and_then(|d| d.progress))
+                .max_by_key(|p| p.at),
+            Err(e) => {
+                tracing::warn!(execution_id = %due.execution_id, error = %e, "completion webhooks: reading the progress failed");
+                None
+            }
+        }
+    }
+
+    /// One attempt at `due`, recorded: the event its execution's durable state calls for
+    /// (`started`, then `progress`, then the terminal status; [`next_event`]).
     async fn deliver(&self, due: DueCallback) {
         let attempt_no = due.attempts.saturating_add(1);
-        let webhook_id = message_id(due.execution_id, TERMINAL_EVENT);
         let execution = match self.executions.get(&due.namespace, due.execution_id).await {
             Ok(Some(x)) => x,
             Ok(None) => {
                 // Purged meanwhile: nothing to deliver.
+                let message = Message {
+                    event: CallbackEvent::Terminal,
+                    kind: "execution.gone".into(),
+                    webhook_id: message_id(due.execution_id, TERMINAL_EVENT),
+                    progress: None,
+                };
                 self.record(
                     &due,
                     attempt_no,
-                    "execution.gone",
-                    &webhook_id,
+                    &message,
                     Err("the execution no longer exists".into()),
                     true,
+                    Duration::ZERO,
                 )
                 .await;
                 return;
@@ -129,16 +182,70 @@ impl CallbackSender {
                 return;
             }
         };
-        let event = event_type(execution.status);
+        let wants_progress = due.events.iter().any(|e| e == PROGRESS_EVENT);
+        let progress = if wants_progress && !execution.status.is_terminal() {
+            self.latest_progress(&due).await
+        } else {
+            None
+        };
+        let Some(event) = next_event(
+            &due,
+            execution.status,
+            execution.started_at.is_some(),
+            progress.as_ref().map(|p| p.at),
+        ) else {
+            // A claim that raced a change: the lease runs out and the row is looked at again.
+            tracing::debug!(execution_id = %due.execution_id, "completion webhooks: nothing to deliver");
+            return;
+        };
+        let message = match event {
+            CallbackEvent::Started => Message {
+                event,
+                kind: STARTED_TYPE.into(),
+                webhook_id: message_id(due.execution_id, STARTED_EVENT),
+                progress: None,
+            },
+            CallbackEvent::Progress => Message {
+                event,
+                kind: PROGRESS_TYPE.into(),
+                webhook_id: progress_message_id(
+                    due.execution_id,
+                    due.progress_seq.saturating_add(1),
+                ),
+                progress,
+            },
+            CallbackEvent::Terminal => Message {
+                event,
+                kind: event_type(execution.status),
+                webhook_id: message_id(due.execution_id, TERMINAL_EVENT),
+                progress: None,
+            },
+        };
         let at = Utc::now();
+        let mut data = serde_json::to_value(ExecutionView::from(&execution))
+            .unwrap_or(serde_json::Value::Null);
+        if let (Some(p), Some(obj)) = (&message.progress, data.as_object_mut()) {
+            obj.insert(
+                "progress".into(),
+                serde_json::json!({
+                    "done": p.done,
+                    "total": p.total,
+                    "note": p.note,
+                    "at": p.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                }),
+            );
+        }
         let body = serde_json::json!({
-            "type": event,
+            "type": message.kind,
             "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            "data": ExecutionView::from(&execution),
+            "data": data,
         });
         let body = Bytes::from(body.to_string());
-        let result = self.post(&due, &webhook_id, at.timestamp(), body).await;
-        self.record(&due, attempt_no, &event, &webhook_id, result, false)
+        let started = std::time::Instant::now();
+        let result = self
+            .post(&due, &message.webhook_id, at.timestamp(), body)
+            .await;
+        self.record(&due, attempt_no, &message, result, false, started.elapsed())
             .await;
     }
 
@@ -146,10 +253,10 @@ impl CallbackSender {
         &self,
         due: &DueCallback,
         attempt_no: u32,
-        event: &str,
-        webhook_id: &str,
+        message: &Message,
         result: Result<u16, String>,
         give_up: bool,
+        took: Duration,
     ) {
         let at = Utc::now();
         let (status, error) = match &result {
@@ -157,37 +264,62 @@ impl CallbackSender {
             Ok(s) => (Some(*s), Some(format!("the receiver answered HTTP {s}"))),
             Err(e) => (None, Some(e.clone())),
         };
-        let (state, next_at) = if error.is_none() {
-            (CallbackState::Delivered, None)
-        } else if give_up {
-            (CallbackState::Dead, None)
+        let retry_at = if error.is_none() || give_up {
+            None
         } else {
-            match self.settings.after_failure(attempt_no, due.round_start, at) {
-                Some(next) => (CallbackState::Pending, Some(next)),
-                None => (CallbackState::Dead, None),
+            self.settings.after_failure(attempt_no, due.round_start, at)
+        };
+        let result = match (&error, retry_at) {
+            (None, _) => DeliveryResult::Acknowledged,
+            (Some(_), Some(_)) => DeliveryResult::Failed,
+            (Some(_), None) => DeliveryResult::Dead,
+        };
+        self.metrics
+            .record(message.event, result, took.as_secs_f64());
+        // A started or progress event that ended (acknowledged, or out of attempts) is passed:
+        // the callback stays pending for the next event, due at once, in a new round.
+        let passed = match (message.event, result, give_up) {
+            (_, _, true) | (CallbackEvent::Terminal, _, _) | (_, DeliveryResult::Failed, _) => None,
+            (CallbackEvent::Started, _, _) => Some(PassedEvent::Started),
+            (CallbackEvent::Progress, _, _) => {
+                message.progress.as_ref().map(|p| PassedEvent::Progress {
+                    seq: due.progress_seq.saturating_add(1),
+                    progress_at: p.at,
+                    after: at
+                        + chrono::Duration::from_std(self.settings.progress_interval)
+                            .unwrap_or(chrono::Duration::seconds(5)),
+                })
             }
         };
-        match state {
-            CallbackState::Delivered => {
-                tracing::debug!(execution_id = %due.execution_id, attempt_no, "completion webhook delivered")
+        let (state, next_at) = match (result, &passed) {
+            (DeliveryResult::Acknowledged, None) => (CallbackState::Delivered, None),
+            (_, Some(_)) => (CallbackState::Pending, Some(at)),
+            (DeliveryResult::Failed, None) => (CallbackState::Pending, retry_at),
+            (DeliveryResult::Dead, None) => (CallbackState::Dead, None),
+        };
+        let event = message.event.as_str();
+        match result {
+            DeliveryResult::Acknowledged => {
+                tracing::debug!(execution_id = %due.execution_id, attempt_no, event, "completion webhook delivered")
             }
-            CallbackState::Pending => {
-                tracing::info!(execution_id = %due.execution_id, attempt_no, error = ?error, "completion webhook attempt failed; will retry")
+            DeliveryResult::Failed => {
+                tracing::info!(execution_id = %due.execution_id, attempt_no, event, error = ?error, "completion webhook attempt failed; will retry")
             }
-            CallbackState::Dead => {
-                tracing::warn!(execution_id = %due.execution_id, attempt_no, error = ?error, "completion webhook dead: no attempt left")
+            DeliveryResult::Dead => {
+                tracing::warn!(execution_id = %due.execution_id, attempt_no, event, error = ?error, "completion webhook event dead: no attempt left")
             }
         }
         let outcome = DeliveryOutcome {
             execution_id: due.execution_id,
             attempt_no,
-            event: event.to_owned(),
-            webhook_id: webhook_id.to_owned(),
+            event: message.kind.clone(),
+            webhook_id: message.webhook_id.clone(),
             at,
             status,
             error,
             state,
             next_at,
+            passed,
         };
         if let Err(e) = self.store.record_delivery(&outcome).await {
             // The claim runs out and the callback is tried again.

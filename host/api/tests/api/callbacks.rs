@@ -49,6 +49,7 @@ fn settings(port: u16) -> (AppSettings, CallbackSettings) {
         max_attempts: 2,
         first_backoff: Duration::from_secs(1),
         timeout: Duration::from_secs(5),
+        progress_interval: Duration::from_secs(1),
     };
     let base = single_settings();
     let app = AppSettings {
@@ -219,4 +220,179 @@ async fn without_api_callbacks_a_callback_is_refused() {
         "{body}"
     );
     assert_eq!(app.count_rows().await, 0);
+}
+
+/// `started`, `progress` and the terminal event through one sender on MariaDB: each derived
+/// from the execution's durable state (the claim's `started_at`, the heartbeat's stored
+/// progress, the completion), in order, one signed message each with its own stable
+/// `webhook-id`, progress throttled, counted in the API's `/metrics`.
+#[tokio::test]
+async fn started_progress_and_terminal_are_delivered_in_order_and_counted() {
+    use onestep_core::Completion;
+    use onestep_core::diagnostics::{AttemptProgress, LiveDiagnostics};
+    use onestep_core::ports::LeaseStore;
+
+    let (port, got) = receiver().await;
+    let (app_settings, callbacks) = settings(port);
+    let app = TestApp::start(app_settings).await;
+    let (status, view) = submit(
+        &app,
+        "ev1",
+        json!({"url": format!("http://127.0.0.1:{port}/ev"),
+               "events": ["started", "progress", "terminal"]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{view}");
+    let id = id_of(&view);
+    let sender = CallbackSender::new(
+        Arc::new(app.backend.clone()),
+        Arc::new(app.backend.clone()),
+        callbacks,
+    )
+    .expect("sender")
+    .with_metrics(app.state.webhook_metrics());
+    assert_eq!(sender.pass().await.expect("pass"), 0, "queued: nothing");
+
+    let lease = app
+        .backend
+        .claim(&onestep_core::request::ClaimRequest {
+            namespaces: onestep_core::request::NamespaceScope::One("local".into()),
+            task_names: vec!["echo".into()],
+            limit: 1,
+            lease_duration_s: 300.0,
+            worker_id: "w".into(),
+            fair: Default::default(),
+            max_running: None,
+        })
+        .await
+        .expect("claim")
+        .remove(0);
+    assert_eq!(sender.pass().await.expect("pass"), 1, "started");
+    assert_eq!(sender.pass().await.expect("pass"), 0, "nothing new");
+    let report = |done: u64| LiveDiagnostics {
+        progress: Some(AttemptProgress {
+            done,
+            total: 4,
+            note: "pages".into(),
+            at: chrono::Utc::now(),
+        }),
+        log: None,
+    };
+    assert!(
+        app.backend
+            .record_live(&[(lease.lease_ref(), report(1))])
+            .await
+            .expect("live")
+    );
+    assert_eq!(sender.pass().await.expect("pass"), 1, "progress 1");
+    app.backend
+        .record_live(&[(lease.lease_ref(), report(2))])
+        .await
+        .expect("live");
+    assert_eq!(sender.pass().await.expect("pass"), 0, "throttled (1 s)");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(sender.pass().await.expect("pass"), 1, "progress 2");
+    app.backend
+        .record_live(&[(lease.lease_ref(), report(3))])
+        .await
+        .expect("live");
+    app.backend
+        .complete(&lease.lease_ref(), &Completion::succeeded(json!(1)))
+        .await
+        .expect("complete");
+    assert_eq!(
+        sender.pass().await.expect("pass"),
+        1,
+        "terminal, not progress 3"
+    );
+    assert_eq!(sender.pass().await.expect("pass"), 0, "delivered");
+
+    let received = got.lock().expect("lock").clone();
+    let simple = id.simple();
+    let seen: Vec<(String, String, Option<u64>)> = received
+        .iter()
+        .map(|(headers, body)| {
+            let payload: Value = serde_json::from_str(body).expect("json");
+            let ts: i64 = headers["webhook-timestamp"]
+                .to_str()
+                .expect("ts")
+                .parse()
+                .expect("ts");
+            let wid = headers["webhook-id"].to_str().expect("id").to_owned();
+            let secrets = WebhookSecret::parse_list(SECRET).expect("secret");
+            assert_eq!(
+                headers["webhook-signature"].to_str().expect("sig"),
+                sign(&secrets, &wid, ts, body.as_bytes())
+            );
+            (
+                payload["type"].as_str().expect("type").to_owned(),
+                wid,
+                payload["data"]["progress"]["done"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "execution.started".into(),
+                format!("msg_{simple}_started"),
+                None
+            ),
+            (
+                "execution.progress".into(),
+                format!("msg_{simple}_progress_1"),
+                Some(1)
+            ),
+            (
+                "execution.progress".into(),
+                format!("msg_{simple}_progress_2"),
+                Some(2)
+            ),
+            (
+                "execution.succeeded".into(),
+                format!("msg_{simple}_terminal"),
+                None
+            ),
+        ]
+    );
+    let (status, listed) = app
+        .send(
+            req(
+                Method::GET,
+                &format!("/v1/executions/{id}/deliveries"),
+                None,
+            )
+            .empty(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["state"], "delivered");
+    let events: Vec<&str> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["event"].as_str().expect("event"))
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            "execution.started",
+            "execution.progress",
+            "execution.progress",
+            "execution.succeeded"
+        ]
+    );
+    let (status, _, text) = app
+        .send_text(req(Method::GET, "/metrics", None).empty())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for line in [
+        "onestep_webhook_deliveries_total{event=\"started\",outcome=\"acknowledged\"} 1",
+        "onestep_webhook_deliveries_total{event=\"progress\",outcome=\"acknowledged\"} 2",
+        "onestep_webhook_deliveries_total{event=\"terminal\",outcome=\"acknowledged\"} 1",
+        "onestep_webhook_delivery_duration_seconds_count{event=\"progress\"} 2",
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
 }

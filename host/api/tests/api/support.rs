@@ -156,6 +156,8 @@ pub struct TestApp {
     /// A pool of its own on the test database, to inspect or damage the tables directly.
     pub pool: Pool,
     pub router: Router,
+    /// The router's state (e.g. the webhook metrics its `/metrics` shows).
+    pub state: ApiState,
     doc: Value,
 }
 
@@ -181,7 +183,7 @@ impl TestApp {
         .expect("state")
         .with_insights(Arc::new(backend.clone()))
         .with_callbacks(Arc::new(backend.clone()));
-        let router = router(state);
+        let router = router(state.clone());
         let doc = serde_json::to_value(onestep_api::openapi_document()).expect("openapi");
         let pool = Pool::new(db.url.as_str());
         TestApp {
@@ -189,6 +191,7 @@ impl TestApp {
             backend,
             pool,
             router,
+            state,
             doc,
         }
     }

@@ -97,7 +97,12 @@ async fn serve(config: &AppConfig, listen: Option<SocketAddr>) -> u8 {
     let local = listener.local_addr().map_or(listen, |a| a);
     tracing::info!(address = %local, "onestep API listening on http://{local}");
     let stop_sender = tokio_util::sync::CancellationToken::new();
-    let sender = match start_sender(&backend, config, stop_sender.clone()) {
+    let sender = match start_sender(
+        &backend,
+        config,
+        state.webhook_metrics(),
+        stop_sender.clone(),
+    ) {
         Ok(s) => s,
         Err(msg) => {
             tracing::error!("{msg}");
@@ -121,6 +126,7 @@ async fn serve(config: &AppConfig, listen: Option<SocketAddr>) -> u8 {
 fn start_sender(
     backend: &Store,
     config: &AppConfig,
+    metrics: std::sync::Arc<onestep_api::callbacks::metrics::WebhookMetrics>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
     let Some(settings) = config
@@ -139,7 +145,8 @@ fn start_sender(
         return Ok(None);
     };
     let sender =
-        onestep_api::callbacks::CallbackSender::new(store, backend.executions(), settings)?;
+        onestep_api::callbacks::CallbackSender::new(store, backend.executions(), settings)?
+            .with_metrics(metrics);
     Ok(Some(tokio::spawn(sender.run(stop))))
 }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use onestep_core::callback::{
     CallbackSettings, DEFAULT_DELIVERY_TIMEOUT, DEFAULT_FIRST_BACKOFF, DEFAULT_MAX_ATTEMPTS,
-    MAX_MAX_ATTEMPTS, WebhookSecret,
+    DEFAULT_PROGRESS_INTERVAL, MAX_MAX_ATTEMPTS, PROGRESS_INTERVAL_RANGE_S, WebhookSecret,
 };
 use onestep_core::network::OriginPattern;
 use onestep_core::text::MAX_NAME_CHARS;
@@ -17,7 +17,14 @@ use crate::fields::{check_allowed, index, integer, join, number, positive_second
 use crate::node::Node;
 
 /// Keys accepted in `api.callbacks`.
-pub const CALLBACK_KEYS: [&str; 5] = ["allow", "secrets", "namespaces", "retry", "timeout_s"];
+pub const CALLBACK_KEYS: [&str; 6] = [
+    "allow",
+    "secrets",
+    "namespaces",
+    "retry",
+    "timeout_s",
+    "progress_interval_s",
+];
 /// Keys accepted in `api.callbacks.retry`.
 pub const CALLBACK_RETRY_KEYS: [&str; 2] = ["max_attempts", "first_backoff_s"];
 /// Keys accepted in one entry of `api.callbacks.namespaces`.
@@ -126,6 +133,25 @@ pub fn build_callbacks(api: &Node) -> Result<Option<CallbackSettings>, ConfigErr
             .filter(|d| d.as_secs() <= 300)
             .ok_or_else(|| ConfigError::at(n, PATH, "timeout_s must be a number > 0 and <= 300"))?,
     };
+    let progress_interval = match node.get_set("progress_interval_s") {
+        None => DEFAULT_PROGRESS_INTERVAL,
+        Some(n) => integer(n)
+            .and_then(|i| u64::try_from(i).ok())
+            .filter(|i| PROGRESS_INTERVAL_RANGE_S.contains(i))
+            .map(std::time::Duration::from_secs)
+            .ok_or_else(|| {
+                ConfigError::at(
+                    n,
+                    PATH,
+                    format!(
+                        "progress_interval_s must be a whole number of seconds from {} to {} \
+                         (at most one progress delivery per callback per interval)",
+                        PROGRESS_INTERVAL_RANGE_S.start(),
+                        PROGRESS_INTERVAL_RANGE_S.end()
+                    ),
+                )
+            })?,
+    };
     Ok(Some(CallbackSettings {
         allow,
         secrets,
@@ -133,6 +159,7 @@ pub fn build_callbacks(api: &Node) -> Result<Option<CallbackSettings>, ConfigErr
         max_attempts,
         first_backoff,
         timeout,
+        progress_interval,
     }))
 }
 

@@ -1194,7 +1194,7 @@ fn api_callbacks() {
     assert_eq!(cfg.api.expect("api").settings.callbacks, None);
     let cfg = load_api(&format!(
         "{{allow: [https://hooks.example.com, 'http://127.0.0.1:9000'], secrets: '{A} {B}', \
-         namespaces: {{acme: {{secrets: [{B}]}}}}, retry: {{max_attempts: 3, first_backoff_s: 0.5}}, timeout_s: 2}}"
+         namespaces: {{acme: {{secrets: [{B}]}}}}, retry: {{max_attempts: 3, first_backoff_s: 0.5}}, timeout_s: 2, progress_interval_s: 30}}"
     ))
     .expect("callbacks");
     let c = cfg.api.expect("api").settings.callbacks.expect("callbacks");
@@ -1205,6 +1205,7 @@ fn api_callbacks() {
     assert_eq!(c.max_attempts, 3);
     assert_eq!(c.first_backoff, std::time::Duration::from_millis(500));
     assert_eq!(c.timeout, std::time::Duration::from_secs(2));
+    assert_eq!(c.progress_interval, std::time::Duration::from_secs(30));
     let d = load_api(&format!("{{allow: [https://h.example.com], secrets: {A}}}"))
         .expect("defaults")
         .api
@@ -1213,14 +1214,31 @@ fn api_callbacks() {
         .callbacks
         .expect("callbacks");
     assert_eq!(
-        (d.max_attempts, d.first_backoff, d.timeout),
+        (
+            d.max_attempts,
+            d.first_backoff,
+            d.timeout,
+            d.progress_interval
+        ),
         (
             8,
             std::time::Duration::from_secs(5),
-            std::time::Duration::from_secs(10)
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_secs(5)
         )
     );
     let e = |body: &str| load_api(body).expect_err(body).to_string();
+    for bad in ["0", "3601", "1.5", "fast"] {
+        let msg = e(&format!(
+            "{{allow: [https://h.example.com], secrets: {A}, progress_interval_s: {bad}}}"
+        ));
+        assert!(
+            msg.contains(
+                "api.callbacks: progress_interval_s must be a whole number of seconds from 1 to 3600"
+            ),
+            "{bad}: {msg}"
+        );
+    }
     assert!(e("[1]").starts_with("api: callbacks must be a mapping"));
     assert!(e(&format!("{{secrets: {A}}}")).starts_with("api.callbacks: allow is required"));
     assert!(e(&format!("{{allow: [], secrets: {A}}}")).contains("allow must be a non-empty list"));

@@ -3,16 +3,23 @@
 //! execution has ended, a claim holds it for its lease and then lets it go (a killed sender loses
 //! nothing), attempts are recorded once per number, a failure waits until its next try, `dead`
 //! and `delivered` are final until a redelivery starts a new round, and everything is scoped to
-//! the namespace. A store without an outbox (`Fixture::callbacks` is `None`) skips them loudly.
+//! the namespace. The `started` and `progress` events are derived from the execution's durable
+//! state: `started` is due once the first attempt started, `progress` when an attempt reported
+//! progress newer than the last passed and the throttle ran out, the terminal event last; a
+//! passed event starts a new round. A store without an outbox (`Fixture::callbacks` is `None`)
+//! skips them loudly; one keeping no progress reports skips the progress case loudly.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use onestep_core::Completion;
+use onestep_core::ExecutionLease;
 use onestep_core::callback::{
-    CallbackSpec, CallbackState, CallbackStore, DeliveryOutcome, DueCallback, TERMINAL_EVENT,
-    message_id,
+    CallbackSpec, CallbackState, CallbackStore, DeliveryOutcome, DueCallback, PassedEvent,
+    TERMINAL_EVENT, message_id, progress_message_id,
 };
+use onestep_core::diagnostics::{AttemptProgress, LiveDiagnostics};
 use onestep_core::request::PreparedSubmission;
 use serde_json::json;
 use uuid::Uuid;
@@ -32,6 +39,12 @@ pub(crate) fn cases() -> Vec<Case> {
         ),
         case("callbacks_claim_lease_runs_out", |fx| Box::pin(lease(fx))),
         case("callbacks_dead_then_redelivered", |fx| Box::pin(dead(fx))),
+        case("callbacks_started_before_terminal", |fx| {
+            Box::pin(started(fx))
+        }),
+        case("callbacks_progress_throttled_never_after_terminal", |fx| {
+            Box::pin(progress(fx))
+        }),
     ]
 }
 
@@ -115,6 +128,7 @@ fn outcome(
         error: (state != CallbackState::Delivered).then(|| "the receiver answered HTTP 500".into()),
         state,
         next_at,
+        passed: None,
     }
 }
 
@@ -268,4 +282,268 @@ async fn dead(fx: Fixture) {
     assert_eq!(due.len(), 1);
     assert_eq!((due[0].attempts, due[0].round_start), (1, 1));
     assert!(!cb.redeliver(NS, Uuid::nil()).await.expect("redeliver"));
+}
+
+fn with_events(mut sub: PreparedSubmission, events: &[&str]) -> PreparedSubmission {
+    sub.callback = Some(CallbackSpec {
+        url: URL.into(),
+        events: events.iter().map(|e| (*e).to_owned()).collect(),
+    });
+    sub
+}
+
+/// Claims the one queued execution of `TASK` (its first attempt starts).
+async fn start(fx: &Fixture) -> ExecutionLease {
+    let mut got = fx
+        .leases
+        .claim(&builders::claim(NS, TASK, 1, 300.0, "w1"))
+        .await
+        .expect("claim");
+    assert_eq!(got.len(), 1, "one claimed");
+    got.remove(0)
+}
+
+/// An attempt that passes a non-terminal event (acknowledged): pending, due at once.
+fn passing(
+    d: &DueCallback,
+    at: DateTime<Utc>,
+    event: &str,
+    webhook_id: String,
+    passed: PassedEvent,
+) -> DeliveryOutcome {
+    DeliveryOutcome {
+        execution_id: d.execution_id,
+        attempt_no: d.attempts + 1,
+        event: event.into(),
+        webhook_id,
+        at,
+        status: Some(204),
+        error: None,
+        state: CallbackState::Pending,
+        next_at: Some(at),
+        passed: Some(passed),
+    }
+}
+
+async fn started(fx: Fixture) {
+    let Some(cb) = store(&fx).await else { return };
+    let e = fx
+        .store
+        .submit(with_events(
+            builders::prepared(NS, TASK, json!(0)),
+            &["started", "terminal"],
+        ))
+        .await
+        .expect("submit");
+    // Terminal only: not due while running.
+    fx.store
+        .submit(with_callback(builders::prepared(NS, "other", json!(0))))
+        .await
+        .expect("submit");
+    assert!(
+        cb.claim_due(10, LEASE).await.expect("claim").is_empty(),
+        "queued: nothing due"
+    );
+    let lease = start(&fx).await;
+    assert_eq!(lease.execution.id, e.id);
+    let due = cb.claim_due(10, LEASE).await.expect("claim");
+    assert_eq!(
+        due.len(),
+        1,
+        "started is due once the attempt started: {due:?}"
+    );
+    assert_eq!(due[0].execution_id, e.id);
+    assert_eq!(due[0].events, vec!["started", "terminal"]);
+    assert!(!due[0].started_done);
+    // A failed attempt keeps it pending until its next try, still `started`.
+    let now = fx.clock.now_value();
+    let mut failed = outcome(
+        &due[0],
+        now,
+        Some(500),
+        CallbackState::Pending,
+        Some(now + chrono::Duration::seconds(5)),
+    );
+    failed.event = "execution.started".into();
+    failed.webhook_id = message_id(e.id, "started");
+    cb.record_delivery(&failed).await.expect("record");
+    assert!(cb.claim_due(10, LEASE).await.expect("claim").is_empty());
+    fx.clock.advance(6.0);
+    let due = cb.claim_due(10, LEASE).await.expect("claim");
+    assert_eq!(due.len(), 1);
+    assert_eq!((due[0].attempts, due[0].round_start), (1, 0));
+    assert!(!due[0].started_done);
+    let at = fx.clock.now_value();
+    let ok = passing(
+        &due[0],
+        at,
+        "execution.started",
+        message_id(e.id, "started"),
+        PassedEvent::Started,
+    );
+    cb.record_delivery(&ok).await.expect("record");
+    cb.record_delivery(&ok).await.expect("record twice");
+    assert!(
+        cb.claim_due(10, LEASE).await.expect("claim").is_empty(),
+        "started passed, still running: nothing due"
+    );
+    let rec = cb.deliveries(NS, e.id).await.expect("read").expect("cb");
+    assert_eq!(rec.state, CallbackState::Pending);
+    assert_eq!(rec.attempts, 2);
+    // The execution ends: the terminal event, in a new round.
+    fx.leases
+        .complete(&lease.lease_ref(), &Completion::succeeded(json!(1)))
+        .await
+        .expect("complete");
+    let due = cb.claim_due(10, LEASE).await.expect("claim");
+    assert_eq!(due.len(), 1);
+    assert!(due[0].started_done);
+    assert_eq!((due[0].attempts, due[0].round_start), (2, 2));
+    let at = fx.clock.now_value();
+    let mut last = outcome(&due[0], at, Some(200), CallbackState::Delivered, None);
+    last.event = "execution.succeeded".into();
+    cb.record_delivery(&last).await.expect("record");
+    let rec = cb.deliveries(NS, e.id).await.expect("read").expect("cb");
+    assert_eq!(rec.state, CallbackState::Delivered);
+    let events: Vec<&str> = rec.deliveries.iter().map(|d| d.event.as_str()).collect();
+    assert_eq!(
+        events,
+        vec![
+            "execution.started",
+            "execution.started",
+            "execution.succeeded"
+        ]
+    );
+    // Cancelled while queued: no started, the terminal only.
+    let q = fx
+        .store
+        .submit(with_events(
+            builders::prepared(NS, "third", json!(0)),
+            &["started", "terminal"],
+        ))
+        .await
+        .expect("submit");
+    fx.store.cancel(NS, q.id, None).await.expect("cancel");
+    let due = cb.claim_due(10, LEASE).await.expect("claim");
+    let ids: Vec<Uuid> = due.iter().map(|d| d.execution_id).collect();
+    assert!(ids.contains(&q.id), "{due:?}");
+    assert!(due.iter().all(|d| !d.started_done));
+}
+
+async fn progress(fx: Fixture) {
+    let Some(cb) = store(&fx).await else { return };
+    let e = fx
+        .store
+        .submit(with_events(
+            builders::prepared(NS, TASK, json!(0)),
+            &["progress", "terminal"],
+        ))
+        .await
+        .expect("submit");
+    let lease = start(&fx).await;
+    assert!(
+        cb.claim_due(10, LEASE).await.expect("claim").is_empty(),
+        "running without a report: nothing due"
+    );
+    let report = |done: u64, at: DateTime<Utc>| LiveDiagnostics {
+        progress: Some(AttemptProgress {
+            done,
+            total: 10,
+            note: format!("step {done}"),
+            at,
+        }),
+        log: None,
+    };
+    let t1 = fx.clock.now_value();
+    let kept = fx
+        .leases
+        .record_live(&[(lease.lease_ref(), report(1, t1))])
+        .await
+        .expect("live");
+    if !kept {
+        eprintln!("SKIPPED: this store keeps no progress reports");
+        return;
+    }
+    let due = cb.claim_due(10, LEASE).await.expect("claim");
+    assert_eq!(due.len(), 1, "a report: progress is due");
+    assert_eq!((due[0].progress_seq, due[0].progress_sent_at), (0, None));
+    let at = fx.clock.now_value();
+    let throttle = at + chrono::Duration::seconds(5);
+    cb.record_delivery(&passing(
+        &due[0],
+        at,
+        "execution.progress",
+        progress_message_id(e.id, 1),
+        PassedEvent::Progress {
+            seq: 1,
+            progress_at: t1,
+            after: throttle,
+        },
+    ))
+    .await
+    .expect("record");
+    assert!(
+        cb.claim_due(10, LEASE).await.expect("claim").is_empty(),
+        "the same report is not delivered twice"
+    );
+    fx.clock.advance(1.0);
+    let t2 = fx.clock.now_value();
+    fx.leases
+        .record_live(&[(lease.lease_ref(), report(2, t2))])
+        .await
+        .expect("live");
+    assert!(
+        cb.claim_due(10, LEASE).await.expect("claim").is_empty(),
+        "a newer report waits for the throttle"
+    );
+    fx.clock.advance(5.0);
+    let due = cb.claim_due(10, LEASE).await.expect("claim");
+    assert_eq!(due.len(), 1, "the throttle ran out");
+    assert_eq!(due[0].progress_seq, 1);
+    assert_eq!(due[0].progress_sent_at, Some(t1));
+    assert_eq!(due[0].round_start, 1);
+    let at = fx.clock.now_value();
+    cb.record_delivery(&passing(
+        &due[0],
+        at,
+        "execution.progress",
+        progress_message_id(e.id, 2),
+        PassedEvent::Progress {
+            seq: 2,
+            progress_at: t2,
+            after: at + chrono::Duration::seconds(5),
+        },
+    ))
+    .await
+    .expect("record");
+    // A third report inside the throttle, then the end: the terminal event is due at once,
+    // throttle or not (the sender then delivers the terminal status, never progress).
+    fx.clock.advance(1.0);
+    let t3 = fx.clock.now_value();
+    fx.leases
+        .record_live(&[(lease.lease_ref(), report(3, t3))])
+        .await
+        .expect("live");
+    assert!(cb.claim_due(10, LEASE).await.expect("claim").is_empty());
+    fx.leases
+        .complete(&lease.lease_ref(), &Completion::succeeded(json!(1)))
+        .await
+        .expect("complete");
+    let due = cb.claim_due(10, LEASE).await.expect("claim");
+    assert_eq!(due.len(), 1, "terminal is due inside the throttle");
+    assert_eq!(due[0].progress_seq, 2);
+    assert_eq!(due[0].progress_sent_at, Some(t2));
+    let rec = cb.deliveries(NS, e.id).await.expect("read").expect("cb");
+    let ids: Vec<&str> = rec
+        .deliveries
+        .iter()
+        .map(|d| d.webhook_id.as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            progress_message_id(e.id, 1).as_str(),
+            progress_message_id(e.id, 2).as_str()
+        ]
+    );
 }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use onestep_core::ExecutionError;
 use onestep_core::callback::{
     CallbackRecord, CallbackSpec, CallbackState, CallbackStore, DeliveryAttempt, DeliveryOutcome,
-    DueCallback,
+    DueCallback, PassedEvent, STARTED_EVENT,
 };
 use onestep_core::request::PreparedSubmission;
 use uuid::Uuid;
@@ -28,6 +28,9 @@ pub(crate) struct MemCallback {
     next_at: DateTime<Utc>,
     claimed_until: Option<DateTime<Utc>>,
     deliveries: Vec<DeliveryAttempt>,
+    started_done: bool,
+    progress_seq: u32,
+    progress_sent_at: Option<DateTime<Utc>>,
 }
 
 impl MemCallback {
@@ -42,6 +45,9 @@ impl MemCallback {
             next_at: now,
             claimed_until: None,
             deliveries: Vec::new(),
+            started_done: false,
+            progress_seq: 0,
+            progress_sent_at: None,
         }
     }
 }
@@ -64,10 +70,13 @@ impl CallbackStore for MemoryStore {
                 c.state == CallbackState::Pending
                     && c.next_at <= now
                     && c.claimed_until.is_none_or(|t| t <= now)
-                    && state
-                        .rows
-                        .get(id)
-                        .is_some_and(|r| r.execution.status.is_terminal())
+                    && state.rows.get(id).is_some_and(|r| {
+                        // This store keeps no progress reports: terminal and started only.
+                        r.execution.status.is_terminal()
+                            || (c.events.iter().any(|e| e == STARTED_EVENT)
+                                && !c.started_done
+                                && r.execution.started_at.is_some())
+                    })
             })
             .map(|(id, c)| (c.next_at, *id))
             .collect();
@@ -83,6 +92,10 @@ impl CallbackStore for MemoryStore {
                     url: c.url.clone(),
                     attempts: c.attempts,
                     round_start: c.round_start,
+                    events: c.events.clone(),
+                    started_done: c.started_done,
+                    progress_seq: c.progress_seq,
+                    progress_sent_at: c.progress_sent_at,
                 });
             }
         }
@@ -106,6 +119,20 @@ impl CallbackStore for MemoryStore {
             c.deliveries.sort_by_key(|d| d.attempt_no);
         }
         if c.state == CallbackState::Pending {
+            match &o.passed {
+                None => {}
+                Some(PassedEvent::Started) => {
+                    c.started_done = true;
+                    c.round_start = c.round_start.max(o.attempt_no);
+                }
+                Some(PassedEvent::Progress {
+                    seq, progress_at, ..
+                }) => {
+                    c.progress_seq = c.progress_seq.max(*seq);
+                    c.progress_sent_at = c.progress_sent_at.max(Some(*progress_at));
+                    c.round_start = c.round_start.max(o.attempt_no);
+                }
+            }
             c.state = o.state;
             c.attempts = c.attempts.max(o.attempt_no);
             if let Some(next) = o.next_at {
