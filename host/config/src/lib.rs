@@ -17,6 +17,7 @@ pub mod env;
 pub mod error;
 mod fields;
 pub mod interpolate;
+pub mod manifest;
 pub mod model;
 pub mod node;
 pub mod strict;
@@ -24,8 +25,10 @@ pub mod summary;
 
 use std::path::{Path, PathBuf};
 
+pub use build::deployments::{DeploymentsConfig, OperatorSecret};
 pub use env::EnvLookup;
 pub use error::{ConfigError, MissingVar};
+pub use manifest::{DeploymentManifest, load_manifest, parse_manifest};
 pub use model::{
     AllowedOrigin, ApiAuth, ApiConfig, ApiToken, AppConfig, DatabaseKind, EngineOptions,
     ExecutionSourceConfig, HandlerConfig, JsonMap, LogFormat, LogLevel, LoggingConfig,

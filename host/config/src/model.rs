@@ -78,6 +78,10 @@ pub struct AppConfig {
     pub tasks: Vec<TaskConfig>,
     /// The `api:` section (for `onestep serve`), if present.
     pub api: Option<ApiConfig>,
+    /// The `deployments:` section (docs/configuration.md#deployments): the operator-held
+    /// secrets and the policy ceilings of tenant deployments; `None` when absent (every deploy
+    /// is refused).
+    pub deployments: Option<crate::build::deployments::DeploymentsConfig>,
     /// The dotenv file that was loaded, if any.
     pub env_file: Option<PathBuf>,
     /// Non-fatal problems (skipped dotenv lines).

@@ -13,7 +13,7 @@ use crate::fields::{check_allowed, index, integer, join, non_empty_str, scalar_t
 use crate::node::{Node, Value};
 
 /// Allowed top-level keys (docs/configuration.md#strict-validation, plus `api`).
-pub const TOP_KEYS: [&str; 15] = [
+pub const TOP_KEYS: [&str; 16] = [
     "apiVersion",
     "kind",
     "app",
@@ -29,6 +29,7 @@ pub const TOP_KEYS: [&str; 15] = [
     "config",
     "state",
     "api",
+    "deployments",
 ];
 
 /// Allowed keys of `app:`.

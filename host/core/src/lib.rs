@@ -19,6 +19,7 @@ pub mod client;
 pub mod codec;
 pub mod components;
 pub mod cursor;
+pub mod deploy_policy;
 pub mod deployments;
 pub mod diagnostics;
 pub mod digest;

@@ -1,7 +1,7 @@
 //! Retry policies (docs/semantics.md#retry-policies): what to do after a failed attempt.
 
 use rand::Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ExecutionError;
 
@@ -29,7 +29,7 @@ impl FailureKind {
 
 /// Jitter applied to exponential backoff. Serialises as the YAML spells it (`none`, `full`,
 /// `equal`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Jitter {
     /// Exactly the base delay.
@@ -269,6 +269,96 @@ fn uniform<R: Rng + ?Sized>(rng: &mut R, lo: f64, hi: f64) -> f64 {
     }
 }
 
+/// The serialised form read back (stored deployments, docs/deployment-policy.md): a plain
+/// struct rather than serde's internally tagged enum, which buffers values and so cannot read
+/// numbers under `serde_json`'s `arbitrary_precision`. A field of another type than `type`'s,
+/// when not `null`, is refused, as is an unknown one.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryRepr {
+    #[serde(rename = "type")]
+    kind: String,
+    max_attempts: Option<u32>,
+    delay_s: Option<f64>,
+    min_delay_s: Option<f64>,
+    max_delay_s: Option<f64>,
+    multiplier: Option<f64>,
+    jitter: Option<Jitter>,
+    default: Option<Box<RetryRepr>>,
+    error: Option<Box<RetryRepr>>,
+    timeout: Option<Box<RetryRepr>>,
+    cancelled: Option<Box<RetryRepr>>,
+}
+
+impl RetryRepr {
+    fn into_policy(self) -> Result<RetryPolicy, String> {
+        let set: [(&str, bool); 10] = [
+            ("max_attempts", self.max_attempts.is_some()),
+            ("delay_s", self.delay_s.is_some()),
+            ("min_delay_s", self.min_delay_s.is_some()),
+            ("max_delay_s", self.max_delay_s.is_some()),
+            ("multiplier", self.multiplier.is_some()),
+            ("jitter", self.jitter.is_some()),
+            ("default", self.default.is_some()),
+            ("error", self.error.is_some()),
+            ("timeout", self.timeout.is_some()),
+            ("cancelled", self.cancelled.is_some()),
+        ];
+        let own: &[&str] = match self.kind.as_str() {
+            "no_retry" => &[],
+            "max_attempts" => &["max_attempts", "delay_s"],
+            "exponential_backoff" => &[
+                "max_attempts",
+                "min_delay_s",
+                "max_delay_s",
+                "multiplier",
+                "jitter",
+            ],
+            "by_failure_kind" => &["default", "error", "timeout", "cancelled"],
+            other => return Err(format!("unknown retry type {other:?}")),
+        };
+        if let Some((field, _)) = set.iter().find(|(f, on)| *on && !own.contains(f)) {
+            return Err(format!(
+                "field {field} does not belong to retry type {}",
+                self.kind
+            ));
+        }
+        let need = |v: Option<u32>| v.ok_or_else(|| "max_attempts is required".to_owned());
+        let need_f = |name: &str, v: Option<f64>| v.ok_or_else(|| format!("{name} is required"));
+        let sub = |p: Option<Box<RetryRepr>>| -> Result<Option<Box<RetryPolicy>>, String> {
+            p.map(|p| p.into_policy().map(Box::new)).transpose()
+        };
+        Ok(match self.kind.as_str() {
+            "max_attempts" => RetryPolicy::MaxAttempts {
+                max_attempts: need(self.max_attempts)?,
+                delay_s: self.delay_s,
+            },
+            "exponential_backoff" => RetryPolicy::ExponentialBackoff {
+                max_attempts: need(self.max_attempts)?,
+                min_delay_s: need_f("min_delay_s", self.min_delay_s)?,
+                max_delay_s: need_f("max_delay_s", self.max_delay_s)?,
+                multiplier: need_f("multiplier", self.multiplier)?,
+                jitter: self.jitter.unwrap_or_default(),
+            },
+            "by_failure_kind" => RetryPolicy::ByFailureKind {
+                default: sub(self.default)?,
+                error: sub(self.error)?,
+                timeout: sub(self.timeout)?,
+                cancelled: sub(self.cancelled)?,
+            },
+            _ => RetryPolicy::NoRetry,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for RetryPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        RetryRepr::deserialize(d)?
+            .into_policy()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,5 +472,48 @@ mod tests {
             .validate()
             .is_err()
         );
+    }
+
+    #[test]
+    fn every_policy_reads_back_what_it_wrote() {
+        let policies = [
+            RetryPolicy::NoRetry,
+            RetryPolicy::MaxAttempts {
+                max_attempts: 2,
+                delay_s: Some(1.5),
+            },
+            RetryPolicy::MaxAttempts {
+                max_attempts: 2,
+                delay_s: None,
+            },
+            RetryPolicy::exponential_default(),
+            RetryPolicy::ExponentialBackoff {
+                max_attempts: 4,
+                min_delay_s: 0.25,
+                max_delay_s: 10.0,
+                multiplier: 1.5,
+                jitter: Jitter::Full,
+            },
+            RetryPolicy::ByFailureKind {
+                default: Some(Box::new(RetryPolicy::NoRetry)),
+                error: Some(Box::new(RetryPolicy::exponential_default())),
+                timeout: None,
+                cancelled: None,
+            },
+        ];
+        for p in policies {
+            let json = serde_json::to_string(&p).expect("json");
+            let back: RetryPolicy = serde_json::from_str(&json).expect(&json);
+            assert_eq!(back, p, "{json}");
+        }
+        for bad in [
+            r#"{"type": "sometimes"}"#,
+            r#"{"type": "no_retry", "max_attempts": 3}"#,
+            r#"{"type": "max_attempts"}"#,
+            r#"{"type": "max_attempts", "max_attempts": 2, "colour": 1}"#,
+            r#"{"type": "by_failure_kind", "error": {"type": "max_attempts", "max_attempts": 2, "jitter": "full"}}"#,
+        ] {
+            assert!(serde_json::from_str::<RetryPolicy>(bad).is_err(), "{bad}");
+        }
     }
 }

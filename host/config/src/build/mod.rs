@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod callbacks;
+pub mod deployments;
 pub mod network;
 pub mod quota;
 pub(crate) mod rate_limit;
@@ -190,6 +191,7 @@ pub fn build(
     let sandbox_defaults = sandbox::build_sandbox_defaults(root, ctx)?;
     let tasks = tasks::build_tasks(root, ctx, &entries, &sources, &sandbox_defaults)?;
     table_pairs::check_shared_tables(&tasks, &sources, &entries)?;
+    let deployments = deployments::build_deployments(root, ctx)?;
     let api = match root.get_set("api") {
         None => None,
         Some(a) => Some(api::build_api(a, ctx, &entries)?),
@@ -209,6 +211,7 @@ pub fn build(
         sources,
         tasks,
         api,
+        deployments,
         env_file: inputs.env_file,
         warnings: inputs.warnings,
         env: inputs.env,

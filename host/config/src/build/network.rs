@@ -270,7 +270,7 @@ fn build_rate_limits(
 }
 
 /// An RFC 9110 token.
-fn is_header_name(name: &str) -> bool {
+pub(crate) fn is_header_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()

@@ -6,6 +6,7 @@
 mod build_rules;
 mod common;
 mod components;
+mod deployments;
 mod files;
 mod interpolation;
 mod pipeline;
