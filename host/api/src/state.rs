@@ -33,7 +33,7 @@ pub struct OverviewSnapshot {
     pub recent: RecentActivity,
     /// The busiest fairness keys (docs/ui.md#keys).
     pub keys: onestep_core::ports::KeyLoads,
-    /// The fleet-wide rate-limit buckets (docs/ui.md#throttles).
+    /// The fleet-wide rate-limit buckets (docs/ui.md#rate-limits).
     pub rate_limits: onestep_core::rate::BucketStates,
 }
 

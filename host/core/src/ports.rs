@@ -405,7 +405,7 @@ pub trait ExecutionInsights: Send + Sync {
     ) -> Result<KeyLoads, ExecutionError>;
     /// The at most `limit` fleet-wide rate-limit buckets (task starts and outbound origins) as
     /// last written, paused first, then fewest tokens: who is being throttled and why
-    /// (docs/ui.md#throttles). One statement over the small buckets table; a store without it
+    /// (docs/ui.md#rate-limits). One statement over the small buckets table; a store without it
     /// answers [`BucketStates::default`] (`kept: false`).
     async fn rate_limits(&self, limit: u32) -> Result<crate::rate::BucketStates, ExecutionError>;
 }

@@ -181,7 +181,7 @@ pub trait RateLimitStore: Send + Sync {
     ) -> Result<(), ExecutionError>;
 }
 
-/// One stored bucket as the dashboard and `/metrics` show it (docs/ui.md#throttles): its name
+/// One stored bucket as the dashboard and `/metrics` show it (docs/ui.md#rate-limits): its name
 /// and state at its last take, refund or pause. The rate is the workers' configuration, not
 /// stored, so `tokens` is the level at `refilled_at`, not refilled to now.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -237,7 +237,7 @@ impl BucketState {
     }
 }
 
-/// The stored buckets, paused first, then fewest tokens (docs/ui.md#throttles).
+/// The stored buckets, paused first, then fewest tokens (docs/ui.md#rate-limits).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct BucketStates {
     /// Whether the store keeps buckets at all (tables created without `<T>_buckets` do not).

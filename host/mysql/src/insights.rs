@@ -97,7 +97,7 @@ impl OverviewRows for MySqlBackend {
         self.overview(sql, params.collect()).await
     }
 
-    /// The small buckets table, read whole up to `limit` (docs/ui.md#throttles).
+    /// The small buckets table, read whole up to `limit` (docs/ui.md#rate-limits).
     async fn bucket_rows(&self, limit: u64) -> Result<Option<Vec<BucketRow>>, ExecutionError> {
         MySqlBackend::bucket_rows(self, limit).await
     }

@@ -221,14 +221,16 @@ pub fn deployments_ddl(names: &TableNames) -> Vec<String> {
   UNIQUE KEY `{rev}` (revision),\n\
   INDEX `{ns}` (namespace, revision),\n\
   INDEX `{digest}` (digest),\n\
-  CHECK (version >= 1),\n\
-  CHECK (state IN ('active', 'superseded', 'inactive'))\n\
+  CONSTRAINT `{ck_version}` CHECK (version >= 1),\n\
+  CONSTRAINT `{ck_state}` CHECK (state IN ('active', 'superseded', 'inactive'))\n\
 ) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
         t = deployments_table(names),
         active = names.derived("uq_", "deployments_active"),
         rev = names.derived("uq_", "deployments_revision"),
         ns = names.derived("ix_", "deployments_namespace"),
         digest = names.derived("ix_", "deployments_digest"),
+        ck_version = names.derived("ck_", "deployments_version"),
+        ck_state = names.derived("ck_", "deployments_state"),
     )]
 }
 
@@ -250,10 +252,11 @@ pub fn deployment_events_ddl(names: &TableNames) -> Vec<String> {
   note TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,\n\
   PRIMARY KEY (revision),\n\
   INDEX `{ix}` (namespace, task, revision),\n\
-  CHECK (action IN ('deploy', 'activate', 'deactivate'))\n\
+  CONSTRAINT `{ck}` CHECK (action IN ('deploy', 'activate', 'deactivate'))\n\
 ) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
         t = deployment_events_table(names),
         ix = names.derived("ix_", "deployment_events_task"),
+        ck = names.derived("ck_", "deployment_events_action"),
     )]
 }
 
@@ -265,9 +268,10 @@ pub fn deployment_revision_ddl(names: &TableNames) -> Vec<String> {
   id TINYINT NOT NULL,\n\
   revision BIGINT NOT NULL,\n\
   PRIMARY KEY (id),\n\
-  CHECK (id = 1)\n\
+  CONSTRAINT `{}` CHECK (id = 1)\n\
 ) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
-        deployment_revision_table(names)
+        deployment_revision_table(names),
+        names.derived("ck_", "deployment_revision_one")
     )]
 }
 

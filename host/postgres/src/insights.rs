@@ -97,7 +97,7 @@ impl OverviewRows for PgBackend {
             .collect()
     }
 
-    /// The small buckets table, read whole up to `limit` (docs/ui.md#throttles).
+    /// The small buckets table, read whole up to `limit` (docs/ui.md#rate-limits).
     async fn bucket_rows(&self, limit: u64) -> Result<Option<Vec<BucketRow>>, ExecutionError> {
         if !self.schema_report().features.buckets_table {
             return Ok(None);

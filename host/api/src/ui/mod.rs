@@ -153,7 +153,7 @@ async fn overview_fragment(
             hour => render::hour_context(&snapshot.recent),
             keys => minijinja::Value::from_serialize(&snapshot.keys.keys),
             keys_truncated => snapshot.keys.truncated,
-            // Fleet-wide, shared by every namespace: operate tokens only (docs/ui.md#throttles).
+            // Fleet-wide, shared by every namespace: operate tokens only (docs/ui.md#rate-limits).
             throttles => if role.can_operate() {
                 crate::throttles::RateLimitsView::new(&snapshot.rate_limits, Utc::now()).items
             } else {
