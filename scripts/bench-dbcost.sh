@@ -10,9 +10,16 @@
 #
 #   scripts/bench-dbcost.sh                              # 5,000 executions, noop handler
 #   scripts/bench-dbcost.sh -n 20000 -- --handler component:guest-examples/out/echo.wasm
+#   scripts/bench-dbcost.sh --history 1000000 --backlog 1000000 --explain -- --fairness-keys 1000
 #
 # Options: -n N (default 5000), --port P (default 5440), --keep (leave the server running and
-# its directory in place). Arguments after `--` go to `onestep bench`. ONESTEP_BIN names the
+# its directory in place). Scale (docs/benchmarks.md#claim-cost-at-scale): --history H seeds H
+# finished executions (the bench's own seeding) and --backlog B inserts B queued executions at
+# priority 9 (least urgent; no fairness key, so in the namespace's key) in the bench's namespace
+# and task before the measured run, so every claim runs beside a large queue and history;
+# --explain also logs the plan of every statement of the measured run (auto_explain, ANALYZE
+# and BUFFERS) and prints, per distinct statement, its calls and mean rows and buffers per call
+# with the plan of its last call. Arguments after `--` go to `onestep bench`. ONESTEP_BIN names the
 # binary (default target/release/onestep, else target/debug/onestep); PG_BIN the PostgreSQL
 # binaries (default the newest /usr/lib/postgresql/*/bin). Run as root, the server runs as
 # the `postgres` user. A server already answering on the port with pg_stat_statements loaded
@@ -23,14 +30,20 @@ cd "$ROOT"
 N=5000
 PORT=5440
 KEEP=0
+HISTORY=0
+BACKLOG=0
+EXPLAIN=0
 EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in
         -n) N="$2"; shift 2 ;;
         --port) PORT="$2"; shift 2 ;;
         --keep) KEEP=1; shift ;;
+        --history) HISTORY="$2"; shift 2 ;;
+        --backlog) BACKLOG="$2"; shift 2 ;;
+        --explain) EXPLAIN=1; shift ;;
         --) shift; EXTRA=("$@"); break ;;
-        *) echo "bench-dbcost: unknown argument $1 (options: -n N, --port P, --keep, -- BENCH_ARGS)" >&2; exit 2 ;;
+        *) echo "bench-dbcost: unknown argument $1 (options: -n N, --port P, --keep, --history H, --backlog B, --explain, -- BENCH_ARGS)" >&2; exit 2 ;;
     esac
 done
 BIN="${ONESTEP_BIN:-}"
@@ -76,7 +89,34 @@ DSN="postgres://postgres@127.0.0.1:$PORT/$DB"
 Q() { "${PSQL[@]}" -d "$DB" "$@"; }
 
 echo "== warm-up (creates the tables), then the measured run: $BIN bench -n $N ${EXTRA[*]}" >&2
-"$BIN" bench -n 10 --dsn "$DSN" "${EXTRA[@]}" >/dev/null
+"$BIN" bench -n 10 --dsn "$DSN" --history "$HISTORY" "${EXTRA[@]}" >/dev/null
+if [ "$BACKLOG" -gt 0 ]; then
+    echo "== backlog: $BACKLOG queued executions at priority 9 in bench/bench.noop" >&2
+    # The reference's columns plus priority: no fairness key, no lease, available now. Ids are
+    # time-ordered (UUIDv7 built from the row's millisecond), as `onestep serve` writes them.
+    Q -c "INSERT INTO onestep_executions (id, namespace, task_name, status, payload, metadata, attempts, \
+            available_at, created_at, updated_at, priority) \
+          SELECT (lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint - $BACKLOG + n), 12, '0') || '7' \
+                  || substr(r, 14, 3) || '8' || substr(r, 18, 15))::uuid, \
+                 'bench', 'bench.noop', 'queued', jsonb_build_object('i', n), '{}'::jsonb, 0, \
+                 now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour', 9 \
+          FROM (SELECT n, replace(gen_random_uuid()::text, '-', '') AS r FROM generate_series(1, $BACKLOG) AS n) s" >/dev/null
+    Q -c "VACUUM (ANALYZE) onestep_executions" >/dev/null
+fi
+if [ "$EXPLAIN" = 1 ]; then
+    # Only the measured run's sessions (new connections to this database) log their plans.
+    Q -c "ALTER DATABASE $DB SET session_preload_libraries = 'auto_explain'" \
+      -c "ALTER DATABASE $DB SET auto_explain.log_min_duration = 0" \
+      -c "ALTER DATABASE $DB SET auto_explain.log_analyze = on" \
+      -c "ALTER DATABASE $DB SET auto_explain.log_buffers = on" \
+      -c "ALTER DATABASE $DB SET auto_explain.log_timing = off" \
+      -c "ALTER DATABASE $DB SET auto_explain.log_nested_statements = on" >/dev/null
+    LOG_FILE="$("${PSQL[@]}" -At -d postgres -c "SELECT pg_current_logfile()" 2>/dev/null || true)"
+    DATA_DIR="$("${PSQL[@]}" -At -d postgres -c "SHOW data_directory")"
+    if [ -z "$LOG_FILE" ] && [ -n "$WORK" ]; then LOG_FILE="$WORK/server.log"; fi
+    case "$LOG_FILE" in /*) ;; "") ;; *) LOG_FILE="$DATA_DIR/$LOG_FILE" ;; esac
+    LOG_FROM="$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
+fi
 # Nothing but the run in the counters: no autovacuum on the tables, a checkpoint, fresh stats.
 Q -At -c "SELECT format('ALTER TABLE %I SET (autovacuum_enabled = false);', relname) FROM pg_stat_user_tables" | Q >/dev/null
 Q -c "CHECKPOINT" -c "SELECT pg_stat_reset()" -c "SELECT pg_stat_statements_reset()" >/dev/null
@@ -88,6 +128,9 @@ Q -c "SELECT pg_stat_force_next_flush()" >/dev/null 2>&1 || true
 sleep 1
 grep -E "^  (submit|completed|CPU per)" "$BENCH_OUT" >&2 || true
 rm -f "$BENCH_OUT"
+if [ "$EXPLAIN" = 1 ]; then
+    Q -c "ALTER DATABASE $DB RESET ALL" >/dev/null
+fi
 
 echo
 echo "### Statements per execution ($N executions; pg_stat_statements, this database)"
@@ -151,3 +194,14 @@ SELECT format('| **all** | %s |', round(sum(n)::numeric / :n, 3)) FROM w;
 SQL
 } | Q -At -v n="$N"
 if [ "$KEEP" = 0 ]; then "${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null; fi
+
+if [ "$EXPLAIN" = 1 ]; then
+    echo
+    echo "### Plans of the measured run (auto_explain: ANALYZE, BUFFERS; history $HISTORY, backlog $BACKLOG)"
+    echo
+    if [ -z "${LOG_FILE:-}" ] || [ ! -r "$LOG_FILE" ]; then
+        echo "(no readable server log: reuse a server started by this script, or run without --explain)"
+    else
+        tail -c +"$((LOG_FROM + 1))" "$LOG_FILE" | python3 "$ROOT/scripts/lib/explain_summary.py"
+    fi
+fi

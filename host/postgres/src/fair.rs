@@ -51,10 +51,13 @@ impl FairSql {
         let t = q(&names.executions);
         let a = q(&names.attempts);
         let k = q(&keys_table(names));
+        // `OFFSET 0` keeps the EXISTS a per-row probe of the attempts' (execution_id,
+        // attempt_no) index: without it the planner may hash it, i.e. read every attempt row of
+        // the table once per claim that reaches it (docs/postgres.md#claim-cost-at-scale).
         let lost = format!(
             "(e.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
              WHERE la.execution_id = e.id AND la.attempt_no = e.attempts \
-             AND la.status = 'lease_lost'))"
+             AND la.status = 'lease_lost' OFFSET 0))"
         );
         // The distinct (key, namespace) of the task's pending rows: one probe of ix_<T>_fair per
         // key (a recursive skip scan), never the rows themselves.

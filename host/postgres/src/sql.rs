@@ -71,12 +71,15 @@ impl Statements {
             "e.available_at, e.created_at, e.id"
         };
         let a = q(&names.attempts);
-        // docs/semantics.md#lease-lost-retry, for alias `alias`.
+        // docs/semantics.md#lease-lost-retry, for alias `alias`. `OFFSET 0` keeps the EXISTS a
+        // per-row probe of the attempts' (execution_id, attempt_no) index: without it the planner
+        // may hash it, i.e. read every attempt row of the table once per statement that reaches
+        // it (docs/postgres.md#claim-cost-at-scale).
         let lost = |alias: &str| {
             format!(
                 "({alias}.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
                  WHERE la.execution_id = {alias}.id AND la.attempt_no = {alias}.attempts \
-                 AND la.status = 'lease_lost'))"
+                 AND la.status = 'lease_lost' OFFSET 0))"
             )
         };
         // T5's candidates: on our tables the partial expiry index serves this range; on the
