@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use onestep_core::ExecutionStatus;
 use onestep_e2e::{Env, Schedule, e2e_config, on_each_server, wait_for};
 use serde_json::Value;
 use uuid::Uuid;
@@ -276,6 +277,16 @@ async fn case(env: Arc<Env>) -> Result<()> {
     // A real worker completes executions submitted through one instance while callers wait on
     // the other.
     let _worker = env.spawn_worker("instances-worker")?;
+    // Once it has run one execution, its components are compiled and it claims at once.
+    let warm = env
+        .submit("countdown", serde_json::json!({"steps": 1}))
+        .await?;
+    env.wait_status(
+        warm.id,
+        &[ExecutionStatus::Succeeded],
+        Duration::from_secs(180),
+    )
+    .await?;
     completion_across(&b.base, &a.base, |id| {
         format!("/v1/executions/{id}?wait=30")
     })
