@@ -181,8 +181,9 @@ async fn poll(hub: std::sync::Weak<Inner>) {
 }
 
 /// The wait a query asks for: `None` without `wait`, else the duration (0 to `max_s` seconds,
-/// fractions allowed; `max_s` is `api.max_wait_s`).
-pub(crate) fn parse_wait(raw: Option<&str>, max_s: u32) -> Result<Option<Duration>, String> {
+/// fractions allowed; `max_s` is `api.max_wait_s`). The refusal names the bound (`onestep wait
+/// --api` reads it from the 422 to ask for no more).
+pub fn parse_wait(raw: Option<&str>, max_s: u32) -> Result<Option<Duration>, String> {
     let Some(raw) = raw else {
         return Ok(None);
     };

@@ -49,7 +49,7 @@ enum Command {
     Retry(commands::client::RetryArgs),
     /// Print the result of a succeeded execution (never waits).
     Result(commands::client::ResultArgs),
-    /// Wait until an execution is terminal, polling with backoff.
+    /// Wait until an execution is terminal (on the database, or through the API with --api).
     Wait(commands::client::WaitArgs),
     /// Follow an execution's events from the HTTP API (status, attempts, progress, log lines)
     /// until it ends; exits 0 when it succeeded.

@@ -1,17 +1,24 @@
 //! Two API instances on one database (issue 31's "across two API instances"): two `onestep
 //! serve` processes (config/e2e/stream.yaml, streams closed after one second) on MariaDB, MySQL 9
-//! and PostgreSQL, no worker. A caller waiting on instance B (`?wait=30`, docs/http-api.md#waiting)
+//! and PostgreSQL. A caller waiting on instance B (`?wait=30`, docs/http-api.md#waiting)
 //! answers within [`BOUND`] of a cancel through instance A — the documented bound, held loosely
 //! for a loaded CI machine, not a measurement — for both `GET /v1/executions/{id}` and
 //! `/result`. And a stream of several executions (docs/http-api.md#stream-of-several-executions)
 //! read on B, resumed on A, then on B again, with the executions cancelled through the other
 //! instance in between, shows per execution `queued`, `cancelled`, `end` exactly once.
+//!
+//! Then a real worker (`onestep run config/e2e/worker.yaml`, countdown.wasm) starts: an
+//! execution submitted through one instance and completed by the worker answers a caller
+//! waiting on the other within [`BOUND`] of its `finished_at`, both ways; and `onestep wait
+//! --api` runs against them ([`crate::wait_cli`]).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use onestep_e2e::{Schedule, e2e_config, on_each_server, wait_for};
+use onestep_core::ExecutionStatus;
+use onestep_e2e::{Env, Schedule, e2e_config, on_each_server, wait_for};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -142,8 +149,76 @@ fn read_stream(
     Ok(events)
 }
 
-async fn case(envs: Vec<(String, String)>) -> Result<()> {
-    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+/// A caller waiting on `waiter_base`'s `path_of(id)` (which waits up to 30 s) for an execution
+/// submitted through `submitter_base` and run by the worker (1.5 s) answers within [`BOUND`] of
+/// the worker's completion (its `finished_at`; the worker, the database and this test share one
+/// clock).
+async fn completion_across(
+    waiter_base: &str,
+    submitter_base: &str,
+    path_of: impl Fn(&str) -> String,
+) -> Result<()> {
+    let key = format!("Idempotency-Key: {}", Uuid::new_v4());
+    let (code, view) = curl(&[
+        "-X",
+        "POST",
+        &format!("{submitter_base}/v1/executions"),
+        "-H",
+        "Content-Type: application/json",
+        "-H",
+        &key,
+        "-d",
+        r#"{"task_name": "countdown", "payload": {"steps": 15, "step_ms": 100}}"#,
+    ])?;
+    ensure!(code == 202, "submit answered {code}: {view}");
+    let id = view["id"].as_str().context("no id")?.to_owned();
+    let path = path_of(&id);
+    let url = format!("{waiter_base}{path}");
+    let asked = Instant::now();
+    let (answer, answered_at) = tokio::task::spawn_blocking(move || {
+        let answer = curl(&[&url]);
+        (answer, chrono::Utc::now())
+    })
+    .await?;
+    let waited = asked.elapsed();
+    let (code, body) = answer?;
+    ensure!(code == 200, "{path}: {code} {body}");
+    let finished_at = if path.contains("/result") {
+        ensure!(body["result"].is_object(), "{path}: {body}");
+        let (code, view) = curl(&[&format!("{waiter_base}/v1/executions/{id}")])?;
+        ensure!(code == 200, "read answered {code}: {view}");
+        view["finished_at"].clone()
+    } else {
+        ensure!(body["status"] == "succeeded", "{path}: {body}");
+        body["finished_at"].clone()
+    };
+    let finished_at =
+        chrono::DateTime::parse_from_rfc3339(finished_at.as_str().context("no finished_at")?)?;
+    let late = (answered_at - finished_at.to_utc())
+        .to_std()
+        .unwrap_or(Duration::ZERO);
+    ensure!(
+        waited >= Duration::from_secs(1),
+        "{path} answered after {waited:?}, before the 1.5 s run could end"
+    );
+    ensure!(
+        late < BOUND,
+        "{path} on the other instance answered {late:?} after the worker's completion (bound {BOUND:?})"
+    );
+    eprintln!("{path}: answered {late:?} after the worker's completion on the other instance");
+    Ok(())
+}
+
+async fn case(env: Arc<Env>) -> Result<()> {
+    let owned: Vec<(String, String)> = env
+        .onestep_env()
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let envs: Vec<(&str, &str)> = owned
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     let logs = tempfile::tempdir()?;
     let a = serve(&envs, &logs.path().join("a.log")).await?;
     let b = serve(&envs, &logs.path().join("b.log")).await?;
@@ -198,6 +273,29 @@ async fn case(envs: Vec<(String, String)>) -> Result<()> {
     ensure!(seen.len() == 6, "nothing else: {seen:#?}");
     let distinct: std::collections::HashSet<&str> = seen.iter().map(|e| e.1.as_str()).collect();
     ensure!(distinct.len() == 6, "no event id twice: {seen:#?}");
+
+    // A real worker completes executions submitted through one instance while callers wait on
+    // the other.
+    let _worker = env.spawn_worker("instances-worker")?;
+    // Once it has run one execution, its components are compiled and it claims at once.
+    let warm = env
+        .submit("countdown", serde_json::json!({"steps": 1}))
+        .await?;
+    env.wait_status(
+        warm.id,
+        &[ExecutionStatus::Succeeded],
+        Duration::from_secs(180),
+    )
+    .await?;
+    completion_across(&b.base, &a.base, |id| {
+        format!("/v1/executions/{id}?wait=30")
+    })
+    .await?;
+    completion_across(&a.base, &b.base, |id| {
+        format!("/v1/executions/{id}/result?wait=30")
+    })
+    .await?;
+    crate::wait_cli::case(&a.base, &b.base, owned.clone()).await?;
     drop((a, b));
     Ok(())
 }
@@ -205,20 +303,7 @@ async fn case(envs: Vec<(String, String)>) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_api_instances_share_waits_and_streams() -> Result<()> {
     let config = e2e_config("worker.yaml");
-    on_each_server(
-        "two API instances",
-        &config,
-        Schedule::Concurrent,
-        |env| async move {
-            let envs = env
-                .onestep_env()
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            case(envs).await
-        },
-    )
-    .await
+    on_each_server("two API instances", &config, Schedule::Concurrent, case).await
 }
 
 #[test]

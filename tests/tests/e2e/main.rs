@@ -84,7 +84,10 @@
 //!   resumed streams, exit 0 / 1 (MariaDB, MySQL, PostgreSQL and SQLite).
 //! * [`api_instances`]: two `onestep serve` processes on one database: a wait on one answers
 //!   within the documented bound of a cancel through the other, and a stream of several
-//!   executions resumes across them without loss or repetition (MariaDB, MySQL, PostgreSQL).
+//!   executions resumes across them without loss or repetition (MariaDB, MySQL, PostgreSQL);
+//!   then a real worker completes executions waited on through the other instance, within the
+//!   bound, and [`wait_cli`] runs `onestep wait --api` (success, failure, timeout, unknown id,
+//!   unreachable API) and `onestep wait` on the database against them.
 //! * [`watch`]: `onestep task run --watch` runs a new build of the component again.
 //! * [`ui_browser`]: the dashboard in a real headless Chromium over WebDriver: log in, list,
 //!   filter, detail, cancel, retry, bulk cancel, a read token without actions, page loads on
@@ -147,5 +150,6 @@ mod task_run;
 mod traces;
 mod ui_browser;
 mod upgrade;
+mod wait_cli;
 mod watch;
 mod webhooks;

@@ -1,7 +1,10 @@
 //! Client commands on the same library as the HTTP API: `submit`, `get`, `list`, `cancel`,
-//! `retry`, `result`, `wait`. They talk to the database directly (see [`conn`]); output is human-readable
-//! by default and the API's JSON views with `--json` (see [`output`] for exit codes).
+//! `retry`, `result`, `wait`. They talk to the database directly (see [`conn`]), except `wait
+//! --api URL`, which follows the execution through the HTTP API's bounded wait (see
+//! [`api_wait`]); output is human-readable by default and the API's JSON views with `--json`
+//! (see [`output`] for exit codes).
 
+mod api_wait;
 mod batch;
 mod conn;
 mod diag;
@@ -14,7 +17,7 @@ use std::time::Instant;
 
 use onestep_api::{poll, text};
 use onestep_core::request::{ListQuery, SubmitRequest, parse_execution_id};
-use onestep_core::{ExecutionError, ExecutionStatus};
+use onestep_core::{Execution, ExecutionError, ExecutionStatus};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -141,6 +144,14 @@ pub(crate) struct WaitArgs {
     /// Give up after this many seconds (default: wait forever).
     #[arg(long)]
     pub(crate) timeout: Option<f64>,
+    /// Wait through a running `onestep serve` at this base URL (`http://HOST:PORT`, optional
+    /// path prefix) with its bounded wait (`?wait=`), instead of reading the database; the
+    /// database options are not used then.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["config", "table", "attempts_table"])]
+    pub(crate) api: Option<String>,
+    /// Bearer token for `--api` (when the server is configured with tokens).
+    #[arg(long, env = "ONESTEP_API_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
     #[command(flatten)]
     pub(crate) conn: ConnArgs,
 }
@@ -391,8 +402,10 @@ pub(crate) async fn result(args: ResultArgs) -> u8 {
     .await
 }
 
-/// `onestep wait`: polls with backoff (1, 2, 4, 8 s, then 10–30 s) until the execution is
-/// terminal; prints it; exit 0 only for `succeeded`.
+/// `onestep wait`: until the execution is terminal, prints it (as `get` does); exit 0 only for
+/// `succeeded`. With `--api`, through the HTTP API's bounded wait ([`api_wait`]); else on the
+/// database: one full read, then only its `version` (one primary-key read) after 0.25, 0.5, 1,
+/// 2, 4 s and then every 5 s, and a full read again whenever the version moved.
 pub(crate) async fn wait(args: WaitArgs) -> u8 {
     let timeout = match args.timeout.map(|s| {
         super::common::seconds_flag("--timeout", s, super::common::SecondsRange::NonNegative)
@@ -401,17 +414,17 @@ pub(crate) async fn wait(args: WaitArgs) -> u8 {
         Some(Ok(d)) => Some(d),
         Some(Err(e)) => return Failure::usage(e.to_string()).report(args.conn.json),
     };
+    if let Some(url) = &args.api {
+        return wait_api(&args, url, timeout)
+            .await
+            .unwrap_or_else(|f| f.report(args.conn.json));
+    }
     with_client(&args.conn, async |c| {
         let id = parse_id(&args.id)?;
+        let store = c.backend().executions();
         let start = Instant::now();
         let tty = std::io::stderr().is_terminal();
-        let mut n = 0;
-        loop {
-            let e = c
-                .client
-                .get(id)
-                .await?
-                .ok_or(ExecutionError::NotFound { id })?;
+        let progress = |e: &Execution| {
             if tty {
                 eprint!(
                     "\r\x1b[Kwaiting for {id}: {} (attempts {}, {}s)",
@@ -420,11 +433,21 @@ pub(crate) async fn wait(args: WaitArgs) -> u8 {
                     start.elapsed().as_secs()
                 );
             }
+        };
+        let mut n = 0;
+        let mut e = c
+            .client
+            .get(id)
+            .await?
+            .ok_or(ExecutionError::NotFound { id })?;
+        loop {
+            progress(&e);
             if e.terminal() {
                 if tty {
                     eprintln!();
                 }
-                print_execution(&e, args.conn.json);
+                let view = onestep_api::view::one_execution_view(&c.client, &e).await?;
+                output::print_view(&view, args.conn.json);
                 return Ok(if e.status == ExecutionStatus::Succeeded {
                     OK
                 } else {
@@ -432,23 +455,56 @@ pub(crate) async fn wait(args: WaitArgs) -> u8 {
                     FAILED
                 });
             }
-            let remaining = timeout.map(|t| t.saturating_sub(start.elapsed()));
-            let Some(delay) = poll::delay_within(n, remaining) else {
-                if tty {
-                    eprintln!();
+            // Sleep until the version moves: the cheap read, then the full one.
+            loop {
+                let remaining = timeout.map(|t| t.saturating_sub(start.elapsed()));
+                let Some(delay) = poll::version_delay_within(n, remaining) else {
+                    if tty {
+                        eprintln!();
+                    }
+                    return Err(Failure::failed(
+                        "timeout",
+                        format!(
+                            "execution {id} is still {} after {:.0}s",
+                            e.status,
+                            start.elapsed().as_secs_f64()
+                        ),
+                    ));
+                };
+                tokio::time::sleep(delay).await;
+                n += 1;
+                let versions = store.versions(&[id]).await?;
+                match versions.iter().find(|(v_id, _)| *v_id == id) {
+                    None => return Err(ExecutionError::NotFound { id }.into()),
+                    Some((_, v)) if *v != e.version => break,
+                    Some(_) => progress(&e),
                 }
-                return Err(Failure::failed(
-                    "timeout",
-                    format!(
-                        "execution {id} is still {} after {:.0}s",
-                        e.status,
-                        start.elapsed().as_secs_f64()
-                    ),
-                ));
-            };
-            tokio::time::sleep(delay).await;
-            n += 1;
+            }
+            e = c
+                .client
+                .get(id)
+                .await?
+                .ok_or(ExecutionError::NotFound { id })?;
         }
+    })
+    .await
+}
+
+/// `onestep wait --api URL`.
+async fn wait_api(
+    args: &WaitArgs,
+    url: &str,
+    timeout: Option<std::time::Duration>,
+) -> Result<u8, Failure> {
+    let id = parse_id(&args.id)?;
+    let base = api_wait::ApiBase::parse(url).map_err(Failure::usage)?;
+    let auth = args.token.as_deref().map(api_wait::bearer).transpose()?;
+    api_wait::wait(api_wait::ApiWait {
+        base: &base,
+        auth,
+        id,
+        timeout,
+        json: args.conn.json,
     })
     .await
 }
