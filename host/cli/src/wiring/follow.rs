@@ -145,11 +145,10 @@ impl Follower {
     }
 
     fn poll(&self) -> Duration {
-        self.source
-            .deployed
-            .map_or(onestep_config::build::resources::DEFAULT_DEPLOYED_POLL, |d| {
-                d.poll
-            })
+        self.source.deployed.map_or(
+            onestep_config::build::resources::DEFAULT_DEPLOYED_POLL,
+            |d| d.poll,
+        )
     }
 
     /// Reads the revision every `poll_s` and applies each change, until `stop` fires.
@@ -288,7 +287,11 @@ impl Follower {
                 self.report(&key.0, &key.1);
                 continue;
             }
-            if self.refused.get(key).is_some_and(|r| r.version == dep.version) {
+            if self
+                .refused
+                .get(key)
+                .is_some_and(|r| r.version == dep.version)
+            {
                 // Refused before and still the active version: not tried again.
                 continue;
             }
@@ -542,8 +545,11 @@ impl Follower {
         if total <= BYTES_CACHE_LIMIT {
             return;
         }
-        let serving: BTreeSet<&ComponentDigest> =
-            self.serving.values().map(|s| &s.deployment.digest).collect();
+        let serving: BTreeSet<&ComponentDigest> = self
+            .serving
+            .values()
+            .map(|s| &s.deployment.digest)
+            .collect();
         self.bytes.retain(|d, _| serving.contains(d));
     }
 }

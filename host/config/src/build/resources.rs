@@ -20,7 +20,8 @@ use crate::fields::{
     BadSeconds, integer, join, non_empty_str, number, positive_seconds, scalar_text,
 };
 use crate::model::{
-    DatabaseKind, DeployedConfig, EngineOptions, ExecutionSourceConfig, MysqlConnectorConfig, Secret,
+    DatabaseKind, DeployedConfig, EngineOptions, ExecutionSourceConfig, MysqlConnectorConfig,
+    Secret,
 };
 use crate::node::Node;
 
