@@ -792,19 +792,19 @@ fn a_deployed_source_serves_deployments_instead_of_task_names() {
         &[
             (
                 source_doc("    namespace: a\n    task_names: [x]\n    deployed: {}\n"),
-                "resources.jobs: task_names and deployed are exclusive: a source serves the tasks it names or the deployed tasks of its namespaces (line 10, column 17)",
+                "resources.jobs: task_names and deployed are exclusive: a source serves the tasks it names or the deployed tasks of its namespaces (line 11, column 17)",
             ),
             (
                 source_doc("    namespace: a\n    deployed: {poll_s: 0}\n"),
-                "resources.jobs: deployed.poll_s must be a number > 0 (line 11, column 23)",
+                "resources.jobs: deployed.poll_s must be a number > 0 (line 11, column 24)",
             ),
             (
                 source_doc("    namespace: a\n    deployed: {slots: 0}\n"),
-                "resources.jobs: deployed.slots must be an integer from 1 to 100000 (line 11, column 22)",
+                "resources.jobs: deployed.slots must be an integer from 1 to 100000 (line 11, column 23)",
             ),
             (
                 source_doc("    namespace: a\n    deployed: {every: 2}\n"),
-                "resources.jobs: deployed: unsupported field 'every' (allowed: poll_s, slots) (line 11, column 22)",
+                "resources.jobs: deployed: unsupported field 'every' (allowed: poll_s, slots) (line 11, column 23)",
             ),
             (
                 source_doc("    namespace: a\n    deployed: 2\n"),
@@ -815,7 +815,7 @@ fn a_deployed_source_serves_deployments_instead_of_task_names() {
                     "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n",
                     source_doc("    namespace: a\n    deployed: {}\n")
                 ),
-                "tasks[0]: source 'jobs' serves deployed tasks (deployed:); a task of the file needs a source that names it in task_names (line 15, column 13)",
+                "tasks[0]: source 'jobs' serves deployed tasks (deployed:); a task of the file needs a source that names it in task_names (line 14, column 13)",
             ),
         ],
         false,
