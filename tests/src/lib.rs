@@ -175,6 +175,16 @@ impl Env {
         Ok(worker)
     }
 
+    /// The component store of this case's tables (docs/semantics.md#component-store).
+    pub fn components(&self) -> Arc<dyn onestep_core::components::ComponentStore> {
+        self.store.backend().components()
+    }
+
+    /// The deployments of this case's tables (docs/deployments.md#data-model).
+    pub fn deployments(&self) -> Arc<dyn onestep_core::deployments::DeploymentStore> {
+        self.store.backend().deployments()
+    }
+
     /// Submits `payload` to `task` (no idempotency key).
     pub async fn submit(&self, task: &str, payload: Value) -> Result<Execution> {
         let request = SubmitRequest {
@@ -275,6 +285,13 @@ impl Store {
                     .context("cannot open the PostgreSQL backend")?,
             ),
         })
+    }
+
+    fn backend(&self) -> &dyn onestep_core::backend::Backend {
+        match self {
+            Store::Mysql(b) => b,
+            Store::Postgres(b) => b,
+        }
     }
 
     fn executions(&self) -> Arc<dyn onestep_core::ports::ExecutionStore> {

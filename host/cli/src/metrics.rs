@@ -231,6 +231,36 @@ pub(crate) struct Metrics {
     sources: Mutex<BTreeMap<String, SourceHealth>>,
     /// Quarantined tasks (docs/security.md#one-tenants-bad-deploy).
     quarantine: QuarantineBoard,
+    /// What the worker does with each deployment it follows
+    /// (docs/deployments.md#workers-follow-deployments).
+    deployments: DeploymentBoard,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeploymentLabels {
+    app: LabelText,
+    namespace: LabelText,
+    task: LabelText,
+}
+
+/// What a worker following deployments does with one deployed task: the version it serves and
+/// the last version it refused (with why), for `/readyz` and `onestep_deployment_refused`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct DeploymentReport {
+    /// The version that serves new claims (`None`: none, e.g. its first version was refused).
+    pub(crate) serving: Option<(i64, String)>,
+    /// The active version the worker could not fetch or load, and the error; the `serving`
+    /// version (if any) keeps serving.
+    pub(crate) refused: Option<(i64, String, String)>,
+    /// A task of the YAML file serves the same (namespace, task): the deployment is not run.
+    pub(crate) shadowed: bool,
+}
+
+#[derive(Debug, Default)]
+struct DeploymentBoard {
+    refused: Family<DeploymentLabels, Gauge>,
+    revision: Gauge,
+    tasks: Mutex<BTreeMap<(String, String), DeploymentReport>>,
 }
 
 impl Metrics {
@@ -363,6 +393,17 @@ impl Metrics {
         outbound.register(&mut registry);
         let quarantine = QuarantineBoard::default();
         quarantine.register(&mut registry);
+        let deployments = DeploymentBoard::default();
+        registry.register(
+            "onestep_deployment_refused",
+            "1 while the active deployment of a task cannot be fetched or loaded by this worker (its previous version, if any, keeps serving)",
+            deployments.refused.clone(),
+        );
+        registry.register(
+            "onestep_deployments_revision",
+            "The deployments revision this worker last applied",
+            deployments.revision.clone(),
+        );
         build_info
             .get_or_create(&VersionLabels {
                 version: env!("CARGO_PKG_VERSION").into(),
@@ -407,7 +448,80 @@ impl Metrics {
             stopping,
             sources: Mutex::new(sources),
             quarantine,
+            deployments,
         }
+    }
+
+    /// Watches the store liveness of a task started while the worker runs (a deployed task),
+    /// for `/healthz`; `None` forgets it.
+    pub(crate) fn watch_source(&self, task: &str, lease: Option<Duration>) {
+        let mut sources = self.sources();
+        match lease {
+            Some(lease) => {
+                sources.insert(
+                    task.to_owned(),
+                    SourceHealth {
+                        lease,
+                        last_answer: Instant::now(),
+                    },
+                );
+            }
+            None => {
+                sources.remove(task);
+            }
+        }
+    }
+
+    /// Records what the worker does with the deployment of (`namespace`, `task`); `None`
+    /// forgets it (no longer active).
+    pub(crate) fn deployment(&self, namespace: &str, task: &str, report: Option<DeploymentReport>) {
+        let labels = DeploymentLabels {
+            app: self.app.clone(),
+            namespace: namespace.into(),
+            task: task.into(),
+        };
+        let refused = report.as_ref().is_some_and(|r| r.refused.is_some());
+        if refused || self.deployments.refused.get(&labels).is_some() {
+            self.deployments
+                .refused
+                .get_or_create(&labels)
+                .set(i64::from(refused));
+        }
+        let mut tasks = self
+            .deployments
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_owned(), task.to_owned());
+        match report {
+            Some(r) => tasks.insert(key, r),
+            None => tasks.remove(&key),
+        };
+    }
+
+    /// The deployments revision the worker last applied.
+    pub(crate) fn deployments_revision(&self, revision: i64) {
+        self.deployments.revision.set(revision);
+    }
+
+    fn deployments_json(&self) -> serde_json::Value {
+        let tasks = self
+            .deployments
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        tasks
+            .iter()
+            .map(|((ns, task), r)| {
+                json!({
+                    "namespace": ns,
+                    "task": task,
+                    "serving": r.serving.as_ref().map(|(v, d)| json!({"version": v, "digest": d})),
+                    "refused": r.refused.as_ref().map(|(v, d, e)| json!({"version": v, "digest": d, "error": e})),
+                    "shadowed": r.shadowed,
+                })
+            })
+            .collect()
     }
 
     fn task(&self, task: &str) -> TaskLabels {
@@ -525,6 +639,7 @@ impl Metrics {
             "status": if ready { "ready" } else { "not_ready" },
             "reasons": reasons,
             "quarantined": self.quarantine.json(),
+            "deployments": self.deployments_json(),
         });
         (ready, doc)
     }

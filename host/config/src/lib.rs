@@ -30,10 +30,10 @@ pub use env::EnvLookup;
 pub use error::{ConfigError, MissingVar};
 pub use manifest::{DeploymentManifest, load_manifest, parse_manifest};
 pub use model::{
-    AllowedOrigin, ApiAuth, ApiConfig, ApiToken, AppConfig, DatabaseKind, EngineOptions,
-    ExecutionSourceConfig, HandlerConfig, JsonMap, LogFormat, LogLevel, LoggingConfig,
-    MysqlConnectorConfig, NetworkSettings, OriginPattern, OtlpProtocol, Preopen, PreopenMode,
-    SandboxSettings, Secret, TaskConfig, TracingSettings,
+    AllowedOrigin, ApiAuth, ApiConfig, ApiToken, AppConfig, DatabaseKind, DeployedConfig,
+    EngineOptions, ExecutionSourceConfig, HandlerConfig, JsonMap, LogFormat, LogLevel,
+    LoggingConfig, MysqlConnectorConfig, NetworkSettings, OriginPattern, OtlpProtocol, Preopen,
+    PreopenMode, SandboxSettings, Secret, TaskConfig, TracingSettings,
 };
 
 use build::{BuildContext, BuildInputs};

@@ -93,6 +93,11 @@ pub struct AppConfig {
 }
 
 impl AppConfig {
+    /// The sources that serve deployed tasks (`deployed:`), by name.
+    pub fn deployed_sources(&self) -> impl Iterator<Item = &ExecutionSourceConfig> {
+        self.sources.values().filter(|s| s.deployed.is_some())
+    }
+
     /// The task named `name`.
     pub fn task(&self, name: &str) -> Option<&TaskConfig> {
         self.tasks.iter().find(|t| t.name == name)
@@ -279,6 +284,22 @@ pub struct ExecutionSourceConfig {
     pub limits: Limits,
     /// Per-claim cap of each maintenance step (default 100).
     pub reclaim_batch_size: u32,
+    /// `deployed:` (docs/configuration.md#deployed-tasks): the source serves the tasks deployed
+    /// in its namespaces (through the deployments API) instead of one task it names; its
+    /// `task_name` is then empty and no task of the file may name it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployed: Option<DeployedConfig>,
+}
+
+/// A source's `deployed:` (docs/configuration.md#deployed-tasks).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DeployedConfig {
+    /// `poll_s`: how often the worker reads the deployments' revision (default 2 s).
+    #[serde(rename = "poll_s", serialize_with = "crate::summary::serialize_secs")]
+    pub poll: Duration,
+    /// `slots`: attempts of deployed tasks the worker's instance pool holds at once, at the
+    /// largest sandbox the policy ceilings allow (default 64).
+    pub slots: u32,
 }
 
 impl ExecutionSourceConfig {

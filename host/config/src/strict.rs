@@ -177,8 +177,12 @@ fn check_source(node: &Node, r: &str) -> Result<(), ConfigError> {
             "'namespace' must be a non-empty string",
         ));
     }
-    // 2. task_names
+    // 2. task_names (a source with `deployed:` serves the deployed tasks instead; its rules are
+    //    the build's)
     let tn = node.get("task_names");
+    if node.get_set("deployed").is_some() && tn.is_none() {
+        return check_source_rest(node, r);
+    }
     let Some(items) = tn.and_then(Node::items).filter(|i| !i.is_empty()) else {
         return Err(ConfigError::bare(
             tn.unwrap_or(node),
@@ -201,6 +205,11 @@ fn check_source(node: &Node, r: &str) -> Result<(), ConfigError> {
         }
         seen.push(s);
     }
+    check_source_rest(node, r)
+}
+
+/// Steps 3–6 of [`check_source`].
+fn check_source_rest(node: &Node, r: &str) -> Result<(), ConfigError> {
     // 3. optional non-empty strings
     for key in ["table", "attempts_table", "worker_id"] {
         if let Some(n) = node.get_set(key)

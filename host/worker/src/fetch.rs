@@ -26,6 +26,7 @@ pub(crate) async fn fetch_loop(
     stopping: CancellationToken,
     hard_cancel: CancellationToken,
     tracker: TaskTracker,
+    task_tracker: Option<TaskTracker>,
 ) {
     let s = &ctx.settings;
     let slots = Arc::new(Semaphore::new(s.concurrency as usize));
@@ -153,13 +154,19 @@ pub(crate) async fn fetch_loop(
                         release_all(&ctx, rest).await;
                         break;
                     };
-                    tracker.spawn(deliver(
+                    let delivery = deliver(
                         Arc::clone(&ctx),
                         lease,
                         hard_cancel.clone(),
                         permit,
                         claim_span.clone(),
-                    ));
+                    );
+                    // A task started while the worker runs also counts its own deliveries, so
+                    // its stop can wait for them (crate::TaskSet).
+                    match &task_tracker {
+                        Some(own) => tracker.spawn(own.track_future(delivery)),
+                        None => tracker.spawn(delivery),
+                    };
                 }
             }
             Err(e) if e.is_transient() => {

@@ -33,4 +33,4 @@ pub use observe::{AttemptEnd, HeartbeatOutcome, NoObserver, WorkerObserver};
 pub use outcome::{MAX_GUEST_RETRY_DELAY_S, cancel_error, completion_for};
 pub use quarantine::{CLAIM_QUARANTINE_PROBE, Quarantine, QuarantineCause, QuarantineKind};
 pub use settings::{TaskBinding, TaskSettings, WorkerSettings};
-pub use worker::{Worker, WorkerError, WorkerStats};
+pub use worker::{RunningTask, TaskSet, Worker, WorkerError, WorkerStats};

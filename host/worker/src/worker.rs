@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use onestep_core::rate::RateLimitStore;
 use onestep_core::time::SharedClock;
 use onestep_core::{ExecutionError, ExecutionStatus, SystemClock};
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -110,6 +111,98 @@ impl WorkerStats {
     }
 }
 
+/// Starts tasks on a running [`Worker`] (docs/deployments.md#workers-follow-deployments): each
+/// started task gets its own fetch loop, heartbeat ticker, cancel poll and completion writer,
+/// exactly as a task given to [`Worker::new`], and can be stopped on its own while the worker
+/// runs on. Cheap to clone; obtained from [`Worker::task_set`] before [`Worker::run`].
+#[derive(Clone, Debug)]
+pub struct TaskSet {
+    tx: mpsc::UnboundedSender<Started>,
+}
+
+struct Started {
+    binding: TaskBinding,
+    stop: CancellationToken,
+    done: CancellationToken,
+}
+
+/// A task started through a [`TaskSet`].
+#[derive(Debug)]
+pub struct RunningTask {
+    stop: CancellationToken,
+    done: CancellationToken,
+}
+
+impl RunningTask {
+    /// Stops claiming for the task: a claim in progress is finished and its leases released;
+    /// attempts in flight run to their end (each on the runner it started with) and write their
+    /// completion. The worker's own drain also applies when it stops first.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Resolves once the task stopped claiming and every attempt it started has ended (after
+    /// [`Self::stop`] or the worker's shutdown). Never resolves for a task the worker did not
+    /// start because it was already stopping.
+    pub async fn stopped(&self) {
+        self.done.cancelled().await;
+    }
+
+    /// Whether [`Self::stopped`] has resolved.
+    pub fn is_stopped(&self) -> bool {
+        self.done.is_cancelled()
+    }
+}
+
+impl TaskSet {
+    /// Starts `binding` on the worker: its settings are validated first (the same rules as
+    /// [`Worker::new`]). A task with a `rate_limit` cannot be started this way. When the worker
+    /// is already stopping the task is never started.
+    pub fn start(&self, binding: TaskBinding) -> Result<RunningTask, WorkerError> {
+        let task = binding.settings.task_name.clone();
+        binding
+            .settings
+            .validate()
+            .map_err(|source| WorkerError::InvalidTask {
+                task: task.clone(),
+                source,
+            })?;
+        if binding.settings.rate_limit.is_some() {
+            return Err(WorkerError::InvalidTask {
+                task,
+                source: ExecutionError::invalid(
+                    "a task started while the worker runs cannot have a rate_limit",
+                ),
+            });
+        }
+        let running = RunningTask {
+            stop: CancellationToken::new(),
+            done: CancellationToken::new(),
+        };
+        // A closed channel: the worker has stopped; the task is never started.
+        let _ = self.tx.send(Started {
+            binding,
+            stop: running.stop.clone(),
+            done: running.done.clone(),
+        });
+        Ok(running)
+    }
+}
+
+/// What every task's machinery shares inside [`Worker::run`].
+struct RunShared {
+    stopping: CancellationToken,
+    hard_cancel: CancellationToken,
+    tracker: TaskTracker,
+    stop_tickers: CancellationToken,
+}
+
+/// The handles of one task's machinery besides its fetch loop.
+struct TaskHandles {
+    writer: JoinHandle<()>,
+    tickers: [JoinHandle<()>; 2],
+}
+
 /// A worker process's task set.
 pub struct Worker {
     tasks: Vec<TaskBinding>,
@@ -119,6 +212,8 @@ pub struct Worker {
     observer: Arc<dyn WorkerObserver>,
     /// The bucket store of each task with a `rate_limit`, by task name.
     rate_limits: BTreeMap<String, Arc<dyn RateLimitStore>>,
+    /// Tasks started while the worker runs ([`TaskSet`]).
+    started: Option<mpsc::UnboundedReceiver<Started>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -151,7 +246,16 @@ impl Worker {
             clock: Arc::new(SystemClock),
             observer: Arc::new(NoObserver),
             rate_limits: BTreeMap::new(),
+            started: None,
         })
+    }
+
+    /// A handle that starts (and stops) tasks while the worker runs. The worker then also runs
+    /// with no task at all until it is shut down.
+    pub fn task_set(&mut self) -> TaskSet {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.started = Some(rx);
+        TaskSet { tx }
     }
 
     /// Reads "now" from `clock` instead of the system clock (the lease time left when heartbeats
@@ -184,7 +288,7 @@ impl Worker {
     /// quarantined, docs/security.md#one-tenants-bad-deploy, the others run on), then drains (docs/semantics.md#shutdown-and-drain):
     /// stop claiming; give in-flight executions `shutdown_timeout`; cancel the remainder and
     /// give their `retrying` completions `shutdown_grace` to be written; return.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let mut limiters = BTreeMap::new();
         for task in &self.tasks {
             let name = &task.settings.task_name;
@@ -201,71 +305,63 @@ impl Worker {
             };
             limiters.insert(name.clone(), Limiter::new(Arc::clone(store), name, rate));
         }
-        let stopping = shutdown.child_token();
-        let hard_cancel = CancellationToken::new();
-        let tracker = TaskTracker::new();
+        let shared = RunShared {
+            stopping: shutdown.child_token(),
+            hard_cancel: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            stop_tickers: CancellationToken::new(),
+        };
         let mut writers = Vec::new();
-        let stop_tickers = CancellationToken::new();
         let mut tickers = Vec::new();
         let mut loops = JoinSet::new();
         for task in &self.tasks {
-            let (completer, writer) =
-                Completer::spawn(Arc::clone(&task.store), self.settings.completion_batch);
-            writers.push(writer);
-            let heartbeats = Arc::new(HeartbeatSet::default());
-            tickers.push(tokio::spawn(heartbeat_loop(
-                Ticker {
-                    store: Arc::clone(&task.store),
-                    set: Arc::clone(&heartbeats),
-                    clock: Arc::clone(&self.clock),
-                    interval: task.settings.heartbeat_interval,
-                    lease_duration_s: task.settings.lease_duration_secs(),
-                    task_name: task.settings.task_name.clone(),
-                    observer: Arc::clone(&self.observer),
-                },
-                stop_tickers.clone(),
-            )));
-            let cancel_watch = Arc::new(CancelWatch::default());
-            tickers.push(tokio::spawn(cancel_poll_loop(
-                Arc::clone(&task.store),
-                Arc::clone(&cancel_watch),
-                task.settings.cancel_poll_interval,
-                task.settings.task_name.clone(),
-                Arc::clone(&self.observer),
-                stop_tickers.clone(),
-            )));
-            let ctx = Arc::new(TaskCtx {
-                settings: task.settings.clone(),
-                store: Arc::clone(&task.store),
-                runner: Arc::clone(&task.runner),
-                completer,
-                stats: Arc::clone(&self.stats),
-                cancel_watch,
-                heartbeats,
-                observer: Arc::clone(&self.observer),
-                clock: Arc::clone(&self.clock),
-                limiter: limiters.get(&task.settings.task_name).cloned(),
-            });
+            let limiter = limiters.get(&task.settings.task_name).cloned();
+            let (ctx, handles) = self.spawn_machinery(task, limiter, shared.stop_tickers.clone());
+            writers.push(handles.writer);
+            tickers.extend(handles.tickers);
             loops.spawn(fetch_loop(
                 ctx,
                 task.quarantine.clone(),
-                stopping.clone(),
-                hard_cancel.clone(),
-                tracker.clone(),
+                shared.stopping.clone(),
+                shared.hard_cancel.clone(),
+                shared.tracker.clone(),
+                None,
             ));
         }
         tracing::info!(tasks = self.tasks.len(), "worker started");
 
         let mut fatal: Option<WorkerError> = None;
-        while let Some(joined) = loops.join_next().await {
-            match joined {
-                Ok(()) => {}
-                Err(e) => {
-                    stopping.cancel();
-                    fatal.get_or_insert(WorkerError::FetchLoop(e.to_string()));
+        let mut started = self.started.take();
+        loop {
+            if started.is_none() && loops.is_empty() {
+                break;
+            }
+            tokio::select! {
+                joined = loops.join_next(), if !loops.is_empty() => {
+                    if let Some(Err(e)) = joined {
+                        shared.stopping.cancel();
+                        fatal.get_or_insert(WorkerError::FetchLoop(e.to_string()));
+                    }
                 }
+                next = recv(&mut started), if started.is_some() => match next {
+                    Some(s) => self.start_dynamic(s, &shared, &mut loops),
+                    None => started = None,
+                },
+                _ = shared.stopping.cancelled() => break,
             }
         }
+        drop(started);
+        while let Some(joined) = loops.join_next().await {
+            if let Err(e) = joined {
+                fatal.get_or_insert(WorkerError::FetchLoop(e.to_string()));
+            }
+        }
+        let RunShared {
+            stopping: _,
+            hard_cancel,
+            tracker,
+            stop_tickers,
+        } = shared;
         tracker.close();
         tracing::info!(
             in_flight = tracker.len(),
@@ -304,5 +400,115 @@ impl Worker {
         }
         tracing::info!("worker stopped");
         fatal.map_or(Ok(()), Err)
+    }
+
+    /// Spawns `task`'s completion writer, heartbeat ticker and cancel poll (stopped by
+    /// `stop_tickers`) and returns the context its fetch loop runs with.
+    fn spawn_machinery(
+        &self,
+        task: &TaskBinding,
+        limiter: Option<Limiter>,
+        stop_tickers: CancellationToken,
+    ) -> (Arc<TaskCtx>, TaskHandles) {
+        let (completer, writer) =
+            Completer::spawn(Arc::clone(&task.store), self.settings.completion_batch);
+        let heartbeats = Arc::new(HeartbeatSet::default());
+        let heartbeat = tokio::spawn(heartbeat_loop(
+            Ticker {
+                store: Arc::clone(&task.store),
+                set: Arc::clone(&heartbeats),
+                clock: Arc::clone(&self.clock),
+                interval: task.settings.heartbeat_interval,
+                lease_duration_s: task.settings.lease_duration_secs(),
+                task_name: task.settings.task_name.clone(),
+                observer: Arc::clone(&self.observer),
+            },
+            stop_tickers.clone(),
+        ));
+        let cancel_watch = Arc::new(CancelWatch::default());
+        let cancel_poll = tokio::spawn(cancel_poll_loop(
+            Arc::clone(&task.store),
+            Arc::clone(&cancel_watch),
+            task.settings.cancel_poll_interval,
+            task.settings.task_name.clone(),
+            Arc::clone(&self.observer),
+            stop_tickers,
+        ));
+        let ctx = Arc::new(TaskCtx {
+            settings: task.settings.clone(),
+            store: Arc::clone(&task.store),
+            runner: Arc::clone(&task.runner),
+            completer,
+            stats: Arc::clone(&self.stats),
+            cancel_watch,
+            heartbeats,
+            observer: Arc::clone(&self.observer),
+            clock: Arc::clone(&self.clock),
+            limiter,
+        });
+        (
+            ctx,
+            TaskHandles {
+                writer,
+                tickers: [heartbeat, cancel_poll],
+            },
+        )
+    }
+
+    /// Starts a task given through a [`TaskSet`]: its fetch loop joins `loops` (a panic stops the
+    /// worker as for any task) and stops on the worker's drain or its own stop; then a retiring
+    /// task waits for its attempts, stops its tickers and marks it stopped.
+    fn start_dynamic(&self, s: Started, shared: &RunShared, loops: &mut JoinSet<()>) {
+        let Started {
+            binding,
+            stop,
+            done,
+        } = s;
+        let own_tickers = shared.stop_tickers.child_token();
+        let (ctx, handles) = self.spawn_machinery(&binding, None, own_tickers.clone());
+        let task_stop = shared.stopping.child_token();
+        let own = TaskTracker::new();
+        let name = binding.settings.task_name.clone();
+        let namespace = binding.settings.namespace.clone();
+        tracing::info!(task = %name, namespace = %namespace, "task started");
+        let fetch = fetch_loop(
+            ctx,
+            binding.quarantine.clone(),
+            task_stop.clone(),
+            shared.hard_cancel.clone(),
+            shared.tracker.clone(),
+            Some(own.clone()),
+        );
+        // Its own stop ends the loop like the drain does: a claim in progress is finished and its
+        // leases released.
+        let forward = task_stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => forward.cancel(),
+                () = forward.cancelled() => {}
+            }
+        });
+        loops.spawn(async move {
+            fetch.await;
+            task_stop.cancel();
+            tokio::spawn(async move {
+                own.close();
+                own.wait().await;
+                own_tickers.cancel();
+                for t in handles.tickers {
+                    let _ = t.await;
+                }
+                let _ = handles.writer.await;
+                tracing::info!(task = %name, namespace = %namespace, "task stopped: its attempts have ended");
+                done.cancel();
+            });
+        });
+    }
+}
+
+async fn recv(rx: &mut Option<mpsc::UnboundedReceiver<Started>>) -> Option<Started> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => None,
     }
 }

@@ -156,7 +156,8 @@ pub(crate) async fn run_worker(
         tracing::info!(addr = %bound, "metrics server listening on {bound}");
     }
 
-    let backends = open_backends(cfg).await?;
+    let mut backends = open_backends(cfg).await?;
+    let followed = crate::wiring::follow::open_followed(cfg, &mut backends).await?;
     let runtime = build_runtime(cfg)?;
     let (bindings, reload_targets) = task_bindings(cfg, &backends, &runtime, Some(&metrics))?;
     if let Some(interval) = opts.reload {
@@ -169,11 +170,25 @@ pub(crate) async fn run_worker(
     };
     let mut worker = Worker::new(bindings, settings)?
         .with_observer(Arc::clone(&metrics) as Arc<dyn onestep_worker::WorkerObserver>);
+    // Sources with `deployed:` follow the deployments (docs/deployments.md#workers-follow-deployments).
+    let stop_following = CancellationToken::new();
+    let _stop_following_on_return = stop_following.clone().drop_guard();
+    if !followed.is_empty() {
+        let ctx = crate::wiring::follow::FollowContext {
+            runtime: runtime.clone(),
+            tasks: worker.task_set(),
+            secrets: cfg.deployments.clone(),
+            yaml_tasks: Arc::new(crate::wiring::follow::FollowContext::yaml_tasks_of(cfg)),
+            metrics: Some(Arc::clone(&metrics)),
+        };
+        crate::wiring::follow::spawn(ctx, followed, stop_following.clone());
+    }
     for (task, store) in crate::wiring::rate_limit_stores(cfg, &backends)? {
         worker = worker.with_rate_limits(&task, store);
     }
     tracing::info!(app = %cfg.name, tasks = cfg.tasks.len(), "onestep worker running");
     let outcome = worker.run(shutdown).await;
+    stop_following.cancel();
     for backend in backends.values() {
         if let Err(e) = backend.close().await {
             tracing::warn!(error = %e, "closing a backend failed");

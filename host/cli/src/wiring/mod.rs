@@ -7,6 +7,7 @@
 //! conversion: the config crate builds the runtime's own `SandboxSettings`, and
 //! [`sandbox_settings`] only resolves its environment names.
 
+pub(crate) mod follow;
 pub(crate) mod reload;
 pub(crate) mod store;
 pub(crate) mod wasm_runner;
@@ -54,6 +55,13 @@ pub(crate) fn store_options(
         })
         .map(|t| t.concurrency)
         .sum::<u32>()
+        .saturating_add(
+            // Deployed tasks of sources on this connector: as many as their slots.
+            cfg.deployed_sources()
+                .filter(|s| s.connector == source.connector)
+                .filter_map(|s| s.deployed.map(|d| d.slots))
+                .sum::<u32>(),
+        )
         .saturating_add(4);
     opts.pool_max = connector
         .engine_options
@@ -112,25 +120,55 @@ pub(crate) fn wasm_cache_dir() -> Option<PathBuf> {
 /// per-attempt limits (plus headroom, see [`PoolSize::for_tasks`]), memory slots are sized from
 /// the largest sandbox, fuel metering is on only when some task sets a fuel budget.
 pub(crate) fn build_runtime(cfg: &AppConfig) -> Result<Runtime> {
-    let sandboxes: Vec<(u32, SandboxSettings)> = cfg
+    let mut sandboxes: Vec<(u32, SandboxSettings)> = cfg
         .tasks
         .iter()
         .map(|t| (t.concurrency, sandbox_settings(&t.sandbox, &cfg.env)))
         .collect();
-    let max_memory = cfg
+    let mut max_memory = cfg
         .tasks
         .iter()
         .map(|t| t.sandbox.memory_limit_bytes)
         .max()
         .unwrap_or(DEFAULT_MEMORY_LIMIT_BYTES);
+    // Deployed tasks (docs/deployments.md#workers-follow-deployments): their `slots` attempts at
+    // the largest sandbox the policy ceilings allow; fuel metering on, as a deployment may set
+    // a fuel budget.
+    let deployed_slots: u32 = cfg
+        .deployed_sources()
+        .filter_map(|s| s.deployed.map(|d| d.slots))
+        .sum();
+    if deployed_slots > 0 {
+        let ceiling = deployed_sandbox_ceiling(cfg);
+        max_memory = max_memory.max(ceiling.memory_limit_bytes);
+        sandboxes.push((deployed_slots, ceiling));
+    }
     let settings = RuntimeSettings {
         cache_dir: wasm_cache_dir(),
         pool: PoolSize::for_tasks(sandboxes.iter().map(|(c, s)| (*c, s))),
         max_memory_bytes: max_memory.next_power_of_two(),
-        fuel_metering: cfg.tasks.iter().any(|t| t.sandbox.fuel.is_some()),
+        fuel_metering: deployed_slots > 0 || cfg.tasks.iter().any(|t| t.sandbox.fuel.is_some()),
         ..RuntimeSettings::default()
     };
     Runtime::new(settings).context("cannot start the WebAssembly runtime")
+}
+
+/// The largest per-attempt limits a deployment may ask under this file's policy ceilings
+/// (`deployments.policy`; the built-in defaults without one): what the pool sizes deployed
+/// slots for.
+pub(crate) fn deployed_sandbox_ceiling(cfg: &AppConfig) -> SandboxSettings {
+    let mut s = SandboxSettings::default();
+    let Some(d) = &cfg.deployments else {
+        return s;
+    };
+    for c in d.policy.default.iter().chain(d.policy.namespaces.values()) {
+        s.memory_limit_bytes = s.memory_limit_bytes.max(c.memory_limit_bytes);
+        s.max_instances = s.max_instances.max(c.max_instances);
+        s.max_tables = s.max_tables.max(c.max_tables);
+        s.max_memories = s.max_memories.max(c.max_memories);
+        s.max_table_elements = s.max_table_elements.max(c.max_table_elements);
+    }
+    s
 }
 
 /// The runtime's sandbox for a task's `sandbox:` block: the config crate built the runtime's own

@@ -20,7 +20,8 @@ use crate::fields::{
     BadSeconds, integer, join, non_empty_str, number, positive_seconds, scalar_text,
 };
 use crate::model::{
-    DatabaseKind, EngineOptions, ExecutionSourceConfig, MysqlConnectorConfig, Secret,
+    DatabaseKind, DeployedConfig, EngineOptions, ExecutionSourceConfig, MysqlConnectorConfig,
+    Secret,
 };
 use crate::node::Node;
 
@@ -112,8 +113,9 @@ impl ResourceKind {
     }
 }
 
-const SOURCE_FIELDS: [&str; 20] = [
+const SOURCE_FIELDS: [&str; 21] = [
     "type",
+    "deployed",
     "connector",
     "namespace",
     "namespaces",
@@ -445,13 +447,30 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
     };
     let namespace = scope.label();
     let fair = fair_share(node, prefix)?;
-    // task_names
+    // task_names, or `deployed:` (the source serves the deployed tasks of its namespaces)
+    if let Some(d) = node.get_set("deployed") {
+        if let Some(tn) = node.get("task_names") {
+            return err(
+                tn,
+                format!(
+                    "{prefix}task_names and deployed are exclusive: a source serves the tasks \
+                     it names or the deployed tasks of its namespaces"
+                ),
+            );
+        }
+        deployed_options(d, prefix)?;
+    }
+    let deployed = node.get_set("deployed").is_some();
     let tn_node = node.get("task_names").unwrap_or(node);
-    let Some(items) = tn_node.items() else {
-        return err(
-            tn_node,
-            format!("{prefix}task_names must be a sequence of strings"),
-        );
+    let items = match tn_node.items() {
+        Some(items) => items,
+        None if deployed => &[],
+        None => {
+            return err(
+                tn_node,
+                format!("{prefix}task_names must be a sequence of strings"),
+            );
+        }
     };
     let mut names = Vec::new();
     for item in items {
@@ -467,7 +486,9 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
             }
         }
     }
-    if names.len() != 1 {
+    if deployed {
+        names.push(String::new());
+    } else if names.len() != 1 {
         return err(
             tn_node,
             format!("{prefix}task_names must contain exactly one task name"),
@@ -594,6 +615,61 @@ pub fn source_options(node: &Node, prefix: &str) -> Result<SourceOptions, (Node,
     })
 }
 
+/// Reads a source's `deployed:` mapping (docs/configuration.md#deployed-tasks): `poll_s` (> 0,
+/// default [`DEFAULT_DEPLOYED_POLL`]) and `slots` (1–100000, default
+/// [`DEFAULT_DEPLOYED_SLOTS`]); no other key, in both modes.
+pub fn deployed_options(node: &Node, prefix: &str) -> Result<DeployedConfig, (Node, String)> {
+    let err = |n: &Node, msg: String| Err((n.clone(), msg));
+    if !node.is_map() {
+        return err(
+            node,
+            format!("{prefix}deployed must be a mapping (e.g. {{poll_s: 2}})"),
+        );
+    }
+    if let Some(entries) = node.entries() {
+        for (key, n) in entries {
+            if !DEPLOYED_KEYS.contains(&key.as_str()) {
+                return err(
+                    n,
+                    format!(
+                        "{prefix}deployed: unsupported field '{key}' (allowed: {})",
+                        DEPLOYED_KEYS.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    let poll = match node.get_set("poll_s") {
+        None => DEFAULT_DEPLOYED_POLL,
+        Some(n) => match number(n).filter(|v| v.is_finite()).map(positive_seconds) {
+            Some(Ok(d)) => d,
+            _ => return err(n, format!("{prefix}deployed.poll_s must be a number > 0")),
+        },
+    };
+    let slots = match node.get_set("slots") {
+        None => DEFAULT_DEPLOYED_SLOTS,
+        Some(n) => match integer(n).and_then(|i| u32::try_from(i).ok()) {
+            Some(v) if (1..=100_000).contains(&v) => v,
+            _ => {
+                return err(
+                    n,
+                    format!("{prefix}deployed.slots must be an integer from 1 to 100000"),
+                );
+            }
+        },
+    };
+    Ok(DeployedConfig { poll, slots })
+}
+
+/// Keys of a source's `deployed:`.
+pub const DEPLOYED_KEYS: [&str; 2] = ["poll_s", "slots"];
+
+/// The default `deployed.poll_s`: how often a worker reads the deployments' revision.
+pub const DEFAULT_DEPLOYED_POLL: Duration = Duration::from_secs(2);
+
+/// The default `deployed.slots`: attempts of deployed tasks the worker's instance pool holds.
+pub const DEFAULT_DEPLOYED_SLOTS: u32 = 64;
+
 /// Resolves a connector reference (`unknown resource '<n>'`, `resource '<n>' must be a
 /// MySQLConnector` / `… a PostgresConnector` when `want` names one kind; any connector when
 /// `want` is `None`, else `… must be a MySQLConnector or PostgresConnector`).
@@ -665,6 +741,11 @@ pub fn build_source(
         ));
     }
     let opts = source_options(node, "").map_err(|(n, msg)| ConfigError::at(&n, &path, msg))?;
+    let deployed = node
+        .get_set("deployed")
+        .map(|d| deployed_options(d, ""))
+        .transpose()
+        .map_err(|(n, msg)| ConfigError::at(&n, &path, msg))?;
     // docs/semantics.md#fair-claim: `namespaces`, `weights` and `max_running_per_key` are
     // parsed and checked above; every database backend serves them (on tables with its keys
     // table).
@@ -706,5 +787,6 @@ pub fn build_source(
         auto_create,
         limits,
         reclaim_batch_size,
+        deployed,
     })
 }

@@ -17,10 +17,12 @@ pub fn check_shared_tables(
     resources: &BTreeMap<String, ResourceEntry<'_>>,
 ) -> Result<(), ConfigError> {
     let mut first: BTreeMap<(&str, &str, &str), &ExecutionSourceConfig> = BTreeMap::new();
-    for task in tasks {
-        let Some(source) = sources.get(&task.source) else {
-            continue;
-        };
+    // The sources of the tasks, in task order, then the sources of deployed tasks.
+    let used = tasks
+        .iter()
+        .filter_map(|t| sources.get(&t.source))
+        .chain(sources.values().filter(|s| s.deployed.is_some()));
+    for source in used {
         let key = (
             source.connector.as_str(),
             source.table.as_str(),

@@ -188,6 +188,18 @@ fn build_task(
         Some(_) => {}
     }
     if let Some(s) = sources.get(&source)
+        && s.deployed.is_some()
+    {
+        return Err(ConfigError::at(
+            source_node,
+            path,
+            format!(
+                "source '{source}' serves deployed tasks (deployed:); a task of the file needs \
+                 a source that names it in task_names"
+            ),
+        ));
+    }
+    if let Some(s) = sources.get(&source)
         && s.task_name != name
     {
         return Err(ConfigError::at(

@@ -769,3 +769,55 @@ fn fair_claim_keys_reach_a_postgres_source() {
         assert_eq!(source.fair.max_running_per_key, Some(2));
     }
 }
+
+#[test]
+fn a_deployed_source_serves_deployments_instead_of_task_names() {
+    // docs/configuration.md#deployed-tasks
+    let ok = source_doc("    namespaces: [a, b]\n    deployed: {poll_s: 0.5, slots: 8}\n");
+    for strict in [false, true] {
+        let cfg = load_text(&ok, strict).expect("a deployed source loads");
+        let s = &cfg.sources["jobs"];
+        let d = s.deployed.expect("deployed");
+        assert_eq!((d.poll, d.slots), (Duration::from_millis(500), 8));
+        assert_eq!(s.task_name, "");
+        assert_eq!(cfg.deployed_sources().count(), 1);
+        assert!(cfg.tasks.is_empty());
+    }
+    let defaults =
+        load_text(&source_doc("    namespace: a\n    deployed: {}\n"), true).expect("defaults");
+    let d = defaults.sources["jobs"].deployed.expect("deployed");
+    assert_eq!((d.poll, d.slots), (Duration::from_secs(2), 64));
+
+    check(
+        &[
+            (
+                source_doc("    namespace: a\n    task_names: [x]\n    deployed: {}\n"),
+                "resources.jobs: task_names and deployed are exclusive: a source serves the tasks it names or the deployed tasks of its namespaces (line 11, column 17)",
+            ),
+            (
+                source_doc("    namespace: a\n    deployed: {poll_s: 0}\n"),
+                "resources.jobs: deployed.poll_s must be a number > 0 (line 11, column 24)",
+            ),
+            (
+                source_doc("    namespace: a\n    deployed: {slots: 0}\n"),
+                "resources.jobs: deployed.slots must be an integer from 1 to 100000 (line 11, column 23)",
+            ),
+            (
+                source_doc("    namespace: a\n    deployed: {every: 2}\n"),
+                "resources.jobs: deployed: unsupported field 'every' (allowed: poll_s, slots) (line 11, column 23)",
+            ),
+            (
+                source_doc("    namespace: a\n    deployed: 2\n"),
+                "resources.jobs: deployed must be a mapping (e.g. {poll_s: 2}) (line 11, column 15)",
+            ),
+            (
+                format!(
+                    "{}tasks:\n  - name: echo\n    source: jobs\n    handler: {{component: echo.wasm}}\n",
+                    source_doc("    namespace: a\n    deployed: {}\n")
+                ),
+                "tasks[0]: source 'jobs' serves deployed tasks (deployed:); a task of the file needs a source that names it in task_names (line 14, column 13)",
+            ),
+        ],
+        false,
+    );
+}
