@@ -113,6 +113,7 @@ mod bench_rounds;
 mod check;
 mod check_vs_run;
 mod copy;
+mod deploy_cli;
 mod dev;
 mod diagnostics;
 mod fair_starvation;

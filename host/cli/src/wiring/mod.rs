@@ -9,6 +9,7 @@
 
 pub(crate) mod reload;
 pub(crate) mod store;
+pub(crate) mod vet;
 pub(crate) mod wasm_runner;
 
 use std::collections::BTreeMap;
