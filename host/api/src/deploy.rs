@@ -316,7 +316,9 @@ pub async fn upload_component(
             ));
         }
         Ok(Err(e)) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 return Err(too_large(cap));
             }
             return Err(ApiError::new(
@@ -482,17 +484,21 @@ pub async fn deploy(
     let Some(bytes) = deploy.components.get(&digest).await? else {
         return Err(DeploymentError::UnknownComponent { digest }.into());
     };
-    deploy.vetter.vet(&bytes, &settings).await.map_err(|reason| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            code::COMPONENT_UNLOADABLE,
-            format!(
-                "component {digest} cannot be loaded for task {:?} (the load check a worker \
+    deploy
+        .vetter
+        .vet(&bytes, &settings)
+        .await
+        .map_err(|reason| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                code::COMPONENT_UNLOADABLE,
+                format!(
+                    "component {digest} cannot be loaded for task {:?} (the load check a worker \
                  makes): {reason}",
-                settings.task
-            ),
-        )
-    })?;
+                    settings.task
+                ),
+            )
+        })?;
     let new = NewDeployment {
         namespace: settings.namespace.clone(),
         task: settings.task.clone(),
@@ -701,9 +707,10 @@ pub async fn activate_version(
     let deploy = api(&state)?;
     policy(deploy)?;
     onestep_core::deployments::check_name("task", &task)?;
-    let version: i64 = version.trim().parse().map_err(|_| {
-        ApiError::invalid(format!("version must be an integer (got {version:?})"))
-    })?;
+    let version: i64 = version
+        .trim()
+        .parse()
+        .map_err(|_| ApiError::invalid(format!("version must be an integer (got {version:?})")))?;
     onestep_core::deployments::check_version(version)?;
     let d = deploy
         .deployments

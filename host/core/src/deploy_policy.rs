@@ -140,14 +140,12 @@ impl DeploymentSettings {
                 return Err(format!("{key} must be an integer >= 1"));
             }
         }
-        self.retry
-            .validate()
-            .map_err(|e| format!("retry: {e}"))?;
+        self.retry.validate().map_err(|e| format!("retry: {e}"))?;
         for h in &self.headers {
             let token = !h.name.is_empty()
-                && h.name.bytes().all(|b| {
-                    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-                });
+                && h.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
             if !token {
                 return Err(format!(
                     "headers: {:?} is not an HTTP header name (an RFC 9110 token)",

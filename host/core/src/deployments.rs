@@ -224,9 +224,7 @@ impl StoredSettings {
                  {MAX_SETTINGS_BYTES} are allowed"
             )));
         }
-        Ok(StoredSettings(crate::canonical::to_canonical_string(
-            value,
-        )))
+        Ok(StoredSettings(crate::canonical::to_canonical_string(value)))
     }
 
     /// The stored form of typed settings: their canonical JSON
@@ -961,8 +959,8 @@ mod tests {
 
     #[test]
     fn settings_are_canonical_objects() {
-        let a = StoredSettings::from_value(&serde_json::json!({"b": 1, "a": [true]}))
-            .expect("object");
+        let a =
+            StoredSettings::from_value(&serde_json::json!({"b": 1, "a": [true]})).expect("object");
         assert_eq!(a.as_str(), r#"{"a":[true],"b":1}"#);
         assert_eq!(
             StoredSettings::from_stored(r#"{ "b":1,"a":[true] }"#).expect("stored"),
@@ -973,6 +971,35 @@ mod tests {
         let big = serde_json::json!({"x": "y".repeat(MAX_SETTINGS_BYTES)});
         let e = StoredSettings::from_value(&big).expect_err("big");
         assert!(e.to_string().contains("at most 65536"), "{e}");
+    }
+
+    #[test]
+    fn typed_settings_round_trip_through_the_stored_form() {
+        let typed: crate::deploy_policy::DeploymentSettings = serde_json::from_value(
+            serde_json::json!({"namespace": "ns", "task": "t", "sandbox": {}, "concurrency": 2,
+                "params": {"b": 1, "a": 2}}),
+        )
+        .expect("typed");
+        typed.validate().expect("valid");
+        let stored = StoredSettings::of(&typed).expect("stored");
+        assert_eq!(
+            stored.as_str(),
+            typed.to_canonical_json().expect("canonical")
+        );
+        assert_eq!(stored.typed().expect("typed back"), typed);
+        let e = StoredSettings::from_value(&serde_json::json!({"x": 1}))
+            .expect("opaque")
+            .typed()
+            .expect_err("not typed");
+        assert_eq!(e.code(), "undecodable_row");
+        let bad = crate::deploy_policy::DeploymentSettings {
+            concurrency: 0,
+            ..typed.clone()
+        };
+        assert!(bad.validate().expect_err("0").contains("concurrency"));
+        let mut bad = typed;
+        bad.task = " t".into();
+        assert!(bad.validate().expect_err("task").starts_with("task "));
     }
 
     #[test]

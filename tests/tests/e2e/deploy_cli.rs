@@ -58,7 +58,12 @@ deployments:
     Ok(path)
 }
 
-fn manifest(dir: &Path, name: &str, component: &Path, concurrency: u32) -> Result<std::path::PathBuf> {
+fn manifest(
+    dir: &Path,
+    name: &str,
+    component: &Path,
+    concurrency: u32,
+) -> Result<std::path::PathBuf> {
     let path = dir.join(name);
     std::fs::write(
         &path,
@@ -80,7 +85,10 @@ concurrency: {concurrency}
 
 /// Runs `onestep ARGS` with the API's URL and `token`; (exit code, stdout, stderr).
 fn cli(base: &str, token: &str, args: &[&str]) -> Result<(i32, String, String)> {
-    run_cli(args, &[("ONESTEP_API_URL", base), ("ONESTEP_API_TOKEN", token)])
+    run_cli(
+        args,
+        &[("ONESTEP_API_URL", base), ("ONESTEP_API_TOKEN", token)],
+    )
 }
 
 async fn case(server: &'static str, root: &str) -> Result<()> {
@@ -117,16 +125,22 @@ async fn run_case(db: &TestDb) -> Result<()> {
             .context("cannot start onestep serve")?,
     );
     let health = format!("{base}/healthz");
-    wait_for("the API to answer /healthz", Duration::from_secs(60), || async {
-        Ok((curl(&[health.as_str()])?.0 == 200).then_some(()))
-    })
+    wait_for(
+        "the API to answer /healthz",
+        Duration::from_secs(60),
+        || async { Ok((curl(&[health.as_str()])?.0 == 200).then_some(())) },
+    )
     .await
     .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
 
     let echo = guest("echo")?;
     let inspect = guest("inspect")?;
     let v1 = manifest(dir.path(), "v1.yaml", &echo, 1)?;
-    let (code, out, err) = cli(&base, DEPLOY_TOKEN, &["deploy", &v1.to_string_lossy(), "--note", "first"])?;
+    let (code, out, err) = cli(
+        &base,
+        DEPLOY_TOKEN,
+        &["deploy", &v1.to_string_lossy(), "--note", "first"],
+    )?;
     ensure!(code == 0, "deploy v1: {code} {out} {err}");
     ensure!(out.contains("deployed team-a/echo version 1"), "{out}");
     ensure!(out.contains("uploaded"), "{out}");
@@ -134,14 +148,23 @@ async fn run_case(db: &TestDb) -> Result<()> {
     // The same again: nothing written.
     let (code, out, err) = cli(&base, DEPLOY_TOKEN, &["deploy", &v1.to_string_lossy()])?;
     ensure!(code == 0, "repeat: {code} {out} {err}");
-    ensure!(out.contains("unchanged: already active team-a/echo version 1"), "{out}");
+    ensure!(
+        out.contains("unchanged: already active team-a/echo version 1"),
+        "{out}"
+    );
 
     // v2: another component (--component overrides the manifest's) and other settings.
     let v2 = manifest(dir.path(), "v2.yaml", &echo, 2)?;
     let (code, out, err) = cli(
         &base,
         DEPLOY_TOKEN,
-        &["deploy", &v2.to_string_lossy(), "--component", &inspect.to_string_lossy(), "--json"],
+        &[
+            "deploy",
+            &v2.to_string_lossy(),
+            "--component",
+            &inspect.to_string_lossy(),
+            "--json",
+        ],
     )?;
     ensure!(code == 0, "deploy v2: {code} {out} {err}");
     let v: Value = serde_json::from_str(&out).context("deploy --json")?;
@@ -166,48 +189,105 @@ async fn run_case(db: &TestDb) -> Result<()> {
     let (code, _, err) = cli(
         &base,
         DEPLOY_TOKEN,
-        &["deploy", &v1.to_string_lossy(), "--component", &bad.to_string_lossy()],
+        &[
+            "deploy",
+            &v1.to_string_lossy(),
+            "--component",
+            &bad.to_string_lossy(),
+        ],
     )?;
     ensure!(code == 1, "unlinkable: {code} {err}");
-    ensure!(err.contains("component_unloadable") && err.contains("cannot be linked"), "{err}");
+    ensure!(
+        err.contains("component_unloadable") && err.contains("cannot be linked"),
+        "{err}"
+    );
     // A submit token cannot deploy.
     let (code, _, err) = cli(&base, SUBMIT_TOKEN, &["deploy", &v1.to_string_lossy()])?;
-    ensure!(code == 1 && err.contains("HTTP 403"), "submit token: {code} {err}");
+    ensure!(
+        code == 1 && err.contains("HTTP 403"),
+        "submit token: {code} {err}"
+    );
 
     // List, roll back, events, deactivate.
-    let (code, out, err) = cli(&base, SUBMIT_TOKEN, &["deployments", "list", "--task", "echo"])?;
+    let (code, out, err) = cli(
+        &base,
+        SUBMIT_TOKEN,
+        &["deployments", "list", "--task", "echo"],
+    )?;
     ensure!(code == 0, "list: {err}");
     let lines: Vec<&str> = out.lines().collect();
     ensure!(lines.len() == 2, "{out}");
     ensure!(lines[0].starts_with("echo v2 active"), "{out}");
-    ensure!(lines[1].starts_with("echo v1 superseded") && lines[1].contains("note=\"first\""), "{out}");
-    let (code, out, err) = cli(&base, DEPLOY_TOKEN, &["deployments", "rollback", "echo", "1", "--note", "v2 regressed"])?;
+    ensure!(
+        lines[1].starts_with("echo v1 superseded") && lines[1].contains("note=\"first\""),
+        "{out}"
+    );
+    let (code, out, err) = cli(
+        &base,
+        DEPLOY_TOKEN,
+        &[
+            "deployments",
+            "rollback",
+            "echo",
+            "1",
+            "--note",
+            "v2 regressed",
+        ],
+    )?;
     ensure!(code == 0, "rollback: {out} {err}");
     ensure!(out.starts_with("active: echo v1 active"), "{out}");
-    let (code, out, _) = cli(&base, SUBMIT_TOKEN, &["deployments", "show", "echo", "--json"])?;
+    let (code, out, _) = cli(
+        &base,
+        SUBMIT_TOKEN,
+        &["deployments", "show", "echo", "--json"],
+    )?;
     ensure!(code == 0);
     let shown: Value = serde_json::from_str(&out)?;
     ensure!(shown["active"]["version"] == 1, "{shown}");
-    let (code, out, _) = cli(&base, SUBMIT_TOKEN, &["deployments", "events", "--task", "echo"])?;
+    let (code, out, _) = cli(
+        &base,
+        SUBMIT_TOKEN,
+        &["deployments", "events", "--task", "echo"],
+    )?;
     ensure!(code == 0);
     let first = out.lines().next().unwrap_or_default();
     ensure!(
-        first.contains("activate echo v1 from v2") && first.contains("by deploy@team-a") && first.contains("v2 regressed"),
+        first.contains("activate echo v1 from v2")
+            && first.contains("by deploy@team-a")
+            && first.contains("v2 regressed"),
         "{out}"
     );
     ensure!(out.lines().count() == 3, "{out}");
     let (code, out, err) = cli(&base, DEPLOY_TOKEN, &["deployments", "deactivate", "echo"])?;
-    ensure!(code == 0 && out.starts_with("deactivated: echo v1 inactive"), "{out} {err}");
+    ensure!(
+        code == 0 && out.starts_with("deactivated: echo v1 inactive"),
+        "{out} {err}"
+    );
 
     // Operator gc on the database: the unlinkable upload is unreferenced, the deployed
     // components are kept.
     let (code, out, err) = run_cli(
-        &["components", "gc", "--grace-s", "0", "--config", &config.to_string_lossy(), "--json"],
-        &[("ONESTEP_DSN", db.dsn.as_str()), ("ONESTEP_API_LISTEN", listen.as_str()), ("ONESTEP_E2E_TOKENS", tokens.as_str())],
+        &[
+            "components",
+            "gc",
+            "--grace-s",
+            "0",
+            "--config",
+            &config.to_string_lossy(),
+            "--json",
+        ],
+        &[
+            ("ONESTEP_DSN", db.dsn.as_str()),
+            ("ONESTEP_API_LISTEN", listen.as_str()),
+            ("ONESTEP_E2E_TOKENS", tokens.as_str()),
+        ],
     )?;
     ensure!(code == 0, "gc: {out} {err}");
     let gc: Value = serde_json::from_str(&out)?;
-    ensure!(gc["components"] == 1, "only the unreferenced upload goes: {gc}");
+    ensure!(
+        gc["components"] == 1,
+        "only the unreferenced upload goes: {gc}"
+    );
     Ok(())
 }
 
@@ -215,7 +295,10 @@ async fn run_case(db: &TestDb) -> Result<()> {
 async fn deploy_list_rollback_through_the_cli() -> Result<()> {
     let servers = onestep_e2e::servers()?;
     let mut failures = Vec::new();
-    for (server, root) in servers.into_iter().filter(|(s, _)| *s == "postgres" || *s == "mariadb") {
+    for (server, root) in servers
+        .into_iter()
+        .filter(|(s, _)| *s == "postgres" || *s == "mariadb")
+    {
         if let Err(e) = case(server, &root).await {
             failures.push(format!("{server}: {e:#}"));
         }

@@ -44,7 +44,10 @@ static TEMPLATES: LazyLock<Result<Environment<'static>, minijinja::Error>> = Laz
     env.add_template("list.html", include_str!("templates/list.html"))?;
     env.add_template("detail.html", include_str!("templates/detail.html"))?;
     env.add_template("logs.html", include_str!("templates/logs.html"))?;
-    env.add_template("deployments.html", include_str!("templates/deployments.html"))?;
+    env.add_template(
+        "deployments.html",
+        include_str!("templates/deployments.html"),
+    )?;
     Ok(env)
 });
 
@@ -411,6 +414,9 @@ pub fn timeline(e: &Execution) -> Vec<Step> {
 ///
 /// `with_values: false` (the auto-refresh of a live execution, docs/ui.md#detail) leaves the
 /// payload and metadata out: they do not change, and the page keeps the ones it has.
+/// `deployed` maps a component digest (hex, as attempts record it) to the task's deployment
+/// versions that run it (docs/ui.md#deployments).
+#[allow(clippy::too_many_arguments)]
 pub fn detail_context(
     e: &Execution,
     attempts: &[AttemptRecord],
@@ -890,11 +896,13 @@ pub fn deployments_context(
     let mut tasks: std::collections::BTreeMap<&str, TaskDeployments> =
         std::collections::BTreeMap::new();
     for d in deployments {
-        let t = tasks.entry(d.task.as_str()).or_insert_with(|| TaskDeployments {
-            task: d.task.clone(),
-            active: None,
-            versions: Vec::new(),
-        });
+        let t = tasks
+            .entry(d.task.as_str())
+            .or_insert_with(|| TaskDeployments {
+                task: d.task.clone(),
+                active: None,
+                versions: Vec::new(),
+            });
         if d.state == onestep_core::deployments::DeploymentState::Active {
             t.active = Some(d.version);
         }

@@ -139,7 +139,11 @@ async fn deploy(app: &TestApp, token: &str, body: Value) -> (StatusCode, Value) 
 
 async fn revision(app: &TestApp) -> i64 {
     use onestep_core::backend::Backend;
-    app.backend.deployments().revision().await.expect("revision")
+    app.backend
+        .deployments()
+        .revision()
+        .await
+        .expect("revision")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,7 +162,8 @@ async fn deploy_repeat_rollback_deactivate_and_audit() {
         assert_eq!((s, &c2["created"]), (StatusCode::OK, &json!(false)), "{c2}");
         assert_eq!(c2["digest"], digest1.as_str());
 
-        let body1 = json!({"settings": settings("echo", json!({})), "digest": digest1, "note": "first"});
+        let body1 =
+            json!({"settings": settings("echo", json!({})), "digest": digest1, "note": "first"});
         let (s, d1) = deploy(&app, DEPLOY_A, body1.clone()).await;
         assert_eq!(s, StatusCode::CREATED, "{server}: {d1}");
         assert_eq!(d1["created"], true);
@@ -217,29 +222,51 @@ async fn deploy_repeat_rollback_deactivate_and_audit() {
         // Rollback to v1.
         let (s, r) = app
             .send(
-                req(Method::POST, "/v1/deployments/echo/versions/1/activate", Some(DEPLOY_A))
-                    .json(&json!({"note": "v2 is broken"})),
+                req(
+                    Method::POST,
+                    "/v1/deployments/echo/versions/1/activate",
+                    Some(DEPLOY_A),
+                )
+                .json(&json!({"note": "v2 is broken"})),
             )
             .await;
         assert_eq!(s, StatusCode::OK, "{r}");
         assert_eq!((&r["version"], &r["state"]), (&json!(1), &json!("active")));
         let (s, r) = app
-            .send(req(Method::POST, "/v1/deployments/echo/versions/9/activate", Some(DEPLOY_A)).empty())
+            .send(
+                req(
+                    Method::POST,
+                    "/v1/deployments/echo/versions/9/activate",
+                    Some(DEPLOY_A),
+                )
+                .empty(),
+            )
             .await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{r}");
         assert_eq!(r["code"], "deployment_not_found");
 
         // History, newest first; paging.
         let (s, h) = app
-            .send(req(Method::GET, "/v1/deployments?task=echo&limit=1", Some(READ_A)).empty())
+            .send(
+                req(
+                    Method::GET,
+                    "/v1/deployments?task=echo&limit=1",
+                    Some(READ_A),
+                )
+                .empty(),
+            )
             .await;
         assert_eq!(s, StatusCode::OK, "{h}");
         assert_eq!(h["items"][0]["version"], 2);
         let before = h["next_before"].as_i64().expect("more");
         let (_, h2) = app
             .send(
-                req(Method::GET, &format!("/v1/deployments?task=echo&before={before}"), Some(READ_A))
-                    .empty(),
+                req(
+                    Method::GET,
+                    &format!("/v1/deployments?task=echo&before={before}"),
+                    Some(READ_A),
+                )
+                .empty(),
             )
             .await;
         assert_eq!(h2["items"][0]["version"], 1);
@@ -247,19 +274,40 @@ async fn deploy_repeat_rollback_deactivate_and_audit() {
 
         // Deactivate, then again: nothing active.
         let (s, r) = app
-            .send(req(Method::POST, "/v1/deployments/echo/deactivate", Some(DEPLOY_A)).empty())
+            .send(
+                req(
+                    Method::POST,
+                    "/v1/deployments/echo/deactivate",
+                    Some(DEPLOY_A),
+                )
+                .empty(),
+            )
             .await;
         assert_eq!(s, StatusCode::OK, "{r}");
         assert_eq!(r["state"], "inactive");
         let (s, r) = app
-            .send(req(Method::POST, "/v1/deployments/echo/deactivate", Some(DEPLOY_A)).empty())
+            .send(
+                req(
+                    Method::POST,
+                    "/v1/deployments/echo/deactivate",
+                    Some(DEPLOY_A),
+                )
+                .empty(),
+            )
             .await;
         assert_eq!(s, StatusCode::CONFLICT, "{r}");
         assert_eq!(r["code"], "no_active_deployment");
 
         // The audit: deploy v1, deploy v2, activate v1 (from v2), deactivate v1.
         let (s, ev) = app
-            .send(req(Method::GET, "/v1/deployments/events?task=echo", Some(OPERATE_A)).empty())
+            .send(
+                req(
+                    Method::GET,
+                    "/v1/deployments/events?task=echo",
+                    Some(OPERATE_A),
+                )
+                .empty(),
+            )
             .await;
         assert_eq!(s, StatusCode::OK, "{ev}");
         let actions: Vec<(String, i64, Option<i64>)> = ev["items"]
@@ -291,7 +339,10 @@ async fn deploy_repeat_rollback_deactivate_and_audit() {
         let (_, w) = app
             .send(req(Method::GET, "/v1/whoami", Some(DEPLOY_A)).empty())
             .await;
-        assert_eq!((&w["role"], &w["can_deploy"], &w["can_submit"]), (&json!("deploy"), &json!(true), &json!(false)));
+        assert_eq!(
+            (&w["role"], &w["can_deploy"], &w["can_submit"]),
+            (&json!("deploy"), &json!(true), &json!(false))
+        );
         let (_, w) = app
             .send(req(Method::GET, "/v1/whoami", Some(OPERATE_A)).empty())
             .await;
@@ -311,8 +362,19 @@ async fn refusals_name_the_reason_and_change_nothing() {
         for token in [READ_A, SUBMIT_A, OPERATE_A, DEFAULT_A] {
             let (s, e) = upload(&app, token, echo.clone()).await;
             assert_eq!(s, StatusCode::FORBIDDEN, "{server} {token}: {e}");
-            assert!(e["message"].as_str().unwrap_or_default().contains("role 'deploy' only"), "{e}");
-            let (s, e) = deploy(&app, token, json!({"settings": settings("echo", json!({})), "digest": digest})).await;
+            assert!(
+                e["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("role 'deploy' only"),
+                "{e}"
+            );
+            let (s, e) = deploy(
+                &app,
+                token,
+                json!({"settings": settings("echo", json!({})), "digest": digest}),
+            )
+            .await;
             assert_eq!(s, StatusCode::FORBIDDEN, "{e}");
             let (s, _) = app
                 .send(req(Method::POST, "/v1/deployments/echo/deactivate", Some(token)).empty())
@@ -384,10 +446,20 @@ async fn refusals_name_the_reason_and_change_nothing() {
                 }),
             )
         };
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": secret("nope"), "digest": digest})).await;
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": secret("nope"), "digest": digest}),
+        )
+        .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
         assert_eq!(e["violations"][0]["kind"], "unknown_secret", "{e}");
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": secret("github"), "digest": digest})).await;
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": secret("github"), "digest": digest}),
+        )
+        .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
         assert_eq!(e["violations"][0]["kind"], "secret_not_allowed", "{e}");
 
@@ -395,40 +467,118 @@ async fn refusals_name_the_reason_and_change_nothing() {
         // check with the loader's reason.
         let (s, g) = upload(&app, DEPLOY_A, b"\0asm garbage, not a component".to_vec()).await;
         assert_eq!(s, StatusCode::CREATED, "{g}");
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": settings("echo", json!({})), "digest": g["digest"]})).await;
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({})), "digest": g["digest"]}),
+        )
+        .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
         assert_eq!(e["code"], "component_unloadable");
         let (_, b) = upload(&app, DEPLOY_A, component("bad-import.wasm")).await;
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": settings("echo", json!({})), "digest": b["digest"]})).await;
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({})), "digest": b["digest"]}),
+        )
+        .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
         assert_eq!(e["code"], "component_unloadable");
         let msg = e["message"].as_str().unwrap_or_default();
-        assert!(msg.contains("cannot be linked") && msg.contains("missing-import"), "{msg}");
+        assert!(
+            msg.contains("cannot be linked") && msg.contains("missing-import"),
+            "{msg}"
+        );
         // Outbound HTTP without an allow-list: the worker would refuse it.
         let (_, f) = upload(&app, DEPLOY_A, component("fetch.wasm")).await;
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": settings("fetch", json!({})), "digest": f["digest"]})).await;
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("fetch", json!({})), "digest": f["digest"]}),
+        )
+        .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
-        assert!(e["message"].as_str().unwrap_or_default().contains("(sandbox)"), "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("(sandbox)"),
+            "{e}"
+        );
 
         // A digest that is not stored; a malformed one; bad settings.
         let missing = onestep_core::components::ComponentDigest::of(b"never stored");
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": settings("echo", json!({})), "digest": missing.as_str()})).await;
-        assert_eq!((s, &e["code"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("unknown_component")), "{e}");
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": settings("echo", json!({})), "digest": "md5:x"})).await;
-        assert_eq!((s, &e["code"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("invalid_argument")), "{e}");
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": {"namespace": "tenant-a"}, "digest": digest})).await;
-        assert_eq!((s, &e["code"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("invalid_body")), "{e}");
-        let (s, e) = deploy(&app, DEPLOY_A, json!({"settings": settings("echo", json!({"concurrency": 0})), "digest": digest})).await;
-        assert_eq!((s, &e["code"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("invalid_argument")), "{e}");
-        assert!(e["message"].as_str().unwrap_or_default().contains("concurrency"), "{e}");
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({})), "digest": missing.as_str()}),
+        )
+        .await;
+        assert_eq!(
+            (s, &e["code"]),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!("unknown_component")
+            ),
+            "{e}"
+        );
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({})), "digest": "md5:x"}),
+        )
+        .await;
+        assert_eq!(
+            (s, &e["code"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!("invalid_argument")),
+            "{e}"
+        );
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": {"namespace": "tenant-a"}, "digest": digest}),
+        )
+        .await;
+        assert_eq!(
+            (s, &e["code"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!("invalid_body")),
+            "{e}"
+        );
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({"concurrency": 0})), "digest": digest}),
+        )
+        .await;
+        assert_eq!(
+            (s, &e["code"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!("invalid_argument")),
+            "{e}"
+        );
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("concurrency"),
+            "{e}"
+        );
 
         // Oversized upload: over the namespace's ceiling of 1,000,000 bytes.
         let (s, e) = upload(&app, DEPLOY_A, vec![7u8; 1_000_001]).await;
         assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{e}");
-        assert!(e["message"].as_str().unwrap_or_default().contains("1000000"), "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("1000000"),
+            "{e}"
+        );
         // Wrong content type, empty body.
         let (s, _) = app
-            .send(req(Method::POST, "/v1/components", Some(DEPLOY_A)).raw("application/octet-stream", echo.clone()))
+            .send(
+                req(Method::POST, "/v1/components", Some(DEPLOY_A))
+                    .raw("application/octet-stream", echo.clone()),
+            )
             .await;
         assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE);
         let (s, _) = upload(&app, DEPLOY_A, Vec::new()).await;
@@ -450,11 +600,27 @@ async fn without_a_deployments_section_changes_are_refused() {
     let (s, e) = upload(&app, DEPLOY_A, component("echo.wasm")).await;
     assert_eq!(s, StatusCode::CONFLICT, "{e}");
     assert_eq!(e["code"], "deployments_disabled");
-    assert!(e["message"].as_str().unwrap_or_default().contains("no deployments: section"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no deployments: section"),
+        "{e}"
+    );
     let (s, e) = app
-        .send(req(Method::POST, "/v1/deployments/echo/deactivate", Some(DEPLOY_A)).empty())
+        .send(
+            req(
+                Method::POST,
+                "/v1/deployments/echo/deactivate",
+                Some(DEPLOY_A),
+            )
+            .empty(),
+        )
         .await;
-    assert_eq!((s, &e["code"]), (StatusCode::CONFLICT, &json!("deployments_disabled")));
+    assert_eq!(
+        (s, &e["code"]),
+        (StatusCode::CONFLICT, &json!("deployments_disabled"))
+    );
     // Reads still answer.
     let (s, _) = app
         .send(req(Method::GET, "/v1/deployments", Some(READ_A)).empty())
@@ -481,15 +647,28 @@ async fn deploy_view_lists_versions_and_names_the_version_of_an_attempt() {
         .send_text(req(Method::GET, "/ui/fragments/deployments", Some(READ_A)).empty())
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert!(empty.contains("No deployments in this namespace"), "{empty}");
+    assert!(
+        empty.contains("No deployments in this namespace"),
+        "{empty}"
+    );
 
     let echo = component("echo.wasm");
     let (_, c) = upload(&app, DEPLOY_A, echo.clone()).await;
     let digest = c["digest"].as_str().expect("digest").to_owned();
     let note = "<b>first</b>";
-    let (s, _) = deploy(&app, DEPLOY_A, json!({"settings": settings("echo", json!({})), "digest": digest, "note": note})).await;
+    let (s, _) = deploy(
+        &app,
+        DEPLOY_A,
+        json!({"settings": settings("echo", json!({})), "digest": digest, "note": note}),
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED);
-    let (s, _) = deploy(&app, DEPLOY_A, json!({"settings": settings("echo", json!({"concurrency": 2})), "digest": digest})).await;
+    let (s, _) = deploy(
+        &app,
+        DEPLOY_A,
+        json!({"settings": settings("echo", json!({"concurrency": 2})), "digest": digest}),
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED);
 
     let (status, ct, page) = app
@@ -498,18 +677,27 @@ async fn deploy_view_lists_versions_and_names_the_version_of_an_attempt() {
     assert_eq!(status, StatusCode::OK);
     assert!(ct.starts_with("text/html"), "{ct}");
     assert!(page.contains("active: v2"), "{page}");
-    assert!(page.contains(">v1<") && page.contains(">superseded<"), "{page}");
+    assert!(
+        page.contains(">v1<") && page.contains(">superseded<"),
+        "{page}"
+    );
     let hex = digest.trim_start_matches("sha256:");
     assert!(page.contains(&hex[..12]), "{page}");
     assert!(page.contains("deploy@tenant-a"), "{page}");
     // The note is escaped, and the audit lists both deploys.
-    assert!(page.contains("&lt;b&gt;first&lt;") && !page.contains(note), "{page}");
+    assert!(
+        page.contains("&lt;b&gt;first&lt;") && !page.contains(note),
+        "{page}"
+    );
     assert_eq!(page.matches("<td>deploy</td>").count(), 2, "{page}");
     // Another namespace sees none of it.
     let (_, _, other) = app
         .send_text(req(Method::GET, "/ui/fragments/deployments", Some(DEPLOY_B)).empty())
         .await;
-    assert!(other.contains("No deployments in this namespace"), "{other}");
+    assert!(
+        other.contains("No deployments in this namespace"),
+        "{other}"
+    );
     // The shell page.
     let (status, _, shell) = app
         .send_text(req(Method::GET, "/ui/deployments", None).empty())
@@ -554,8 +742,18 @@ async fn deploy_view_lists_versions_and_names_the_version_of_an_attempt() {
         .await
         .expect("complete");
     let (status, _, detail) = app
-        .send_text(req(Method::GET, &format!("/ui/fragments/executions/{id}"), Some(READ_A)).empty())
+        .send_text(
+            req(
+                Method::GET,
+                &format!("/ui/fragments/executions/{id}"),
+                Some(READ_A),
+            )
+            .empty(),
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
-    assert!(detail.contains("<small class=\"deployed\">v1, v2</small>"), "{detail}");
+    assert!(
+        detail.contains("<small class=\"deployed\">v1, v2</small>"),
+        "{detail}"
+    );
 }

@@ -192,9 +192,10 @@ impl Refused {
 
 impl Api {
     fn new(args: &ApiArgs) -> Result<Api, String> {
-        let uri: Uri = args.api.trim().parse().map_err(|e| {
-            format!("--api must be an http:// URL like http://127.0.0.1:8080: {e}")
-        })?;
+        let uri: Uri =
+            args.api.trim().parse().map_err(|e| {
+                format!("--api must be an http:// URL like http://127.0.0.1:8080: {e}")
+            })?;
         match uri.scheme_str() {
             Some("http") => {}
             Some(other) => {
@@ -257,9 +258,8 @@ impl Api {
             .await
             .map(|b| b.to_bytes())
             .map_err(|e| transport(format!("the answer could not be read: {e}")))?;
-        let body: Value = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-            Value::String(String::from_utf8_lossy(&bytes).into_owned())
-        });
+        let body: Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
         if status.is_success() {
             return Ok((status, body));
         }
@@ -406,7 +406,10 @@ pub(crate) async fn deploy(args: DeployArgs) -> u8 {
         },
     );
     if let Some(prev) = d["previous_version"].as_i64() {
-        println!("previous version: {prev} (roll back with `onestep deployments rollback {} {prev}`)", text(&d["task"]));
+        println!(
+            "previous version: {prev} (roll back with `onestep deployments rollback {} {prev}`)",
+            text(&d["task"])
+        );
     }
     OK
 }
@@ -598,7 +601,10 @@ mod tests {
     fn queries_and_segments_are_encoded() {
         assert_eq!(encode("a b/c"), "a%20b%2Fc");
         assert_eq!(encode("t-1.x_y~"), "t-1.x_y~");
-        assert_eq!(page_query(Some("x y"), Some(4), 10), "?limit=10&task=x%20y&before=4");
+        assert_eq!(
+            page_query(Some("x y"), Some(4), 10),
+            "?limit=10&task=x%20y&before=4"
+        );
         assert_eq!(short("sha256:0123456789abcdef"), "0123456789ab");
     }
 

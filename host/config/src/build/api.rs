@@ -396,7 +396,9 @@ impl ApiConfig {
             {
                 return Err(err(
                     path,
-                    format!("{what} {n}: unknown role '{r}' (expected read, submit, operate or deploy)"),
+                    format!(
+                        "{what} {n}: unknown role '{r}' (expected read, submit, operate or deploy)"
+                    ),
                 ));
             }
             if namespace.chars().count() > MAX_NAME_CHARS {

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
-    DEPLOYMENTS_TABLE_ABSENT, DeploymentAction, DeploymentFilter, StoredSettings,
-    DeploymentState, DeploymentStore, NewDeployment,
+    DEPLOYMENTS_TABLE_ABSENT, DeploymentAction, DeploymentFilter, DeploymentState, DeploymentStore,
+    NewDeployment, StoredSettings,
 };
 use serde_json::json;
 
