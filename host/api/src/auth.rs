@@ -26,34 +26,41 @@ pub enum Role {
     Submit,
     /// No role given: read, submit and cancel (what every token could do before roles existed).
     Default,
-    /// Everything: read, submit, cancel, retry and the bulk operations.
+    /// Everything on executions: read, submit, cancel, retry and the bulk operations. Reads
+    /// deployments; does not deploy.
     Operate,
+    /// Read plus deploy: upload components, deploy, activate (roll back) and deactivate the
+    /// namespace's task deployments (docs/deployments.md). Does not submit or cancel.
+    Deploy,
 }
 
 impl Role {
-    /// Parses `read`, `submit` or `operate`.
+    /// Parses `read`, `submit`, `operate` or `deploy`.
     pub fn parse(text: &str) -> Option<Role> {
         match text {
             "read" => Some(Role::Read),
             "submit" => Some(Role::Submit),
             "operate" => Some(Role::Operate),
+            "deploy" => Some(Role::Deploy),
             _ => None,
         }
     }
 
-    /// The role's name as the API reports it (`read`, `submit`, `default`, `operate`).
+    /// The role's name as the API reports it (`read`, `submit`, `default`, `operate`,
+    /// `deploy`).
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Read => "read",
             Role::Submit => "submit",
             Role::Default => "default",
             Role::Operate => "operate",
+            Role::Deploy => "deploy",
         }
     }
 
     /// May submit executions.
     pub fn can_submit(self) -> bool {
-        !matches!(self, Role::Read)
+        matches!(self, Role::Submit | Role::Default | Role::Operate)
     }
 
     /// May cancel one execution.
@@ -64,6 +71,12 @@ impl Role {
     /// May retry and run the bulk operations.
     pub fn can_operate(self) -> bool {
         matches!(self, Role::Operate)
+    }
+
+    /// May upload components and deploy, activate and deactivate deployments of its namespace
+    /// (`deploy` only: deploying is a separate duty, `operate` does not imply it).
+    pub fn can_deploy(self) -> bool {
+        matches!(self, Role::Deploy)
     }
 }
 
@@ -88,8 +101,8 @@ pub enum TokenError {
     /// No token at all.
     #[error("no tokens configured")]
     NoTokens,
-    /// A role other than read, submit or operate (`entry` names the file line).
-    #[error("{entry}: unknown role {role:?} (expected read, submit or operate)")]
+    /// A role other than read, submit, operate or deploy (`entry` names the file line).
+    #[error("{entry}: unknown role {role:?} (expected read, submit, operate or deploy)")]
     UnknownRole {
         /// Where: `tokens file line <n>`.
         entry: String,
@@ -185,8 +198,8 @@ impl TokenTable {
         Ok(table)
     }
 
-    /// Parses a tokens file: one `token namespace [role]` per line (role `read`, `submit` or
-    /// `operate`; none means [`Role::Default`]); blank lines and lines starting with `#` are
+    /// Parses a tokens file: one `token namespace [role]` per line (role `read`, `submit`,
+    /// `operate` or `deploy`; none means [`Role::Default`]); blank lines and lines starting with `#` are
     /// skipped. Errors name the line number, never the token.
     pub fn parse_file(text: &str) -> Result<Self, TokenError> {
         let mut entries = Vec::new();
@@ -211,7 +224,7 @@ impl TokenTable {
     }
 
     /// Parses an environment value `token=namespace[:role],token=namespace[:role]` (spaces
-    /// around items are ignored; a trailing `:read`, `:submit` or `:operate` is the role, any
+    /// around items are ignored; a trailing `:read`, `:submit`, `:operate` or `:deploy` is the role, any
     /// other text after the last `:` belongs to the namespace).
     pub fn parse_env(text: &str) -> Result<Self, TokenError> {
         let mut entries = Vec::new();
@@ -284,6 +297,7 @@ fn role_code(role: Role) -> u8 {
         Role::Submit => 1,
         Role::Default => 2,
         Role::Operate => 3,
+        Role::Deploy => 4,
     }
 }
 
@@ -292,6 +306,7 @@ fn role_from_code(code: u8) -> Role {
         0 => Role::Read,
         1 => Role::Submit,
         3 => Role::Operate,
+        4 => Role::Deploy,
         _ => Role::Default,
     }
 }
@@ -360,6 +375,14 @@ mod tests {
         assert!(Role::Default.can_cancel() && !Role::Default.can_operate());
         assert!(Role::Submit.can_submit() && !Role::Submit.can_cancel());
         assert!(!Role::Read.can_submit() && !Role::Read.can_cancel());
+        let d = TokenTable::parse_env(&format!("{A}=ns-a:deploy")).unwrap();
+        assert_eq!(d.lookup_with_role(A), Some((0, Role::Deploy)));
+        assert!(Role::Deploy.can_deploy());
+        assert!(!Role::Deploy.can_submit() && !Role::Deploy.can_cancel());
+        assert!(!Role::Deploy.can_operate());
+        for r in [Role::Read, Role::Submit, Role::Default, Role::Operate] {
+            assert!(!r.can_deploy(), "{r:?}");
+        }
     }
 
     #[test]

@@ -72,6 +72,18 @@ pub mod code {
     pub const TOO_MANY_STREAMS: &str = "too_many_streams";
     /// 431: the request headers are too large.
     pub const HEADERS_TOO_LARGE: &str = "headers_too_large";
+    /// 422: a deployment over its namespace's policy ceilings (the body lists `violations`).
+    pub const POLICY_VIOLATION: &str = "policy_violation";
+    /// 422: a deployment naming a component the component store does not hold.
+    pub const UNKNOWN_COMPONENT: &str = "unknown_component";
+    /// 422: a deployment whose component a worker could not load (the load check's reason).
+    pub const COMPONENT_UNLOADABLE: &str = "component_unloadable";
+    /// 404: no such deployment version (or no deployment of the task).
+    pub const DEPLOYMENT_NOT_FOUND: &str = "deployment_not_found";
+    /// 409: deactivating a task without an active deployment.
+    pub const NO_ACTIVE_DEPLOYMENT: &str = "no_active_deployment";
+    /// 409: the server's configuration has no `deployments:` section (or no deployments API).
+    pub const DEPLOYMENTS_DISABLED: &str = "deployments_disabled";
 }
 
 /// The JSON body of every error response.
@@ -100,6 +112,26 @@ pub struct ErrorBody {
     /// The quota that refused a submit, for `quota_exceeded` (docs/http-api.md#quotas).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota: Option<QuotaView>,
+    /// Every broken policy rule of a refused deployment, for `policy_violation` and a
+    /// namespace refusal (docs/deployment-policy.md#the-checks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub violations: Option<Vec<ViolationView>>,
+}
+
+/// One broken rule of the deployment policy (docs/deployment-policy.md#the-checks).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ViolationView {
+    /// The setting's path in the manifest (`sandbox.memory_limit_bytes`, `component`, …).
+    pub limit: String,
+    /// `above_ceiling`, `origin_outside`, `unknown_secret`, `secret_not_allowed`,
+    /// `secret_origin`, `not_settable`, `no_policy` or `namespace_mismatch`.
+    pub kind: String,
+    /// What the deployment asked, as text.
+    pub asked: String,
+    /// The rule and the ceiling.
+    pub rule: String,
+    /// The whole line: `<limit>: asked <asked>, <rule>`.
+    pub message: String,
 }
 
 /// Which quota refused a submit (docs/http-api.md#quotas).
@@ -146,6 +178,7 @@ impl ApiError {
                 last_attempt: None,
                 cancel_reason: None,
                 quota: None,
+                violations: None,
             }),
         }
     }
@@ -215,6 +248,12 @@ impl ApiError {
         if let Some(q) = self.body.quota.as_mut() {
             q.retry_after_s = Some(seconds);
         }
+        self
+    }
+
+    /// The broken policy rules of a refused deployment.
+    pub(crate) fn with_violations(mut self, violations: Vec<ViolationView>) -> Self {
+        self.body.violations = Some(violations);
         self
     }
 

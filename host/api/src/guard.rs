@@ -98,7 +98,11 @@ async fn require_json_content_type(req: Request, next: Next) -> Response<Body> {
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok());
-        if !ct.is_some_and(is_json_content_type) {
+        // A component upload is raw bytes: `application/wasm` is not a CORS-safelisted type
+        // either, so a cross-origin page still cannot send it without a preflight.
+        let upload = req.uri().path() == "/v1/components"
+            && ct.is_some_and(crate::deploy::is_wasm_content_type);
+        if !upload && !ct.is_some_and(is_json_content_type) {
             return unsupported_media_type().into_response();
         }
     }

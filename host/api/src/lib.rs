@@ -17,6 +17,8 @@
 //! | `POST /v1/executions/{id}/retry` (header `Idempotency-Key`) | 202 new execution | 403, 404, 409 not retryable / conflict, 422 |
 //! | `POST /v1/executions:cancel`, `POST /v1/executions:retry` | 200 counts ([`operate`]) | 403, 422 |
 //! | `GET /v1/whoami` | 200 namespace and role | |
+//! | `POST /v1/components` (`application/wasm`) | 201/200 `{digest, bytes, created}` ([`deploy`]) | 403, 409, 413, 415, 422 |
+//! | `POST /v1/deployments`, `GET /v1/deployments`, `GET /v1/deployments/events`, `GET /v1/deployments/{task}`, `POST /v1/deployments/{task}/versions/{version}/activate`, `POST /v1/deployments/{task}/deactivate` | the deployments API ([`deploy`], docs/http-api.md#deployments) | 403, 404, 409, 422 |
 //! | `GET /healthz`, `GET /readyz` | 200 | 503 (readyz) |
 //! | `GET /openapi.json` | 200 OpenAPI 3.1 document | |
 //! | `GET /metrics` | 200 request counts and latency; execution figures for an `operate` token or with `api.metrics.public` ([`metrics`]) | |
@@ -38,6 +40,7 @@ pub mod attempts;
 pub mod auth;
 pub mod batch;
 pub mod callbacks;
+pub mod deploy;
 pub mod error;
 pub mod extract;
 pub mod guard;
@@ -127,6 +130,12 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(operate::whoami))
         .routes(routes!(keys::list_keys))
         .routes(routes!(throttles::list_rate_limits))
+        .routes(routes!(deploy::upload_component))
+        .routes(routes!(deploy::deploy, deploy::list_deployments))
+        .routes(routes!(deploy::list_deployment_events))
+        .routes(routes!(deploy::get_task_deployments))
+        .routes(routes!(deploy::activate_version))
+        .routes(routes!(deploy::deactivate_task))
         .routes(routes!(routes::healthz))
         .routes(routes!(routes::readyz))
 }

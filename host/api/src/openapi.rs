@@ -15,11 +15,12 @@ use crate::view::{ErrorObjectView, ExecutionView, HealthView, PageView, ResultVi
         description = "Submit long-running tasks, then poll their status, read results or cancel them. \
 Every error body is `{\"code\", \"message\"}`.",
     ),
-    components(schemas(ErrorBody, crate::error::QuotaView, ErrorObjectView, ExecutionView, PageView, ResultView, HealthView, StatusName)),
+    components(schemas(ErrorBody, crate::error::QuotaView, crate::error::ViolationView, ErrorObjectView, ExecutionView, PageView, ResultView, HealthView, StatusName)),
     tags(
         (name = "executions", description = "Tracked executions of the caller's namespace"),
         (name = "health", description = "Liveness and readiness"),
         (name = "operate", description = "Fleet-wide state for operators (`operate` tokens)"),
+        (name = "deployments", description = "Components and task deployments of the caller's namespace (changes: `deploy` tokens)"),
     )
 )]
 struct ApiDoc;

@@ -93,7 +93,7 @@ pub struct BulkRetryView {
 pub struct WhoamiView {
     /// The caller's namespace.
     pub namespace: String,
-    /// `read`, `submit`, `default` (no role given: submit and cancel) or `operate`.
+    /// `read`, `submit`, `default` (no role given: submit and cancel), `operate` or `deploy`.
     pub role: String,
     /// May submit.
     pub can_submit: bool,
@@ -101,6 +101,9 @@ pub struct WhoamiView {
     pub can_cancel: bool,
     /// May retry and run bulk operations.
     pub can_operate: bool,
+    /// May upload components and deploy, activate and deactivate deployments (role `deploy`,
+    /// or a server without tokens).
+    pub can_deploy: bool,
 }
 
 fn bulk_request(body: &BulkBody) -> Result<BulkRequest, ApiError> {
@@ -263,8 +266,12 @@ pub async fn bulk_retry(
     ),
     security(("bearer" = []))
 )]
-pub async fn whoami(Caller(client, role): Caller) -> Json<WhoamiView> {
+pub async fn whoami(
+    State(state): State<ApiState>,
+    Caller(client, role): Caller,
+) -> Json<WhoamiView> {
     Json(WhoamiView {
+        can_deploy: role.can_deploy() || state.unauthenticated(),
         namespace: client.namespace().to_owned(),
         role: role.as_str().to_owned(),
         can_submit: role.can_submit(),

@@ -60,6 +60,8 @@ struct Inner {
     callbacks: Option<Arc<dyn onestep_core::callback::CallbackStore>>,
     /// The webhook sender's delivery metrics (shown at `/metrics`).
     webhook_metrics: Arc<crate::callbacks::metrics::WebhookMetrics>,
+    /// The deployments API's stores, load check and policy (docs/deployments.md), when wired.
+    deploy: Option<Arc<crate::deploy::DeployApi>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -119,6 +121,7 @@ impl ApiState {
                 streams,
                 callbacks: None,
                 webhook_metrics: Arc::default(),
+                deploy: None,
             }),
         })
     }
@@ -154,6 +157,26 @@ impl ApiState {
         ApiState {
             inner: Arc::new(inner),
         }
+    }
+
+    /// The same state with the deployments API (docs/deployments.md) served from `deploy`.
+    pub fn with_deployments(self, deploy: crate::deploy::DeployApi) -> Self {
+        let mut inner = (*self.inner).clone();
+        inner.deploy = Some(Arc::new(deploy));
+        ApiState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The deployments API, when wired.
+    pub fn deploy_api(&self) -> Option<&crate::deploy::DeployApi> {
+        self.inner.deploy.as_deref()
+    }
+
+    /// Whether tokens are off (one namespace, local use): the caller may do everything,
+    /// deploying included.
+    pub fn unauthenticated(&self) -> bool {
+        matches!(self.inner.tenancy, Tenancy::Single(_))
     }
 
     /// The completion-webhook outbox, when the store keeps one.

@@ -67,6 +67,16 @@ enum Command {
     Task(commands::task_run::TaskCommand),
     /// Run a recorded execution again locally with the current component; writes nothing.
     Replay(commands::task_run::ReplayArgs),
+    /// Deploy a handler through the HTTP API: upload its component, then deploy it with the
+    /// manifest's settings (a `deploy` token).
+    Deploy(commands::deploy::DeployArgs),
+    /// Read and change task deployments through the HTTP API (`list`, `show`, `events`,
+    /// `rollback`, `deactivate`).
+    #[command(subcommand)]
+    Deployments(commands::deploy::DeploymentsCommand),
+    /// Operator commands on the component store (`gc`), on the database.
+    #[command(subcommand)]
+    Components(commands::deploy::ComponentsCommand),
     /// Print the worker topology of a YAML app file (connectors, sources, tasks, components).
     Render(commands::render::RenderArgs),
     /// Create a project (`new handler NAME --lang rust|python|js`).
@@ -110,6 +120,9 @@ fn main() -> ExitCode {
                 commands::task_run::task_run(a).await
             }
             Command::Replay(a) => commands::task_run::replay(a).await,
+            Command::Deploy(a) => commands::deploy::deploy(a).await,
+            Command::Deployments(c) => commands::deploy::deployments(c).await,
+            Command::Components(c) => commands::deploy::components(c).await,
             Command::Render(a) => commands::render::run(a),
             Command::New(commands::new::NewCommand::Handler(a)) => commands::new::new_handler(a),
         }

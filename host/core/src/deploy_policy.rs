@@ -104,6 +104,58 @@ impl DeploymentSettings {
         serde_json::from_str(text)
     }
 
+    /// The structural rules of settings that did not come through the manifest parser (the API
+    /// also accepts them as JSON): names as the deployments store requires them, the lower
+    /// bounds the manifest parser enforces (`concurrency >= 1`, `memory_limit_bytes >= 1 MiB`,
+    /// at least one instance, table and memory), the retry policy's constructor rules, header
+    /// names as HTTP tokens and a description of at most [`MAX_DESCRIPTION_CHARS`]. The first
+    /// broken rule is the error; it names the field. Ceilings are [`DeploymentPolicy::check`]'s.
+    pub fn validate(&self) -> Result<(), String> {
+        crate::deployments::check_name("namespace", &self.namespace).map_err(|e| e.to_string())?;
+        crate::deployments::check_name("task", &self.task).map_err(|e| e.to_string())?;
+        if let Some(d) = &self.description
+            && d.chars().count() > MAX_DESCRIPTION_CHARS
+        {
+            return Err(format!(
+                "description is {} characters; at most {MAX_DESCRIPTION_CHARS} are allowed",
+                d.chars().count()
+            ));
+        }
+        if self.concurrency == 0 {
+            return Err("concurrency must be an integer >= 1".into());
+        }
+        let sb = &self.sandbox;
+        if sb.memory_limit_bytes < crate::settings::MIN_MEMORY_LIMIT_BYTES {
+            return Err(format!(
+                "sandbox.memory_limit_bytes must be an integer >= {} (1 MiB)",
+                crate::settings::MIN_MEMORY_LIMIT_BYTES
+            ));
+        }
+        for (key, v) in [
+            ("sandbox.max_instances", sb.max_instances),
+            ("sandbox.max_tables", sb.max_tables),
+            ("sandbox.max_memories", sb.max_memories),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be an integer >= 1"));
+            }
+        }
+        self.retry.validate().map_err(|e| format!("retry: {e}"))?;
+        for h in &self.headers {
+            let token = !h.name.is_empty()
+                && h.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token {
+                return Err(format!(
+                    "headers: {:?} is not an HTTP header name (an RFC 9110 token)",
+                    crate::text::truncate_utf8(&h.name, 80)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The names of the operator-held secrets the deployment references, sorted, unique.
     pub fn secret_names(&self) -> BTreeSet<&str> {
         self.headers
@@ -115,6 +167,9 @@ impl DeploymentSettings {
             .collect()
     }
 }
+
+/// Longest `description` of a deployment (characters).
+pub const MAX_DESCRIPTION_CHARS: usize = 1000;
 
 /// The most a deployment of one namespace may ask (`deployments.policy.default` or
 /// `deployments.policy.namespaces.<ns>` in the operator's configuration). [`Default`] is the

@@ -199,17 +199,19 @@ impl fmt::Display for DeploymentAction {
     }
 }
 
-/// The task settings a deployment carries (sandbox grants, timeout, retry, concurrency, params):
-/// a JSON object kept as canonical JSON text ([`crate::canonical`]), so two equal documents are
-/// byte-equal. The store does not interpret the keys: the manifest parser and the tenant policy
-/// check them before a deploy; the store keeps them, compares them and hands them back.
+/// The task settings a deployment carries, as the store keeps them: a JSON object kept as
+/// canonical JSON text ([`crate::canonical`]), so two equal documents are byte-equal. The store
+/// does not interpret the keys. What the API deploys is always the typed
+/// [`crate::deploy_policy::DeploymentSettings`] (sandbox grants, timeout, retry, concurrency,
+/// params; built by the manifest parser, validated and checked against the tenant policy before
+/// a deploy), stored with [`StoredSettings::of`] and read back with [`StoredSettings::typed`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeploymentSettings(String);
+pub struct StoredSettings(String);
 
-impl DeploymentSettings {
+impl StoredSettings {
     /// The settings of `value`, which must be a JSON object of at most [`MAX_SETTINGS_BYTES`]
     /// bytes of canonical JSON.
-    pub fn from_value(value: &Value) -> Result<DeploymentSettings, DeploymentError> {
+    pub fn from_value(value: &Value) -> Result<StoredSettings, DeploymentError> {
         if !value.is_object() {
             return Err(DeploymentError::invalid(
                 "deployment settings must be a JSON object",
@@ -222,18 +224,37 @@ impl DeploymentSettings {
                  {MAX_SETTINGS_BYTES} are allowed"
             )));
         }
-        Ok(DeploymentSettings(crate::canonical::to_canonical_string(
-            value,
-        )))
+        Ok(StoredSettings(crate::canonical::to_canonical_string(value)))
+    }
+
+    /// The stored form of typed settings: their canonical JSON
+    /// ([`crate::deploy_policy::DeploymentSettings::to_canonical_json`]).
+    pub fn of(
+        typed: &crate::deploy_policy::DeploymentSettings,
+    ) -> Result<StoredSettings, DeploymentError> {
+        let value = serde_json::to_value(typed).map_err(|e| {
+            DeploymentError::invalid(format!("deployment settings cannot be encoded: {e}"))
+        })?;
+        StoredSettings::from_value(&value)
+    }
+
+    /// The typed settings these are the stored form of; settings that are not (written by
+    /// something else than [`StoredSettings::of`]) are [`ExecutionError::Undecodable`].
+    pub fn typed(&self) -> Result<crate::deploy_policy::DeploymentSettings, ExecutionError> {
+        crate::deploy_policy::DeploymentSettings::from_json(&self.0).map_err(|e| {
+            ExecutionError::Undecodable(format!(
+                "stored deployment settings are not typed deployment settings: {e}"
+            ))
+        })
     }
 
     /// An empty settings object, `{}`.
-    pub fn empty() -> DeploymentSettings {
-        DeploymentSettings("{}".to_owned())
+    pub fn empty() -> StoredSettings {
+        StoredSettings("{}".to_owned())
     }
 
     /// Settings read back from a row (canonical JSON text of an object).
-    pub fn from_stored(text: &str) -> Result<DeploymentSettings, ExecutionError> {
+    pub fn from_stored(text: &str) -> Result<StoredSettings, ExecutionError> {
         let value: Value = serde_json::from_str(text).map_err(|e| {
             ExecutionError::Undecodable(format!("stored deployment settings are not JSON: {e}"))
         })?;
@@ -242,7 +263,7 @@ impl DeploymentSettings {
                 "stored deployment settings are not a JSON object".to_owned(),
             ));
         }
-        Ok(DeploymentSettings(crate::canonical::to_canonical_string(
+        Ok(StoredSettings(crate::canonical::to_canonical_string(
             &value,
         )))
     }
@@ -271,7 +292,7 @@ pub struct Deployment {
     /// The component it runs.
     pub digest: ComponentDigest,
     /// The task settings it carries.
-    pub settings: DeploymentSettings,
+    pub settings: StoredSettings,
     /// Its state now.
     pub state: DeploymentState,
     /// Who deployed it (the token's or principal's name).
@@ -328,7 +349,7 @@ pub struct NewDeployment {
     /// A stored component.
     pub digest: ComponentDigest,
     /// The task settings.
-    pub settings: DeploymentSettings,
+    pub settings: StoredSettings,
     /// Who deploys.
     pub actor: String,
     /// An optional note (reason) kept with the deployment and its event.
@@ -399,6 +420,22 @@ pub struct GcReport {
     pub components: u64,
     /// Their bytes.
     pub bytes: u64,
+}
+
+/// The load check of a component before it is deployed (docs/deployments.md#load-check): the
+/// same checks a worker makes when it loads a task's component (`onestep check --strict`):
+/// compile, link against the host's imports for the settings' sandbox, the handler export,
+/// the component's declared needs within the sandbox's limits. Implemented by the CLI with the
+/// WebAssembly runtime; core and the API know only this port.
+#[async_trait]
+pub trait ComponentVetter: Send + Sync {
+    /// `Ok` when a worker could load `bytes` for `settings`; otherwise the reason, as the
+    /// worker would report it.
+    async fn vet(
+        &self,
+        bytes: &[u8],
+        settings: &crate::deploy_policy::DeploymentSettings,
+    ) -> Result<(), String>;
 }
 
 /// The task deployments port (docs/deployments.md#data-model).
@@ -531,7 +568,7 @@ impl DeploymentRow {
     pub fn decode(self) -> Result<Deployment, ExecutionError> {
         Ok(Deployment {
             digest: stored_digest(&self.digest, "digest")?,
-            settings: DeploymentSettings::from_stored(&self.settings)?,
+            settings: StoredSettings::from_stored(&self.settings)?,
             state: DeploymentState::parse(&self.state)?,
             previous_digest: self
                 .previous_digest
@@ -907,7 +944,7 @@ mod tests {
             namespace: "ns".into(),
             task: "t".into(),
             digest: ComponentDigest::of(digest.as_bytes()),
-            settings: DeploymentSettings::from_value(&settings).expect("settings"),
+            settings: StoredSettings::from_value(&settings).expect("settings"),
             actor: "alice".into(),
             note: None,
         }
@@ -922,18 +959,47 @@ mod tests {
 
     #[test]
     fn settings_are_canonical_objects() {
-        let a = DeploymentSettings::from_value(&serde_json::json!({"b": 1, "a": [true]}))
-            .expect("object");
+        let a =
+            StoredSettings::from_value(&serde_json::json!({"b": 1, "a": [true]})).expect("object");
         assert_eq!(a.as_str(), r#"{"a":[true],"b":1}"#);
         assert_eq!(
-            DeploymentSettings::from_stored(r#"{ "b":1,"a":[true] }"#).expect("stored"),
+            StoredSettings::from_stored(r#"{ "b":1,"a":[true] }"#).expect("stored"),
             a
         );
-        let e = DeploymentSettings::from_value(&serde_json::json!([1])).expect_err("array");
+        let e = StoredSettings::from_value(&serde_json::json!([1])).expect_err("array");
         assert!(e.to_string().contains("must be a JSON object"), "{e}");
         let big = serde_json::json!({"x": "y".repeat(MAX_SETTINGS_BYTES)});
-        let e = DeploymentSettings::from_value(&big).expect_err("big");
+        let e = StoredSettings::from_value(&big).expect_err("big");
         assert!(e.to_string().contains("at most 65536"), "{e}");
+    }
+
+    #[test]
+    fn typed_settings_round_trip_through_the_stored_form() {
+        let typed: crate::deploy_policy::DeploymentSettings = serde_json::from_value(
+            serde_json::json!({"namespace": "ns", "task": "t", "sandbox": {}, "concurrency": 2,
+                "params": {"b": 1, "a": 2}}),
+        )
+        .expect("typed");
+        typed.validate().expect("valid");
+        let stored = StoredSettings::of(&typed).expect("stored");
+        assert_eq!(
+            stored.as_str(),
+            typed.to_canonical_json().expect("canonical")
+        );
+        assert_eq!(stored.typed().expect("typed back"), typed);
+        let e = StoredSettings::from_value(&serde_json::json!({"x": 1}))
+            .expect("opaque")
+            .typed()
+            .expect_err("not typed");
+        assert_eq!(e.code(), "undecodable_row");
+        let bad = crate::deploy_policy::DeploymentSettings {
+            concurrency: 0,
+            ..typed.clone()
+        };
+        assert!(bad.validate().expect_err("0").contains("concurrency"));
+        let mut bad = typed;
+        bad.task = " t".into();
+        assert!(bad.validate().expect_err("task").starts_with("task "));
     }
 
     #[test]

@@ -291,27 +291,26 @@ impl Runtime {
         self.load_bytes_for(&file_label(path), &bytes, sandbox)
     }
 
-    /// Same as [`load_for`](Self::load_for) for bytes in memory (a component fetched from the
-    /// component store, docs/deployments.md#workers-follow-deployments); `name` labels errors
-    /// and logs. The same checks, in the same order, with the same messages.
+    /// [`load_for`](Self::load_for) for bytes in memory (a deployed component read from the
+    /// component store); `name` labels errors and logs. The same checks, in the same order,
+    /// with the same messages.
     pub fn load_bytes_for(
         &self,
         name: &str,
         bytes: &[u8],
         sandbox: &SandboxSettings,
     ) -> Result<Handler, Error> {
-        let name = name.to_owned();
         Needs::of_component(bytes)
             .check(sandbox)
             .map_err(|over| Error::OverLimits {
-                name: name.clone(),
+                name: name.to_string(),
                 message: over.to_string(),
             })?;
-        let handler = self.load_bytes(&name, bytes)?;
+        let handler = self.load_bytes(name, bytes)?;
         handler.check_network(sandbox)?;
         if sandbox.fuel.is_some() && !self.inner.settings.fuel_metering {
             return Err(Error::Sandbox {
-                name,
+                name: name.to_string(),
                 message: "the sandbox sets `fuel` but the runtime has fuel_metering off".into(),
             });
         }

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, ensure};
 use onestep_core::ExecutionStatus as S;
 use onestep_core::components::ComponentDigest;
 use onestep_core::deploy_policy::DeploymentSettings as Typed;
-use onestep_core::deployments::{DeploymentSettings, NewDeployment};
+use onestep_core::deployments::{NewDeployment, StoredSettings};
 use onestep_core::retry::RetryPolicy;
 use onestep_core::sandbox::SandboxSettings;
 use onestep_e2e::{Backend, Env, NAMESPACE, Servers, WorkerProcess, guest, servers_of, wait_for};
@@ -28,7 +28,7 @@ const POLL_S: f64 = 0.3;
 /// build, small components) with a wide margin.
 const BOUND: Duration = Duration::from_secs(4);
 
-fn settings(task: &str, concurrency: u32) -> Result<DeploymentSettings> {
+fn settings(task: &str, concurrency: u32) -> Result<StoredSettings> {
     let typed = Typed {
         namespace: NAMESPACE.to_owned(),
         task: task.to_owned(),
@@ -40,7 +40,7 @@ fn settings(task: &str, concurrency: u32) -> Result<DeploymentSettings> {
         concurrency,
         params: serde_json::Map::new(),
     };
-    Ok(DeploymentSettings::from_stored(
+    Ok(StoredSettings::from_stored(
         &typed.to_canonical_json()?,
     )?)
 }

@@ -116,6 +116,7 @@ mod bench_rounds;
 mod check;
 mod check_vs_run;
 mod copy;
+mod deploy_cli;
 mod deployed;
 mod dev;
 mod diagnostics;

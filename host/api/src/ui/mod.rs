@@ -51,6 +51,8 @@ pub fn routes() -> Router<ApiState> {
         .route("/ui", get(list_shell))
         .route("/ui/", get(list_shell))
         .route("/ui/executions/{id}", get(detail_shell))
+        .route("/ui/deployments", get(deployments_shell))
+        .route("/ui/fragments/deployments", get(deployments_fragment))
         .route("/ui/assets/app.js", get(app_js))
         .route("/ui/assets/app.css", get(app_css))
         .route("/ui/fragments/overview", get(overview_fragment))
@@ -113,6 +115,87 @@ async fn detail_shell(ExecutionId(id): ExecutionId) -> Response {
         context! {title => format!("execution {id}"), page => "detail", id => id.to_string(),
         statuses => render::status_names()},
     ))
+}
+
+async fn deployments_shell() -> Response {
+    html(render::render(
+        "shell.html",
+        context! {title => "deployments", page => "deployments", id => "", statuses => render::status_names()},
+    ))
+}
+
+/// Versions the deployments view reads (newest first, every task of the namespace).
+pub const DEPLOYMENT_ROWS: u32 = 200;
+/// Audit events the deployments view shows.
+pub const DEPLOYMENT_EVENTS: u32 = 50;
+
+/// The namespace's deployments per task and the newest audit events (docs/ui.md#deployments);
+/// every role reads them.
+async fn deployments_fragment(
+    Caller(client, _role): Caller,
+    State(state): State<ApiState>,
+) -> Result<Response, ApiError> {
+    let Some(deploy) = state.deploy_api() else {
+        return Ok(html(Ok(
+            "<p class=\"muted\">This server has no deployments API.</p>".to_owned(),
+        )));
+    };
+    let namespace = client.namespace().to_owned();
+    let filter = onestep_core::deployments::DeploymentFilter {
+        namespace: Some(namespace.clone()),
+        task: None,
+    };
+    let (page, events) = tokio::try_join!(
+        deploy.deployments.list(&filter, None, DEPLOYMENT_ROWS),
+        deploy
+            .deployments
+            .audit(&namespace, None, None, DEPLOYMENT_EVENTS),
+    )?;
+    Ok(html(render::render(
+        "deployments.html",
+        render::deployments_context(
+            &namespace,
+            &page.items,
+            page.next_before.is_some(),
+            &events.items,
+        ),
+    )))
+}
+
+/// Digest (hex, as attempts record it) → the versions of `task` deployed with it, newest
+/// versions first read; empty without a deployments API or deployments of the task.
+async fn deployed_versions(
+    state: &ApiState,
+    namespace: &str,
+    task: &str,
+) -> Result<std::collections::BTreeMap<String, Vec<i64>>, ApiError> {
+    let mut out: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    let Some(deploy) = state.deploy_api() else {
+        return Ok(out);
+    };
+    if onestep_core::deployments::check_name("task", task).is_err() {
+        return Ok(out);
+    }
+    let page = deploy
+        .deployments
+        .list(
+            &onestep_core::deployments::DeploymentFilter {
+                namespace: Some(namespace.to_owned()),
+                task: Some(task.to_owned()),
+            },
+            None,
+            DEPLOYMENT_ROWS,
+        )
+        .await?;
+    for d in page.items.iter().rev() {
+        let hex = d
+            .digest
+            .as_str()
+            .strip_prefix("sha256:")
+            .unwrap_or(d.digest.as_str());
+        out.entry(hex.to_owned()).or_default().push(d.version);
+    }
+    Ok(out)
 }
 
 async fn overview_fragment(
@@ -279,6 +362,8 @@ async fn detail_fragment(
         Some(store) => store.deliveries(client.namespace(), id).await?,
         None => None,
     };
+    // docs/ui.md#deployments: which deployed version ran each attempt, by component digest.
+    let deployed = deployed_versions(&state, client.namespace(), &execution.task_name).await?;
     Ok(html(render::render(
         "detail.html",
         render::detail_context(
@@ -289,6 +374,7 @@ async fn detail_fragment(
             role.can_operate(),
             params.values.unwrap_or(true),
             deliveries.as_ref(),
+            &deployed,
         ),
     )))
 }

@@ -44,6 +44,10 @@ static TEMPLATES: LazyLock<Result<Environment<'static>, minijinja::Error>> = Laz
     env.add_template("list.html", include_str!("templates/list.html"))?;
     env.add_template("detail.html", include_str!("templates/detail.html"))?;
     env.add_template("logs.html", include_str!("templates/logs.html"))?;
+    env.add_template(
+        "deployments.html",
+        include_str!("templates/deployments.html"),
+    )?;
     Ok(env)
 });
 
@@ -191,6 +195,9 @@ pub struct AttemptRow {
     peak_memory: String,
     /// Log lines the attempt wrote (0: none stored, no log to open).
     log_lines: u64,
+    /// The deployment versions of the task with this attempt's component (`v1, v3`), when
+    /// known (docs/ui.md#deployments).
+    deployed: String,
 }
 
 impl From<&AttemptRecord> for AttemptRow {
@@ -247,6 +254,7 @@ impl From<&AttemptRecord> for AttemptRow {
                 .and_then(|b| usize::try_from(b).ok())
                 .map(size_text)
                 .unwrap_or_default(),
+            deployed: String::new(),
             log_lines: d
                 .and_then(|d| d.log.as_ref())
                 .map(|l| l.total_lines)
@@ -406,6 +414,9 @@ pub fn timeline(e: &Execution) -> Vec<Step> {
 ///
 /// `with_values: false` (the auto-refresh of a live execution, docs/ui.md#detail) leaves the
 /// payload and metadata out: they do not change, and the page keeps the ones it has.
+/// `deployed` maps a component digest (hex, as attempts record it) to the task's deployment
+/// versions that run it (docs/ui.md#deployments).
+#[allow(clippy::too_many_arguments)]
 pub fn detail_context(
     e: &Execution,
     attempts: &[AttemptRecord],
@@ -414,6 +425,7 @@ pub fn detail_context(
     can_operate: bool,
     with_values: bool,
     deliveries: Option<&onestep_core::callback::CallbackRecord>,
+    deployed: &std::collections::BTreeMap<String, Vec<i64>>,
 ) -> minijinja::Value {
     let with_values = with_values || e.terminal();
     let mut values = Vec::new();
@@ -443,7 +455,13 @@ pub fn detail_context(
         can_retry => can_operate && rerun::is_retryable(e.status),
         retry_of => rerun::retry_of(e).map(|id| id.to_string()),
         timeline => timeline(e),
-        attempts => attempts.iter().map(AttemptRow::from).collect::<Vec<_>>(),
+        attempts => attempts.iter().map(|a| {
+            let mut row = AttemptRow::from(a);
+            if let Some(versions) = deployed.get(&row.digest) {
+                row.deployed = versions.iter().map(|v| format!("v{v}")).collect::<Vec<_>>().join(", ");
+            }
+            row
+        }).collect::<Vec<_>>(),
         deliveries => deliveries.map(DeliveriesBlock::from),
         can_redeliver => can_operate && deliveries.is_some(),
         values => values,
@@ -783,5 +801,117 @@ mod tests {
         )
         .unwrap();
         assert!(logs.contains("a\\u{2028}b\\u{202d}"), "{logs}");
+    }
+}
+
+/// One task's deployments on the dashboard (docs/ui.md#deployments).
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskDeployments {
+    /// The task.
+    pub task: String,
+    /// Its active version, if any.
+    pub active: Option<i64>,
+    /// Its versions, newest first.
+    pub versions: Vec<DeploymentRow>,
+}
+
+/// One version's row.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentRow {
+    version: i64,
+    state: &'static str,
+    digest: String,
+    short_digest: String,
+    deployed_by: String,
+    deployed_at: String,
+    previous_version: Option<i64>,
+    note: String,
+}
+
+impl From<&onestep_core::deployments::Deployment> for DeploymentRow {
+    fn from(d: &onestep_core::deployments::Deployment) -> Self {
+        let hex = d
+            .digest
+            .as_str()
+            .strip_prefix("sha256:")
+            .unwrap_or(d.digest.as_str());
+        DeploymentRow {
+            version: d.version,
+            state: d.state.as_str(),
+            short_digest: hex.chars().take(12).collect(),
+            digest: d.digest.to_string(),
+            deployed_by: d.deployed_by.clone(),
+            deployed_at: instant(Some(d.deployed_at)),
+            previous_version: d.previous_version,
+            note: d.note.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// One audit event's row.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentEventRow {
+    revision: i64,
+    at: String,
+    action: &'static str,
+    task: String,
+    version: i64,
+    from_version: Option<i64>,
+    short_digest: String,
+    digest: String,
+    actor: String,
+    note: String,
+}
+
+impl From<&onestep_core::deployments::DeploymentEvent> for DeploymentEventRow {
+    fn from(e: &onestep_core::deployments::DeploymentEvent) -> Self {
+        let hex = e
+            .digest
+            .as_str()
+            .strip_prefix("sha256:")
+            .unwrap_or(e.digest.as_str());
+        DeploymentEventRow {
+            revision: e.revision,
+            at: instant(Some(e.at)),
+            action: e.action.as_str(),
+            task: e.task.clone(),
+            version: e.version,
+            from_version: e.from_version,
+            short_digest: hex.chars().take(12).collect(),
+            digest: e.digest.to_string(),
+            actor: e.actor.clone(),
+            note: e.note.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// The deployments fragment's context: versions grouped by task (tasks by name, versions newest
+/// first) and the audit events.
+pub fn deployments_context(
+    namespace: &str,
+    deployments: &[onestep_core::deployments::Deployment],
+    more: bool,
+    events: &[onestep_core::deployments::DeploymentEvent],
+) -> minijinja::Value {
+    let mut tasks: std::collections::BTreeMap<&str, TaskDeployments> =
+        std::collections::BTreeMap::new();
+    for d in deployments {
+        let t = tasks
+            .entry(d.task.as_str())
+            .or_insert_with(|| TaskDeployments {
+                task: d.task.clone(),
+                active: None,
+                versions: Vec::new(),
+            });
+        if d.state == onestep_core::deployments::DeploymentState::Active {
+            t.active = Some(d.version);
+        }
+        t.versions.push(DeploymentRow::from(d));
+    }
+    context! {
+        namespace => namespace,
+        tasks => tasks.into_values().collect::<Vec<_>>(),
+        more => more,
+        events => events.iter().map(DeploymentEventRow::from).collect::<Vec<_>>(),
     }
 }

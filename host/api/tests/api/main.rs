@@ -10,6 +10,7 @@ mod bad_input;
 mod batch;
 mod callbacks;
 mod concurrency;
+mod deploy;
 mod endpoints;
 mod hostile;
 mod hostile_ui;

@@ -21,7 +21,7 @@ use onestep_core::{Execution, ExecutionError, ExecutionStatus};
 use serde_json::Value;
 use uuid::Uuid;
 
-use conn::{ConnArgs, Connected, connect};
+pub(crate) use conn::{ConnArgs, Connected, connect};
 use output::{FAILED, Failure, OK, print_execution, print_json, print_page};
 
 /// Arguments of `onestep submit`.

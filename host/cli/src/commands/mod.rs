@@ -4,6 +4,7 @@ pub(crate) mod check;
 pub(crate) mod client;
 pub(crate) mod common;
 pub(crate) mod copy;
+pub(crate) mod deploy;
 pub(crate) mod dev;
 pub(crate) mod events;
 pub(crate) mod migrate;

@@ -311,6 +311,23 @@ pub(crate) async fn open_api(
     if let Some(callbacks) = backend.callbacks() {
         state = state.with_callbacks(callbacks);
     }
+    // The deployments API (docs/deployments.md): the store's components and deployments, the
+    // load check with the WebAssembly runtime, the operator's policy from `deployments:`
+    // (absent: every change is refused).
+    let policy = config.deployments.as_ref().map(|d| d.policy.clone());
+    if policy.is_none() {
+        tracing::info!(
+            "no deployments: section: the deployments API answers reads and refuses changes"
+        );
+    }
+    state = state.with_deployments(onestep_api::deploy::DeployApi {
+        components: backend.components(),
+        deployments: backend.deployments(),
+        vetter: std::sync::Arc::new(crate::wiring::vet::WasmVetter::new(
+            crate::wiring::wasm_cache_dir(),
+        )),
+        policy,
+    });
     Ok((backend, state))
 }
 

@@ -10,6 +10,7 @@
 pub(crate) mod follow;
 pub(crate) mod reload;
 pub(crate) mod store;
+pub(crate) mod vet;
 pub(crate) mod wasm_runner;
 
 use std::collections::BTreeMap;

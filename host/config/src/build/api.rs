@@ -53,7 +53,7 @@ const PATH: &str = "api";
 type NumberedPair = (usize, Option<(String, String, Option<String>)>);
 
 /// The roles a token may name (docs/http-api.md#roles).
-pub const TOKEN_ROLES: [&str; 3] = ["read", "submit", "operate"];
+pub const TOKEN_ROLES: [&str; 4] = ["read", "submit", "operate", "deploy"];
 
 /// Builds the `api:` section.
 pub fn build_api(
@@ -301,7 +301,7 @@ impl ApiConfig {
     ///   '<X>' is not set`, `api.tokens_env: entry <n>: expected 'token=namespace[:role]'`.
     ///
     /// A role is `read`, `submit` or `operate` (docs/http-api.md#roles); another word is
-    /// `<what> <n>: unknown role '<r>' (expected read, submit or operate)`.
+    /// `<what> <n>: unknown role '<r>' (expected read, submit, operate or deploy)`.
     ///
     /// Duplicate tokens and empty sets are errors; namespaces follow the 1–255 character rule.
     pub fn load_tokens(&self, env: &EnvLookup) -> Result<Option<Vec<ApiToken>>, ConfigError> {
@@ -396,7 +396,9 @@ impl ApiConfig {
             {
                 return Err(err(
                     path,
-                    format!("{what} {n}: unknown role '{r}' (expected read, submit or operate)"),
+                    format!(
+                        "{what} {n}: unknown role '{r}' (expected read, submit, operate or deploy)"
+                    ),
                 ));
             }
             if namespace.chars().count() > MAX_NAME_CHARS {

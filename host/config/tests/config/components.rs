@@ -473,7 +473,7 @@ fn api_tokens() {
     dir.write("tokens", "t1 team-a admin\n");
     assert_eq!(
         api.load_tokens(&cfg.env).expect_err("bad role").to_string(),
-        "api.tokens_file: line 1: unknown role 'admin' (expected read, submit or operate)"
+        "api.tokens_file: line 1: unknown role 'admin' (expected read, submit, operate or deploy)"
     );
     dir.write("tokens", "t1 team-a read extra\n");
     assert!(api.load_tokens(&cfg.env).is_err());

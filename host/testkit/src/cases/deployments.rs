@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
-    DEPLOYMENTS_TABLE_ABSENT, DeploymentAction, DeploymentFilter, DeploymentSettings,
-    DeploymentState, DeploymentStore, NewDeployment,
+    DEPLOYMENTS_TABLE_ABSENT, DeploymentAction, DeploymentFilter, DeploymentState, DeploymentStore,
+    NewDeployment, StoredSettings,
 };
 use serde_json::json;
 
@@ -78,8 +78,8 @@ async fn supported(fx: &Fixture) -> bool {
     }
 }
 
-fn settings(v: serde_json::Value) -> DeploymentSettings {
-    DeploymentSettings::from_value(&v).expect("settings")
+fn settings(v: serde_json::Value) -> StoredSettings {
+    StoredSettings::from_value(&v).expect("settings")
 }
 
 fn new(ns: &str, task: &str, digest: &ComponentDigest, s: serde_json::Value) -> NewDeployment {

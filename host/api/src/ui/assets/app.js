@@ -466,19 +466,29 @@
     });
   }
 
+  // ---------- deployments page (docs/ui.md#deployments): read-only; changes go through the
+  // API or `onestep deployments`.
+  async function loadDeployments() {
+    document.getElementById("deployments").innerHTML =
+      await fragment("/ui/fragments/deployments");
+  }
+
   // ---------- start
   let setUp = false;
   async function start() {
     const page = app.dataset.page;
     if (!setUp) {
       setUp = true;
-      if (page === "detail") detailSetup(app.dataset.id); else listSetup();
+      if (page === "detail") detailSetup(app.dataset.id);
+      else if (page !== "deployments") listSetup();
     }
     // The page's content is fetched alongside whoami, not after it (one round trip less,
     // docs/ui.md#page-load-times); it stays hidden until whoami accepts the token.
     const content = page === "detail"
       ? loadDetail(app.dataset.id)
-      : Promise.all([loadOverview(), loadList()]);
+      : page === "deployments"
+        ? loadDeployments()
+        : Promise.all([loadOverview(), loadList()]);
     content.catch(function (e) { if (e.message !== "unauthorized") say(e.message, "error"); });
     let r;
     try {
@@ -497,7 +507,7 @@
     app.hidden = false;
     document.getElementById("who").textContent = me.namespace + " · role " + me.role;
     document.getElementById("logout").hidden = !sessionStorage.getItem(KEY);
-    if (page !== "detail") {
+    if (page === "list") {
       document.getElementById("bulk-cancel").hidden = !me.can_operate;
       document.getElementById("bulk-retry").hidden = !me.can_operate;
     }
