@@ -442,7 +442,7 @@ fn component_checks_name_the_problem() -> Result<()> {
             guest("future-world")?,
             "world-version",
             "component future-world.wasm is built against onestep:handler@0.9.0, which this \
-             host does not serve (it serves onestep:handler@0.1.0, onestep:handler@0.2.0): \
+             host does not serve (it serves onestep:handler@0.1.0, onestep:handler@0.2.0, onestep:handler@0.3.0): \
              rebuild it against one of those"
                 .into(),
         ),

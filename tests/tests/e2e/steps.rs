@@ -77,7 +77,7 @@ async fn a_killed_worker_s_steps_are_not_run_again() -> Result<()> {
             // What the killed attempt recorded: nothing more can come from it.
             let first = saved(&env).await?;
             let k = first.len();
-            ensure!(k >= 5 && k < N, "{k} steps saved before the kill");
+            ensure!((5..N).contains(&k), "{k} steps saved before the kill");
             ensure!(first.values().all(|a| *a == 1), "{first:?}");
             let _w2 = env.spawn_worker("w2")?;
             let done = env.wait_status(e.id, &[S::Succeeded], LIMIT).await?;
