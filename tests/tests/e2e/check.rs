@@ -434,8 +434,8 @@ fn component_checks_name_the_problem() -> Result<()> {
         (
             guest("not-a-handler")?,
             "wrong-world",
-            "component not-a-handler.wasm does not implement onestep:handler/handler (0.1.0 or \
-             0.2.0): it exports wasi:cli/run@0.2.0, not the function `handle`"
+            "component not-a-handler.wasm does not implement onestep:handler/handler (0.1.0, \
+             0.2.0 or 0.3.0): it exports wasi:cli/run@0.2.0, not the function `handle`"
                 .into(),
         ),
         (
