@@ -105,6 +105,9 @@ pub trait Backend: Send + Sync + Debug {
     /// The task deployments kept in this backend's tables (docs/deployments.md#data-model).
     fn deployments(&self) -> Arc<dyn crate::deployments::DeploymentStore>;
 
+    /// The durable steps of executions kept in this backend's tables (docs/steps.md).
+    fn steps(&self) -> Arc<dyn crate::steps::StepStore>;
+
     /// The tables this backend created when it was opened (`auto_create`; `onestep migrate`).
     fn tables_created(&self) -> Vec<String>;
 
@@ -124,7 +127,7 @@ pub trait Backend: Send + Sync + Debug {
     async fn close(&self) -> Result<(), ExecutionError>;
 }
 
-/// The eleven port methods of [`Backend`] for a backend type that is cheap to clone and
+/// The twelve port methods of [`Backend`] for a backend type that is cheap to clone and
 /// implements every port itself: each hands out a clone behind an `Arc`. Use inside
 /// `impl Backend for T { … }`.
 #[macro_export]
@@ -163,6 +166,9 @@ macro_rules! backend_ports {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
         fn deployments(&self) -> ::std::sync::Arc<dyn $crate::deployments::DeploymentStore> {
+            ::std::sync::Arc::new(::std::clone::Clone::clone(self))
+        }
+        fn steps(&self) -> ::std::sync::Arc<dyn $crate::steps::StepStore> {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))
         }
     };

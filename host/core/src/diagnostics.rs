@@ -392,6 +392,7 @@ impl PurgeReport {
         self.executions += batch.executions;
         self.attempts += batch.attempts;
         self.diagnostics += batch.diagnostics;
+        self.steps += batch.steps;
         self.batches += 1;
     }
 }
@@ -405,6 +406,8 @@ pub struct PurgeReport {
     pub attempts: u64,
     /// Their attempts' diagnostics rows.
     pub diagnostics: u64,
+    /// Their recorded steps (docs/steps.md).
+    pub steps: u64,
     /// Transactions used.
     pub batches: u64,
 }

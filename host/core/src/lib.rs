@@ -43,6 +43,7 @@ pub mod sandbox;
 pub mod schedule;
 pub mod settings;
 pub mod status;
+pub mod steps;
 pub mod storable;
 pub mod store;
 pub mod text;

@@ -17,6 +17,9 @@ pub struct Invocation {
     pub execution_id: Uuid,
     /// The attempt id.
     pub attempt_id: Uuid,
+    /// The attempt's lease token, which fences the attempt's step saves (docs/steps.md); nil
+    /// when no lease is held (a run outside a worker).
+    pub lease_token: Uuid,
     /// 1-based attempt number.
     pub attempt_no: u32,
     /// The task name.

@@ -55,6 +55,7 @@ pub mod schema;
 #[cfg(feature = "bench-support")]
 pub mod scratch;
 pub mod session;
+mod steps;
 mod transfer;
 pub mod upgrade;
 mod versions;

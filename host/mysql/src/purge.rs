@@ -1,6 +1,6 @@
 //! `onestep purge` (docs/cli.md#purge): [`Retention`] for [`MySqlBackend`], bounded batches
-//! through the list index, each its own transaction, the attempts, diagnostics and trace
-//! contexts deleted with their execution.
+//! through the list index, each its own transaction, the attempts, diagnostics, trace
+//! contexts and steps deleted with their execution.
 
 use async_trait::async_trait;
 use chrono::NaiveDateTime;
@@ -142,6 +142,15 @@ impl PurgeBatches for MySqlBackend {
                         .await?;
                     removed.diagnostics = n.unwrap_or(0);
                 }
+                if let Some(st) = self.steps_existing() {
+                    let n: Option<u64> = tx
+                        .exec_first(
+                            format!("SELECT COUNT(*) FROM `{st}` WHERE execution_id IN ({list})"),
+                            Params::Positional(ids.clone()),
+                        )
+                        .await?;
+                    removed.steps = n.unwrap_or(0);
+                }
                 tx.rollback().await?;
                 return Ok((last, removed));
             }
@@ -159,6 +168,14 @@ impl PurgeBatches for MySqlBackend {
                     Params::Positional(ids.clone()),
                 )
                 .await?;
+            }
+            if let Some(st) = self.steps_existing() {
+                tx.exec_drop(
+                    format!("DELETE FROM `{st}` WHERE execution_id IN ({list})"),
+                    Params::Positional(ids.clone()),
+                )
+                .await?;
+                removed.steps = tx.affected_rows();
             }
             if let Some((cb, dl)) = self.callback_tables_existing() {
                 for table in [cb, dl] {

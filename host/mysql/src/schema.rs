@@ -179,6 +179,33 @@ pub fn deliveries_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The durable steps table `<T>_steps` (docs/steps.md).
+pub fn steps_table(names: &TableNames) -> String {
+    names.derived("", "steps")
+}
+
+/// `CREATE TABLE` for the durable steps: one row per (execution, key), `seq` the key's place in
+/// first-save order. The key is `VARBINARY(255)` (compared byte for byte, no trailing-space
+/// padding; keys are at most 255 bytes of UTF-8), the value `MEDIUMTEXT` (up to 16 MiB; a step
+/// holds at most 1 MiB). No foreign key, so it fits next to tables of either DDL (MariaDB's
+/// native `uuid` ids included); `onestep purge` deletes its rows with their execution.
+pub fn steps_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  execution_id {ASCII_ID} NOT NULL,\n\
+  step_key VARBINARY(255) NOT NULL,\n\
+  seq INT NOT NULL,\n\
+  value MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  bytes INT NOT NULL,\n\
+  attempt_id {ASCII_ID} NOT NULL,\n\
+  attempt_no INT NOT NULL,\n\
+  saved_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (execution_id, step_key)\n\
+) ENGINE=InnoDB",
+        steps_table(names)
+    )]
+}
+
 /// The deployments table `<T>_deployments` (docs/deployments.md#data-model).
 pub fn deployments_table(names: &TableNames) -> String {
     names.derived("", "deployments")
@@ -423,6 +450,8 @@ onestep_core::schema_features! {
         /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
         /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
         pub deployments_tables: bool,
+        /// The durable steps table `<T>_steps` exists (docs/steps.md).
+        pub steps_table: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -482,6 +511,11 @@ impl SchemaFeatureSet for SchemaFeatures {
             Some(
                 "execution tables without the deployment tables (created by an older \
                  onestep?): tasks cannot be deployed; add them online with",
+            )
+        } else if !self.steps_table {
+            Some(
+                "execution tables without the durable steps table (created by an older \
+                 onestep?): handlers' step saves fail; add it online with",
             )
         } else {
             None
@@ -777,6 +811,7 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
         deployments_tables: table_exists(conn, &deployments_table(names)).await?
             && table_exists(conn, &deployment_events_table(names)).await?
             && table_exists(conn, &deployment_revision_table(names)).await?,
+        steps_table: table_exists(conn, &steps_table(names)).await?,
         common: CommonFeatures {
             priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,
@@ -934,6 +969,8 @@ async fn create_missing(
             deployment_revision_table(names),
             deployment_revision_ddl(names),
         ),
+        // docs/steps.md: the durable steps.
+        (steps_table(names), steps_ddl(names)),
     ] {
         if !table_exists(conn, &table).await? {
             for stmt in ddl {

@@ -117,10 +117,10 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 14,
+            created, 15,
             "each table (executions, attempts, diagnostics, keys, quotas, traces, buckets, \
              callbacks, deliveries, component chunks, components, deployments, deployment \
-             events, deployment revision) created exactly once"
+             events, deployment revision, steps) created exactly once"
         );
         assert!(backends.iter().all(|b| {
             let f = b.schema_report().features;
@@ -130,6 +130,7 @@ async fn concurrent_open(server: Server) {
                 && f.callbacks_tables
                 && f.components_tables
                 && f.deployments_tables
+                && f.steps_table
         }));
         for b in backends {
             b.close().await.expect("close");

@@ -164,7 +164,8 @@ async fn upgraded_case(server: Server) {
             "onestep_executions_components",
             "onestep_executions_deployments",
             "onestep_executions_deployment_events",
-            "onestep_executions_deployment_revision"
+            "onestep_executions_deployment_revision",
+            "onestep_executions_steps"
         ],
         "{report:?}"
     );
@@ -206,6 +207,7 @@ async fn upgraded_case(server: Server) {
     assert!(b.schema_report().features.fair_keys);
     assert!(b.schema_report().features.components_tables);
     assert!(b.schema_report().features.deployments_tables);
+    assert!(b.schema_report().features.steps_table);
     assert_eq!(b.schema_report().upgrade_command, None);
     // The row written before the upgrade is claimable through the new index.
     let before_id: Uuid = before["id"]

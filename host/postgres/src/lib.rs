@@ -49,6 +49,7 @@ pub mod schema;
 #[cfg(feature = "bench-support")]
 pub mod scratch;
 mod sql;
+mod steps;
 mod transfer;
 mod transfer_params;
 pub mod upgrade;

@@ -119,6 +119,16 @@ impl PurgeBatches for PgBackend {
                         .try_get(0)?;
                     removed.diagnostics = u64_of(n);
                 }
+                if let Some(st) = self.steps_existing() {
+                    let n: i64 = tx
+                        .query_one(
+                            &format!("SELECT count(*) FROM {st} WHERE execution_id = ANY($1)"),
+                            &[&ids],
+                        )
+                        .await?
+                        .try_get(0)?;
+                    removed.steps = u64_of(n);
+                }
                 tx.rollback().await?;
                 return Ok((last, removed));
             }
@@ -145,6 +155,14 @@ impl PurgeBatches for PgBackend {
                     &[&ids],
                 )
                 .await?;
+            }
+            if let Some(st) = self.steps_existing() {
+                removed.steps = tx
+                    .execute(
+                        &format!("DELETE FROM {st} WHERE execution_id = ANY($1)"),
+                        &[&ids],
+                    )
+                    .await?;
             }
             removed.attempts = tx
                 .execute(

@@ -44,6 +44,8 @@ onestep_core::schema_features! {
         /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
         /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
         pub deployments_tables: bool,
+        /// The durable steps table `<T>_steps` exists (docs/steps.md).
+        pub steps_table: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -88,6 +90,12 @@ impl SchemaFeatureSet for SchemaFeatures {
             return Some(
                 "execution tables without the deployment tables (created by an older \
                  onestep?): tasks cannot be deployed; add them online with",
+            );
+        }
+        if !self.steps_table {
+            return Some(
+                "execution tables without the durable steps table (created by an older \
+                 onestep?): handlers' step saves fail; add it online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -748,6 +756,31 @@ pub fn diagnostics_ddl(names: &TableNames) -> Vec<String> {
     ]
 }
 
+/// The durable steps table: `<T>_steps` (docs/steps.md).
+pub fn steps_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "steps")
+}
+
+/// The durable steps (`IF NOT EXISTS`: also the upgrade's): one row per (execution, key),
+/// `seq` the key's place in first-save order. No foreign key (it fits next to tables of either
+/// creator); `onestep purge` deletes the rows with their execution.
+pub fn steps_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  execution_id UUID NOT NULL,\n\
+  step_key VARCHAR(255) NOT NULL,\n\
+  seq INTEGER NOT NULL,\n\
+  value TEXT NOT NULL,\n\
+  bytes INTEGER NOT NULL,\n\
+  attempt_id UUID NOT NULL,\n\
+  attempt_no INTEGER NOT NULL,\n\
+  saved_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (execution_id, step_key)\n\
+)",
+        q(&steps_table(names))
+    )]
+}
+
 /// `CREATE TABLE` for the trace-context table (docs/postgres.md#diagnostics-and-traces): the
 /// W3C `traceparent` of the submit that created an execution, one row per execution, written
 /// only while traces are on. No foreign key; `purge` deletes its rows with their execution.
@@ -876,6 +909,7 @@ pub(crate) async fn ensure_schema(
                 deployment_revision_table(names),
                 deployment_revision_ddl(names),
             ),
+            (steps_table(names), steps_ddl(names)),
         ] {
             if !table_exists(&tx, &table).await? {
                 for stmt in ddl {
@@ -922,6 +956,7 @@ pub(crate) async fn ensure_schema(
         deployments_tables: table_exists(&*client, &deployments_table(names)).await?
             && table_exists(&*client, &deployment_events_table(names)).await?
             && table_exists(&*client, &deployment_revision_table(names)).await?,
+        steps_table: table_exists(&*client, &steps_table(names)).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

@@ -224,6 +224,7 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(crate::schema::deployments_ddl(names))
         .chain(crate::schema::deployment_events_ddl(names))
         .chain(crate::schema::deployment_revision_ddl(names))
+        .chain(crate::schema::steps_ddl(names))
         .collect()
 }
 
@@ -290,6 +291,11 @@ async fn upgrade_on(
         (
             crate::schema::deployment_revision_table(names),
             crate::schema::deployment_revision_ddl(names),
+        ),
+        // docs/steps.md: the durable steps (new and empty).
+        (
+            crate::schema::steps_table(names),
+            crate::schema::steps_ddl(names),
         ),
     ] {
         let present: i64 = client
@@ -453,7 +459,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 29);
+        assert_eq!(sql.len(), 30);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -497,6 +503,7 @@ mod tests {
                 "CREATE TABLE IF NOT EXISTS \"onestep_executions_deployment_revision\""
             )
         );
+        assert!(sql[29].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_steps\""));
         let sql = &sql[3..11];
         for s in sql {
             assert!(

@@ -61,7 +61,8 @@ async fn reference_client_our_tables_our_worker() {
             "onestep_executions_components",
             "onestep_executions_deployments",
             "onestep_executions_deployment_events",
-            "onestep_executions_deployment_revision"
+            "onestep_executions_deployment_revision",
+            "onestep_executions_steps"
         ]
     );
     let ns = "interop";
@@ -251,7 +252,8 @@ async fn upgraded_reference_tables_reference_worker() {
             && features.buckets_table
             && features.callbacks_tables
             && features.components_tables
-            && features.deployments_tables,
+            && features.deployments_tables
+            && features.steps_table,
         "{features:?}"
     );
     assert!(b.schema_report().upgrade_command.is_none());

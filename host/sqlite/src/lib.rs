@@ -38,6 +38,7 @@ mod probes;
 mod purge;
 pub mod rows;
 pub mod schema;
+mod steps;
 mod transfer;
 mod versions;
 mod worker_ops;

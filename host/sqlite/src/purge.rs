@@ -105,6 +105,9 @@ impl PurgeBatches for SqliteBackend {
                     if let Some(d) = &d {
                         removed.diagnostics = u64_of(count(d)?);
                     }
+                    if let Some(st) = b.steps_existing() {
+                        removed.steps = u64_of(count(&st)?);
+                    }
                     return Ok((last, removed));
                 }
                 let delete = |table: &str, col: &str| -> rusqlite::Result<usize> {
@@ -118,6 +121,9 @@ impl PurgeBatches for SqliteBackend {
                 }
                 if let Some(tr) = b.tr_existing() {
                     delete(&tr, "execution_id")?;
+                }
+                if let Some(st) = b.steps_existing() {
+                    removed.steps = delete(&st, "execution_id")? as u64;
                 }
                 if let Some((cb, dl)) = b.callback_tables_existing() {
                     delete(&cb, "execution_id")?;

@@ -33,6 +33,8 @@ onestep_core::schema_features! {
         /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
         /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
         pub deployments_tables: bool,
+        /// The durable steps table `<T>_steps` exists (docs/steps.md).
+        pub steps_table: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected.
     pub type SchemaReport;
@@ -82,9 +84,15 @@ impl SchemaFeatureSet for SchemaFeatures {
                  onestep): components cannot be stored; add them with",
             );
         }
-        (!self.deployments_tables).then_some(
-            "execution tables without the deployment tables (created by an older onestep): \
-             tasks cannot be deployed; add them with",
+        if !self.deployments_tables {
+            return Some(
+                "execution tables without the deployment tables (created by an older onestep): \
+                 tasks cannot be deployed; add them with",
+            );
+        }
+        (!self.steps_table).then_some(
+            "execution tables without the durable steps table (created by an older onestep): \
+             handlers' step saves fail; add it with",
         )
     }
 
@@ -567,6 +575,30 @@ pub fn traces_ddl(names: &TableNames) -> String {
     )
 }
 
+/// The durable steps table: `<T>_steps` (docs/steps.md).
+pub fn steps_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "steps")
+}
+
+/// `CREATE TABLE` for the durable steps: one row per (execution, key), `seq` the key's place in
+/// first-save order. No foreign key: `onestep purge` deletes the rows with their execution.
+pub fn steps_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  execution_id TEXT NOT NULL,\n\
+  step_key TEXT NOT NULL,\n\
+  seq INTEGER NOT NULL,\n\
+  value TEXT NOT NULL,\n\
+  bytes INTEGER NOT NULL,\n\
+  attempt_id TEXT NOT NULL,\n\
+  attempt_no INTEGER NOT NULL,\n\
+  saved_at TEXT NOT NULL,\n\
+  PRIMARY KEY (execution_id, step_key)\n\
+) WITHOUT ROWID",
+        q(&steps_table(names))
+    )
+}
+
 fn exists(c: &Connection, kind: &str, name: &str) -> OpResult<bool> {
     let n: i64 = c.query_row(
         "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
@@ -636,6 +668,7 @@ pub(crate) fn ensure_schema(
                 deployment_revision_table(names),
                 deployment_revision_ddl(names),
             ),
+            (steps_table(names), steps_ddl(names)),
         ] {
             if !exists(&tx, "table", &table)? {
                 tx.execute_batch(&ddl)?;
@@ -680,6 +713,7 @@ pub(crate) fn ensure_schema(
         deployments_tables: exists(c, "table", &deployments_table(names))?
             && exists(c, "table", &deployment_events_table(names))?
             && exists(c, "table", &deployment_revision_table(names))?,
+        steps_table: exists(c, "table", &steps_table(names))?,
         common: CommonFeatures {
             list_indexes: exists(c, "index", &derived(t, "ix_", "status"))?
                 && exists(c, "index", &derived(t, "ix_", "status_list"))?

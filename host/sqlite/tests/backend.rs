@@ -239,6 +239,7 @@ async fn upgrade_adds_the_priority_columns() {
          DROP TABLE onestep_executions_deployments; \
          DROP TABLE onestep_executions_deployment_events; \
          DROP TABLE onestep_executions_deployment_revision; \
+         DROP TABLE onestep_executions_steps; \
          ALTER TABLE onestep_executions DROP COLUMN priority; \
          ALTER TABLE onestep_executions DROP COLUMN fairness_key; \
          CREATE INDEX ix_onestep_executions_claim ON onestep_executions \
@@ -315,7 +316,8 @@ async fn upgrade_adds_the_priority_columns() {
             "onestep_executions_components",
             "onestep_executions_deployments",
             "onestep_executions_deployment_events",
-            "onestep_executions_deployment_revision"
+            "onestep_executions_deployment_revision",
+            "onestep_executions_steps"
         ]
     );
     let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
@@ -340,6 +342,7 @@ async fn upgrade_adds_the_priority_columns() {
     assert!(b.schema_report().features.fair_keys);
     assert!(b.schema_report().features.components_tables);
     assert!(b.schema_report().features.deployments_tables);
+    assert!(b.schema_report().features.steps_table);
     assert_eq!(b.schema_report().upgrade_command, None);
     clock.advance(1.0);
     let u = b.submit(urgent("u2")).await.expect("kept now");

@@ -115,6 +115,10 @@ pub struct Fixture {
     pub components: Arc<dyn ComponentStore>,
     /// The store's deployments (docs/deployments.md#data-model), over the same components.
     pub deployments: Arc<dyn onestep_core::deployments::DeploymentStore>,
+    /// The store's durable steps (docs/steps.md).
+    pub steps: Arc<dyn onestep_core::steps::StepStore>,
+    /// The store's purge (docs/cli.md#purge).
+    pub retention: Arc<dyn onestep_core::ports::Retention>,
     /// The store's clock.
     pub clock: Arc<ManualClock>,
     /// The store's limits.
@@ -139,6 +143,8 @@ impl Fixture {
             + onestep_core::callback::CallbackPort
             + ComponentStore
             + onestep_core::deployments::DeploymentStore
+            + onestep_core::steps::StepStore
+            + onestep_core::ports::Retention
             + Clone
             + 'static,
     {
@@ -147,6 +153,8 @@ impl Fixture {
             buckets: Arc::new(backend.clone()),
             components: Arc::new(backend.clone()),
             deployments: Arc::new(backend.clone()),
+            steps: Arc::new(backend.clone()),
+            retention: Arc::new(backend.clone()),
             store: Arc::new(backend.clone()),
             leases: Arc::new(backend),
             probe,
@@ -336,6 +344,12 @@ macro_rules! conformance_tests {
             deployments_audit_trail_names_who_when_and_digests,
             deployments_revision_moves_on_every_change_only,
             deployments_gc_keeps_referenced_and_young_components,
+            steps_save_then_load_and_list,
+            steps_overwrite_by_the_same_attempt,
+            steps_stale_attempt_is_fenced,
+            steps_finished_execution_is_fenced,
+            steps_caps_refused_and_nothing_written,
+            steps_purged_with_their_execution,
             quota_namespace_limit,
             quota_key_limit,
             quota_replay_over_quota_still_replays,

@@ -61,6 +61,8 @@ impl FixtureFactory for PerLeaseFactory {
             buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
             components: store.components(),
             deployments: store.deployments(),
+            steps: store.clone(),
+            retention: store.clone(),
             store: store.clone(),
             callbacks: Some(store.clone()),
             leases: Arc::new(PerLease(store.clone())),

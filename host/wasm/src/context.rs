@@ -30,6 +30,11 @@ pub struct InvocationContext {
     /// the guest.
     #[serde(skip)]
     pub journal: Option<onestep_core::diagnostics::JournalHandle>,
+    /// The attempt's durable steps (docs/steps.md): the store and the attempt's lease, which
+    /// fences every save. Only components of world `0.3.0` use them; without them a `0.3.0`
+    /// component's step calls answer `unavailable`. Not sent to the guest.
+    #[serde(skip)]
+    pub steps: Option<crate::durable::DurableSteps>,
 }
 
 impl Default for InvocationContext {
@@ -44,6 +49,7 @@ impl Default for InvocationContext {
             metadata_json: "{}".to_string(),
             params_json: "{}".to_string(),
             journal: None,
+            steps: None,
         }
     }
 }

@@ -77,7 +77,7 @@ pub enum Error {
     },
     /// The component does not export the `onestep:handler/handler` world.
     #[error(
-        "component {name} does not implement onestep:handler/handler (0.1.0 or 0.2.0): {message}"
+        "component {name} does not implement onestep:handler/handler (0.1.0, 0.2.0 or 0.3.0): {message}"
     )]
     NotAHandler {
         /// File name or label of the component.

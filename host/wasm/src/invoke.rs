@@ -146,19 +146,24 @@ impl Handler {
             grace,
             deadline,
         };
-        let mut store =
-            match self.new_store(sandbox, ids.clone(), limits, &stdout, &stderr, &budget) {
-                Ok(s) => s,
-                Err(e) => {
-                    return report(
-                        Outcome::HostError(e),
-                        None,
-                        0,
-                        HttpTotals::default(),
-                        Vec::new(),
-                    );
-                }
-            };
+        let mut store = match self.new_store(
+            sandbox,
+            ids.clone(),
+            limits,
+            (&stdout, &stderr, &budget),
+            ctx.steps.clone(),
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                return report(
+                    Outcome::HostError(e),
+                    None,
+                    0,
+                    HttpTotals::default(),
+                    Vec::new(),
+                );
+            }
+        };
         let fuel_start = self.fuel_budget(sandbox);
 
         let payload = payload_json.to_string();
@@ -187,6 +192,24 @@ impl Handler {
                             Err(e) => return Stage::InstantiateFailed(e),
                         };
                         let wit_ctx = v2_context(ctx);
+                        match handler
+                            .call_handle(&mut *store_ref, &wit_ctx, &payload)
+                            .await
+                        {
+                            Ok(r) => Stage::Returned(r.map_err(|e| HandlerError {
+                                retryable: e.retryable,
+                                message: e.message,
+                                retry_after_ms: e.retry_after_ms,
+                            })),
+                            Err(e) => Stage::CallFailed(e),
+                        }
+                    }
+                    Pre::V3(pre) => {
+                        let handler = match pre.instantiate_async(&mut *store_ref).await {
+                            Ok(h) => h,
+                            Err(e) => return Stage::InstantiateFailed(e),
+                        };
+                        let wit_ctx = v3_context(ctx);
                         match handler
                             .call_handle(&mut *store_ref, &wit_ctx, &payload)
                             .await
@@ -297,9 +320,8 @@ impl Handler {
         sandbox: &SandboxSettings,
         ids: Arc<LogIds>,
         stop: StoreLimits,
-        stdout: &Capture,
-        stderr: &Capture,
-        budget: &LogBudget,
+        (stdout, stderr, budget): (&Capture, &Capture, &LogBudget),
+        steps: Option<crate::durable::DurableSteps>,
     ) -> Result<Store<State>, InvokeError> {
         let rt = &self.runtime;
         if sandbox.fuel.is_some() && !rt.settings.fuel_metering {
@@ -332,6 +354,7 @@ impl Handler {
             handles: OpenHandles::new(sandbox.max_open_handles),
             http,
             http_fields: crate::http::resources::FieldsBudget::new(sandbox.http_fields_limit_bytes),
+            steps,
         };
         let mut store = Store::new(&rt.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -383,6 +406,20 @@ fn v1_context(ctx: InvocationContext) -> bindings::WitContext {
 /// The `0.2.0` context, with the task's params.
 fn v2_context(ctx: InvocationContext) -> bindings::v2::WitContext {
     bindings::v2::WitContext {
+        execution_id: ctx.execution_id,
+        attempt_id: ctx.attempt_id,
+        attempt: ctx.attempt,
+        task_name: ctx.task_name,
+        namespace: ctx.namespace,
+        worker_id: ctx.worker_id,
+        metadata: ctx.metadata_json,
+        params: ctx.params_json,
+    }
+}
+
+/// The `0.3.0` context: the same fields as `0.2.0`'s.
+fn v3_context(ctx: InvocationContext) -> bindings::v3::WitContext {
+    bindings::v3::WitContext {
         execution_id: ctx.execution_id,
         attempt_id: ctx.attempt_id,
         attempt: ctx.attempt,

@@ -9,7 +9,8 @@
 //! - Loading components implementing `onestep:handler/handler@0.1.0`
 //!   (`wit/handler.wit` at the repository root) or `@0.2.0`
 //!   (`wit/v0.2/handler.wit`: the task's params in the context, outbound HTTP
-//!   in world `handler`, none in world `compute`): refused with a specific
+//!   in world `handler`, none in world `compute`) or `@0.3.0`
+//!   (`wit/v0.3/handler.wit`: `0.2.0` plus durable steps, [`DurableSteps`]): refused with a specific
 //!   error when they are not components, of another world or of an unserved
 //!   version, compiled once, cached on disk keyed by the component's SHA-256
 //!   and the engine settings, linked into an `InstancePre`
@@ -75,6 +76,7 @@ mod bindings;
 mod cancel;
 mod capture;
 mod context;
+mod durable;
 mod engine;
 mod error;
 mod guest_log;
@@ -92,6 +94,7 @@ mod world;
 
 pub use cancel::CancelHandle;
 pub use context::InvocationContext;
+pub use durable::DurableSteps;
 pub use error::Error;
 pub use http::{
     AllowedOrigin, HttpTotals, NetworkSettings, OriginLimitTotals, Resolver, Resolving, Secret,
@@ -108,5 +111,9 @@ pub use settings::{PoolSize, PoolingMode, Preopen, PreopenMode, RuntimeSettings,
 pub const WIT_PACKAGE: &str = "onestep:handler@0.1.0";
 
 /// Every version of the WIT package this runtime serves, oldest first
-/// (`wit/handler.wit`, `wit/v0.2/handler.wit`; see `wit/README.md`).
-pub const WIT_PACKAGES: [&str; 2] = ["onestep:handler@0.1.0", "onestep:handler@0.2.0"];
+/// (`wit/handler.wit`, `wit/v0.2/handler.wit`, `wit/v0.3/handler.wit`; see `wit/README.md`).
+pub const WIT_PACKAGES: [&str; 3] = [
+    "onestep:handler@0.1.0",
+    "onestep:handler@0.2.0",
+    "onestep:handler@0.3.0",
+];

@@ -223,6 +223,7 @@ impl Runtime {
             .map_err(|e| Error::Engine(format!("WASI linker: {e:#}")))?;
         crate::handles::add_to_linker(&mut linker)?;
         crate::http::add_to_linker(&mut linker)?;
+        crate::durable::add_to_linker(&mut linker)?;
         bindings::Handler::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("host linker: {e:#}")))?;
         let clients = crate::http::client::Clients::new(resolver)

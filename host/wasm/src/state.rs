@@ -29,6 +29,8 @@ pub(crate) struct State {
     pub(crate) http: crate::http::HttpState,
     /// Header bytes of the `wasi:http` resources the guest holds (capped).
     pub(crate) http_fields: crate::http::resources::FieldsBudget,
+    /// The attempt's durable steps (`0.3.0`'s `durable`), when the host keeps them.
+    pub(crate) steps: Option<crate::durable::DurableSteps>,
 }
 
 impl WasiView for State {

@@ -7,8 +7,9 @@
 //! - [`check_shape`]: the compiled component imports only served versions of
 //!   `onestep:handler` ([`crate::WIT_PACKAGES`]) and exports a function
 //!   `handle` (otherwise it is a component of another world);
-//! - [`Pre`]: the prepared `handle` export, `0.2.0`'s (its context carries
-//!   `params`) or `0.1.0`'s, chosen by the export's type.
+//! - [`Pre`]: the prepared `handle` export, `0.3.0`'s (a component importing
+//!   `onestep:handler/durable@0.3.0`), `0.2.0`'s (its context carries
+//!   `params`) or `0.1.0`'s, chosen by the imports and the export's type.
 
 use std::collections::BTreeSet;
 
@@ -115,6 +116,9 @@ pub(crate) enum Pre {
     /// `onestep:handler@0.2.0` (world `handler` or `compute`): the context
     /// carries the task's `params`.
     V2(bindings::v2::HandlerPre<State>),
+    /// `onestep:handler@0.3.0` (world `handler` or `compute`): `0.2.0`'s
+    /// context, and the component imports `durable`.
+    V3(bindings::v3::HandlerPre<State>),
 }
 
 impl Pre {
@@ -127,6 +131,18 @@ impl Pre {
         component: &Component,
         instance_pre: InstancePre<State>,
     ) -> Result<Pre, Error> {
+        // `0.3.0`'s export has the same type as `0.2.0`'s: the imports tell them apart.
+        if imported_versions(component).contains(crate::WIT_PACKAGES[2]) {
+            return bindings::v3::HandlerPre::new(instance_pre)
+                .map(Pre::V3)
+                .map_err(|e| Error::NotAHandler {
+                    name: name.to_string(),
+                    message: format!(
+                        "its `handle` does not have the type of {}: {e:#}",
+                        crate::WIT_PACKAGES[2]
+                    ),
+                });
+        }
         let v2 = match bindings::v2::HandlerPre::new(instance_pre.clone()) {
             Ok(pre) => return Ok(Pre::V2(pre)),
             Err(e) => e,
@@ -153,6 +169,7 @@ impl Pre {
         match self {
             Pre::V1(_) => crate::WIT_PACKAGES[0],
             Pre::V2(_) => crate::WIT_PACKAGES[1],
+            Pre::V3(_) => crate::WIT_PACKAGES[2],
         }
     }
 }

@@ -55,6 +55,7 @@ pub(crate) fn invocation_for(settings: &TaskSettings, lease: &ExecutionLease) ->
     Invocation {
         execution_id: execution.id,
         attempt_id: lease.attempt_id,
+        lease_token: lease.lease_token,
         attempt_no: lease.attempt_no,
         task_name: execution.task_name.clone(),
         namespace: execution.namespace.clone(),

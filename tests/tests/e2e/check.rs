@@ -434,15 +434,15 @@ fn component_checks_name_the_problem() -> Result<()> {
         (
             guest("not-a-handler")?,
             "wrong-world",
-            "component not-a-handler.wasm does not implement onestep:handler/handler (0.1.0 or \
-             0.2.0): it exports wasi:cli/run@0.2.0, not the function `handle`"
+            "component not-a-handler.wasm does not implement onestep:handler/handler (0.1.0, \
+             0.2.0 or 0.3.0): it exports wasi:cli/run@0.2.0, not the function `handle`"
                 .into(),
         ),
         (
             guest("future-world")?,
             "world-version",
             "component future-world.wasm is built against onestep:handler@0.9.0, which this \
-             host does not serve (it serves onestep:handler@0.1.0, onestep:handler@0.2.0): \
+             host does not serve (it serves onestep:handler@0.1.0, onestep:handler@0.2.0, onestep:handler@0.3.0): \
              rebuild it against one of those"
                 .into(),
         ),

@@ -146,6 +146,7 @@ mod scaffold;
 mod schemathesis;
 mod smoke;
 mod sqlite;
+mod steps;
 mod stream;
 mod submit_batch;
 mod task_run;

@@ -163,6 +163,18 @@ async fn run_attempt(cfg: &AppConfig, a: Attempt<'_>, local: &LocalRunArgs) -> R
         worker_id: "onestep-task-run".to_owned(),
         metadata_json: Value::Object(metadata).to_string(),
         params_json: Value::Object(a.task.handler.params.clone()).to_string(),
+        // Durable steps in memory, for this one attempt (docs/steps.md): a `0.3.0` component's
+        // saves and loads work, and nothing outlives the run.
+        steps: Some(onestep_wasm::DurableSteps {
+            store: std::sync::Arc::new(onestep_core::steps::MemorySteps::new(std::sync::Arc::new(
+                onestep_core::time::SystemClock,
+            ))),
+            lease: onestep_core::execution::LeaseRef {
+                execution_id: a.execution_id,
+                attempt_id,
+                lease_token: Uuid::new_v4(),
+            },
+        }),
         ..Default::default()
     };
     let cancel = CancelHandle::new();

@@ -258,7 +258,11 @@ pub(crate) fn task_bindings(
                 WasmTaskRunner::unloaded(sandbox, max_result)
             }
         };
-        let mut runner = runner.with_params(&task.handler.params);
+        // Durable steps of `0.3.0` components live in the source's database, fenced by each
+        // attempt's lease (docs/steps.md).
+        let mut runner = runner
+            .with_params(&task.handler.params)
+            .with_steps(backend.steps());
         if task
             .sandbox
             .network

@@ -15,7 +15,8 @@ use onestep_core::diagnostics::RunFacts;
 use onestep_core::retry::FailureKind;
 use onestep_core::runner::{Invocation, RunFailure, RunOutcome, TaskRunner};
 use onestep_wasm::{
-    CancelHandle, Handler, InvocationContext, Outcome, Runtime, SandboxSettings, TrapKind,
+    CancelHandle, DurableSteps, Handler, InvocationContext, Outcome, Runtime, SandboxSettings,
+    TrapKind,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -66,6 +67,9 @@ pub(crate) struct WasmTaskRunner {
     /// The fleet-wide buckets of the sandbox's outbound rate limits (the task's source's
     /// backend, docs/semantics.md#outbound-rate-limits), given to every build.
     buckets: Option<Arc<dyn onestep_core::rate::RateLimitStore>>,
+    /// Where `0.3.0` components' durable steps are kept (the task's source's backend, or memory
+    /// for `task run`), docs/steps.md.
+    steps: Option<Arc<dyn onestep_core::steps::StepStore>>,
 }
 
 impl WasmTaskRunner {
@@ -91,6 +95,7 @@ impl WasmTaskRunner {
             metrics: None,
             params_json: "{}".to_owned(),
             buckets: None,
+            steps: None,
         }
     }
 
@@ -155,6 +160,13 @@ impl WasmTaskRunner {
         self
     }
 
+    /// Keeps the durable steps of every attempt in `store`, fenced by the attempt's lease
+    /// (docs/steps.md).
+    pub(crate) fn with_steps(mut self, store: Arc<dyn onestep_core::steps::StepStore>) -> Self {
+        self.steps = Some(store);
+        self
+    }
+
     /// Records every attempt's wasm figures in `metrics`.
     pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
@@ -175,6 +187,14 @@ impl TaskRunner for WasmTaskRunner {
             metadata_json: serde_json::Value::Object(invocation.metadata.clone()).to_string(),
             params_json: self.params_json.clone(),
             journal: invocation.journal.clone(),
+            steps: self.steps.as_ref().map(|store| DurableSteps {
+                store: Arc::clone(store),
+                lease: onestep_core::execution::LeaseRef {
+                    execution_id: invocation.execution_id,
+                    attempt_id: invocation.attempt_id,
+                    lease_token: invocation.lease_token,
+                },
+            }),
         };
         let payload = invocation.payload.to_string();
         let handle = CancelHandle::new();

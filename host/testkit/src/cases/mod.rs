@@ -21,6 +21,7 @@ mod heartbeats;
 mod listing;
 mod quota;
 mod schedule;
+mod steps;
 mod storable;
 mod transitions;
 mod worker;
@@ -55,6 +56,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(quota::cases());
     v.extend(callbacks::cases());
     v.extend(cap::cases());
+    v.extend(steps::cases());
     v
 }
 

@@ -48,6 +48,8 @@ impl FixtureFactory for MemoryFactory {
             buckets: Arc::new(onestep_core::rate::MemoryBuckets::new(clock.clone())),
             components: store.components(),
             deployments: store.deployments(),
+            steps: store.clone(),
+            retention: store.clone(),
             store: store.clone(),
             callbacks: Some(store.clone()),
             leases: store.clone(),

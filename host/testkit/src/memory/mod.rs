@@ -21,6 +21,7 @@ mod components;
 mod deployments;
 mod factory;
 mod lease;
+mod steps;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -147,6 +148,8 @@ pub(crate) struct State {
     pub(crate) passes: HashMap<(String, String, String), i64>,
     /// Completion webhooks by execution id (docs/semantics.md#completion-webhooks).
     pub(crate) callbacks: HashMap<Uuid, callbacks::MemCallback>,
+    /// Recorded steps by execution id (docs/steps.md).
+    pub(crate) steps: HashMap<Uuid, onestep_core::steps::MemoryExecutionSteps>,
 }
 
 #[derive(Debug, Default)]

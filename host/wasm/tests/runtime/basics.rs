@@ -269,7 +269,7 @@ async fn a_component_of_an_unserved_world_version_is_named() {
     assert_eq!(
         err.to_string(),
         "component future-world.wasm is built against onestep:handler@0.9.0, which this host \
-         does not serve (it serves onestep:handler@0.1.0, onestep:handler@0.2.0): rebuild it \
+         does not serve (it serves onestep:handler@0.1.0, onestep:handler@0.2.0, onestep:handler@0.3.0): rebuild it \
          against one of those"
     );
 }

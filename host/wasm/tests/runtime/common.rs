@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub const RUST_GUESTS: [&str; 10] = [
+pub const RUST_GUESTS: [&str; 11] = [
     "echo",
     "fetch",
     "agent",
@@ -17,6 +17,7 @@ pub const RUST_GUESTS: [&str; 10] = [
     "not-a-handler",
     "inspect",
     "future-world",
+    "steps",
 ];
 
 pub fn repo_root() -> PathBuf {

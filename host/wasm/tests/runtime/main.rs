@@ -28,5 +28,6 @@ mod outbound_limits;
 mod python;
 mod sandbox;
 mod soak;
+mod steps;
 mod table_hog;
 mod tables;

@@ -246,6 +246,7 @@ pub(crate) async fn purge(args: PurgeArgs) -> u8 {
                 "executions": report.executions,
                 "attempts": report.attempts,
                 "diagnostics": report.diagnostics,
+                "steps": report.steps,
                 "batches": report.batches,
             }));
         } else {

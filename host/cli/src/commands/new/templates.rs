@@ -5,8 +5,9 @@ use super::{
     COMPONENTIZE_JS_VERSION, COMPONENTIZE_PY_VERSION, Lang, Template, WIT_BINDGEN_VERSION,
 };
 
-/// The WIT written into every project: `wit/v0.2` of this repository, the newest version this
-/// binary serves (`onestep_wasm::WIT_PACKAGES`).
+/// The WIT written into every project: `wit/v0.2` of this repository, a version this binary
+/// serves (`onestep_wasm::WIT_PACKAGES`). `wit/v0.3` (durable steps, docs/steps.md) is served
+/// too; the templates do not use steps, so they stay on `0.2.0`.
 const WIT: &[(&str, &str)] = &[
     (
         "wit/handler.wit",

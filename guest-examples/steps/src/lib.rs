@@ -1,0 +1,116 @@
+//! `steps`: a handler of world `onestep:handler/compute@0.3.0` that does its
+//! work as durable steps (docs/steps.md), with a tiny helper so that a step
+//! reads like `let page = step("fetch-page-3", || fetch(3))?;`.
+//!
+//! Payload: `{"n": N, "step_ms": M}` (defaults 10 and 100): N steps
+//! `step-0` … `step-{N-1}`, each "working" M ms, then recording
+//! `{"i": i, "attempt": <the attempt that did the work>}`. A later attempt
+//! of the same execution (after a crash or a lost lease) loads the recorded
+//! steps instead of working again, so the output tells which attempt did each
+//! step's work: `{"steps": N, "attempts": [a0, a1, …], "ran_here": k}`
+//! (`ran_here`: steps whose work this attempt did).
+//!
+//! `{"value_bytes": B}` saves one step of a B-byte string (to reach the
+//! host's caps); a refused save is the handler error
+//! `step 'big' not saved: <step-error>`.
+
+wit_bindgen::generate!({
+    path: "../../wit/v0.3",
+    world: "onestep:handler/compute@0.3.0",
+});
+
+use onestep::handler::durable::{StepError, step_load, step_save};
+use onestep::handler::host::{Level, cancel_requested, log, progress};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+/// Runs `work` as the durable step `key`: when an earlier attempt of this
+/// execution recorded the step, its value is returned and `work` does not
+/// run; otherwise `work` runs and its value is recorded before it is
+/// returned. At-least-once: `work` runs again if the attempt stops between
+/// the work and the save.
+pub fn step<T, F>(key: &str, work: F) -> Result<T, HandlerError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnOnce() -> Result<T, HandlerError>,
+{
+    if let Some(text) = step_load(key).map_err(|e| step_error(key, e))? {
+        return serde_json::from_str(&text)
+            .map_err(|e| fatal(format!("step '{key}': recorded value does not decode: {e}")));
+    }
+    let value = work()?;
+    let text = serde_json::to_string(&value)
+        .map_err(|e| fatal(format!("step '{key}': value does not encode: {e}")))?;
+    step_save(key, &text).map_err(|e| step_error(key, e))?;
+    Ok(value)
+}
+
+/// A refused step call as a handler error: a lost lease or an unreachable
+/// store is worth another attempt, a refused key or value is not.
+fn step_error(key: &str, e: StepError) -> HandlerError {
+    let retryable = matches!(e, StepError::Fenced | StepError::Unavailable(_));
+    HandlerError {
+        retryable,
+        message: format!("step '{key}' not saved: {e:?}"),
+        retry_after_ms: None,
+    }
+}
+
+fn fatal(message: String) -> HandlerError {
+    HandlerError {
+        retryable: false,
+        message,
+        retry_after_ms: None,
+    }
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct Done {
+    i: u64,
+    attempt: u32,
+}
+
+struct Steps;
+
+impl Guest for Steps {
+    fn handle(ctx: Context, payload: String) -> Result<String, HandlerError> {
+        let v: serde_json::Value =
+            serde_json::from_str(&payload).map_err(|e| fatal(format!("invalid payload: {e}")))?;
+        if let Some(bytes) = v.get("value_bytes").and_then(|n| n.as_u64()) {
+            let big: String = step("big", || Ok("x".repeat(bytes as usize)))?;
+            return Ok(serde_json::json!({ "saved": big.len() }).to_string());
+        }
+        let n = v.get("n").and_then(|n| n.as_u64()).unwrap_or(10);
+        let step_ms = v.get("step_ms").and_then(|n| n.as_u64()).unwrap_or(100);
+        let mut attempts = Vec::with_capacity(n as usize);
+        let mut ran_here = 0u64;
+        for i in 0..n {
+            if cancel_requested() {
+                return Err(HandlerError {
+                    retryable: true,
+                    message: format!("stopped before step {i} of {n}"),
+                    retry_after_ms: None,
+                });
+            }
+            progress(i, n, "steps");
+            let done: Done = step(&format!("step-{i}"), || {
+                std::thread::sleep(Duration::from_millis(step_ms));
+                ran_here += 1;
+                Ok(Done {
+                    i,
+                    attempt: ctx.attempt,
+                })
+            })?;
+            attempts.push(done.attempt);
+        }
+        log(
+            Level::Info,
+            &format!("attempt {}: {ran_here} of {n} steps ran here", ctx.attempt),
+        );
+        Ok(serde_json::json!({ "steps": n, "attempts": attempts, "ran_here": ran_here })
+            .to_string())
+    }
+}
+
+export!(Steps);

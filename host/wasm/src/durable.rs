@@ -1,0 +1,151 @@
+//! `onestep:handler@0.3.0`'s `durable` interface (docs/steps.md): `step-load` and `step-save`
+//! over the execution store's [`StepStore`] port, scoped to the attempt's execution and fenced
+//! by its lease. This crate knows no SQL: the worker hands each attempt a [`DurableSteps`]
+//! (the port plus the attempt's [`LeaseRef`]) in its [`InvocationContext`](crate::InvocationContext).
+//!
+//! A save refused as [`StepError::Fenced`] (another attempt holds the execution, the lease ran
+//! out or the execution finished) is answered `fenced` and the attempt's cancel handle fires:
+//! the guest may return at once, and is stopped after the sandbox's `cancel_grace` if it does
+//! not. Whatever it returns then is refused by the store, which fences the completion too.
+
+use std::sync::Arc;
+
+use onestep_core::execution::LeaseRef;
+use onestep_core::steps::{StepError, StepStore};
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::bindings::v3;
+use crate::bindings::v3::onestep::handler::durable::StepError as WitStepError;
+use crate::error::Error;
+use crate::state::State;
+
+/// The steps of one attempt: the store and the attempt's lease.
+#[derive(Clone)]
+pub struct DurableSteps {
+    /// Where the steps are kept (the execution store's port, or memory for `task run`).
+    pub store: Arc<dyn StepStore>,
+    /// The attempt's execution, attempt id and lease token: saves are fenced by it.
+    pub lease: LeaseRef,
+}
+
+impl std::fmt::Debug for DurableSteps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableSteps")
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Equal when of the same lease over the same store.
+impl PartialEq for DurableSteps {
+    fn eq(&self, other: &Self) -> bool {
+        self.lease == other.lease && Arc::ptr_eq(&self.store, &other.store)
+    }
+}
+
+impl Eq for DurableSteps {}
+
+/// Adds the `0.3.0` versions of `types`, `host` and `durable` to the linker.
+pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> Result<(), Error> {
+    v3::onestep::handler::types::add_to_linker::<State, HasSelf<State>>(linker, |s| s)
+        .map_err(|e| Error::Engine(format!("host linker (0.3.0 types): {e:#}")))?;
+    v3::onestep::handler::host::add_to_linker::<State, HasSelf<State>>(linker, |s| s)
+        .map_err(|e| Error::Engine(format!("host linker (0.3.0 host): {e:#}")))?;
+    v3::onestep::handler::durable::add_to_linker::<State, HasSelf<State>>(linker, |s| s)
+        .map_err(|e| Error::Engine(format!("host linker (0.3.0 durable): {e:#}")))?;
+    Ok(())
+}
+
+impl v3::onestep::handler::types::Host for State {}
+
+impl v3::onestep::handler::host::Host for State {
+    fn log(&mut self, level: v3::Level, message: String) {
+        use crate::bindings::Level;
+        let level = match level {
+            v3::Level::Trace => Level::Trace,
+            v3::Level::Debug => Level::Debug,
+            v3::Level::Info => Level::Info,
+            v3::Level::Warn => Level::Warn,
+            v3::Level::Error => Level::Error,
+        };
+        crate::bindings::onestep::handler::host::Host::log(self, level, message)
+    }
+
+    fn cancel_requested(&mut self) -> bool {
+        crate::bindings::onestep::handler::host::Host::cancel_requested(self)
+    }
+
+    fn progress(&mut self, done: u64, total: u64, note: String) {
+        crate::bindings::onestep::handler::host::Host::progress(self, done, total, note)
+    }
+}
+
+/// What a guest sees of a refused step call.
+fn wit_error(e: StepError) -> WitStepError {
+    match e {
+        StepError::InvalidKey(m) => WitStepError::InvalidKey(m),
+        StepError::InvalidValue(m) => WitStepError::InvalidValue(m),
+        StepError::TooLarge { bytes, .. } => WitStepError::TooLarge(bytes),
+        StepError::TooManySteps { .. } => WitStepError::TooManySteps,
+        StepError::ExecutionBudget { bytes, .. } => WitStepError::ExecutionBudget(bytes),
+        StepError::Fenced => WitStepError::Fenced,
+        StepError::Store(e) => WitStepError::Unavailable(e.to_string()),
+    }
+}
+
+/// The answer of a host that was given no step store (e.g. a component run outside a worker).
+const NO_STORE: &str = "this host keeps no steps for the attempt (no execution store)";
+
+impl v3::onestep::handler::durable::Host for State {
+    async fn step_load(&mut self, key: String) -> Result<Option<String>, WitStepError> {
+        let Some(steps) = self.steps.clone() else {
+            return Err(WitStepError::Unavailable(NO_STORE.into()));
+        };
+        onestep_core::steps::validate_key(&key).map_err(wit_error)?;
+        match steps.store.load(steps.lease.execution_id, &key).await {
+            Ok(v) => {
+                self.step_event("step loaded", &key, v.as_ref().map(String::len));
+                Ok(v)
+            }
+            Err(e) => Err(wit_error(StepError::Store(e))),
+        }
+    }
+
+    async fn step_save(&mut self, key: String, value: String) -> Result<(), WitStepError> {
+        let Some(steps) = self.steps.clone() else {
+            return Err(WitStepError::Unavailable(NO_STORE.into()));
+        };
+        match steps.store.save(&steps.lease, &key, &value).await {
+            Ok(()) => {
+                self.step_event("step saved", &key, Some(value.len()));
+                Ok(())
+            }
+            Err(StepError::Fenced) => {
+                tracing::warn!(
+                    execution_id = %self.ids.execution_id,
+                    attempt_id = %self.ids.attempt_id,
+                    task = %self.ids.task_name,
+                    step = %key,
+                    "step save fenced: the attempt no longer holds the execution's lease; \
+                     stopping it"
+                );
+                self.cancel.cancel();
+                Err(WitStepError::Fenced)
+            }
+            Err(e) => Err(wit_error(e)),
+        }
+    }
+}
+
+impl State {
+    fn step_event(&self, what: &'static str, key: &str, bytes: Option<usize>) {
+        tracing::debug!(
+            execution_id = %self.ids.execution_id,
+            attempt_id = %self.ids.attempt_id,
+            task = %self.ids.task_name,
+            step = %key,
+            bytes,
+            "{what}"
+        );
+    }
+}
