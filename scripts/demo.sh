@@ -15,12 +15,15 @@
 #   5. waits for each, prints its status, attempts and result, and shows with `onestep attempts`
 #      and `onestep logs` why the flaky one needed three attempts (messages, log lines, build digest),
 #   6. reads the worker's Prometheus metrics and health (app.metrics_addr, docs/observability.md),
-#   7. scaffolds your own handler (`onestep new handler my-agent --lang rust --template agent`),
+#   7. deploys a handler through the API as a tenant would (`onestep deploy`, config/deployments.yaml:
+#      a worker whose file lists no task follows team-a's deployments), submits to it over HTTP,
+#      shows the digest the attempt ran and a deploy over the operator's ceiling being refused,
+#   8. scaffolds your own handler (`onestep new handler my-agent --lang rust --template agent`),
 #      builds it, runs it under `onestep dev` (API, dashboard and worker in one process on an
 #      embedded database beside it) against a loopback fake of an OpenAI-compatible endpoint
 #      whose key only the host holds, submits over HTTP with the local token and prints the
 #      answer,
-#   8. stops the worker with SIGTERM (graceful drain) and reports its exit code.
+#   9. stops the worker with SIGTERM (graceful drain) and reports its exit code.
 # The same demo on a database server: `scripts/demo.sh --db mariadb` (the local MariaDB on
 # 127.0.0.1:3306) or `--db postgres` (127.0.0.1:5432); it creates the database `onestep_demo`
 # there and changes nothing else on the server. ONESTEP_DSN overrides the DSN of the chosen kind.
@@ -34,7 +37,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --db) DB="${2:-}"; shift 2 ;;
         --db=*) DB="${1#--db=}"; shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "demo.sh: unknown argument '$1' (allowed: --db sqlite|mariadb|postgres)" >&2; exit 2 ;;
     esac
 done
@@ -161,6 +164,46 @@ log "worker metrics ($METRICS/metrics), health ($METRICS/healthz) and readiness 
 curl -sS "$METRICS/metrics" | grep -E '^onestep_(tasks_processed_total|tasks_retried_total|deliveries_fetched_total|inflight_tasks)\{' || status=1
 curl -sS "$METRICS/healthz"; echo
 curl -sS "$METRICS/readyz"; echo
+
+log "a tenant deploys a handler through the API (no YAML edit, no file copy, no restart)"
+# config/deployments.yaml: `onestep serve` takes deploys from team-a's deploy token and checks
+# them against the operator's ceiling; `onestep run` follows team-a's deployments (same store).
+DEPLOY_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+export ONESTEP_DEMO_DEPLOY_PORT="$DEPLOY_PORT"
+DEPLOY_API="http://127.0.0.1:$DEPLOY_PORT"
+DEPLOY_TOKEN="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+SUBMIT_TOKEN="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+export ONESTEP_API_TOKENS="$DEPLOY_TOKEN=team-a:deploy,$SUBMIT_TOKEN=team-a:submit"
+DEPLOYMENTS="$ROOT/config/deployments.yaml"
+"$BIN" serve "$DEPLOYMENTS" --log-level WARNING >"$ROOT/target/demo/deploy-api.log" 2>&1 &
+DEPLOY_API_PID=$!
+"$BIN" run "$DEPLOYMENTS" --log-level INFO >"$ROOT/target/demo/deploy-worker.log" 2>&1 &
+DEPLOY_WORKER_PID=$!
+stop_deploy() {
+    kill -TERM "$DEPLOY_API_PID" "$DEPLOY_WORKER_PID" 2>/dev/null || true
+    wait "$DEPLOY_API_PID" "$DEPLOY_WORKER_PID" 2>/dev/null || true
+}
+trap 'stop_deploy; stop_worker' EXIT
+for _ in $(seq 1 100); do curl -fsS "$DEPLOY_API/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+echo "config/deployments.yaml lists no task: its worker serves what team-a deploys" >&2
+"$BIN" deploy guest-examples/deploy/greet.yaml --api "$DEPLOY_API" --token "$DEPLOY_TOKEN" --note "first version" || status=1
+GREET_ID="$(curl -fsS -X POST "$DEPLOY_API/v1/executions" -H "Authorization: Bearer $SUBMIT_TOKEN" \
+    -H "Idempotency-Key: demo-$RUN-greet" -H 'Content-Type: application/json' \
+    -d '{"task_name": "greet", "payload": {"hello": "team-a"}}' \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
+echo "submitted greet (team-a) -> $GREET_ID; the worker picks the deployment up within seconds" >&2
+"$BIN" wait "$GREET_ID" --api "$DEPLOY_API" --token "$SUBMIT_TOKEN" --timeout 60 | grep -E '^(task_name|status|attempts):' || status=1
+echo "result: $(curl -fsS "$DEPLOY_API/v1/executions/$GREET_ID/result" -H "Authorization: Bearer $SUBMIT_TOKEN")"
+"$BIN" attempts "$GREET_ID" --config "$DEPLOYMENTS" --namespace team-a | grep -E 'component_digest' || status=1
+echo "a deploy over team-a's ceiling is refused, naming each limit (nothing is written):" >&2
+sed 's/^concurrency: 2/concurrency: 16/' guest-examples/deploy/greet.yaml >"$ROOT/target/demo/greedy.yaml"
+if "$BIN" deploy "$ROOT/target/demo/greedy.yaml" --component guest-examples/out/echo.wasm \
+    --api "$DEPLOY_API" --token "$DEPLOY_TOKEN"; then
+    echo "the greedy deploy was accepted" >&2; status=1
+fi
+"$BIN" deployments list --api "$DEPLOY_API" --token "$SUBMIT_TOKEN" || status=1
+stop_deploy
+trap stop_worker EXIT
 
 log "your own handler: scaffold an LLM agent, run it under onestep dev (API + dashboard + worker, embedded database), submit over HTTP"
 # Outside the repository (a scaffold is its own Cargo project); one shared cargo target dir.
