@@ -26,7 +26,7 @@
 #   6. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
 # Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_HTTP_EXECUTIONS
 # (3000), BENCH_HISTORY (200000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level),
-# BENCH_WEBHOOKS (2000).
+# BENCH_WEBHOOKS (2000), BENCH_DEPLOYS (20).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -114,6 +114,11 @@ echo "== waiting callers: one onestep serve, 0 / 1,000 / 10,000 callers on ?wait
 
 echo "== webhook deliveries: 2,000 completion webhooks to a loopback receiver (SQLite; docs/benchmarks.md#webhook-deliveries)"
 "$TARGET/webhooks-bench" "" "${BENCH_WEBHOOKS:-2000}"
+
+echo "== deployments: deploy -> first execution on the new version, large component (SQLite; docs/benchmarks.md#deployments)"
+# --skip-big: part 3 deploys python-agent with no network grant, which the worker refuses
+# (docs/benchmarks.md#deployments); remove once it grants one.
+"$TARGET/deploy-bench" --onestep "$TARGET/onestep" --deploys "${BENCH_DEPLOYS:-20}" --skip-big
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \
