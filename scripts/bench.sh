@@ -116,9 +116,8 @@ echo "== webhook deliveries: 2,000 completion webhooks to a loopback receiver (S
 "$TARGET/webhooks-bench" "" "${BENCH_WEBHOOKS:-2000}"
 
 echo "== deployments: deploy -> first execution on the new version, large component (SQLite; docs/benchmarks.md#deployments)"
-# --skip-big: part 3 deploys python-agent with no network grant, which the worker refuses
-# (docs/benchmarks.md#deployments); remove once it grants one.
-"$TARGET/deploy-bench" --onestep "$TARGET/onestep" --deploys "${BENCH_DEPLOYS:-20}" --skip-big
+# Part 3 deploys guest-examples/out/python-agent.wasm (~18 MB), cold then warm compile cache.
+"$TARGET/deploy-bench" --onestep "$TARGET/onestep" --deploys "${BENCH_DEPLOYS:-20}"
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \

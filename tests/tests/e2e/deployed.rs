@@ -40,9 +40,7 @@ fn settings(task: &str, concurrency: u32) -> Result<StoredSettings> {
         concurrency,
         params: serde_json::Map::new(),
     };
-    Ok(StoredSettings::from_stored(
-        &typed.to_canonical_json()?,
-    )?)
+    Ok(StoredSettings::from_stored(&typed.to_canonical_json()?)?)
 }
 
 async fn deploy(env: &Env, task: &str, digest: &ComponentDigest, concurrency: u32) -> Result<i64> {

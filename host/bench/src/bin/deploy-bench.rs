@@ -35,11 +35,12 @@ use clap::Parser;
 use onestep_core::backend::Backend;
 use onestep_core::components::ComponentDigest;
 use onestep_core::deploy_policy::DeploymentSettings as Typed;
-use onestep_core::deployments::{DeploymentSettings, NewDeployment};
+use onestep_core::deployments::{NewDeployment, StoredSettings};
+use onestep_core::network::OriginPattern;
 use onestep_core::ports::ExecutionStore;
 use onestep_core::request::{SubmitRequest, prepare_submission};
 use onestep_core::retry::RetryPolicy;
-use onestep_core::sandbox::SandboxSettings;
+use onestep_core::sandbox::{AllowedOrigin, SandboxSettings};
 use onestep_core::{Limits, StoreOptions};
 use serde_json::json;
 use uuid::Uuid;
@@ -213,11 +214,22 @@ impl<'a> Bench<'a> {
     }
 
     async fn deploy(&self, task: &str, digest: &ComponentDigest, concurrency: u32) -> Result<i64> {
+        self.deploy_in(task, digest, concurrency, SandboxSettings::default())
+            .await
+    }
+
+    async fn deploy_in(
+        &self,
+        task: &str,
+        digest: &ComponentDigest,
+        concurrency: u32,
+        sandbox: SandboxSettings,
+    ) -> Result<i64> {
         let typed = Typed {
             namespace: NAMESPACE.to_owned(),
             task: task.to_owned(),
             description: None,
-            sandbox: SandboxSettings::default(),
+            sandbox,
             headers: Vec::new(),
             timeout: Some(Duration::from_secs(60)),
             retry: RetryPolicy::NoRetry,
@@ -231,7 +243,7 @@ impl<'a> Bench<'a> {
                 namespace: NAMESPACE.to_owned(),
                 task: task.to_owned(),
                 digest: digest.clone(),
-                settings: DeploymentSettings::from_stored(&typed.to_canonical_json()?)?,
+                settings: StoredSettings::from_stored(&typed.to_canonical_json()?)?,
                 actor: "deploy-bench".to_owned(),
                 note: None,
             })
@@ -454,7 +466,14 @@ impl<'a> Bench<'a> {
             let worker = self.spawn(&config, &format!("big-{phase}"), Some(cache.path()))?;
             worker.wait_log("following deployments", Duration::from_secs(60))?;
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let version = self.deploy(task, &digest, 1).await?;
+            // The agent imports wasi:http: a sandbox without an allowed origin is refused.
+            let mut sandbox = SandboxSettings::default();
+            sandbox.network.allow.push(AllowedOrigin {
+                origin: OriginPattern::parse("http://127.0.0.1:9")?,
+                headers: Vec::new(),
+                rate_limit: None,
+            });
+            let version = self.deploy_in(task, &digest, 1, sandbox).await?;
             let t0 = Instant::now();
             worker.wait_serving(task, version, Duration::from_secs(600))?;
             figures.push((phase, t0.elapsed()));
