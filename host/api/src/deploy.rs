@@ -244,24 +244,28 @@ fn too_large(cap: usize) -> ApiError {
     )
 }
 
-/// Is `ct` `application/wasm` (parameters allowed)?
+/// Is `ct` `application/wasm` or `application/octet-stream` (parameters allowed)? Neither is a
+/// CORS-safelisted type, so a cross-origin page cannot send either without a preflight.
 pub fn is_wasm_content_type(ct: &str) -> bool {
-    ct.split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .eq_ignore_ascii_case("application/wasm")
+    let media = ct.split(';').next().unwrap_or_default().trim();
+    media.eq_ignore_ascii_case("application/wasm")
+        || media.eq_ignore_ascii_case("application/octet-stream")
 }
 
+/// The raw bytes of a component upload, as OpenAPI describes them (`string`, `binary`).
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct ComponentBytes(#[allow(dead_code)] Vec<u8>);
+
 /// Upload a component: the raw bytes of a WebAssembly component (`Content-Type:
-/// application/wasm`), stored once by their SHA-256 (like an OCI blob: upload first, then a
+/// application/wasm`, or `application/octet-stream`), stored once by their SHA-256 (like an OCI blob: upload first, then a
 /// deployment names the digest). The body may be at most the namespace's component size
 /// ceiling (its own limit, not `api.max_body_bytes`). Uploading the same bytes again writes
 /// nothing (`created: false`). The bytes are not checked here: the deploy that names them runs
 /// the load check.
 #[utoipa::path(
     post, path = "/v1/components", tag = "deployments",
-    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The component's bytes"),
+    request_body(content((ComponentBytes = "application/wasm"), (ComponentBytes = "application/octet-stream")), description = "The component's bytes"),
     responses(
         (status = 201, description = "Stored", body = ComponentView),
         (status = 200, description = "Already stored: nothing was written", body = ComponentView),
@@ -269,7 +273,7 @@ pub fn is_wasm_content_type(ct: &str) -> bool {
         (status = 408, description = "Body not received within 30 s", body = ErrorBody),
         (status = 409, description = "Deployments are not enabled (`deployments_disabled`)", body = ErrorBody),
         (status = 413, description = "Over the namespace's component size ceiling", body = ErrorBody),
-        (status = 415, description = "No `Content-Type: application/wasm`", body = ErrorBody),
+        (status = 415, description = "No `Content-Type: application/wasm` (or `application/octet-stream`)", body = ErrorBody),
         (status = 422, description = "Empty body", body = ErrorBody),
         V1Errors,
     ),
@@ -290,7 +294,7 @@ pub async fn upload_component(
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             code::UNSUPPORTED_MEDIA_TYPE,
-            "a component upload must have the header Content-Type: application/wasm",
+            "a component upload must have the header Content-Type: application/wasm (or application/octet-stream)",
         ));
     }
     let cap = component_cap(policy, &deployer.namespace)?;

@@ -17,7 +17,7 @@
 //! | `POST /v1/executions/{id}/retry` (header `Idempotency-Key`) | 202 new execution | 403, 404, 409 not retryable / conflict, 422 |
 //! | `POST /v1/executions:cancel`, `POST /v1/executions:retry` | 200 counts ([`operate`]) | 403, 422 |
 //! | `GET /v1/whoami` | 200 namespace and role | |
-//! | `POST /v1/components` (`application/wasm`) | 201/200 `{digest, bytes, created}` ([`deploy`]) | 403, 409, 413, 415, 422 |
+//! | `POST /v1/components` (`application/wasm` or `application/octet-stream`) | 201/200 `{digest, bytes, created}` ([`deploy`]) | 403, 409, 413, 415, 422 |
 //! | `POST /v1/deployments`, `GET /v1/deployments`, `GET /v1/deployments/events`, `GET /v1/deployments/{task}`, `POST /v1/deployments/{task}/versions/{version}/activate`, `POST /v1/deployments/{task}/deactivate` | the deployments API ([`deploy`], docs/http-api.md#deployments) | 403, 404, 409, 422 |
 //! | `GET /healthz`, `GET /readyz` | 200 | 503 (readyz) |
 //! | `GET /openapi.json` | 200 OpenAPI 3.1 document | |

@@ -576,8 +576,7 @@ async fn refusals_name_the_reason_and_change_nothing() {
         // Wrong content type, empty body.
         let (s, _) = app
             .send(
-                req(Method::POST, "/v1/components", Some(DEPLOY_A))
-                    .raw("application/octet-stream", echo.clone()),
+                req(Method::POST, "/v1/components", Some(DEPLOY_A)).raw("text/plain", echo.clone()),
             )
             .await;
         assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE);
