@@ -256,7 +256,10 @@ where
             );
         }
     }
-    ensure!(late >= 10, "{what}: {late} attempts started after the bound");
+    ensure!(
+        late >= 10,
+        "{what}: {late} attempts started after the bound"
+    );
     let ms = |t: Option<DateTime<Utc>>| t.map(|t| (t - changed).num_milliseconds());
     eprintln!(
         "[{}] {what}: {IN_FLIGHT} in flight; after the change, the last attempt on the old build \
@@ -305,12 +308,18 @@ async fn case(env: &Env) -> Result<()> {
     .await?;
 
     // Rollback: activate v1, the same way (100 in flight on v2).
-    switch_under_load(env, "the rollback to v1", &misbehave, &countdown, || async {
-        env.deployments()
-            .activate(NAMESPACE, "dep", 1, "e2e", Some("rollback"))
-            .await?;
-        Ok(())
-    })
+    switch_under_load(
+        env,
+        "the rollback to v1",
+        &misbehave,
+        &countdown,
+        || async {
+            env.deployments()
+                .activate(NAMESPACE, "dep", 1, "e2e", Some("rollback"))
+                .await?;
+            Ok(())
+        },
+    )
     .await?;
 
     // A new task deployed while the workers run.

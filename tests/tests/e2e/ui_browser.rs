@@ -982,7 +982,14 @@ async fn drive_deployments(
     ensure!(
         summary
             == [
-                vec!["activate", DEPLOYED, "v1", "v2", "deploy@e2e", "v2 regressed"],
+                vec![
+                    "activate",
+                    DEPLOYED,
+                    "v1",
+                    "v2",
+                    "deploy@e2e",
+                    "v2 regressed"
+                ],
                 vec!["deploy", DEPLOYED, "v2", "v1", "deploy@e2e", "echo instead"],
                 vec!["deploy", DEPLOYED, "v1", "", "deploy@e2e", "first"],
             ],
@@ -996,10 +1003,7 @@ async fn drive_deployments(
     for e in &events {
         at.push(when(&e[1])?);
     }
-    ensure!(
-        at.windows(2).all(|w| w[0] >= w[1]),
-        "newest first: {at:?}"
-    );
+    ensure!(at.windows(2).all(|w| w[0] >= w[1]), "newest first: {at:?}");
 
     // The detail pages: which version ran each attempt.
     for (id, want) in [
@@ -1016,9 +1020,7 @@ async fn drive_deployments(
         );
         for (n, digest, version) in want {
             let cell = c
-                .find(Locator::Css(&format!(
-                    "#attempt-{n} td[title^='sha256:']"
-                )))
+                .find(Locator::Css(&format!("#attempt-{n} td[title^='sha256:']")))
                 .await?;
             ensure!(
                 cell.attr("title").await?.as_deref() == Some(digest),
