@@ -290,6 +290,7 @@ pub struct ComponentBytes(#[allow(dead_code)] Vec<u8>);
         (status = 413, description = "Over the namespace's component size ceiling", body = ErrorBody),
         (status = 415, description = "No `Content-Type: application/wasm` (or `application/octet-stream`)", body = ErrorBody),
         (status = 422, description = "Empty body", body = ErrorBody),
+        (status = 429, description = "The namespace already has 2 uploads or deploys in progress, or the server holds as many component bytes as it may (`deploy_busy`, `Retry-After`)", body = ErrorBody),
         V1Errors,
     ),
     security(("bearer" = []))
@@ -317,10 +318,16 @@ pub async fn upload_component(
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .or_else(|| axum::body::HttpBody::size_hint(req.body()).exact());
     if declared.is_some_and(|n| n > cap as u64) {
         return Err(too_large(cap));
     }
+    // The body is held whole in memory: a place among the transfers in progress first (429
+    // `deploy_busy` otherwise, before a byte of the body is read).
+    let _transfer = state
+        .transfers()
+        .acquire(&deployer.namespace, declared.unwrap_or(cap as u64))?;
     let body: Body = req.into_body();
     let read = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, cap).collect()).await;
     let bytes = match read {
@@ -465,6 +472,7 @@ pub struct DeployBody {
         (status = 403, description = "The token's role may not deploy, or the settings name another namespace (`violations`)", body = ErrorBody),
         (status = 409, description = "Deployments are not enabled (`deployments_disabled`)", body = ErrorBody),
         (status = 422, description = "Bad settings or note (`invalid_body`, `invalid_argument`), component not stored (`unknown_component`), over the policy (`policy_violation` with `violations`), or not loadable (`component_unloadable`)", body = ErrorBody),
+        (status = 429, description = "The namespace already has 2 uploads or deploys in progress, or the server holds as many component bytes as it may (`deploy_busy`, `Retry-After`)", body = ErrorBody),
         BodyErrors,
         V1Errors,
     ),
@@ -500,6 +508,9 @@ pub async fn deploy(
     policy
         .check(&deployer.namespace, &settings, stat.size)
         .map_err(|v| policy_refusal(&v))?;
+    // The component is read into memory for the load check: a place among the transfers in
+    // progress first.
+    let _transfer = state.transfers().acquire(&deployer.namespace, stat.size)?;
     let Some(bytes) = deploy.components.get(&digest).await? else {
         return Err(DeploymentError::UnknownComponent { digest }.into());
     };

@@ -163,3 +163,131 @@ async fn a_rollback_is_checked_against_the_current_policy() {
         let _ = origin("https://api.openai.com");
     }
 }
+
+/// An upload whose body never ends: `declared` bytes announced, `sent` sent, the rest held back
+/// until the returned sender is dropped. The request runs on its own task.
+fn stalled_upload(
+    app: &TestApp,
+    token: &str,
+    declared: usize,
+    sent: usize,
+) -> (
+    tokio::sync::mpsc::Sender<Result<axum::body::Bytes, std::io::Error>>,
+    tokio::task::JoinHandle<StatusCode>,
+) {
+    use tower::ServiceExt;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(4);
+    let body = axum::body::Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    let request = req(Method::POST, "/v1/components", Some(token))
+        .header("content-length", &declared.to_string())
+        .raw("application/wasm", body);
+    let router = app.router.clone();
+    let handle = tokio::spawn(async move {
+        router
+            .oneshot(request)
+            .await
+            .map(|r| r.status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    });
+    let first = tx.clone();
+    tokio::spawn(async move {
+        let _ = first
+            .send(Ok(axum::body::Bytes::from(vec![0u8; sent])))
+            .await;
+    });
+    (tx, handle)
+}
+
+/// The API holds a component upload's (and a deploy's) bytes in memory, so how many it holds at
+/// once is bounded: at most two per namespace (a third answers 429 `deploy_busy` at once, before
+/// its body is read) and a byte budget for the whole server (a transfer that does not fit answers
+/// 429 too), so a tenant opening hundreds of stalled 64 MiB uploads cannot exhaust the API's
+/// memory (it took 1.6 GB with 24 of them before), and another namespace still gets through with
+/// what fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn component_transfers_are_bounded_per_namespace_and_in_total() {
+    for (server, admin) in servers() {
+        let mut p = policy();
+        let a = p.namespaces["tenant-a"].clone();
+        p.namespaces.insert("tenant-b".into(), a);
+        let mut app = start(&admin, Some(p)).await;
+        // A budget of 3 MB: each transfer reserves twice its size (the body and its copy).
+        app.state =
+            app.state
+                .clone()
+                .with_transfer_limits(onestep_api::transfers::TransferLimits {
+                    per_namespace: 2,
+                    budget_bytes: 3_000_000,
+                });
+        app.router = router(app.state.clone());
+        let (s, c) = upload(&app, DEPLOY_A, component("echo.wasm")).await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {c}");
+        let echo = c["digest"].clone();
+
+        let (hold1, first) = stalled_upload(&app, DEPLOY_A, 600_000, 1000);
+        let (hold2, second) = stalled_upload(&app, DEPLOY_A, 600_000, 1000);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!first.is_finished() && !second.is_finished(), "{server}");
+
+        // A third transfer of the same namespace: refused at once, its body never read.
+        let started = std::time::Instant::now();
+        let (s, e) = upload(&app, DEPLOY_A, component("countdown.wasm")).await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{server}: {e}");
+        assert_eq!(e["code"], "deploy_busy", "{e}");
+        let msg = e["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("tenant-a") && msg.contains("2 "), "{msg}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // A deploy of that namespace is a transfer too (it reads the component's bytes).
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({})), "digest": echo}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{server}: {e}");
+
+        // Another namespace: a large upload does not fit the server's budget (2 × 1.2 MB held),
+        // a small one does.
+        let mut big = vec![1u8; 600_000];
+        big[0] = 2;
+        let (s, e) = app
+            .send(
+                req(
+                    Method::POST,
+                    "/v1/components",
+                    Some(crate::deploy::DEPLOY_B),
+                )
+                .raw("application/wasm", big),
+            )
+            .await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{server}: {e}");
+        assert_eq!(e["code"], "deploy_busy", "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("3000000"),
+            "{e}"
+        );
+        let (s, e) = upload(&app, crate::deploy::DEPLOY_B, component("flaky.wasm")).await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {e}");
+
+        // The stalled uploads end (their bodies fail); their reservations are given back.
+        for hold in [hold1, hold2] {
+            let _ = hold
+                .send(Err(std::io::Error::other("the client went away")))
+                .await;
+        }
+        for h in [first, second] {
+            let status = tokio::time::timeout(std::time::Duration::from_secs(10), h)
+                .await
+                .expect("ends")
+                .expect("task");
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{server}");
+        }
+        let (s, e) = upload(&app, DEPLOY_A, component("countdown.wasm")).await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {e}");
+    }
+}
