@@ -20,6 +20,8 @@ mod runner;
 mod store;
 pub mod wire;
 
+pub use cpu::process_cpu_ms;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

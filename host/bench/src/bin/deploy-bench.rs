@@ -607,10 +607,15 @@ impl<'a> Bench<'a> {
                 headers: Vec::new(),
                 rate_limit: None,
             });
+            let pid = worker.child.id().to_string();
+            let cpu0 = onestep_bench::process_cpu_ms(&pid);
             let version = self.deploy_in(task, &digest, 1, sandbox).await?;
             let t0 = Instant::now();
             worker.wait_serving(task, version, Duration::from_secs(600))?;
             let took = t0.elapsed();
+            let cpu = cpu0
+                .zip(onestep_bench::process_cpu_ms(&pid))
+                .map_or("?".to_owned(), |(a, b)| format!("{:.0}", b - a));
             drop(worker);
             // The next worker must not find this task active at its start.
             self.backend
@@ -619,7 +624,8 @@ impl<'a> Bench<'a> {
                 .await?;
             println!(
                 "large component ({mb:.1} MB) once per worker, {phase}: deploy -> the worker \
-                 serving it {} ms ({what}; poll_s {} included)",
+                 serving it {} ms wall, {cpu} ms of the worker's CPU ({what}; the wait for the \
+                 next poll, up to poll_s {}, included)",
                 took.as_millis(),
                 self.args.poll_s
             );
