@@ -997,6 +997,19 @@ async fn seed_side_tables(c: &mut mysql_async::Conn, tables: &TableNames) {
                 id = hex("id"),
             ),
         ),
+        // A recorded durable step per execution (docs/steps.md), so that the purge's count and
+        // delete of steps are planned over a full table too.
+        (
+            tables.executions.clone(),
+            format!(
+                "INSERT INTO `{}` (execution_id, step_key, seq, value, bytes, attempt_id, \
+                 attempt_no, saved_at) \
+                 SELECT {id}, 'seeded', 1, '{{}}', 2, {id}, 1, created_at FROM `{}`",
+                onestep_mysql::schema::steps_table(tables),
+                tables.executions,
+                id = hex("id"),
+            ),
+        ),
         (
             tables.executions.clone(),
             format!(
@@ -1068,13 +1081,14 @@ async fn every_statement(server: Server) {
     seed_side_tables(&mut c, &tables).await;
     let side_s = seeded.elapsed().as_secs_f64() - seed_s;
     c.query_drop(format!(
-        "ANALYZE TABLE `{}`, `{}`, `{}`, `{}`, `{}`, `{}`",
+        "ANALYZE TABLE `{}`, `{}`, `{}`, `{}`, `{}`, `{}`, `{}`",
         tables.executions,
         tables.attempts,
         tables.diagnostics(),
         tables.traces(),
         onestep_mysql::schema::callbacks_table(&tables),
-        onestep_mysql::schema::deliveries_table(&tables)
+        onestep_mysql::schema::deliveries_table(&tables),
+        onestep_mysql::schema::steps_table(&tables)
     ))
     .await
     .expect("analyze");
