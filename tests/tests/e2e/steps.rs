@@ -111,8 +111,6 @@ async fn a_killed_worker_s_steps_are_not_run_again() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a SIGSTOP inside a save's transaction keeps the execution row locked until SIGCONT, so \
-            no claim takes over: docs/steps.md#known-limit-a-worker-frozen-inside-a-save"]
 async fn a_stale_attempt_cannot_overwrite_a_step() -> Result<()> {
     let config = e2e_config("steps.yaml");
     on_each_server(
