@@ -62,6 +62,8 @@ struct Inner {
     webhook_metrics: Arc<crate::callbacks::metrics::WebhookMetrics>,
     /// The deployments API's stores, load check and policy (docs/deployments.md), when wired.
     deploy: Option<Arc<crate::deploy::DeployApi>>,
+    /// The durable steps (docs/steps.md), when wired.
+    steps: Option<Arc<dyn onestep_core::steps::StepStore>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -122,6 +124,7 @@ impl ApiState {
                 callbacks: None,
                 webhook_metrics: Arc::default(),
                 deploy: None,
+                steps: None,
             }),
         })
     }
@@ -166,6 +169,20 @@ impl ApiState {
         ApiState {
             inner: Arc::new(inner),
         }
+    }
+
+    /// The same state with executions' durable steps (docs/steps.md) read from `steps`.
+    pub fn with_steps(self, steps: Arc<dyn onestep_core::steps::StepStore>) -> Self {
+        let mut inner = (*self.inner).clone();
+        inner.steps = Some(steps);
+        ApiState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The durable steps, when wired.
+    pub fn step_store(&self) -> Option<&dyn onestep_core::steps::StepStore> {
+        self.inner.steps.as_deref()
     }
 
     /// The deployments API, when wired.

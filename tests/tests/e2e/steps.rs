@@ -58,6 +58,55 @@ fn output(result: &serde_json::Value) -> Result<(Vec<u64>, u64)> {
     Ok((attempts, result["ran_here"].as_u64().context("ran_here")?))
 }
 
+/// `onestep steps --json`, `onestep get` and `onestep attempts` show the recorded steps (key,
+/// size, which attempt saved it; docs/cli.md#attempts-and-logs) as the table holds them.
+fn cli_shows_the_steps(env: &Env, id: uuid::Uuid, saved: &BTreeMap<String, u32>) -> Result<()> {
+    let id = id.to_string();
+    let envs = [
+        ("ONESTEP_DSN", env.db.dsn.as_str()),
+        ("ONESTEP_NAMESPACE", onestep_e2e::NAMESPACE),
+    ];
+    let (code, out, err) = onestep_e2e::run_cli(&["steps", &id, "--json"], &envs)?;
+    ensure!(code == 0, "onestep steps: {code} {err}");
+    let view: serde_json::Value = serde_json::from_str(&out).context("steps --json")?;
+    let items = view["items"].as_array().context("items")?;
+    ensure!(items.len() == saved.len(), "{out}");
+    for item in items {
+        let key = item["key"].as_str().context("key")?;
+        let attempt = item["attempt"].as_u64().context("attempt")?;
+        ensure!(
+            saved.get(key).map(|a| u64::from(*a)) == Some(attempt),
+            "{key} by attempt {attempt}: {saved:?}"
+        );
+        ensure!(item["bytes"].as_u64().is_some_and(|b| b > 0), "{item}");
+        ensure!(item.get("value").is_none(), "no values by default: {item}");
+    }
+    // One step with its value.
+    let (code, out, err) = onestep_e2e::run_cli(
+        &["steps", &id, "--json", "--values", "--key", "step-0"],
+        &envs,
+    )?;
+    ensure!(code == 0, "onestep steps --values: {code} {err}");
+    let view: serde_json::Value = serde_json::from_str(&out).context("steps --values")?;
+    ensure!(
+        view["items"].as_array().map(Vec::len) == Some(1) && !view["items"][0]["value"].is_null(),
+        "{out}"
+    );
+    let both = saved.values().any(|a| *a == 1) && saved.values().any(|a| *a == 2);
+    for command in ["get", "attempts"] {
+        let (code, out, err) = onestep_e2e::run_cli(&[command, &id], &envs)?;
+        ensure!(code == 0, "onestep {command}: {code} {err}");
+        ensure!(
+            out.contains(&format!("steps: {} (", saved.len()))
+                && out.contains("KEY")
+                && out.contains("step-0")
+                && (!both || (out.contains(" #1 ") && out.contains(" #2 "))),
+            "onestep {command} shows the steps:\n{out}"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_s_steps_are_not_run_again() -> Result<()> {
     let config = e2e_config("steps.yaml");
@@ -104,6 +153,7 @@ async fn a_killed_worker_s_steps_are_not_run_again() -> Result<()> {
                 "{:?}",
                 onestep_e2e::statuses(&attempts)
             );
+            cli_shows_the_steps(&env, e.id, &last)?;
             Ok(())
         },
     )

@@ -18,6 +18,7 @@ mod operate;
 mod quotas;
 mod results;
 mod schema;
+mod steps;
 mod storable;
 mod stream;
 mod support;
