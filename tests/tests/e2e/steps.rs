@@ -58,6 +58,40 @@ fn output(result: &serde_json::Value) -> Result<(Vec<u64>, u64)> {
     Ok((attempts, result["ran_here"].as_u64().context("ran_here")?))
 }
 
+/// The second worker's `/metrics` (docs/observability.md#worker-metrics): its attempt loaded the
+/// `k` recorded steps (hits), missed and then saved the other `N - k`.
+async fn step_metrics_of_the_second_attempt(addr: &str, k: usize) -> Result<()> {
+    let want = [
+        ("onestep_step_loads_total", "hit", k),
+        ("onestep_step_loads_total", "miss", N - k),
+        ("onestep_step_saves_total", "saved", N - k),
+    ];
+    // The attempt's figures are recorded when it ends, which may be just after the completion.
+    let text = wait_for("the step metrics", Duration::from_secs(10), || async {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", &format!("http://{addr}/metrics")])
+            .output()
+            .context("cannot run curl")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        Ok(text
+            .contains(r#"onestep_step_saves_total{app="e2e-steps",task="steps",result="saved"}"#)
+            .then_some(text))
+    })
+    .await?;
+    for (name, result, n) in want {
+        let line = format!(r#"{name}{{app="e2e-steps",task="steps",result="{result}"}} {n}"#);
+        ensure!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        );
+    }
+    ensure!(
+        !text.contains(r#"result="fenced""#) && !text.contains(r#"result="error""#),
+        "{text}"
+    );
+    Ok(())
+}
+
 /// `onestep steps --json`, `onestep get` and `onestep attempts` show the recorded steps (key,
 /// size, which attempt saved it; docs/cli.md#attempts-and-logs) as the table holds them.
 fn cli_shows_the_steps(env: &Env, id: uuid::Uuid, saved: &BTreeMap<String, u32>) -> Result<()> {
@@ -128,9 +162,14 @@ async fn a_killed_worker_s_steps_are_not_run_again() -> Result<()> {
             let k = first.len();
             ensure!((5..N).contains(&k), "{k} steps saved before the kill");
             ensure!(first.values().all(|a| *a == 1), "{first:?}");
-            let _w2 = env.spawn_worker("w2")?;
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            let metrics_addr = format!("127.0.0.1:{port}");
+            let _w2 = env.spawn_worker_with("w2", &["--metrics-addr", &metrics_addr])?;
             let done = env.wait_status(e.id, &[S::Succeeded], LIMIT).await?;
             ensure!(done.attempts == 2, "attempts {}", done.attempts);
+            step_metrics_of_the_second_attempt(&metrics_addr, k).await?;
             let result = done.result.context("result")?;
             let (attempts, ran_here) = output(&result)?;
             ensure!(attempts.len() == N, "{result}");
