@@ -64,6 +64,8 @@ struct Inner {
     deploy: Option<Arc<crate::deploy::DeployApi>>,
     /// The durable steps (docs/steps.md), when wired.
     steps: Option<Arc<dyn onestep_core::steps::StepStore>>,
+    /// The bounds of the component uploads and deploys in progress (docs/http-api.md#deployments).
+    transfers: Arc<crate::transfers::TransferGate>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -125,6 +127,7 @@ impl ApiState {
                 webhook_metrics: Arc::default(),
                 deploy: None,
                 steps: None,
+                transfers: Arc::default(),
             }),
         })
     }
@@ -183,6 +186,21 @@ impl ApiState {
     /// The durable steps, when wired.
     pub fn step_store(&self) -> Option<&dyn onestep_core::steps::StepStore> {
         self.inner.steps.as_deref()
+    }
+
+    /// The same state with other bounds on the component uploads and deploys in progress
+    /// ([`crate::transfers`]; the defaults otherwise).
+    pub fn with_transfer_limits(self, limits: crate::transfers::TransferLimits) -> Self {
+        let mut inner = (*self.inner).clone();
+        inner.transfers = Arc::new(crate::transfers::TransferGate::new(limits));
+        ApiState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The bounds of the component uploads and deploys in progress.
+    pub fn transfers(&self) -> &crate::transfers::TransferGate {
+        &self.inner.transfers
     }
 
     /// The deployments API, when wired.

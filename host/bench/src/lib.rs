@@ -18,6 +18,7 @@ mod round;
 mod rss;
 mod runner;
 mod store;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;
