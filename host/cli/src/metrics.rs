@@ -225,6 +225,8 @@ pub(crate) struct Metrics {
     http_bytes: Family<DirectionLabels, Counter>,
     /// Outbound rate limits per origin.
     outbound: OutboundLimitMetrics,
+    /// Parks and wakes of sleeping handlers (docs/steps.md#sleep).
+    sleeps: sleep::SleepMetrics,
     started: Instant,
     ready: AtomicBool,
     stopping: CancellationToken,
@@ -391,6 +393,8 @@ impl Metrics {
         );
         let outbound = OutboundLimitMetrics::default();
         outbound.register(&mut registry);
+        let sleeps = sleep::SleepMetrics::default();
+        sleeps.register(&mut registry);
         let quarantine = QuarantineBoard::default();
         quarantine.register(&mut registry);
         let deployments = DeploymentBoard::default();
@@ -443,6 +447,7 @@ impl Metrics {
             http_requests,
             http_bytes,
             outbound,
+            sleeps,
             started: now,
             ready: AtomicBool::new(false),
             stopping,
@@ -602,6 +607,7 @@ impl Metrics {
             }
         }
         self.outbound.record(&self.app, task, &report.rate_limits);
+        self.sleeps.woke(&labels, report.wakes);
         let dropped = report.log.dropped_bytes + report.output_dropped_bytes;
         if dropped > 0 {
             self.guest_log_dropped
@@ -684,6 +690,7 @@ fn round3(x: f64) -> f64 {
 
 mod http;
 mod observer;
+mod sleep;
 
 pub(crate) use http::serve;
 

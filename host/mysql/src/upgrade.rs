@@ -306,7 +306,10 @@ async fn alter_online(
 /// The name of the attempts table's status `CHECK` when it does not allow `parked`
 /// (docs/steps.md#sleep): a check whose clause names `lease_lost` but not `parked`. `None` when
 /// the table has no such check (ours, or upgraded).
-pub(crate) async fn stale_status_check(conn: &mut Conn, attempts: &str) -> OpResult<Option<String>> {
+pub(crate) async fn stale_status_check(
+    conn: &mut Conn,
+    attempts: &str,
+) -> OpResult<Option<String>> {
     let rows: Vec<(String, String)> = conn
         .exec(
             "SELECT cc.CONSTRAINT_NAME, cc.CHECK_CLAUSE \
@@ -342,7 +345,9 @@ async fn allow_parked(conn: &mut Conn, attempts: &str, check: &str) -> OpResult<
                 "DROP CHECK `{check}`, ADD CONSTRAINT `{check}` CHECK (status IN ({})) NOT ENFORCED",
                 crate::schema::ATTEMPT_STATUSES
             ),
-            format!("status 'parked' on {attempts} (its status CHECK {check} widened, NOT ENFORCED)"),
+            format!(
+                "status 'parked' on {attempts} (its status CHECK {check} widened, NOT ENFORCED)"
+            ),
         )
     };
     let form = alter_online(conn, attempts, &clause, &["ALGORITHM=INPLACE, LOCK=NONE"]).await?;

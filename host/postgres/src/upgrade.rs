@@ -144,14 +144,20 @@ async fn allow_parked(
     } else {
         let ck = crate::schema::CK_ATTEMPT_STATUS;
         (
-            replace.replace(&format!("DROP CONSTRAINT {ck}"), &format!("DROP CONSTRAINT {}", q(&check))),
+            replace.replace(
+                &format!("DROP CONSTRAINT {ck}"),
+                &format!("DROP CONSTRAINT {}", q(&check)),
+            ),
             validate,
         )
     };
     client.batch_execute(&replace).await?;
     client.batch_execute(&validate).await?;
     Ok(Some(UpgradeStep {
-        added: format!("status 'parked' on {} (its status CHECK widened)", names.attempts),
+        added: format!(
+            "status 'parked' on {} (its status CHECK widened)",
+            names.attempts
+        ),
         form: "NOT VALID, then VALIDATE".to_owned(),
     }))
 }

@@ -610,17 +610,29 @@ async fn upgrade_lets_the_attempts_table_hold_parked() {
     assert!(!older.schema_report().features.parked_status);
     assert!(older.schema_report().upgrade_command.is_some());
     let e = older
-        .submit(onestep_testkit::builders::prepared("ns", "t", serde_json::json!(1)))
+        .submit(onestep_testkit::builders::prepared(
+            "ns",
+            "t",
+            serde_json::json!(1),
+        ))
         .await
         .expect("submit");
     let claim = onestep_testkit::builders::claim("ns", "t", 1, 30.0, "w");
-    let lease = older.claim(&claim).await.expect("claim").pop().expect("lease");
+    let lease = older
+        .claim(&claim)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("lease");
     let wake = clock.now_value() + chrono::Duration::seconds(60);
     let refused = older
         .park(&lease.lease_ref(), &Park::until(wake))
         .await
         .expect_err("refused before the upgrade");
-    assert!(refused.to_string().contains(PARKED_STATUS_REFUSED), "{refused}");
+    assert!(
+        refused.to_string().contains(PARKED_STATUS_REFUSED),
+        "{refused}"
+    );
     let row = older.get("ns", e.id).await.expect("get").expect("row");
     assert_eq!(row.status.as_str(), "running", "nothing written");
     older.close().await.expect("close");

@@ -48,6 +48,9 @@ pub struct Report {
     pub peak_memory_bytes: u64,
     /// Wall-clock time of the invocation (store creation to result).
     pub elapsed: Duration,
+    /// Sleeps (`0.3.0`'s `durable`) the guest reached again after their wake time: the
+    /// execution resumed past them (docs/steps.md#sleep).
+    pub wakes: u32,
 }
 
 /// When the epoch callback must stop the guest.
@@ -117,7 +120,7 @@ impl Handler {
             ids.clone(),
             budget.clone(),
         );
-        let report = |outcome, fuel, peak, http, rate_limits| Report {
+        let report = |outcome, fuel, peak, http, rate_limits, wakes| Report {
             outcome,
             rate_limits,
             stdout: stdout.text(),
@@ -128,6 +131,7 @@ impl Handler {
             fuel_consumed: fuel,
             peak_memory_bytes: peak,
             elapsed: started.elapsed(),
+            wakes,
         };
 
         let deadline = deadline(started, timeout);
@@ -139,6 +143,7 @@ impl Handler {
                 0,
                 HttpTotals::default(),
                 Vec::new(),
+                0,
             );
         }
         let limits = StoreLimits {
@@ -161,6 +166,7 @@ impl Handler {
                     0,
                     HttpTotals::default(),
                     Vec::new(),
+                    0,
                 );
             }
         };
@@ -253,7 +259,14 @@ impl Handler {
         let limits = &store.data().limits;
         let peak = limits.memory_peak as u64;
         let memory_denied = limits.memory_denied;
+        let parked = store.data().parked;
+        let wakes = store.data().wakes;
         let outcome = match race {
+            // The guest slept: the sleep's host call recorded the wake time and trapped
+            // (docs/steps.md#sleep).
+            Race::Done(Stage::CallFailed(_)) if parked.is_some() => Outcome::Parked {
+                wake_at: parked.unwrap_or_default(),
+            },
             Race::Cancelled => trapped(TrapKind::Cancelled),
             Race::TimedOut => trapped(TrapKind::Timeout),
             Race::Done(Stage::Returned(Ok(output))) => {
@@ -305,7 +318,7 @@ impl Handler {
             http,
         };
         log_outcome(&ids, &outcome, &end);
-        report(outcome, fuel, peak, http, rate_limits)
+        report(outcome, fuel, peak, http, rate_limits, wakes)
     }
 
     fn fuel_budget(&self, sandbox: &SandboxSettings) -> Option<u64> {
@@ -355,6 +368,8 @@ impl Handler {
             http,
             http_fields: crate::http::resources::FieldsBudget::new(sandbox.http_fields_limit_bytes),
             steps,
+            parked: None,
+            wakes: 0,
         };
         let mut store = Store::new(&rt.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -568,6 +583,9 @@ fn log_outcome(ids: &LogIds, outcome: &Outcome, end: &EndLine) {
         Outcome::Trapped { kind } => line!(warn, "handler trapped: {kind:?}"),
         Outcome::HostError(e) => {
             line!(error, error = %escape(&e.to_string()), "handler could not run")
+        }
+        Outcome::Parked { wake_at } => {
+            line!(info, wake_at = %onestep_core::park::rfc3339(*wake_at), "handler slept")
         }
     }
 }

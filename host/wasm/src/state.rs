@@ -31,6 +31,10 @@ pub(crate) struct State {
     pub(crate) http_fields: crate::http::resources::FieldsBudget,
     /// The attempt's durable steps (`0.3.0`'s `durable`), when the host keeps them.
     pub(crate) steps: Option<crate::durable::DurableSteps>,
+    /// The wake time of a sleep that parks the attempt (set just before the sleep's trap).
+    pub(crate) parked: Option<chrono::DateTime<chrono::Utc>>,
+    /// Sleeps the guest reached again after their wake time (it resumed past them).
+    pub(crate) wakes: u32,
 }
 
 impl WasiView for State {

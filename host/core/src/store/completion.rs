@@ -143,8 +143,7 @@ macro_rules! complete_once_methods {
             let mut $conn = $b.conn().await?;
             #[allow(unused_mut)]
             let mut $tx = $begin;
-            let $outcome =
-                $crate::store::batch::park_one(&mut $completing, lease, park, now).await;
+            let $outcome = $crate::store::batch::park_one(&mut $completing, lease, park, now).await;
             $finish
         }
     };

@@ -66,7 +66,12 @@ pub async fn parked_execution_as_the_reference_sees_it(
         .await
         .expect("submit");
     let claim = crate::builders::claim(ns, "sleepy", 1, 30.0, "ours");
-    let lease = leases.claim(&claim).await.expect("claim").pop().expect("a lease");
+    let lease = leases
+        .claim(&claim)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("a lease");
     let wake = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
     let parked = leases
         .park(&lease.lease_ref(), &onestep_core::park::Park::until(wake))
@@ -87,7 +92,12 @@ pub async fn parked_execution_as_the_reference_sees_it(
     // At the wake time a new attempt finishes the execution (it stays `queued` until claimed).
     let left = (wake - chrono::Utc::now()).to_std().unwrap_or_default();
     tokio::time::sleep(left + std::time::Duration::from_millis(100)).await;
-    let woke = leases.claim(&claim).await.expect("claim").pop().expect("woke");
+    let woke = leases
+        .claim(&claim)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("woke");
     assert_eq!(woke.attempt_no, 2);
     leases
         .complete(

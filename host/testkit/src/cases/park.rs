@@ -15,7 +15,9 @@ use onestep_core::request::SubmitRequest;
 use onestep_core::{AttemptStatus, Execution, ExecutionError, ExecutionStatus, StaleReason};
 use serde_json::json;
 
-use super::{NS, TASK, assert_stale, case, check_invariants, claim, claim_one, get, submit, success};
+use super::{
+    NS, TASK, assert_stale, case, check_invariants, claim, claim_one, get, submit, success,
+};
 use crate::builders::{cancel_error, prepare};
 use crate::suite::{Case, Fixture};
 
@@ -42,11 +44,7 @@ pub(crate) fn cases() -> Vec<Case> {
 async fn park(fx: &Fixture, lease: &ExecutionLease, seconds: i64) -> Option<Execution> {
     let wake = fx.clock.now_value() + Duration::seconds(seconds);
     let before = get(fx, lease.execution.id).await;
-    match fx
-        .leases
-        .park(&lease.lease_ref(), &Park::until(wake))
-        .await
-    {
+    match fx.leases.park(&lease.lease_ref(), &Park::until(wake)).await {
         Ok(e) => Some(e),
         Err(ExecutionError::Backend(b)) if b.message.contains(PARKED_STATUS_REFUSED) => {
             assert_eq!(b.operation, "park");
@@ -247,9 +245,16 @@ async fn t15_cancel_parked(fx: Fixture) {
         .expect("cancel")
         .expect("exists");
     assert_eq!(c.status, ExecutionStatus::Cancelled, "T3: at once");
-    assert_eq!((c.finished_at, c.cancel_requested_at), (Some(now), Some(now)));
+    assert_eq!(
+        (c.finished_at, c.cancel_requested_at),
+        (Some(now), Some(now))
+    );
     let a = fx.probe.attempts(e.id).await;
-    assert_eq!(a[0].status, AttemptStatus::Parked, "the parked attempt stays");
+    assert_eq!(
+        a[0].status,
+        AttemptStatus::Parked,
+        "the parked attempt stays"
+    );
     fx.clock.advance(3600.0);
     assert!(claim(&fx, 10, 30.0, "w").await.is_empty(), "nobody runs it");
     check_invariants(&fx, e.id).await;
