@@ -56,6 +56,10 @@ impl ListenConnect {
     ) -> Self {
         let mut config = parsed.config.clone();
         config.application_name(LISTEN_APPLICATION_NAME);
+        if config.get_connect_timeout().is_none() {
+            // A server that does not answer is tried again (the API polls meanwhile).
+            config.connect_timeout(Duration::from_secs(15));
+        }
         // A dead peer is noticed by the keepalives within about a minute even when no
         // notification and no clean-up is due.
         config.keepalives(true);
