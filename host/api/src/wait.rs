@@ -74,6 +74,9 @@ struct Inner {
     listener: Option<(Arc<dyn ChangeListener>, Duration)>,
     /// The listening session is up.
     listening: AtomicBool,
+    /// Cancelled once the listening task has ended (its session unregistered), or from the
+    /// start without a listener.
+    listener_ended: CancellationToken,
     /// The poller and the listener tasks are running.
     started: std::sync::Once,
     metrics: WaitMetrics,
@@ -187,6 +190,10 @@ impl WaitHub {
     ) -> Self {
         let min = Duration::from_millis(1);
         let metrics = WaitMetrics::new(listener.is_some());
+        let listener_ended = CancellationToken::new();
+        if listener.is_none() {
+            listener_ended.cancel();
+        }
         WaitHub {
             inner: Arc::new(Inner {
                 store,
@@ -198,6 +205,7 @@ impl WaitHub {
                 interval: interval.max(min),
                 listener: listener.map(|(l, i)| (l, i.max(min))),
                 listening: AtomicBool::new(false),
+                listener_ended,
                 started: std::sync::Once::new(),
                 metrics,
             }),
@@ -219,6 +227,16 @@ impl WaitHub {
     /// Resolves when [`Self::close`] is called (event streams end then).
     pub async fn closed(&self) {
         self.inner.closing.cancelled().await;
+    }
+
+    /// Resolves once the listening session, if any, has ended after [`Self::close`] (it
+    /// unregisters on the way: docs/postgres.md#change-notifications), at once without one or
+    /// when the hub never started. `onestep serve` awaits it, bounded, before exiting.
+    pub async fn stopped(&self) {
+        if !self.inner.started.is_completed() {
+            return;
+        }
+        self.inner.listener_ended.cancelled().await;
     }
 
     /// Executions being waited on now.
@@ -249,11 +267,17 @@ impl WaitHub {
             let weak = Arc::downgrade(&self.inner);
             tokio::spawn(poll(weak.clone()));
             if let Some((listener, _)) = &self.inner.listener {
-                tokio::spawn(listen(
-                    weak,
-                    Arc::clone(listener),
+                let (closing, ended) = (
                     self.inner.closing.clone(),
-                ));
+                    self.inner.listener_ended.clone(),
+                );
+                let listener = Arc::clone(listener);
+                tokio::spawn(async move {
+                    listen(weak, listener, closing).await;
+                    ended.cancel();
+                });
+            } else {
+                self.inner.listener_ended.cancel();
             }
         });
     }
@@ -693,7 +717,10 @@ mod tests {
 
         // Closing stops the session (Ok) and it is not reconnected.
         hub.close();
-        until("stopped", || !hub.is_listening()).await;
+        tokio::time::timeout(Duration::from_secs(2), hub.stopped())
+            .await
+            .expect("the listening task ends");
+        assert!(!hub.is_listening());
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(fake.sessions(), 2);
     }

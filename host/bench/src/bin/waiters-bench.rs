@@ -130,6 +130,14 @@ async fn drain_cost(bin: &str, dsn: &str, stats: &tokio_postgres::Client) -> Res
         ("trigger, nobody listens", true, false),
         ("trigger, API listening", true, true),
     ];
+    // Registrations of servers that did not unregister (killed) would keep the trigger
+    // notifying in the "nobody listens" variant.
+    stats
+        .batch_execute(
+            "DELETE FROM onestep_executions_listeners \
+             WHERE pid NOT IN (SELECT pid FROM pg_stat_activity)",
+        )
+        .await?;
     let mut results: Vec<Vec<(usize, f64)>> = vec![Vec::new(); VARIANTS.len()];
     for round in 0..rounds {
         for (v, (_, trigger, listening)) in VARIANTS.iter().enumerate() {
@@ -304,7 +312,18 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// SIGTERM (a listening session unregisters on the way out), SIGKILL after 10 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -111,7 +111,11 @@ async fn serve(config: &AppConfig, listen: Option<SocketAddr>) -> u8 {
             return 1;
         }
     };
+    let waits = state.waits().clone();
     serve_on(listener, state, shutdown_signal()).await;
+    // The listening session unregisters (docs/postgres.md#change-notifications); a stuck
+    // database does not hold the exit (a registration left behind is tidied by the next).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), waits.stopped()).await;
     stop_sender.cancel();
     if let Some(s) = sender {
         let _ = s.await;
