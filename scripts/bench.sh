@@ -23,10 +23,14 @@
 #   5. webhook deliveries: the real completion-webhook sender posting BENCH_WEBHOOKS ended
 #      executions' callbacks to a loopback receiver (host/bench/src/bin/webhooks-bench.rs,
 #      SQLite, a few seconds): deliveries/s;
-#   6. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
+#   6. deployments (host/bench/src/bin/deploy-bench.rs): deploy -> first execution on the new
+#      version across 3 workers (p50/p99), and the 12 MB js-echo.wasm fetched and compiled once
+#      per worker, cold then warm compile cache (SQLite); then an idle follower's statements and
+#      round trips per minute, counted on the wire, on MariaDB and PostgreSQL;
+#   7. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
 # Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_HTTP_EXECUTIONS
 # (3000), BENCH_HISTORY (200000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level),
-# BENCH_WEBHOOKS (2000), BENCH_DEPLOYS (20).
+# BENCH_WEBHOOKS (2000), BENCH_DEPLOYS (20), BENCH_IDLE_WINDOW_S (20).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -115,9 +119,15 @@ echo "== waiting callers: one onestep serve, 0 / 1,000 / 10,000 callers on ?wait
 echo "== webhook deliveries: 2,000 completion webhooks to a loopback receiver (SQLite; docs/benchmarks.md#webhook-deliveries)"
 "$TARGET/webhooks-bench" "" "${BENCH_WEBHOOKS:-2000}"
 
-echo "== deployments: deploy -> first execution on the new version, large component (SQLite; docs/benchmarks.md#deployments)"
-# Part 3 deploys guest-examples/out/python-agent.wasm (~18 MB), cold then warm compile cache.
-"$TARGET/deploy-bench" --onestep "$TARGET/onestep" --deploys "${BENCH_DEPLOYS:-20}"
+echo "== deployments: deploy -> first execution on the new version, a 12 MB component once per worker (SQLite; docs/benchmarks.md#deployments)"
+# The large component is guest-examples/out/js-echo.wasm (12 MB, built above), cold then warm
+# compile cache.
+"$TARGET/deploy-bench" --onestep "$TARGET/onestep" --deploys "${BENCH_DEPLOYS:-20}" --skip-idle
+echo "== deployments: an idle follower's cost per worker (counted on the wire; MariaDB, then PostgreSQL)"
+for url in "$ONESTEP_TEST_MARIADB_URL" "$ONESTEP_TEST_POSTGRES_URL"; do
+    "$TARGET/deploy-bench" --onestep "$TARGET/onestep" --server-url "$url" --skip-deploys \
+        --skip-big --idle-window-s "${BENCH_IDLE_WINDOW_S:-20}"
+done
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \

@@ -188,12 +188,18 @@ fn violation_views(violations: &[PolicyViolation]) -> Vec<ViolationView> {
 }
 
 fn policy_refusal(violations: &[PolicyViolation]) -> ApiError {
+    policy_refusal_of("the deployment", violations)
+}
+
+/// 422 `policy_violation` naming `what` (`the deployment`, `version 3 of task "x"`) and every
+/// broken rule.
+fn policy_refusal_of(what: &str, violations: &[PolicyViolation]) -> ApiError {
     let lines: Vec<String> = violations.iter().map(ToString::to_string).collect();
     ApiError::new(
         StatusCode::UNPROCESSABLE_ENTITY,
         code::POLICY_VIOLATION,
         format!(
-            "the deployment is refused by the operator's policy ({} rule{} broken): {}",
+            "{what} is refused by the operator's policy ({} rule{} broken): {}",
             violations.len(),
             if violations.len() == 1 { "" } else { "s" },
             lines.join("; ")
@@ -213,10 +219,13 @@ pub struct ComponentView {
     pub created: bool,
 }
 
-/// The largest component `namespace` may upload: its policy ceiling's `max_component_bytes`,
-/// never above the store's cap.
-fn component_cap(policy: &DeploymentPolicy, namespace: &str) -> Result<usize, ApiError> {
-    let Some(ceiling) = policy.ceiling_for(namespace) else {
+/// The ceiling that covers `namespace`, or 403 with a `no_policy` violation: a namespace no
+/// policy covers (any more) may not upload, deploy or activate.
+fn ceiling_of<'a>(
+    policy: &'a DeploymentPolicy,
+    namespace: &str,
+) -> Result<&'a onestep_core::deploy_policy::PolicyCeiling, ApiError> {
+    policy.ceiling_for(namespace).ok_or_else(|| {
         let v = PolicyViolation {
             limit: "namespace".into(),
             kind: onestep_core::deploy_policy::ViolationKind::NoPolicy,
@@ -226,8 +235,14 @@ fn component_cap(policy: &DeploymentPolicy, namespace: &str) -> Result<usize, Ap
                    deployments into it are refused"
                 .into(),
         };
-        return Err(ApiError::forbidden(v.to_string()).with_violations(violation_views(&[v])));
-    };
+        ApiError::forbidden(v.to_string()).with_violations(violation_views(&[v]))
+    })
+}
+
+/// The largest component `namespace` may upload: its policy ceiling's `max_component_bytes`,
+/// never above the store's cap.
+fn component_cap(policy: &DeploymentPolicy, namespace: &str) -> Result<usize, ApiError> {
+    let ceiling = ceiling_of(policy, namespace)?;
     Ok(usize::try_from(ceiling.max_component_bytes)
         .unwrap_or(usize::MAX)
         .min(MAX_COMPONENT_BYTES))
@@ -275,6 +290,7 @@ pub struct ComponentBytes(#[allow(dead_code)] Vec<u8>);
         (status = 413, description = "Over the namespace's component size ceiling", body = ErrorBody),
         (status = 415, description = "No `Content-Type: application/wasm` (or `application/octet-stream`)", body = ErrorBody),
         (status = 422, description = "Empty body", body = ErrorBody),
+        (status = 429, description = "The namespace already has 2 uploads or deploys in progress, or the server holds as many component bytes as it may (`deploy_busy`, `Retry-After`)", body = ErrorBody),
         V1Errors,
     ),
     security(("bearer" = []))
@@ -302,10 +318,16 @@ pub async fn upload_component(
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .or_else(|| axum::body::HttpBody::size_hint(req.body()).exact());
     if declared.is_some_and(|n| n > cap as u64) {
         return Err(too_large(cap));
     }
+    // The body is held whole in memory: a place among the transfers in progress first (429
+    // `deploy_busy` otherwise, before a byte of the body is read).
+    let _transfer = state
+        .transfers()
+        .acquire(&deployer.namespace, declared.unwrap_or(cap as u64))?;
     let body: Body = req.into_body();
     let read = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, cap).collect()).await;
     let bytes = match read {
@@ -450,6 +472,7 @@ pub struct DeployBody {
         (status = 403, description = "The token's role may not deploy, or the settings name another namespace (`violations`)", body = ErrorBody),
         (status = 409, description = "Deployments are not enabled (`deployments_disabled`)", body = ErrorBody),
         (status = 422, description = "Bad settings or note (`invalid_body`, `invalid_argument`), component not stored (`unknown_component`), over the policy (`policy_violation` with `violations`), or not loadable (`component_unloadable`)", body = ErrorBody),
+        (status = 429, description = "The namespace already has 2 uploads or deploys in progress, or the server holds as many component bytes as it may (`deploy_busy`, `Retry-After`)", body = ErrorBody),
         BodyErrors,
         V1Errors,
     ),
@@ -485,6 +508,9 @@ pub async fn deploy(
     policy
         .check(&deployer.namespace, &settings, stat.size)
         .map_err(|v| policy_refusal(&v))?;
+    // The component is read into memory for the load check: a place among the transfers in
+    // progress first.
+    let _transfer = state.transfers().acquire(&deployer.namespace, stat.size)?;
     let Some(bytes) = deploy.components.get(&digest).await? else {
         return Err(DeploymentError::UnknownComponent { digest }.into());
     };
@@ -683,7 +709,10 @@ pub struct ChangeBody {
 }
 
 /// Make a version the task's active one (a rollback when it is older); the version active
-/// before becomes superseded. Activating the active version changes nothing.
+/// before becomes superseded. Activating the active version changes nothing. The version's
+/// settings are checked against the operator's policy as it is now (a ceiling lowered, a secret
+/// or origin revoked since it was deployed refuses it, 422 `policy_violation`); a namespace no
+/// policy covers any more cannot activate (403).
 #[utoipa::path(
     post, path = "/v1/deployments/{task}/versions/{version}/activate", tag = "deployments",
     params(
@@ -695,7 +724,7 @@ pub struct ChangeBody {
         (status = 200, description = "The version, now active", body = DeploymentView),
         (status = 404, description = "No such version (`deployment_not_found`)", body = ErrorBody),
         (status = 409, description = "Deployments are not enabled (`deployments_disabled`)", body = ErrorBody),
-        (status = 422, description = "Bad task, version or note", body = ErrorBody),
+        (status = 422, description = "Bad task, version or note, or the version's settings are over the policy as it is now (`policy_violation` with `violations`)", body = ErrorBody),
         ForbiddenErrors,
         BodyErrors,
         V1Errors,
@@ -709,13 +738,14 @@ pub async fn activate_version(
     OptionalJsonBody(body): OptionalJsonBody<ChangeBody>,
 ) -> Result<Json<DeploymentView>, ApiError> {
     let deploy = api(&state)?;
-    policy(deploy)?;
+    let policy = policy(deploy)?;
     onestep_core::deployments::check_name("task", &task)?;
     let version: i64 = version
         .trim()
         .parse()
         .map_err(|_| ApiError::invalid(format!("version must be an integer (got {version:?})")))?;
     onestep_core::deployments::check_version(version)?;
+    check_activation(deploy, policy, &deployer.namespace, &task, version).await?;
     let d = deploy
         .deployments
         .activate(
@@ -727,6 +757,47 @@ pub async fn activate_version(
         )
         .await?;
     Ok(Json(DeploymentView::from(&d)))
+}
+
+/// An activation serves an old version's settings again, so they must be within the operator's
+/// policy **as it is now** (an operator who lowered a ceiling, revoked a secret or an origin, or
+/// removed the namespace's policy must not see a rollback restore it): the namespace must still
+/// be covered (403 `no_policy`) and the version's settings and component within its ceiling (422
+/// `policy_violation` naming the version). A version that is already active changes nothing and
+/// is not checked. Versions never change once written, so the check cannot go stale before the
+/// store's activation.
+async fn check_activation(
+    deploy: &DeployApi,
+    policy: &DeploymentPolicy,
+    namespace: &str,
+    task: &str,
+    version: i64,
+) -> Result<(), ApiError> {
+    ceiling_of(policy, namespace)?;
+    let Some(target) = deploy.deployments.get(namespace, task, version).await? else {
+        return Err(DeploymentError::VersionNotFound {
+            namespace: namespace.to_owned(),
+            task: task.to_owned(),
+            version,
+        }
+        .into());
+    };
+    if target.state == onestep_core::deployments::DeploymentState::Active {
+        return Ok(());
+    }
+    let settings = target.settings.typed()?;
+    let size = match deploy.components.stat(&target.digest).await? {
+        Some(stat) => stat.size,
+        None => {
+            return Err(DeploymentError::UnknownComponent {
+                digest: target.digest,
+            }
+            .into());
+        }
+    };
+    policy
+        .check(namespace, &settings, size)
+        .map_err(|v| policy_refusal_of(&format!("version {version} of task {task:?}"), &v))
 }
 
 /// Stop the task's active version: the task then serves no new claims until a deploy or an

@@ -84,6 +84,9 @@ pub mod code {
     pub const NO_ACTIVE_DEPLOYMENT: &str = "no_active_deployment";
     /// 409: the server's configuration has no `deployments:` section (or no deployments API).
     pub const DEPLOYMENTS_DISABLED: &str = "deployments_disabled";
+    /// 429: the namespace already has as many component uploads and deploys in progress as
+    /// it may, or the server holds as many component bytes as it may (`Retry-After`).
+    pub const DEPLOY_BUSY: &str = "deploy_busy";
 }
 
 /// The JSON body of every error response.
@@ -162,6 +165,8 @@ pub struct QuotaRefusals(pub(crate) Vec<(String, &'static str)>);
 pub struct ApiError {
     status: StatusCode,
     body: Box<ErrorBody>,
+    /// A `Retry-After` header (seconds) of a refusal that is not a quota's.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -180,6 +185,7 @@ impl ApiError {
                 quota: None,
                 violations: None,
             }),
+            retry_after: None,
         }
     }
 
@@ -248,6 +254,12 @@ impl ApiError {
         if let Some(q) = self.body.quota.as_mut() {
             q.retry_after_s = Some(seconds);
         }
+        self
+    }
+
+    /// A `Retry-After: seconds` header on a refusal that will pass later (a busy server).
+    pub(crate) fn with_retry_after_header(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
         self
     }
 
@@ -352,7 +364,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let unauthorized = self.status == StatusCode::UNAUTHORIZED;
         let quota = self.body.quota.clone();
+        let retry_after = self.retry_after;
         let mut resp = (self.status, Json(*self.body)).into_response();
+        if let Some(s) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
         if unauthorized {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

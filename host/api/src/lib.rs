@@ -57,6 +57,7 @@ pub mod stream;
 pub mod stream_many;
 pub mod text;
 pub mod throttles;
+pub mod transfers;
 pub mod ui;
 pub mod view;
 pub mod wait;

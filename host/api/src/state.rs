@@ -62,6 +62,8 @@ struct Inner {
     webhook_metrics: Arc<crate::callbacks::metrics::WebhookMetrics>,
     /// The deployments API's stores, load check and policy (docs/deployments.md), when wired.
     deploy: Option<Arc<crate::deploy::DeployApi>>,
+    /// The bounds of the component uploads and deploys in progress (docs/http-api.md#deployments).
+    transfers: Arc<crate::transfers::TransferGate>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -127,6 +129,7 @@ impl ApiState {
                 callbacks: None,
                 webhook_metrics: Arc::default(),
                 deploy: None,
+                transfers: Arc::default(),
             }),
         })
     }
@@ -189,6 +192,21 @@ impl ApiState {
         ApiState {
             inner: Arc::new(inner),
         }
+    }
+
+    /// The same state with other bounds on the component uploads and deploys in progress
+    /// ([`crate::transfers`]; the defaults otherwise).
+    pub fn with_transfer_limits(self, limits: crate::transfers::TransferLimits) -> Self {
+        let mut inner = (*self.inner).clone();
+        inner.transfers = Arc::new(crate::transfers::TransferGate::new(limits));
+        ApiState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The bounds of the component uploads and deploys in progress.
+    pub fn transfers(&self) -> &crate::transfers::TransferGate {
+        &self.inner.transfers
     }
 
     /// The deployments API, when wired.

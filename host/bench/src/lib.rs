@@ -18,6 +18,9 @@ mod round;
 mod rss;
 mod runner;
 mod store;
+pub mod wire;
+
+pub use cpu::process_cpu_ms;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -510,14 +510,22 @@ impl DeploymentStore for PgBackend {
     }
 
     async fn revision(&self) -> Result<i64, DeploymentError> {
+        // Every follower calls this every `poll_s` (docs/deployments.md#following-changes-the-revision):
+        // a statement prepared once per connection makes each call one Bind/Execute/Sync round
+        // trip, one implicit transaction. An unprepared `query` would first send its own
+        // Parse/Describe/Sync, a second round trip and a second transaction per poll
+        // (docs/benchmarks.md#deployments).
         let t = self.deployment_tables()?;
         let sql = format!("SELECT revision FROM {} WHERE id = 1", t.revision);
-        Ok(self
-            .look("deployment_revision", &sql, &[], revision_of)
-            .await?
-            .into_iter()
-            .next()
-            .unwrap_or(0))
+        let rows = self
+            .run("deployment_revision", || async {
+                let conn = self.conn().await?;
+                let st = conn.prepare_cached(&sql).await?;
+                let rows = conn.query(&st, &[]).await?;
+                rows.iter().map(revision_of).collect::<OpResult<Vec<i64>>>()
+            })
+            .await?;
+        Ok(rows.into_iter().next().unwrap_or(0))
     }
 
     async fn active_all(

@@ -229,3 +229,35 @@ async fn upgrade_widens_status_index() {
     drop(c);
     b.close().await.expect("close");
 }
+
+/// docs/benchmarks.md#deployments: the follower's revision read, every `poll_s` on every
+/// worker, is a statement prepared once per connection (one Bind/Execute/Sync round trip a
+/// poll), not a Parse/Describe/Sync before each read and a Close after it.
+#[tokio::test]
+async fn the_revision_read_is_prepared_once_per_connection() {
+    use onestep_core::backend::Backend;
+    let db = scratch().await;
+    let mut o = onestep_postgres::StoreOptions::new(db.dsn());
+    o.auto_create = true;
+    o.pool_max = 1;
+    let b = onestep_postgres::PgBackend::open(o)
+        .await
+        .expect("open backend");
+    for _ in 0..5 {
+        assert_eq!(b.deployments().revision().await.expect("revision"), 0);
+    }
+    // The pool's one connection: the statement is still prepared there, once.
+    let c = b.test_pool().get().await.expect("conn");
+    let prepared: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE $1",
+            &[&"SELECT revision FROM %"],
+        )
+        .await
+        .expect("prepared statements")
+        .get(0);
+    assert_eq!(prepared, 1, "one prepared revision read on the connection");
+    drop(c);
+    b.close().await.expect("close");
+    db.drop_database().await.expect("drop database");
+}

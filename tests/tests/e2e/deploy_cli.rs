@@ -1,9 +1,10 @@
 //! `onestep deploy` and `onestep deployments …` (docs/cli.md#onestep-deploy) as subprocesses
-//! against a real `onestep serve` on PostgreSQL (and the MySQL family when given): deploy a
-//! manifest with a real component, repeat it (nothing written), deploy v2, list, roll back to
-//! v1, read the audit, deactivate; a deploy over the operator's ceiling and one with an
-//! unlinkable component are refused with their reasons; a `submit` token cannot deploy; and
-//! `onestep components gc` on the database removes an unreferenced upload only.
+//! against a real `onestep serve` on MariaDB, MySQL and PostgreSQL: deploy a manifest with a real
+//! component, repeat it (nothing written), deploy v2, list, roll back to v1, read the audit,
+//! deactivate; a deploy over the operator's ceiling, into another namespace, naming a secret
+//! the operator does not hold, with an unlinkable or a garbage component is refused with its
+//! reason and writes no version or event; a `submit` token cannot deploy; and `onestep
+//! components gc` on the database removes the unreferenced uploads only.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -51,7 +52,7 @@ deployments:
     namespaces:
       team-a:
         concurrency: 4
-        sandbox: {{memory_limit_bytes: 134217728}}
+        sandbox: {{memory_limit_bytes: 134217728, network: {{allow: [https://api.example.com]}}}}
 "
         ),
     )?;
@@ -207,6 +208,70 @@ async fn run_case(db: &TestDb) -> Result<()> {
         code == 1 && err.contains("HTTP 403"),
         "submit token: {code} {err}"
     );
+    // Into another namespace: the token's namespace only.
+    let other = dir.path().join("other.yaml");
+    std::fs::write(
+        &other,
+        std::fs::read_to_string(&v1)?.replace("namespace: team-a", "namespace: team-b"),
+    )?;
+    let (code, _, err) = cli(&base, DEPLOY_TOKEN, &["deploy", &other.to_string_lossy()])?;
+    ensure!(code == 1, "another namespace: {code} {err}");
+    ensure!(
+        err.contains("HTTP 403")
+            && err.contains("the token may deploy only into its own namespace \"team-a\""),
+        "{err}"
+    );
+    // A secret the operator does not hold (the origin is within the ceiling: that is the only
+    // violation).
+    let secret = dir.path().join("secret.yaml");
+    std::fs::write(
+        &secret,
+        format!(
+            "apiVersion: onestep/v1alpha1
+kind: Deployment
+namespace: team-a
+task: echo
+handler: {{component: {}}}
+sandbox:
+  network:
+    allow: [https://api.example.com]
+    headers:
+      https://api.example.com: {{Authorization: {{secret: nope}}}}
+",
+            echo.display()
+        ),
+    )?;
+    let (code, _, err) = cli(&base, DEPLOY_TOKEN, &["deploy", &secret.to_string_lossy()])?;
+    ensure!(code == 1, "unknown secret: {code} {err}");
+    ensure!(
+        err.contains("HTTP 422 policy_violation")
+            && err.contains("secret \"nope\", which the operator does not hold"),
+        "{err}"
+    );
+    // A garbage component: uploaded (content-addressed bytes), refused by the load check.
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"\0asm but not a component at all")?;
+    let (code, _, err) = cli(
+        &base,
+        DEPLOY_TOKEN,
+        &[
+            "deploy",
+            &v1.to_string_lossy(),
+            "--component",
+            &garbage.to_string_lossy(),
+        ],
+    )?;
+    ensure!(code == 1, "garbage: {code} {err}");
+    ensure!(err.contains("component_unloadable"), "{err}");
+    // None of the refusals wrote a version or an event: still v1 and v2 (the list below), and
+    // the events are the two deploys (and the rollback's, below).
+    let (code, out, err) = cli(&base, SUBMIT_TOKEN, &["deployments", "events", "--json"])?;
+    ensure!(code == 0, "events: {err}");
+    let events: Value = serde_json::from_str(&out).context("events --json")?;
+    ensure!(
+        events["items"].as_array().map(Vec::len) == Some(2),
+        "only the two deploys are events: {events}"
+    );
 
     // List, roll back, events, deactivate.
     let (code, out, err) = cli(
@@ -285,8 +350,8 @@ async fn run_case(db: &TestDb) -> Result<()> {
     ensure!(code == 0, "gc: {out} {err}");
     let gc: Value = serde_json::from_str(&out)?;
     ensure!(
-        gc["components"] == 1,
-        "only the unreferenced upload goes: {gc}"
+        gc["components"] == 2,
+        "only the unreferenced uploads (unlinkable, garbage) go: {gc}"
     );
     Ok(())
 }
@@ -295,10 +360,7 @@ async fn run_case(db: &TestDb) -> Result<()> {
 async fn deploy_list_rollback_through_the_cli() -> Result<()> {
     let servers = onestep_e2e::servers()?;
     let mut failures = Vec::new();
-    for (server, root) in servers
-        .into_iter()
-        .filter(|(s, _)| *s == "postgres" || *s == "mariadb")
-    {
+    for (server, root) in servers {
         if let Err(e) = case(server, &root).await {
             failures.push(format!("{server}: {e:#}"));
         }

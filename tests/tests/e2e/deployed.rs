@@ -1,17 +1,19 @@
 //! Workers follow deployments (docs/deployments.md#workers-follow-deployments): three
 //! `onestep run` processes whose YAML lists no task, only a source with `deployed:`, serve the
 //! tasks deployed into the component store and deployments tables (written here through the
-//! ports, as the API would). Deploy v1 → attempts record v1's digest; deploy v2 while
-//! executions are in flight → those finish on v1, executions submitted after the discovery
-//! bound run v2; rollback the same way; a new task is served without a restart; a corrupted
-//! stored chunk is refused by the workers while the previous version keeps serving; a worker is
-//! killed with SIGKILL during a deploy and nothing is lost; a worker started from scratch
-//! serves every active deployment.
+//! ports, as the API would). Deploy v1 → attempts record v1's digest; deploy v2 while 100
+//! executions are in flight across the three workers → those finish on v1, and every attempt
+//! that starts after the discovery bound runs v2 (digests per attempt, by start time); roll
+//! back to v1 the same way (100 in flight on v2); a new task is served without a restart; a
+//! corrupted stored chunk is refused by the workers while the previous version keeps serving; a
+//! worker is killed with SIGKILL during a deploy and nothing is lost; a worker started from
+//! scratch serves every active deployment.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use chrono::{DateTime, Utc};
 use onestep_core::ExecutionStatus as S;
 use onestep_core::components::ComponentDigest;
 use onestep_core::deploy_policy::DeploymentSettings as Typed;
@@ -27,6 +29,10 @@ const POLL_S: f64 = 0.3;
 /// The discovery bound the test waits after a change: poll_s plus fetch and load (a debug
 /// build, small components) with a wide margin.
 const BOUND: Duration = Duration::from_secs(4);
+/// Executions in flight when the version changes (the issue's 100), across the three workers.
+const IN_FLIGHT: usize = 100;
+/// Concurrency of the task: three workers hold [`IN_FLIGHT`] at once.
+const CONCURRENCY: u32 = 40;
 
 fn settings(task: &str, concurrency: u32) -> Result<StoredSettings> {
     let typed = Typed {
@@ -145,6 +151,126 @@ async fn corrupt_chunk(env: &Env, digest: &ComponentDigest) -> Result<()> {
     Ok(())
 }
 
+/// A payload both long-running builds run for about 8 s: `countdown`'s steps and
+/// `misbehave`'s `sleep` (each ignores the other's keys).
+fn long_payload(i: usize) -> serde_json::Value {
+    json!({"steps": 8, "step_ms": 1000, "mode": "sleep", "secs": 8, "i": i})
+}
+
+/// The same, done at once.
+fn short_payload(i: usize) -> serde_json::Value {
+    json!({"steps": 1, "step_ms": 1, "mode": "sleep", "secs": 0, "i": i})
+}
+
+async fn submit_payloads(
+    env: &Env,
+    n: usize,
+    payload: fn(usize) -> serde_json::Value,
+) -> Result<Vec<Uuid>> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(env.submit("dep", payload(i)).await?.id);
+    }
+    Ok(ids)
+}
+
+/// Every attempt of `ids`: (execution, attempt number, started_at, component digest hex).
+async fn attempts_of(env: &Env, ids: &[Uuid]) -> Result<Vec<(Uuid, u32, DateTime<Utc>, String)>> {
+    let mut out = Vec::new();
+    for id in ids {
+        let attempts = env
+            .client
+            .attempts(*id)
+            .await?
+            .with_context(|| format!("execution {id} is missing"))?;
+        for a in attempts {
+            let digest = a
+                .diagnostics
+                .as_ref()
+                .and_then(|d| d.facts.component_digest.clone())
+                .unwrap_or_default();
+            out.push((*id, a.attempt_no, a.started_at, digest));
+        }
+    }
+    Ok(out)
+}
+
+/// `change` switches the active version of task `dep` from the build `from` to `to` while
+/// [`IN_FLIGHT`] executions run `from` across the workers, and short executions are submitted
+/// every 100 ms from 1 s before the change until 2 s past the bound; then: every in-flight one
+/// finishes, each on `from` alone (attempts in flight finish on the version they started with),
+/// and, over every attempt, each that started before the change ran `from` and each that
+/// started after the change plus the bound ran `to`.
+async fn switch_under_load<F, Fut>(
+    env: &Env,
+    what: &str,
+    from: &ComponentDigest,
+    to: &ComponentDigest,
+    change: F,
+) -> Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let long = submit_payloads(env, IN_FLIGHT, long_payload).await?;
+    wait_running(env, &long, IN_FLIGHT).await?;
+    let mut stream = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    for i in 0..10 {
+        tick.tick().await;
+        stream.push(env.submit("dep", short_payload(i)).await?.id);
+    }
+    let before = Utc::now();
+    change().await?;
+    let changed = Utc::now();
+    let end = tokio::time::Instant::now() + BOUND + Duration::from_secs(2);
+    while tokio::time::Instant::now() < end {
+        tick.tick().await;
+        stream.push(env.submit("dep", short_payload(stream.len())).await?.id);
+    }
+    all_succeed(env, &long).await?;
+    all_succeed(env, &stream).await?;
+    ran_on(env, &long, from, &format!("in flight during {what}")).await?;
+    let bound = chrono::Duration::from_std(BOUND)?;
+    let mut late = 0;
+    // The last attempt on the old build and the first on the new one, after the change.
+    let (mut last_old, mut first_new) = (None::<DateTime<Utc>>, None::<DateTime<Utc>>);
+    for (id, n, started, digest) in attempts_of(env, &[long, stream].concat()).await? {
+        if started >= changed && digest == hex(from) {
+            last_old = last_old.max(Some(started));
+        }
+        if started >= changed && digest == hex(to) {
+            first_new = Some(first_new.map_or(started, |f| f.min(started)));
+        }
+        if started < before {
+            ensure!(
+                digest == hex(from),
+                "{what}: attempt {n} of {id} started before the change ({started}) but ran {digest}"
+            );
+        } else if started >= changed + bound {
+            late += 1;
+            ensure!(
+                digest == hex(to),
+                "{what}: attempt {n} of {id} started {started}, after the change ({changed}) and \
+                 the bound, but ran {digest}"
+            );
+        }
+    }
+    ensure!(
+        late >= 10,
+        "{what}: {late} attempts started after the bound"
+    );
+    let ms = |t: Option<DateTime<Utc>>| t.map(|t| (t - changed).num_milliseconds());
+    eprintln!(
+        "[{}] {what}: {IN_FLIGHT} in flight; after the change, the last attempt on the old build \
+         started at +{:?} ms, the first on the new at +{:?} ms (bound {BOUND:?})",
+        env.server(),
+        ms(last_old),
+        ms(first_new)
+    );
+    Ok(())
+}
+
 fn spawn(env: &Env, id: &str) -> Result<WorkerProcess> {
     env.spawn_worker(id)
 }
@@ -160,39 +286,41 @@ async fn case(env: &Env) -> Result<()> {
         .await?;
     ensure!(countdown != echo);
 
+    let misbehave = env
+        .components()
+        .put(&std::fs::read(guest("misbehave")?)?)
+        .await?;
+    ensure!(countdown != misbehave);
+
     // v1 before any worker starts: workers started from scratch serve it.
-    deploy(env, "dep", &countdown, 4).await?;
+    deploy(env, "dep", &countdown, CONCURRENCY).await?;
     let mut workers = vec![spawn(env, "w1")?, spawn(env, "w2")?, spawn(env, "w3")?];
 
     let first = submit_all(env, "dep", 6, 1).await?;
     all_succeed(env, &first).await?;
     ran_on(env, &first, &countdown, "v1").await?;
 
-    // v2 while executions are in flight on the three workers.
-    let long = submit_all(env, "dep", 9, 30).await?;
-    let in_flight = wait_running(env, &long, 6).await?;
-    deploy(env, "dep", &echo, 4).await?;
-    tokio::time::sleep(BOUND).await;
-    let after_v2 = submit_all(env, "dep", 9, 1).await?;
-    all_succeed(env, &long).await?;
-    all_succeed(env, &after_v2).await?;
-    ran_on(
+    // v2 while 100 executions are in flight on the three workers.
+    switch_under_load(env, "the v2 deploy", &countdown, &misbehave, || async {
+        deploy(env, "dep", &misbehave, CONCURRENCY).await?;
+        Ok(())
+    })
+    .await?;
+
+    // Rollback: activate v1, the same way (100 in flight on v2).
+    switch_under_load(
         env,
-        &in_flight,
+        "the rollback to v1",
+        &misbehave,
         &countdown,
-        "in flight during the v2 deploy",
+        || async {
+            env.deployments()
+                .activate(NAMESPACE, "dep", 1, "e2e", Some("rollback"))
+                .await?;
+            Ok(())
+        },
     )
     .await?;
-    ran_on(env, &after_v2, &echo, "submitted after the bound (v2)").await?;
-
-    // Rollback: activate v1, the same way.
-    env.deployments()
-        .activate(NAMESPACE, "dep", 1, "e2e", Some("rollback"))
-        .await?;
-    tokio::time::sleep(BOUND).await;
-    let after_rollback = submit_all(env, "dep", 6, 1).await?;
-    all_succeed(env, &after_rollback).await?;
-    ran_on(env, &after_rollback, &countdown, "after the rollback to v1").await?;
 
     // A new task deployed while the workers run.
     deploy(env, "dep2", &echo, 2).await?;
@@ -274,8 +402,8 @@ async fn case(env: &Env) -> Result<()> {
         .flatten()
         .collect();
     ensure!(
-        all == BTreeSet::from([hex(&countdown), hex(&echo)]),
-        "only the two good builds ran: {all:?}"
+        all == BTreeSet::from([hex(&countdown), hex(&misbehave), hex(&echo)]),
+        "only the three good builds ran: {all:?}"
     );
     drop(fresh);
     Ok(())
@@ -301,8 +429,8 @@ resources:
     deployed: {{poll_s: {POLL_S}}}
     batch_size: 4
     poll_interval_s: 0.05
-    lease_duration_s: 2.0
-    heartbeat_interval_s: 0.5
+    lease_duration_s: 5.0
+    heartbeat_interval_s: 1.0
     worker_id: "${{ONESTEP_WORKER_ID:-e2e-worker}}"
     auto_create: true
 "#

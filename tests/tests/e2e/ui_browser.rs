@@ -8,6 +8,12 @@
 //! `read` token sees no action button. Screenshots go to `target/ui-screenshots/`; page load
 //! times on the 100k-row table are printed (not asserted).
 //!
+//! The deployments page (`deployments_page_in_a_real_browser`): a `deploy` token deploys v1 and
+//! v2 of a task through the API and rolls back to v1, a worker following the namespace's
+//! deployments runs attempts on each version; the page must list the versions with their
+//! digests, the active one marked, and the audit (who, when, from → to), and the detail page the
+//! version that ran each attempt.
+//!
 //! Needs `ONESTEP_TEST_CHROMEDRIVER` (the chromedriver path; scripts/test.sh sets it) — a missing
 //! one fails the test.
 
@@ -23,13 +29,16 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use onestep_core::ExecutionStatus as S;
 use onestep_core::request::SubmitRequest;
 use onestep_e2e::{
-    Backend, Env, Schedule, Servers, e2e_config, on_servers, onestep_bin, repo_root, wait_for,
+    Backend, Env, NAMESPACE, Schedule, Servers, e2e_config, on_servers, onestep_bin, repo_root,
+    wait_for,
 };
 use onestep_mysql::history::{HistoryIds, HistorySeed};
 use onestep_mysql::{MySqlBackend, StoreOptions};
 use onestep_postgres::PgBackend;
 use serde_json::json;
 use uuid::Uuid;
+
+use crate::api_flow::curl;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const OPERATOR: &str = "operator-token-0123456789abcdef";
@@ -62,16 +71,23 @@ async fn wait_port(what: &str, port: u16, log: &Path) -> Result<()> {
 }
 
 fn spawn_serve(env: &Env, port: u16, log: &Path) -> Result<Proc> {
+    spawn_serve_with(
+        env,
+        port,
+        log,
+        &format!("{OPERATOR}=e2e:operate,{READER}=e2e:read"),
+    )
+}
+
+/// `onestep serve config/e2e/ui.yaml` with the token table `tokens`.
+fn spawn_serve_with(env: &Env, port: u16, log: &Path, tokens: &str) -> Result<Proc> {
     let out = std::fs::File::create(log)?;
     let child = Command::new(onestep_bin()?)
         .arg("serve")
         .arg(e2e_config("ui.yaml"))
         .envs(env.onestep_env())
         .env("ONESTEP_API_LISTEN", format!("127.0.0.1:{port}"))
-        .env(
-            "ONESTEP_UI_TOKENS",
-            format!("{OPERATOR}=e2e:operate,{READER}=e2e:read"),
-        )
+        .env("ONESTEP_UI_TOKENS", tokens)
         .stdout(Stdio::from(out.try_clone()?))
         .stderr(Stdio::from(out))
         .spawn()
@@ -643,6 +659,401 @@ async fn dashboard_in_a_real_browser() -> Result<()> {
         &e2e_config("worker.yaml"),
         Schedule::Exclusive,
         case,
+    )
+    .await
+}
+
+// ---------- the deployments page (docs/ui.md#deployments) ----------
+
+const DEPLOYER: &str = "deployer-token-0123456789abcdef";
+/// The task deployed through the API.
+const DEPLOYED: &str = "deployed";
+/// Retry delay of the deployed task: attempt 2 of a failed execution starts this long after
+/// attempt 1, well after v2 is served (the workers poll every 0.3 s).
+const RETRY_DELAY_S: f64 = 10.0;
+
+/// A worker file with no task: one source following the deployments of [`NAMESPACE`].
+fn deployed_worker_config(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join("deployed-worker.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"apiVersion: onestep/v1alpha1
+kind: App
+app: {{name: e2e-ui-deployed, shutdown_timeout_s: 5.0, logging: {{level: INFO, format: text}}}}
+resources:
+  db: {{type: "${{ONESTEP_E2E_BACKEND:-mysql}}", dsn: "${{ONESTEP_DSN}}"}}
+  deployed:
+    type: "${{ONESTEP_E2E_BACKEND:-mysql}}_execution_source"
+    connector: db
+    namespaces: [{NAMESPACE}]
+    deployed: {{poll_s: 0.3}}
+    batch_size: 4
+    poll_interval_s: 0.05
+    worker_id: "${{ONESTEP_WORKER_ID:-e2e-worker}}"
+    auto_create: true
+"#
+        ),
+    )?;
+    Ok(path)
+}
+
+/// Uploads `guest`'s component through the API as the deployer; its digest.
+fn upload(base: &str, guest: &str) -> Result<String> {
+    let path = onestep_e2e::guest(guest)?;
+    let (code, body) = curl(&[
+        "-X",
+        "POST",
+        &format!("{base}/v1/components"),
+        "-H",
+        &format!("Authorization: Bearer {DEPLOYER}"),
+        "-H",
+        "Content-Type: application/wasm",
+        "--data-binary",
+        &format!("@{}", path.display()),
+    ])?;
+    ensure!(
+        code == 201 || code == 200,
+        "upload {guest}: HTTP {code} {body}"
+    );
+    body["digest"]
+        .as_str()
+        .map(str::to_owned)
+        .with_context(|| format!("upload {guest}: no digest in {body}"))
+}
+
+/// Deploys `digest` as [`DEPLOYED`] through the API (retry: 2 attempts, [`RETRY_DELAY_S`]
+/// apart); the new version.
+fn deploy_version(base: &str, digest: &str, note: &str) -> Result<i64> {
+    let settings = onestep_core::deploy_policy::DeploymentSettings {
+        namespace: NAMESPACE.to_owned(),
+        task: DEPLOYED.to_owned(),
+        description: None,
+        sandbox: onestep_core::sandbox::SandboxSettings::default(),
+        headers: Vec::new(),
+        timeout: Some(Duration::from_secs(60)),
+        retry: onestep_core::retry::RetryPolicy::MaxAttempts {
+            max_attempts: 2,
+            delay_s: Some(RETRY_DELAY_S),
+        },
+        concurrency: 2,
+        params: serde_json::Map::new(),
+    };
+    let body = json!({"settings": settings, "digest": digest, "note": note}).to_string();
+    let (code, v) = curl(&[
+        "-X",
+        "POST",
+        &format!("{base}/v1/deployments"),
+        "-H",
+        &format!("Authorization: Bearer {DEPLOYER}"),
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        &body,
+    ])?;
+    ensure!(code == 201, "deploy {digest}: HTTP {code} {v}");
+    v["deployment"]["version"]
+        .as_i64()
+        .with_context(|| format!("no version in {v}"))
+}
+
+/// The hex of a `sha256:` digest, as attempts record it.
+fn hex(digest: &str) -> &str {
+    digest.trim_start_matches("sha256:")
+}
+
+/// The component digests (hex) of `id`'s attempts, by attempt number.
+async fn attempt_digests(env: &Env, id: Uuid) -> Result<Vec<(i64, String)>> {
+    let attempts = env
+        .client
+        .attempts(id)
+        .await?
+        .with_context(|| format!("execution {id} is missing"))?;
+    Ok(attempts
+        .iter()
+        .map(|a| {
+            (
+                i64::from(a.attempt_no),
+                a.diagnostics
+                    .as_ref()
+                    .and_then(|d| d.facts.component_digest.clone())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// The cells' texts of every row of `css` (a table body), read in one script.
+async fn table_cells(c: &Client, css: &str) -> Result<Vec<Vec<String>>> {
+    let v = c
+        .execute(
+            "return Array.from(document.querySelectorAll(arguments[0])).map(r => \
+             Array.from(r.children).map(td => (td.getAttribute('title') || '') + '|' + \
+             td.textContent.trim()));",
+            vec![json!(css)],
+        )
+        .await?;
+    Ok(serde_json::from_value(v)?)
+}
+
+/// The cell text of `cell` (`title|text`): the text.
+fn text(cell: &str) -> &str {
+    cell.split_once('|').map_or(cell, |(_, t)| t)
+}
+
+/// The cell's `title` attribute.
+fn title(cell: &str) -> &str {
+    cell.split_once('|').map_or("", |(t, _)| t)
+}
+
+/// Deploys v1 and v2 of a task through the API with a worker following them, runs executions
+/// on each version (one whose attempt 1 ran v1 and attempt 2 v2), rolls back to v1, and reads
+/// /ui/deployments and the detail page in the browser.
+async fn deployments_case(env: Arc<Env>) -> Result<()> {
+    let server = env.server();
+    let started = Utc::now();
+    let logs = tempfile::tempdir()?;
+    let port = free_port()?;
+    let serve_log = logs.path().join("serve.log");
+    let _serve = spawn_serve_with(
+        &env,
+        port,
+        &serve_log,
+        &format!("{OPERATOR}=e2e:operate,{DEPLOYER}=e2e:deploy"),
+    )?;
+    wait_port("onestep serve", port, &serve_log).await?;
+    let base = format!("http://127.0.0.1:{port}");
+    let outcome = async {
+        // v1: `misbehave` (a retryable failure without retry-after in mode `retryable`).
+        let v1_digest = upload(&base, "misbehave")?;
+        let v2_digest = upload(&base, "echo")?;
+        ensure!(deploy_version(&base, &v1_digest, "first")? == 1);
+        let _worker = env.spawn_worker("ui-deployed-worker")?;
+
+        // On v1 alone: succeeds at its first attempt.
+        let on_v1 = env
+            .submit(DEPLOYED, json!({"mode": "result", "text": "{\"v\": 1}"}))
+            .await?;
+        env.wait_status(on_v1.id, &[S::Succeeded], LIMIT).await?;
+        // Attempt 1 on v1 fails retryably; v2 is deployed during the retry delay, so attempt
+        // 2 runs v2.
+        let both = env.submit(DEPLOYED, json!({"mode": "retryable"})).await?;
+        env.wait_status(both.id, &[S::Retrying], LIMIT).await?;
+        ensure!(deploy_version(&base, &v2_digest, "echo instead")? == 2);
+        env.wait_status(both.id, &[S::Succeeded], LIMIT).await?;
+        // On v2 alone.
+        let on_v2 = env.submit(DEPLOYED, json!({"greeting": "v2"})).await?;
+        env.wait_status(on_v2.id, &[S::Succeeded], LIMIT).await?;
+        // What the attempts recorded (the page must say the same).
+        ensure!(
+            attempt_digests(&env, on_v1.id).await? == [(1, hex(&v1_digest).to_owned())],
+            "on_v1 ran v1"
+        );
+        ensure!(
+            attempt_digests(&env, both.id).await?
+                == [
+                    (1, hex(&v1_digest).to_owned()),
+                    (2, hex(&v2_digest).to_owned())
+                ],
+            "attempt 1 ran v1, attempt 2 v2: {:?}",
+            attempt_digests(&env, both.id).await?
+        );
+        ensure!(
+            attempt_digests(&env, on_v2.id).await? == [(1, hex(&v2_digest).to_owned())],
+            "on_v2 ran v2"
+        );
+        // Roll back to v1 through the API.
+        let (code, v) = curl(&[
+            "-X",
+            "POST",
+            &format!("{base}/v1/deployments/{DEPLOYED}/versions/1/activate"),
+            "-H",
+            &format!("Authorization: Bearer {DEPLOYER}"),
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            r#"{"note": "v2 regressed"}"#,
+        ])?;
+        ensure!(code == 200, "rollback: HTTP {code} {v}");
+
+        let driver_port = free_port()?;
+        let _driver = spawn_driver(driver_port, &logs.path().join("driver.log"))?;
+        wait_port("chromedriver", driver_port, &logs.path().join("driver.log")).await?;
+        let c = browser(driver_port).await?;
+        let digests = (v1_digest.as_str(), v2_digest.as_str());
+        let ids = (on_v1.id, both.id, on_v2.id);
+        let drove = drive_deployments(&c, server, &base, started, digests, ids).await;
+        if drove.is_err() {
+            let _ = shot(&c, server, "deployments-failure").await;
+        }
+        c.close().await?;
+        drove
+    }
+    .await;
+    if outcome.is_err() {
+        eprintln!(
+            "serve log:\n{}",
+            std::fs::read_to_string(&serve_log).unwrap_or_default()
+        );
+    }
+    outcome
+}
+
+async fn drive_deployments(
+    c: &Client,
+    server: &str,
+    base: &str,
+    started: chrono::DateTime<Utc>,
+    (v1, v2): (&str, &str),
+    (on_v1, both, on_v2): (Uuid, Uuid, Uuid),
+) -> Result<()> {
+    login(c, base, OPERATOR).await?;
+    click(c, "#nav-deployments").await?;
+    let section = format!("#deployments-{DEPLOYED}");
+    wait_text(c, &format!("{section} h3"), |t| t.contains("active: v1")).await?;
+    shot(c, server, "deployments").await?;
+    ensure!(
+        c.current_url().await?.path() == "/ui/deployments",
+        "the nav link opens /ui/deployments"
+    );
+    let when = |cell: &str| -> Result<chrono::DateTime<Utc>> {
+        let t = chrono::DateTime::parse_from_rfc3339(text(cell))
+            .with_context(|| format!("a time: {cell:?}"))?
+            .with_timezone(&Utc);
+        ensure!(
+            t >= started - chrono::Duration::seconds(5) && t <= Utc::now(),
+            "{t} is during the test"
+        );
+        Ok(t)
+    };
+
+    // Versions, newest first: version, state, digest, deployed by, deployed at, replaced, note.
+    let rows = table_cells(c, &format!("{section} table.deployments tbody tr")).await?;
+    ensure!(rows.len() == 2, "two versions: {rows:?}");
+    let (r2, r1) = (&rows[0], &rows[1]);
+    ensure!(
+        text(&r2[0]) == "v2" && text(&r2[1]) == "superseded",
+        "v2 superseded by the rollback: {r2:?}"
+    );
+    ensure!(
+        text(&r1[0]) == "v1" && text(&r1[1]) == "active",
+        "v1 active: {r1:?}"
+    );
+    ensure!(
+        title(&r2[2]) == v2 && v2.contains(text(&r2[2])),
+        "v2's digest: {r2:?}"
+    );
+    ensure!(
+        title(&r1[2]) == v1 && v1.contains(text(&r1[2])),
+        "v1's digest: {r1:?}"
+    );
+    for r in [r1, r2] {
+        ensure!(text(&r[3]) == "deploy@e2e", "deployed by: {r:?}");
+        when(&r[4])?;
+    }
+    ensure!(
+        text(&r2[5]) == "v1" && text(&r1[5]).is_empty(),
+        "v2 replaced v1"
+    );
+    ensure!(
+        text(&r2[6]) == "echo instead" && text(&r1[6]) == "first",
+        "notes"
+    );
+    ensure!(
+        c.find(Locator::Css(&format!("{section} tr.d-active")))
+            .await?
+            .text()
+            .await?
+            .starts_with("v1"),
+        "the active row is marked"
+    );
+
+    // Audit, newest first: #, at, action, task, version, from, digest, by, note.
+    let events = table_cells(c, "#deployment-events tbody tr").await?;
+    let summary: Vec<Vec<&str>> = events
+        .iter()
+        .map(|e| {
+            [2, 3, 4, 5, 7, 8]
+                .iter()
+                .map(|&i| e.get(i).map_or("", |c| text(c)))
+                .collect()
+        })
+        .collect();
+    ensure!(
+        summary
+            == [
+                vec![
+                    "activate",
+                    DEPLOYED,
+                    "v1",
+                    "v2",
+                    "deploy@e2e",
+                    "v2 regressed"
+                ],
+                vec!["deploy", DEPLOYED, "v2", "v1", "deploy@e2e", "echo instead"],
+                vec!["deploy", DEPLOYED, "v1", "", "deploy@e2e", "first"],
+            ],
+        "the audit: {summary:?}"
+    );
+    ensure!(
+        title(&events[0][6]) == v1 && title(&events[1][6]) == v2 && title(&events[2][6]) == v1,
+        "each event's digest: {events:?}"
+    );
+    let mut at = Vec::new();
+    for e in &events {
+        at.push(when(&e[1])?);
+    }
+    ensure!(at.windows(2).all(|w| w[0] >= w[1]), "newest first: {at:?}");
+
+    // The detail pages: which version ran each attempt.
+    for (id, want) in [
+        (both, vec![("1", v1, "v1"), ("2", v2, "v2")]),
+        (on_v1, vec![("1", v1, "v1")]),
+        (on_v2, vec![("1", v2, "v2")]),
+    ] {
+        c.goto(&format!("{base}/ui/executions/{id}")).await?;
+        wait_text(c, "#status", |t| t == "succeeded").await?;
+        ensure!(
+            count(c, "#attempts-table tr.attempt").await? == want.len(),
+            "{id}: {} attempts",
+            want.len()
+        );
+        for (n, digest, version) in want {
+            let cell = c
+                .find(Locator::Css(&format!("#attempt-{n} td[title^='sha256:']")))
+                .await?;
+            ensure!(
+                cell.attr("title").await?.as_deref() == Some(digest),
+                "{id} attempt {n} ran {digest}"
+            );
+            let shown = c
+                .find(Locator::Css(&format!("#attempt-{n} small.deployed")))
+                .await?
+                .text()
+                .await?;
+            ensure!(
+                shown == version,
+                "{id} attempt {n}: the page names {version}, not {shown:?}"
+            );
+        }
+        if id == both {
+            wait_text(c, "#attempt-1", |t| t.contains("retrying")).await?;
+            shot(c, server, "deployments-detail").await?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_page_in_a_real_browser() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = deployed_worker_config(dir.path())?;
+    on_servers(
+        Servers::All,
+        "deployments page in chromium",
+        &config,
+        Schedule::Exclusive,
+        deployments_case,
     )
     .await
 }

@@ -20,16 +20,16 @@ use serde_json::{Value, json};
 
 use crate::support::{AppSettings, TestApp, req, servers, single_settings};
 
-const DEPLOY_A: &str = "deploy-aaaaaaaaaaaaaaaaaaaaaaaa";
-const READ_A: &str = "read-aaaaaaaaaaaaaaaaaaaaaaaaaa";
-const SUBMIT_A: &str = "submit-aaaaaaaaaaaaaaaaaaaaaaaa";
-const OPERATE_A: &str = "operate-aaaaaaaaaaaaaaaaaaaaaaa";
-const DEFAULT_A: &str = "default-aaaaaaaaaaaaaaaaaaaaaaa";
-const DEPLOY_B: &str = "deploy-bbbbbbbbbbbbbbbbbbbbbbbb";
+pub(crate) const DEPLOY_A: &str = "deploy-aaaaaaaaaaaaaaaaaaaaaaaa";
+pub(crate) const READ_A: &str = "read-aaaaaaaaaaaaaaaaaaaaaaaaaa";
+pub(crate) const SUBMIT_A: &str = "submit-aaaaaaaaaaaaaaaaaaaaaaaa";
+pub(crate) const OPERATE_A: &str = "operate-aaaaaaaaaaaaaaaaaaaaaaa";
+pub(crate) const DEFAULT_A: &str = "default-aaaaaaaaaaaaaaaaaaaaaaa";
+pub(crate) const DEPLOY_B: &str = "deploy-bbbbbbbbbbbbbbbbbbbbbbbb";
 
 /// The real load check: what `onestep serve` wires (host/cli/src/wiring/vet.rs), on the same
 /// runtime call.
-struct RuntimeVetter;
+pub(crate) struct RuntimeVetter;
 
 #[async_trait]
 impl ComponentVetter for RuntimeVetter {
@@ -51,20 +51,20 @@ impl ComponentVetter for RuntimeVetter {
     }
 }
 
-fn component(name: &str) -> Vec<u8> {
+pub(crate) fn component(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../guest-examples/out")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn origin(text: &str) -> OriginPattern {
+pub(crate) fn origin(text: &str) -> OriginPattern {
     OriginPattern::parse(text).expect("origin")
 }
 
 /// Namespace `tenant-a` may deploy (components up to 1 MB, 128 MiB, concurrency 4, 3 attempts,
 /// api.openai.com with secret `openai`); `tenant-b` has no policy.
-fn policy() -> DeploymentPolicy {
+pub(crate) fn policy() -> DeploymentPolicy {
     let ceiling = PolicyCeiling {
         memory_limit_bytes: 128 << 20,
         concurrency: 4,
@@ -81,7 +81,7 @@ fn policy() -> DeploymentPolicy {
     }
 }
 
-fn tenancy() -> Tenancy {
+pub(crate) fn tenancy() -> Tenancy {
     Tenancy::Tokens(
         TokenTable::from_entries([
             (DEPLOY_A, "tenant-a", Role::Deploy),
@@ -96,7 +96,7 @@ fn tenancy() -> Tenancy {
 }
 
 /// An app over `admin` with the deployments API wired (`policy` `None`: not enabled).
-async fn start(admin: &str, policy: Option<DeploymentPolicy>) -> TestApp {
+pub(crate) async fn start(admin: &str, policy: Option<DeploymentPolicy>) -> TestApp {
     let settings = AppSettings {
         tenancy: tenancy(),
         ..single_settings()
@@ -116,7 +116,7 @@ async fn start(admin: &str, policy: Option<DeploymentPolicy>) -> TestApp {
 
 /// Typed settings as `onestep deploy` sends them: `extra` merged into a minimal manifest's,
 /// read as the typed settings and written back.
-fn settings(task: &str, extra: Value) -> Value {
+pub(crate) fn settings(task: &str, extra: Value) -> Value {
     let mut v = json!({"namespace": "tenant-a", "task": task, "sandbox": {}, "concurrency": 1});
     if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
         for (k, x) in e {
@@ -127,17 +127,17 @@ fn settings(task: &str, extra: Value) -> Value {
     serde_json::to_value(&typed).expect("json")
 }
 
-async fn upload(app: &TestApp, token: &str, bytes: Vec<u8>) -> (StatusCode, Value) {
+pub(crate) async fn upload(app: &TestApp, token: &str, bytes: Vec<u8>) -> (StatusCode, Value) {
     app.send(req(Method::POST, "/v1/components", Some(token)).raw("application/wasm", bytes))
         .await
 }
 
-async fn deploy(app: &TestApp, token: &str, body: Value) -> (StatusCode, Value) {
+pub(crate) async fn deploy(app: &TestApp, token: &str, body: Value) -> (StatusCode, Value) {
     app.send(req(Method::POST, "/v1/deployments", Some(token)).json(&body))
         .await
 }
 
-async fn revision(app: &TestApp) -> i64 {
+pub(crate) async fn revision(app: &TestApp) -> i64 {
     use onestep_core::backend::Backend;
     app.backend
         .deployments()

@@ -11,6 +11,7 @@ mod batch;
 mod callbacks;
 mod concurrency;
 mod deploy;
+mod deploy_attacks;
 mod endpoints;
 mod hostile;
 mod hostile_ui;

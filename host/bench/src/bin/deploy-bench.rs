@@ -2,27 +2,32 @@
 //! a test.
 //!
 //! ```text
-//! deploy-bench --onestep BIN [--postgres ROOT_URL] [--deploys 20] [--idle-window-s 30]
-//!              [--big guest-examples/out/python-agent.wasm] [--skip-idle] [--skip-big]
+//! deploy-bench --onestep BIN [--server-url URL] [--deploys 20] [--poll-s 2] [--idle-window-s 30]
+//!              [--big guest-examples/out/js-echo.wasm] [--skip-deploys] [--skip-idle] [--skip-big]
 //! ```
 //!
-//! On a scratch SQLite file (default) or a scratch PostgreSQL database (`--postgres`), with
-//! `onestep run` child processes of BIN whose file has one source with `deployed:` (default
-//! `poll_s: 2`) and no task:
+//! On a scratch SQLite file (default) or a scratch database on the PostgreSQL or MySQL/MariaDB
+//! server of `--server-url` (`postgres://…` or `mysql://…`, no database), with `onestep run`
+//! child processes of BIN whose file has one source with `deployed:` (default `poll_s: 2`) and
+//! no task:
 //! 1. **deploy → first execution on the new version**: 3 workers; executions are submitted
 //!    continuously (one every 25 ms); `--deploys` times, alternate `echo.wasm` and
 //!    `countdown.wasm` (each deploy is a new version with another digest) and measure from the
 //!    deploy call returning to the `started_at` of the first attempt whose diagnostics record
 //!    the new digest (read through `ExecutionStore::attempts`); p50/p99/max;
-//! 2. **cost of following when nothing changes** (PostgreSQL only: `pg_stat_database`): the
-//!    database's committed transactions per minute over `--idle-window-s` with one idle worker
-//!    following at `poll_s: 2`, minus the same with `poll_s: 100000` (it reads the revision once
-//!    at start and never again): the follower's statements per minute;
-//! 3. **fetch + compile of a large component once per worker**: one worker with a fresh compile
-//!    cache (`ONESTEP_WASM_CACHE`); deploy `--big` and measure from the deploy returning to the
-//!    worker's `deployment serving` log line (fetched, verified, compiled, linked, claiming);
-//!    then a new worker process on the same, now warm, cache and the same component deployed
-//!    under another task: fetch + cached load.
+//! 2. **cost of following when nothing changes** (a server backend): one idle worker following
+//!    at `poll_s: 2` connects through a counting proxy ([`onestep_bench::wire`]), which counts
+//!    every protocol message it sends over `--idle-window-s`, minus the same with
+//!    `poll_s: 100000` (it reads the revision once at start and never again): the follower's
+//!    statements and round trips per minute; on PostgreSQL also the database's
+//!    `pg_stat_database.xact_commit` per minute (the server's own count of transactions);
+//! 3. **fetch + compile of a large component once per worker** (`--big`, default the 12 MB
+//!    `js-echo.wasm`): the bench's own fetch of it from the component store (read and verify,
+//!    no compile); then one worker with a fresh compile cache (`ONESTEP_WASM_CACHE`): deploy it
+//!    and measure from the deploy returning to the worker's `deployment serving` log line
+//!    (fetched, verified, compiled, linked, claiming) — cold; then a new worker process on the
+//!    same, now warm, cache and the same component deployed under another task: fetch + cached
+//!    load — warm.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,6 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use chrono::{DateTime, Utc};
 use clap::Parser;
+use onestep_bench::wire::{self, Counts, Protocol, WireCounter};
 use onestep_core::backend::Backend;
 use onestep_core::components::ComponentDigest;
 use onestep_core::deploy_policy::DeploymentSettings as Typed;
@@ -56,24 +62,29 @@ struct Args {
     /// The `onestep` binary the workers run.
     #[arg(long)]
     onestep: PathBuf,
-    /// A PostgreSQL server URL: a scratch database on it instead of a scratch SQLite file.
-    #[arg(long)]
-    postgres: Option<String>,
+    /// A PostgreSQL (`postgres://…`) or MySQL/MariaDB (`mysql://…`) server URL: a scratch
+    /// database on it instead of a scratch SQLite file.
+    #[arg(long, alias = "postgres")]
+    server_url: Option<String>,
     /// Deploys measured in part 1.
     #[arg(long, default_value_t = 20)]
     deploys: usize,
     /// `deployed.poll_s` of the workers of parts 1 and 3.
     #[arg(long, default_value_t = 2.0)]
     poll_s: f64,
-    /// The window of part 2 (PostgreSQL only), per phase.
+    /// The window of part 2 (server backends), per phase.
     #[arg(long, default_value_t = 30)]
     idle_window_s: u64,
-    /// The large component of part 3.
-    #[arg(long, default_value = "guest-examples/out/python-agent.wasm")]
+    /// The large component of part 3 (a handler of any served world; it is deployed with one
+    /// allowed origin, so one that imports `wasi:http`, e.g. `python-agent.wasm`, loads too).
+    #[arg(long, default_value = "guest-examples/out/js-echo.wasm")]
     big: PathBuf,
     /// The directory of echo.wasm and countdown.wasm.
     #[arg(long, default_value = "guest-examples/out")]
     guests: PathBuf,
+    /// Skips part 1.
+    #[arg(long)]
+    skip_deploys: bool,
     /// Skips part 2.
     #[arg(long)]
     skip_idle: bool,
@@ -90,9 +101,14 @@ async fn main() -> Result<()> {
         "--poll-s and --deploys must be positive"
     );
     let dir = tempfile::tempdir()?;
-    match &args.postgres {
-        Some(root) if !root.trim().is_empty() => {
-            let db = onestep_postgres::ScratchDatabase::create(root.trim(), "onestep_deploy_")
+    let server = args
+        .server_url
+        .as_deref()
+        .map(str::trim)
+        .filter(|u| !u.is_empty());
+    match server {
+        Some(root) if root.starts_with("postgres") => {
+            let db = onestep_postgres::ScratchDatabase::create(root, "onestep_deploy_")
                 .await
                 .context("scratch database")?;
             let outcome = async {
@@ -102,15 +118,46 @@ async fn main() -> Result<()> {
                 let backend = onestep_postgres::PgBackend::open(opts)
                     .await
                     .context("open the backend")?;
+                let server = Server {
+                    protocol: Protocol::Postgres,
+                    database: db.name(),
+                };
                 let bench = Bench::new(&args, "postgres", db.dsn(), &backend, dir.path());
-                bench.run(Some(db.name())).await
+                bench.run(Some(server)).await
             }
             .await;
             let dropped = db.drop_database().await;
             outcome?;
             dropped.context("drop the scratch database")?;
         }
-        _ => {
+        Some(root) if root.starts_with("mysql") || root.starts_with("mariadb") => {
+            let db = onestep_mysql::ScratchDatabase::create(root, "onestep_deploy_")
+                .await
+                .context("scratch database")?;
+            let outcome = async {
+                let mut opts = StoreOptions::new(db.dsn());
+                opts.auto_create = true;
+                opts.pool_max = 4;
+                let backend = onestep_mysql::MySqlBackend::open(opts)
+                    .await
+                    .context("open the backend")?;
+                let server = Server {
+                    protocol: Protocol::Mysql,
+                    database: db.name(),
+                };
+                let bench = Bench::new(&args, "mysql", db.dsn(), &backend, dir.path());
+                bench.run(Some(server)).await
+            }
+            .await;
+            let dropped = db.drop_database().await;
+            outcome?;
+            dropped.context("drop the scratch database")?;
+        }
+        Some(other) => bail!(
+            "--server-url must be a postgres:// or mysql:// URL (or absent for SQLite), not {:?}",
+            other.split("://").next().unwrap_or_default()
+        ),
+        None => {
             let dsn = format!("sqlite://{}", dir.path().join("deploy.db").display());
             let mut opts = StoreOptions::new(&dsn);
             opts.auto_create = true;
@@ -122,6 +169,12 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The server of a scratch database.
+struct Server<'a> {
+    protocol: Protocol,
+    database: &'a str,
 }
 
 struct Bench<'a> {
@@ -149,19 +202,22 @@ impl<'a> Bench<'a> {
         }
     }
 
-    async fn run(&self, pg_database: Option<&str>) -> Result<()> {
+    async fn run(&self, server: Option<Server<'_>>) -> Result<()> {
         println!(
             "workers following deployments ({}, `onestep run` processes of {})",
             self.kind,
             self.args.onestep.display()
         );
-        self.deploy_to_first_execution().await?;
-        match (pg_database, self.args.skip_idle) {
+        if !self.args.skip_deploys {
+            self.deploy_to_first_execution().await?;
+        }
+        match (server, self.args.skip_idle) {
             (_, true) => {}
-            (Some(db), false) => self.idle_cost(db).await?,
-            (None, false) => {
-                println!("idle follower: statements/min need PostgreSQL (--postgres); skipped")
-            }
+            (Some(server), false) => self.idle_cost(&server).await?,
+            (None, false) => println!(
+                "idle follower: counted on the wire to a database server (--server-url); \
+                 SQLite has none: one revision read of the local file per poll (by the code)"
+            ),
         }
         if !self.args.skip_big {
             if self.args.big.is_file() {
@@ -195,12 +251,17 @@ impl<'a> Bench<'a> {
     }
 
     fn spawn(&self, config: &Path, id: &str, cache: Option<&Path>) -> Result<Worker> {
+        self.spawn_on(self.dsn, config, id, cache)
+    }
+
+    /// A worker on `dsn` (the bench's database, possibly through the counting proxy).
+    fn spawn_on(&self, dsn: &str, config: &Path, id: &str, cache: Option<&Path>) -> Result<Worker> {
         let log = self.dir.join(format!("{id}.log"));
         let file = std::fs::File::create(&log)?;
         let mut cmd = Command::new(&self.args.onestep);
         cmd.arg("run")
             .arg(config)
-            .env("ONESTEP_DSN", self.dsn)
+            .env("ONESTEP_DSN", dsn)
             .env("ONESTEP_WORKER_ID", id)
             .stdout(Stdio::null())
             .stderr(file);
@@ -420,37 +481,78 @@ impl<'a> Bench<'a> {
         }
     }
 
-    /// Part 2 (PostgreSQL).
-    async fn idle_cost(&self, database: &str) -> Result<()> {
+    /// Part 2 (a server backend): one idle worker through the counting proxy, at `poll_s: 2`
+    /// and then at `poll_s: 100000`; the difference is the follower's.
+    async fn idle_cost(&self, server: &Server<'_>) -> Result<()> {
         // No active deployment (part 1 deactivated its task): the worker runs no claim loop,
         // only the follower.
-        let (stats, conn) = tokio_postgres::connect(self.dsn, tokio_postgres::NoTls)
-            .await
-            .context("statistics connection")?;
-        tokio::spawn(conn);
+        let stats = match server.protocol {
+            Protocol::Postgres => {
+                let (client, conn) = tokio_postgres::connect(self.dsn, tokio_postgres::NoTls)
+                    .await
+                    .context("statistics connection")?;
+                tokio::spawn(conn);
+                Some(client)
+            }
+            Protocol::Mysql => None,
+        };
         let window = Duration::from_secs(self.args.idle_window_s.max(1));
-        let mut rates = Vec::new();
+        let mut phases = Vec::new();
         for (name, poll_s) in [("follow-idle", 2.0), ("follow-never", 100_000.0)] {
+            let proxy =
+                WireCounter::start(server.protocol, upstream(self.dsn, server).await?).await?;
+            let (dsn, _) = wire::via_proxy(self.dsn, server.protocol, proxy.addr()).await?;
             let config = self.config(name, poll_s)?;
-            let worker = self.spawn(&config, name, None)?;
+            let worker = self.spawn_on(&dsn, &config, name, None)?;
             worker.wait_log("following deployments", Duration::from_secs(60))?;
-            tokio::time::sleep(STATS_FLUSH).await;
-            let c0 = commits(&stats, database).await?;
+            // Past the start-up reads, and (PostgreSQL) the statistics of the start flushed.
+            let settle = if stats.is_some() {
+                STATS_FLUSH
+            } else {
+                Duration::from_secs(3)
+            };
+            tokio::time::sleep(settle).await;
+            let c0 = match &stats {
+                Some(s) => Some(commits(s, server.database).await?),
+                None => None,
+            };
+            let w0 = proxy.snapshot();
             let t0 = Instant::now();
             tokio::time::sleep(window).await;
-            let c1 = commits(&stats, database).await?;
-            let per_min = (c1 - c0) as f64 * 60.0 / t0.elapsed().as_secs_f64();
+            let w1 = proxy.snapshot();
+            let secs = t0.elapsed().as_secs_f64();
+            let c1 = match &stats {
+                Some(s) => Some(commits(s, server.database).await?),
+                None => None,
+            };
             drop(worker);
+            let per_min = |n: u64| n as f64 * 60.0 / secs;
+            let sent = wire::delta(&w0, &w1);
+            let commits_min = c0.zip(c1).map(|(a, b)| (b - a) as f64 * 60.0 / secs);
             println!(
-                "  idle worker, deployed.poll_s {poll_s}: {per_min:.1} commits/min over {} s \
-                 (the database's, this bench's statistics reads included)",
-                window.as_secs()
+                "  idle worker, deployed.poll_s {poll_s}, {} s: sent {}{}",
+                window.as_secs(),
+                rates(&sent, secs),
+                commits_min.map_or(String::new(), |c| format!(
+                    "; database xact_commit {c:.1}/min (this bench's statistics reads included)"
+                )),
             );
-            rates.push(per_min);
+            phases.push((
+                per_min(statements(server.protocol, &sent)),
+                per_min(round_trips(server.protocol, &sent)),
+                commits_min,
+            ));
         }
+        let (busy, never) = (phases[0], phases[1]);
         println!(
-            "idle follower (poll_s 2, nothing deployed changes): {:.1} statements/min (the difference)",
-            rates[0] - rates[1]
+            "idle follower (poll_s 2, nothing deployed changes), per worker and followed source: \
+             {:.1} statements/min, {:.1} round trips/min{} (the difference of the two runs)",
+            busy.0 - never.0,
+            busy.1 - never.1,
+            busy.2.zip(never.2).map_or(String::new(), |(a, b)| format!(
+                ", {:.1} server transactions/min",
+                a - b
+            )),
         );
         Ok(())
     }
@@ -459,40 +561,117 @@ impl<'a> Bench<'a> {
     async fn big_component(&self) -> Result<()> {
         let size = std::fs::metadata(&self.args.big)?.len();
         let digest = self.put(&self.args.big).await?;
+        let mb = size as f64 / 1e6;
+        // The fetch alone, as a worker does it (read every chunk, verify the SHA-256), from
+        // this process.
+        let components = self.backend.components();
+        let mut fetches = Vec::new();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let got = components.get(&digest).await?;
+            fetches.push(t0.elapsed().as_millis());
+            ensure!(
+                got.as_ref().map(Vec::len) == Some(size as usize),
+                "the stored component reads back whole"
+            );
+        }
+        fetches.sort_unstable();
+        println!(
+            "large component ({}, {mb:.1} MB): fetch + SHA-256 verify from the component store \
+             (this process, 3 reads): median {} ms",
+            self.args.big.display(),
+            fetches[1]
+        );
         let cache = tempfile::tempdir()?;
         let config = self.config("big", self.args.poll_s)?;
-        let mut figures = Vec::new();
-        for (phase, task) in [("cold", "big-cold"), ("warm", "big-warm")] {
+        for (phase, task, what) in [
+            (
+                "cold",
+                "big-cold",
+                "fresh compile cache: fetch + verify + compile + link",
+            ),
+            (
+                "warm",
+                "big-warm",
+                "another worker process, compile cache warm: fetch + verify + cached load",
+            ),
+        ] {
             let worker = self.spawn(&config, &format!("big-{phase}"), Some(cache.path()))?;
             worker.wait_log("following deployments", Duration::from_secs(60))?;
             tokio::time::sleep(Duration::from_secs(1)).await;
-            // The agent imports wasi:http: a sandbox without an allowed origin is refused.
+            // A component that imports wasi:http (python-agent) is refused without an allowed
+            // origin; one that does not is not affected by it.
             let mut sandbox = SandboxSettings::default();
             sandbox.network.allow.push(AllowedOrigin {
                 origin: OriginPattern::parse("http://127.0.0.1:9")?,
                 headers: Vec::new(),
                 rate_limit: None,
             });
+            let pid = worker.child.id().to_string();
+            let cpu0 = onestep_bench::process_cpu_ms(&pid);
             let version = self.deploy_in(task, &digest, 1, sandbox).await?;
             let t0 = Instant::now();
             worker.wait_serving(task, version, Duration::from_secs(600))?;
-            figures.push((phase, t0.elapsed()));
+            let took = t0.elapsed();
+            let cpu = cpu0
+                .zip(onestep_bench::process_cpu_ms(&pid))
+                .map_or("?".to_owned(), |(a, b)| format!("{:.0}", b - a));
             drop(worker);
             // The next worker must not find this task active at its start.
             self.backend
                 .deployments()
                 .deactivate(NAMESPACE, task, "deploy-bench", None)
                 .await?;
-        }
-        for (phase, took) in figures {
             println!(
-                "large component ({}, {:.1} MB): deploy -> worker serving it, {phase} compile cache: {} ms",
-                self.args.big.display(),
-                size as f64 / 1e6,
-                took.as_millis()
+                "large component ({mb:.1} MB) once per worker, {phase}: deploy -> the worker \
+                 serving it {} ms wall, {cpu} ms of the worker's CPU ({what}; the wait for the \
+                 next poll, up to poll_s {}, included)",
+                took.as_millis(),
+                self.args.poll_s
             );
         }
         Ok(())
+    }
+}
+
+/// The server address of `dsn`.
+async fn upstream(dsn: &str, server: &Server<'_>) -> Result<std::net::SocketAddr> {
+    let unused: std::net::SocketAddr = ([127, 0, 0, 1], 1).into();
+    Ok(wire::via_proxy(dsn, server.protocol, unused).await?.1)
+}
+
+/// `name rate/min` of every message counted, over `secs`.
+fn rates(sent: &Counts, secs: f64) -> String {
+    if sent.is_empty() {
+        return "nothing".to_owned();
+    }
+    sent.iter()
+        .map(|(k, v)| format!("{k} {:.1}/min", *v as f64 * 60.0 / secs))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Statements sent: PostgreSQL `Execute` (extended protocol) and `Query` (simple); MySQL
+/// `COM_STMT_EXECUTE` and `COM_QUERY`.
+fn statements(protocol: Protocol, sent: &Counts) -> u64 {
+    let n = |k: &str| sent.get(k).copied().unwrap_or(0);
+    match protocol {
+        Protocol::Postgres => n("Execute") + n("Query"),
+        Protocol::Mysql => n("COM_STMT_EXECUTE") + n("COM_QUERY"),
+    }
+}
+
+/// Round trips: PostgreSQL `Sync` and `Query` (each waits for ReadyForQuery and, outside a
+/// transaction block, ends an implicit transaction); MySQL every command.
+fn round_trips(protocol: Protocol, sent: &Counts) -> u64 {
+    let n = |k: &str| sent.get(k).copied().unwrap_or(0);
+    match protocol {
+        Protocol::Postgres => n("Sync") + n("Query"),
+        Protocol::Mysql => sent
+            .iter()
+            .filter(|(k, _)| k.starts_with("COM_") && k.as_str() != "COM_QUIT")
+            .map(|(_, v)| v)
+            .sum(),
     }
 }
 

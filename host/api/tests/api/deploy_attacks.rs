@@ -1,0 +1,293 @@
+//! A hostile tenant against the deployments API (docs/deployment-policy.md#threat-model-a-tenant-with-a-deploy-token),
+//! on real MariaDB and MySQL with the real load check: what a `deploy` token of its own namespace
+//! tries in order to exceed the operator's ceilings, reach another namespace or exhaust the
+//! server, and the refusal each attempt gets.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::{Method, StatusCode};
+use onestep_api::deploy::DeployApi;
+use onestep_api::router;
+use onestep_core::deploy_policy::{DeploymentPolicy, PolicyCeiling};
+use serde_json::{Value, json};
+
+use crate::deploy::{
+    DEPLOY_A, RuntimeVetter, component, deploy, origin, policy, revision, settings, start, upload,
+};
+use crate::support::{TestApp, req, servers};
+
+/// The same app (same database) with the operator's policy replaced, as after the operator
+/// edits `deployments:` and restarts `onestep serve`.
+fn with_policy(app: &mut TestApp, policy: Option<DeploymentPolicy>) {
+    use onestep_core::backend::Backend;
+    let state = app.state.clone().with_deployments(DeployApi {
+        components: app.backend.components(),
+        deployments: app.backend.deployments(),
+        vetter: Arc::new(RuntimeVetter),
+        policy,
+    });
+    app.router = router(state.clone());
+    app.state = state;
+}
+
+async fn activate(app: &TestApp, task: &str, version: i64) -> (StatusCode, Value) {
+    app.send(
+        req(
+            Method::POST,
+            &format!("/v1/deployments/{task}/versions/{version}/activate"),
+            Some(DEPLOY_A),
+        )
+        .json(&json!({"note": "roll back"})),
+    )
+    .await
+}
+
+async fn active_version(app: &TestApp, task: &str) -> Value {
+    let (s, t) = app
+        .send(
+            req(
+                Method::GET,
+                &format!("/v1/deployments/{task}"),
+                Some(DEPLOY_A),
+            )
+            .empty(),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    t["active"]["version"].clone()
+}
+
+/// A rollback is a deploy of an old version: it is checked against the operator's policy **as it
+/// is now**. An operator who revoked a secret, an origin or memory from a namespace must not see
+/// the tenant get it back by activating a version deployed before the change; a namespace whose
+/// policy was removed cannot activate at all. Deactivating (giving up) stays allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_is_checked_against_the_current_policy() {
+    for (server, admin) in servers() {
+        let mut app = start(&admin, Some(policy())).await;
+        let (_, c) = upload(&app, DEPLOY_A, component("echo.wasm")).await;
+        let digest = c["digest"].as_str().expect("digest").to_owned();
+        // v1 under the first policy: the openai secret, 128 MiB.
+        let granted = settings(
+            "echo",
+            json!({
+                "sandbox": {
+                    "memory_limit_bytes": 134217728u64,
+                    "network": {"allow": [{"origin": "https://api.openai.com"}]},
+                },
+                "headers": [{"origin": "https://api.openai.com", "name": "Authorization",
+                             "value": {"secret": "openai"}}],
+            }),
+        );
+        let (s, d) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": granted, "digest": digest}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {d}");
+        // v2: the defaults.
+        let (s, d) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({})), "digest": digest}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {d}");
+
+        // The operator revokes the secret, the origin and half the memory.
+        let lowered = PolicyCeiling {
+            memory_limit_bytes: 64 << 20,
+            concurrency: 4,
+            max_attempts: 3,
+            max_component_bytes: 1_000_000,
+            ..PolicyCeiling::default()
+        };
+        let mut p = policy();
+        p.namespaces.insert("tenant-a".into(), lowered);
+        with_policy(&mut app, Some(p));
+        let rev = revision(&app).await;
+        let (s, e) = activate(&app, "echo", 1).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{server}: {e}");
+        assert_eq!(e["code"], "policy_violation", "{e}");
+        let limits: Vec<&str> = e["violations"]
+            .as_array()
+            .expect("violations")
+            .iter()
+            .filter_map(|v| v["limit"].as_str())
+            .collect();
+        assert!(limits.contains(&"sandbox.memory_limit_bytes"), "{e}");
+        assert!(limits.contains(&"sandbox.network.allow[0]"), "{e}");
+        assert!(
+            limits
+                .iter()
+                .any(|l| l.starts_with("sandbox.network.headers")),
+            "{e}"
+        );
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("version 1"),
+            "the refusal names the version: {e}"
+        );
+        // Nothing changed: v2 still serves, the revision did not move.
+        assert_eq!(revision(&app).await, rev, "{server}");
+        assert_eq!(active_version(&app, "echo").await, 2, "{server}");
+        // The version within the new policy is still activatable (it is the active one).
+        let (s, e) = activate(&app, "echo", 2).await;
+        assert_eq!(s, StatusCode::OK, "{server}: {e}");
+
+        // The operator removes the namespace's policy entirely: no activation at all, but the
+        // tenant may still stop its task.
+        let mut p = policy();
+        p.namespaces = BTreeMap::new();
+        with_policy(&mut app, Some(p));
+        let (s, e) = activate(&app, "echo", 1).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{server}: {e}");
+        assert_eq!(e["violations"][0]["kind"], "no_policy", "{e}");
+        assert_eq!(revision(&app).await, rev, "{server}");
+        let (s, e) = app
+            .send(
+                req(
+                    Method::POST,
+                    "/v1/deployments/echo/deactivate",
+                    Some(DEPLOY_A),
+                )
+                .empty(),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{server}: {e}");
+        // The origin helper is shared with the other deploy tests.
+        let _ = origin("https://api.openai.com");
+    }
+}
+
+/// An upload whose body never ends: `declared` bytes announced, `sent` sent, the rest held back
+/// until the returned sender is dropped. The request runs on its own task.
+fn stalled_upload(
+    app: &TestApp,
+    token: &str,
+    declared: usize,
+    sent: usize,
+) -> (
+    tokio::sync::mpsc::Sender<Result<axum::body::Bytes, std::io::Error>>,
+    tokio::task::JoinHandle<StatusCode>,
+) {
+    use tower::ServiceExt;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(4);
+    let body = axum::body::Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    let request = req(Method::POST, "/v1/components", Some(token))
+        .header("content-length", &declared.to_string())
+        .raw("application/wasm", body);
+    let router = app.router.clone();
+    let handle = tokio::spawn(async move {
+        router
+            .oneshot(request)
+            .await
+            .map(|r| r.status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    });
+    let first = tx.clone();
+    tokio::spawn(async move {
+        let _ = first
+            .send(Ok(axum::body::Bytes::from(vec![0u8; sent])))
+            .await;
+    });
+    (tx, handle)
+}
+
+/// The API holds a component upload's (and a deploy's) bytes in memory, so how many it holds at
+/// once is bounded: at most two per namespace (a third answers 429 `deploy_busy` at once, before
+/// its body is read) and a byte budget for the whole server (a transfer that does not fit answers
+/// 429 too), so a tenant opening hundreds of stalled 64 MiB uploads cannot exhaust the API's
+/// memory (it took 1.6 GB with 24 of them before), and another namespace still gets through with
+/// what fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn component_transfers_are_bounded_per_namespace_and_in_total() {
+    for (server, admin) in servers() {
+        let mut p = policy();
+        let a = p.namespaces["tenant-a"].clone();
+        p.namespaces.insert("tenant-b".into(), a);
+        let mut app = start(&admin, Some(p)).await;
+        // A budget of 3 MB: each transfer reserves twice its size (the body and its copy).
+        app.state =
+            app.state
+                .clone()
+                .with_transfer_limits(onestep_api::transfers::TransferLimits {
+                    per_namespace: 2,
+                    budget_bytes: 3_000_000,
+                });
+        app.router = router(app.state.clone());
+        let (s, c) = upload(&app, DEPLOY_A, component("echo.wasm")).await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {c}");
+        let echo = c["digest"].clone();
+
+        let (hold1, first) = stalled_upload(&app, DEPLOY_A, 600_000, 1000);
+        let (hold2, second) = stalled_upload(&app, DEPLOY_A, 600_000, 1000);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!first.is_finished() && !second.is_finished(), "{server}");
+
+        // A third transfer of the same namespace: refused at once, its body never read.
+        let started = std::time::Instant::now();
+        let (s, e) = upload(&app, DEPLOY_A, component("countdown.wasm")).await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{server}: {e}");
+        assert_eq!(e["code"], "deploy_busy", "{e}");
+        let msg = e["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("tenant-a") && msg.contains("2 "), "{msg}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // A deploy of that namespace is a transfer too (it reads the component's bytes).
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({})), "digest": echo}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{server}: {e}");
+
+        // Another namespace: a large upload does not fit the server's budget (2 × 1.2 MB held),
+        // a small one does.
+        let mut big = vec![1u8; 600_000];
+        big[0] = 2;
+        let (s, e) = app
+            .send(
+                req(
+                    Method::POST,
+                    "/v1/components",
+                    Some(crate::deploy::DEPLOY_B),
+                )
+                .raw("application/wasm", big),
+            )
+            .await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{server}: {e}");
+        assert_eq!(e["code"], "deploy_busy", "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("3000000"),
+            "{e}"
+        );
+        let (s, e) = upload(&app, crate::deploy::DEPLOY_B, component("flaky.wasm")).await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {e}");
+
+        // The stalled uploads end (their bodies fail); their reservations are given back.
+        for hold in [hold1, hold2] {
+            let _ = hold
+                .send(Err(std::io::Error::other("the client went away")))
+                .await;
+        }
+        for h in [first, second] {
+            let status = tokio::time::timeout(std::time::Duration::from_secs(10), h)
+                .await
+                .expect("ends")
+                .expect("task");
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{server}");
+        }
+        let (s, e) = upload(&app, DEPLOY_A, component("countdown.wasm")).await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {e}");
+    }
+}
