@@ -95,6 +95,18 @@ impl From<DeploymentError> for ApiError {
             DeploymentError::NoActiveVersion { .. } => {
                 ApiError::new(StatusCode::CONFLICT, code::NO_ACTIVE_DEPLOYMENT, msg)
             }
+            DeploymentError::TooManyTasks {
+                namespace,
+                asked,
+                limit,
+            } => policy_refusal(&[PolicyViolation {
+                limit: "tasks".into(),
+                kind: onestep_core::deploy_policy::ViolationKind::AboveCeiling,
+                asked: format!("{asked} tasks with an active version"),
+                rule: format!(
+                    "the ceiling for namespace {namespace:?} is {limit} (deactivate a task first)"
+                ),
+            }]),
             DeploymentError::Store(e) => ApiError::from(e),
         }
     }
@@ -536,6 +548,7 @@ pub async fn deploy(
         settings: StoredSettings::of(&settings)?,
         actor: deployer.actor,
         note: body.note,
+        max_tasks: Some(ceiling_of(policy, &deployer.namespace)?.max_tasks),
     };
     let done = deploy.deployments.deploy(&new).await?;
     let status = if done.created {
@@ -746,6 +759,7 @@ pub async fn activate_version(
         .map_err(|_| ApiError::invalid(format!("version must be an integer (got {version:?})")))?;
     onestep_core::deployments::check_version(version)?;
     check_activation(deploy, policy, &deployer.namespace, &task, version).await?;
+    let max_tasks = ceiling_of(policy, &deployer.namespace)?.max_tasks;
     let d = deploy
         .deployments
         .activate(
@@ -754,6 +768,7 @@ pub async fn activate_version(
             version,
             &deployer.actor,
             body.note.as_deref(),
+            Some(max_tasks),
         )
         .await?;
     Ok(Json(DeploymentView::from(&d)))

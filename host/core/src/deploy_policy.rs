@@ -168,6 +168,12 @@ impl DeploymentSettings {
     }
 }
 
+/// The built-in `max_tasks` ceiling: tasks of one namespace with an active version at once.
+pub const DEFAULT_MAX_TASKS: u32 = 20;
+
+/// The largest `max_tasks` an operator may write.
+pub const MAX_MAX_TASKS: u32 = 10_000;
+
 /// Longest `description` of a deployment (characters).
 pub const MAX_DESCRIPTION_CHARS: usize = 1000;
 
@@ -215,6 +221,11 @@ pub struct PolicyCeiling {
     pub max_attempts: u32,
     /// Largest component, in bytes (at most [`MAX_COMPONENT_BYTES`]).
     pub max_component_bytes: u64,
+    /// Most tasks of the namespace with an active version at once (every following worker runs
+    /// a claim loop and keeps a build for each); a deploy or an activation that would make one
+    /// more task active is refused by the store, under its lock
+    /// ([`crate::deployments::DeploymentError::TooManyTasks`]).
+    pub max_tasks: u32,
     /// Origins the deployment's allow-list must be within (empty: no network).
     pub allow: Vec<OriginPattern>,
     /// Operator-held secrets the namespace may reference, each with the origins it may be sent
@@ -244,6 +255,7 @@ impl Default for PolicyCeiling {
             concurrency: DEFAULT_CONCURRENCY,
             max_attempts: 1,
             max_component_bytes: MAX_COMPONENT_BYTES as u64,
+            max_tasks: DEFAULT_MAX_TASKS,
             allow: Vec::new(),
             secrets: BTreeMap::new(),
         }

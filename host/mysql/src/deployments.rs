@@ -15,7 +15,7 @@ use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
     ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment, DeploymentError,
     DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore, EVENT_COLUMNS, EventRow,
-    GcReport, NewDeployment, Page, Plan, check_name, check_new, check_note, check_page,
+    GcReport, NewDeployment, Page, Plan, TaskBound, check_name, check_new, check_note, check_page,
     check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
 };
 
@@ -123,6 +123,29 @@ async fn one(
         }
     };
     row.map(deployment).transpose()
+}
+
+/// The namespace's tasks with an active version, when `max_tasks` bounds them (`None`
+/// otherwise: not read). Read under the revision lock.
+async fn active_tasks(
+    tx: &mut Transaction<'_>,
+    t: &Tables,
+    namespace: &str,
+    max_tasks: Option<u32>,
+) -> OpResult<Option<u64>> {
+    if max_tasks.is_none() {
+        return Ok(None);
+    }
+    let n: Option<i64> = tx
+        .exec_first(
+            format!(
+                "SELECT COUNT(*) FROM `{}` WHERE namespace = ? AND active_key = 1",
+                t.deployments
+            ),
+            (namespace,),
+        )
+        .await?;
+    Ok(Some(u64::try_from(n.unwrap_or(0)).unwrap_or(0)))
 }
 
 /// Locks the revision row (creating it at 0 when absent) and returns the revision.
@@ -234,6 +257,7 @@ enum Change<'a> {
         version: i64,
         actor: &'a str,
         note: Option<&'a str>,
+        max_tasks: Option<u32>,
     },
     Deactivate {
         namespace: &'a str,
@@ -283,6 +307,10 @@ impl MySqlBackend {
                     )
                     .await?;
                 let active = one(tx, t, &new.namespace, &new.task, None).await?;
+                let tasks = match active {
+                    None => active_tasks(tx, t, &new.namespace, new.max_tasks).await?,
+                    Some(_) => None,
+                };
                 let max: Option<Option<i64>> = tx
                     .exec_first(
                         format!(
@@ -301,6 +329,7 @@ impl MySqlBackend {
                         active.as_ref(),
                         max.flatten(),
                         stored.is_some(),
+                        tasks,
                         now,
                     ),
                 )
@@ -311,9 +340,17 @@ impl MySqlBackend {
                 version,
                 actor,
                 note,
+                max_tasks,
             } => {
                 let target = one(tx, t, namespace, task, Some(version)).await?;
                 let active = one(tx, t, namespace, task, None).await?;
+                let bound = TaskBound {
+                    max_tasks,
+                    active_tasks: match active {
+                        None => active_tasks(tx, t, namespace, max_tasks).await?,
+                        Some(_) => None,
+                    },
+                };
                 (
                     namespace,
                     task,
@@ -326,6 +363,7 @@ impl MySqlBackend {
                         revision,
                         actor,
                         note,
+                        bound,
                         now,
                     ),
                 )
@@ -548,6 +586,7 @@ impl DeploymentStore for MySqlBackend {
         version: i64,
         actor: &str,
         note: Option<&str>,
+        max_tasks: Option<u32>,
     ) -> Result<Deployment, DeploymentError> {
         check_name("namespace", namespace)?;
         check_name("task", task)?;
@@ -558,6 +597,7 @@ impl DeploymentStore for MySqlBackend {
             namespace,
             task,
             version,
+            max_tasks,
             actor,
             note,
         };

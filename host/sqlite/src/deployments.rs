@@ -11,7 +11,7 @@ use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
     ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment, DeploymentError,
     DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore, EVENT_COLUMNS, EventRow,
-    GcReport, NewDeployment, Page, Plan, check_name, check_new, check_note, check_page,
+    GcReport, NewDeployment, Page, Plan, TaskBound, check_name, check_new, check_note, check_page,
     check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
 };
 use rusqlite::types::Value as SqlValue;
@@ -112,6 +112,26 @@ fn deployments_where(
         out.push(deployment(r)?);
     }
     Ok(out)
+}
+
+/// The namespace's tasks with an active version, when `max_tasks` bounds them (`None`
+/// otherwise: not read). Read inside the change's transaction (SQLite's one writer).
+fn active_tasks(
+    c: &Connection,
+    t: &Tables,
+    namespace: &str,
+    max_tasks: Option<u32>,
+) -> OpResult<Option<u64>> {
+    if max_tasks.is_none() {
+        return Ok(None);
+    }
+    let n: i64 = c
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM {} WHERE namespace = ?1 AND state = 'active'",
+            t.deployments
+        ))?
+        .query_row(params![namespace], |r| r.get(0))?;
+    Ok(Some(u64::try_from(n).unwrap_or(0)))
 }
 
 fn one(
@@ -271,11 +291,22 @@ impl DeploymentStore for SqliteBackend {
                     t.deployments
                 ))?
                 .query_row(params![new.namespace, new.task], |r| r.get(0))?;
-            let plan =
-                match plan_deploy(&new, revision, active.as_ref(), max_version, stored, now(b)) {
-                    Ok(p) => p,
-                    Err(e) => return Ok(Err(e)),
-                };
+            let tasks = match active {
+                None => active_tasks(c, &t, &new.namespace, new.max_tasks)?,
+                Some(_) => None,
+            };
+            let plan = match plan_deploy(
+                &new,
+                revision,
+                active.as_ref(),
+                max_version,
+                stored,
+                tasks,
+                now(b),
+            ) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(e)),
+            };
             let created = matches!(plan, Plan::Change(..));
             let deployment = apply(c, &t, &new.namespace, &new.task, plan)?;
             Ok(Ok(Deployed {
@@ -356,6 +387,7 @@ impl DeploymentStore for SqliteBackend {
         version: i64,
         actor: &str,
         note: Option<&str>,
+        max_tasks: Option<u32>,
     ) -> Result<Deployment, DeploymentError> {
         check_name("namespace", namespace)?;
         check_name("task", task)?;
@@ -369,6 +401,13 @@ impl DeploymentStore for SqliteBackend {
             let revision = revision_in(c, &t)?;
             let target = one(c, &t, &ns, &task, Some(version))?;
             let active = one(c, &t, &ns, &task, None)?;
+            let bound = TaskBound {
+                max_tasks,
+                active_tasks: match active {
+                    None => active_tasks(c, &t, &ns, max_tasks)?,
+                    Some(_) => None,
+                },
+            };
             let plan = match plan_activate(
                 &ns,
                 &task,
@@ -378,6 +417,7 @@ impl DeploymentStore for SqliteBackend {
                 revision,
                 &actor,
                 note.as_deref(),
+                bound,
                 now(b),
             ) {
                 Ok(p) => p,

@@ -53,6 +53,7 @@ async fn deploy(env: &Env, task: &str, digest: &ComponentDigest, concurrency: u3
             settings: settings(task, concurrency)?,
             actor: "e2e".to_owned(),
             note: None,
+            max_tasks: None,
         })
         .await?;
     ensure!(d.created, "a new version");
@@ -187,7 +188,7 @@ async fn case(env: &Env) -> Result<()> {
 
     // Rollback: activate v1, the same way.
     env.deployments()
-        .activate(NAMESPACE, "dep", 1, "e2e", Some("rollback"))
+        .activate(NAMESPACE, "dep", 1, "e2e", Some("rollback"), None)
         .await?;
     tokio::time::sleep(BOUND).await;
     let after_rollback = submit_all(env, "dep", 6, 1).await?;
