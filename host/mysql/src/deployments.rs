@@ -23,8 +23,8 @@ use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
 use crate::rows::{bind_time, instant};
 use crate::schema::{
-    component_chunks_table, components_table, deployment_events_table, deployment_revision_table,
-    deployments_table,
+    component_chunks_table, component_holders_table, components_table, deployment_events_table,
+    deployment_revision_table, deployments_table,
 };
 
 /// The tables.
@@ -34,6 +34,7 @@ struct Tables {
     revision: String,
     components: String,
     chunks: String,
+    holders: String,
 }
 
 fn take<T: FromValue>(r: &mut Row, i: usize, col: &str) -> OpResult<T> {
@@ -278,6 +279,7 @@ impl MySqlBackend {
                 revision: deployment_revision_table(n),
                 components: components_table(n),
                 chunks: component_chunks_table(n),
+                holders: component_holders_table(n),
             })
         } else {
             Err(DeploymentError::Invalid(
@@ -415,12 +417,24 @@ impl MySqlBackend {
     ) -> OpResult<GcReport> {
         let cutoff = gc_cutoff(self.stamp(), grace);
         lock_revision(tx, t).await?;
+        // Holders stored before the cutoff whose namespace deploys nothing of theirs go first
+        // (that namespace must store the bytes again to deploy them).
+        tx.exec_drop(
+            format!(
+                "DELETE h FROM `{}` AS h WHERE h.stored_at < ? AND NOT EXISTS \
+                 (SELECT 1 FROM `{}` AS d WHERE d.namespace = h.namespace AND d.digest = h.digest)",
+                t.holders, t.deployments
+            ),
+            (bind_time(cutoff),),
+        )
+        .await?;
         let victims: Vec<(String, i64)> = tx
             .exec(
                 format!(
                     "SELECT c.digest, c.size FROM `{}` AS c WHERE c.created_at < ? \
-                     AND NOT EXISTS (SELECT 1 FROM `{}` AS d WHERE d.digest = c.digest)",
-                    t.components, t.deployments
+                     AND NOT EXISTS (SELECT 1 FROM `{}` AS d WHERE d.digest = c.digest) \
+                     AND NOT EXISTS (SELECT 1 FROM `{}` AS h WHERE h.digest = c.digest)",
+                    t.components, t.deployments, t.holders
                 ),
                 (bind_time(cutoff),),
             )

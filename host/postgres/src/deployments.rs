@@ -21,8 +21,8 @@ use tokio_postgres::types::ToSql;
 use crate::backend::PgBackend;
 use crate::errors::{OpError, OpResult};
 use crate::schema::{
-    component_chunks_table, components_table, deployment_events_table, deployment_revision_table,
-    deployments_table, q,
+    component_chunks_table, component_holders_table, components_table, deployment_events_table,
+    deployment_revision_table, deployments_table, q,
 };
 use crate::worker_ops::finish;
 
@@ -33,6 +33,7 @@ struct Tables {
     revision: String,
     components: String,
     chunks: String,
+    holders: String,
 }
 
 fn deployment(r: &Row) -> OpResult<Deployment> {
@@ -242,6 +243,7 @@ impl PgBackend {
                 revision: q(&deployment_revision_table(n)),
                 components: q(&components_table(n)),
                 chunks: q(&component_chunks_table(n)),
+                holders: q(&component_holders_table(n)),
             })
         } else {
             Err(DeploymentError::Invalid(
@@ -365,14 +367,28 @@ impl PgBackend {
         let tx = conn.transaction().await?;
         let outcome = async {
             lock_revision(&tx, t).await?;
+            // Holders stored before the cutoff whose namespace deploys nothing of theirs go
+            // first (that namespace must store the bytes again to deploy them).
+            tx.execute(
+                &format!(
+                    "DELETE FROM {h} AS h WHERE h.stored_at < $1 AND NOT EXISTS \
+                     (SELECT 1 FROM {d} AS d WHERE d.namespace = h.namespace AND d.digest = h.digest)",
+                    h = t.holders,
+                    d = t.deployments
+                ),
+                &[&cutoff],
+            )
+            .await?;
             let rows = tx
                 .query(
                     &format!(
                         "DELETE FROM {c} AS c WHERE c.created_at < $1 \
                          AND NOT EXISTS (SELECT 1 FROM {d} AS d WHERE d.digest = c.digest) \
+                         AND NOT EXISTS (SELECT 1 FROM {h} AS h WHERE h.digest = c.digest) \
                          RETURNING c.digest, c.size",
                         c = t.components,
-                        d = t.deployments
+                        d = t.deployments,
+                        h = t.holders
                     ),
                     &[&cutoff],
                 )

@@ -21,8 +21,8 @@ use crate::backend::SqliteBackend;
 use crate::errors::{OpError, OpResult};
 use crate::rows::{parse_time, ts};
 use crate::schema::{
-    component_chunks_table, components_table, deployment_events_table, deployment_revision_table,
-    deployments_table, q,
+    component_chunks_table, component_holders_table, components_table, deployment_events_table,
+    deployment_revision_table, deployments_table, q,
 };
 
 /// The quoted tables.
@@ -33,6 +33,7 @@ struct Tables {
     revision: String,
     components: String,
     chunks: String,
+    holders: String,
 }
 
 impl SqliteBackend {
@@ -46,6 +47,7 @@ impl SqliteBackend {
                 revision: q(&deployment_revision_table(n)),
                 components: q(&components_table(n)),
                 chunks: q(&component_chunks_table(n)),
+                holders: q(&component_holders_table(n)),
             })
         } else {
             Err(DeploymentError::Invalid(
@@ -544,11 +546,22 @@ impl DeploymentStore for SqliteBackend {
         let t = self.deployment_tables()?;
         self.change("component_gc", move |b, c| {
             let cutoff = ts(gc_cutoff(now(b), grace));
+            // Holders stored before the cutoff whose namespace deploys nothing of theirs go
+            // first (that namespace must store the bytes again to deploy them).
+            c.prepare_cached(&format!(
+                "DELETE FROM {h} WHERE stored_at < ?1 AND NOT EXISTS \
+                 (SELECT 1 FROM {d} AS d WHERE d.namespace = {h}.namespace \
+                  AND d.digest = {h}.digest)",
+                h = t.holders,
+                d = t.deployments
+            ))?
+            .execute(params![cutoff])?;
             let victims: Vec<(String, i64)> = c
                 .prepare_cached(&format!(
                     "SELECT c.digest, c.size FROM {} AS c WHERE c.created_at < ?1 \
-                     AND NOT EXISTS (SELECT 1 FROM {} AS d WHERE d.digest = c.digest)",
-                    t.components, t.deployments
+                     AND NOT EXISTS (SELECT 1 FROM {} AS d WHERE d.digest = c.digest) \
+                     AND NOT EXISTS (SELECT 1 FROM {} AS h WHERE h.digest = c.digest)",
+                    t.components, t.deployments, t.holders
                 ))?
                 .query_map(params![cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?;

@@ -58,6 +58,9 @@ pub(crate) fn cases() -> Vec<Case> {
             "deployments_max_tasks_bounds_active_tasks_of_a_namespace",
             |fx| Box::pin(max_tasks(fx)),
         ),
+        case("components_are_held_per_namespace", |fx| {
+            Box::pin(holders(fx))
+        }),
     ]
 }
 
@@ -920,4 +923,85 @@ async fn max_tasks(fx: Fixture) {
         .await
         .expect("active");
     assert_eq!(active.deployments.len(), 3);
+}
+
+/// Who holds a component (docs/semantics.md#component-store): `put_for` stores the bytes once
+/// and records the namespace; `stat_for` answers only a namespace that stored them, exactly as
+/// for bytes never stored otherwise; `created` is per namespace. The garbage collection forgets a
+/// holder stored more than the grace ago whose namespace deploys nothing of it, keeps a component
+/// that a young holder (one that stored it again lately) still holds, and removes the rest as
+/// before.
+async fn holders(fx: Fixture) {
+    if !supported(&fx).await {
+        return;
+    }
+    let c = fx.components.clone();
+    let d = fx.deployments.clone();
+    let shared = b"a component two namespaces store".to_vec();
+    let a = c.put_for("a", &shared).await.expect("a stores");
+    assert!(a.created);
+    let again = c.put_for("a", &shared).await.expect("a again");
+    assert_eq!(
+        (again.digest.clone(), again.created),
+        (a.digest.clone(), false)
+    );
+    // b stores the same bytes: new for b, and b is told nothing of a.
+    let b = c.put_for("b", &shared).await.expect("b stores");
+    assert_eq!((b.digest.clone(), b.created), (a.digest.clone(), true));
+    assert_eq!(fx.probe.component_rows(&a.digest).await.0, 1, "stored once");
+    let size = shared.len() as u64;
+    for ns in ["a", "b"] {
+        let stat = c.stat_for(ns, &a.digest).await.expect("stat_for");
+        assert_eq!(stat.map(|s| s.size), Some(size), "{ns}");
+    }
+    // A namespace that never stored them: as if they were not stored at all.
+    assert_eq!(c.stat_for("z", &a.digest).await.expect("stat_for"), None);
+    assert_eq!(
+        c.stat_for("z", &ComponentDigest::of(b"never"))
+            .await
+            .expect("stat_for"),
+        None
+    );
+    // Bytes stored without a namespace (`put`) are held by none.
+    let plain = c.put(b"stored by the operator").await.expect("put");
+    assert!(c.stat(&plain).await.expect("stat").is_some());
+    assert_eq!(c.stat_for("a", &plain).await.expect("stat_for"), None);
+    let kept = c.put_for("e", b"stored again later").await.expect("e");
+
+    // a deploys the shared bytes; b never does.
+    d.deploy(&new("a", "t", &a.digest, json!({})))
+        .await
+        .expect("deploy");
+    fx.clock.advance(3700.0);
+    // e stores its (by now old) component again: its holder is young again.
+    let e = c
+        .put_for("e", b"stored again later")
+        .await
+        .expect("e again");
+    assert!(!e.created);
+    let report = d
+        .collect_garbage(Duration::from_secs(3600))
+        .await
+        .expect("gc");
+    // Only the operator's old, unheld, unreferenced bytes went.
+    assert_eq!(report.components, 1, "{report:?}");
+    assert!(c.stat(&plain).await.expect("stat").is_none());
+    // a deploys the shared bytes: kept, and still held by a; b's old holder is forgotten.
+    assert!(
+        c.stat_for("a", &a.digest)
+            .await
+            .expect("stat_for")
+            .is_some()
+    );
+    assert_eq!(c.stat_for("b", &a.digest).await.expect("stat_for"), None);
+    // e's component is old but e stored it again within the grace: kept and held.
+    assert!(
+        c.stat_for("e", &kept.digest)
+            .await
+            .expect("stat_for")
+            .is_some()
+    );
+    // b stores the bytes again and holds them again.
+    let b2 = c.put_for("b", &shared).await.expect("b again");
+    assert!(b2.created);
 }

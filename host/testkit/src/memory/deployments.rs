@@ -302,6 +302,13 @@ impl DeploymentStore for MemoryDeployments {
         let cutoff = gc_cutoff(self.now(), grace);
         let s = self.lock();
         let referenced: HashSet<_> = s.rows.iter().map(|d| d.digest.clone()).collect();
-        Ok(self.components.remove_unreferenced(&referenced, cutoff))
+        let referenced_by: HashSet<_> = s
+            .rows
+            .iter()
+            .map(|d| (d.namespace.clone(), d.digest.clone()))
+            .collect();
+        Ok(self
+            .components
+            .remove_unreferenced(&referenced, &referenced_by, cutoff))
     }
 }
