@@ -283,8 +283,9 @@ impl DeploymentPolicy {
     }
 
     /// Every check of a deploy by a token of `token_namespace`: the namespace matches, a policy
-    /// covers it, and the settings are within its ceiling ([`check_within`], with unknown
-    /// secrets told apart from ones the namespace may not reference).
+    /// covers it, and the settings are within its ceiling ([`check_within`]). A secret outside
+    /// the namespace's list is refused the same way whether or not the operator holds it for
+    /// another namespace, so a tenant cannot enumerate other tenants' secret names.
     pub fn check(
         &self,
         token_namespace: &str,
@@ -303,7 +304,7 @@ impl DeploymentPolicy {
                     .into(),
             }]);
         };
-        check(settings, ceiling, component_size, Some(&self.secret_names))
+        check(settings, ceiling, component_size)
     }
 }
 
@@ -315,9 +316,9 @@ pub enum ViolationKind {
     AboveCeiling,
     /// An allow-list entry outside the operator's origins.
     OriginOutside,
-    /// A secret the operator does not hold.
-    UnknownSecret,
-    /// A secret the namespace may not reference.
+    /// A secret the namespace may not reference (whether or not the operator holds it for
+    /// another namespace: the two are not told apart, so secret names do not leak across
+    /// namespaces).
     SecretNotAllowed,
     /// A secret sent to an origin it is not bound to.
     SecretOrigin,
@@ -365,13 +366,13 @@ pub fn check_namespace(token_namespace: &str, asked: &str) -> Result<(), PolicyV
 
 /// Whether `settings` stay within `ceiling` with a component of `component_size` bytes; every
 /// violation otherwise. A secret outside `ceiling.secrets` is reported as one the namespace may
-/// not reference ([`DeploymentPolicy::check`] also tells unknown secrets apart).
+/// not reference.
 pub fn check_within(
     settings: &DeploymentSettings,
     ceiling: &PolicyCeiling,
     component_size: u64,
 ) -> Result<(), Vec<PolicyViolation>> {
-    check(settings, ceiling, component_size, None)
+    check(settings, ceiling, component_size)
 }
 
 /// Whether operator entry `op` lets through every request `tenant` lets through: same scheme
@@ -451,7 +452,6 @@ fn check(
     s: &DeploymentSettings,
     c: &PolicyCeiling,
     component_size: u64,
-    known_secrets: Option<&BTreeSet<String>>,
 ) -> Result<(), Vec<PolicyViolation>> {
     let ns = &s.namespace;
     let mut out = Vec::new();
@@ -670,29 +670,16 @@ fn check(
             continue;
         };
         match c.secrets.get(name) {
-            None => {
-                let unknown = known_secrets.is_some_and(|k| !k.contains(name));
-                out.push(PolicyViolation {
-                    limit,
-                    kind: if unknown {
-                        ViolationKind::UnknownSecret
-                    } else {
-                        ViolationKind::SecretNotAllowed
-                    },
-                    asked: format!("secret {name:?}"),
-                    rule: if unknown {
-                        format!(
-                            "which the operator does not hold (namespace {ns:?} may reference: {})",
-                            names(c.secrets.keys())
-                        )
-                    } else {
-                        format!(
-                            "which namespace {ns:?} may not reference (it may reference: {})",
-                            names(c.secrets.keys())
-                        )
-                    },
-                });
-            }
+            // Held for another namespace or not held at all: the same answer.
+            None => out.push(PolicyViolation {
+                limit,
+                kind: ViolationKind::SecretNotAllowed,
+                asked: format!("secret {name:?}"),
+                rule: format!(
+                    "which namespace {ns:?} may not reference (it may reference: {})",
+                    names(c.secrets.keys())
+                ),
+            }),
             Some(bound) if !origin_within(&h.origin, bound) => out.push(PolicyViolation {
                 limit,
                 kind: ViolationKind::SecretOrigin,

@@ -465,3 +465,50 @@ async fn another_namespaces_digest_is_not_a_capability() {
         let _ = c_ns;
     }
 }
+
+/// The operator's secrets of other namespaces are not revealed: before, naming a secret the
+/// operator holds for another namespace answered "which namespace … may not reference" while a
+/// made-up name answered "which the operator does not hold", so a tenant could enumerate the
+/// other tenants' secret names. Both now get the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_names_of_other_namespaces_are_not_revealed() {
+    for (server, admin) in servers() {
+        let app = start(&admin, Some(policy())).await;
+        let (_, c) = upload(&app, DEPLOY_A, component("echo.wasm")).await;
+        let digest = c["digest"].clone();
+        let asking = |name: &str| {
+            settings(
+                "echo",
+                json!({
+                    "sandbox": {"network": {"allow": [{"origin": "https://api.openai.com"}]}},
+                    "headers": [{"origin": "https://api.openai.com", "name": "Authorization",
+                                 "value": {"secret": name}}],
+                }),
+            )
+        };
+        // "github" is held by the operator (for others), "nope" is not held at all.
+        let mut answers = Vec::new();
+        for name in ["github", "nope"] {
+            let (s, e) = deploy(
+                &app,
+                DEPLOY_A,
+                json!({"settings": asking(name), "digest": digest}),
+            )
+            .await;
+            assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{server}: {e}");
+            assert_eq!(e["violations"][0]["kind"], "secret_not_allowed", "{e}");
+            answers.push(
+                e["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace(&format!("{name:?}"), "NAME"),
+            );
+        }
+        assert_eq!(answers[0], answers[1], "{server}");
+        assert!(
+            answers[0].contains("may reference: openai"),
+            "{}",
+            answers[0]
+        );
+    }
+}

@@ -290,11 +290,11 @@ fn a_manifest_is_checked_against_the_operators_policy() {
             "sandbox.network.allow[2]: asked https://a.b.example.com:443, which is outside the origins the operator allows namespace \"team-a\" (https://api.openai.com:443, https://*.example.com:443)",
             "sandbox.network.headers[\"https://docs.example.com:443\"].Authorization: asked secret \"openai\" for https://docs.example.com:443, but the operator binds secret \"openai\" to https://api.openai.com:443 only",
             "sandbox.network.headers[\"https://api.openai.com:443\"].X-Api-Key: asked secret \"github\", which namespace \"team-a\" may not reference (it may reference: openai)",
-            "sandbox.network.headers[\"https://api.openai.com:443\"].X-Other-Key: asked secret \"nope\", which the operator does not hold (namespace \"team-a\" may reference: openai)",
+            "sandbox.network.headers[\"https://api.openai.com:443\"].X-Other-Key: asked secret \"nope\", which namespace \"team-a\" may not reference (it may reference: openai)",
         ]
     );
     assert_eq!(v[10].kind, ViolationKind::SecretNotAllowed);
-    assert_eq!(v[11].kind, ViolationKind::UnknownSecret);
+    assert_eq!(v[11].kind, ViolationKind::SecretNotAllowed);
     // No secret value appears in any violation.
     assert!(
         text.iter()
