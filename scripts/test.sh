@@ -56,7 +56,7 @@ echo "== cargo test" >&2
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --workspace "$@" 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line over every test binary (unit, integration, doc): "tests: N passed, M failed".
