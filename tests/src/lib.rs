@@ -185,6 +185,16 @@ impl Env {
         self.store.backend().deployments()
     }
 
+    /// The worker-side port of this case's tables (claims and completions made by the test).
+    pub fn leases(&self) -> Arc<dyn onestep_core::ports::LeaseStore> {
+        self.store.backend().leases()
+    }
+
+    /// The durable steps of this case's tables (docs/steps.md).
+    pub fn steps(&self) -> Arc<dyn onestep_core::steps::StepStore> {
+        self.store.backend().steps()
+    }
+
     /// Submits `payload` to `task` (no idempotency key).
     pub async fn submit(&self, task: &str, payload: Value) -> Result<Execution> {
         let request = SubmitRequest {

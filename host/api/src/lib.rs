@@ -12,6 +12,7 @@
 //! | `GET /v1/executions/{id}` | 200 execution | 404, 422 |
 //! | `GET /v1/executions/{id}/events` | 200 `text/event-stream` ([`stream`]) | 404, 422, 429 |
 //! | `GET /v1/executions/events?ids=A,B,…` | 200 `text/event-stream` of several executions ([`stream_many`]) | 422, 429 |
+//! | `GET /v1/executions/{id}/steps?values&key` | 200 the durable steps ([`steps`]) | 404, 422 |
 //! | `POST /v1/executions/{id}/cancel` | 200 execution | 404, 422 |
 //! | `GET /v1/executions/{id}/result` | 200 `{result}` | 404, 409 not ready / cancelled, 410 expired, 422 failed |
 //! | `POST /v1/executions/{id}/retry` (header `Idempotency-Key`) | 202 new execution | 403, 404, 409 not retryable / conflict, 422 |
@@ -53,6 +54,7 @@ pub mod routes;
 pub mod search;
 pub mod server;
 pub mod state;
+pub mod steps;
 pub mod stream;
 pub mod stream_many;
 pub mod text;
@@ -121,6 +123,7 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::get_result))
         .routes(routes!(attempts::list_attempts))
         .routes(routes!(attempts::get_attempt_logs))
+        .routes(routes!(steps::list_steps))
         .routes(routes!(callbacks::list_deliveries))
         .routes(routes!(callbacks::redeliver))
         .routes(routes!(stream::stream_events))

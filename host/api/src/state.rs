@@ -62,6 +62,8 @@ struct Inner {
     webhook_metrics: Arc<crate::callbacks::metrics::WebhookMetrics>,
     /// The deployments API's stores, load check and policy (docs/deployments.md), when wired.
     deploy: Option<Arc<crate::deploy::DeployApi>>,
+    /// The durable steps (docs/steps.md), when wired.
+    steps: Option<Arc<dyn onestep_core::steps::StepStore>>,
     /// The bounds of the component uploads and deploys in progress (docs/http-api.md#deployments).
     transfers: Arc<crate::transfers::TransferGate>,
 }
@@ -124,6 +126,7 @@ impl ApiState {
                 callbacks: None,
                 webhook_metrics: Arc::default(),
                 deploy: None,
+                steps: None,
                 transfers: Arc::default(),
             }),
         })
@@ -169,6 +172,20 @@ impl ApiState {
         ApiState {
             inner: Arc::new(inner),
         }
+    }
+
+    /// The same state with executions' durable steps (docs/steps.md) read from `steps`.
+    pub fn with_steps(self, steps: Arc<dyn onestep_core::steps::StepStore>) -> Self {
+        let mut inner = (*self.inner).clone();
+        inner.steps = Some(steps);
+        ApiState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The durable steps, when wired.
+    pub fn step_store(&self) -> Option<&dyn onestep_core::steps::StepStore> {
+        self.inner.steps.as_deref()
     }
 
     /// The same state with other bounds on the component uploads and deploys in progress

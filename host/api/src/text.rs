@@ -196,6 +196,52 @@ pub fn attempts_detail(view: &AttemptsView) -> String {
     out
 }
 
+/// The durable steps of an execution (`onestep get`, `onestep attempts`, `onestep steps`):
+/// a `steps: N (B bytes)` line, then `KEY  BYTES  SAVED_AT  ATTEMPT` in first-save order, and
+/// each value (`onestep steps --values`) on its own line under its key, escaped. Nothing when
+/// the store keeps no steps.
+pub fn steps_table(view: &crate::steps::StepsView) -> String {
+    if !view.steps_kept {
+        return String::new();
+    }
+    let mut out = format!("steps: {} ({} bytes)\n", view.items.len(), view.total_bytes);
+    if view.items.is_empty() {
+        return out;
+    }
+    let rows: Vec<[String; 4]> = view
+        .items
+        .iter()
+        .map(|s| {
+            [
+                visible(&s.key).into_owned(),
+                s.bytes.to_string(),
+                s.saved_at.clone(),
+                format!("#{} {}", s.attempt, s.attempt_id),
+            ]
+        })
+        .collect();
+    let table = columns(["KEY", "BYTES", "SAVED_AT", "ATTEMPT"], &rows);
+    let mut lines = table.lines();
+    if let Some(header) = lines.next() {
+        let _ = writeln!(out, "  {header}");
+    }
+    for (line, step) in lines.zip(&view.items) {
+        let _ = writeln!(out, "  {line}");
+        if let Some(v) = &step.value {
+            let text: String = v.to_string().escape_debug().collect();
+            let _ = writeln!(out, "    = {text}");
+        }
+    }
+    if view.values_omitted > 0 {
+        let _ = writeln!(
+            out,
+            "  ({} values not shown: past 4 MiB of values; ask for one with --key)",
+            view.values_omitted
+        );
+    }
+    out
+}
+
 /// Log lines as `<time> <level> <message>` (`onestep logs ID`); messages are shown escaped
 /// (`{:?}`-style control characters) so a line stays one line.
 pub fn log_lines(view: &LogsView) -> String {
@@ -241,6 +287,53 @@ fn short_time(iso: &str) -> String {
 mod tests {
     use super::*;
     use uuid::Uuid;
+
+    #[test]
+    fn steps_are_a_table_in_first_save_order() {
+        use crate::steps::{StepView, StepsView};
+        let step = |key: &str, bytes: u64, attempt: u32, value: Option<Value>| StepView {
+            key: key.into(),
+            bytes,
+            saved_at: "2026-08-10T12:00:01.000000+00:00".into(),
+            attempt,
+            attempt_id: Uuid::nil(),
+            value,
+        };
+        let mut view = StepsView {
+            execution_id: Uuid::nil(),
+            items: vec![
+                step("model-0", 17, 1, None),
+                step("tool\u{1b}0", 7, 2, None),
+            ],
+            total_bytes: 24,
+            steps_kept: true,
+            values_omitted: 0,
+        };
+        let nil = Uuid::nil();
+        assert_eq!(
+            steps_table(&view),
+            format!(
+                "steps: 2 (24 bytes)\n\
+                 \x20 KEY          BYTES  SAVED_AT                          ATTEMPT\n\
+                 \x20 model-0      17     2026-08-10T12:00:01.000000+00:00  #1 {nil}\n\
+                 \x20 tool\\u{{1b}}0  7      2026-08-10T12:00:01.000000+00:00  #2 {nil}\n"
+            )
+        );
+        view.items[0].value = Some(serde_json::json!({"reply": "a\nb"}));
+        view.values_omitted = 1;
+        let text = steps_table(&view);
+        assert!(
+            text.contains("    = {\\\"reply\\\":\\\"a\\\\nb\\\"}\n"),
+            "{text}"
+        );
+        assert!(text.contains("(1 values not shown"), "{text}");
+        view.steps_kept = false;
+        assert_eq!(steps_table(&view), "");
+        view.steps_kept = true;
+        view.items.clear();
+        view.total_bytes = 0;
+        assert_eq!(steps_table(&view), "steps: 0 (0 bytes)\n");
+    }
 
     fn view(status: &str, finished: Option<&str>) -> ExecutionView {
         ExecutionView {

@@ -58,6 +58,8 @@ enum Command {
     Attempts(commands::client::AttemptsArgs),
     /// Print an attempt's kept log lines (`--follow` while it runs).
     Logs(commands::client::LogsArgs),
+    /// Show an execution's durable steps: key, size, when and by which attempt (`--values`).
+    Steps(commands::client::StepsArgs),
     /// Delete finished executions older than a duration, in bounded batches.
     Purge(commands::client::PurgeArgs),
     /// Measure submit and drain throughput with no-op executions.
@@ -114,6 +116,7 @@ fn main() -> ExitCode {
             Command::Watch(a) => commands::events::watch(a).await,
             Command::Attempts(a) => commands::client::attempts(a).await,
             Command::Logs(a) => commands::client::logs(a).await,
+            Command::Steps(a) => commands::client::steps(a).await,
             Command::Purge(a) => commands::client::purge(a).await,
             Command::Bench(a) => onestep_bench::run(a, bench_host()).await,
             Command::Task(commands::task_run::TaskCommand::Run(a)) => {

@@ -198,6 +198,69 @@ struct SourceHealth {
     last_answer: Instant,
 }
 
+/// The durable step counters (docs/steps.md, docs/observability.md#worker-metrics): saves by
+/// `result` (`saved`, `fenced`, `refused`, `error`), loads by `result` (`hit`, `miss`,
+/// `refused`, `error`) and the bytes saved.
+#[derive(Debug, Default)]
+struct StepMetrics {
+    saves: Family<ResultLabels, Counter>,
+    loads: Family<ResultLabels, Counter>,
+    saved_bytes: Family<TaskLabels, Counter>,
+}
+
+impl StepMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "onestep_step_saves",
+            "Durable step saves of handlers: saved, fenced (the attempt had lost its lease), refused (a cap or an invalid key or value), error (store unavailable)",
+            self.saves.clone(),
+        );
+        registry.register(
+            "onestep_step_loads",
+            "Durable step loads of handlers: hit (a recorded value), miss (none), refused (an invalid key), error (store unavailable)",
+            self.loads.clone(),
+        );
+        registry.register(
+            "onestep_step_saved_bytes",
+            "Bytes of the durable step values handlers saved",
+            self.saved_bytes.clone(),
+        );
+    }
+
+    fn record(&self, app: &LabelText, task: &str, c: &onestep_wasm::StepCounts) {
+        if c.is_empty() {
+            return;
+        }
+        let count = |family: &Family<ResultLabels, Counter>, result: &str, n: u64| {
+            if n > 0 {
+                family
+                    .get_or_create(&ResultLabels {
+                        app: app.clone(),
+                        task: task.into(),
+                        result: result.into(),
+                    })
+                    .inc_by(n);
+            }
+        };
+        count(&self.saves, "saved", c.saved);
+        count(&self.saves, "fenced", c.fenced);
+        count(&self.saves, "refused", c.save_refused);
+        count(&self.saves, "error", c.save_errors);
+        count(&self.loads, "hit", c.loaded);
+        count(&self.loads, "miss", c.missed);
+        count(&self.loads, "refused", c.load_refused);
+        count(&self.loads, "error", c.load_errors);
+        if c.saved_bytes > 0 {
+            self.saved_bytes
+                .get_or_create(&TaskLabels {
+                    app: app.clone(),
+                    task: task.into(),
+                })
+                .inc_by(c.saved_bytes);
+        }
+    }
+}
+
 /// Every metric family of a worker process, and its health state.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -225,6 +288,8 @@ pub(crate) struct Metrics {
     http_bytes: Family<DirectionLabels, Counter>,
     /// Outbound rate limits per origin.
     outbound: OutboundLimitMetrics,
+    /// Durable step saves and loads of handlers (docs/steps.md).
+    steps: StepMetrics,
     started: Instant,
     ready: AtomicBool,
     stopping: CancellationToken,
@@ -391,6 +456,8 @@ impl Metrics {
         );
         let outbound = OutboundLimitMetrics::default();
         outbound.register(&mut registry);
+        let steps = StepMetrics::default();
+        steps.register(&mut registry);
         let quarantine = QuarantineBoard::default();
         quarantine.register(&mut registry);
         let deployments = DeploymentBoard::default();
@@ -443,6 +510,7 @@ impl Metrics {
             http_requests,
             http_bytes,
             outbound,
+            steps,
             started: now,
             ready: AtomicBool::new(false),
             stopping,
@@ -602,6 +670,7 @@ impl Metrics {
             }
         }
         self.outbound.record(&self.app, task, &report.rate_limits);
+        self.steps.record(&self.app, task, &report.steps);
         let dropped = report.log.dropped_bytes + report.output_dropped_bytes;
         if dropped > 0 {
             self.guest_log_dropped

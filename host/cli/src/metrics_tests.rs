@@ -160,3 +160,59 @@ fn hostile_task_names_are_escaped_and_parse_back_exactly() {
         "no forged app label:\n{text}"
     );
 }
+
+#[test]
+fn durable_step_calls_are_counted_by_result() {
+    let m = metrics();
+    let report = |steps: onestep_wasm::StepCounts| Report {
+        outcome: onestep_wasm::Outcome::Succeeded("null".into()),
+        stdout: String::new(),
+        stderr: String::new(),
+        output_dropped_bytes: 0,
+        log: onestep_wasm::LogTotals::default(),
+        http: onestep_wasm::HttpTotals::default(),
+        rate_limits: Vec::new(),
+        steps,
+        fuel_consumed: None,
+        peak_memory_bytes: 65_536,
+        elapsed: Duration::from_millis(5),
+    };
+    m.record_wasm(
+        "echo",
+        &report(onestep_wasm::StepCounts {
+            saved: 3,
+            saved_bytes: 120,
+            fenced: 1,
+            save_refused: 2,
+            loaded: 5,
+            missed: 4,
+            load_errors: 1,
+            ..Default::default()
+        }),
+    );
+    m.record_wasm(
+        "echo",
+        &report(onestep_wasm::StepCounts {
+            saved: 1,
+            saved_bytes: 10,
+            ..Default::default()
+        }),
+    );
+    // A component that made no step call adds no series.
+    m.record_wasm("echo", &report(onestep_wasm::StepCounts::default()));
+    let text = m.render();
+    for line in [
+        r#"onestep_step_saves_total{app="demo",task="echo",result="saved"} 4"#,
+        r#"onestep_step_saves_total{app="demo",task="echo",result="fenced"} 1"#,
+        r#"onestep_step_saves_total{app="demo",task="echo",result="refused"} 2"#,
+        r#"onestep_step_loads_total{app="demo",task="echo",result="hit"} 5"#,
+        r#"onestep_step_loads_total{app="demo",task="echo",result="miss"} 4"#,
+        r#"onestep_step_loads_total{app="demo",task="echo",result="error"} 1"#,
+        r#"onestep_step_saved_bytes_total{app="demo",task="echo"} 130"#,
+        "# TYPE onestep_step_saves counter",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(!text.contains(r#"result="error"} 0"#), "{text}");
+    assert!(!text.contains(r#"onestep_step_saves_total{app="demo",task="echo",result="error"}"#));
+}

@@ -7,13 +7,17 @@
 //! `onestep task run` and `onestep replay`).
 //!
 //! Invariants every implementation keeps (the conformance cases check them):
-//! - a save is **fenced by the attempt's lease**: in one transaction it writes only while the
-//!   execution row holds that attempt's lease token, is `running` or `cancel_requested` and its
-//!   lease has not run out; otherwise it is [`StepError::Fenced`] and writes nothing, so a
-//!   stale attempt never overwrites a newer attempt's step;
+//! - a save is **one statement** on the SQL backends (an upsert whose `WHERE` carries the fence
+//!   and the caps), so no lock it takes outlives the server's run of that statement: a worker
+//!   frozen (SIGSTOP) between two calls holds nothing that keeps another worker from taking
+//!   the execution over;
+//! - a save is **fenced by the attempt's lease**: it writes only while the execution row holds
+//!   that attempt's lease token, is `running` or `cancel_requested` and its lease has not run
+//!   out; otherwise it is [`StepError::Fenced`] and writes nothing, so a stale attempt never
+//!   overwrites a newer attempt's step;
 //! - the caps ([`MAX_STEP_BYTES`], [`MAX_STEPS_PER_EXECUTION`],
-//!   [`MAX_STEP_BYTES_PER_EXECUTION`]) are checked in the same transaction, and a refused save
-//!   writes nothing;
+//!   [`MAX_STEP_BYTES_PER_EXECUTION`]) are checked by the same statement, and a refused save
+//!   writes nothing; when it wrote no row, [`explain_unwritten`] tells the guest why;
 //! - saving a key again replaces its value and keeps its place in [`StepStore::list`];
 //! - steps are removed with their execution by `onestep purge`; a retry (`/retry`, rerun)
 //!   creates a new execution, which starts with no steps.
@@ -196,6 +200,38 @@ impl StepTotals {
     }
 }
 
+/// Why a save whose statement wrote no row was refused, from what a read after it found: the
+/// fence (`fence_holds`: the execution row still holds the attempt's lease) first, then the
+/// caps for `new_bytes` over `totals`. `None` when neither explains it (the rows changed
+/// between the statement and the read): the caller runs the save again.
+pub fn explain_unwritten(
+    fence_holds: bool,
+    totals: StepTotals,
+    new_bytes: u64,
+) -> Option<StepError> {
+    if !fence_holds {
+        return Some(StepError::Fenced);
+    }
+    totals.admit(new_bytes).err()
+}
+
+/// How many times a backend runs a save's statement when it wrote no row and the read after it
+/// found no reason ([`explain_unwritten`] `None`) before answering a store error.
+pub const UNEXPLAINED_SAVE_RETRIES: u32 = 3;
+
+/// The store failure a backend answers after [`UNEXPLAINED_SAVE_RETRIES`] runs of a save that
+/// wrote nothing for no reason found (a transient failure: the guest may retry the save).
+pub fn unexplained_save(backend: &'static str) -> StepError {
+    StepError::Store(ExecutionError::Backend(crate::error::BackendError {
+        backend,
+        operation: "step_save",
+        kind: crate::error::ConnectorKind::Transient,
+        message: "the step was not saved and no reason was found (the execution's steps kept \
+                  changing); retry the save"
+            .into(),
+    }))
+}
+
 /// The steps of executions (docs/steps.md), served by every backend.
 #[async_trait]
 pub trait StepStore: Send + Sync {
@@ -209,6 +245,14 @@ pub trait StepStore: Send + Sync {
 
     /// The execution's steps in the order their keys were first saved.
     async fn list(&self, execution_id: Uuid) -> Result<Vec<StepRecord>, ExecutionError>;
+
+    /// Whether the caps hold exactly also when saves *of the same lease* run at the same time
+    /// (each sees the rows of every save before it). A worker never does that — a guest's
+    /// calls are sequential, and only the lease holder passes the fence — so with `false` the
+    /// caps are still exact in use; the backend documents by how much they can be passed.
+    fn caps_exact_under_concurrent_saves(&self) -> bool {
+        true
+    }
 }
 
 /// One execution's steps in memory: records in first-save order plus their values.

@@ -17,8 +17,9 @@
 //!   then `ANALYZE TABLE`. Table names are unique to the run.
 //! * Capture: a scripted sequence of real calls through the ports (submit with and without key,
 //!   replay, conflict, `submit_many`, claims running each maintenance step, heartbeats, cancel
-//!   poll, completions, a retry, release, cancels, get, list pages with and without filters,
-//!   attempts, logs, live and final diagnostics, purge; `onestep_testkit::backend_cases::scale`,
+//!   poll, durable step saves, loads and lists, completions, a retry, release, cancels, get,
+//!   list pages with and without filters, attempts, logs, live and final diagnostics, purge
+//!   (with steps); `onestep_testkit::backend_cases::scale`,
 //!   shared with PostgreSQL's `every_statement_postgres`) runs with the server's general log on
 //!   (`log_output = 'TABLE'`, turned off again before anything is asserted). The statements
 //!   naming the run's tables are read back and grouped by shape (literals, lists, `CASE` arms
@@ -689,6 +690,9 @@ fn largest_in_list(sql: &str) -> u64 {
 /// One row of an EXPLAIN.
 #[derive(Debug, Clone)]
 struct PlanRow {
+    /// `INSERT` for the row MySQL shows for the target of an `INSERT … SELECT` (type `ALL`, no
+    /// key: the rows are written, not read).
+    select_type: Option<String>,
     table: Option<String>,
     access: Option<String>,
     key: Option<String>,
@@ -701,6 +705,7 @@ impl PlanRow {
     /// materialisation, whose names start with `<`).
     fn base(&self) -> bool {
         self.table.as_deref().is_some_and(|t| !t.starts_with('<'))
+            && self.select_type.as_deref() != Some("INSERT")
     }
 }
 
@@ -732,6 +737,7 @@ async fn explain(
         .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e}"));
     rows.into_iter()
         .map(|r| PlanRow {
+            select_type: r.get::<Option<String>, _>("select_type").flatten(),
             table: r.get::<Option<String>, _>("table").flatten(),
             access: r.get::<Option<String>, _>("type").flatten(),
             key: r.get::<Option<String>, _>("key").flatten(),

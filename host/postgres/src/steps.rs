@@ -1,13 +1,35 @@
-//! Durable steps (docs/steps.md): [`StepStore`] over `<T>_steps`. A save is one transaction:
-//! the fence (`SELECT … FOR UPDATE` of the execution row under this attempt's lease token, in
-//! a status holding a lease, its lease live at the backend's clock — a reclaim or completion
-//! waits for the lock, and one that came first leaves no row to lock), the totals against the
-//! caps, then the upsert. A refused save writes nothing.
+//! Durable steps (docs/steps.md): [`StepStore`] over `<T>_steps`. A save is **one statement**
+//! (autocommit), so no lock it takes outlives the server's run of it — a worker frozen between
+//! two calls holds no lock that keeps a claim from taking its expired lease over:
+//!
+//! ```sql
+//! WITH fence AS (SELECT attempts FROM <T> WHERE id = $1 AND lease_token = $2
+//!                  AND status = ANY($3) AND lease_expires_at > $4 FOR NO KEY UPDATE),
+//!      totals AS (SELECT count(*) …, sum(bytes) …, the key's bytes, max(seq) FROM <T>_steps
+//!                  WHERE execution_id = $1),
+//!      saved AS (INSERT INTO <T>_steps (…) SELECT … FROM fence, totals WHERE <caps>
+//!                  ON CONFLICT (execution_id, step_key) DO UPDATE SET … RETURNING 1)
+//! SELECT EXISTS (SELECT 1 FROM fence), <totals>, EXISTS (SELECT 1 FROM saved) FROM totals
+//! ```
+//!
+//! The fence locks the execution row for the statement: a reclaim or completion in flight is
+//! waited for and the row checked again at its newest version (READ COMMITTED's re-check), so a
+//! stale attempt writes nothing once another attempt holds the lease; one that comes later
+//! waits for the save. The statement answers why it wrote nothing itself (fence, then caps:
+//! [`explain_unwritten`]).
+//!
+//! The totals come from the statement's snapshot, taken before the fence's lock is granted:
+//! two saves *of the same lease* running at once may each miss the other's row, so the caps
+//! can be passed by up to one step (and one step's bytes) per save running at the same time
+//! ([`StepStore::caps_exact_under_concurrent_saves`] is `false`). A worker never runs two saves
+//! of one attempt at once (a guest's calls are sequential), and only the lease holder passes
+//! the fence, so in use the caps are exact.
 
 use async_trait::async_trait;
 use onestep_core::execution::LeaseRef;
 use onestep_core::steps::{
-    STEPS_TABLE_ABSENT, StepError, StepRecord, StepStore, StepTotals, validate,
+    MAX_STEP_BYTES_PER_EXECUTION, MAX_STEPS_PER_EXECUTION, STEPS_TABLE_ABSENT, StepError,
+    StepRecord, StepStore, StepTotals, explain_unwritten, unexplained_save, validate,
 };
 use onestep_core::{ExecutionError, ExecutionStatus};
 use uuid::Uuid;
@@ -15,7 +37,6 @@ use uuid::Uuid;
 use crate::backend::PgBackend;
 use crate::errors::OpResult;
 use crate::schema::{q, steps_table};
-use crate::worker_ops::finish;
 
 impl PgBackend {
     /// The quoted steps table, or the refusal naming the upgrade.
@@ -32,6 +53,33 @@ impl PgBackend {
         self.steps().ok()
     }
 
+    /// The save statement (module docs). `$1` execution id, `$2` lease token, `$3` statuses,
+    /// `$4` now, `$5` key, `$6` value, `$7` bytes, `$8` attempt id.
+    pub(crate) fn step_save_sql(&self, table: &str) -> String {
+        format!(
+            "WITH fence AS (SELECT attempts FROM {exec} WHERE id = $1 AND lease_token = $2 \
+             AND status = ANY($3) AND lease_expires_at IS NOT NULL AND lease_expires_at > $4 \
+             FOR NO KEY UPDATE), \
+             totals AS (SELECT count(*) AS n_steps, COALESCE(sum(bytes), 0)::BIGINT AS n_bytes, \
+             max(bytes) FILTER (WHERE step_key = $5) AS old_bytes, \
+             COALESCE(max(seq), 0) AS max_seq FROM {table} WHERE execution_id = $1), \
+             saved AS (INSERT INTO {table} (execution_id, step_key, seq, value, bytes, \
+             attempt_id, attempt_no, saved_at) \
+             SELECT $1, $5, totals.max_seq + 1, $6, $7::INT, $8, fence.attempts, $4 \
+             FROM fence, totals WHERE (totals.old_bytes IS NOT NULL \
+             OR totals.n_steps < {max_steps}) \
+             AND totals.n_bytes - COALESCE(totals.old_bytes, 0) + $7::INT <= {max_bytes} \
+             ON CONFLICT (execution_id, step_key) DO UPDATE SET value = EXCLUDED.value, \
+             bytes = EXCLUDED.bytes, attempt_id = EXCLUDED.attempt_id, \
+             attempt_no = EXCLUDED.attempt_no, saved_at = EXCLUDED.saved_at RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM fence), totals.n_steps, totals.n_bytes, \
+             totals.old_bytes, EXISTS (SELECT 1 FROM saved) FROM totals",
+            exec = q(&self.tables().executions),
+            max_steps = MAX_STEPS_PER_EXECUTION,
+            max_bytes = MAX_STEP_BYTES_PER_EXECUTION,
+        )
+    }
+
     async fn save_once(
         &self,
         table: &str,
@@ -40,75 +88,47 @@ impl PgBackend {
         value: &str,
     ) -> OpResult<Result<(), StepError>> {
         let now = onestep_core::time::truncate_micros(self.now());
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        let outcome = async {
-            let statuses = vec![
-                ExecutionStatus::Running.as_str(),
-                ExecutionStatus::CancelRequested.as_str(),
-            ];
-            let fence = tx
-                .query_opt(
-                    &format!(
-                        "SELECT attempts FROM {} WHERE id = $1 AND lease_token = $2 \
-                         AND status = ANY($3) AND lease_expires_at > $4 FOR UPDATE",
-                        q(&self.tables().executions)
-                    ),
-                    &[&lease.execution_id, &lease.lease_token, &statuses, &now],
-                )
-                .await?;
-            let Some(fence) = fence else {
-                return Ok(Err(StepError::Fenced));
-            };
-            let attempt_no: i32 = fence.try_get(0)?;
-            let totals = tx
-                .query_one(
-                    &format!(
-                        "SELECT count(*), COALESCE(sum(bytes), 0)::BIGINT, \
-                         max(bytes) FILTER (WHERE step_key = $2), COALESCE(max(seq), 0) \
-                         FROM {table} WHERE execution_id = $1"
-                    ),
-                    &[&lease.execution_id, &key],
-                )
-                .await?;
-            let steps: i64 = totals.try_get(0)?;
-            let bytes: i64 = totals.try_get(1)?;
-            let existing: Option<i32> = totals.try_get(2)?;
-            let seq: i32 = totals.try_get(3)?;
-            let totals = StepTotals {
-                steps: u32::try_from(steps).unwrap_or(u32::MAX),
-                bytes: u64::try_from(bytes).unwrap_or(0),
-                existing: existing.map(|n| u64::try_from(n).unwrap_or(0)),
-            };
-            let size = value.len() as u64;
-            if let Err(e) = totals.admit(size) {
-                return Ok(Err(e));
-            }
-            let size = i32::try_from(size).unwrap_or(i32::MAX);
-            tx.execute(
-                &format!(
-                    "INSERT INTO {table} (execution_id, step_key, seq, value, bytes, attempt_id, \
-                     attempt_no, saved_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                     ON CONFLICT (execution_id, step_key) DO UPDATE SET value = EXCLUDED.value, \
-                     bytes = EXCLUDED.bytes, attempt_id = EXCLUDED.attempt_id, \
-                     attempt_no = EXCLUDED.attempt_no, saved_at = EXCLUDED.saved_at"
-                ),
+        let statuses = vec![
+            ExecutionStatus::Running.as_str(),
+            ExecutionStatus::CancelRequested.as_str(),
+        ];
+        let size = value.len() as u64;
+        // validate() bounds a value to 1 MiB, far inside INT.
+        let bytes = i32::try_from(size).unwrap_or(i32::MAX);
+        let conn = self.conn().await?;
+        let row = conn
+            .query_one(
+                &self.step_save_sql(table),
                 &[
                     &lease.execution_id,
-                    &key,
-                    &(seq + 1),
-                    &value,
-                    &size,
-                    &lease.attempt_id,
-                    &attempt_no,
+                    &lease.lease_token,
+                    &statuses,
                     &now,
+                    &key,
+                    &value,
+                    &bytes,
+                    &lease.attempt_id,
                 ],
             )
             .await?;
-            Ok(Ok(()))
+        let fence: bool = row.try_get(0)?;
+        let steps: i64 = row.try_get(1)?;
+        let total: i64 = row.try_get(2)?;
+        let existing: Option<i32> = row.try_get(3)?;
+        let saved: bool = row.try_get(4)?;
+        if saved {
+            return Ok(Ok(()));
         }
-        .await;
-        finish(tx, outcome).await
+        let totals = StepTotals {
+            steps: u32::try_from(steps).unwrap_or(u32::MAX),
+            bytes: u64::try_from(total).unwrap_or(0),
+            existing: existing.map(|n| u64::try_from(n).unwrap_or(0)),
+        };
+        // The statement's own figures explain it; the upsert writes whenever fence and caps
+        // let it, so nothing else can leave it unwritten.
+        Ok(Err(explain_unwritten(fence, totals, size).unwrap_or_else(
+            || unexplained_save(crate::errors::BACKEND),
+        )))
     }
 }
 
@@ -137,6 +157,11 @@ impl StepStore for PgBackend {
         let table = self.steps()?;
         self.run("step_save", || self.save_once(&table, lease, key, value))
             .await?
+    }
+
+    /// `false`: the totals come from the statement's snapshot (module docs).
+    fn caps_exact_under_concurrent_saves(&self) -> bool {
+        false
     }
 
     async fn list(&self, execution_id: Uuid) -> Result<Vec<StepRecord>, ExecutionError> {

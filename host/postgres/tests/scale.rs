@@ -5,7 +5,8 @@
 //! * History: `ONESTEP_SCALE_ROWS` finished executions (default 100,000) seeded by the backend's
 //!   own seeder (`PgBackend::seed_history`, with idempotency keys) in the namespace and task the
 //!   live work uses, a tenth as many in a second namespace sorting after it, and one diagnostics
-//!   row and one traceparent per seeded attempt/execution (written here); then `ANALYZE`.
+//!   row, one traceparent, one durable step and one delivered webhook (callback and delivery)
+//!   per seeded attempt/execution (written here); then `ANALYZE`.
 //! * Capture: `auto_explain` (`ALTER DATABASE … SET session_preload_libraries = 'auto_explain'`,
 //!   `log_min_duration = 0`, `log_analyze = on`, JSON) logs the plan of every statement the
 //!   backend executes in the test database, with the actual rows of each node, to the server
@@ -37,7 +38,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use onestep_core::names::TableNames;
-use onestep_postgres::schema::{diagnostics_table, q, traces_table};
+use onestep_postgres::schema::{diagnostics_table, q, steps_table, traces_table};
 use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::ManualClock;
 use onestep_testkit::backend_cases::scale::{
@@ -339,7 +340,11 @@ async fn rare_history(c: &tokio_postgres::Client, tables: &TableNames) {
     }
 }
 
-/// Extra rows in the diagnostics and trace tables, one per seeded attempt/execution.
+/// Extra rows in the diagnostics and trace tables, one per seeded attempt/execution, one
+/// recorded durable step per execution (docs/steps.md) and one delivered completion webhook
+/// (callback and delivery attempt) per execution, so that the step saves, loads and lists and
+/// the purge's counts and deletes of steps, callbacks and deliveries are planned over full
+/// tables (on empty ones PostgreSQL plans a sequential scan).
 async fn seed_side_tables(c: &tokio_postgres::Client, tables: &TableNames) {
     c.batch_execute(&format!(
         "INSERT INTO {d} (attempt_id, execution_id, is_final, message, progress_done, \
@@ -350,9 +355,21 @@ async fn seed_side_tables(c: &tokio_postgres::Client, tables: &TableNames) {
          INSERT INTO {tr} (execution_id, traceparent, created_at) \
          SELECT id, '00-' || replace(id::text, '-', '') || '-' || \
          substr(replace(id::text, '-', ''), 1, 16) || '-01', created_at FROM {t}; \
-         ANALYZE {t}; ANALYZE {a}; ANALYZE {d}; ANALYZE {tr};",
+         INSERT INTO {st} (execution_id, step_key, seq, value, bytes, attempt_id, attempt_no, \
+         saved_at) SELECT id, 'seeded', 1, '{{}}', 2, id, 1, created_at FROM {t}; \
+         INSERT INTO {cb} (execution_id, namespace, url, events, state, attempts, round_start, \
+         next_at, last_status, created_at, updated_at) SELECT id, namespace, \
+         'https://hooks.example.com/x', 'terminal', 'delivered', 1, 0, created_at, 204, \
+         created_at, created_at FROM {t}; \
+         INSERT INTO {dl} (execution_id, attempt_no, event, webhook_id, status, at) \
+         SELECT id, 1, 'terminal', 'msg_' || replace(id::text, '-', ''), 204, created_at FROM {t}; \
+         ANALYZE {t}; ANALYZE {a}; ANALYZE {d}; ANALYZE {tr}; ANALYZE {st}; ANALYZE {cb}; \
+         ANALYZE {dl};",
         d = q(&diagnostics_table(tables)),
         tr = q(&traces_table(tables)),
+        st = q(&steps_table(tables)),
+        cb = q(&onestep_postgres::schema::callbacks_table(tables)),
+        dl = q(&onestep_postgres::schema::deliveries_table(tables)),
         a = q(&tables.attempts),
         t = q(&tables.executions),
     ))

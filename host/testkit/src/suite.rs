@@ -350,6 +350,7 @@ macro_rules! conformance_tests {
             steps_finished_execution_is_fenced,
             steps_caps_refused_and_nothing_written,
             steps_purged_with_their_execution,
+            steps_concurrent_saves_keep_the_caps,
             quota_namespace_limit,
             quota_key_limit,
             quota_replay_over_quota_still_replays,

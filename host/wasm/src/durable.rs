@@ -45,6 +45,39 @@ impl PartialEq for DurableSteps {
 
 impl Eq for DurableSteps {}
 
+/// What one attempt's step calls did (reported in [`crate::Report::steps`]; the worker's
+/// `onestep_step_saves_total`, `onestep_step_loads_total` and `onestep_step_saved_bytes_total`,
+/// docs/observability.md#worker-metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    /// Saves written.
+    pub saved: u64,
+    /// Bytes of the values those saves wrote.
+    pub saved_bytes: u64,
+    /// Saves answered `fenced` (the attempt no longer held the lease and was stopped).
+    pub fenced: u64,
+    /// Saves refused by a cap or as invalid (`invalid-key`, `invalid-value`, `too-large`,
+    /// `too-many-steps`, `execution-budget`).
+    pub save_refused: u64,
+    /// Saves answered `unavailable` (a store failure, or a host keeping no steps).
+    pub save_errors: u64,
+    /// Loads that found a value.
+    pub loaded: u64,
+    /// Loads that found none.
+    pub missed: u64,
+    /// Loads refused for an invalid key.
+    pub load_refused: u64,
+    /// Loads answered `unavailable`.
+    pub load_errors: u64,
+}
+
+impl StepCounts {
+    /// Whether no step call was made.
+    pub fn is_empty(&self) -> bool {
+        *self == StepCounts::default()
+    }
+}
+
 /// Adds the `0.3.0` versions of `types`, `host` and `durable` to the linker.
 pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> Result<(), Error> {
     v3::onestep::handler::types::add_to_linker::<State, HasSelf<State>>(linker, |s| s)
@@ -99,28 +132,43 @@ const NO_STORE: &str = "this host keeps no steps for the attempt (no execution s
 impl v3::onestep::handler::durable::Host for State {
     async fn step_load(&mut self, key: String) -> Result<Option<String>, WitStepError> {
         let Some(steps) = self.steps.clone() else {
+            self.step_counts.load_errors += 1;
             return Err(WitStepError::Unavailable(NO_STORE.into()));
         };
-        onestep_core::steps::validate_key(&key).map_err(wit_error)?;
+        if let Err(e) = onestep_core::steps::validate_key(&key) {
+            self.step_counts.load_refused += 1;
+            return Err(wit_error(e));
+        }
         match steps.store.load(steps.lease.execution_id, &key).await {
             Ok(v) => {
+                match &v {
+                    Some(_) => self.step_counts.loaded += 1,
+                    None => self.step_counts.missed += 1,
+                }
                 self.step_event("step loaded", &key, v.as_ref().map(String::len));
                 Ok(v)
             }
-            Err(e) => Err(wit_error(StepError::Store(e))),
+            Err(e) => {
+                self.step_counts.load_errors += 1;
+                Err(wit_error(StepError::Store(e)))
+            }
         }
     }
 
     async fn step_save(&mut self, key: String, value: String) -> Result<(), WitStepError> {
         let Some(steps) = self.steps.clone() else {
+            self.step_counts.save_errors += 1;
             return Err(WitStepError::Unavailable(NO_STORE.into()));
         };
         match steps.store.save(&steps.lease, &key, &value).await {
             Ok(()) => {
+                self.step_counts.saved += 1;
+                self.step_counts.saved_bytes += value.len() as u64;
                 self.step_event("step saved", &key, Some(value.len()));
                 Ok(())
             }
             Err(StepError::Fenced) => {
+                self.step_counts.fenced += 1;
                 tracing::warn!(
                     execution_id = %self.ids.execution_id,
                     attempt_id = %self.ids.attempt_id,
@@ -132,7 +180,14 @@ impl v3::onestep::handler::durable::Host for State {
                 self.cancel.cancel();
                 Err(WitStepError::Fenced)
             }
-            Err(e) => Err(wit_error(e)),
+            Err(e @ StepError::Store(_)) => {
+                self.step_counts.save_errors += 1;
+                Err(wit_error(e))
+            }
+            Err(e) => {
+                self.step_counts.save_refused += 1;
+                Err(wit_error(e))
+            }
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct Report {
     /// (tokens, waits, 429 pauses; docs/semantics.md#outbound-rate-limits), one entry per
     /// origin used.
     pub rate_limits: Vec<OriginLimitTotals>,
+    /// What its durable step calls did (`0.3.0` components; docs/steps.md).
+    pub steps: crate::durable::StepCounts,
     /// Fuel consumed, when metering is on.
     pub fuel_consumed: Option<u64>,
     /// Peak total linear memory of the guest in bytes.
@@ -117,9 +119,10 @@ impl Handler {
             ids.clone(),
             budget.clone(),
         );
-        let report = |outcome, fuel, peak, http, rate_limits| Report {
+        let report = |outcome, fuel, peak, http, rate_limits, steps| Report {
             outcome,
             rate_limits,
+            steps,
             stdout: stdout.text(),
             stderr: stderr.text(),
             output_dropped_bytes: stdout.dropped() + stderr.dropped(),
@@ -139,6 +142,7 @@ impl Handler {
                 0,
                 HttpTotals::default(),
                 Vec::new(),
+                crate::durable::StepCounts::default(),
             );
         }
         let limits = StoreLimits {
@@ -161,6 +165,7 @@ impl Handler {
                     0,
                     HttpTotals::default(),
                     Vec::new(),
+                    crate::durable::StepCounts::default(),
                 );
             }
         };
@@ -296,6 +301,7 @@ impl Handler {
         // A stopped or trapped store is never reused: it is dropped here.
         let http = store.data().http.totals();
         let rate_limits = store.data().http.limit_totals();
+        let steps = store.data().step_counts;
         drop(store);
         record_limit_waits(&ids, &rate_limits);
         let end = EndLine {
@@ -305,7 +311,7 @@ impl Handler {
             http,
         };
         log_outcome(&ids, &outcome, &end);
-        report(outcome, fuel, peak, http, rate_limits)
+        report(outcome, fuel, peak, http, rate_limits, steps)
     }
 
     fn fuel_budget(&self, sandbox: &SandboxSettings) -> Option<u64> {
@@ -355,6 +361,7 @@ impl Handler {
             http,
             http_fields: crate::http::resources::FieldsBudget::new(sandbox.http_fields_limit_bytes),
             steps,
+            step_counts: crate::durable::StepCounts::default(),
         };
         let mut store = Store::new(&rt.engine, state);
         store.limiter(|s| &mut s.limits);

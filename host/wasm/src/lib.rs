@@ -94,7 +94,7 @@ mod world;
 
 pub use cancel::CancelHandle;
 pub use context::InvocationContext;
-pub use durable::DurableSteps;
+pub use durable::{DurableSteps, StepCounts};
 pub use error::Error;
 pub use http::{
     AllowedOrigin, HttpTotals, NetworkSettings, OriginLimitTotals, Resolver, Resolving, Secret,

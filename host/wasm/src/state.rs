@@ -31,6 +31,8 @@ pub(crate) struct State {
     pub(crate) http_fields: crate::http::resources::FieldsBudget,
     /// The attempt's durable steps (`0.3.0`'s `durable`), when the host keeps them.
     pub(crate) steps: Option<crate::durable::DurableSteps>,
+    /// What the attempt's step calls did.
+    pub(crate) step_counts: crate::durable::StepCounts,
 }
 
 impl WasiView for State {

@@ -2,7 +2,7 @@
 //! Debian's chromium-driver, installed by scripts/test-browser.sh): `onestep serve` with
 //! role-bound tokens and `onestep run` as real processes on one database holding 100k finished
 //! executions. Logs in, sees the seeded executions, filters by status, opens a detail page with
-//! its timeline, cancels a running execution until it is `cancelled`, retries a failed one and
+//! its timeline (and another with its durable steps), cancels a running execution until it is `cancelled`, retries a failed one and
 //! follows the link, watches a row of the list page turn `cancelled` in place (one event stream,
 //! no re-read of the list), bulk-cancels 500 queued executions and sees the count, and checks that a
 //! `read` token sees no action button. Screenshots go to `target/ui-screenshots/`; page load
@@ -340,6 +340,28 @@ async fn case(env: Arc<Env>) -> Result<()> {
     env.wait_status(echo.id, &[S::Succeeded], LIMIT).await?;
     env.wait_status(long.id, &[S::Running], LIMIT).await?;
     env.wait_status(later.id, &[S::Running], LIMIT).await?;
+    // An execution with durable steps (docs/steps.md): claimed and saved by the test itself
+    // (no worker serves `history`), so its detail page has a Steps section.
+    let stepped = env.submit("history", json!({"steps": 2})).await?;
+    let claim = onestep_core::request::ClaimRequest {
+        namespaces: onestep_core::request::NamespaceScope::One(onestep_e2e::NAMESPACE.into()),
+        fair: Default::default(),
+        task_names: vec!["history".into()],
+        limit: 1,
+        lease_duration_s: 600.0,
+        worker_id: "ui-steps".into(),
+        max_running: None,
+    };
+    let leases = env.leases().claim(&claim).await?;
+    let lease = leases
+        .iter()
+        .find(|l| l.execution.id == stepped.id)
+        .context("the stepped execution is claimed")?
+        .lease_ref();
+    env.steps()
+        .save(&lease, "model-0", r#"{"reply":"hello"}"#)
+        .await?;
+    env.steps().save(&lease, "tool-0", "[1,2,3]").await?;
     let deadline = Instant::now() + LIMIT;
     while env.get(failed.id).await?.status != S::Failed {
         ensure!(Instant::now() < deadline, "misbehave did not fail");
@@ -355,7 +377,14 @@ async fn case(env: Arc<Env>) -> Result<()> {
     wait_port("chromedriver", driver_port, &logs.path().join("driver.log")).await?;
     let base = format!("http://127.0.0.1:{port}");
     let c = browser(driver_port).await?;
-    let outcome = drive(&c, server, &base, echo.id, failed.id, long.id, later.id).await;
+    let ids = Ids {
+        echo: echo.id,
+        failed: failed.id,
+        long: long.id,
+        later: later.id,
+        stepped: stepped.id,
+    };
+    let outcome = drive(&c, server, &base, &ids).await;
     if outcome.is_err() {
         let _ = shot(&c, server, "failure").await;
         eprintln!(
@@ -370,15 +399,25 @@ async fn case(env: Arc<Env>) -> Result<()> {
     Ok(())
 }
 
-async fn drive(
-    c: &Client,
-    server: &str,
-    base: &str,
+/// The executions [`drive`] visits.
+#[derive(Clone, Copy)]
+struct Ids {
     echo: Uuid,
     failed: Uuid,
     long: Uuid,
     later: Uuid,
-) -> Result<()> {
+    /// Running, with two durable steps saved by attempt 1.
+    stepped: Uuid,
+}
+
+async fn drive(c: &Client, server: &str, base: &str, ids: &Ids) -> Result<()> {
+    let Ids {
+        echo,
+        failed,
+        long,
+        later,
+        stepped,
+    } = *ids;
     // Without a token: the login prompt, no data.
     c.goto(&format!("{base}/ui")).await?;
     c.wait().for_element(Locator::Css("#token")).await?;
@@ -502,6 +541,37 @@ async fn drive(
         "the attempt's log lines: {log}"
     );
     shot(c, server, "detail-failed").await?;
+    // It saved no step: an empty Steps section.
+    wait_text(c, "#no-steps", |t| t == "No step recorded.").await?;
+
+    // The Steps section of an execution with steps (docs/ui.md#steps): first-save order, size,
+    // the attempt that saved each, no values.
+    c.goto(&format!("{base}/ui/executions/{stepped}")).await?;
+    wait_text(c, "#steps-summary", |t| t.starts_with("2 · ")).await?;
+    let keys = c
+        .execute(
+            "return Array.from(document.querySelectorAll('#steps-table .step-row'))\
+             .map(function (r) { return Array.from(r.cells).map(function (c) \
+             { return c.textContent.trim(); }); });",
+            vec![],
+        )
+        .await?;
+    ensure!(
+        keys.get(0).and_then(|r| r.get(0)) == Some(&json!("model-0"))
+            && keys.get(0).and_then(|r| r.get(1)) == Some(&json!("17 B"))
+            && keys.get(0).and_then(|r| r.get(3)) == Some(&json!("#1"))
+            && keys.get(1).and_then(|r| r.get(0)) == Some(&json!("tool-0"))
+            && keys.get(1).and_then(|r| r.get(1)) == Some(&json!("7 B"))
+            && keys.as_array().map(Vec::len) == Some(2),
+        "the steps table: {keys}"
+    );
+    ensure!(
+        !c.source().await?.contains("hello"),
+        "no step value on the page"
+    );
+    shot(c, server, "detail-steps").await?;
+    c.goto(&format!("{base}/ui/executions/{failed}")).await?;
+    wait_text(c, "#status", |t| t == "failed").await?;
     click(c, "#retry").await?;
     confirm(c, None).await?;
     let link = c.wait().for_element(Locator::Css("#retried-link")).await?;

@@ -362,6 +362,19 @@ async fn detail_fragment(
         Some(store) => store.deliveries(client.namespace(), id).await?,
         None => None,
     };
+    // docs/ui.md#steps: the durable steps (none shown when the store keeps none).
+    let steps = match state.step_store() {
+        Some(store) => match store.list(id).await {
+            Ok(s) => Some(s),
+            Err(onestep_core::ExecutionError::InvalidArgument(m))
+                if m.contains(onestep_core::steps::STEPS_TABLE_ABSENT) =>
+            {
+                None
+            }
+            Err(e) => return Err(e.into()),
+        },
+        None => None,
+    };
     // docs/ui.md#deployments: which deployed version ran each attempt, by component digest.
     let deployed = deployed_versions(&state, client.namespace(), &execution.task_name).await?;
     Ok(html(render::render(
@@ -375,6 +388,7 @@ async fn detail_fragment(
             params.values.unwrap_or(true),
             deliveries.as_ref(),
             &deployed,
+            steps.as_deref(),
         ),
     )))
 }

@@ -200,6 +200,28 @@ pub struct AttemptRow {
     deployed: String,
 }
 
+/// One durable step on the detail page (docs/ui.md#steps): key, size, when, which attempt.
+#[derive(Debug, Serialize)]
+pub struct StepRow {
+    key: String,
+    size: String,
+    saved_at: String,
+    attempt: u32,
+    attempt_id: String,
+}
+
+impl From<&onestep_core::steps::StepRecord> for StepRow {
+    fn from(s: &onestep_core::steps::StepRecord) -> Self {
+        StepRow {
+            key: s.key.clone(),
+            size: size_text(usize::try_from(s.bytes).unwrap_or(usize::MAX)),
+            saved_at: instant(Some(s.saved_at)),
+            attempt: s.attempt_no,
+            attempt_id: s.attempt_id.to_string(),
+        }
+    }
+}
+
 impl From<&AttemptRecord> for AttemptRow {
     fn from(a: &AttemptRecord) -> Self {
         let d = a.diagnostics.as_ref();
@@ -426,6 +448,7 @@ pub fn detail_context(
     with_values: bool,
     deliveries: Option<&onestep_core::callback::CallbackRecord>,
     deployed: &std::collections::BTreeMap<String, Vec<i64>>,
+    steps: Option<&[onestep_core::steps::StepRecord]>,
 ) -> minijinja::Value {
     let with_values = with_values || e.terminal();
     let mut values = Vec::new();
@@ -464,6 +487,8 @@ pub fn detail_context(
         }).collect::<Vec<_>>(),
         deliveries => deliveries.map(DeliveriesBlock::from),
         can_redeliver => can_operate && deliveries.is_some(),
+        steps => steps.map(|s| s.iter().map(StepRow::from).collect::<Vec<_>>()),
+        steps_size => size_text(usize::try_from(steps.map_or(0, |s| s.iter().map(|r| r.bytes).sum::<u64>())).unwrap_or(usize::MAX)),
         values => values,
         with_values => with_values,
         preview_kib => PREVIEW_BYTES / 1024,

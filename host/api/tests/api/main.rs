@@ -19,6 +19,7 @@ mod operate;
 mod quotas;
 mod results;
 mod schema;
+mod steps;
 mod storable;
 mod stream;
 mod support;

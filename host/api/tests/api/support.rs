@@ -182,7 +182,8 @@ impl TestApp {
         )
         .expect("state")
         .with_insights(Arc::new(backend.clone()))
-        .with_callbacks(Arc::new(backend.clone()));
+        .with_callbacks(Arc::new(backend.clone()))
+        .with_steps(Arc::new(backend.clone()));
         let router = router(state.clone());
         let doc = serde_json::to_value(onestep_api::openapi_document()).expect("openapi");
         let pool = Pool::new(db.url.as_str());

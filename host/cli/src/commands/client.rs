@@ -10,7 +10,7 @@ mod conn;
 mod diag;
 mod output;
 
-pub(crate) use diag::{AttemptsArgs, LogsArgs, PurgeArgs, attempts, logs, purge};
+pub(crate) use diag::{AttemptsArgs, LogsArgs, PurgeArgs, StepsArgs, attempts, logs, purge, steps};
 
 use std::io::IsTerminal;
 use std::time::Instant;
@@ -290,6 +290,14 @@ pub(crate) async fn get(args: GetArgs) -> u8 {
             Some(e) => {
                 let view = onestep_api::view::one_execution_view(&c.client, &e).await?;
                 output::print_view(&view, args.conn.json);
+                if !args.conn.json {
+                    // The durable steps (docs/steps.md); `--json` is the API's execution view,
+                    // `onestep steps --json` the API's steps view.
+                    print!(
+                        "{}",
+                        text::steps_table(&diag::steps_of(c, id, None, false).await?)
+                    );
+                }
                 Ok(OK)
             }
             None => Err(ExecutionError::NotFound { id }.into()),

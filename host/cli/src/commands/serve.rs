@@ -307,6 +307,8 @@ pub(crate) async fn open_api(
     .map_err(|e| usage(format!("api: {e}")))?;
     // The dashboard's overview figures.
     let mut state = state.with_insights(backend.insights());
+    // Durable steps (docs/steps.md): `GET /v1/executions/{id}/steps` and the dashboard.
+    state = state.with_steps(backend.steps());
     // Completion webhooks (docs/semantics.md#completion-webhooks): the outbox of the store.
     if let Some(callbacks) = backend.callbacks() {
         state = state.with_callbacks(callbacks);

@@ -1,8 +1,9 @@
 //! The scripted workload of the backends' `every_statement_*` scale tests (issue 15,
 //! docs/schema.md#evidence): one sequence of real calls through the ports (submit with and
 //! without key, replay, conflict, `submit_many`, claims running each maintenance step,
-//! heartbeats, cancel poll, completions, a retry, release, cancels, get, list pages with and
-//! without filters, attempts, logs, live and final diagnostics, purge) over a seeded history,
+//! heartbeats, cancel poll, durable step saves (new key, overwrite, fenced) and loads and the
+//! step list, completions, a retry, release, cancels, get, list pages with and without filters,
+//! attempts, logs, live and final diagnostics, purge with steps) over a seeded history,
 //! written once and run by each backend's test, which captures and judges the statements its
 //! own way (the MySQL general log, PostgreSQL's `auto_explain`). A backend marks each step
 //! through a [`StepMarker`] so a captured statement is attributed to the call that sent it.
@@ -17,6 +18,7 @@ use onestep_core::history::{HistoryIds, HistorySeed};
 use onestep_core::names::TableNames;
 use onestep_core::ports::{ExecutionStore, LeaseStore, Retention};
 use onestep_core::request::{ClaimRequest, ListFilter, ListSearch, SubmitRequest};
+use onestep_core::steps::{StepError, StepStore};
 use onestep_core::{Completion, ExecutionError, ExecutionLease, ExecutionStatus, LeaseRef};
 use serde_json::json;
 
@@ -190,7 +192,7 @@ async fn two_pages<B: ExecutionStore, M: StepMarker>(
 /// creation instant of the oldest seeded row (the purge cutoffs are counted from it).
 pub async fn script<B, M>(b: B, clock: Arc<ManualClock>, mut m: M, history_first: DateTime<Utc>)
 where
-    B: ExecutionStore + LeaseStore + Retention,
+    B: ExecutionStore + LeaseStore + Retention + StepStore,
     M: StepMarker,
 {
     let err = || crate::builders::handler_error("HandlerError");
@@ -280,6 +282,11 @@ where
     assert!(beats.iter().all(Result::is_ok), "{beats:?}");
     m.step("cancel poll").await;
     assert!(b.cancel_requested(&r).await.expect("poll").is_empty());
+    // A durable step of r[2] (docs/steps.md), which fails below and is purged with it.
+    m.step("step save").await;
+    StepStore::save(&b, &r[2], "fetch", "[1,2,3]")
+        .await
+        .expect("step save");
     m.step("record_live (diagnostics)").await;
     let live = LiveDiagnostics {
         progress: diag("live").progress,
@@ -371,7 +378,42 @@ where
         worker_id: "w3".into(),
         max_running: None,
     };
-    assert_eq!(b.claim(&both).await.expect("claim").len(), 3);
+    let running = b.claim(&both).await.expect("claim");
+    assert_eq!(running.len(), 3);
+
+    // Durable steps (docs/steps.md) of a lease still running when the captured statements are
+    // measured, so that their re-runs find the execution row and its steps.
+    let l = running[0].lease_ref();
+    m.step("step save").await;
+    StepStore::save(&b, &l, "fetch", "[1,2,3]")
+        .await
+        .expect("step save");
+    StepStore::save(&b, &l, "parse", r#"{"n":3}"#)
+        .await
+        .expect("step save");
+    m.step("step save: overwrite").await;
+    StepStore::save(&b, &l, "fetch", "[1,2,3,4]")
+        .await
+        .expect("step overwrite");
+    m.step("step save: fenced").await;
+    let stale = LeaseRef {
+        lease_token: uuid::Uuid::new_v4(),
+        ..l
+    };
+    assert_eq!(
+        StepStore::save(&b, &stale, "fetch", "0").await,
+        Err(StepError::Fenced)
+    );
+    m.step("step load").await;
+    let loaded = StepStore::load(&b, l.execution_id, "fetch").await;
+    assert_eq!(loaded.expect("load").as_deref(), Some("[1,2,3,4]"));
+    m.step("step load: absent").await;
+    let loaded = StepStore::load(&b, l.execution_id, "absent").await;
+    assert_eq!(loaded.expect("load"), None);
+    m.step("step list").await;
+    let listed = StepStore::list(&b, l.execution_id).await.expect("list");
+    let keys: Vec<&str> = listed.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(keys, ["fetch", "parse"]);
     m.step("claim (nothing to do)").await;
     let none = b.claim(&claim(NS, TASK, 10, 30.0, "w3")).await;
     assert!(none.expect("claim").is_empty());
@@ -492,6 +534,11 @@ where
     // r[2], r[4] failed; r[7], the queued one cancelled; the expiring one expired; the old
     // failed history rows.
     assert_eq!(report.executions, 5 + RARE_ROWS, "{report:?}");
+    // r[2]'s step went with it (and whatever steps the backend seeded for the history).
+    assert!(report.steps >= 1, "{report:?}");
+    m.step("step list: purged").await;
+    let listed = StepStore::list(&b, r[2].execution_id).await.expect("list");
+    assert!(listed.is_empty(), "{listed:?}");
 }
 
 #[cfg(test)]

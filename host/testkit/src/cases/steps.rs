@@ -32,6 +32,9 @@ pub(crate) fn cases() -> Vec<Case> {
         case("steps_purged_with_their_execution", |fx| {
             Box::pin(purged(fx))
         }),
+        case("steps_concurrent_saves_keep_the_caps", |fx| {
+            Box::pin(concurrent_caps(fx))
+        }),
     ]
 }
 
@@ -331,4 +334,121 @@ async fn purged(fx: Fixture) {
         fx.store.get(NS, done.id).await,
         Ok(None) | Err(ExecutionError::NotFound { .. })
     ));
+}
+
+/// Saves running at once, all `Ok` or refused with `refusal`: how many were written.
+async fn at_once(
+    fx: &Fixture,
+    lease: &onestep_core::execution::LeaseRef,
+    keys: &[String],
+    value: &str,
+    refusal: &StepError,
+) -> usize {
+    let results =
+        futures::future::join_all(keys.iter().map(|k| fx.steps.save(lease, k, value))).await;
+    let mut written = 0;
+    for (key, r) in keys.iter().zip(results) {
+        match r {
+            Ok(()) => written += 1,
+            Err(e) => assert_eq!(&e, refusal, "{key}"),
+        }
+    }
+    written
+}
+
+/// Saves of one lease running at the same time. A worker never issues them (a guest's calls
+/// are sequential), but the store must not break under them: each save is written whole or
+/// refused with the cap's error, and where the store says its caps are exact under concurrent
+/// saves ([`onestep_core::steps::StepStore::caps_exact_under_concurrent_saves`]) exactly the
+/// room left is written; elsewhere at least that, and at most one over per save at once.
+async fn concurrent_caps(fx: Fixture) {
+    if !supported(&fx).await {
+        return;
+    }
+    const AT_ONCE: usize = 8;
+    const ROOM: usize = 3;
+    let exact = fx.steps.caps_exact_under_concurrent_saves();
+    let check = |what: &str, written: usize| {
+        if exact {
+            assert_eq!(written, ROOM, "{what}: exactly the room left is written");
+        } else {
+            assert!(
+                (ROOM..ROOM + AT_ONCE).contains(&written),
+                "{what}: {written} written with room for {ROOM}"
+            );
+        }
+    };
+
+    // The step count: all but ROOM steps recorded, then AT_ONCE new keys at once.
+    let e = submit(&fx, json!(1)).await;
+    let l = claim_one(&fx, 3600.0).await.lease_ref();
+    assert_eq!(l.execution_id, e.id);
+    for i in 0..MAX_STEPS_PER_EXECUTION as usize - ROOM {
+        fx.steps
+            .save(&l, &format!("s{i}"), "1")
+            .await
+            .expect("a step");
+    }
+    let keys: Vec<String> = (0..AT_ONCE).map(|i| format!("new-{i}")).collect();
+    let written = at_once(
+        &fx,
+        &l,
+        &keys,
+        "1",
+        &StepError::TooManySteps {
+            max: MAX_STEPS_PER_EXECUTION,
+        },
+    )
+    .await;
+    check("steps", written);
+    let listed = fx.steps.list(e.id).await.expect("list");
+    assert_eq!(
+        listed.len(),
+        MAX_STEPS_PER_EXECUTION as usize - ROOM + written
+    );
+    // Every written key is listed once, with its own place.
+    let mut seqs: Vec<&str> = listed.iter().map(|r| r.key.as_str()).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), listed.len());
+
+    // The byte budget: all but ROOM of the largest values, then AT_ONCE more at once.
+    let e2 = submit(&fx, json!(2)).await;
+    let l2 = claim_one(&fx, 3600.0).await.lease_ref();
+    assert_eq!(l2.execution_id, e2.id);
+    let largest = format!("\"{}\"", "x".repeat(MAX_STEP_BYTES - 2));
+    let per = MAX_STEP_BYTES as u64;
+    let fill = MAX_STEP_BYTES_PER_EXECUTION / per - ROOM as u64;
+    for i in 0..fill {
+        fx.steps
+            .save(&l2, &format!("fill-{i}"), &largest)
+            .await
+            .expect("fill");
+    }
+    let results =
+        futures::future::join_all(keys.iter().map(|k| fx.steps.save(&l2, k, &largest))).await;
+    let mut written = 0;
+    for (key, r) in keys.iter().zip(results) {
+        match r {
+            Ok(()) => written += 1,
+            Err(StepError::ExecutionBudget { bytes, max }) => {
+                assert_eq!(max, MAX_STEP_BYTES_PER_EXECUTION, "{key}");
+                assert!(bytes > max, "{key}: {bytes}");
+            }
+            Err(e) => panic!("{key}: {e}"),
+        }
+    }
+    check("bytes", written);
+    let held: u64 = fx
+        .steps
+        .list(e2.id)
+        .await
+        .expect("list")
+        .iter()
+        .map(|r| r.bytes)
+        .sum();
+    assert_eq!(held, (fill + written as u64) * per);
+    if exact {
+        assert_eq!(held, MAX_STEP_BYTES_PER_EXECUTION);
+    }
 }

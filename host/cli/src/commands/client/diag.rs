@@ -1,10 +1,11 @@
-//! `onestep attempts`, `onestep logs` and `onestep purge` (docs/cli.md#attempts-and-logs,
-//! docs/cli.md#purge): the persisted per-attempt diagnostics of one execution, and the removal
-//! of old finished executions.
+//! `onestep attempts`, `onestep logs`, `onestep steps` and `onestep purge`
+//! (docs/cli.md#attempts-and-logs, docs/cli.md#purge): the persisted per-attempt diagnostics
+//! and durable steps of one execution, and the removal of old finished executions.
 
 use std::time::Duration;
 
 use onestep_api::attempts::{AttemptView, AttemptsView, LogsView};
+use onestep_api::steps::StepsView;
 use onestep_api::text;
 use onestep_core::ExecutionStatus;
 use onestep_core::diagnostics::{PurgeReport, PurgeRequest};
@@ -37,6 +38,21 @@ pub(crate) struct LogsArgs {
     /// Seconds between polls with `--follow` (default 1).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) interval: f64,
+    #[command(flatten)]
+    pub(crate) conn: ConnArgs,
+}
+
+/// Arguments of `onestep steps`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct StepsArgs {
+    /// Execution id.
+    pub(crate) id: String,
+    /// Print the values too (at most 4 MiB of them; ask for the rest one `--key` at a time).
+    #[arg(long)]
+    pub(crate) values: bool,
+    /// Only the step of this key.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
     #[command(flatten)]
     pub(crate) conn: ConnArgs,
 }
@@ -76,6 +92,18 @@ async fn attempts_of(c: &Connected, id: Uuid) -> Result<AttemptsView, Failure> {
     })
 }
 
+/// The durable steps of `id` (docs/steps.md) as the API lists them; the caller has checked
+/// that the execution is in its namespace.
+pub(crate) async fn steps_of(
+    c: &Connected,
+    id: Uuid,
+    key: Option<&str>,
+    values: bool,
+) -> Result<StepsView, Failure> {
+    let store = c.backend().steps();
+    Ok(onestep_api::steps::steps_view(Some(store.as_ref()), id, key, values).await?)
+}
+
 /// `onestep attempts ID`.
 pub(crate) async fn attempts(args: AttemptsArgs) -> u8 {
     with_client(&args.conn, async |c| {
@@ -85,6 +113,41 @@ pub(crate) async fn attempts(args: AttemptsArgs) -> u8 {
             print_json(&view);
         } else {
             print!("{}", text::attempts_detail(&view));
+            // Which attempt saved each step's current value (docs/steps.md).
+            print!(
+                "{}",
+                text::steps_table(&steps_of(c, id, None, false).await?)
+            );
+        }
+        Ok(OK)
+    })
+    .await
+}
+
+/// `onestep steps ID [--values] [--key K]`.
+pub(crate) async fn steps(args: StepsArgs) -> u8 {
+    with_client(&args.conn, async |c| {
+        let id = parse_id(&args.id)?;
+        if let Some(k) = &args.key {
+            onestep_core::steps::validate_key(k)
+                .map_err(|e| Failure::usage(format!("--key: {e}")))?;
+        }
+        // Another namespace's execution is a missing one.
+        c.client
+            .get(id)
+            .await?
+            .ok_or(onestep_core::ExecutionError::NotFound { id })?;
+        let view = steps_of(c, id, args.key.as_deref(), args.values).await?;
+        if args.conn.json {
+            print_json(&view);
+        } else {
+            let out = text::steps_table(&view);
+            if out.is_empty() {
+                println!(
+                    "no steps kept: the tables have no steps table (`onestep migrate --upgrade` adds it)"
+                );
+            }
+            print!("{out}");
         }
         Ok(OK)
     })
