@@ -5,8 +5,9 @@
 //!
 //! A deploy is checked in this order, writing nothing until every check passed: the settings'
 //! shape and structural rules ([`DeploymentSettings::validate`]), the namespace (a token of one
-//! namespace cannot deploy into another: 403), the component is stored (422
-//! `unknown_component`), the operator's policy (422 `policy_violation` listing every broken
+//! namespace cannot deploy into another, nor one no policy covers: 403), the component is
+//! stored **by the token's namespace** (422 `unknown_component`, the same answer as for bytes
+//! never stored: another namespace's digest is not a capability), the operator's policy (422 `policy_violation` listing every broken
 //! rule, docs/deployment-policy.md#the-checks), then the **load check**: the stored component is
 //! compiled and linked for the settings' sandbox as a worker would ([`ComponentVetter`], 422
 //! `component_unloadable` with the loader's reason). Only then `DeploymentStore::deploy`.
@@ -95,6 +96,18 @@ impl From<DeploymentError> for ApiError {
             DeploymentError::NoActiveVersion { .. } => {
                 ApiError::new(StatusCode::CONFLICT, code::NO_ACTIVE_DEPLOYMENT, msg)
             }
+            DeploymentError::TooManyTasks {
+                namespace,
+                asked,
+                limit,
+            } => policy_refusal(&[PolicyViolation {
+                limit: "tasks".into(),
+                kind: onestep_core::deploy_policy::ViolationKind::AboveCeiling,
+                asked: format!("{asked} tasks with an active version"),
+                rule: format!(
+                    "the ceiling for namespace {namespace:?} is {limit} (deactivate a task first)"
+                ),
+            }]),
             DeploymentError::Store(e) => ApiError::from(e),
         }
     }
@@ -215,7 +228,8 @@ pub struct ComponentView {
     pub digest: String,
     /// Its size in bytes.
     pub bytes: u64,
-    /// False when the same bytes were already stored (nothing was written).
+    /// False when the token's namespace had already stored the same bytes. Whether another
+    /// namespace stored them is never told.
     pub created: bool,
 }
 
@@ -275,15 +289,17 @@ pub struct ComponentBytes(#[allow(dead_code)] Vec<u8>);
 /// Upload a component: the raw bytes of a WebAssembly component (`Content-Type:
 /// application/wasm`, or `application/octet-stream`), stored once by their SHA-256 (like an OCI blob: upload first, then a
 /// deployment names the digest). The body may be at most the namespace's component size
-/// ceiling (its own limit, not `api.max_body_bytes`). Uploading the same bytes again writes
-/// nothing (`created: false`). The bytes are not checked here: the deploy that names them runs
-/// the load check.
+/// ceiling (its own limit, not `api.max_body_bytes`). The bytes are stored once, but the token's
+/// namespace is recorded as holding them: a deploy may name only a component its namespace
+/// stored. Uploading bytes the namespace already stored answers `created: false`; bytes only
+/// another namespace stored are `created: true` as if new. The bytes are not checked here: the
+/// deploy that names them runs the load check.
 #[utoipa::path(
     post, path = "/v1/components", tag = "deployments",
     request_body(content((ComponentBytes = "application/wasm"), (ComponentBytes = "application/octet-stream")), description = "The component's bytes"),
     responses(
         (status = 201, description = "Stored", body = ComponentView),
-        (status = 200, description = "Already stored: nothing was written", body = ComponentView),
+        (status = 200, description = "The namespace had already stored these bytes", body = ComponentView),
         (status = 403, description = "The token's role may not deploy, or no deployment policy covers its namespace", body = ErrorBody),
         (status = 408, description = "Body not received within 30 s", body = ErrorBody),
         (status = 409, description = "Deployments are not enabled (`deployments_disabled`)", body = ErrorBody),
@@ -362,20 +378,23 @@ pub async fn upload_component(
             "the request body is empty; send the component's bytes",
         ));
     }
-    let digest = ComponentDigest::of(&bytes);
-    let existed = deploy.components.exists(&digest).await?;
-    let stored = deploy.components.put(&bytes).await?;
-    let status = if existed {
-        StatusCode::OK
-    } else {
+    // Stored for the token's namespace: `created` says whether this namespace held the bytes
+    // before, never whether another one stored them.
+    let held = deploy
+        .components
+        .put_for(&deployer.namespace, &bytes)
+        .await?;
+    let status = if held.created {
         StatusCode::CREATED
+    } else {
+        StatusCode::OK
     };
     Ok((
         status,
         Json(ComponentView {
-            digest: stored.to_string(),
+            digest: held.digest.to_string(),
             bytes: bytes.len() as u64,
-            created: !existed,
+            created: held.created,
         }),
     ))
 }
@@ -469,9 +488,9 @@ pub struct DeployBody {
     responses(
         (status = 201, description = "Deployed: the new active version", body = DeployedView),
         (status = 200, description = "The active version already is this deployment (`created: false`)", body = DeployedView),
-        (status = 403, description = "The token's role may not deploy, or the settings name another namespace (`violations`)", body = ErrorBody),
+        (status = 403, description = "The token's role may not deploy, the settings name another namespace, or no deployment policy covers the namespace (`violations`)", body = ErrorBody),
         (status = 409, description = "Deployments are not enabled (`deployments_disabled`)", body = ErrorBody),
-        (status = 422, description = "Bad settings or note (`invalid_body`, `invalid_argument`), component not stored (`unknown_component`), over the policy (`policy_violation` with `violations`), or not loadable (`component_unloadable`)", body = ErrorBody),
+        (status = 422, description = "Bad settings or note (`invalid_body`, `invalid_argument`), component not stored by the namespace (`unknown_component`), over the policy (`policy_violation` with `violations`), or not loadable (`component_unloadable`)", body = ErrorBody),
         (status = 429, description = "The namespace already has 2 uploads or deploys in progress, or the server holds as many component bytes as it may (`deploy_busy`, `Retry-After`)", body = ErrorBody),
         BodyErrors,
         V1Errors,
@@ -501,8 +520,16 @@ pub async fn deploy(
     {
         return Err(ApiError::forbidden(v.to_string()).with_violations(violation_views(&[v])));
     }
+    // A namespace no policy covers is refused before anything is read (403, as an upload).
+    ceiling_of(policy, &deployer.namespace)?;
     let digest = ComponentDigest::parse(body.digest.trim())?;
-    let Some(stat) = deploy.components.stat(&digest).await? else {
+    // Only a component this namespace stored: another namespace's digest is answered exactly
+    // as bytes never stored (no existence, no size).
+    let Some(stat) = deploy
+        .components
+        .stat_for(&deployer.namespace, &digest)
+        .await?
+    else {
         return Err(DeploymentError::UnknownComponent { digest }.into());
     };
     policy
@@ -536,6 +563,7 @@ pub async fn deploy(
         settings: StoredSettings::of(&settings)?,
         actor: deployer.actor,
         note: body.note,
+        max_tasks: Some(ceiling_of(policy, &deployer.namespace)?.max_tasks),
     };
     let done = deploy.deployments.deploy(&new).await?;
     let status = if done.created {
@@ -746,6 +774,7 @@ pub async fn activate_version(
         .map_err(|_| ApiError::invalid(format!("version must be an integer (got {version:?})")))?;
     onestep_core::deployments::check_version(version)?;
     check_activation(deploy, policy, &deployer.namespace, &task, version).await?;
+    let max_tasks = ceiling_of(policy, &deployer.namespace)?.max_tasks;
     let d = deploy
         .deployments
         .activate(
@@ -754,6 +783,7 @@ pub async fn activate_version(
             version,
             &deployer.actor,
             body.note.as_deref(),
+            Some(max_tasks),
         )
         .await?;
     Ok(Json(DeploymentView::from(&d)))

@@ -126,8 +126,8 @@ pub struct ErrorBody {
 pub struct ViolationView {
     /// The setting's path in the manifest (`sandbox.memory_limit_bytes`, `component`, …).
     pub limit: String,
-    /// `above_ceiling`, `origin_outside`, `unknown_secret`, `secret_not_allowed`,
-    /// `secret_origin`, `not_settable`, `no_policy` or `namespace_mismatch`.
+    /// `above_ceiling`, `origin_outside`, `secret_not_allowed`, `secret_origin`,
+    /// `not_settable`, `no_policy` or `namespace_mismatch`.
     pub kind: String,
     /// What the deployment asked, as text.
     pub asked: String,

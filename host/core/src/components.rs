@@ -172,7 +172,23 @@ pub fn assemble(
     Ok(out)
 }
 
+/// What [`ComponentStore::put_for`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldComponent {
+    /// The digest of the bytes.
+    pub digest: ComponentDigest,
+    /// False when the namespace already held these bytes (nothing new for it). Whether another
+    /// namespace stored the same bytes is never told.
+    pub created: bool,
+}
+
 /// The component store port: content-addressed, chunked, verified on every read.
+///
+/// The bytes are stored once whoever uploads them, but a tenant may only deploy what it
+/// **holds**: bytes it uploaded itself ([`put_for`](Self::put_for), which records the namespace
+/// as a holder). A digest is a name, not a capability: knowing another namespace's digest lets
+/// a tenant neither deploy it nor learn that it is stored or how large it is
+/// ([`stat_for`](Self::stat_for) answers `None`, as for bytes never stored).
 #[async_trait]
 pub trait ComponentStore: Send + Sync {
     /// Stores `bytes` (at most [`MAX_COMPONENT_BYTES`]) and returns their digest. Idempotent:
@@ -192,6 +208,21 @@ pub trait ComponentStore: Send + Sync {
     /// Size, chunk count and creation time of `digest`, or `None` when not stored.
     async fn stat(&self, digest: &ComponentDigest)
     -> Result<Option<ComponentStat>, ExecutionError>;
+
+    /// Stores `bytes` like [`put`](Self::put) and records `namespace` as a holder of them, in
+    /// the same transaction; storing bytes the namespace already holds refreshes the time it
+    /// last stored them (the garbage collection's grace counts from it).
+    async fn put_for(&self, namespace: &str, bytes: &[u8])
+    -> Result<HeldComponent, ExecutionError>;
+
+    /// [`stat`](Self::stat) of `digest` when `namespace` holds it (it stored the bytes with
+    /// [`put_for`](Self::put_for)); `None` otherwise, whether or not another namespace stored
+    /// the same bytes.
+    async fn stat_for(
+        &self,
+        namespace: &str,
+        digest: &ComponentDigest,
+    ) -> Result<Option<ComponentStat>, ExecutionError>;
 }
 
 #[cfg(test)]

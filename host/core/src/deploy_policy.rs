@@ -168,6 +168,12 @@ impl DeploymentSettings {
     }
 }
 
+/// The built-in `max_tasks` ceiling: tasks of one namespace with an active version at once.
+pub const DEFAULT_MAX_TASKS: u32 = 20;
+
+/// The largest `max_tasks` an operator may write.
+pub const MAX_MAX_TASKS: u32 = 10_000;
+
 /// Longest `description` of a deployment (characters).
 pub const MAX_DESCRIPTION_CHARS: usize = 1000;
 
@@ -215,6 +221,11 @@ pub struct PolicyCeiling {
     pub max_attempts: u32,
     /// Largest component, in bytes (at most [`MAX_COMPONENT_BYTES`]).
     pub max_component_bytes: u64,
+    /// Most tasks of the namespace with an active version at once (every following worker runs
+    /// a claim loop and keeps a build for each); a deploy or an activation that would make one
+    /// more task active is refused by the store, under its lock
+    /// ([`crate::deployments::DeploymentError::TooManyTasks`]).
+    pub max_tasks: u32,
     /// Origins the deployment's allow-list must be within (empty: no network).
     pub allow: Vec<OriginPattern>,
     /// Operator-held secrets the namespace may reference, each with the origins it may be sent
@@ -244,6 +255,7 @@ impl Default for PolicyCeiling {
             concurrency: DEFAULT_CONCURRENCY,
             max_attempts: 1,
             max_component_bytes: MAX_COMPONENT_BYTES as u64,
+            max_tasks: DEFAULT_MAX_TASKS,
             allow: Vec::new(),
             secrets: BTreeMap::new(),
         }
@@ -271,8 +283,9 @@ impl DeploymentPolicy {
     }
 
     /// Every check of a deploy by a token of `token_namespace`: the namespace matches, a policy
-    /// covers it, and the settings are within its ceiling ([`check_within`], with unknown
-    /// secrets told apart from ones the namespace may not reference).
+    /// covers it, and the settings are within its ceiling ([`check_within`]). A secret outside
+    /// the namespace's list is refused the same way whether or not the operator holds it for
+    /// another namespace, so a tenant cannot enumerate other tenants' secret names.
     pub fn check(
         &self,
         token_namespace: &str,
@@ -291,7 +304,7 @@ impl DeploymentPolicy {
                     .into(),
             }]);
         };
-        check(settings, ceiling, component_size, Some(&self.secret_names))
+        check(settings, ceiling, component_size)
     }
 }
 
@@ -303,9 +316,9 @@ pub enum ViolationKind {
     AboveCeiling,
     /// An allow-list entry outside the operator's origins.
     OriginOutside,
-    /// A secret the operator does not hold.
-    UnknownSecret,
-    /// A secret the namespace may not reference.
+    /// A secret the namespace may not reference (whether or not the operator holds it for
+    /// another namespace: the two are not told apart, so secret names do not leak across
+    /// namespaces).
     SecretNotAllowed,
     /// A secret sent to an origin it is not bound to.
     SecretOrigin,
@@ -353,13 +366,13 @@ pub fn check_namespace(token_namespace: &str, asked: &str) -> Result<(), PolicyV
 
 /// Whether `settings` stay within `ceiling` with a component of `component_size` bytes; every
 /// violation otherwise. A secret outside `ceiling.secrets` is reported as one the namespace may
-/// not reference ([`DeploymentPolicy::check`] also tells unknown secrets apart).
+/// not reference.
 pub fn check_within(
     settings: &DeploymentSettings,
     ceiling: &PolicyCeiling,
     component_size: u64,
 ) -> Result<(), Vec<PolicyViolation>> {
-    check(settings, ceiling, component_size, None)
+    check(settings, ceiling, component_size)
 }
 
 /// Whether operator entry `op` lets through every request `tenant` lets through: same scheme
@@ -439,7 +452,6 @@ fn check(
     s: &DeploymentSettings,
     c: &PolicyCeiling,
     component_size: u64,
-    known_secrets: Option<&BTreeSet<String>>,
 ) -> Result<(), Vec<PolicyViolation>> {
     let ns = &s.namespace;
     let mut out = Vec::new();
@@ -658,29 +670,16 @@ fn check(
             continue;
         };
         match c.secrets.get(name) {
-            None => {
-                let unknown = known_secrets.is_some_and(|k| !k.contains(name));
-                out.push(PolicyViolation {
-                    limit,
-                    kind: if unknown {
-                        ViolationKind::UnknownSecret
-                    } else {
-                        ViolationKind::SecretNotAllowed
-                    },
-                    asked: format!("secret {name:?}"),
-                    rule: if unknown {
-                        format!(
-                            "which the operator does not hold (namespace {ns:?} may reference: {})",
-                            names(c.secrets.keys())
-                        )
-                    } else {
-                        format!(
-                            "which namespace {ns:?} may not reference (it may reference: {})",
-                            names(c.secrets.keys())
-                        )
-                    },
-                });
-            }
+            // Held for another namespace or not held at all: the same answer.
+            None => out.push(PolicyViolation {
+                limit,
+                kind: ViolationKind::SecretNotAllowed,
+                asked: format!("secret {name:?}"),
+                rule: format!(
+                    "which namespace {ns:?} may not reference (it may reference: {})",
+                    names(c.secrets.keys())
+                ),
+            }),
             Some(bound) if !origin_within(&h.origin, bound) => out.push(PolicyViolation {
                 limit,
                 kind: ViolationKind::SecretOrigin,

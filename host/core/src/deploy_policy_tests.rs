@@ -410,11 +410,13 @@ fn secrets_are_referenced_by_name_within_the_namespace_and_their_origins() {
         "X-Nope",
         HeaderValue::Secret("nope".into()),
     ));
-    assert_eq!(kinds(&s), [ViolationKind::UnknownSecret]);
+    // Not held at all, or held for another namespace only: the same kind and answer, so a
+    // tenant cannot enumerate other namespaces' secret names.
+    assert_eq!(kinds(&s), [ViolationKind::SecretNotAllowed]);
     assert_eq!(
         policy.check("team-a", &s, 1).expect_err("unknown")[0].to_string(),
         "sandbox.network.headers[\"https://api.openai.com:443\"].X-Nope: asked secret \"nope\", \
-         which the operator does not hold (namespace \"team-a\" may reference: openai)"
+         which namespace \"team-a\" may not reference (it may reference: openai)"
     );
     assert_eq!(
         s.secret_names().into_iter().collect::<Vec<_>>(),

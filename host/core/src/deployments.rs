@@ -84,6 +84,20 @@ pub enum DeploymentError {
         /// Task asked for.
         task: String,
     },
+    /// The change would make one more task of the namespace active than its policy's
+    /// `max_tasks` allows (HTTP 422, a policy violation); nothing was written.
+    #[error(
+        "tasks: asked {asked} tasks with an active version, the ceiling for namespace \
+         {namespace:?} is {limit} (deactivate a task first)"
+    )]
+    TooManyTasks {
+        /// The namespace.
+        namespace: String,
+        /// Its tasks with an active version after the change.
+        asked: u64,
+        /// The ceiling.
+        limit: u32,
+    },
     /// The store failed (or its tables are absent); see [`ExecutionError`].
     #[error("{0}")]
     Store(ExecutionError),
@@ -97,6 +111,7 @@ impl DeploymentError {
             DeploymentError::UnknownComponent { .. } => "unknown_component",
             DeploymentError::VersionNotFound { .. } => "deployment_not_found",
             DeploymentError::NoActiveVersion { .. } => "no_active_deployment",
+            DeploymentError::TooManyTasks { .. } => "policy_violation",
             DeploymentError::Store(e) => e.code(),
         }
     }
@@ -354,6 +369,10 @@ pub struct NewDeployment {
     pub actor: String,
     /// An optional note (reason) kept with the deployment and its event.
     pub note: Option<String>,
+    /// The namespace's `max_tasks` ceiling: when the task has no active version, the deploy is
+    /// refused ([`DeploymentError::TooManyTasks`]) if the namespace already has this many
+    /// tasks with an active version. `None`: no bound.
+    pub max_tasks: Option<u32>,
 }
 
 /// What [`DeploymentStore::deploy`] did.
@@ -446,7 +465,10 @@ pub trait DeploymentStore: Send + Sync {
     /// one (1 for the first). Refused with [`DeploymentError::UnknownComponent`], writing
     /// nothing, when the component is not stored. Idempotent against the active version: when
     /// it has the same digest and settings, nothing is written and it is returned with
-    /// `created: false` (a retried deploy makes no second version). Writes one
+    /// `created: false` (a retried deploy makes no second version). A deploy of a task with no
+    /// active version is refused with [`DeploymentError::TooManyTasks`] when the namespace
+    /// already has `new.max_tasks` tasks with an active version (counted under the store's
+    /// lock, so concurrent deploys of new tasks never exceed it). Writes one
     /// [`DeploymentAction::Deploy`] event and moves the revision.
     async fn deploy(&self, new: &NewDeployment) -> Result<Deployed, DeploymentError>;
 
@@ -478,6 +500,9 @@ pub trait DeploymentStore: Send + Sync {
     /// active before becomes superseded. Writes one [`DeploymentAction::Activate`] event and
     /// moves the revision; activating the version that is already active changes nothing and
     /// returns it. Concurrent activations are serialised: the last one wins, each is audited.
+    /// Activating a version of a task with no active version makes one more task active: it is
+    /// refused with [`DeploymentError::TooManyTasks`] when the namespace already has
+    /// `max_tasks` (when given) tasks with an active version.
     async fn activate(
         &self,
         namespace: &str,
@@ -485,6 +510,7 @@ pub trait DeploymentStore: Send + Sync {
         version: i64,
         actor: &str,
         note: Option<&str>,
+        max_tasks: Option<u32>,
     ) -> Result<Deployment, DeploymentError>;
 
     /// Stops the task's active version ([`DeploymentState::Inactive`]): the task then has no
@@ -753,14 +779,35 @@ pub enum Plan {
     Change(Box<ChangePlan>, Deployment),
 }
 
+/// Whether a change that makes one more task of `namespace` active stays within `max_tasks`,
+/// given the namespace's tasks with an active version now (`active_tasks`, read under the
+/// revision lock; `None` when it was not read because no bound applies).
+pub fn check_task_count(
+    namespace: &str,
+    active_tasks: Option<u64>,
+    max_tasks: Option<u32>,
+) -> Result<(), DeploymentError> {
+    match (active_tasks, max_tasks) {
+        (Some(now), Some(limit)) if now >= u64::from(limit) => Err(DeploymentError::TooManyTasks {
+            namespace: namespace.to_owned(),
+            asked: now + 1,
+            limit,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Plans a deploy, given (read under the revision lock) the store's revision, the task's active
-/// version, its highest version and whether the component is stored.
+/// version, its highest version, whether the component is stored and, when the task has no
+/// active version and `new.max_tasks` is set, the namespace's tasks with an active version.
+#[allow(clippy::too_many_arguments)]
 pub fn plan_deploy(
     new: &NewDeployment,
     revision: i64,
     active: Option<&Deployment>,
     max_version: Option<i64>,
     component_stored: bool,
+    active_tasks: Option<u64>,
     now: DateTime<Utc>,
 ) -> Result<Plan, DeploymentError> {
     if !component_stored {
@@ -773,6 +820,9 @@ pub fn plan_deploy(
         && a.settings == new.settings
     {
         return Ok(Plan::Unchanged(a.clone()));
+    }
+    if active.is_none() {
+        check_task_count(&new.namespace, active_tasks, new.max_tasks)?;
     }
     let revision = revision + 1;
     let version = max_version.unwrap_or(0) + 1;
@@ -822,6 +872,16 @@ pub fn plan_deploy(
     ))
 }
 
+/// The bound of an activation: the namespace's `max_tasks` and, when the task has no active
+/// version, its tasks with an active version now (read under the revision lock).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskBound {
+    /// The ceiling (`None`: no bound).
+    pub max_tasks: Option<u32>,
+    /// The namespace's tasks with an active version (`None`: not read).
+    pub active_tasks: Option<u64>,
+}
+
 /// Plans an activation of `target` (`None`: no such version), given the task's active version.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_activate(
@@ -833,6 +893,7 @@ pub fn plan_activate(
     revision: i64,
     actor: &str,
     note: Option<&str>,
+    bound: TaskBound,
     now: DateTime<Utc>,
 ) -> Result<Plan, DeploymentError> {
     let Some(target) = target else {
@@ -844,6 +905,9 @@ pub fn plan_activate(
     };
     if target.state == DeploymentState::Active {
         return Ok(Plan::Unchanged(target));
+    }
+    if active.is_none() {
+        check_task_count(namespace, bound.active_tasks, bound.max_tasks)?;
     }
     let revision = revision + 1;
     let mut changes = Vec::new();
@@ -947,6 +1011,7 @@ mod tests {
             settings: StoredSettings::from_value(&settings).expect("settings"),
             actor: "alice".into(),
             note: None,
+            max_tasks: None,
         }
     }
 
@@ -1022,21 +1087,73 @@ mod tests {
     }
 
     #[test]
+    fn a_new_active_task_is_bounded_by_max_tasks() {
+        let now = DateTime::<Utc>::UNIX_EPOCH;
+        let mut n = new("v1", serde_json::json!({}));
+        n.max_tasks = Some(2);
+        // Two tasks active already: a third is refused, naming the count and the ceiling.
+        let e = plan_deploy(&n, 5, None, None, true, Some(2), now).expect_err("third");
+        assert_eq!(e.code(), "policy_violation");
+        assert!(
+            e.to_string().contains(
+                "asked 3 tasks with an active version, the ceiling for namespace \"ns\" is 2"
+            ),
+            "{e}"
+        );
+        assert!(plan_deploy(&n, 5, None, None, true, Some(1), now).is_ok());
+        // A new version of an active task adds no task.
+        let (_, d1) = changed(plan_deploy(&n, 0, None, None, true, Some(0), now).expect("v1"));
+        let n2 = NewDeployment {
+            settings: StoredSettings::from_value(&serde_json::json!({"x": 1})).expect("s"),
+            ..n.clone()
+        };
+        assert!(plan_deploy(&n2, 1, Some(&d1), Some(1), true, Some(2), now).is_ok());
+        // Activating a version of a task with none active adds one.
+        let old = Deployment {
+            state: DeploymentState::Inactive,
+            ..d1.clone()
+        };
+        let bound = TaskBound {
+            max_tasks: Some(2),
+            active_tasks: Some(2),
+        };
+        let e = plan_activate(
+            "ns",
+            "t",
+            1,
+            Some(old.clone()),
+            None,
+            3,
+            "b",
+            None,
+            bound,
+            now,
+        )
+        .expect_err("over");
+        assert_eq!(e.code(), "policy_violation");
+        assert!(
+            plan_activate("ns", "t", 1, Some(old), Some(&d1), 3, "b", None, bound, now).is_ok(),
+            "replacing the task's active version adds no task"
+        );
+    }
+
+    #[test]
     fn a_deploy_supersedes_and_a_repeat_changes_nothing() {
         let now = DateTime::<Utc>::UNIX_EPOCH;
         let n1 = new("v1", serde_json::json!({}));
-        let e = plan_deploy(&n1, 0, None, None, false, now).expect_err("unknown");
+        let e = plan_deploy(&n1, 0, None, None, false, None, now).expect_err("unknown");
         assert_eq!(e.code(), "unknown_component");
-        let (c1, d1) = changed(plan_deploy(&n1, 0, None, None, true, now).expect("plan"));
+        let (c1, d1) = changed(plan_deploy(&n1, 0, None, None, true, None, now).expect("plan"));
         assert_eq!((d1.version, d1.revision, c1.revision), (1, 1, 1));
         assert!(c1.changes.is_empty());
         assert_eq!(c1.event.from_version, None);
-        match plan_deploy(&n1, 1, Some(&d1), Some(1), true, now).expect("repeat") {
+        match plan_deploy(&n1, 1, Some(&d1), Some(1), true, None, now).expect("repeat") {
             Plan::Unchanged(d) => assert_eq!(d, d1),
             Plan::Change(..) => panic!("a repeat writes nothing"),
         }
         let n2 = new("v1", serde_json::json!({"timeout": 5}));
-        let (c2, d2) = changed(plan_deploy(&n2, 1, Some(&d1), Some(1), true, now).expect("v2"));
+        let (c2, d2) =
+            changed(plan_deploy(&n2, 1, Some(&d1), Some(1), true, None, now).expect("v2"));
         assert_eq!((d2.version, d2.previous_version), (2, Some(1)));
         assert_eq!(
             c2.changes,
@@ -1058,6 +1175,7 @@ mod tests {
                 2,
                 "bob",
                 None,
+                TaskBound::default(),
                 now,
             )
             .expect("rollback"),
@@ -1067,7 +1185,19 @@ mod tests {
         assert_eq!(c3.event.from_version, Some(2));
         let e = plan_deactivate("ns", "t", None, 3, "bob", None, now).expect_err("none");
         assert_eq!(e.code(), "no_active_deployment");
-        let e = plan_activate("ns", "t", 9, None, None, 3, "bob", None, now).expect_err("9");
+        let e = plan_activate(
+            "ns",
+            "t",
+            9,
+            None,
+            None,
+            3,
+            "bob",
+            None,
+            TaskBound::default(),
+            now,
+        )
+        .expect_err("9");
         assert_eq!(e.code(), "deployment_not_found");
         assert!(e.to_string().contains("version 9"), "{e}");
     }

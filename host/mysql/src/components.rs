@@ -11,19 +11,20 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Value as DbValue, from_value_opt};
 use onestep_core::ExecutionError;
 use onestep_core::components::{
-    COMPONENTS_TABLE_ABSENT, ComponentDigest, ComponentStat, ComponentStore, Prepared, assemble,
-    corrupt, prepare,
+    COMPONENTS_TABLE_ABSENT, ComponentDigest, ComponentStat, ComponentStore, HeldComponent,
+    Prepared, assemble, corrupt, prepare,
 };
 
 use crate::backend::{MySqlBackend, begin};
 use crate::errors::OpResult;
 use crate::rows::{bind_time, instant};
-use crate::schema::{component_chunks_table, components_table};
+use crate::schema::{component_chunks_table, component_holders_table, components_table};
 
 /// The header and chunks tables.
 struct Tables {
     header: String,
     chunks: String,
+    holders: String,
 }
 
 fn int(d: &ComponentDigest, row: &mut Row, i: usize, col: &str) -> Result<i64, ExecutionError> {
@@ -37,13 +38,21 @@ impl MySqlBackend {
             Ok(Tables {
                 header: components_table(self.tables()),
                 chunks: component_chunks_table(self.tables()),
+                holders: component_holders_table(self.tables()),
             })
         } else {
             Err(ExecutionError::invalid(COMPONENTS_TABLE_ABSENT))
         }
     }
 
-    async fn component_put_once(&self, t: &Tables, p: &Prepared<'_>) -> OpResult<()> {
+    /// Stores `p` (when absent) and, with `holder`, records that namespace as holding it in the
+    /// same transaction; true when the holder row is new.
+    async fn component_put_once(
+        &self,
+        t: &Tables,
+        p: &Prepared<'_>,
+        holder: Option<&str>,
+    ) -> OpResult<bool> {
         let now = self.now();
         let mut conn = self.conn().await?;
         let mut tx = begin(&mut conn).await?;
@@ -55,55 +64,105 @@ impl MySqlBackend {
                     (digest,),
                 )
                 .await?;
-            if present.is_some() {
-                return Ok(());
+            if present.is_none() {
+                self.component_write(&mut tx, t, p, now).await?;
             }
-            for (seq, chunk) in p.chunks.iter().enumerate() {
-                tx.exec_drop(
+            let Some(namespace) = holder else {
+                return Ok(false);
+            };
+            let held: Option<i64> = tx
+                .exec_first(
                     format!(
-                        "INSERT INTO `{}` (digest, seq, bytes) VALUES (?, ?, ?) \
-                         ON DUPLICATE KEY UPDATE seq = seq",
-                        t.chunks
+                        "SELECT 1 FROM `{}` WHERE namespace = ? AND digest = ?",
+                        t.holders
                     ),
-                    (digest, seq as i64, chunk.to_vec()),
+                    (namespace, digest),
                 )
                 .await?;
-            }
             tx.exec_drop(
                 format!(
-                    "INSERT INTO `{}` (digest, size, chunks, created_at) VALUES (?, ?, ?, ?) \
-                     ON DUPLICATE KEY UPDATE digest = digest",
-                    t.header
+                    "INSERT INTO `{}` (namespace, digest, stored_at) VALUES (?, ?, ?) \
+                     ON DUPLICATE KEY UPDATE stored_at = ?",
+                    t.holders
                 ),
-                (
-                    digest,
-                    p.size as i64,
-                    i64::from(p.chunk_count()),
-                    bind_time(now),
-                ),
+                (namespace, digest, bind_time(now), bind_time(now)),
             )
             .await?;
-            Ok(())
+            Ok(held.is_none())
         }
         .await;
         self.finish(tx, outcome).await
     }
 
+    /// The chunks, then the header, of a component not stored yet.
+    async fn component_write(
+        &self,
+        tx: &mut mysql_async::Transaction<'_>,
+        t: &Tables,
+        p: &Prepared<'_>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> OpResult<()> {
+        let digest = p.digest.as_str();
+        for (seq, chunk) in p.chunks.iter().enumerate() {
+            tx.exec_drop(
+                format!(
+                    "INSERT INTO `{}` (digest, seq, bytes) VALUES (?, ?, ?) \
+                     ON DUPLICATE KEY UPDATE seq = seq",
+                    t.chunks
+                ),
+                (digest, seq as i64, chunk.to_vec()),
+            )
+            .await?;
+        }
+        tx.exec_drop(
+            format!(
+                "INSERT INTO `{}` (digest, size, chunks, created_at) VALUES (?, ?, ?, ?) \
+                 ON DUPLICATE KEY UPDATE digest = digest",
+                t.header
+            ),
+            (
+                digest,
+                p.size as i64,
+                i64::from(p.chunk_count()),
+                bind_time(now),
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The header of `d`; with `holder`, only when that namespace holds it.
     async fn component_stat_once(
         &self,
         t: &Tables,
         d: &ComponentDigest,
+        holder: Option<&str>,
     ) -> OpResult<Option<ComponentStat>> {
         let mut conn = self.conn().await?;
-        let row: Option<Row> = conn
-            .exec_first(
-                format!(
-                    "SELECT size, chunks, created_at FROM `{}` WHERE digest = ?",
-                    t.header
-                ),
-                (d.as_str(),),
-            )
-            .await?;
+        let row: Option<Row> = match holder {
+            None => {
+                conn.exec_first(
+                    format!(
+                        "SELECT size, chunks, created_at FROM `{}` WHERE digest = ?",
+                        t.header
+                    ),
+                    (d.as_str(),),
+                )
+                .await?
+            }
+            Some(namespace) => {
+                conn.exec_first(
+                    format!(
+                        "SELECT c.size, c.chunks, c.created_at FROM `{}` AS c \
+                         JOIN `{}` AS h ON h.digest = c.digest \
+                         WHERE h.namespace = ? AND h.digest = ?",
+                        t.header, t.holders
+                    ),
+                    (namespace, d.as_str()),
+                )
+                .await?
+            }
+        };
         let Some(mut row) = row else {
             return Ok(None);
         };
@@ -124,7 +183,7 @@ impl MySqlBackend {
         t: &Tables,
         d: &ComponentDigest,
     ) -> OpResult<Option<Vec<u8>>> {
-        let Some(stat) = self.component_stat_once(t, d).await? else {
+        let Some(stat) = self.component_stat_once(t, d, None).await? else {
             return Ok(None);
         };
         let mut conn = self.conn().await?;
@@ -156,9 +215,41 @@ impl ComponentStore for MySqlBackend {
     async fn put(&self, bytes: &[u8]) -> Result<ComponentDigest, ExecutionError> {
         let p = prepare(bytes)?;
         let t = self.component_tables()?;
-        self.run("component_put", || self.component_put_once(&t, &p))
+        self.run("component_put", || self.component_put_once(&t, &p, None))
             .await?;
         Ok(p.digest)
+    }
+
+    async fn put_for(
+        &self,
+        namespace: &str,
+        bytes: &[u8],
+    ) -> Result<HeldComponent, ExecutionError> {
+        onestep_core::deployments::check_name("namespace", namespace)
+            .map_err(|e| ExecutionError::invalid(e.to_string()))?;
+        let p = prepare(bytes)?;
+        let t = self.component_tables()?;
+        let created = self
+            .run("component_put", || {
+                self.component_put_once(&t, &p, Some(namespace))
+            })
+            .await?;
+        Ok(HeldComponent {
+            digest: p.digest,
+            created,
+        })
+    }
+
+    async fn stat_for(
+        &self,
+        namespace: &str,
+        digest: &ComponentDigest,
+    ) -> Result<Option<ComponentStat>, ExecutionError> {
+        let t = self.component_tables()?;
+        self.run("component_stat", || {
+            self.component_stat_once(&t, digest, Some(namespace))
+        })
+        .await
     }
 
     async fn get(&self, digest: &ComponentDigest) -> Result<Option<Vec<u8>>, ExecutionError> {
@@ -172,7 +263,9 @@ impl ComponentStore for MySqlBackend {
         digest: &ComponentDigest,
     ) -> Result<Option<ComponentStat>, ExecutionError> {
         let t = self.component_tables()?;
-        self.run("component_stat", || self.component_stat_once(&t, digest))
-            .await
+        self.run("component_stat", || {
+            self.component_stat_once(&t, digest, None)
+        })
+        .await
     }
 }

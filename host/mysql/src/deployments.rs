@@ -15,7 +15,7 @@ use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
     ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment, DeploymentError,
     DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore, EVENT_COLUMNS, EventRow,
-    GcReport, NewDeployment, Page, Plan, check_name, check_new, check_note, check_page,
+    GcReport, NewDeployment, Page, Plan, TaskBound, check_name, check_new, check_note, check_page,
     check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
 };
 
@@ -23,8 +23,8 @@ use crate::backend::{MySqlBackend, begin};
 use crate::errors::{OpError, OpResult};
 use crate::rows::{bind_time, instant};
 use crate::schema::{
-    component_chunks_table, components_table, deployment_events_table, deployment_revision_table,
-    deployments_table,
+    component_chunks_table, component_holders_table, components_table, deployment_events_table,
+    deployment_revision_table, deployments_table,
 };
 
 /// The tables.
@@ -34,6 +34,7 @@ struct Tables {
     revision: String,
     components: String,
     chunks: String,
+    holders: String,
 }
 
 fn take<T: FromValue>(r: &mut Row, i: usize, col: &str) -> OpResult<T> {
@@ -123,6 +124,29 @@ async fn one(
         }
     };
     row.map(deployment).transpose()
+}
+
+/// The namespace's tasks with an active version, when `max_tasks` bounds them (`None`
+/// otherwise: not read). Read under the revision lock.
+async fn active_tasks(
+    tx: &mut Transaction<'_>,
+    t: &Tables,
+    namespace: &str,
+    max_tasks: Option<u32>,
+) -> OpResult<Option<u64>> {
+    if max_tasks.is_none() {
+        return Ok(None);
+    }
+    let n: Option<i64> = tx
+        .exec_first(
+            format!(
+                "SELECT COUNT(*) FROM `{}` WHERE namespace = ? AND active_key = 1",
+                t.deployments
+            ),
+            (namespace,),
+        )
+        .await?;
+    Ok(Some(u64::try_from(n.unwrap_or(0)).unwrap_or(0)))
 }
 
 /// Locks the revision row (creating it at 0 when absent) and returns the revision.
@@ -234,6 +258,7 @@ enum Change<'a> {
         version: i64,
         actor: &'a str,
         note: Option<&'a str>,
+        max_tasks: Option<u32>,
     },
     Deactivate {
         namespace: &'a str,
@@ -254,6 +279,7 @@ impl MySqlBackend {
                 revision: deployment_revision_table(n),
                 components: components_table(n),
                 chunks: component_chunks_table(n),
+                holders: component_holders_table(n),
             })
         } else {
             Err(DeploymentError::Invalid(
@@ -283,6 +309,10 @@ impl MySqlBackend {
                     )
                     .await?;
                 let active = one(tx, t, &new.namespace, &new.task, None).await?;
+                let tasks = match active {
+                    None => active_tasks(tx, t, &new.namespace, new.max_tasks).await?,
+                    Some(_) => None,
+                };
                 let max: Option<Option<i64>> = tx
                     .exec_first(
                         format!(
@@ -301,6 +331,7 @@ impl MySqlBackend {
                         active.as_ref(),
                         max.flatten(),
                         stored.is_some(),
+                        tasks,
                         now,
                     ),
                 )
@@ -311,9 +342,17 @@ impl MySqlBackend {
                 version,
                 actor,
                 note,
+                max_tasks,
             } => {
                 let target = one(tx, t, namespace, task, Some(version)).await?;
                 let active = one(tx, t, namespace, task, None).await?;
+                let bound = TaskBound {
+                    max_tasks,
+                    active_tasks: match active {
+                        None => active_tasks(tx, t, namespace, max_tasks).await?,
+                        Some(_) => None,
+                    },
+                };
                 (
                     namespace,
                     task,
@@ -326,6 +365,7 @@ impl MySqlBackend {
                         revision,
                         actor,
                         note,
+                        bound,
                         now,
                     ),
                 )
@@ -377,12 +417,24 @@ impl MySqlBackend {
     ) -> OpResult<GcReport> {
         let cutoff = gc_cutoff(self.stamp(), grace);
         lock_revision(tx, t).await?;
+        // Holders stored before the cutoff whose namespace deploys nothing of theirs go first
+        // (that namespace must store the bytes again to deploy them).
+        tx.exec_drop(
+            format!(
+                "DELETE h FROM `{}` AS h WHERE h.stored_at < ? AND NOT EXISTS \
+                 (SELECT 1 FROM `{}` AS d WHERE d.namespace = h.namespace AND d.digest = h.digest)",
+                t.holders, t.deployments
+            ),
+            (bind_time(cutoff),),
+        )
+        .await?;
         let victims: Vec<(String, i64)> = tx
             .exec(
                 format!(
                     "SELECT c.digest, c.size FROM `{}` AS c WHERE c.created_at < ? \
-                     AND NOT EXISTS (SELECT 1 FROM `{}` AS d WHERE d.digest = c.digest)",
-                    t.components, t.deployments
+                     AND NOT EXISTS (SELECT 1 FROM `{}` AS d WHERE d.digest = c.digest) \
+                     AND NOT EXISTS (SELECT 1 FROM `{}` AS h WHERE h.digest = c.digest)",
+                    t.components, t.deployments, t.holders
                 ),
                 (bind_time(cutoff),),
             )
@@ -548,6 +600,7 @@ impl DeploymentStore for MySqlBackend {
         version: i64,
         actor: &str,
         note: Option<&str>,
+        max_tasks: Option<u32>,
     ) -> Result<Deployment, DeploymentError> {
         check_name("namespace", namespace)?;
         check_name("task", task)?;
@@ -558,6 +611,7 @@ impl DeploymentStore for MySqlBackend {
             namespace,
             task,
             version,
+            max_tasks,
             actor,
             note,
         };

@@ -327,6 +327,28 @@ pub fn components_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The component store's holders table `<T>_component_holders`: which namespace stored which
+/// component (docs/semantics.md#component-store); a tenant deploys only what it holds.
+pub fn component_holders_table(names: &TableNames) -> String {
+    names.derived("", "component_holders")
+}
+
+/// `CREATE TABLE` for the component holders: one row per (namespace, digest) a namespace stored,
+/// with when it last stored it; `ix_<T>_component_holders_digest` serves the garbage collection.
+pub fn component_holders_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE `{}` (\n\
+  namespace VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  stored_at DATETIME(6) NOT NULL,\n\
+  PRIMARY KEY (namespace, digest),\n\
+  INDEX `{}` (digest)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin",
+        component_holders_table(names),
+        names.derived("ix_", "component_holders_digest")
+    )]
+}
+
 /// `CREATE TABLE` for the component chunks: up to 1 MiB per row (`LONGBLOB`; a row is far below
 /// `max_allowed_packet`).
 pub fn component_chunks_ddl(names: &TableNames) -> Vec<String> {
@@ -444,8 +466,8 @@ onestep_core::schema_features! {
         /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
         /// (docs/semantics.md#completion-webhooks).
         pub callbacks_tables: bool,
-        /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
-        /// (docs/semantics.md#component-store).
+        /// The component store's tables `<T>_components`, `<T>_component_chunks` and
+        /// `<T>_component_holders` exist (docs/semantics.md#component-store).
         pub components_tables: bool,
         /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
         /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
@@ -807,7 +829,8 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
             && crate::upgrade::column_exists(conn, &callbacks_table(names), "progress_after")
                 .await?,
         components_tables: table_exists(conn, &components_table(names)).await?
-            && table_exists(conn, &component_chunks_table(names)).await?,
+            && table_exists(conn, &component_chunks_table(names)).await?
+            && table_exists(conn, &component_holders_table(names)).await?,
         deployments_tables: table_exists(conn, &deployments_table(names)).await?
             && table_exists(conn, &deployment_events_table(names)).await?
             && table_exists(conn, &deployment_revision_table(names)).await?,
@@ -962,6 +985,7 @@ async fn create_missing(
         (deliveries_table(names), deliveries_ddl(names)),
         (component_chunks_table(names), component_chunks_ddl(names)),
         (components_table(names), components_ddl(names)),
+        (component_holders_table(names), component_holders_ddl(names)),
         // docs/deployments.md#data-model: the deployments, their events and revision.
         (deployments_table(names), deployments_ddl(names)),
         (deployment_events_table(names), deployment_events_ddl(names)),

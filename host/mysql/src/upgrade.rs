@@ -150,6 +150,8 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     out.extend(crate::schema::deployment_revision_ddl(names));
     // The durable steps (docs/steps.md).
     out.extend(crate::schema::steps_ddl(names));
+    // The component store's holders (docs/semantics.md#component-store).
+    out.extend(crate::schema::component_holders_ddl(names));
     out
 }
 
@@ -441,7 +443,7 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 23);
+        assert_eq!(sql.len(), 24);
         assert!(sql[14].starts_with("CREATE TABLE `onestep_executions_callbacks`"));
         assert!(sql[15].starts_with(
             "ALTER TABLE `onestep_executions_callbacks` ADD COLUMN started_done TINYINT"
@@ -458,6 +460,7 @@ mod tests {
         assert!(sql[20].starts_with("CREATE TABLE `onestep_executions_deployment_events`"));
         assert!(sql[21].starts_with("CREATE TABLE `onestep_executions_deployment_revision`"));
         assert!(sql[22].starts_with("CREATE TABLE `onestep_executions_steps`"));
+        assert!(sql[23].starts_with("CREATE TABLE `onestep_executions_component_holders`"));
         assert!(sql[0].starts_with("ALTER TABLE `onestep_executions` ADD COLUMN claimable"));
         assert!(sql[0].contains("VIRTUAL, ALGORITHM=INSTANT"));
         assert!(sql[1].contains("ADD COLUMN priority TINYINT NOT NULL DEFAULT '5'"));

@@ -117,10 +117,10 @@ async fn concurrent_open(server: Server) {
             .map(|b| b.schema_report().created.len())
             .sum();
         assert_eq!(
-            created, 15,
+            created, 16,
             "each table (executions, attempts, diagnostics, keys, quotas, traces, buckets, \
-             callbacks, deliveries, component chunks, components, deployments, deployment \
-             events, deployment revision, steps) created exactly once"
+             callbacks, deliveries, component chunks, components, component holders, \
+             deployments, deployment events, deployment revision, steps) created exactly once"
         );
         assert!(backends.iter().all(|b| {
             let f = b.schema_report().features;

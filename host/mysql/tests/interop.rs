@@ -162,6 +162,7 @@ async fn upgraded_case(server: Server) {
             "onestep_executions_deliveries",
             "onestep_executions_component_chunks",
             "onestep_executions_components",
+            "onestep_executions_component_holders",
             "onestep_executions_deployments",
             "onestep_executions_deployment_events",
             "onestep_executions_deployment_revision",

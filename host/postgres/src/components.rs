@@ -8,19 +8,20 @@
 use async_trait::async_trait;
 use onestep_core::ExecutionError;
 use onestep_core::components::{
-    COMPONENTS_TABLE_ABSENT, ComponentDigest, ComponentStat, ComponentStore, Prepared, assemble,
-    corrupt, prepare,
+    COMPONENTS_TABLE_ABSENT, ComponentDigest, ComponentStat, ComponentStore, HeldComponent,
+    Prepared, assemble, corrupt, prepare,
 };
 
 use crate::backend::PgBackend;
 use crate::errors::OpResult;
-use crate::schema::{component_chunks_table, components_table, q};
+use crate::schema::{component_chunks_table, component_holders_table, components_table, q};
 use crate::worker_ops::finish;
 
 /// The quoted header and chunks tables.
 struct Tables {
     header: String,
     chunks: String,
+    holders: String,
 }
 
 impl PgBackend {
@@ -29,13 +30,21 @@ impl PgBackend {
             Ok(Tables {
                 header: q(&components_table(self.tables())),
                 chunks: q(&component_chunks_table(self.tables())),
+                holders: q(&component_holders_table(self.tables())),
             })
         } else {
             Err(ExecutionError::invalid(COMPONENTS_TABLE_ABSENT))
         }
     }
 
-    async fn component_put_once(&self, t: &Tables, p: &Prepared<'_>) -> OpResult<()> {
+    /// Stores `p` (when absent) and, with `holder`, records that namespace as holding it in the
+    /// same transaction; true when the holder row is new.
+    async fn component_put_once(
+        &self,
+        t: &Tables,
+        p: &Prepared<'_>,
+        holder: Option<&str>,
+    ) -> OpResult<bool> {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
@@ -47,9 +56,39 @@ impl PgBackend {
                     &[&digest],
                 )
                 .await?;
-            if present.is_some() {
-                return Ok(());
+            if present.is_none() {
+                Self::component_write(&tx, t, p, now).await?;
             }
+            let Some(namespace) = holder else {
+                return Ok(false);
+            };
+            // `xmax = 0`: the row was inserted, not an existing holder's time refreshed.
+            let row = tx
+                .query_one(
+                    &format!(
+                        "INSERT INTO {} AS h (namespace, digest, stored_at) VALUES ($1, $2, $3) \
+                         ON CONFLICT (namespace, digest) DO UPDATE SET stored_at = EXCLUDED.stored_at \
+                         RETURNING (xmax = 0)",
+                        t.holders
+                    ),
+                    &[&namespace, &digest, &now],
+                )
+                .await?;
+            Ok(row.try_get::<_, bool>(0)?)
+        }
+        .await;
+        finish(tx, outcome).await
+    }
+
+    /// The chunks, then the header, of a component not stored yet.
+    async fn component_write(
+        tx: &deadpool_postgres::Transaction<'_>,
+        t: &Tables,
+        p: &Prepared<'_>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> OpResult<()> {
+        let digest = p.digest.as_str();
+        {
             let st = tx
                 .prepare(&format!(
                     "INSERT INTO {} (digest, seq, bytes) VALUES ($1, $2, $3) \
@@ -74,25 +113,40 @@ impl PgBackend {
             .await?;
             Ok(())
         }
-        .await;
-        finish(tx, outcome).await
     }
 
+    /// The header of `d`; with `holder`, only when that namespace holds it.
     async fn component_stat_once(
         &self,
         t: &Tables,
         d: &ComponentDigest,
+        holder: Option<&str>,
     ) -> OpResult<Option<ComponentStat>> {
         let conn = self.conn().await?;
-        let row = conn
-            .query_opt(
-                &format!(
-                    "SELECT size, chunks, created_at FROM {} WHERE digest = $1",
-                    t.header
-                ),
-                &[&d.as_str()],
-            )
-            .await?;
+        let row = match holder {
+            None => {
+                conn.query_opt(
+                    &format!(
+                        "SELECT size, chunks, created_at FROM {} WHERE digest = $1",
+                        t.header
+                    ),
+                    &[&d.as_str()],
+                )
+                .await?
+            }
+            Some(namespace) => {
+                conn.query_opt(
+                    &format!(
+                        "SELECT c.size, c.chunks, c.created_at FROM {} AS c \
+                         JOIN {} AS h ON h.digest = c.digest \
+                         WHERE h.namespace = $1 AND h.digest = $2",
+                        t.header, t.holders
+                    ),
+                    &[&namespace, &d.as_str()],
+                )
+                .await?
+            }
+        };
         let Some(row) = row else {
             return Ok(None);
         };
@@ -112,7 +166,7 @@ impl PgBackend {
         t: &Tables,
         d: &ComponentDigest,
     ) -> OpResult<Option<Vec<u8>>> {
-        let Some(stat) = self.component_stat_once(t, d).await? else {
+        let Some(stat) = self.component_stat_once(t, d, None).await? else {
             return Ok(None);
         };
         let conn = self.conn().await?;
@@ -141,9 +195,41 @@ impl ComponentStore for PgBackend {
     async fn put(&self, bytes: &[u8]) -> Result<ComponentDigest, ExecutionError> {
         let p = prepare(bytes)?;
         let t = self.component_tables()?;
-        self.run("component_put", || self.component_put_once(&t, &p))
+        self.run("component_put", || self.component_put_once(&t, &p, None))
             .await?;
         Ok(p.digest)
+    }
+
+    async fn put_for(
+        &self,
+        namespace: &str,
+        bytes: &[u8],
+    ) -> Result<HeldComponent, ExecutionError> {
+        onestep_core::deployments::check_name("namespace", namespace)
+            .map_err(|e| ExecutionError::invalid(e.to_string()))?;
+        let p = prepare(bytes)?;
+        let t = self.component_tables()?;
+        let created = self
+            .run("component_put", || {
+                self.component_put_once(&t, &p, Some(namespace))
+            })
+            .await?;
+        Ok(HeldComponent {
+            digest: p.digest,
+            created,
+        })
+    }
+
+    async fn stat_for(
+        &self,
+        namespace: &str,
+        digest: &ComponentDigest,
+    ) -> Result<Option<ComponentStat>, ExecutionError> {
+        let t = self.component_tables()?;
+        self.run("component_stat", || {
+            self.component_stat_once(&t, digest, Some(namespace))
+        })
+        .await
     }
 
     async fn get(&self, digest: &ComponentDigest) -> Result<Option<Vec<u8>>, ExecutionError> {
@@ -157,7 +243,9 @@ impl ComponentStore for PgBackend {
         digest: &ComponentDigest,
     ) -> Result<Option<ComponentStat>, ExecutionError> {
         let t = self.component_tables()?;
-        self.run("component_stat", || self.component_stat_once(&t, digest))
-            .await
+        self.run("component_stat", || {
+            self.component_stat_once(&t, digest, None)
+        })
+        .await
     }
 }

@@ -12,7 +12,7 @@ use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
     ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment, DeploymentError,
     DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore, EVENT_COLUMNS, EventRow,
-    GcReport, NewDeployment, Page, Plan, check_name, check_new, check_note, check_page,
+    GcReport, NewDeployment, Page, Plan, TaskBound, check_name, check_new, check_note, check_page,
     check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
 };
 use tokio_postgres::Row;
@@ -21,8 +21,8 @@ use tokio_postgres::types::ToSql;
 use crate::backend::PgBackend;
 use crate::errors::{OpError, OpResult};
 use crate::schema::{
-    component_chunks_table, components_table, deployment_events_table, deployment_revision_table,
-    deployments_table, q,
+    component_chunks_table, component_holders_table, components_table, deployment_events_table,
+    deployment_revision_table, deployments_table, q,
 };
 use crate::worker_ops::finish;
 
@@ -33,6 +33,7 @@ struct Tables {
     revision: String,
     components: String,
     chunks: String,
+    holders: String,
 }
 
 fn deployment(r: &Row) -> OpResult<Deployment> {
@@ -89,6 +90,30 @@ async fn one<C: deadpool_postgres::GenericClient>(
         )
         .await?;
     row.as_ref().map(deployment).transpose()
+}
+
+/// The namespace's tasks with an active version, when `max_tasks` bounds them (`None`
+/// otherwise: not read). Read under the revision lock.
+async fn active_tasks<C: deadpool_postgres::GenericClient>(
+    c: &C,
+    t: &Tables,
+    namespace: &str,
+    max_tasks: Option<u32>,
+) -> OpResult<Option<u64>> {
+    if max_tasks.is_none() {
+        return Ok(None);
+    }
+    let n: i64 = c
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE namespace = $1 AND state = 'active'",
+                t.deployments
+            ),
+            &[&namespace],
+        )
+        .await?
+        .try_get(0)?;
+    Ok(Some(u64::try_from(n).unwrap_or(0)))
 }
 
 /// Locks the revision row (creating it at 0 when absent) and returns the revision.
@@ -197,6 +222,7 @@ enum Change<'a> {
         version: i64,
         actor: &'a str,
         note: Option<&'a str>,
+        max_tasks: Option<u32>,
     },
     Deactivate {
         namespace: &'a str,
@@ -217,6 +243,7 @@ impl PgBackend {
                 revision: q(&deployment_revision_table(n)),
                 components: q(&components_table(n)),
                 chunks: q(&component_chunks_table(n)),
+                holders: q(&component_holders_table(n)),
             })
         } else {
             Err(DeploymentError::Invalid(
@@ -245,6 +272,10 @@ impl PgBackend {
                         .await?
                         .is_some();
                     let active = one(&tx, t, &new.namespace, &new.task, None).await?;
+                    let tasks = match active {
+                        None => active_tasks(&tx, t, &new.namespace, new.max_tasks).await?,
+                        Some(_) => None,
+                    };
                     let max: Option<i64> = tx
                         .query_one(
                             &format!(
@@ -258,7 +289,7 @@ impl PgBackend {
                     (
                         new.namespace.as_str(),
                         new.task.as_str(),
-                        plan_deploy(new, revision, active.as_ref(), max, stored, now),
+                        plan_deploy(new, revision, active.as_ref(), max, stored, tasks, now),
                     )
                 }
                 Change::Activate {
@@ -267,9 +298,17 @@ impl PgBackend {
                     version,
                     actor,
                     note,
+                    max_tasks,
                 } => {
                     let target = one(&tx, t, namespace, task, Some(version)).await?;
                     let active = one(&tx, t, namespace, task, None).await?;
+                    let bound = TaskBound {
+                        max_tasks,
+                        active_tasks: match active {
+                            None => active_tasks(&tx, t, namespace, max_tasks).await?,
+                            Some(_) => None,
+                        },
+                    };
                     (
                         namespace,
                         task,
@@ -282,6 +321,7 @@ impl PgBackend {
                             revision,
                             actor,
                             note,
+                            bound,
                             now,
                         ),
                     )
@@ -327,14 +367,28 @@ impl PgBackend {
         let tx = conn.transaction().await?;
         let outcome = async {
             lock_revision(&tx, t).await?;
+            // Holders stored before the cutoff whose namespace deploys nothing of theirs go
+            // first (that namespace must store the bytes again to deploy them).
+            tx.execute(
+                &format!(
+                    "DELETE FROM {h} AS h WHERE h.stored_at < $1 AND NOT EXISTS \
+                     (SELECT 1 FROM {d} AS d WHERE d.namespace = h.namespace AND d.digest = h.digest)",
+                    h = t.holders,
+                    d = t.deployments
+                ),
+                &[&cutoff],
+            )
+            .await?;
             let rows = tx
                 .query(
                     &format!(
                         "DELETE FROM {c} AS c WHERE c.created_at < $1 \
                          AND NOT EXISTS (SELECT 1 FROM {d} AS d WHERE d.digest = c.digest) \
+                         AND NOT EXISTS (SELECT 1 FROM {h} AS h WHERE h.digest = c.digest) \
                          RETURNING c.digest, c.size",
                         c = t.components,
-                        d = t.deployments
+                        d = t.deployments,
+                        h = t.holders
                     ),
                     &[&cutoff],
                 )
@@ -473,6 +527,7 @@ impl DeploymentStore for PgBackend {
         version: i64,
         actor: &str,
         note: Option<&str>,
+        max_tasks: Option<u32>,
     ) -> Result<Deployment, DeploymentError> {
         check_name("namespace", namespace)?;
         check_name("task", task)?;
@@ -483,6 +538,7 @@ impl DeploymentStore for PgBackend {
             namespace,
             task,
             version,
+            max_tasks,
             actor,
             note,
         };

@@ -38,8 +38,8 @@ onestep_core::schema_features! {
         /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
         /// (docs/semantics.md#completion-webhooks).
         pub callbacks_tables: bool,
-        /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
-        /// (docs/semantics.md#component-store).
+        /// The component store's tables `<T>_components`, `<T>_component_chunks` and
+        /// `<T>_component_holders` exist (docs/semantics.md#component-store).
         pub components_tables: bool,
         /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
         /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
@@ -454,6 +454,37 @@ pub fn components_ddl(names: &TableNames) -> Vec<String> {
 )",
         q(&components_table(names))
     )]
+}
+
+/// The component store's holders table: `<T>_component_holders`, which namespace stored which
+/// component (docs/semantics.md#component-store); a tenant deploys only what it holds.
+pub fn component_holders_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "component_holders")
+}
+
+/// The component holders (`IF NOT EXISTS`: also the upgrade's): one row per (namespace, digest)
+/// a namespace stored, with when it last stored it; `ix_<T>_component_holders_digest` serves
+/// the garbage collection.
+pub fn component_holders_ddl(names: &TableNames) -> Vec<String> {
+    let h = q(&component_holders_table(names));
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {h} (\n\
+  namespace VARCHAR(255) NOT NULL,\n\
+  digest VARCHAR(71) NOT NULL,\n\
+  stored_at TIMESTAMP WITH TIME ZONE NOT NULL,\n\
+  PRIMARY KEY (namespace, digest)\n\
+)"
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {h} (digest)",
+            q(&derived(
+                &names.executions,
+                "ix_",
+                "component_holders_digest"
+            ))
+        ),
+    ]
 }
 
 /// The component chunks (`IF NOT EXISTS`: also the upgrade's): up to 1 MiB per row.
@@ -903,6 +934,7 @@ pub(crate) async fn ensure_schema(
             (deliveries_table(names), deliveries_ddl(names)),
             (component_chunks_table(names), component_chunks_ddl(names)),
             (components_table(names), components_ddl(names)),
+            (component_holders_table(names), component_holders_ddl(names)),
             (deployments_table(names), deployments_ddl(names)),
             (deployment_events_table(names), deployment_events_ddl(names)),
             (
@@ -952,7 +984,8 @@ pub(crate) async fn ensure_schema(
             && table_exists(&*client, &deliveries_table(names)).await?
             && has_callback_columns(&*client, names).await?,
         components_tables: table_exists(&*client, &components_table(names)).await?
-            && table_exists(&*client, &component_chunks_table(names)).await?,
+            && table_exists(&*client, &component_chunks_table(names)).await?
+            && table_exists(&*client, &component_holders_table(names)).await?,
         deployments_tables: table_exists(&*client, &deployments_table(names)).await?
             && table_exists(&*client, &deployment_events_table(names)).await?
             && table_exists(&*client, &deployment_revision_table(names)).await?,

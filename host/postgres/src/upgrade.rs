@@ -225,6 +225,7 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(crate::schema::deployment_events_ddl(names))
         .chain(crate::schema::deployment_revision_ddl(names))
         .chain(crate::schema::steps_ddl(names))
+        .chain(crate::schema::component_holders_ddl(names))
         .collect()
 }
 
@@ -296,6 +297,12 @@ async fn upgrade_on(
         (
             crate::schema::steps_table(names),
             crate::schema::steps_ddl(names),
+        ),
+        // docs/semantics.md#component-store: who holds which component (new and empty: a
+        // namespace stores its bytes again before it deploys them).
+        (
+            crate::schema::component_holders_table(names),
+            crate::schema::component_holders_ddl(names),
         ),
     ] {
         let present: i64 = client
@@ -459,7 +466,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 30);
+        assert_eq!(sql.len(), 32);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -504,6 +511,11 @@ mod tests {
             )
         );
         assert!(sql[29].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_steps\""));
+        assert!(
+            sql[30]
+                .starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_component_holders\"")
+        );
+        assert!(sql[31].contains("\"ix_onestep_executions_component_holders_digest\""));
         let sql = &sql[3..11];
         for s in sql {
             assert!(

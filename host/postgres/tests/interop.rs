@@ -59,6 +59,7 @@ async fn reference_client_our_tables_our_worker() {
             "onestep_executions_deliveries",
             "onestep_executions_component_chunks",
             "onestep_executions_components",
+            "onestep_executions_component_holders",
             "onestep_executions_deployments",
             "onestep_executions_deployment_events",
             "onestep_executions_deployment_revision",

@@ -11,7 +11,7 @@ use onestep_core::components::ComponentDigest;
 use onestep_core::deployments::{
     ActiveSet, DEPLOYMENT_COLUMNS, DEPLOYMENTS_TABLE_ABSENT, Deployed, Deployment, DeploymentError,
     DeploymentEvent, DeploymentFilter, DeploymentRow, DeploymentStore, EVENT_COLUMNS, EventRow,
-    GcReport, NewDeployment, Page, Plan, check_name, check_new, check_note, check_page,
+    GcReport, NewDeployment, Page, Plan, TaskBound, check_name, check_new, check_note, check_page,
     check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
 };
 use rusqlite::types::Value as SqlValue;
@@ -21,8 +21,8 @@ use crate::backend::SqliteBackend;
 use crate::errors::{OpError, OpResult};
 use crate::rows::{parse_time, ts};
 use crate::schema::{
-    component_chunks_table, components_table, deployment_events_table, deployment_revision_table,
-    deployments_table, q,
+    component_chunks_table, component_holders_table, components_table, deployment_events_table,
+    deployment_revision_table, deployments_table, q,
 };
 
 /// The quoted tables.
@@ -33,6 +33,7 @@ struct Tables {
     revision: String,
     components: String,
     chunks: String,
+    holders: String,
 }
 
 impl SqliteBackend {
@@ -46,6 +47,7 @@ impl SqliteBackend {
                 revision: q(&deployment_revision_table(n)),
                 components: q(&components_table(n)),
                 chunks: q(&component_chunks_table(n)),
+                holders: q(&component_holders_table(n)),
             })
         } else {
             Err(DeploymentError::Invalid(
@@ -112,6 +114,26 @@ fn deployments_where(
         out.push(deployment(r)?);
     }
     Ok(out)
+}
+
+/// The namespace's tasks with an active version, when `max_tasks` bounds them (`None`
+/// otherwise: not read). Read inside the change's transaction (SQLite's one writer).
+fn active_tasks(
+    c: &Connection,
+    t: &Tables,
+    namespace: &str,
+    max_tasks: Option<u32>,
+) -> OpResult<Option<u64>> {
+    if max_tasks.is_none() {
+        return Ok(None);
+    }
+    let n: i64 = c
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM {} WHERE namespace = ?1 AND state = 'active'",
+            t.deployments
+        ))?
+        .query_row(params![namespace], |r| r.get(0))?;
+    Ok(Some(u64::try_from(n).unwrap_or(0)))
 }
 
 fn one(
@@ -271,11 +293,22 @@ impl DeploymentStore for SqliteBackend {
                     t.deployments
                 ))?
                 .query_row(params![new.namespace, new.task], |r| r.get(0))?;
-            let plan =
-                match plan_deploy(&new, revision, active.as_ref(), max_version, stored, now(b)) {
-                    Ok(p) => p,
-                    Err(e) => return Ok(Err(e)),
-                };
+            let tasks = match active {
+                None => active_tasks(c, &t, &new.namespace, new.max_tasks)?,
+                Some(_) => None,
+            };
+            let plan = match plan_deploy(
+                &new,
+                revision,
+                active.as_ref(),
+                max_version,
+                stored,
+                tasks,
+                now(b),
+            ) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(e)),
+            };
             let created = matches!(plan, Plan::Change(..));
             let deployment = apply(c, &t, &new.namespace, &new.task, plan)?;
             Ok(Ok(Deployed {
@@ -356,6 +389,7 @@ impl DeploymentStore for SqliteBackend {
         version: i64,
         actor: &str,
         note: Option<&str>,
+        max_tasks: Option<u32>,
     ) -> Result<Deployment, DeploymentError> {
         check_name("namespace", namespace)?;
         check_name("task", task)?;
@@ -369,6 +403,13 @@ impl DeploymentStore for SqliteBackend {
             let revision = revision_in(c, &t)?;
             let target = one(c, &t, &ns, &task, Some(version))?;
             let active = one(c, &t, &ns, &task, None)?;
+            let bound = TaskBound {
+                max_tasks,
+                active_tasks: match active {
+                    None => active_tasks(c, &t, &ns, max_tasks)?,
+                    Some(_) => None,
+                },
+            };
             let plan = match plan_activate(
                 &ns,
                 &task,
@@ -378,6 +419,7 @@ impl DeploymentStore for SqliteBackend {
                 revision,
                 &actor,
                 note.as_deref(),
+                bound,
                 now(b),
             ) {
                 Ok(p) => p,
@@ -504,11 +546,22 @@ impl DeploymentStore for SqliteBackend {
         let t = self.deployment_tables()?;
         self.change("component_gc", move |b, c| {
             let cutoff = ts(gc_cutoff(now(b), grace));
+            // Holders stored before the cutoff whose namespace deploys nothing of theirs go
+            // first (that namespace must store the bytes again to deploy them).
+            c.prepare_cached(&format!(
+                "DELETE FROM {h} WHERE stored_at < ?1 AND NOT EXISTS \
+                 (SELECT 1 FROM {d} AS d WHERE d.namespace = {h}.namespace \
+                  AND d.digest = {h}.digest)",
+                h = t.holders,
+                d = t.deployments
+            ))?
+            .execute(params![cutoff])?;
             let victims: Vec<(String, i64)> = c
                 .prepare_cached(&format!(
                     "SELECT c.digest, c.size FROM {} AS c WHERE c.created_at < ?1 \
-                     AND NOT EXISTS (SELECT 1 FROM {} AS d WHERE d.digest = c.digest)",
-                    t.components, t.deployments
+                     AND NOT EXISTS (SELECT 1 FROM {} AS d WHERE d.digest = c.digest) \
+                     AND NOT EXISTS (SELECT 1 FROM {} AS h WHERE h.digest = c.digest)",
+                    t.components, t.deployments, t.holders
                 ))?
                 .query_map(params![cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?;

@@ -27,8 +27,8 @@ onestep_core::schema_features! {
         /// The completion-webhook tables `<T>_callbacks` and `<T>_deliveries` exist
         /// (docs/semantics.md#completion-webhooks).
         pub callbacks_tables: bool,
-        /// The component store's tables `<T>_components` and `<T>_component_chunks` exist
-        /// (docs/semantics.md#component-store).
+        /// The component store's tables `<T>_components`, `<T>_component_chunks` and
+        /// `<T>_component_holders` exist (docs/semantics.md#component-store).
         pub components_tables: bool,
         /// The deployment tables `<T>_deployments`, `<T>_deployment_events` and
         /// `<T>_deployment_revision` exist (docs/deployments.md#data-model).
@@ -156,6 +156,33 @@ pub fn components_ddl(names: &TableNames) -> String {
   created_at TEXT NOT NULL\n\
 )",
         q(&components_table(names))
+    )
+}
+
+/// The component store's holders table: `<T>_component_holders`, which namespace stored which
+/// component (docs/semantics.md#component-store); a tenant deploys only what it holds.
+pub fn component_holders_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "component_holders")
+}
+
+/// `CREATE TABLE` + index for the component holders: one row per (namespace, digest) a
+/// namespace stored, with when it last stored it; `ix_<T>_component_holders_digest` serves the
+/// garbage collection.
+pub fn component_holders_ddl(names: &TableNames) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {h} (\n\
+  namespace TEXT NOT NULL,\n\
+  digest TEXT NOT NULL,\n\
+  stored_at TEXT NOT NULL,\n\
+  PRIMARY KEY (namespace, digest)\n\
+) WITHOUT ROWID;\n\
+CREATE INDEX IF NOT EXISTS {ix} ON {h} (digest)",
+        h = q(&component_holders_table(names)),
+        ix = q(&derived(
+            &names.executions,
+            "ix_",
+            "component_holders_digest"
+        )),
     )
 }
 
@@ -662,6 +689,7 @@ pub(crate) fn ensure_schema(
             (deliveries_table(names), deliveries_ddl(names)),
             (component_chunks_table(names), component_chunks_ddl(names)),
             (components_table(names), components_ddl(names)),
+            (component_holders_table(names), component_holders_ddl(names)),
             (deployments_table(names), deployments_ddl(names)),
             (deployment_events_table(names), deployment_events_ddl(names)),
             (
@@ -709,7 +737,8 @@ pub(crate) fn ensure_schema(
             && exists(c, "table", &deliveries_table(names))?
             && column_exists(c, &callbacks_table(names), "progress_after")?,
         components_tables: exists(c, "table", &components_table(names))?
-            && exists(c, "table", &component_chunks_table(names))?,
+            && exists(c, "table", &component_chunks_table(names))?
+            && exists(c, "table", &component_holders_table(names))?,
         deployments_tables: exists(c, "table", &deployments_table(names))?
             && exists(c, "table", &deployment_events_table(names))?
             && exists(c, "table", &deployment_revision_table(names))?,

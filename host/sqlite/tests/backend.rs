@@ -235,6 +235,7 @@ async fn upgrade_adds_the_priority_columns() {
          DROP INDEX ix_onestep_executions_quota; \
          DROP TABLE onestep_executions_keys; \
          DROP TABLE onestep_executions_components; \
+         DROP TABLE onestep_executions_component_holders; \
          DROP TABLE onestep_executions_component_chunks; \
          DROP TABLE onestep_executions_deployments; \
          DROP TABLE onestep_executions_deployment_events; \
@@ -314,6 +315,7 @@ async fn upgrade_adds_the_priority_columns() {
             "onestep_executions_keys",
             "onestep_executions_component_chunks",
             "onestep_executions_components",
+            "onestep_executions_component_holders",
             "onestep_executions_deployments",
             "onestep_executions_deployment_events",
             "onestep_executions_deployment_revision",

@@ -344,6 +344,8 @@ macro_rules! conformance_tests {
             deployments_audit_trail_names_who_when_and_digests,
             deployments_revision_moves_on_every_change_only,
             deployments_gc_keeps_referenced_and_young_components,
+            deployments_max_tasks_bounds_active_tasks_of_a_namespace,
+            components_are_held_per_namespace,
             steps_save_then_load_and_list,
             steps_overwrite_by_the_same_attempt,
             steps_stale_attempt_is_fenced,

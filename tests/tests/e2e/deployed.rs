@@ -59,6 +59,7 @@ async fn deploy(env: &Env, task: &str, digest: &ComponentDigest, concurrency: u3
             settings: settings(task, concurrency)?,
             actor: "e2e".to_owned(),
             note: None,
+            max_tasks: None,
         })
         .await?;
     ensure!(d.created, "a new version");
@@ -315,7 +316,7 @@ async fn case(env: &Env) -> Result<()> {
         &countdown,
         || async {
             env.deployments()
-                .activate(NAMESPACE, "dep", 1, "e2e", Some("rollback"))
+                .activate(NAMESPACE, "dep", 1, "e2e", Some("rollback"), None)
                 .await?;
             Ok(())
         },

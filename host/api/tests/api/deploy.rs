@@ -453,7 +453,7 @@ async fn refusals_name_the_reason_and_change_nothing() {
         )
         .await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
-        assert_eq!(e["violations"][0]["kind"], "unknown_secret", "{e}");
+        assert_eq!(e["violations"][0]["kind"], "secret_not_allowed", "{e}");
         let (s, e) = deploy(
             &app,
             DEPLOY_A,

@@ -291,3 +291,224 @@ async fn component_transfers_are_bounded_per_namespace_and_in_total() {
         assert_eq!(s, StatusCode::CREATED, "{server}: {e}");
     }
 }
+
+/// Every task with an active version costs every following worker a claim loop polling the
+/// database and a compiled build (one idle worker with 317 deployed tasks made ~2,500 queries/s
+/// on MariaDB), so the tasks of a namespace with an active version are a ceiling (`max_tasks`,
+/// default 20): one more deploy or activation is refused with 422 `policy_violation` naming
+/// `tasks`, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tasks_of_a_namespace_are_a_ceiling() {
+    for (server, admin) in servers() {
+        let mut p = policy();
+        if let Some(c) = p.namespaces.get_mut("tenant-a") {
+            c.max_tasks = 2;
+        }
+        let app = start(&admin, Some(p)).await;
+        let (_, c) = upload(&app, DEPLOY_A, component("echo.wasm")).await;
+        let digest = c["digest"].clone();
+        for task in ["t1", "t2"] {
+            let (s, e) = deploy(
+                &app,
+                DEPLOY_A,
+                json!({"settings": settings(task, json!({})), "digest": digest}),
+            )
+            .await;
+            assert_eq!(s, StatusCode::CREATED, "{server}: {e}");
+        }
+        let rev = revision(&app).await;
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("t3", json!({})), "digest": digest}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{server}: {e}");
+        assert_eq!(e["code"], "policy_violation", "{e}");
+        assert_eq!(e["violations"][0]["limit"], "tasks", "{e}");
+        assert!(
+            e["message"].as_str().unwrap_or_default().contains(
+                "asked 3 tasks with an active version, the ceiling for namespace \"tenant-a\" is 2"
+            ),
+            "{e}"
+        );
+        assert_eq!(revision(&app).await, rev, "{server}");
+        // A new version of an active task is not a new task.
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("t1", json!({"concurrency": 2})), "digest": digest}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {e}");
+        // Deactivate t2, deploy t3; then t2 cannot come back by activation.
+        let (s, e) = app
+            .send(
+                req(
+                    Method::POST,
+                    "/v1/deployments/t2/deactivate",
+                    Some(DEPLOY_A),
+                )
+                .empty(),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{e}");
+        let (s, e) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("t3", json!({})), "digest": digest}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {e}");
+        let (s, e) = activate(&app, "t2", 1).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{server}: {e}");
+        assert_eq!(e["violations"][0]["limit"], "tasks", "{e}");
+    }
+}
+
+/// A digest is a name, not a capability. Before, a tenant that learned another namespace's
+/// digest could deploy (run) that component in its own namespace without ever holding its
+/// bytes, tell whether any digest is stored (`unknown_component` or not), read its exact size
+/// from the component ceiling violation, and learn from an upload's `created: false` that
+/// another tenant stored the same bytes. Now a deploy names only a component its namespace
+/// uploaded; anything else is answered exactly as bytes never stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_namespaces_digest_is_not_a_capability() {
+    for (server, admin) in servers() {
+        let mut p = policy();
+        let mut small = p.namespaces["tenant-a"].clone();
+        // tenant-b's ceiling is below the component's size: the size oracle of before.
+        small.max_component_bytes = 10_000;
+        p.namespaces.insert("tenant-b".into(), small);
+        let app = start(&admin, Some(p)).await;
+        let b = crate::deploy::DEPLOY_B;
+        let secret_bytes = component("echo.wasm");
+        let (s, c) = upload(&app, DEPLOY_A, secret_bytes.clone()).await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {c}");
+        let digest = c["digest"].clone();
+        let mut other = settings("stolen", json!({}));
+        other["namespace"] = json!("tenant-b");
+
+        // tenant-b deploys tenant-a's digest: the same refusal as for bytes never stored.
+        let (s, e) = deploy(&app, b, json!({"settings": other, "digest": digest})).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{server}: {e}");
+        assert_eq!(e["code"], "unknown_component", "{e}");
+        let never = onestep_core::components::ComponentDigest::of(b"never stored");
+        let (_, e2) = deploy(
+            &app,
+            b,
+            json!({"settings": other, "digest": never.as_str()}),
+        )
+        .await;
+        assert_eq!(
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .replace(digest.as_str().unwrap_or_default(), "D"),
+            e2["message"]
+                .as_str()
+                .unwrap_or_default()
+                .replace(never.as_str(), "D"),
+            "the refusal tells nothing about the other namespace's component"
+        );
+        assert!(
+            !e.to_string().contains(&secret_bytes.len().to_string()),
+            "no size: {e}"
+        );
+        let (s, h) = app
+            .send(req(Method::GET, "/v1/deployments", Some(b)).empty())
+            .await;
+        assert_eq!((s, &h["items"]), (StatusCode::OK, &json!([])), "{server}");
+
+        // Uploading the same bytes: new for tenant-b (nothing told of tenant-a) — and over its
+        // ceiling here, so refused before anything is read.
+        let (s, e) = upload(&app, b, secret_bytes.clone()).await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{server}: {e}");
+        let small_bytes = b"a small blob both namespaces upload".to_vec();
+        let (s, c) = upload(&app, DEPLOY_A, small_bytes.clone()).await;
+        assert_eq!(
+            (s, &c["created"]),
+            (StatusCode::CREATED, &json!(true)),
+            "{c}"
+        );
+        let (s, c) = upload(&app, b, small_bytes.clone()).await;
+        assert_eq!(
+            (s, &c["created"]),
+            (StatusCode::CREATED, &json!(true)),
+            "{server}: another namespace's upload of the same bytes is not revealed: {c}"
+        );
+        let (s, c) = upload(&app, b, small_bytes).await;
+        assert_eq!((s, &c["created"]), (StatusCode::OK, &json!(false)), "{c}");
+
+        // The owner deploys its own digest as before.
+        let (s, d) = deploy(
+            &app,
+            DEPLOY_A,
+            json!({"settings": settings("echo", json!({})), "digest": digest}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CREATED, "{server}: {d}");
+
+        // A namespace no policy covers is refused before its digest is looked at (403, as its
+        // uploads), so it cannot probe the store either.
+        let mut c_ns = settings("x", json!({}));
+        c_ns["namespace"] = json!("tenant-c");
+        let mut p = policy();
+        p.namespaces.remove("tenant-b");
+        let mut app = app;
+        with_policy(&mut app, Some(p));
+        let mut other_b = settings("x", json!({}));
+        other_b["namespace"] = json!("tenant-b");
+        let (s, e) = deploy(&app, b, json!({"settings": other_b, "digest": digest})).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{server}: {e}");
+        assert_eq!(e["violations"][0]["kind"], "no_policy", "{e}");
+        let _ = c_ns;
+    }
+}
+
+/// The operator's secrets of other namespaces are not revealed: before, naming a secret the
+/// operator holds for another namespace answered "which namespace … may not reference" while a
+/// made-up name answered "which the operator does not hold", so a tenant could enumerate the
+/// other tenants' secret names. Both now get the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_names_of_other_namespaces_are_not_revealed() {
+    for (server, admin) in servers() {
+        let app = start(&admin, Some(policy())).await;
+        let (_, c) = upload(&app, DEPLOY_A, component("echo.wasm")).await;
+        let digest = c["digest"].clone();
+        let asking = |name: &str| {
+            settings(
+                "echo",
+                json!({
+                    "sandbox": {"network": {"allow": [{"origin": "https://api.openai.com"}]}},
+                    "headers": [{"origin": "https://api.openai.com", "name": "Authorization",
+                                 "value": {"secret": name}}],
+                }),
+            )
+        };
+        // "github" is held by the operator (for others), "nope" is not held at all.
+        let mut answers = Vec::new();
+        for name in ["github", "nope"] {
+            let (s, e) = deploy(
+                &app,
+                DEPLOY_A,
+                json!({"settings": asking(name), "digest": digest}),
+            )
+            .await;
+            assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{server}: {e}");
+            assert_eq!(e["violations"][0]["kind"], "secret_not_allowed", "{e}");
+            answers.push(
+                e["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace(&format!("{name:?}"), "NAME"),
+            );
+        }
+        assert_eq!(answers[0], answers[1], "{server}");
+        assert!(
+            answers[0].contains("may reference: openai"),
+            "{}",
+            answers[0]
+        );
+    }
+}

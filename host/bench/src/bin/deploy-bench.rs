@@ -307,6 +307,7 @@ impl<'a> Bench<'a> {
                 settings: StoredSettings::from_stored(&typed.to_canonical_json()?)?,
                 actor: "deploy-bench".to_owned(),
                 note: None,
+                max_tasks: None,
             })
             .await?;
         ensure!(d.created, "deploy {task} {digest}: not a new version");

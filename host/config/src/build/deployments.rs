@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use onestep_core::components::MAX_COMPONENT_BYTES;
-use onestep_core::deploy_policy::{DeploymentPolicy, PolicyCeiling};
+use onestep_core::deploy_policy::{DeploymentPolicy, MAX_MAX_TASKS, PolicyCeiling};
 use onestep_core::network::OriginPattern;
 use onestep_core::text::MAX_NAME_CHARS;
 use serde::Serialize;
@@ -29,8 +29,9 @@ pub const SECRET_KEYS: [&str; 2] = ["value", "origins"];
 /// Keys of `deployments.policy`.
 pub const POLICY_KEYS: [&str; 2] = ["default", "namespaces"];
 /// Keys of one ceiling (`deployments.policy.default`, `deployments.policy.namespaces.<ns>`).
-pub const CEILING_KEYS: [&str; 6] = [
+pub const CEILING_KEYS: [&str; 7] = [
     "max_component_bytes",
+    "max_tasks",
     "timeout_s",
     "concurrency",
     "max_attempts",
@@ -305,6 +306,9 @@ fn build_ceiling(
     };
     if let Some(v) = positive("max_component_bytes", MAX_COMPONENT_BYTES as u64)? {
         c.max_component_bytes = v;
+    }
+    if let Some(v) = positive("max_tasks", u64::from(MAX_MAX_TASKS))? {
+        c.max_tasks = u32::try_from(v).unwrap_or(MAX_MAX_TASKS);
     }
     if let Some(v) = positive("concurrency", u64::from(u32::MAX))? {
         c.concurrency = u32::try_from(v).unwrap_or(u32::MAX);

@@ -26,6 +26,7 @@ deployments:
     namespaces:
       team-a:
         max_component_bytes: 16777216
+        max_tasks: 50
         timeout_s: 300
         concurrency: 8
         max_attempts: 5
@@ -64,8 +65,13 @@ fn the_section_builds_ceilings_and_secrets() {
     assert!(def.allow.is_empty() && def.secrets.is_empty());
     assert_eq!(def.max_attempts, 1);
     assert_eq!(def.max_component_bytes, 64 << 20);
+    assert_eq!(
+        def.max_tasks,
+        onestep_core::deploy_policy::DEFAULT_MAX_TASKS
+    );
     let a = &d.policy.namespaces["team-a"];
     assert_eq!(a.max_component_bytes, 16 << 20);
+    assert_eq!(a.max_tasks, 50);
     assert_eq!(a.max_attempts, 5);
     assert_eq!(a.fuel, Some(1_000_000_000));
     assert_eq!(a.max_instances, 20);
@@ -141,6 +147,10 @@ fn errors_name_the_path() {
         (
             "deployments: {policy: {default: {max_component_bytes: 67108865}}}",
             "deployments.policy.default: max_component_bytes must be an integer from 1 to 67108864 (got 67108865)",
+        ),
+        (
+            "deployments: {policy: {default: {max_tasks: 10001}}}",
+            "deployments.policy.default: max_tasks must be an integer from 1 to 10000 (got 10001)",
         ),
         (
             "deployments: {policy: {default: {concurrency: 0}}}",
@@ -280,11 +290,11 @@ fn a_manifest_is_checked_against_the_operators_policy() {
             "sandbox.network.allow[2]: asked https://a.b.example.com:443, which is outside the origins the operator allows namespace \"team-a\" (https://api.openai.com:443, https://*.example.com:443)",
             "sandbox.network.headers[\"https://docs.example.com:443\"].Authorization: asked secret \"openai\" for https://docs.example.com:443, but the operator binds secret \"openai\" to https://api.openai.com:443 only",
             "sandbox.network.headers[\"https://api.openai.com:443\"].X-Api-Key: asked secret \"github\", which namespace \"team-a\" may not reference (it may reference: openai)",
-            "sandbox.network.headers[\"https://api.openai.com:443\"].X-Other-Key: asked secret \"nope\", which the operator does not hold (namespace \"team-a\" may reference: openai)",
+            "sandbox.network.headers[\"https://api.openai.com:443\"].X-Other-Key: asked secret \"nope\", which namespace \"team-a\" may not reference (it may reference: openai)",
         ]
     );
     assert_eq!(v[10].kind, ViolationKind::SecretNotAllowed);
-    assert_eq!(v[11].kind, ViolationKind::UnknownSecret);
+    assert_eq!(v[11].kind, ViolationKind::SecretNotAllowed);
     // No secret value appears in any violation.
     assert!(
         text.iter()

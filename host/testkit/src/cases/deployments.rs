@@ -54,6 +54,13 @@ pub(crate) fn cases() -> Vec<Case> {
             "deployments_gc_keeps_referenced_and_young_components",
             |fx| Box::pin(gc(fx)),
         ),
+        case(
+            "deployments_max_tasks_bounds_active_tasks_of_a_namespace",
+            |fx| Box::pin(max_tasks(fx)),
+        ),
+        case("components_are_held_per_namespace", |fx| {
+            Box::pin(holders(fx))
+        }),
     ]
 }
 
@@ -90,6 +97,7 @@ fn new(ns: &str, task: &str, digest: &ComponentDigest, s: serde_json::Value) -> 
         settings: settings(s),
         actor: "alice".to_owned(),
         note: None,
+        max_tasks: None,
     }
 }
 
@@ -246,7 +254,7 @@ async fn rollback(fx: Fixture) {
     d.deploy(&new("ns", "t", &c2, json!({}))).await.expect("v2");
     fx.clock.advance(5.0);
     let back = d
-        .activate("ns", "t", 1, "bob", Some("v2 fails"))
+        .activate("ns", "t", 1, "bob", Some("v2 fails"), None)
         .await
         .expect("rollback");
     assert_eq!((back.version, back.state), (1, DeploymentState::Active));
@@ -266,7 +274,7 @@ async fn rollback(fx: Fixture) {
     // Activating the active version changes nothing.
     let rev = d.revision().await.expect("revision");
     assert_eq!(
-        d.activate("ns", "t", 1, "bob", None)
+        d.activate("ns", "t", 1, "bob", None, None)
             .await
             .expect("again")
             .version,
@@ -274,7 +282,10 @@ async fn rollback(fx: Fixture) {
     );
     assert_eq!(d.revision().await.expect("revision"), rev);
     // Unknown version.
-    let e = d.activate("ns", "t", 9, "bob", None).await.expect_err("v9");
+    let e = d
+        .activate("ns", "t", 9, "bob", None, None)
+        .await
+        .expect_err("v9");
     assert_eq!(e.code(), "deployment_not_found", "{e}");
     assert!(e.to_string().contains("no deployment version 9"), "{e}");
     assert_eq!(d.revision().await.expect("revision"), rev);
@@ -300,7 +311,10 @@ async fn rollback(fx: Fixture) {
         .expect_err("never deployed");
     assert_eq!(e.code(), "no_active_deployment", "{e}");
     // Activate after a deactivation: from no version.
-    let again = d.activate("ns", "t", 2, "carol", None).await.expect("v2");
+    let again = d
+        .activate("ns", "t", 2, "carol", None, None)
+        .await
+        .expect("v2");
     assert_eq!(again.state, DeploymentState::Active);
     let last = d.audit("ns", Some("t"), None, 1).await.expect("audit");
     assert_eq!(last.items[0].action, DeploymentAction::Activate);
@@ -333,7 +347,8 @@ async fn concurrent_activations(fx: Fixture) {
     for round in 0..12 {
         let d: Arc<dyn DeploymentStore> = Arc::clone(&d);
         tasks.push(tokio::spawn(async move {
-            d.activate("ns", "t", 1 + (round % 3), "ops", None).await
+            d.activate("ns", "t", 1 + (round % 3), "ops", None, None)
+                .await
         }));
     }
     for t in tasks {
@@ -559,7 +574,7 @@ async fn audit_trail(fx: Fixture) {
     .await
     .expect("v2");
     fx.clock.advance(10.0);
-    d.activate("ns", "t", 1, "carol", Some("rollback: v2 is slow"))
+    d.activate("ns", "t", 1, "carol", Some("rollback: v2 is slow"), None)
         .await
         .expect("rollback");
     fx.clock.advance(10.0);
@@ -682,10 +697,13 @@ async fn revision(fx: Fixture) {
     d.deploy(&new("a", "t", &c1, json!({})))
         .await
         .expect("repeat");
-    d.activate("a", "t", 1, "x", None)
+    d.activate("a", "t", 1, "x", None, None)
         .await
         .expect("active already");
-    let _ = d.activate("a", "t", 7, "x", None).await.expect_err("no v7");
+    let _ = d
+        .activate("a", "t", 7, "x", None, None)
+        .await
+        .expect_err("no v7");
     let _ = d
         .deploy(&new("a", "t", &ComponentDigest::of(b"nope"), json!({})))
         .await
@@ -705,7 +723,9 @@ async fn revision(fx: Fixture) {
         .await
         .expect("a/t v2");
     assert_eq!(rev().await, 3);
-    d.activate("a", "t", 1, "x", None).await.expect("rollback");
+    d.activate("a", "t", 1, "x", None, None)
+        .await
+        .expect("rollback");
     assert_eq!(rev().await, 4);
     d.deactivate("b", "t", "x", None).await.expect("stop b");
     assert_eq!(rev().await, 5);
@@ -808,7 +828,7 @@ async fn gc(fx: Fixture) {
     assert!(!fx.components.exists(&young).await.expect("exists"));
     // Rollback to the oldest version still finds its component.
     let back = d
-        .activate("ns", "t", 1, "ops", None)
+        .activate("ns", "t", 1, "ops", None, None)
         .await
         .expect("rollback");
     assert_eq!(
@@ -819,4 +839,169 @@ async fn gc(fx: Fixture) {
             .as_deref(),
         Some(&b"component superseded"[..])
     );
+}
+
+/// `max_tasks` (docs/deployment-policy.md#the-checks): a deploy or an activation that would make
+/// one more task of the namespace active than the ceiling is refused and writes nothing; a new
+/// version of an active task adds none; other namespaces are not counted; concurrent deploys of
+/// new tasks never exceed it (the count is read under the revision lock).
+async fn max_tasks(fx: Fixture) {
+    if !supported(&fx).await {
+        return;
+    }
+    let c = component(&fx, "m").await;
+    let d = fx.deployments.clone();
+    let bounded = |ns: &str, task: &str, s: serde_json::Value| NewDeployment {
+        max_tasks: Some(2),
+        ..new(ns, task, &c, s)
+    };
+    d.deploy(&bounded("ns", "t1", json!({}))).await.expect("t1");
+    d.deploy(&bounded("ns", "t2", json!({}))).await.expect("t2");
+    let rev = d.revision().await.expect("revision");
+    let e = d
+        .deploy(&bounded("ns", "t3", json!({})))
+        .await
+        .expect_err("a third task");
+    assert_eq!(e.code(), "policy_violation", "{e}");
+    assert!(
+        e.to_string().contains(
+            "asked 3 tasks with an active version, the ceiling for namespace \"ns\" is 2"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        d.revision().await.expect("revision"),
+        rev,
+        "nothing written"
+    );
+    assert!(d.active("ns", "t3").await.expect("read").is_none());
+    // A new version of an active task adds no task; another namespace has its own count.
+    d.deploy(&bounded("ns", "t1", json!({"v": 2})))
+        .await
+        .expect("t1 v2");
+    d.deploy(&bounded("other", "t3", json!({})))
+        .await
+        .expect("other namespace");
+    // A deactivated task frees its place; activating it again takes one.
+    d.deactivate("ns", "t2", "alice", None)
+        .await
+        .expect("stop t2");
+    d.deploy(&bounded("ns", "t3", json!({}))).await.expect("t3");
+    let e = d
+        .activate("ns", "t2", 1, "alice", None, Some(2))
+        .await
+        .expect_err("t2 again");
+    assert_eq!(e.code(), "policy_violation", "{e}");
+    assert!(d.active("ns", "t2").await.expect("read").is_none());
+    d.activate("ns", "t2", 1, "alice", None, None)
+        .await
+        .expect("without a bound");
+
+    // Eight concurrent deploys of new tasks under a ceiling of 3: exactly 3 serve.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let d: Arc<dyn DeploymentStore> = Arc::clone(&fx.deployments);
+        let n = NewDeployment {
+            max_tasks: Some(3),
+            ..new("race", &format!("t{i}"), &c, json!({}))
+        };
+        tasks.push(tokio::spawn(async move { d.deploy(&n).await }));
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.expect("join") {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert_eq!(e.code(), "policy_violation", "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((ok, refused), (3, 5));
+    let active = d
+        .active_all(Some(&["race".to_owned()]))
+        .await
+        .expect("active");
+    assert_eq!(active.deployments.len(), 3);
+}
+
+/// Who holds a component (docs/semantics.md#component-store): `put_for` stores the bytes once
+/// and records the namespace; `stat_for` answers only a namespace that stored them, exactly as
+/// for bytes never stored otherwise; `created` is per namespace. The garbage collection forgets a
+/// holder stored more than the grace ago whose namespace deploys nothing of it, keeps a component
+/// that a young holder (one that stored it again lately) still holds, and removes the rest as
+/// before.
+async fn holders(fx: Fixture) {
+    if !supported(&fx).await {
+        return;
+    }
+    let c = fx.components.clone();
+    let d = fx.deployments.clone();
+    let shared = b"a component two namespaces store".to_vec();
+    let a = c.put_for("a", &shared).await.expect("a stores");
+    assert!(a.created);
+    let again = c.put_for("a", &shared).await.expect("a again");
+    assert_eq!(
+        (again.digest.clone(), again.created),
+        (a.digest.clone(), false)
+    );
+    // b stores the same bytes: new for b, and b is told nothing of a.
+    let b = c.put_for("b", &shared).await.expect("b stores");
+    assert_eq!((b.digest.clone(), b.created), (a.digest.clone(), true));
+    assert_eq!(fx.probe.component_rows(&a.digest).await.0, 1, "stored once");
+    let size = shared.len() as u64;
+    for ns in ["a", "b"] {
+        let stat = c.stat_for(ns, &a.digest).await.expect("stat_for");
+        assert_eq!(stat.map(|s| s.size), Some(size), "{ns}");
+    }
+    // A namespace that never stored them: as if they were not stored at all.
+    assert_eq!(c.stat_for("z", &a.digest).await.expect("stat_for"), None);
+    assert_eq!(
+        c.stat_for("z", &ComponentDigest::of(b"never"))
+            .await
+            .expect("stat_for"),
+        None
+    );
+    // Bytes stored without a namespace (`put`) are held by none.
+    let plain = c.put(b"stored by the operator").await.expect("put");
+    assert!(c.stat(&plain).await.expect("stat").is_some());
+    assert_eq!(c.stat_for("a", &plain).await.expect("stat_for"), None);
+    let kept = c.put_for("e", b"stored again later").await.expect("e");
+
+    // a deploys the shared bytes; b never does.
+    d.deploy(&new("a", "t", &a.digest, json!({})))
+        .await
+        .expect("deploy");
+    fx.clock.advance(3700.0);
+    // e stores its (by now old) component again: its holder is young again.
+    let e = c
+        .put_for("e", b"stored again later")
+        .await
+        .expect("e again");
+    assert!(!e.created);
+    let report = d
+        .collect_garbage(Duration::from_secs(3600))
+        .await
+        .expect("gc");
+    // Only the operator's old, unheld, unreferenced bytes went.
+    assert_eq!(report.components, 1, "{report:?}");
+    assert!(c.stat(&plain).await.expect("stat").is_none());
+    // a deploys the shared bytes: kept, and still held by a; b's old holder is forgotten.
+    assert!(
+        c.stat_for("a", &a.digest)
+            .await
+            .expect("stat_for")
+            .is_some()
+    );
+    assert_eq!(c.stat_for("b", &a.digest).await.expect("stat_for"), None);
+    // e's component is old but e stored it again within the grace: kept and held.
+    assert!(
+        c.stat_for("e", &kept.digest)
+            .await
+            .expect("stat_for")
+            .is_some()
+    );
+    // b stores the bytes again and holds them again.
+    let b2 = c.put_for("b", &shared).await.expect("b again");
+    assert!(b2.created);
 }

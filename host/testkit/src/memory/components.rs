@@ -7,7 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use onestep_core::ExecutionError;
-use onestep_core::components::{ComponentDigest, ComponentStat, ComponentStore, assemble, prepare};
+use onestep_core::components::{
+    ComponentDigest, ComponentStat, ComponentStore, HeldComponent, assemble, prepare,
+};
 use onestep_core::time::SharedClock;
 
 struct Stored {
@@ -19,6 +21,8 @@ struct Stored {
 pub struct MemoryComponents {
     clock: SharedClock,
     stored: Mutex<HashMap<ComponentDigest, Stored>>,
+    /// (namespace, digest) → when the namespace last stored the bytes.
+    holders: Mutex<HashMap<(String, ComponentDigest), chrono::DateTime<chrono::Utc>>>,
 }
 
 impl std::fmt::Debug for MemoryComponents {
@@ -35,6 +39,7 @@ impl MemoryComponents {
         MemoryComponents {
             clock,
             stored: Mutex::new(HashMap::new()),
+            holders: Mutex::new(HashMap::new()),
         }
     }
 
@@ -64,16 +69,29 @@ impl MemoryComponents {
         self.lock().get(digest).map(|s| s.stat.clone())
     }
 
-    /// Removes every component stored before `cutoff` whose digest is not in `referenced`
-    /// (the garbage collection of [`super::MemoryDeployments`]).
+    fn holders(
+        &self,
+    ) -> MutexGuard<'_, HashMap<(String, ComponentDigest), chrono::DateTime<chrono::Utc>>> {
+        self.holders.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The garbage collection of [`super::MemoryDeployments`]: forgets every holder stored
+    /// before `cutoff` whose namespace has no deployment of the digest (`referenced_by`), then
+    /// removes every component stored before `cutoff` that no deployment references
+    /// (`referenced`) and no holder keeps.
     pub fn remove_unreferenced(
         &self,
         referenced: &std::collections::HashSet<ComponentDigest>,
+        referenced_by: &std::collections::HashSet<(String, ComponentDigest)>,
         cutoff: chrono::DateTime<chrono::Utc>,
     ) -> onestep_core::deployments::GcReport {
         let mut report = onestep_core::deployments::GcReport::default();
+        let mut holders = self.holders();
+        holders.retain(|key, at| *at >= cutoff || referenced_by.contains(key));
+        let held: std::collections::HashSet<ComponentDigest> =
+            holders.keys().map(|(_, d)| d.clone()).collect();
         self.lock().retain(|d, s| {
-            let keep = referenced.contains(d) || s.stat.created_at >= cutoff;
+            let keep = referenced.contains(d) || held.contains(d) || s.stat.created_at >= cutoff;
             if !keep {
                 report.components += 1;
                 report.bytes += s.stat.size;
@@ -132,5 +150,35 @@ impl ComponentStore for MemoryComponents {
         digest: &ComponentDigest,
     ) -> Result<Option<ComponentStat>, ExecutionError> {
         Ok(self.lock().get(digest).map(|s| s.stat.clone()))
+    }
+
+    async fn put_for(
+        &self,
+        namespace: &str,
+        bytes: &[u8],
+    ) -> Result<HeldComponent, ExecutionError> {
+        onestep_core::deployments::check_name("namespace", namespace)
+            .map_err(|e| ExecutionError::invalid(e.to_string()))?;
+        let digest = self.put(bytes).await?;
+        let now = onestep_core::time::truncate_micros(self.clock.now());
+        let created = self
+            .holders()
+            .insert((namespace.to_owned(), digest.clone()), now)
+            .is_none();
+        Ok(HeldComponent { digest, created })
+    }
+
+    async fn stat_for(
+        &self,
+        namespace: &str,
+        digest: &ComponentDigest,
+    ) -> Result<Option<ComponentStat>, ExecutionError> {
+        if !self
+            .holders()
+            .contains_key(&(namespace.to_owned(), digest.clone()))
+        {
+            return Ok(None);
+        }
+        self.stat(digest).await
     }
 }

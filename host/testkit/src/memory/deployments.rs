@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use onestep_core::deployments::{
     ActiveSet, Deployed, Deployment, DeploymentError, DeploymentEvent, DeploymentFilter,
-    DeploymentState, DeploymentStore, GcReport, NewDeployment, Page, Plan, check_name, check_new,
-    check_note, check_page, check_version, gc_cutoff, plan_activate, plan_deactivate, plan_deploy,
+    DeploymentState, DeploymentStore, GcReport, NewDeployment, Page, Plan, TaskBound, check_name,
+    check_new, check_note, check_page, check_version, gc_cutoff, plan_activate, plan_deactivate,
+    plan_deploy,
 };
 use onestep_core::time::SharedClock;
 
@@ -26,6 +27,16 @@ impl State {
     fn active(&self, namespace: &str, task: &str) -> Option<&Deployment> {
         self.rows.iter().find(|d| {
             d.namespace == namespace && d.task == task && d.state == DeploymentState::Active
+        })
+    }
+
+    /// The namespace's tasks with an active version, when `max_tasks` bounds them.
+    fn active_tasks(&self, namespace: &str, max_tasks: Option<u32>) -> Option<u64> {
+        max_tasks.map(|_| {
+            self.rows
+                .iter()
+                .filter(|d| d.namespace == namespace && d.state == DeploymentState::Active)
+                .count() as u64
         })
     }
 
@@ -123,7 +134,19 @@ impl DeploymentStore for MemoryDeployments {
             .filter(|d| d.namespace == new.namespace && d.task == new.task)
             .map(|d| d.version)
             .max();
-        let plan = plan_deploy(new, s.revision, active.as_ref(), max_version, stored, now)?;
+        let tasks = match active {
+            None => s.active_tasks(&new.namespace, new.max_tasks),
+            Some(_) => None,
+        };
+        let plan = plan_deploy(
+            new,
+            s.revision,
+            active.as_ref(),
+            max_version,
+            stored,
+            tasks,
+            now,
+        )?;
         let created = matches!(plan, Plan::Change(..));
         let deployment = s.apply(&new.namespace, &new.task, plan);
         Ok(Deployed {
@@ -176,6 +199,7 @@ impl DeploymentStore for MemoryDeployments {
         version: i64,
         actor: &str,
         note: Option<&str>,
+        max_tasks: Option<u32>,
     ) -> Result<Deployment, DeploymentError> {
         check_name("namespace", namespace)?;
         check_name("task", task)?;
@@ -186,6 +210,13 @@ impl DeploymentStore for MemoryDeployments {
         let mut s = self.lock();
         let target = s.find(namespace, task, version).cloned();
         let active = s.active(namespace, task).cloned();
+        let bound = TaskBound {
+            max_tasks,
+            active_tasks: match active {
+                None => s.active_tasks(namespace, max_tasks),
+                Some(_) => None,
+            },
+        };
         let plan = plan_activate(
             namespace,
             task,
@@ -195,6 +226,7 @@ impl DeploymentStore for MemoryDeployments {
             s.revision,
             actor,
             note,
+            bound,
             now,
         )?;
         Ok(s.apply(namespace, task, plan))
@@ -270,6 +302,13 @@ impl DeploymentStore for MemoryDeployments {
         let cutoff = gc_cutoff(self.now(), grace);
         let s = self.lock();
         let referenced: HashSet<_> = s.rows.iter().map(|d| d.digest.clone()).collect();
-        Ok(self.components.remove_unreferenced(&referenced, cutoff))
+        let referenced_by: HashSet<_> = s
+            .rows
+            .iter()
+            .map(|d| (d.namespace.clone(), d.digest.clone()))
+            .collect();
+        Ok(self
+            .components
+            .remove_unreferenced(&referenced, &referenced_by, cutoff))
     }
 }
