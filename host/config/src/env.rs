@@ -198,9 +198,8 @@ pub fn parse_dotenv_line(line: &str) -> Option<(String, String)> {
     }
 }
 
-/// True for a portable environment variable name: `[A-Za-z_][A-Za-z0-9_]*`.
+/// True for a portable environment variable name: `[A-Za-z_][A-Za-z0-9_]*` (core's rule, also
+/// the deploy API's).
 pub fn is_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    onestep_core::settings::is_env_name(name)
 }

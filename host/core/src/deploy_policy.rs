@@ -113,6 +113,10 @@ impl DeploymentSettings {
     pub fn validate(&self) -> Result<(), String> {
         crate::deployments::check_name("namespace", &self.namespace).map_err(|e| e.to_string())?;
         crate::deployments::check_name("task", &self.task).map_err(|e| e.to_string())?;
+        // The submit API's task names (as the manifest's `task:`): a task no execution can name
+        // would only be a claim loop on every worker.
+        crate::text::task_name(&self.task)
+            .map_err(|e| e.to_string().replacen("task_name", "task", 1))?;
         if let Some(d) = &self.description
             && d.chars().count() > MAX_DESCRIPTION_CHARS
         {
@@ -140,6 +144,7 @@ impl DeploymentSettings {
                 return Err(format!("{key} must be an integer >= 1"));
             }
         }
+        validate_sandbox(sb)?;
         self.retry.validate().map_err(|e| format!("retry: {e}"))?;
         for h in &self.headers {
             let token = !h.name.is_empty()
@@ -173,6 +178,79 @@ pub const DEFAULT_MAX_TASKS: u32 = 20;
 
 /// The largest `max_tasks` an operator may write.
 pub const MAX_MAX_TASKS: u32 = 10_000;
+
+/// The lower bounds and names the manifest's sandbox and network builders enforce (the same
+/// messages, the JSON field names), for settings that did not come through the manifest.
+fn validate_sandbox(sb: &SandboxSettings) -> Result<(), String> {
+    if sb.fuel == Some(0) {
+        return Err("sandbox.fuel must be null (unlimited) or an integer >= 1".into());
+    }
+    for (key, v, min) in [
+        ("sandbox.output_limit_bytes", sb.output_limit_bytes, 1),
+        ("sandbox.max_table_elements", sb.max_table_elements, 1),
+        (
+            "sandbox.log_limit_bytes",
+            sb.log_limit_bytes,
+            crate::settings::MIN_LOG_BYTES,
+        ),
+        ("sandbox.max_log_lines", sb.max_log_lines, 1),
+        (
+            "sandbox.network.max_response_bytes",
+            sb.network.max_response_bytes,
+            1,
+        ),
+        (
+            "sandbox.network.max_request_bytes",
+            sb.network.max_request_bytes,
+            1,
+        ),
+        ("sandbox.network.max_requests", sb.network.max_requests, 1),
+        (
+            "sandbox.network.max_concurrent_requests",
+            sb.network.max_concurrent_requests.into(),
+            1,
+        ),
+    ] {
+        if v < min {
+            return Err(format!("{key} must be an integer >= {min}"));
+        }
+    }
+    let max_conn = crate::network::MAX_CONNECTIONS_LIMIT;
+    if !(1..=max_conn).contains(&sb.network.max_connections) {
+        return Err(format!(
+            "sandbox.network.max_connections must be an integer from 1 to {max_conn}"
+        ));
+    }
+    for (key, d) in [
+        ("sandbox.network.connect_timeout", sb.network.connect_timeout),
+        ("sandbox.network.request_timeout", sb.network.request_timeout),
+    ] {
+        if d.is_zero() {
+            return Err(format!("{key} must be a number of seconds > 0"));
+        }
+    }
+    if let Some(k) = sb
+        .env_values
+        .keys()
+        .find(|k| !crate::settings::is_env_name(k))
+    {
+        return Err(format!(
+            "sandbox.env_values key {:?} must be an environment variable name \
+             ([A-Za-z_][A-Za-z0-9_]*)",
+            crate::text::truncate_utf8(k, 80)
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, a) in sb.network.allow.iter().enumerate() {
+        if !seen.insert(a.origin.to_string()) {
+            return Err(format!(
+                "sandbox.network.allow[{i}]: duplicate origin {}",
+                a.origin
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Longest `description` of a deployment (characters).
 pub const MAX_DESCRIPTION_CHARS: usize = 1000;

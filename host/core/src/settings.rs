@@ -95,6 +95,16 @@ pub const DEFAULT_MAX_LOG_LINES: u64 = 5_000;
 pub const DEFAULT_MAX_LOG_MESSAGE_BYTES: u64 = 16 * 1024;
 /// Smallest accepted `sandbox.max_log_message_bytes`.
 pub const MIN_LOG_MESSAGE_BYTES: u64 = 256;
+/// Smallest accepted `sandbox.log_limit_bytes` and `sandbox.log_rate_bytes_per_minute`.
+pub const MIN_LOG_BYTES: u64 = 1024;
+
+/// True for a portable environment variable name: `[A-Za-z_][A-Za-z0-9_]*` (the rule of
+/// `sandbox.env` names and `sandbox.env_values` keys).
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
 /// Bytes of guest log all attempts of one task together may produce per minute in one worker
 /// (`sandbox.log_rate_bytes_per_minute`): 8 MiB; the burst is one minute's worth.
 pub const DEFAULT_LOG_RATE_BYTES_PER_MINUTE: u64 = 8 * 1024 * 1024;

@@ -512,3 +512,103 @@ async fn secret_names_of_other_namespaces_are_not_revealed() {
         );
     }
 }
+
+/// `POST /v1/deployments` takes the typed settings as JSON; they must obey the rules a manifest's
+/// parser enforces, or a tenant gets through JSON what the manifest refuses. Before: task names
+/// the submit API refuses (`a/b`, a right-to-left override that reorders what a reader of the
+/// dashboard sees, a zero-width joiner) became deployments no execution can ever reach, each a
+/// claim loop on every worker; environment names with `=` or U+0000 reached the sandbox; zero
+/// limits the manifest calls invalid were accepted. Every refusal names the field and the rule,
+/// and a bad number names where it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_settings_obey_the_manifests_rules() {
+    for (server, admin) in servers() {
+        let app = start(&admin, Some(policy())).await;
+        let (_, c) = upload(&app, DEPLOY_A, component("echo.wasm")).await;
+        let digest = c["digest"].clone();
+        let base = settings("echo", json!({}));
+        let with = |path: &[&str], v: Value| {
+            let mut s = base.clone();
+            let mut at = &mut s;
+            for (i, key) in path.iter().enumerate() {
+                if i + 1 == path.len() {
+                    at[*key] = v.clone();
+                } else {
+                    at = &mut at[*key];
+                }
+            }
+            s
+        };
+        let cases: Vec<(Value, &str, &str)> = vec![
+            (with(&["task"], json!("a/b")), "invalid_argument", "task may contain only"),
+            (with(&["task"], json!("a\u{202e}b")), "invalid_argument", "task may contain only"),
+            (with(&["task"], json!("a\u{200d}b")), "invalid_argument", "task may contain only"),
+            (
+                with(&["sandbox", "env_values"], json!({"A=B": "x"})),
+                "invalid_argument",
+                "sandbox.env_values key \"A=B\" must be an environment variable name",
+            ),
+            (
+                with(&["sandbox", "env_values"], json!({"A\u{0}": "x"})),
+                "invalid_argument",
+                "must be an environment variable name",
+            ),
+            (
+                with(&["sandbox", "fuel"], json!(0)),
+                "invalid_argument",
+                "sandbox.fuel must be null (unlimited) or an integer >= 1",
+            ),
+            (
+                with(&["sandbox", "output_limit_bytes"], json!(0)),
+                "invalid_argument",
+                "sandbox.output_limit_bytes must be an integer >= 1",
+            ),
+            (
+                with(&["sandbox", "log_limit_bytes"], json!(10)),
+                "invalid_argument",
+                "sandbox.log_limit_bytes must be an integer >= 1024",
+            ),
+            (
+                with(&["sandbox", "max_log_lines"], json!(0)),
+                "invalid_argument",
+                "sandbox.max_log_lines must be an integer >= 1",
+            ),
+            (
+                with(&["sandbox", "network", "max_connections"], json!(0)),
+                "invalid_argument",
+                "sandbox.network.max_connections must be an integer from 1 to 4096",
+            ),
+            (
+                with(&["sandbox", "network", "connect_timeout"], json!(0)),
+                "invalid_argument",
+                "sandbox.network.connect_timeout must be a number of seconds > 0",
+            ),
+            (
+                with(&["concurrency"], json!(-1)),
+                "invalid_body",
+                "settings.concurrency",
+            ),
+            (
+                with(&["sandbox", "memory_limit_bytes"], json!("big")),
+                "invalid_body",
+                "settings.sandbox.memory_limit_bytes",
+            ),
+        ];
+        let rev = revision(&app).await;
+        for (settings, code, text) in cases {
+            let (s, e) = deploy(
+                &app,
+                DEPLOY_A,
+                json!({"settings": settings, "digest": digest}),
+            )
+            .await;
+            assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{server} {text}: {e}");
+            assert_eq!(e["code"], code, "{text}: {e}");
+            assert!(
+                e["message"].as_str().unwrap_or_default().contains(text),
+                "{server}: expected {text:?} in {e}"
+            );
+        }
+        assert_eq!(revision(&app).await, rev, "{server}: nothing written");
+    }
+}

@@ -47,8 +47,9 @@ pub const MIN_HTTP_FIELDS_LIMIT_BYTES: u64 = 1024;
 pub const MAX_CANCEL_GRACE_MS: u64 = 60_000;
 /// `sandbox` keys that grant a capability: per task only, never in `app.sandbox`.
 pub const SANDBOX_CAPABILITY_KEYS: [&str; 4] = ["preopens", "env", "env_values", "network"];
-/// Smallest accepted `log_limit_bytes` and `log_rate_bytes_per_minute`.
-pub const MIN_LOG_BYTES: u64 = 1024;
+/// Smallest accepted `log_limit_bytes` and `log_rate_bytes_per_minute` (defined in core, where
+/// the deploy API's settings check uses it too).
+pub use onestep_core::settings::MIN_LOG_BYTES;
 /// Largest accepted `max_log_message_bytes`.
 pub const MAX_LOG_MESSAGE_BYTES: u64 = 1024 * 1024;
 
