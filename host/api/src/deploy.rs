@@ -504,13 +504,19 @@ pub async fn deploy(
 ) -> Result<(StatusCode, Json<DeployedView>), ApiError> {
     let deploy = api(&state)?;
     let policy = policy(deploy)?;
-    let settings: DeploymentSettings = serde_json::from_value(body.settings).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            code::INVALID_BODY,
-            format!("settings: {e}"),
-        )
-    })?;
+    // The error names where in the settings it is (`settings.sandbox.fuel: …`).
+    let settings: DeploymentSettings =
+        serde_path_to_error::deserialize(body.settings).map_err(|e| {
+            let at = match e.path().to_string() {
+                p if p == "." => "settings".to_owned(),
+                p => format!("settings.{p}"),
+            };
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                code::INVALID_BODY,
+                format!("{at}: {}", e.inner()),
+            )
+        })?;
     settings
         .validate()
         .map_err(|e| ApiError::invalid(format!("settings: {e}")))?;
