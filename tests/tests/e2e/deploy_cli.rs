@@ -245,7 +245,7 @@ sandbox:
     ensure!(code == 1, "unknown secret: {code} {err}");
     ensure!(
         err.contains("HTTP 422 policy_violation")
-            && err.contains("secret \"nope\", which the operator does not hold"),
+            && err.contains("asked secret \"nope\", which namespace \"team-a\" may not reference"),
         "{err}"
     );
     // A garbage component: uploaded (content-addressed bytes), refused by the load check.
