@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::procfs::{cpu_s, memory_kb, victims_during};
 
-const LIMIT: Duration = Duration::from_secs(120);
+const LIMIT: Duration = Duration::from_secs(240);
 const FLOODS: usize = 8;
 const FLOOD_LINES: u64 = 5_000;
 /// The flood task's rate (`app.sandbox.log_rate_bytes_per_minute`).
