@@ -180,12 +180,6 @@ impl Env {
         self.store.backend().components()
     }
 
-    /// The worker-side port of this case's tables, for a test that claims and completes
-    /// executions itself (a completion written by another connection than the processes').
-    pub fn leases(&self) -> Arc<dyn onestep_core::ports::LeaseStore> {
-        self.store.backend().leases()
-    }
-
     /// The deployments of this case's tables (docs/deployments.md#data-model).
     pub fn deployments(&self) -> Arc<dyn onestep_core::deployments::DeploymentStore> {
         self.store.backend().deployments()
