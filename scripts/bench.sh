@@ -18,8 +18,12 @@
 #      in flight in one worker against a loopback server that answers after 1 s (completed/s,
 #      RSS per in-flight execution, heartbeat calls per tick);
 #   4. waiting callers: one `onestep serve` holding 0, 1,000 and 10,000 `?wait=60` requests
-#      (host/bench/src/bin/waiters-bench.rs): its RSS per caller, the database's commits/s
-#      while they wait, and completion-to-answer latency p50/p99 while 5,000 complete;
+#      (host/bench/src/bin/waiters-bench.rs), with `api.notify: poll` and then `listen`
+#      (PostgreSQL LISTEN/NOTIFY): its RSS per caller, the database's commits/s while they
+#      wait, and completion-to-answer latency p50/p99 while 5,000 complete; then the drain's
+#      cost of the notifications (`onestep bench`, 1 and 2 worker processes, WAITERS_DRAIN
+#      executions each, notify trigger off / on with nobody listening / on with an API
+#      listening, WAITERS_ROUNDS rounds interleaved);
 #   5. webhook deliveries: the real completion-webhook sender posting BENCH_WEBHOOKS ended
 #      executions' callbacks to a loopback receiver (host/bench/src/bin/webhooks-bench.rs,
 #      SQLite, a few seconds): deliveries/s;
@@ -113,7 +117,7 @@ echo "== outbound HTTP: 1,000 executions in flight in one worker, each waiting 1
     --http-delay-ms 1000 --handler component:guest-examples/out/fetch.wasm \
     --server-url "$ONESTEP_TEST_MARIADB_URL"
 
-echo "== waiting callers: one onestep serve, 0 / 1,000 / 10,000 callers on ?wait=60 (PostgreSQL; docs/benchmarks.md#waiting-callers)"
+echo "== waiting callers: one onestep serve, 0 / 1,000 / 10,000 callers on ?wait=60, polled and notified, and the drain cost of LISTEN/NOTIFY (PostgreSQL; docs/benchmarks.md#waiting-callers)"
 "$TARGET/waiters-bench" "$TARGET/onestep" "$ONESTEP_TEST_POSTGRES_URL" 0 1000 10000
 
 echo "== webhook deliveries: 2,000 completion webhooks to a loopback receiver (SQLite; docs/benchmarks.md#webhook-deliveries)"

@@ -287,17 +287,17 @@ impl ApiMetrics {
     /// The OpenMetrics text: the request metrics, plus the `onestep_executions` figures of
     /// `scope` (none, one namespace or all) from the last sample.
     pub fn render(&self, scope: &FiguresScope) -> String {
-        self.render_with(scope, None)
+        self.render_with(scope, &[])
     }
 
-    /// [`Self::render`] with the metrics of `extra` (the webhook sender's) after the request
-    /// metrics.
-    pub fn render_with(&self, scope: &FiguresScope, extra: Option<&Registry>) -> String {
+    /// [`Self::render`] with the metrics of `extra` (the webhook sender's, the waits') after
+    /// the request metrics.
+    pub fn render_with(&self, scope: &FiguresScope, extra: &[&Registry]) -> String {
         use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = encode_registry(&mut out, &self.registry);
-        if let Some(extra) = extra {
+        for extra in extra {
             let _ = encode_registry(&mut out, extra);
         }
         if let (Some(sample), false) = (&self.figures, *scope == FiguresScope::None) {
@@ -554,7 +554,13 @@ pub(crate) async fn serve_metrics(State(route): State<MetricsRoute>, request: Re
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        metrics.render_with(&scope, Some(route.api.webhook_metrics().registry())),
+        metrics.render_with(
+            &scope,
+            &[
+                route.api.webhook_metrics().registry(),
+                route.api.waits().registry(),
+            ],
+        ),
     )
         .into_response()
 }

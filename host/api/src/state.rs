@@ -105,7 +105,12 @@ impl ApiState {
                     .map(|c| c.with_quota(settings.quota_for(ns)))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let waits = crate::wait::WaitHub::new(store, crate::wait::DEFAULT_POLL_INTERVAL);
+        let poll = settings
+            .poll_ms
+            .map_or(crate::wait::DEFAULT_POLL_INTERVAL, |ms| {
+                Duration::from_millis(u64::from(ms))
+            });
+        let waits = crate::wait::WaitHub::new(store, poll);
         let streams = crate::stream::StreamHub::new(
             usize::try_from(settings.max_streams).unwrap_or(usize::MAX),
             Duration::from_secs(u64::from(settings.max_stream_s.max(1))),
@@ -145,6 +150,24 @@ impl ApiState {
     /// The event streams of this process (docs/http-api.md#stream).
     pub fn streams(&self) -> &crate::stream::StreamHub {
         &self.inner.streams
+    }
+
+    /// The same state with its waits and streams woken by `listener`'s notifications
+    /// (`api.notify: listen`, docs/http-api.md#waiting): the poll stays, every `api.poll_ms`
+    /// (default 1 s) while the listening session is up and every 100 ms while it is not.
+    /// Call it before the state serves anything.
+    pub fn with_changes(self, listener: Arc<dyn onestep_core::changes::ChangeListener>) -> Self {
+        let mut inner = (*self.inner).clone();
+        let listening = inner
+            .settings
+            .poll_ms
+            .map_or(crate::wait::DEFAULT_LISTENING_POLL_INTERVAL, |ms| {
+                Duration::from_millis(u64::from(ms))
+            });
+        inner.waits = inner.waits.with_listener(listener, listening);
+        ApiState {
+            inner: Arc::new(inner),
+        }
     }
 
     /// The same state with the dashboard's overview figures read from `insights`.

@@ -42,7 +42,50 @@ pub struct ApiSettings {
     /// `api.callbacks`: completion webhooks (docs/semantics.md#completion-webhooks); `None`:
     /// a submit's `callback` is refused.
     pub callbacks: Option<crate::callback::CallbackSettings>,
+    /// `api.notify`: how the process learns that a waited or streamed execution changed
+    /// (docs/http-api.md#waiting); `None`: the backend's default ([`ChangeNotify::default_for`]).
+    pub notify: Option<ChangeNotify>,
+    /// `api.poll_ms`: the period of the waits' poll, in milliseconds ([`MIN_API_POLL_MS`] to
+    /// [`MAX_API_POLL_MS`]); `None`: 100 when polling alone, 1,000 while a listening session
+    /// is up (the safety net).
+    pub poll_ms: Option<u32>,
 }
+
+/// `api.notify` (docs/http-api.md#waiting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeNotify {
+    /// One statement per poll period reads the versions of every waited execution.
+    Poll,
+    /// PostgreSQL `LISTEN`/`NOTIFY`: a dedicated session is told of every execution that ends
+    /// and wakes its waiters at once; the poll stays as the safety net, slower.
+    Listen,
+}
+
+impl ChangeNotify {
+    /// The word of the YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeNotify::Poll => "poll",
+            ChangeNotify::Listen => "listen",
+        }
+    }
+
+    /// The default of a backend that has pushed notifications (`pushes`: PostgreSQL with the
+    /// notify trigger) or not (docs/benchmarks.md#waiting-callers measured the choice).
+    pub fn default_for(pushes: bool) -> ChangeNotify {
+        if pushes {
+            ChangeNotify::Listen
+        } else {
+            ChangeNotify::Poll
+        }
+    }
+}
+
+/// The smallest `api.poll_ms`.
+pub const MIN_API_POLL_MS: u32 = 10;
+/// The largest `api.poll_ms` (a minute).
+pub const MAX_API_POLL_MS: u32 = 60_000;
 
 /// The default `api.max_connections` (docs/security.md#api-connections).
 pub const DEFAULT_API_MAX_CONNECTIONS: u32 = 512;
@@ -75,6 +118,8 @@ impl Default for ApiSettings {
             quotas: None,
             max_connections: DEFAULT_API_MAX_CONNECTIONS,
             callbacks: None,
+            notify: None,
+            poll_ms: None,
         }
     }
 }

@@ -98,6 +98,10 @@ pub trait Backend: Send + Sync + Debug {
     /// The completion-webhook outbox (docs/semantics.md#completion-webhooks), when this
     /// backend keeps one.
     fn callbacks(&self) -> Option<Arc<dyn crate::callback::CallbackStore>>;
+
+    /// Pushed change notifications (docs/http-api.md#waiting), when this backend has them
+    /// (PostgreSQL with the notify trigger).
+    fn changes(&self) -> Option<Arc<dyn crate::changes::ChangeListener>>;
     /// The content-addressed component store kept in this backend's tables
     /// (docs/semantics.md#component-store).
     fn components(&self) -> Arc<dyn crate::components::ComponentStore>;
@@ -161,6 +165,11 @@ macro_rules! backend_ports {
             &self,
         ) -> ::std::option::Option<::std::sync::Arc<dyn $crate::callback::CallbackStore>> {
             $crate::callback::CallbackPort::callback_port(self)
+        }
+        fn changes(
+            &self,
+        ) -> ::std::option::Option<::std::sync::Arc<dyn $crate::changes::ChangeListener>> {
+            $crate::changes::ChangePort::change_port(self)
         }
         fn components(&self) -> ::std::sync::Arc<dyn $crate::components::ComponentStore> {
             ::std::sync::Arc::new(::std::clone::Clone::clone(self))

@@ -15,6 +15,7 @@ pub mod api_settings;
 pub mod backend;
 pub mod callback;
 pub mod canonical;
+pub mod changes;
 pub mod client;
 pub mod codec;
 pub mod components;

@@ -4,3 +4,6 @@
 use crate::backend::MySqlBackend;
 
 onestep_core::impl_backend!(MySqlBackend, "mysql", |b| b.server().version_string.clone());
+
+/// No pushed change notifications: the API's waits poll (docs/http-api.md#waiting).
+impl onestep_core::changes::ChangePort for MySqlBackend {}

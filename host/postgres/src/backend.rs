@@ -43,6 +43,9 @@ pub(crate) type Inner = StoreCore<Pool, ServerInfo, SchemaFeatures, Own>;
 
 /// This backend's own shared state.
 pub(crate) struct Own {
+    /// How the API's listening session connects (docs/postgres.md#change-notifications), when
+    /// the tables have the notify trigger.
+    pub(crate) listen: Option<crate::changes::ListenConnect>,
     /// The statements prepared from the table names at open.
     pub(crate) sql: crate::sql::Statements,
     /// The fair claim's statements, when the tables have the keys table
@@ -95,25 +98,38 @@ fn tls_config(root_cert: Option<&str>) -> Result<rustls::ClientConfig, SetupErro
         .with_no_client_auth())
 }
 
-fn build_pool(parsed: &ParsedDsn, pool_max: usize) -> Result<Pool, SetupError> {
+/// The TLS connector of the DSN's TLS mode (`None`: `sslmode=disable`).
+fn tls_connector(
+    parsed: &ParsedDsn,
+) -> Result<Option<tokio_postgres_rustls::MakeRustlsConnect>, SetupError> {
+    Ok(match parsed.tls {
+        TlsMode::Disable => None,
+        _ => Some(tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(
+            parsed.root_cert.as_deref(),
+        )?)),
+    })
+}
+
+fn build_pool(
+    parsed: &ParsedDsn,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    pool_max: usize,
+) -> Result<Pool, SetupError> {
     let mut config = parsed.config.clone();
     let manager_config = ManagerConfig {
         recycling_method: RecyclingMethod::Fast,
     };
-    let manager = match parsed.tls {
-        TlsMode::Disable => {
+    let manager = match tls {
+        None => {
             config.ssl_mode(tokio_postgres::config::SslMode::Disable);
             Manager::from_config(config, tokio_postgres::NoTls, manager_config)
         }
-        mode => {
-            config.ssl_mode(if mode == TlsMode::Require {
+        Some(tls) => {
+            config.ssl_mode(if parsed.tls == TlsMode::Require {
                 tokio_postgres::config::SslMode::Require
             } else {
                 tokio_postgres::config::SslMode::Prefer
             });
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(
-                parsed.root_cert.as_deref(),
-            )?);
             Manager::from_config(config, tls, manager_config)
         }
     };
@@ -139,7 +155,10 @@ impl PgBackend {
         let parsed = parse_dsn(&opts.dsn)
             .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m.0, &[]))?;
         let secrets = parsed.secrets.clone();
-        let pool = build_pool(&parsed, opts.pool_max)
+        let tls = tls_connector(&parsed)
+            .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m.0, &secrets))?;
+        let listen = crate::changes::ListenConnect::new(&parsed, tls.clone());
+        let pool = build_pool(&parsed, tls, opts.pool_max)
             .map_err(|m| backend_error("open", ConnectorKind::Misconfigured, &m.0, &secrets))?;
         let ready = async {
             let mut conn = pool.get().await?;
@@ -191,7 +210,8 @@ impl PgBackend {
             secrets,
             ready,
             |t| crate::upgrade::upgrade_command(&parsed, t),
-            |_| Own {
+            |features| Own {
+                listen: features.notify_trigger.then_some(listen),
                 sql,
                 fair,
                 gate: onestep_core::store::fair::SweepGate::default(),

@@ -29,6 +29,7 @@ pub mod backend;
 mod buckets;
 mod callbacks;
 mod cap;
+pub mod changes;
 mod client_ops;
 mod components;
 mod deployments;

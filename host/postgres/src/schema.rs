@@ -46,6 +46,9 @@ onestep_core::schema_features! {
         pub deployments_tables: bool,
         /// The durable steps table `<T>_steps` exists (docs/steps.md).
         pub steps_table: bool,
+        /// The executions table has the notify trigger and `<T>_listeners` exists
+        /// (docs/postgres.md#change-notifications): the API may `LISTEN`.
+        pub notify_trigger: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -96,6 +99,14 @@ impl SchemaFeatureSet for SchemaFeatures {
             return Some(
                 "execution tables without the durable steps table (created by an older \
                  onestep?): handlers' step saves fail; add it online with",
+            );
+        }
+        if !self.notify_trigger {
+            return Some(
+                "execution tables without the notify trigger (created by the reference or an \
+                 older onestep?): callers waiting through the API learn of completions at the \
+                 next poll, not at once (docs/postgres.md#change-notifications); add it online \
+                 with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -812,6 +823,108 @@ pub fn steps_ddl(names: &TableNames) -> Vec<String> {
     )]
 }
 
+/// The listeners table: `<T>_listeners` (docs/postgres.md#change-notifications). One row per
+/// session listening for the executions' changes (its backend pid): while it has a row, the
+/// notify trigger sends `NOTIFY`; while it is empty, the trigger costs one lookup per statement.
+pub fn listeners_table(names: &TableNames) -> String {
+    derived(&names.executions, "", "listeners")
+}
+
+/// The listeners (`IF NOT EXISTS`: also the upgrade's).
+pub fn listeners_ddl(names: &TableNames) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n\
+  pid INTEGER NOT NULL,\n\
+  PRIMARY KEY (pid)\n\
+)",
+        q(&listeners_table(names))
+    )]
+}
+
+/// The notification channel of the executions table: `<T>_changes`, hash-truncated to 63 (a
+/// channel name is an identifier; channels are per database).
+pub fn notify_channel(names: &TableNames) -> String {
+    derived(&names.executions, "", "changes")
+}
+
+/// The trigger function: `<T>_notify`, hash-truncated to 63.
+pub fn notify_function(names: &TableNames) -> String {
+    derived(&names.executions, "", "notify")
+}
+
+/// The notify trigger's name (trigger names are per table).
+pub const NOTIFY_TRIGGER: &str = "onestep_notify";
+
+/// The statuses whose arrival the trigger notifies: the terminal ones (what `?wait=` answers
+/// and a stream ends on). A claim, a retry or a cancel request is seen at the waits' poll.
+pub const NOTIFIED_STATUSES: &str = "'succeeded', 'failed', 'cancelled', 'expired'";
+
+/// Executions named per notification: each is `<uuid> <version>` (at most ~57 bytes), so 100
+/// stay far below the 8,000-byte payload limit.
+pub const IDS_PER_NOTIFICATION: i32 = 100;
+
+/// The notify trigger (docs/postgres.md#change-notifications): after every `UPDATE` statement
+/// on the executions table — ours, the reference's, anyone's — one `pg_notify` per 100 rows the
+/// statement left terminal, payload `id version,id version,…`, but only while a session is
+/// registered in the listeners table and the notification queue is less than half full (a
+/// listener that stopped reading must never make a commit fail). A statement-level trigger with
+/// a transition table: one function call per statement, not per row. `SECURITY DEFINER` with
+/// a fixed `search_path` and qualified names, so that it runs the same in every writer's
+/// session whatever its user and `search_path`. `schema` is the tables' schema
+/// (`current_schema()` of the creating session).
+pub fn notify_ddl(names: &TableNames, schema: &str) -> Vec<String> {
+    let listeners = format!("{}.{}", q(schema), q(&listeners_table(names)));
+    let function = format!("{}.{}", q(schema), q(&notify_function(names)));
+    let channel = notify_channel(names).replace('\'', "''");
+    vec![
+        format!(
+            "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql \
+             SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $onestep$\n\
+BEGIN\n\
+  IF pg_notification_queue_usage() < 0.5 AND EXISTS (SELECT 1 FROM {listeners}) THEN\n\
+    PERFORM pg_notify('{channel}', string_agg(c.id::text || ' ' || c.version::text, ','))\n\
+    FROM (SELECT n.id, n.version, (row_number() OVER ()) / {IDS_PER_NOTIFICATION} AS chunk\n\
+          FROM onestep_new n WHERE n.status IN ({NOTIFIED_STATUSES})) c\n\
+    GROUP BY c.chunk;\n\
+  END IF;\n\
+  RETURN NULL;\n\
+END\n\
+$onestep$"
+        ),
+        format!(
+            "CREATE TRIGGER {NOTIFY_TRIGGER} AFTER UPDATE ON {} \
+             REFERENCING NEW TABLE AS onestep_new FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
+            q(&names.executions)
+        ),
+    ]
+}
+
+/// Whether the executions table has the notify trigger and the listeners table exists.
+pub(crate) async fn has_notify_trigger<C: tokio_postgres::GenericClient>(
+    c: &C,
+    names: &TableNames,
+) -> OpResult<bool> {
+    let row = c
+        .query_one(
+            "SELECT count(*) FROM pg_catalog.pg_trigger g \
+             JOIN pg_catalog.pg_class r ON r.oid = g.tgrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace \
+             WHERE n.nspname = current_schema() AND r.relname = $1 AND g.tgname = $2 \
+             AND NOT g.tgisinternal",
+            &[&names.executions, &NOTIFY_TRIGGER],
+        )
+        .await?;
+    Ok(row.try_get::<_, i64>(0)? > 0 && table_exists(c, &listeners_table(names)).await?)
+}
+
+/// `current_schema()` of the session: the schema the tables and the trigger function live in.
+pub(crate) async fn current_schema<C: tokio_postgres::GenericClient>(c: &C) -> OpResult<String> {
+    let row = c.query_one("SELECT current_schema()::text", &[]).await?;
+    row.try_get::<_, Option<String>>(0)?.ok_or_else(|| {
+        misconfigured("no current schema (search_path names no existing schema)".into())
+    })
+}
+
 /// `CREATE TABLE` for the trace-context table (docs/postgres.md#diagnostics-and-traces): the
 /// W3C `traceparent` of the submit that created an execution, one row per execution, written
 /// only while traces are on. No foreign key; `purge` deletes its rows with their execution.
@@ -916,6 +1029,13 @@ pub(crate) async fn ensure_schema(
             for stmt in executions_ddl(names) {
                 tx.batch_execute(&stmt).await?;
             }
+            let schema = current_schema(&tx).await?;
+            for stmt in listeners_ddl(names)
+                .into_iter()
+                .chain(notify_ddl(names, &schema))
+            {
+                tx.batch_execute(&stmt).await?;
+            }
             created.push(names.executions.clone());
         }
         if !table_exists(&tx, &names.attempts).await? {
@@ -990,6 +1110,7 @@ pub(crate) async fn ensure_schema(
             && table_exists(&*client, &deployment_events_table(names)).await?
             && table_exists(&*client, &deployment_revision_table(names)).await?,
         steps_table: table_exists(&*client, &steps_table(names)).await?,
+        notify_trigger: has_notify_trigger(&*client, names).await?,
     };
     Ok(SchemaReport::new(created, features))
 }

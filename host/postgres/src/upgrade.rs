@@ -226,6 +226,9 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(crate::schema::deployment_revision_ddl(names))
         .chain(crate::schema::steps_ddl(names))
         .chain(crate::schema::component_holders_ddl(names))
+        .chain(crate::schema::listeners_ddl(names))
+        // The trigger in the default schema `public` (the upgrade uses the session's own).
+        .chain(crate::schema::notify_ddl(names, "public"))
         .collect()
 }
 
@@ -323,6 +326,7 @@ async fn upgrade_on(
             });
         }
     }
+    steps.extend(add_notify_trigger(client, names).await?);
     // An outbox created before the started/progress events lacks their columns.
     if !crate::schema::has_callback_columns(client, names).await? {
         client
@@ -337,6 +341,65 @@ async fn upgrade_on(
         });
     }
     Ok(steps)
+}
+
+/// Adds the listeners table and the notify trigger (docs/postgres.md#change-notifications) when
+/// the executions table lacks the trigger: one transaction whose `CREATE TRIGGER` takes a
+/// `SHARE ROW EXCLUSIVE` lock on the executions table for an instant (writes wait for it, reads
+/// go on); it gives up after 10 s behind a long transaction rather than hold writers longer,
+/// and the upgrade can be run again.
+async fn add_notify_trigger(
+    client: &tokio_postgres::Client,
+    names: &TableNames,
+) -> OpResult<Option<UpgradeStep>> {
+    if crate::schema::has_notify_trigger(client, names).await? {
+        return Ok(None);
+    }
+    let schema = crate::schema::current_schema(client).await?;
+    client.batch_execute("BEGIN").await?;
+    let run = async {
+        client
+            .batch_execute("SET LOCAL lock_timeout = '10s'")
+            .await?;
+        for stmt in crate::schema::listeners_ddl(names) {
+            client.batch_execute(&stmt).await?;
+        }
+        let present: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_catalog.pg_trigger g \
+                 JOIN pg_catalog.pg_class r ON r.oid = g.tgrelid \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace \
+                 WHERE n.nspname = current_schema() AND r.relname = $1 AND g.tgname = $2",
+                &[&names.executions, &crate::schema::NOTIFY_TRIGGER],
+            )
+            .await?
+            .try_get(0)?;
+        let ddl = crate::schema::notify_ddl(names, &schema);
+        // The function is (re)created either way; the trigger only when missing.
+        let skip = if present > 0 { 1 } else { 0 };
+        for stmt in ddl.iter().take(ddl.len() - skip) {
+            client.batch_execute(stmt).await?;
+        }
+        Ok::<_, crate::errors::OpError>(())
+    }
+    .await;
+    match run {
+        Ok(()) => client.batch_execute("COMMIT").await?,
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(e);
+        }
+    }
+    Ok(Some(UpgradeStep {
+        added: format!(
+            "table {} and trigger {} on {}",
+            crate::schema::listeners_table(names),
+            crate::schema::NOTIFY_TRIGGER,
+            names.executions
+        ),
+        form: "CREATE TRIGGER (an instant's SHARE ROW EXCLUSIVE lock, lock_timeout 10 s)"
+            .to_owned(),
+    }))
 }
 
 /// The command that upgrades `names` on the server `parsed` points at, for the warning at open
@@ -466,7 +529,7 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 32);
+        assert_eq!(sql.len(), 35);
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));
@@ -516,6 +579,19 @@ mod tests {
                 .starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_component_holders\"")
         );
         assert!(sql[31].contains("\"ix_onestep_executions_component_holders_digest\""));
+        assert!(sql[32].starts_with("CREATE TABLE IF NOT EXISTS \"onestep_executions_listeners\""));
+        assert!(sql[33].starts_with(
+            "CREATE OR REPLACE FUNCTION \"public\".\"onestep_executions_notify\"() RETURNS trigger"
+        ));
+        assert!(sql[33].contains("SECURITY DEFINER SET search_path = pg_catalog, pg_temp"));
+        assert!(sql[33].contains("FROM \"public\".\"onestep_executions_listeners\""));
+        assert!(sql[33].contains("pg_notify('onestep_executions_changes', "));
+        assert_eq!(
+            sql[34],
+            "CREATE TRIGGER onestep_notify AFTER UPDATE ON \"onestep_executions\" REFERENCING NEW \
+             TABLE AS onestep_new FOR EACH STATEMENT EXECUTE FUNCTION \
+             \"public\".\"onestep_executions_notify\"()"
+        );
         let sql = &sql[3..11];
         for s in sql {
             assert!(

@@ -10,6 +10,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::reference;
 use onestep_core::execution::Completion;
 use onestep_core::ports::{ExecutionStore, LeaseStore};
@@ -18,6 +20,19 @@ use onestep_postgres::{PgBackend, StoreOptions};
 use onestep_testkit::builders::{claim, prepare};
 use serde_json::{Value, json};
 use uuid::Uuid;
+
+/// A change sink that forwards `None` once the session listens, then each `(id, version)`.
+struct Heard(tokio::sync::mpsc::UnboundedSender<Option<(Uuid, i64)>>);
+
+impl onestep_core::changes::ChangeSink for Heard {
+    fn listening(&self) {
+        let _ = self.0.send(None);
+    }
+    fn changed(&self, id: Uuid, version: i64) {
+        let _ = self.0.send(Some((id, version)));
+    }
+    fn unreadable(&self) {}
+}
 
 fn canon(v: &Value) -> String {
     onestep_core::canonical::to_canonical_string(v)
@@ -214,7 +229,8 @@ async fn upgraded_reference_tables_reference_worker() {
             "index ix_onestep_executions_status",
             "index ix_onestep_executions_status_list",
             "index ix_onestep_executions_task_list",
-            "fillfactor 70 on onestep_execution_attempts"
+            "fillfactor 70 on onestep_execution_attempts",
+            "table onestep_executions_listeners and trigger onestep_notify on onestep_executions"
         ],
         "{report:?}"
     );
@@ -254,7 +270,8 @@ async fn upgraded_reference_tables_reference_worker() {
             && features.callbacks_tables
             && features.components_tables
             && features.deployments_tables
-            && features.steps_table,
+            && features.steps_table
+            && features.notify_trigger,
         "{features:?}"
     );
     assert!(b.schema_report().upgrade_command.is_none());
@@ -286,10 +303,43 @@ async fn upgraded_reference_tables_reference_worker() {
         ))
         .await
         .expect("submit");
+    // The notify trigger the upgrade added sees the reference's completion too
+    // (docs/postgres.md#change-notifications): our listening session is told of it.
+    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let listener = onestep_core::Backend::changes(&b).expect("a listener after the upgrade");
+    let listening = {
+        let stop = stop.clone();
+        tokio::spawn(async move { listener.listen(Arc::new(Heard(tx)), stop).await })
+    };
+    assert_eq!(
+        tokio::time::timeout(std::time::Duration::from_secs(10), heard.recv())
+            .await
+            .expect("listening in time"),
+        Some(None),
+        "the session listens first"
+    );
     let drained = reference::run(db.dsn(), ns, false, &["drain", "t", "10"]).await;
     let drained = drained.as_array().expect("list");
     assert_eq!(drained.len(), 1, "{drained:?}");
     assert_eq!(id_of(&drained[0]), mine.id);
+    let done = b.get(ns, mine.id).await.expect("get").expect("found");
+    let mut notified = None;
+    while let Ok(Some(Some(change))) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), heard.recv()).await
+    {
+        if change.0 == mine.id {
+            notified = Some(change);
+            break;
+        }
+    }
+    assert_eq!(
+        notified,
+        Some((mine.id, done.version)),
+        "the reference's completion was notified"
+    );
+    stop.cancel();
+    listening.await.expect("join").expect("stopped");
     let seen = reference::run(db.dsn(), ns, false, &["get", &id_of(&before).to_string()]).await;
     assert_eq!(seen["status"], json!("succeeded"));
     let done = b.get(ns, mine.id).await.expect("get").expect("found");

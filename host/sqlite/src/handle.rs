@@ -7,3 +7,6 @@ onestep_core::impl_backend!(SqliteBackend, "sqlite", |b| format!(
     "SQLite {}",
     b.server().version_string
 ));
+
+/// No pushed change notifications: the API's waits poll (docs/http-api.md#waiting).
+impl onestep_core::changes::ChangePort for SqliteBackend {}

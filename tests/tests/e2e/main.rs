@@ -63,6 +63,9 @@
 //!   swapped in); no execution lost, attempts record the digest of the build they ran.
 //! * [`quarantine`]: a task whose component cannot load (or is missing) is quarantined, the
 //!   worker serves the others, `/readyz` and a metric say why, a good build lifts it.
+//! * [`notify`]: PostgreSQL `LISTEN`/`NOTIFY` between two `onestep serve` (poll slowed to 5 s): a
+//!   completion by another connection answers a caller on the other instance within a second;
+//!   with the listening sessions killed the fallback poll answers, and the sessions come back.
 //! * [`postgres`]: `onestep migrate`, the client commands and a real worker with real components
 //!   on PostgreSQL; a connector of the wrong kind is a load error.
 //! * [`render`]: `onestep render` of a config, as text and as a Mermaid flowchart.
@@ -133,6 +136,7 @@ mod isolation_results;
 mod lease;
 mod max_running;
 mod metrics;
+mod notify;
 mod outbound_rate_limit;
 mod params;
 mod postgres;

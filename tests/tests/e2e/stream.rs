@@ -28,12 +28,17 @@ pub(crate) struct Serve {
 
 impl Serve {
     pub(crate) fn spawn(envs: &[(&str, &str)], log: &Path) -> Result<Serve> {
+        Self::spawn_config(&e2e_config("stream.yaml"), envs, log)
+    }
+
+    /// `onestep serve config` on a free port.
+    pub(crate) fn spawn_config(config: &Path, envs: &[(&str, &str)], log: &Path) -> Result<Serve> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let listen = format!("127.0.0.1:{port}");
         let out = std::fs::File::create(log)?;
         let child = Command::new(onestep_bin()?)
             .arg("serve")
-            .arg(e2e_config("stream.yaml"))
+            .arg(config)
             .envs(envs.iter().copied())
             .env("ONESTEP_API_LISTEN", &listen)
             .stdout(Stdio::from(out.try_clone()?))

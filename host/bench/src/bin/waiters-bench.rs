@@ -1,20 +1,27 @@
-//! `waiters-bench`: one `onestep serve` holding many waiting callers (docs/benchmarks.md#waiting-callers).
-//! Figures, not a test.
+//! `waiters-bench`: one `onestep serve` holding many waiting callers, notified by polling and by
+//! PostgreSQL `LISTEN`/`NOTIFY` (docs/benchmarks.md#waiting-callers). Figures, not a test.
 //!
 //! ```text
 //! waiters-bench ONESTEP_BIN POSTGRES_ROOT_URL [LEVELS...]      (default levels: 0 1000 10000)
 //! ```
 //!
-//! For each level N: submits 5,000 executions, opens N HTTP/1.1 connections to a real
-//! `onestep serve` (a child process on a scratch PostgreSQL database, `api.max_connections`
-//! raised for the level), each waiting on `GET /v1/executions/{id}?wait=60` (N / 5,000 callers
-//! per execution), then:
+//! For each `api.notify` mode (`poll`, then `listen`) and each level N: submits 5,000
+//! executions, opens N HTTP/1.1 connections to a real `onestep serve` (a child process on a
+//! scratch PostgreSQL database, `api.max_connections` raised for the level), each waiting on
+//! `GET /v1/executions/{id}?wait=60` (N / 5,000 callers per execution), then:
 //! * the server's RSS before and while they wait (per waiting caller);
 //! * the database's committed statements per second (`pg_stat_database.xact_commit`) over 10 s
 //!   while they wait and nothing changes (after 11 s for the server's statistics of their
 //!   arrival to be reported): the cost of noticing changes, which must not grow with N;
 //! * drains the 5,000 in this process (claim and complete, about 1,000 a second) and reports,
 //!   per caller, the time from the execution's `finished_at` to its answer (p50, p99, max).
+//!
+//! Then the drain's cost of the notifications: `ONESTEP_BIN bench` (the real worker, no-op
+//! handler) drains `WAITERS_DRAIN` executions (default 10,000) in 1 and in 2 worker processes
+//! at once, on the same tables, with the notify trigger disabled (as before it existed), enabled
+//! while nobody listens, and enabled while an `onestep serve` with `api.notify: listen` is up
+//! (so every completion transaction sends a `NOTIFY`); the variants interleaved, `WAITERS_ROUNDS`
+//! rounds (default 2), completed executions per second of each.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -85,7 +92,8 @@ async fn run(bin: &str, dsn: &str, levels: &[usize]) -> Result<()> {
         "waiting callers on one `onestep serve` (PostgreSQL), {EXECUTIONS} executions per level"
     );
     println!(
-        "{:>8} {:>9} {:>9} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9}",
+        "{:>7} {:>8} {:>9} {:>9} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9}",
+        "notify",
         "waiters",
         "rss MiB",
         "rss wait",
@@ -96,7 +104,160 @@ async fn run(bin: &str, dsn: &str, levels: &[usize]) -> Result<()> {
         "max ms",
         "answered"
     );
-    for &n in levels {
+    for notify in ["poll", "listen"] {
+        for &n in levels {
+            let server = Server::start(bin, dsn, notify, n).await?;
+            let row = level(&backend, &stats, &datname, &server, notify, n).await;
+            drop(server);
+            row?;
+        }
+    }
+    drain_cost(bin, dsn, &stats).await
+}
+
+/// The drain with and without notifications (module docs): completed executions per second of
+/// `ONESTEP_BIN bench` in 1 and 2 worker processes, per variant of the notify trigger.
+async fn drain_cost(bin: &str, dsn: &str, stats: &tokio_postgres::Client) -> Result<()> {
+    let count: usize = env_number("WAITERS_DRAIN", 10_000)?;
+    let rounds: usize = env_number("WAITERS_ROUNDS", 2)?;
+    println!();
+    println!(
+        "drain cost of the notifications: `onestep bench -n {count}` per worker process (no-op \
+         handler), {rounds} rounds interleaved, completed/s summed over the processes"
+    );
+    const VARIANTS: [(&str, bool, bool); 3] = [
+        ("no trigger (as before)", false, false),
+        ("trigger, nobody listens", true, false),
+        ("trigger, API listening", true, true),
+    ];
+    // Registrations of servers that did not unregister (killed) would keep the trigger
+    // notifying in the "nobody listens" variant.
+    stats
+        .batch_execute(
+            "DELETE FROM onestep_executions_listeners \
+             WHERE pid NOT IN (SELECT pid FROM pg_stat_activity)",
+        )
+        .await?;
+    let mut results: Vec<Vec<(usize, f64)>> = vec![Vec::new(); VARIANTS.len()];
+    for round in 0..rounds {
+        for (v, (_, trigger, listening)) in VARIANTS.iter().enumerate() {
+            // Bench-only DDL: switching the notify trigger off measures the drain as it was
+            // before the trigger existed (docs/postgres.md#change-notifications).
+            stats
+                .batch_execute(&format!(
+                    "ALTER TABLE onestep_executions {} TRIGGER onestep_notify",
+                    if *trigger { "ENABLE" } else { "DISABLE" }
+                ))
+                .await
+                .context("switch the notify trigger")?;
+            let server = if *listening {
+                let server = Server::start(bin, dsn, "listen", 0).await?;
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while listeners(stats).await? == 0 {
+                    ensure!(
+                        Instant::now() < deadline,
+                        "onestep serve did not register its listening session within 30 s"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Some(server)
+            } else {
+                ensure!(
+                    listeners(stats).await? == 0,
+                    "a listening session is registered while none should be"
+                );
+                None
+            };
+            for workers in [1usize, 2] {
+                let rate = drain(bin, dsn, count, workers, &format!("drain{round}v{v}w")).await?;
+                results[v].push((workers, rate));
+            }
+            drop(server);
+        }
+    }
+    stats
+        .batch_execute("ALTER TABLE onestep_executions ENABLE TRIGGER onestep_notify")
+        .await?;
+    println!(
+        "{:<26} {:>22} {:>22}",
+        "variant", "1 worker /s", "2 workers /s (sum)"
+    );
+    for (v, (name, _, _)) in VARIANTS.iter().enumerate() {
+        let of = |w: usize| -> String {
+            let rates: Vec<String> = results[v]
+                .iter()
+                .filter(|(k, _)| *k == w)
+                .map(|(_, r)| format!("{r:.0}"))
+                .collect();
+            rates.join(" / ")
+        };
+        println!("{name:<26} {:>22} {:>22}", of(1), of(2));
+    }
+    Ok(())
+}
+
+/// Sessions registered in the listeners table (the trigger notifies while there is one).
+async fn listeners(stats: &tokio_postgres::Client) -> Result<i64> {
+    Ok(stats
+        .query_one("SELECT count(*) FROM onestep_executions_listeners", &[])
+        .await?
+        .get(0))
+}
+
+/// `workers` processes of `ONESTEP_BIN bench -n count --dsn …` at once, each in a namespace
+/// of its own: the sum of their completed executions per second.
+async fn drain(bin: &str, dsn: &str, count: usize, workers: usize, tag: &str) -> Result<f64> {
+    let mut children = Vec::new();
+    for w in 0..workers {
+        let child = tokio::process::Command::new(bin)
+            .args(["bench", "-n", &count.to_string(), "--dsn", dsn])
+            .args(["--namespace", &format!("{tag}{workers}-{w}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("spawn {bin} bench"))?;
+        children.push(child);
+    }
+    let mut sum = 0.0;
+    for child in children {
+        let out = child.wait_with_output().await?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success(),
+            "onestep bench failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rate = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("completed:"))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|r| r.parse::<f64>().ok())
+            .with_context(|| format!("no completed/s in: {text}"))?;
+        sum += rate;
+    }
+    Ok(sum)
+}
+
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a number")),
+        _ => Ok(default),
+    }
+}
+
+/// A running `onestep serve`, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// `onestep serve` with `api.notify: notify`, its connection cap raised for `waiters`.
+    async fn start(bin: &str, dsn: &str, notify: &str, waiters: usize) -> Result<Server> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
         let config = dir.path().join("serve.yaml");
@@ -107,35 +268,23 @@ async fn run(bin: &str, dsn: &str, levels: &[usize]) -> Result<()> {
                  resources:\n  db:\n    type: postgres\n    dsn: \"${{ONESTEP_DSN}}\"\n    \
                  engine_options: {{max_connections: 8}}\n\
                  api:\n  listen: 127.0.0.1:{port}\n  connector: db\n  namespace: {NAMESPACE}\n  \
-                 max_connections: {}\n",
-                (n + 512).min(65_536)
+                 max_connections: {}\n  notify: {notify}\n",
+                (waiters + 512).min(65_536)
             ),
         )?;
-        let server = Server::start(bin, &config, dsn, port).await?;
-        let row = level(&backend, &stats, &datname, &server, n).await;
-        drop(server);
-        row?;
-    }
-    Ok(())
-}
-
-/// A running `onestep serve`, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    async fn start(bin: &str, config: &std::path::Path, dsn: &str, port: u16) -> Result<Server> {
         let child = Command::new(bin)
             .arg("serve")
-            .arg(config)
+            .arg(&config)
             .env("ONESTEP_DSN", dsn)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("spawn {bin} serve"))?;
-        let server = Server { child, port };
+        let server = Server {
+            child,
+            port,
+            _dir: dir,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -163,7 +312,18 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// SIGTERM (a listening session unregisters on the way out), SIGKILL after 10 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -227,6 +387,7 @@ async fn level(
     stats: &tokio_postgres::Client,
     datname: &str,
     server: &Server,
+    notify: &str,
     n: usize,
 ) -> Result<()> {
     let limits = Limits::default();
@@ -366,7 +527,8 @@ async fn level(
         )
     };
     println!(
-        "{:>8} {:>9.1} {:>9.1} {:>11} {:>10.1} {:>8} {:>8} {:>8} {:>9}",
+        "{:>7} {:>8} {:>9.1} {:>9.1} {:>11} {:>10.1} {:>8} {:>8} {:>8} {:>9}",
+        notify,
         n,
         mib(rss_before),
         mib(rss_waiting),

@@ -394,6 +394,7 @@ impl Session {
         };
         let local = listener.local_addr().unwrap_or(self.listen);
         self.print_start(local, cfg);
+        let waits = state.waits().clone();
         let api_task = tokio::spawn(serve_on(
             listener,
             state,
@@ -409,6 +410,8 @@ impl Session {
         if let Err(e) = api_task.await {
             tracing::warn!(error = %e, "the API task ended abnormally");
         }
+        // A listening session (PostgreSQL) unregisters before the store closes.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(3), waits.stopped()).await;
         if let Err(e) = store.close().await {
             tracing::warn!(error = %e, "closing the API's store failed");
         }

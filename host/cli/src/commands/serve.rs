@@ -111,7 +111,11 @@ async fn serve(config: &AppConfig, listen: Option<SocketAddr>) -> u8 {
             return 1;
         }
     };
+    let waits = state.waits().clone();
     serve_on(listener, state, shutdown_signal()).await;
+    // The listening session unregisters (docs/postgres.md#change-notifications); a stuck
+    // database does not hold the exit (a registration left behind is tidied by the next).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), waits.stopped()).await;
     stop_sender.cancel();
     if let Some(s) = sender {
         let _ = s.await;
@@ -211,6 +215,8 @@ pub(crate) async fn serve_on(
     // Bounded waits (`?wait=S`) answer at once when shutdown starts instead of holding the
     // drain (docs/http-api.md#waiting).
     let waits = state.waits().clone();
+    // The poller, and the listening session with `api.notify: listen`, before the first caller.
+    waits.start();
     let shutdown = async move {
         shutdown.await;
         waits.close();
@@ -305,6 +311,8 @@ pub(crate) async fn open_api(
         api.settings.clone(),
     )
     .map_err(|e| usage(format!("api: {e}")))?;
+    // How waits and streams learn of changes (docs/http-api.md#waiting).
+    let state = with_changes(state, &backend, api).map_err(usage)?;
     // The dashboard's overview figures.
     let mut state = state.with_insights(backend.insights());
     // Durable steps (docs/steps.md): `GET /v1/executions/{id}/steps` and the dashboard.
@@ -331,6 +339,50 @@ pub(crate) async fn open_api(
         policy,
     });
     Ok((backend, state))
+}
+
+/// `api.notify` (docs/http-api.md#waiting): with `listen` (the default where the backend has
+/// pushed notifications: PostgreSQL with the notify trigger), the waits and streams are woken
+/// by the backend's listening session; with `poll`, by the poll alone. `listen` on a backend
+/// without pushed notifications is refused (the configuration refuses it on MySQL/MariaDB and
+/// SQLite already; here: PostgreSQL tables without the trigger).
+fn with_changes(state: ApiState, backend: &Store, api: &ApiConfig) -> Result<ApiState, String> {
+    use onestep_core::api_settings::ChangeNotify;
+    let listener = backend.changes();
+    let mode = api
+        .settings
+        .notify
+        .unwrap_or_else(|| ChangeNotify::default_for(listener.is_some()));
+    match (mode, listener) {
+        (ChangeNotify::Listen, Some(listener)) => {
+            tracing::info!(
+                notify = "listen",
+                poll_ms = api.settings.poll_ms.unwrap_or(1000),
+                "waits and streams are woken by PostgreSQL LISTEN/NOTIFY, polled as a safety net"
+            );
+            Ok(state.with_changes(listener))
+        }
+        (ChangeNotify::Listen, None) => Err(match backend.upgrade_command() {
+            Some(command) if backend.kind() == "postgres" => format!(
+                "api.notify: listen, but the execution table has no notify trigger (created by \
+                 the reference or an older onestep?): add it online with `{command}`, or set \
+                 api.notify: poll (docs/postgres.md#change-notifications)"
+            ),
+            _ => format!(
+                "api.notify: listen needs PostgreSQL with the notify trigger; this {} store has \
+                 no pushed notifications: set api.notify: poll (docs/http-api.md#waiting)",
+                backend.kind()
+            ),
+        }),
+        (ChangeNotify::Poll, _) => {
+            tracing::info!(
+                notify = "poll",
+                poll_ms = api.settings.poll_ms.unwrap_or(100),
+                "waits and streams are woken by polling"
+            );
+            Ok(state)
+        }
+    }
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

@@ -18,7 +18,7 @@ use crate::model::{ApiAuth, ApiConfig, ApiToken, DEFAULT_API_LISTEN, Secret};
 use crate::node::Node;
 
 /// Keys accepted in `api:` by strict validation.
-pub const API_KEYS: [&str; 18] = [
+pub const API_KEYS: [&str; 20] = [
     "listen",
     "connector",
     "table",
@@ -37,6 +37,8 @@ pub const API_KEYS: [&str; 18] = [
     "max_stream_s",
     "quotas",
     "callbacks",
+    "notify",
+    "poll_ms",
 ];
 /// Keys accepted in `api.metrics`.
 pub const API_METRICS_KEYS: [&str; 1] = ["public"];
@@ -158,6 +160,17 @@ pub fn build_api(
     )?;
     let quotas = super::quota::build_quotas(node)?;
     let callbacks = super::callbacks::build_callbacks(node)?;
+    let notify = notify(node, resources.get(&connector))?;
+    let poll_ms = match node.get_set("poll_ms") {
+        None => None,
+        Some(_) => Some(bounded_u32(
+            node,
+            "poll_ms",
+            onestep_core::api_settings::MIN_API_POLL_MS,
+            onestep_core::api_settings::MAX_API_POLL_MS,
+            0,
+        )?),
+    };
     Ok(ApiConfig {
         listen,
         connector,
@@ -176,8 +189,52 @@ pub fn build_api(
             quotas,
             max_connections,
             callbacks,
+            notify,
+            poll_ms,
         },
     })
+}
+
+/// `api.notify` (docs/http-api.md#waiting): `listen` (PostgreSQL `LISTEN`/`NOTIFY`) or `poll`;
+/// absent, the backend's default. `listen` needs a PostgreSQL connector: MySQL/MariaDB and
+/// SQLite have no pushed notifications.
+fn notify(
+    node: &Node,
+    connector: Option<&ResourceEntry<'_>>,
+) -> Result<Option<onestep_core::api_settings::ChangeNotify>, ConfigError> {
+    use onestep_core::api_settings::ChangeNotify;
+    let Some(n) = node.get_set("notify") else {
+        return Ok(None);
+    };
+    let text = scalar_text(n);
+    let mode = match text.trim() {
+        "listen" => ChangeNotify::Listen,
+        "poll" => ChangeNotify::Poll,
+        _ => {
+            return Err(ConfigError::at(
+                n,
+                PATH,
+                format!("notify must be 'listen' or 'poll', got '{text}'"),
+            ));
+        }
+    };
+    if mode == ChangeNotify::Listen
+        && let Some(r) = connector
+        && r.kind.is_connector()
+        && r.kind.database() != crate::model::DatabaseKind::Postgres
+    {
+        return Err(ConfigError::at(
+            n,
+            PATH,
+            format!(
+                "notify: listen needs a PostgreSQL connector (LISTEN/NOTIFY); '{}' is a {}, \
+                 whose changes the API polls: remove notify or set it to poll",
+                r.name,
+                r.kind.display()
+            ),
+        ));
+    }
+    Ok(Some(mode))
 }
 
 /// `api.max_wait_s` (default and largest 60): the longest `?wait=` a request may ask for

@@ -289,6 +289,69 @@ fn sandbox_instance_limits() {
     }
 }
 
+/// `api.notify` and `api.poll_ms` (docs/http-api.md#waiting): `listen` needs a PostgreSQL
+/// connector; a bad word, a listen on MySQL/MariaDB or SQLite and an out-of-range period are
+/// refused with their location.
+#[test]
+fn api_notify() {
+    use onestep_core::api_settings::ChangeNotify;
+    let load = |db: &str, body: &str| {
+        onestep_config::load_str(
+            &format!(
+                "app: {{name: x}}\nresources:\n  db: {{type: {db}, dsn: x}}\napi: {{connector: db, namespace: n{body}}}\n"
+            ),
+            Path::new("/srv/app.yaml"),
+            &crate::common::opts(true),
+        )
+    };
+    let settings = |db: &str, body: &str| {
+        load(db, body)
+            .unwrap_or_else(|e| panic!("{db} {body}: {e}"))
+            .api
+            .expect("api")
+            .settings
+    };
+    // Absent: the backend decides (listen on PostgreSQL with the trigger, else poll).
+    let s = settings("postgres", "");
+    assert_eq!((s.notify, s.poll_ms), (None, None));
+    let s = settings("postgres", ", notify: listen, poll_ms: 5000");
+    assert_eq!(
+        (s.notify, s.poll_ms),
+        (Some(ChangeNotify::Listen), Some(5000))
+    );
+    for db in ["mysql", "sqlite", "postgres"] {
+        let s = settings(db, ", notify: poll, poll_ms: 250");
+        assert_eq!((s.notify, s.poll_ms), (Some(ChangeNotify::Poll), Some(250)));
+    }
+    for (db, kind) in [("mysql", "MySQLConnector"), ("sqlite", "SQLiteConnector")] {
+        let err = load(db, ", notify: listen").expect_err(db).to_string();
+        assert_eq!(
+            err,
+            format!(
+                "api: notify: listen needs a PostgreSQL connector (LISTEN/NOTIFY); 'db' is a \
+                 {kind}, whose changes the API polls: remove notify or set it to poll (line 4, \
+                 column 44)"
+            )
+        );
+    }
+    let err = load("postgres", ", notify: push")
+        .expect_err("push")
+        .to_string();
+    assert_eq!(
+        err,
+        "api: notify must be 'listen' or 'poll', got 'push' (line 4, column 44)"
+    );
+    for bad in ["9", "60001", "0.5", "'fast'"] {
+        let err = load("postgres", &format!(", poll_ms: {bad}"))
+            .expect_err(bad)
+            .to_string();
+        assert!(
+            err.contains("poll_ms must be an integer from 10 to 60000"),
+            "{bad}: {err}"
+        );
+    }
+}
+
 #[test]
 fn api_section() {
     let api = |body: &str| {
