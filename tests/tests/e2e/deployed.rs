@@ -27,8 +27,9 @@ use uuid::Uuid;
 /// `deployed.poll_s` of the test's workers.
 const POLL_S: f64 = 0.3;
 /// The discovery bound the test waits after a change: poll_s plus fetch and load (a debug
-/// build, small components) with a wide margin.
-const BOUND: Duration = Duration::from_secs(4);
+/// build, small components) with a wide margin: 4 s was exceeded once (by 0.1 s) with three
+/// workers holding 100 attempts on a 2-core machine at load 12.
+const BOUND: Duration = Duration::from_secs(8);
 /// Executions in flight when the version changes (the 100), across the three workers.
 const IN_FLIGHT: usize = 100;
 /// Concurrency of the task: three workers hold [`IN_FLIGHT`] at once.
