@@ -46,6 +46,8 @@ onestep_core::schema_features! {
         pub deployments_tables: bool,
         /// The durable steps table `<T>_steps` exists (docs/steps.md).
         pub steps_table: bool,
+        /// The attempts table's status `CHECK` allows `parked` (docs/steps.md#sleep).
+        pub parked_status: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -96,6 +98,13 @@ impl SchemaFeatureSet for SchemaFeatures {
             return Some(
                 "execution tables without the durable steps table (created by an older \
                  onestep?): handlers' step saves fail; add it online with",
+            );
+        }
+        if !self.parked_status {
+            return Some(
+                "an attempts table whose status CHECK predates 'parked' (created by the \
+                 reference or an older onestep?): handlers that sleep cannot park and fail; \
+                 allow it online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -718,6 +727,14 @@ pub fn status_list_index_sql(names: &TableNames, concurrently: bool) -> String {
 /// table at the default 100; `onestep migrate --upgrade` sets ours.
 pub const ATTEMPTS_FILLFACTOR: u8 = 70;
 
+/// The attempts table's status `CHECK` (the reference's name).
+pub const CK_ATTEMPT_STATUS: &str = "ck_onestep_attempt_status";
+
+/// The attempt statuses our attempts table allows: the reference's and `parked`
+/// (docs/steps.md#sleep).
+pub const ATTEMPT_STATUSES: &str =
+    "'running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost', 'parked'";
+
 /// `CREATE TABLE` + `CREATE INDEX` statements for the attempts table.
 pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
     let a = &names.attempts;
@@ -737,7 +754,7 @@ pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
   PRIMARY KEY (id),\n\
   FOREIGN KEY(execution_id) REFERENCES {qt} (id) ON DELETE CASCADE,\n\
   CONSTRAINT {uq} UNIQUE (execution_id, attempt_no),\n\
-  CONSTRAINT ck_onestep_attempt_status CHECK (status IN ('running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost'))\n\
+  CONSTRAINT {CK_ATTEMPT_STATUS} CHECK (status IN ({ATTEMPT_STATUSES}))\n\
 ) WITH (fillfactor = {ATTEMPTS_FILLFACTOR})",
             qa = q(a),
             qt = q(&names.executions),
@@ -990,6 +1007,9 @@ pub(crate) async fn ensure_schema(
             && table_exists(&*client, &deployment_events_table(names)).await?
             && table_exists(&*client, &deployment_revision_table(names)).await?,
         steps_table: table_exists(&*client, &steps_table(names)).await?,
+        parked_status: crate::upgrade::stale_status_check(&*client, &names.attempts)
+            .await?
+            .is_none(),
     };
     Ok(SchemaReport::new(created, features))
 }
