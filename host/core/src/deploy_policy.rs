@@ -222,8 +222,14 @@ fn validate_sandbox(sb: &SandboxSettings) -> Result<(), String> {
         ));
     }
     for (key, d) in [
-        ("sandbox.network.connect_timeout", sb.network.connect_timeout),
-        ("sandbox.network.request_timeout", sb.network.request_timeout),
+        (
+            "sandbox.network.connect_timeout",
+            sb.network.connect_timeout,
+        ),
+        (
+            "sandbox.network.request_timeout",
+            sb.network.request_timeout,
+        ),
     ] {
         if d.is_zero() {
             return Err(format!("{key} must be a number of seconds > 0"));

@@ -540,9 +540,21 @@ async fn json_settings_obey_the_manifests_rules() {
             s
         };
         let cases: Vec<(Value, &str, &str)> = vec![
-            (with(&["task"], json!("a/b")), "invalid_argument", "task may contain only"),
-            (with(&["task"], json!("a\u{202e}b")), "invalid_argument", "task may contain only"),
-            (with(&["task"], json!("a\u{200d}b")), "invalid_argument", "task may contain only"),
+            (
+                with(&["task"], json!("a/b")),
+                "invalid_argument",
+                "task may contain only",
+            ),
+            (
+                with(&["task"], json!("a\u{202e}b")),
+                "invalid_argument",
+                "task may contain only",
+            ),
+            (
+                with(&["task"], json!("a\u{200d}b")),
+                "invalid_argument",
+                "task may contain only",
+            ),
             (
                 with(&["sandbox", "env_values"], json!({"A=B": "x"})),
                 "invalid_argument",
