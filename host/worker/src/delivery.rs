@@ -460,7 +460,7 @@ fn finish_attempt(
                 process.record("onestep.status", status.as_str());
                 if let Some(e) = &written.error {
                     onestep_telemetry::set_error(
-                        &process,
+                        process,
                         format!("{}: {}", e.kind, e.exception_type),
                     );
                 }
@@ -472,7 +472,7 @@ fn finish_attempt(
                     "not_written"
                 };
                 process.record("onestep.status", what);
-                onestep_telemetry::set_error(&process, what);
+                onestep_telemetry::set_error(process, what);
             }
         }
     }
