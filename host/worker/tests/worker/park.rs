@@ -16,7 +16,7 @@ use onestep_testkit::Step;
 use onestep_worker::WorkerSettings;
 use serde_json::json;
 
-use crate::harness::{Harness, NS, bounded, task_settings};
+use crate::harness::{Harness, NS, bounded, let_time_pass, task_settings};
 
 fn parked(h: &Harness, seconds: i64) -> Step {
     Step::Return(RunOutcome::Parked {
@@ -118,6 +118,40 @@ async fn a_cancel_requested_before_the_park_wins() {
     bounded(h.wait_status(e.id, ExecutionStatus::Cancelled)).await;
     assert_eq!(statuses(&h, e.id), [AttemptStatus::Cancelled]);
     assert_eq!(h.stats.parked(), 0);
+    h.stop().await.expect("clean stop");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_during_a_sleep_ends_it_without_running_the_guest_again() {
+    let mut h = Harness::new();
+    let e = h.submit(json!(1)).await;
+    // Were it ever claimed again, the second call would succeed: the test would see it.
+    h.runner
+        .script(e.id, [parked(&h, 60), Step::succeed(json!("woke"))]);
+    h.start_default();
+    bounded(async {
+        while h.stats.parked() < 1 {
+            let_time_pass(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(h.execution(e.id).status, ExecutionStatus::Queued);
+    assert_eq!(statuses(&h, e.id), [AttemptStatus::Parked]);
+    // The cancel of a sleeping (queued) execution ends it at once (T3).
+    let cancelled = ExecutionStore::cancel(&*h.store, NS, e.id, Some("no longer needed".into()))
+        .await
+        .expect("cancel")
+        .expect("row");
+    assert_eq!(cancelled.status, ExecutionStatus::Cancelled);
+    // Past the wake time the worker keeps polling, and nobody runs the handler again.
+    h.clock.advance(120.0);
+    let_time_pass(Duration::from_secs(30)).await;
+    let x = h.execution(e.id);
+    assert_eq!((x.status, x.attempts), (ExecutionStatus::Cancelled, 1));
+    assert!(x.finished_at.is_some());
+    assert_eq!(h.runner.calls_for(e.id).len(), 1);
+    assert_eq!(statuses(&h, e.id), [AttemptStatus::Parked]);
+    assert_eq!(h.stats.parked(), 1);
     h.stop().await.expect("clean stop");
 }
 
