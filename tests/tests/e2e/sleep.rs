@@ -4,6 +4,8 @@
 //! * `sleep(10 s)` on a task with `concurrency: 1`: the attempt parks (its slot and lease
 //!   freed at once), another execution of the task runs and finishes during the sleep, and the
 //!   sleeper resumes at its wake time with its earlier steps loaded and succeeds;
+//! * two executions that each sleep on that one slot: the second runs (and sleeps, and ends)
+//!   while the first sleeps, and both succeed;
 //! * a cancel during a sleep ends the execution at once (nobody runs it again);
 //! * `max_duration_s` (5 s): a sleep that would end after it, and an execution still running
 //!   at it, fail with `timeout` / `MaxDurationExceeded`.
@@ -126,6 +128,68 @@ async fn a_sleep_frees_the_slot_and_resumes_with_its_steps() -> Result<()> {
             .map(|(k, a)| (k.to_owned(), a))
             .collect();
             ensure!(steps == want, "{steps:?}");
+            Ok(())
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sleepers_share_one_slot() -> Result<()> {
+    let config = e2e_config("sleep.yaml");
+    on_each_server(
+        "two sleepers, one slot",
+        &config,
+        Schedule::Concurrent,
+        |env| async move {
+            // The first sleeps 10 s after one step; it holds the task's only slot until it parks.
+            let first = env
+                .submit(
+                    "steps",
+                    json!({"n": 2, "step_ms": 50, "sleep_ms": 10_000, "sleep_after": 1}),
+                )
+                .await?;
+            let _w = env.spawn_worker("w1")?;
+            wait_parked(&env, first.id).await?;
+            let first_wake = env.get(first.id).await?.available_at;
+            // The second runs in the freed slot during the first's sleep, and sleeps too (2 s).
+            let second = env
+                .submit(
+                    "steps",
+                    json!({"n": 2, "step_ms": 50, "sleep_ms": 2_000, "sleep_after": 1}),
+                )
+                .await?;
+            wait_parked(&env, second.id).await?;
+            let rows = env.db.attempts(second.id).await?;
+            ensure!(
+                rows[0].started_at < first_wake.naive_utc(),
+                "the second started at {}, after the first's wake time {first_wake}",
+                rows[0].started_at
+            );
+            ensure!(
+                env.get(first.id).await?.status == S::Queued,
+                "the first is still asleep"
+            );
+            // Both wake and finish.
+            for (name, e) in [("first", &first), ("second", &second)] {
+                let done = env.wait_status(e.id, &[S::Succeeded], LIMIT).await?;
+                ensure!(done.attempts == 2, "{name}: attempts {}", done.attempts);
+                let result = done.result.context("result")?;
+                ensure!(result["woke_in_attempt"] == json!(2), "{name}: {result}");
+                let rows = env.db.attempts(e.id).await?;
+                ensure!(
+                    statuses(&rows) == ["parked", "succeeded"],
+                    "{name}: {:?}",
+                    statuses(&rows)
+                );
+            }
+            // The second's whole run (its sleep included) fit inside the first's sleep.
+            let second_done = env.get(second.id).await?;
+            let finished = second_done.finished_at.context("finished_at")?;
+            ensure!(
+                finished < first_wake,
+                "the second ended at {finished}, after the first's wake time {first_wake}"
+            );
             Ok(())
         },
     )
