@@ -13,13 +13,22 @@
 //! `{"value_bytes": B}` saves one step of a B-byte string (to reach the
 //! host's caps); a refused save is the handler error
 //! `step 'big' not saved: <step-error>`.
+//!
+//! Sleeping (docs/steps.md#sleep): with `"sleep_ms": S` the handler sleeps S
+//! ms under the key `nap` after step `sleep_after` (default N / 2), and with
+//! `"sleep_until_ms": T` until T ms after the Unix epoch (key `nap-until`).
+//! The first attempt records steps `step-0` … up to the sleep and parks: its
+//! worker slot and lease are freed. At the wake time the execution runs again
+//! from the top: the recorded steps load, the same sleep call finds its wake
+//! time passed and returns, and the remaining steps run. The output then also
+//! holds `"woke_in_attempt": <the attempt that went on after the sleep>`.
 
 wit_bindgen::generate!({
     path: "../../wit/v0.3",
     world: "onestep:handler/compute@0.3.0",
 });
 
-use onestep::handler::durable::{StepError, step_load, step_save};
+use onestep::handler::durable::{StepError, sleep, sleep_until, step_load, step_save};
 use onestep::handler::host::{Level, cancel_requested, log, progress};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -49,6 +58,7 @@ where
 /// A refused step call as a handler error: a lost lease or an unreachable
 /// store is worth another attempt, a refused key or value is not.
 fn step_error(key: &str, e: StepError) -> HandlerError {
+    // `invalid-wake`, like a refused key or value, would fail again.
     let retryable = matches!(e, StepError::Fenced | StepError::Unavailable(_));
     HandlerError {
         retryable,
@@ -83,9 +93,25 @@ impl Guest for Steps {
         }
         let n = v.get("n").and_then(|n| n.as_u64()).unwrap_or(10);
         let step_ms = v.get("step_ms").and_then(|n| n.as_u64()).unwrap_or(100);
+        let sleep_ms = v.get("sleep_ms").and_then(|n| n.as_u64());
+        let sleep_until_ms = v.get("sleep_until_ms").and_then(|n| n.as_u64());
+        let sleep_after = v.get("sleep_after").and_then(|n| n.as_u64()).unwrap_or(n / 2);
         let mut attempts = Vec::with_capacity(n as usize);
         let mut ran_here = 0u64;
+        let mut woke_in_attempt = None;
         for i in 0..n {
+            if i == sleep_after && (sleep_ms.is_some() || sleep_until_ms.is_some()) {
+                // The first call records the wake time and does not return: the
+                // attempt parks. At the wake time this same call returns `ok`.
+                match (sleep_ms, sleep_until_ms) {
+                    (Some(ms), _) => sleep("nap", ms),
+                    (None, Some(at)) => sleep_until("nap-until", at),
+                    (None, None) => Ok(()),
+                }
+                .map_err(|e| step_error("nap", e))?;
+                log(Level::Info, &format!("attempt {}: awake after the sleep", ctx.attempt));
+                woke_in_attempt = Some(ctx.attempt);
+            }
             if cancel_requested() {
                 return Err(HandlerError {
                     retryable: true,
@@ -108,8 +134,11 @@ impl Guest for Steps {
             Level::Info,
             &format!("attempt {}: {ran_here} of {n} steps ran here", ctx.attempt),
         );
-        Ok(serde_json::json!({ "steps": n, "attempts": attempts, "ran_here": ran_here })
-            .to_string())
+        let mut out = serde_json::json!({ "steps": n, "attempts": attempts, "ran_here": ran_here });
+        if let Some(a) = woke_in_attempt {
+            out["woke_in_attempt"] = a.into();
+        }
+        Ok(out.to_string())
     }
 }
 

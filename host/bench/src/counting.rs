@@ -150,6 +150,18 @@ impl LeaseStore for Counting {
         self.inner.release(lease).await
     }
 
+    async fn park(
+        &self,
+        lease: &LeaseRef,
+        park: &onestep_core::park::Park,
+    ) -> Result<Execution, ExecutionError> {
+        self.inner.park(lease, park).await
+    }
+
+    async fn parked_attempts(&self, execution_id: Uuid) -> Result<u32, ExecutionError> {
+        self.inner.parked_attempts(execution_id).await
+    }
+
     async fn record_live(
         &self,
         items: &[(LeaseRef, LiveDiagnostics)],

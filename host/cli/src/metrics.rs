@@ -290,6 +290,8 @@ pub(crate) struct Metrics {
     outbound: OutboundLimitMetrics,
     /// Durable step saves and loads of handlers (docs/steps.md).
     steps: StepMetrics,
+    /// Parks and wakes of sleeping handlers (docs/steps.md#sleep).
+    sleeps: sleep::SleepMetrics,
     started: Instant,
     ready: AtomicBool,
     stopping: CancellationToken,
@@ -458,6 +460,8 @@ impl Metrics {
         outbound.register(&mut registry);
         let steps = StepMetrics::default();
         steps.register(&mut registry);
+        let sleeps = sleep::SleepMetrics::default();
+        sleeps.register(&mut registry);
         let quarantine = QuarantineBoard::default();
         quarantine.register(&mut registry);
         let deployments = DeploymentBoard::default();
@@ -511,6 +515,7 @@ impl Metrics {
             http_bytes,
             outbound,
             steps,
+            sleeps,
             started: now,
             ready: AtomicBool::new(false),
             stopping,
@@ -671,6 +676,7 @@ impl Metrics {
         }
         self.outbound.record(&self.app, task, &report.rate_limits);
         self.steps.record(&self.app, task, &report.steps);
+        self.sleeps.woke(&labels, report.wakes);
         let dropped = report.log.dropped_bytes + report.output_dropped_bytes;
         if dropped > 0 {
             self.guest_log_dropped
@@ -753,6 +759,7 @@ fn round3(x: f64) -> f64 {
 
 mod http;
 mod observer;
+mod sleep;
 
 pub(crate) use http::serve;
 

@@ -173,6 +173,7 @@ fn durable_step_calls_are_counted_by_result() {
         http: onestep_wasm::HttpTotals::default(),
         rate_limits: Vec::new(),
         steps,
+        wakes: 0,
         fuel_consumed: None,
         peak_memory_bytes: 65_536,
         elapsed: Duration::from_millis(5),

@@ -345,6 +345,14 @@ pub struct TaskConfig {
         serialize_with = "crate::summary::serialize_opt_secs"
     )]
     pub timeout: Option<Duration>,
+    /// `max_duration_s`: wall-clock limit of the whole execution from its first start, sleeps
+    /// and retries included (> 0, at least `timeout_s`; docs/steps.md#max-duration), `None` =
+    /// unlimited.
+    #[serde(
+        rename = "max_duration_s",
+        serialize_with = "crate::summary::serialize_opt_secs"
+    )]
+    pub max_duration: Option<Duration>,
     /// Free mapping exposed to the handler.
     pub config: JsonMap,
     /// Task metadata (not execution metadata).

@@ -60,6 +60,9 @@ pub struct TaskSummary {
     pub concurrency: u32,
     /// Timeout in seconds.
     pub timeout_s: Option<f64>,
+    /// `max_duration_s` (docs/steps.md#max-duration), only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_duration_s: Option<f64>,
     /// Retry policy as JSON (`{"type": ..., ...}`).
     pub retry: RetryPolicy,
     /// Sandbox settings, keyed as in the file ([`sandbox_json`]).
@@ -171,6 +174,7 @@ impl AppConfig {
                     },
                     concurrency: t.concurrency,
                     timeout_s: t.timeout.map(secs),
+                    max_duration_s: t.max_duration.map(secs),
                     retry: t.retry.clone(),
                     sandbox: sandbox_json(&t.sandbox),
                     config: t.config.clone(),
@@ -220,6 +224,9 @@ impl AppConfig {
                 timeout,
                 t.retry.name()
             );
+            if let Some(d) = t.max_duration {
+                let _ = write!(out, " max_duration={:.2}s", secs(d));
+            }
             if let Some(d) = &t.description {
                 let _ = write!(out, " description={d}");
             }

@@ -32,6 +32,7 @@ pub mod ids;
 pub mod limits;
 pub mod names;
 pub mod network;
+pub mod park;
 pub mod plan;
 pub mod ports;
 pub mod quota;

@@ -168,6 +168,30 @@ pub trait LeaseStore: Send + Sync {
     /// Puts a claimed-but-never-started execution back to `queued` (T14).
     async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError>;
 
+    /// Parks the attempt of a handler that sleeps (T15, docs/steps.md#sleep): in one
+    /// transaction, where the execution holds `lease` (token, live lease, `running`), it goes
+    /// back to `queued` with `available_at = park.wake_at`, its lease is cleared and `attempts`
+    /// kept, and its attempt ends `parked`; the park's diagnostics are written with it. A cancel
+    /// requested before the park wins: a `cancel_requested` row under `lease` becomes
+    /// `cancelled` (T11 with the cancel error object), so nobody runs it again. Anything else
+    /// is the completion's stale-lease error and writes nothing. The default parks nothing.
+    async fn park(
+        &self,
+        lease: &LeaseRef,
+        park: &crate::park::Park,
+    ) -> Result<Execution, ExecutionError> {
+        let _ = (lease, park);
+        Err(ExecutionError::invalid("this store cannot park executions"))
+    }
+
+    /// How many attempts of the execution ended `parked`: the worker takes them out of the
+    /// retry policy's `n` (docs/semantics.md#retry-policies). The default (a store that never
+    /// parks) answers 0.
+    async fn parked_attempts(&self, execution_id: Uuid) -> Result<u32, ExecutionError> {
+        let _ = execution_id;
+        Ok(0)
+    }
+
     /// Persists the progress and log tail of running attempts (the heartbeat ticker's live
     /// write, docs/observability.md#attempt-diagnostics), one statement set for the slice. It
     /// never overwrites an attempt's final diagnostics and fences nothing: an attempt id is

@@ -55,6 +55,12 @@ pub enum RunOutcome {
     Failed(RunFailure),
     /// The run was stopped because the cancellation token fired.
     Cancelled,
+    /// The handler slept (docs/steps.md#sleep): the attempt ends parked and the execution is
+    /// claimable again at `wake_at`.
+    Parked {
+        /// When the execution may run again.
+        wake_at: chrono::DateTime<chrono::Utc>,
+    },
 }
 
 /// A failed run, classified for the error object (docs/semantics.md#error-object) and the retry policy (docs/semantics.md#retry-policies).

@@ -115,17 +115,22 @@ pub enum AttemptStatus {
     Cancelled,
     /// Its lease expired and maintenance reclaimed it, or it was released.
     LeaseLost,
+    /// The handler slept (docs/steps.md#sleep): the attempt ended and the execution waits,
+    /// `queued`, until its wake time (T15). Not a failure; it does not count against the retry
+    /// policy's `max_attempts`.
+    Parked,
 }
 
 impl AttemptStatus {
     /// Every attempt status, in the documented order.
-    pub const ALL: [AttemptStatus; 6] = [
+    pub const ALL: [AttemptStatus; 7] = [
         AttemptStatus::Running,
         AttemptStatus::Succeeded,
         AttemptStatus::Retrying,
         AttemptStatus::Failed,
         AttemptStatus::Cancelled,
         AttemptStatus::LeaseLost,
+        AttemptStatus::Parked,
     ];
 
     /// The wire string, e.g. `lease_lost`.
@@ -137,6 +142,7 @@ impl AttemptStatus {
             AttemptStatus::Failed => "failed",
             AttemptStatus::Cancelled => "cancelled",
             AttemptStatus::LeaseLost => "lease_lost",
+            AttemptStatus::Parked => "parked",
         }
     }
 }

@@ -254,6 +254,66 @@ impl MySqlBackend {
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))
     }
 
+    /// T15's writes inside `tx` (docs/steps.md#sleep; the port's `park` is
+    /// `onestep_core::store::batch::park_one` over this): the execution back to `queued` until
+    /// `wake_at` while it is `running` under the lease, then its attempt `parked`. `None` when
+    /// the execution did not match (nothing written). Three statements: two fenced UPDATEs
+    /// (the first takes the row lock, no locking read before it) and the read-back.
+    pub(crate) async fn park_in_tx(
+        &self,
+        tx: &mut Transaction<'_>,
+        lease: &LeaseRef,
+        wake_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> OpResult<Option<Execution>> {
+        let parked = self
+            .update_leased_execution(
+                tx,
+                lease,
+                &[ExecutionStatus::Running],
+                "status = 'queued', available_at = ?, updated_at = ?, lease_token = NULL, \
+                 lease_expires_at = NULL, worker_id = NULL, version = version + 1",
+                vec![bind_time(wake_at), bind_time(now)],
+                now,
+            )
+            .await?;
+        if !parked {
+            return Ok(None);
+        }
+        let ended = self
+            .update_running_attempt(
+                tx,
+                lease,
+                "status = 'parked', finished_at = ?",
+                vec![bind_time(now)],
+            )
+            .await
+            .map_err(parked_status_refused)?;
+        if !ended {
+            return Err(stale(StaleReason::AttemptInvalid));
+        }
+        self.select_by_id(tx, lease.execution_id, None, false)
+            .await?
+            .map(Some)
+            .ok_or_else(|| stale(StaleReason::ExecutionMissing))
+    }
+
+    /// How many attempts of the execution ended `parked` (one read of the attempts' unique
+    /// `(execution_id, attempt_no)` index range).
+    pub(crate) async fn parked_attempts_once(&self, id: uuid::Uuid) -> OpResult<u32> {
+        let mut conn = self.conn().await?;
+        let n: Option<i64> = conn
+            .exec_first(
+                format!(
+                    "SELECT COUNT(*) FROM `{}` WHERE execution_id = ? AND status = 'parked'",
+                    self.a()
+                ),
+                (bind_uuid(id),),
+            )
+            .await?;
+        Ok(u32::try_from(n.unwrap_or(0)).unwrap_or(u32::MAX))
+    }
+
     pub(crate) async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
         let now = self.now();
         let mut conn = self.conn().await?;
@@ -303,6 +363,22 @@ impl MySqlBackend {
         self.select_by_id(tx, lease.execution_id, None, false)
             .await?
             .ok_or_else(|| stale(StaleReason::ExecutionMissing))
+    }
+}
+
+/// A violated `CHECK` on the attempt's status (MySQL 3819, MariaDB 4025) is a table whose
+/// constraint predates `parked`: the error names the upgrade.
+fn parked_status_refused(e: OpError) -> OpError {
+    match &e {
+        OpError::Db(db) if matches!(crate::errors::server_code(db), Some(3819 | 4025)) => {
+            OpError::Domain(crate::errors::backend_error(
+                "park",
+                onestep_core::ConnectorKind::Misconfigured,
+                onestep_core::park::PARKED_STATUS_REFUSED,
+                &[],
+            ))
+        }
+        _ => e,
     }
 }
 

@@ -13,13 +13,19 @@ use crate::errors::OpResult;
 use crate::rows::{bind_time, bind_uuid, parse_uuid, placeholders};
 
 impl MySqlBackend {
-    /// `(e.status = 'retrying' AND <latest attempt is lease_lost>)` for the alias `e` (docs/semantics.md#lease-lost-retry).
+    /// For the alias `e`, an execution that started and waits to go on, which expiry never
+    /// ends (docs/semantics.md#lease-lost-retry): `retrying` with its latest attempt
+    /// `lease_lost`, or `queued` with its latest attempt `parked` (a sleep,
+    /// docs/steps.md#sleep). Each branch probes the attempts' unique index once.
     pub(crate) fn lease_lost_retry_sql(&self) -> String {
         format!(
-            "(e.status = 'retrying' AND EXISTS (SELECT 1 FROM `{}` la \
+            "((e.status = 'retrying' AND EXISTS (SELECT 1 FROM `{a}` la \
              WHERE la.execution_id = e.id AND la.attempt_no = e.attempts \
-             AND la.status = 'lease_lost'))",
-            self.a()
+             AND la.status = 'lease_lost')) \
+             OR (e.status = 'queued' AND e.attempts > 0 AND EXISTS (SELECT 1 FROM `{a}` lp \
+             WHERE lp.execution_id = e.id AND lp.attempt_no = e.attempts \
+             AND lp.status = 'parked')))",
+            a = self.a()
         )
     }
 

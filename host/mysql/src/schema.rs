@@ -474,6 +474,9 @@ onestep_core::schema_features! {
         pub deployments_tables: bool,
         /// The durable steps table `<T>_steps` exists (docs/steps.md).
         pub steps_table: bool,
+        /// The attempts table accepts the status `parked` (docs/steps.md#sleep): its status
+        /// `CHECK` lists it, or it has none (upgraded tables).
+        pub parked_status: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without the
     /// `claimable` column (reference-created tables), the exact `onestep migrate --upgrade`
@@ -538,6 +541,12 @@ impl SchemaFeatureSet for SchemaFeatures {
             Some(
                 "execution tables without the durable steps table (created by an older \
                  onestep?): handlers' step saves fail; add it online with",
+            )
+        } else if !self.parked_status {
+            Some(
+                "an attempts table whose status CHECK predates 'parked' (created by the \
+                 reference or an older onestep?): handlers that sleep cannot park and fail; \
+                 allow it online with",
             )
         } else {
             None
@@ -718,6 +727,15 @@ pub fn executions_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<
     out
 }
 
+/// The attempt statuses our attempts table allows (its `CHECK`): the reference's and `parked`
+/// (docs/steps.md#sleep).
+pub const ATTEMPT_STATUSES: &str =
+    "'running','succeeded','retrying','failed','cancelled','lease_lost','parked'";
+
+/// The attempt statuses the reference's attempts table allows.
+pub const REFERENCE_ATTEMPT_STATUSES: &str =
+    "'running','succeeded','retrying','failed','cancelled','lease_lost'";
+
 /// `CREATE TABLE` + `CREATE INDEX` statements for the attempts table.
 pub fn attempts_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<String> {
     let (t, a) = (&names.executions, &names.attempts);
@@ -741,11 +759,15 @@ pub fn attempts_ddl(names: &TableNames, style: DdlStyle, id: IdColumn) -> Vec<St
   finished_at DATETIME(6),\n\
   PRIMARY KEY (id),\n\
   CONSTRAINT `{uq}` UNIQUE (execution_id, attempt_no),\n\
-  CONSTRAINT `{ck}` CHECK (status IN ('running','succeeded','retrying','failed','cancelled','lease_lost')),\n\
+  CONSTRAINT `{ck}` CHECK (status IN ({statuses})),\n\
   CONSTRAINT `{fk}` FOREIGN KEY (execution_id) REFERENCES `{t}` (id) ON DELETE CASCADE\n\
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
             uq = names.uq_attempt(),
             ck = names.ck_attempt_status(),
+            statuses = match style {
+                DdlStyle::Onestep => ATTEMPT_STATUSES,
+                DdlStyle::Reference => REFERENCE_ATTEMPT_STATUSES,
+            },
             fk = names.fk_attempt_execution(),
         ),
         format!(
@@ -835,6 +857,9 @@ async fn detect_features(conn: &mut Conn, names: &TableNames) -> OpResult<Schema
             && table_exists(conn, &deployment_events_table(names)).await?
             && table_exists(conn, &deployment_revision_table(names)).await?,
         steps_table: table_exists(conn, &steps_table(names)).await?,
+        parked_status: crate::upgrade::stale_status_check(conn, &names.attempts)
+            .await?
+            .is_none(),
         common: CommonFeatures {
             priority_columns: crate::upgrade::has_priority_columns(conn, names).await?,
             list_indexes: crate::upgrade::has_list_indexes(conn, names).await?,

@@ -152,6 +152,15 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
     out.extend(crate::schema::steps_ddl(names));
     // The component store's holders (docs/semantics.md#component-store).
     out.extend(crate::schema::component_holders_ddl(names));
+    // The attempt status `parked` (docs/steps.md#sleep), MySQL's form (MariaDB: `DROP
+    // CONSTRAINT` alone).
+    out.push(format!(
+        "ALTER TABLE `{a}` DROP CHECK `{ck}`, ADD CONSTRAINT `{ck}` CHECK (status IN ({})) \
+         NOT ENFORCED, ALGORITHM=INPLACE, LOCK=NONE",
+        crate::schema::ATTEMPT_STATUSES,
+        a = names.attempts,
+        ck = names.ck_attempt_status(),
+    ));
     out
 }
 
@@ -296,6 +305,57 @@ async fn alter_online(
     )))
 }
 
+/// The name of the attempts table's status `CHECK` when it does not allow `parked`
+/// (docs/steps.md#sleep): a check whose clause names `lease_lost` but not `parked`. `None` when
+/// the table has no such check (ours, or upgraded).
+pub(crate) async fn stale_status_check(
+    conn: &mut Conn,
+    attempts: &str,
+) -> OpResult<Option<String>> {
+    let rows: Vec<(String, String)> = conn
+        .exec(
+            "SELECT cc.CONSTRAINT_NAME, cc.CHECK_CLAUSE \
+             FROM information_schema.TABLE_CONSTRAINTS tc \
+             JOIN information_schema.CHECK_CONSTRAINTS cc \
+               ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA \
+              AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME \
+             WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = ? \
+               AND tc.CONSTRAINT_TYPE = 'CHECK'",
+            (attempts,),
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .find(|(_, clause)| clause.contains("lease_lost") && !clause.contains("parked"))
+        .map(|(name, _)| name))
+}
+
+/// Lets the attempts table hold `parked` without copying it (docs/schema.md#upgrading-reference-tables):
+/// MySQL replaces the status `CHECK` by the widened list `NOT ENFORCED` (an enforced new check
+/// validates every row, i.e. copies the table); MariaDB, which has no `NOT ENFORCED`, drops it.
+async fn allow_parked(conn: &mut Conn, attempts: &str, check: &str) -> OpResult<UpgradeStep> {
+    let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
+    let mariadb = version.is_some_and(|v| v.to_ascii_lowercase().contains("mariadb"));
+    let (clause, added) = if mariadb {
+        (
+            format!("DROP CONSTRAINT `{check}`"),
+            format!("status 'parked' on {attempts} (its status CHECK {check} dropped)"),
+        )
+    } else {
+        (
+            format!(
+                "DROP CHECK `{check}`, ADD CONSTRAINT `{check}` CHECK (status IN ({})) NOT ENFORCED",
+                crate::schema::ATTEMPT_STATUSES
+            ),
+            format!(
+                "status 'parked' on {attempts} (its status CHECK {check} widened, NOT ENFORCED)"
+            ),
+        )
+    };
+    let form = alter_online(conn, attempts, &clause, &["ALGORITHM=INPLACE, LOCK=NONE"]).await?;
+    Ok(UpgradeStep { added, form })
+}
+
 async fn upgrade_on(conn: &mut Conn, names: &TableNames) -> OpResult<Vec<UpgradeStep>> {
     let t = &names.executions;
     let mut steps = Vec::new();
@@ -379,6 +439,10 @@ async fn upgrade_on(conn: &mut Conn, names: &TableNames) -> OpResult<Vec<Upgrade
             form,
         });
     }
+    // The attempt status `parked` (docs/steps.md#sleep).
+    if let Some(check) = stale_status_check(conn, &names.attempts).await? {
+        steps.push(allow_parked(conn, &names.attempts, &check).await?);
+    }
     Ok(steps)
 }
 
@@ -443,7 +507,12 @@ mod tests {
     #[test]
     fn manual_statements_are_additive_and_online() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 24);
+        assert_eq!(sql.len(), 25);
+        assert!(sql[24].starts_with(
+            "ALTER TABLE `onestep_execution_attempts` DROP CHECK \
+             `ck_onestep_execution_attempts_status`, ADD CONSTRAINT"
+        ));
+        assert!(sql[24].contains("'parked')) NOT ENFORCED"));
         assert!(sql[14].starts_with("CREATE TABLE `onestep_executions_callbacks`"));
         assert!(sql[15].starts_with(
             "ALTER TABLE `onestep_executions_callbacks` ADD COLUMN started_done TINYINT"
@@ -481,8 +550,10 @@ mod tests {
         for s in &sql[3..10] {
             assert!(s.ends_with("ALGORITHM=INPLACE, LOCK=NONE"), "{s}");
         }
+        // Additive: the one DROP replaces the attempts' status CHECK by a wider one.
         assert!(
-            sql.iter()
+            sql[..24]
+                .iter()
                 .all(|s| !s.contains("DROP") && !s.contains("MODIFY"))
         );
     }

@@ -54,10 +54,14 @@ impl FairSql {
         // `OFFSET 0` keeps the EXISTS a per-row probe of the attempts' (execution_id,
         // attempt_no) index: without it the planner may hash it, i.e. read every attempt row of
         // the table once per claim that reaches it (docs/postgres.md#claim-cost-at-scale).
+        // … and a parked execution (docs/steps.md#sleep) is exempt from expiry the same way.
         let lost = format!(
-            "(e.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
+            "((e.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
              WHERE la.execution_id = e.id AND la.attempt_no = e.attempts \
-             AND la.status = 'lease_lost' OFFSET 0))"
+             AND la.status = 'lease_lost' OFFSET 0)) \
+             OR (e.status = 'queued' AND e.attempts > 0 AND EXISTS (SELECT 1 FROM {a} lp \
+             WHERE lp.execution_id = e.id AND lp.attempt_no = e.attempts \
+             AND lp.status = 'parked' OFFSET 0)))"
         );
         // The distinct (key, namespace) of the task's pending rows: one probe of ix_<T>_fair per
         // key (a recursive skip scan), never the rows themselves.

@@ -49,6 +49,8 @@ onestep_core::schema_features! {
         /// The executions table has the notify trigger and `<T>_listeners` exists
         /// (docs/postgres.md#change-notifications): the API may `LISTEN`.
         pub notify_trigger: bool,
+        /// The attempts table's status `CHECK` allows `parked` (docs/steps.md#sleep).
+        pub parked_status: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected; without our
     /// indexes (reference-created tables), the exact `onestep migrate --upgrade` command that
@@ -107,6 +109,13 @@ impl SchemaFeatureSet for SchemaFeatures {
                  older onestep?): callers waiting through the API learn of completions at the \
                  next poll, not at once (docs/postgres.md#change-notifications); add it online \
                  with",
+            );
+        }
+        if !self.parked_status {
+            return Some(
+                "an attempts table whose status CHECK predates 'parked' (created by the \
+                 reference or an older onestep?): handlers that sleep cannot park and fail; \
+                 allow it online with",
             );
         }
         (!(self.expiry_index && self.list_indexes)).then_some(
@@ -729,6 +738,14 @@ pub fn status_list_index_sql(names: &TableNames, concurrently: bool) -> String {
 /// table at the default 100; `onestep migrate --upgrade` sets ours.
 pub const ATTEMPTS_FILLFACTOR: u8 = 70;
 
+/// The attempts table's status `CHECK` (the reference's name).
+pub const CK_ATTEMPT_STATUS: &str = "ck_onestep_attempt_status";
+
+/// The attempt statuses our attempts table allows: the reference's and `parked`
+/// (docs/steps.md#sleep).
+pub const ATTEMPT_STATUSES: &str =
+    "'running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost', 'parked'";
+
 /// `CREATE TABLE` + `CREATE INDEX` statements for the attempts table.
 pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
     let a = &names.attempts;
@@ -748,7 +765,7 @@ pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
   PRIMARY KEY (id),\n\
   FOREIGN KEY(execution_id) REFERENCES {qt} (id) ON DELETE CASCADE,\n\
   CONSTRAINT {uq} UNIQUE (execution_id, attempt_no),\n\
-  CONSTRAINT ck_onestep_attempt_status CHECK (status IN ('running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost'))\n\
+  CONSTRAINT {CK_ATTEMPT_STATUS} CHECK (status IN ({ATTEMPT_STATUSES}))\n\
 ) WITH (fillfactor = {ATTEMPTS_FILLFACTOR})",
             qa = q(a),
             qt = q(&names.executions),
@@ -1111,6 +1128,9 @@ pub(crate) async fn ensure_schema(
             && table_exists(&*client, &deployment_revision_table(names)).await?,
         steps_table: table_exists(&*client, &steps_table(names)).await?,
         notify_trigger: has_notify_trigger(&*client, names).await?,
+        parked_status: crate::upgrade::stale_status_check(&*client, &names.attempts)
+            .await?
+            .is_none(),
     };
     Ok(SchemaReport::new(created, features))
 }

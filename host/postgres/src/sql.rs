@@ -38,6 +38,11 @@ pub(crate) struct Statements {
     pub(crate) lock_many: String,
     pub(crate) complete_set: String,
     pub(crate) release: String,
+    /// T15 (docs/steps.md#sleep): the execution back to `queued` until `$5`, its attempt
+    /// `parked`, in one statement.
+    pub(crate) park: String,
+    /// The attempts of one execution that ended `parked`.
+    pub(crate) parked_count: String,
     /// The tables have `priority` and `fairness_key` (docs/semantics.md#priority-and-fairness-key):
     /// the inserts bind them (`$11`, `$12`) and the claim orders by priority first.
     pub(crate) priority_columns: bool,
@@ -75,11 +80,17 @@ impl Statements {
         // per-row probe of the attempts' (execution_id, attempt_no) index: without it the planner
         // may hash it, i.e. read every attempt row of the table once per statement that reaches
         // it (docs/postgres.md#claim-cost-at-scale).
+        // A parked execution (`queued`, latest attempt `parked`, docs/steps.md#sleep) is
+        // exempt from expiry the same way.
         let lost = |alias: &str| {
             format!(
-                "({alias}.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
+                "(({alias}.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
                  WHERE la.execution_id = {alias}.id AND la.attempt_no = {alias}.attempts \
-                 AND la.status = 'lease_lost' OFFSET 0))"
+                 AND la.status = 'lease_lost' OFFSET 0)) \
+                 OR ({alias}.status = 'queued' AND {alias}.attempts > 0 \
+                 AND EXISTS (SELECT 1 FROM {a} lp \
+                 WHERE lp.execution_id = {alias}.id AND lp.attempt_no = {alias}.attempts \
+                 AND lp.status = 'parked' OFFSET 0)))"
             )
         };
         // T5's candidates: on our tables the partial expiry index serves this range; on the
@@ -227,6 +238,22 @@ impl Statements {
                  AND status = 'running' AND EXISTS (SELECT 1 FROM u) RETURNING id) \
              SELECT {cols}, (SELECT count(*) FROM x) FROM u"
         );
+        let park = format!(
+            "WITH u AS ( \
+               UPDATE {t} SET status = 'queued', available_at = $5, updated_at = $1, \
+                 lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, \
+                 version = version + 1 \
+               WHERE id = $2 AND lease_token = $3 AND status = 'running' \
+                 AND lease_expires_at IS NOT NULL AND lease_expires_at > $1 \
+               RETURNING {cols}), \
+             x AS ( \
+               UPDATE {a} SET status = 'parked', finished_at = $1 \
+               WHERE id = $4 AND execution_id = $2 AND lease_token = $3 \
+                 AND status = 'running' AND EXISTS (SELECT 1 FROM u) RETURNING id) \
+             SELECT {cols}, (SELECT count(*) FROM x) FROM u"
+        );
+        let parked_count =
+            format!("SELECT count(*) FROM {a} WHERE execution_id = $1 AND status = 'parked'");
         Statements {
             insert_one: format!(
                 "INSERT INTO {t} ({INSERT_COLUMNS}{insert_extra}) VALUES ($1, $2, $3, 'queued', \
@@ -279,6 +306,8 @@ impl Statements {
             complete_one,
             complete_set,
             release,
+            park,
+            parked_count,
             t,
             priority_columns,
         }

@@ -89,6 +89,79 @@ async fn add_priority_columns(
     Ok(steps)
 }
 
+/// The two statements that let the attempts table hold `parked` (docs/steps.md#sleep): the
+/// status `CHECK` replaced by the widened list `NOT VALID` (the catalog only, an instant's
+/// lock), then validated while reads and writes go on.
+fn parked_status_sql(names: &TableNames) -> [String; 2] {
+    let a = q(&names.attempts);
+    let ck = crate::schema::CK_ATTEMPT_STATUS;
+    [
+        format!(
+            "ALTER TABLE {a} DROP CONSTRAINT {ck}, ADD CONSTRAINT {ck} CHECK (status IN ({})) \
+             NOT VALID",
+            crate::schema::ATTEMPT_STATUSES
+        ),
+        format!("ALTER TABLE {a} VALIDATE CONSTRAINT {ck}"),
+    ]
+}
+
+/// The name of the attempts table's status `CHECK` when it does not allow `parked`: a check
+/// whose definition names `lease_lost` but not `parked`. `None` when there is none.
+pub(crate) async fn stale_status_check<C: GenericClient>(
+    c: &C,
+    attempts: &str,
+) -> OpResult<Option<String>> {
+    let rows = c
+        .query(
+            "SELECT k.conname::text, pg_catalog.pg_get_constraintdef(k.oid) \
+             FROM pg_catalog.pg_constraint k \
+             JOIN pg_catalog.pg_class r ON r.oid = k.conrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace \
+             WHERE n.nspname = current_schema() AND r.relname = $1 AND k.contype = 'c'",
+            &[&attempts],
+        )
+        .await?;
+    for row in rows {
+        let (name, def): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+        if def.contains("lease_lost") && !def.contains("parked") {
+            return Ok(Some(name));
+        }
+    }
+    Ok(None)
+}
+
+/// Widens the attempts table's status `CHECK` to `parked` when it predates it.
+async fn allow_parked(
+    client: &tokio_postgres::Client,
+    names: &TableNames,
+) -> OpResult<Option<UpgradeStep>> {
+    let Some(check) = stale_status_check(client, &names.attempts).await? else {
+        return Ok(None);
+    };
+    let [replace, validate] = parked_status_sql(names);
+    let (replace, validate) = if check == crate::schema::CK_ATTEMPT_STATUS {
+        (replace, validate)
+    } else {
+        let ck = crate::schema::CK_ATTEMPT_STATUS;
+        (
+            replace.replace(
+                &format!("DROP CONSTRAINT {ck}"),
+                &format!("DROP CONSTRAINT {}", q(&check)),
+            ),
+            validate,
+        )
+    };
+    client.batch_execute(&replace).await?;
+    client.batch_execute(&validate).await?;
+    Ok(Some(UpgradeStep {
+        added: format!(
+            "status 'parked' on {} (its status CHECK widened)",
+            names.attempts
+        ),
+        form: "NOT VALID, then VALIDATE".to_owned(),
+    }))
+}
+
 /// The indexes the upgrade adds: (name, `CREATE INDEX CONCURRENTLY …`).
 fn index_defs(names: &TableNames) -> [(String, String); 8] {
     [
@@ -229,6 +302,7 @@ pub fn upgrade_sql(names: &TableNames) -> Vec<String> {
         .chain(crate::schema::listeners_ddl(names))
         // The trigger in the default schema `public` (the upgrade uses the session's own).
         .chain(crate::schema::notify_ddl(names, "public"))
+        .chain(parked_status_sql(names))
         .collect()
 }
 
@@ -340,6 +414,8 @@ async fn upgrade_on(
             form: "ADD COLUMN (catalog only)".to_owned(),
         });
     }
+    // The attempt status `parked` (docs/steps.md#sleep).
+    steps.extend(allow_parked(client, names).await?);
     Ok(steps)
 }
 
@@ -529,7 +605,10 @@ mod tests {
     #[test]
     fn the_statements_are_concurrent_and_guarded() {
         let sql = upgrade_sql(&TableNames::default());
-        assert_eq!(sql.len(), 35);
+        assert_eq!(sql.len(), 37);
+        assert!(sql[35].contains("DROP CONSTRAINT ck_onestep_attempt_status, ADD CONSTRAINT"));
+        assert!(sql[35].ends_with("NOT VALID"));
+        assert!(sql[36].ends_with("VALIDATE CONSTRAINT ck_onestep_attempt_status"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS priority SMALLINT DEFAULT 5 NOT NULL"));
         assert!(sql[0].contains("ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(255)"));
         assert!(sql[1].ends_with("CHECK (priority BETWEEN 0 AND 9) NOT VALID"));

@@ -319,12 +319,69 @@ impl PgBackend {
         Ok(decode_execution(&row)?)
     }
 
+    /// T15 inside `tx` (docs/steps.md#sleep; the port's `park` is
+    /// `onestep_core::store::batch::park_one` over this): one statement parks the execution
+    /// while it is `running` under the lease and ends its attempt `parked`. `None` when the
+    /// execution did not match (nothing written).
+    pub(crate) async fn park_in_tx<C: GenericClient>(
+        &self,
+        tx: &C,
+        lease: &LeaseRef,
+        wake_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> OpResult<Option<Execution>> {
+        let st = tx.prepare_cached(&self.sql().park).await?;
+        let row = tx
+            .query_opt(
+                &st,
+                &[
+                    &now,
+                    &lease.execution_id,
+                    &lease.lease_token,
+                    &lease.attempt_id,
+                    &wake_at,
+                ],
+            )
+            .await
+            .map_err(parked_status_refused)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        if count(&row, EXECUTION_COLUMN_COUNT)? != 1 {
+            return Err(stale(StaleReason::AttemptInvalid));
+        }
+        Ok(Some(decode_execution(&row)?))
+    }
+
+    /// How many attempts of the execution ended `parked`.
+    pub(crate) async fn parked_attempts_once(&self, id: Uuid) -> OpResult<u32> {
+        let conn = self.conn().await?;
+        let st = conn.prepare_cached(&self.sql().parked_count).await?;
+        let row = conn.query_one(&st, &[&id]).await?;
+        Ok(u32::try_from(count(&row, 0)?).unwrap_or(u32::MAX))
+    }
+
     pub(crate) async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
         let now = self.now();
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let outcome = self.release_in(&tx, lease, now).await;
         finish(tx, outcome).await
+    }
+}
+
+/// A violated `CHECK` (SQLSTATE 23514) on the attempt's status is a table whose constraint
+/// predates `parked`: the error names the upgrade.
+fn parked_status_refused(e: tokio_postgres::Error) -> OpError {
+    if e.code() == Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION) {
+        OpError::Domain(crate::errors::backend_error(
+            "park",
+            onestep_core::ConnectorKind::Misconfigured,
+            onestep_core::park::PARKED_STATUS_REFUSED,
+            &[],
+        ))
+    } else {
+        OpError::Db(e)
     }
 }
 

@@ -230,10 +230,12 @@ async fn upgraded_reference_tables_reference_worker() {
             "index ix_onestep_executions_status_list",
             "index ix_onestep_executions_task_list",
             "fillfactor 70 on onestep_execution_attempts",
-            "table onestep_executions_listeners and trigger onestep_notify on onestep_executions"
+            "table onestep_executions_listeners and trigger onestep_notify on onestep_executions",
+            "status 'parked' on onestep_execution_attempts (its status CHECK widened)"
         ],
         "{report:?}"
     );
+    assert_eq!(report.steps[12].form, "NOT VALID, then VALIDATE");
     assert_eq!(report.steps[0].form, "ADD COLUMN (catalog only)");
     assert_eq!(report.steps[1].form, "NOT VALID, then VALIDATE");
     assert!(
@@ -344,6 +346,14 @@ async fn upgraded_reference_tables_reference_worker() {
     assert_eq!(seen["status"], json!("succeeded"));
     let done = b.get(ns, mine.id).await.expect("get").expect("found");
     assert_eq!(done.status.as_str(), "succeeded");
+    // A sleeping execution on the shared tables: the reference reads it waiting, then its result.
+    onestep_testkit::backend_cases::reference::parked_execution_as_the_reference_sees_it(
+        &b,
+        &b,
+        &reference::py_dsn(db.dsn()),
+        ns,
+    )
+    .await;
     b.close().await.expect("close");
     db.drop_database().await.expect("drop");
 }

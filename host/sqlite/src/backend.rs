@@ -232,10 +232,12 @@ impl SqliteBackend {
     /// Adds the columns, then the indexes, the executions table lacks (idempotent).
     pub(crate) async fn upgrade_tables(&self) -> Result<UpgradeReport, ExecutionError> {
         let names = self.tables().clone();
-        let (columns, indexes) = self
+        let attempts = names.attempts.clone();
+        let (columns, indexes, parked) = self
             .write(move |_, c| {
                 let columns = crate::schema::add_missing_columns(c, &names)?;
-                Ok((columns, crate::schema::add_missing_indexes(c, &names)?))
+                let indexes = crate::schema::add_missing_indexes(c, &names)?;
+                Ok((columns, indexes, crate::schema::allow_parked(c, &names)?))
             })
             .await
             .map_err(|e| self.error(e, "upgrade"))?;
@@ -243,10 +245,15 @@ impl SqliteBackend {
             added,
             form: "default".to_owned(),
         };
+        let parked = parked.then(|| UpgradeStep {
+            added: format!("status 'parked' on {attempts} (its status CHECK widened)"),
+            form: "writable_schema (the stored rows are unchanged)".to_owned(),
+        });
         Ok(UpgradeReport {
             created: self.schema_report().created.clone(),
             steps: (columns.into_iter().map(|c| step(format!("column {c}"))))
                 .chain(indexes.into_iter().map(|i| step(format!("index {i}"))))
+                .chain(parked)
                 .collect(),
         })
     }

@@ -5,7 +5,7 @@
 
 use onestep_core::names::{TableNames, derived_name, validate_identifier};
 use onestep_core::store::{CommonFeatures, SchemaFeatureSet};
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::errors::{OpError, OpResult, backend_error};
 
@@ -35,6 +35,8 @@ onestep_core::schema_features! {
         pub deployments_tables: bool,
         /// The durable steps table `<T>_steps` exists (docs/steps.md).
         pub steps_table: bool,
+        /// The attempts table's status `CHECK` allows `parked` (docs/steps.md#sleep).
+        pub parked_status: bool,
     }
     /// What readiness did: the tables created and the [`SchemaFeatures`] detected.
     pub type SchemaReport;
@@ -90,9 +92,15 @@ impl SchemaFeatureSet for SchemaFeatures {
                  tasks cannot be deployed; add them with",
             );
         }
-        (!self.steps_table).then_some(
-            "execution tables without the durable steps table (created by an older onestep): \
-             handlers' step saves fail; add it with",
+        if !self.steps_table {
+            return Some(
+                "execution tables without the durable steps table (created by an older \
+                 onestep): handlers' step saves fail; add it with",
+            );
+        }
+        (!self.parked_status).then_some(
+            "an attempts table whose status CHECK predates 'parked' (created by an older \
+             onestep): handlers that sleep cannot park and fail; allow it with",
         )
     }
 
@@ -496,6 +504,49 @@ pub fn executions_ddl(names: &TableNames) -> String {
     )
 }
 
+/// The attempt statuses the attempts table allows (docs/steps.md#sleep adds `parked`).
+pub const ATTEMPT_STATUSES: &str =
+    "'running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost', 'parked'";
+
+/// The status list of attempts tables created before `parked`, as their stored DDL spells it.
+const OLD_ATTEMPT_STATUSES: &str =
+    "'running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost'";
+
+/// The stored `CREATE TABLE` of the attempts table when its status `CHECK` predates `parked`.
+fn stale_attempts_sql(c: &Connection, attempts: &str) -> OpResult<Option<String>> {
+    let sql: Option<String> = c
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            rusqlite::params![attempts],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(sql.filter(|s| s.contains(OLD_ATTEMPT_STATUSES) && !s.contains("'parked'")))
+}
+
+/// `onestep migrate --upgrade`: lets the attempts table hold `parked` (docs/sqlite.md#schema) by
+/// widening its status `CHECK` in the stored schema, SQLite's documented procedure for a change
+/// that leaves the stored rows as they are (every row already satisfies the wider list):
+/// `writable_schema`, the `CREATE TABLE` text rewritten, `schema_version` bumped, all in the
+/// caller's `BEGIN IMMEDIATE` transaction. `true` when it changed something.
+pub(crate) fn allow_parked(c: &Connection, names: &TableNames) -> OpResult<bool> {
+    let Some(sql) = stale_attempts_sql(c, &names.attempts)? else {
+        return Ok(false);
+    };
+    let widened = sql.replacen(OLD_ATTEMPT_STATUSES, ATTEMPT_STATUSES, 1);
+    let version: i64 = c.query_row("PRAGMA schema_version", [], |r| r.get(0))?;
+    c.execute_batch("PRAGMA writable_schema = ON")?;
+    let written = c.execute(
+        "UPDATE sqlite_schema SET sql = ?1 WHERE type = 'table' AND name = ?2",
+        rusqlite::params![widened, names.attempts],
+    );
+    let bumped = c.execute_batch(&format!("PRAGMA schema_version = {}", version + 1));
+    c.execute_batch("PRAGMA writable_schema = OFF")?;
+    written?;
+    bumped?;
+    Ok(true)
+}
+
 /// `CREATE TABLE` + `CREATE INDEX` for the attempts table.
 pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
     let a = &names.attempts;
@@ -513,7 +564,7 @@ pub fn attempts_ddl(names: &TableNames) -> Vec<String> {
   heartbeat_at TEXT NOT NULL,\n\
   finished_at TEXT,\n\
   CONSTRAINT {uq} UNIQUE (execution_id, attempt_no),\n\
-  CONSTRAINT ck_onestep_attempt_status CHECK (status IN ('running', 'succeeded', 'retrying', 'failed', 'cancelled', 'lease_lost'))\n\
+  CONSTRAINT ck_onestep_attempt_status CHECK (status IN ({ATTEMPT_STATUSES}))\n\
 )",
             qa = q(a),
             qt = q(&names.executions),
@@ -743,6 +794,7 @@ pub(crate) fn ensure_schema(
             && exists(c, "table", &deployment_events_table(names))?
             && exists(c, "table", &deployment_revision_table(names))?,
         steps_table: exists(c, "table", &steps_table(names))?,
+        parked_status: stale_attempts_sql(c, &names.attempts)?.is_none(),
         common: CommonFeatures {
             list_indexes: exists(c, "index", &derived(t, "ix_", "status"))?
                 && exists(c, "index", &derived(t, "ix_", "status_list"))?

@@ -42,12 +42,18 @@ fn status_list(list: &[ExecutionStatus]) -> String {
         .join(", ")
 }
 
-/// docs/semantics.md#lease-lost-retry, for the executions alias `alias`.
+/// docs/semantics.md#lease-lost-retry, for the executions alias `alias`: a lease-lost retry, or
+/// a parked execution (`queued`, latest attempt `parked`, docs/steps.md#sleep), which expiry
+/// never ends either.
 pub(crate) fn lost(a: &str, alias: &str) -> String {
     format!(
-        "({alias}.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
+        "(({alias}.status = 'retrying' AND EXISTS (SELECT 1 FROM {a} la \
          WHERE la.execution_id = {alias}.id AND la.attempt_no = {alias}.attempts \
-         AND la.status = 'lease_lost'))"
+         AND la.status = 'lease_lost')) \
+         OR ({alias}.status = 'queued' AND {alias}.attempts > 0 \
+         AND EXISTS (SELECT 1 FROM {a} lp \
+         WHERE lp.execution_id = {alias}.id AND lp.attempt_no = {alias}.attempts \
+         AND lp.status = 'parked')))"
     )
 }
 
@@ -464,6 +470,92 @@ impl SqliteBackend {
         .await
     }
 
+    /// T15 inside the open transaction (docs/steps.md#sleep; the port's `park` is
+    /// `onestep_core::store::batch::park_one` over this): the execution back to `queued` until
+    /// `wake_at` while it is `running` under the lease, then its attempt `parked`. `None` when
+    /// the execution did not match (nothing written).
+    fn park_in_tx(
+        &self,
+        c: &Connection,
+        lease: &LeaseRef,
+        wake_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> OpResult<Option<Execution>> {
+        let now = ts(now);
+        let row = c
+            .prepare_cached(&format!(
+                "UPDATE {} SET status = 'queued', available_at = ?4, updated_at = ?1, \
+                 lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, \
+                 version = version + 1 WHERE id = ?2 AND lease_token = ?3 \
+                 AND status = 'running' AND lease_expires_at IS NOT NULL \
+                 AND lease_expires_at > ?1 RETURNING {cols}",
+                self.t(),
+                cols = self.cols(),
+            ))?
+            .query_row(
+                params![
+                    now,
+                    uid(lease.execution_id),
+                    uid(lease.lease_token),
+                    ts(wake_at)
+                ],
+                |r| Ok(decode_execution(r)),
+            )
+            .optional()?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let n = c
+            .prepare_cached(&format!(
+                "UPDATE {} SET status = 'parked', finished_at = ?1 WHERE id = ?2 \
+                 AND execution_id = ?3 AND lease_token = ?4 AND status = 'running'",
+                self.a()
+            ))?
+            .execute(params![
+                now,
+                uid(lease.attempt_id),
+                uid(lease.execution_id),
+                uid(lease.lease_token)
+            ])
+            .map_err(parked_status_refused)?;
+        if n != 1 {
+            return Err(stale(StaleReason::AttemptInvalid));
+        }
+        Ok(Some(row?))
+    }
+
+    pub(crate) async fn park_once(
+        &self,
+        lease: &LeaseRef,
+        park: &onestep_core::park::Park,
+    ) -> OpResult<Execution> {
+        let (lease, park) = (*lease, park.clone());
+        self.write(move |b, c| {
+            let now = b.now();
+            futures::executor::block_on(batch::park_one(
+                &mut Completing { b, c },
+                &lease,
+                &park,
+                now,
+            ))
+        })
+        .await
+    }
+
+    /// How many attempts of the execution ended `parked`.
+    pub(crate) async fn parked_attempts_once(&self, id: Uuid) -> OpResult<u32> {
+        self.read(move |b, c| {
+            let n: i64 = c
+                .prepare_cached(&format!(
+                    "SELECT count(*) FROM {} WHERE execution_id = ?1 AND status = 'parked'",
+                    b.a()
+                ))?
+                .query_row(params![uid(id)], |r| r.get(0))?;
+            Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        })
+        .await
+    }
+
     pub(crate) async fn release_once(&self, lease: &LeaseRef) -> OpResult<Execution> {
         let lease = *lease;
         self.write(move |b, c| {
@@ -555,6 +647,24 @@ impl SqliteBackend {
     }
 }
 
+/// A violated status `CHECK` on the attempt (`SQLITE_CONSTRAINT_CHECK`) is a table whose
+/// constraint predates `parked`: the error names the upgrade.
+fn parked_status_refused(e: rusqlite::Error) -> OpError {
+    match &e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_CHECK =>
+        {
+            OpError::Domain(crate::errors::backend_error(
+                "park",
+                onestep_core::ConnectorKind::Misconfigured,
+                onestep_core::park::PARKED_STATUS_REFUSED,
+                &[],
+            ))
+        }
+        _ => OpError::Db(e),
+    }
+}
+
 onestep_core::impl_lease_store!(SqliteBackend, single_heartbeat: batch);
 
 /// The writer's open transaction, as the shared completion bookkeeping drives it. SQLite has one
@@ -614,5 +724,14 @@ impl CompletionTx for Completing<'_> {
         now: DateTime<Utc>,
     ) -> OpResult<()> {
         self.b.write_final_diagnostics(self.c, written, now)
+    }
+
+    async fn park_write(
+        &mut self,
+        lease: &LeaseRef,
+        wake_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> OpResult<Option<Execution>> {
+        self.b.park_in_tx(self.c, lease, wake_at, now)
     }
 }

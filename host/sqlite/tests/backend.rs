@@ -576,3 +576,101 @@ async fn upgrade_adds_the_callback_event_columns() {
     assert!(due.is_empty());
     b.close().await.expect("close");
 }
+
+/// An attempts table an older onestep created, whose status CHECK predates `parked`
+/// (docs/steps.md#sleep): open warns with the upgrade, a park is refused naming it and writes
+/// nothing; `onestep migrate --upgrade` widens the stored CHECK (writable_schema, the rows
+/// untouched), once; then a park writes `parked`, the CHECK still refuses other values and the
+/// file passes `PRAGMA integrity_check`.
+#[tokio::test]
+async fn upgrade_lets_the_attempts_table_hold_parked() {
+    use onestep_core::park::{PARKED_STATUS_REFUSED, Park};
+    use onestep_core::ports::{ExecutionStore, LeaseStore};
+
+    let (_dir, dsn) = common::scratch();
+    let clock = Arc::new(ManualClock::default());
+    let b = common::open(&dsn, clock.clone(), Limits::default()).await;
+    assert!(b.schema_report().features.parked_status);
+    let c = b.test_connection().expect("connection");
+    let names = onestep_core::names::TableNames::default();
+    let old: Vec<String> = onestep_sqlite::schema::attempts_ddl(&names)
+        .into_iter()
+        .map(|s| s.replace(", 'parked'", ""))
+        .collect();
+    c.execute_batch("DROP TABLE onestep_execution_attempts")
+        .expect("drop");
+    for s in &old {
+        c.execute_batch(s).expect("older attempts table");
+    }
+    drop(c);
+    b.close().await.expect("close");
+
+    let mut o = StoreOptions::new(&dsn);
+    o.clock = clock.clone();
+    o.auto_create = false;
+    let older = SqliteBackend::open(o.clone()).await.expect("open older");
+    assert!(!older.schema_report().features.parked_status);
+    assert!(older.schema_report().upgrade_command.is_some());
+    let e = older
+        .submit(onestep_testkit::builders::prepared(
+            "ns",
+            "t",
+            serde_json::json!(1),
+        ))
+        .await
+        .expect("submit");
+    let claim = onestep_testkit::builders::claim("ns", "t", 1, 30.0, "w");
+    let lease = older
+        .claim(&claim)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("lease");
+    let wake = clock.now_value() + chrono::Duration::seconds(60);
+    let refused = older
+        .park(&lease.lease_ref(), &Park::until(wake))
+        .await
+        .expect_err("refused before the upgrade");
+    assert!(
+        refused.to_string().contains(PARKED_STATUS_REFUSED),
+        "{refused}"
+    );
+    let row = older.get("ns", e.id).await.expect("get").expect("row");
+    assert_eq!(row.status.as_str(), "running", "nothing written");
+    older.close().await.expect("close");
+
+    let report = SqliteBackend::upgrade(StoreOptions::new(&dsn))
+        .await
+        .expect("upgrade");
+    let added: Vec<&str> = report.steps.iter().map(|s| s.added.as_str()).collect();
+    assert_eq!(
+        added,
+        ["status 'parked' on onestep_execution_attempts (its status CHECK widened)"]
+    );
+    let again = SqliteBackend::upgrade(StoreOptions::new(&dsn))
+        .await
+        .expect("second upgrade");
+    assert!(again.steps.is_empty(), "idempotent: {again:?}");
+
+    let b = SqliteBackend::open(o).await.expect("open upgraded");
+    assert!(b.schema_report().features.parked_status);
+    assert_eq!(b.schema_report().upgrade_command, None);
+    let parked = b
+        .park(&lease.lease_ref(), &Park::until(wake))
+        .await
+        .expect("park after the upgrade");
+    assert_eq!(parked.status.as_str(), "queued");
+    assert_eq!(b.parked_attempts(e.id).await.expect("count"), 1);
+    let c = b.test_connection().expect("connection");
+    let check: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("integrity_check");
+    assert_eq!(check, "ok");
+    let bogus = c.execute(
+        "UPDATE onestep_execution_attempts SET status = 'bogus' WHERE execution_id = ?1",
+        params![e.id.hyphenated().to_string()],
+    );
+    assert!(bogus.is_err(), "the widened CHECK still holds: {bogus:?}");
+    drop(c);
+    b.close().await.expect("close");
+}

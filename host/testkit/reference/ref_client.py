@@ -8,6 +8,9 @@ backend class follows the DSN's scheme (`mysql+asyncmy://`, `postgresql+psycopg:
     (readiness only: with AUTO_CREATE=1 the reference creates its tables; prints null)
   ref_client.py DSN NAMESPACE AUTO_CREATE submit TASK KEY PAYLOAD_JSON METADATA_JSON
   ref_client.py DSN NAMESPACE AUTO_CREATE get ID
+  ref_client.py DSN NAMESPACE AUTO_CREATE result ID
+    (the reference client's view of one execution: {"status", "terminal", and "result" or
+    "raised": the class of the exception `ExecutionClient.result` raised})
   ref_client.py DSN NAMESPACE AUTO_CREATE drain TASK LIMIT
     (what the reference worker does with storage: claim up to LIMIT, heartbeat each lease,
     complete each as succeeded with {"by": "reference", "echo": payload}; prints the
@@ -64,6 +67,15 @@ async def main(argv):
             )
         elif cmd == "get":
             e = await client.get(rest[0])
+        elif cmd == "result":
+            e = await client.get(rest[0])
+            out = {"status": getattr(e.status, "value", e.status), "terminal": e.terminal}
+            try:
+                out["result"] = await client.result(rest[0])
+            except Exception as err:  # the reference's ExecutionNotReady, ExecutionFailed…
+                out["raised"] = type(err).__name__
+            print(json.dumps(out))
+            return
         elif cmd == "drain":
             task, limit = rest
             leases = await backend.claim(namespace, [task], int(limit), 30.0, "ref-worker")

@@ -48,6 +48,16 @@ impl LeaseStore for PerLease {
     async fn release(&self, lease: &LeaseRef) -> Result<Execution, ExecutionError> {
         self.0.release(lease).await
     }
+    async fn park(
+        &self,
+        lease: &LeaseRef,
+        park: &onestep_core::park::Park,
+    ) -> Result<Execution, ExecutionError> {
+        self.0.park(lease, park).await
+    }
+    async fn parked_attempts(&self, execution_id: Uuid) -> Result<u32, ExecutionError> {
+        self.0.parked_attempts(execution_id).await
+    }
 }
 
 struct PerLeaseFactory;

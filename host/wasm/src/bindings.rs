@@ -47,7 +47,13 @@ pub(crate) mod v3 {
         path: "../../wit/v0.3",
         world: "onestep:handler/handler@0.3.0",
         exports: { default: async },
-        imports: { "onestep:handler/durable": async },
+        // A sleep that parks ends the guest at once: the host function traps
+        // (`trappable`), after recording why in the store (docs/steps.md#sleep).
+        imports: {
+            "onestep:handler/durable.sleep": async | trappable,
+            "onestep:handler/durable.sleep-until": async | trappable,
+            "onestep:handler/durable": async,
+        },
         with: {
             "wasi:http": wasmtime_wasi_http::p2::bindings::http,
             "wasi:io": wasmtime_wasi::p2::bindings::io,

@@ -7,11 +7,19 @@
 //! out or the execution finished) is answered `fenced` and the attempt's cancel handle fires:
 //! the guest may return at once, and is stopped after the sandbox's `cancel_grace` if it does
 //! not. Whatever it returns then is refused by the store, which fences the completion too.
+//!
+//! `sleep` and `sleep-until` (docs/steps.md#sleep) record the wake time as the step of their key
+//! (a fenced save) and then trap: the guest stops at once, and the runtime reports
+//! [`Outcome::Parked`](crate::Outcome::Parked), which the worker turns into the park of the
+//! attempt. A later attempt finds the recorded wake time passed and the call returns `ok`.
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use onestep_core::execution::LeaseRef;
+use onestep_core::park;
 use onestep_core::steps::{StepError, StepStore};
+use onestep_core::time::SharedClock;
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::bindings::v3;
@@ -26,6 +34,8 @@ pub struct DurableSteps {
     pub store: Arc<dyn StepStore>,
     /// The attempt's execution, attempt id and lease token: saves are fenced by it.
     pub lease: LeaseRef,
+    /// "Now" of a sleep's wake time (the worker's clock, the store's in tests).
+    pub clock: SharedClock,
 }
 
 impl std::fmt::Debug for DurableSteps {
@@ -126,6 +136,21 @@ fn wit_error(e: StepError) -> WitStepError {
     }
 }
 
+/// The wake time a sleep asks for.
+#[derive(Debug, Clone, Copy)]
+enum Wake {
+    /// `sleep(key, duration-ms)`.
+    After(u64),
+    /// `sleep-until(key, unix-ms)`.
+    At(u64),
+}
+
+/// The trap that ends a parked attempt (docs/steps.md#sleep): the guest does not run on; the
+/// runtime reports [`Outcome::Parked`](crate::Outcome::Parked) from the store's `parked`.
+#[derive(Debug, thiserror::Error)]
+#[error("the handler sleeps until {}: the attempt parks", park::rfc3339(*.0))]
+struct Parked(DateTime<Utc>);
+
 /// The answer of a host that was given no step store (e.g. a component run outside a worker).
 const NO_STORE: &str = "this host keeps no steps for the attempt (no execution store)";
 
@@ -160,11 +185,102 @@ impl v3::onestep::handler::durable::Host for State {
             self.step_counts.save_errors += 1;
             return Err(WitStepError::Unavailable(NO_STORE.into()));
         };
-        match steps.store.save(&steps.lease, &key, &value).await {
+        self.save_step(&steps, &key, &value).await
+    }
+
+    async fn sleep(
+        &mut self,
+        key: String,
+        duration_ms: u64,
+    ) -> wasmtime::Result<Result<(), WitStepError>> {
+        self.sleep_keyed(key, Wake::After(duration_ms)).await
+    }
+
+    async fn sleep_until(
+        &mut self,
+        key: String,
+        unix_ms: u64,
+    ) -> wasmtime::Result<Result<(), WitStepError>> {
+        self.sleep_keyed(key, Wake::At(unix_ms)).await
+    }
+}
+
+impl State {
+    /// `sleep` and `sleep-until` (docs/steps.md#sleep): `Ok(Ok(()))` when the sleep is over
+    /// (its recorded wake time passed, or the asked one is not in the future), `Ok(Err(_))` for
+    /// a refused call (nothing parked), and the trap [`Parked`] once the wake time is recorded
+    /// as the step `key`, which ends the attempt.
+    async fn sleep_keyed(
+        &mut self,
+        key: String,
+        wake: Wake,
+    ) -> wasmtime::Result<Result<(), WitStepError>> {
+        let Some(steps) = self.steps.clone() else {
+            return Ok(Err(WitStepError::Unavailable(NO_STORE.into())));
+        };
+        if let Err(e) = onestep_core::steps::validate_key(&key) {
+            return Ok(Err(wit_error(e)));
+        }
+        let now = steps.clock.now();
+        let recorded = match steps.store.load(steps.lease.execution_id, &key).await {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(wit_error(StepError::Store(e)))),
+        };
+        let wake_at = match recorded {
+            // A recorded sleep wins over the arguments.
+            Some(text) => match park::parse_sleep_record(&text) {
+                Ok(at) if at <= now => {
+                    self.wakes = self.wakes.saturating_add(1);
+                    self.step_event("sleep over", &key, None);
+                    return Ok(Ok(()));
+                }
+                Ok(at) => at,
+                Err(e) => return Ok(Err(WitStepError::InvalidWake(e.0))),
+            },
+            None => {
+                let asked = match wake {
+                    Wake::After(ms) => park::wake_after(now, ms),
+                    Wake::At(ms) => park::wake_at_unix_ms(ms, now),
+                };
+                let at = match asked {
+                    Ok(at) => at,
+                    Err(e) => return Ok(Err(WitStepError::InvalidWake(e.0))),
+                };
+                if at <= now {
+                    return Ok(Ok(()));
+                }
+                // Recorded before the park: should the attempt stop between the two, the next
+                // one parks again until the same instant.
+                if let Err(e) = self.save_step(&steps, &key, &park::sleep_record(at)).await {
+                    return Ok(Err(e));
+                }
+                at
+            }
+        };
+        tracing::info!(
+            execution_id = %self.ids.execution_id,
+            attempt_id = %self.ids.attempt_id,
+            task = %self.ids.task_name,
+            step = %key,
+            wake_at = %park::rfc3339(wake_at),
+            "handler sleeps: the attempt parks"
+        );
+        self.parked = Some(wake_at);
+        Err(wasmtime::Error::new(Parked(wake_at)))
+    }
+
+    /// A fenced save of the attempt; a fence refusal stops the attempt (as `step-save`'s).
+    async fn save_step(
+        &mut self,
+        steps: &DurableSteps,
+        key: &str,
+        value: &str,
+    ) -> Result<(), WitStepError> {
+        match steps.store.save(&steps.lease, key, value).await {
             Ok(()) => {
                 self.step_counts.saved += 1;
                 self.step_counts.saved_bytes += value.len() as u64;
-                self.step_event("step saved", &key, Some(value.len()));
+                self.step_event("step saved", key, Some(value.len()));
                 Ok(())
             }
             Err(StepError::Fenced) => {
@@ -190,9 +306,7 @@ impl v3::onestep::handler::durable::Host for State {
             }
         }
     }
-}
 
-impl State {
     fn step_event(&self, what: &'static str, key: &str, bytes: Option<usize>) {
         tracing::debug!(
             execution_id = %self.ids.execution_id,

@@ -50,6 +50,9 @@ pub struct Report {
     pub peak_memory_bytes: u64,
     /// Wall-clock time of the invocation (store creation to result).
     pub elapsed: Duration,
+    /// Sleeps (`0.3.0`'s `durable`) the guest reached again after their wake time: the
+    /// execution resumed past them (docs/steps.md#sleep).
+    pub wakes: u32,
 }
 
 /// When the epoch callback must stop the guest.
@@ -119,7 +122,7 @@ impl Handler {
             ids.clone(),
             budget.clone(),
         );
-        let report = |outcome, fuel, peak, http, rate_limits, steps| Report {
+        let report = |outcome, fuel, peak, http, rate_limits, steps, wakes| Report {
             outcome,
             rate_limits,
             steps,
@@ -131,6 +134,7 @@ impl Handler {
             fuel_consumed: fuel,
             peak_memory_bytes: peak,
             elapsed: started.elapsed(),
+            wakes,
         };
 
         let deadline = deadline(started, timeout);
@@ -143,6 +147,7 @@ impl Handler {
                 HttpTotals::default(),
                 Vec::new(),
                 crate::durable::StepCounts::default(),
+                0,
             );
         }
         let limits = StoreLimits {
@@ -166,6 +171,7 @@ impl Handler {
                     HttpTotals::default(),
                     Vec::new(),
                     crate::durable::StepCounts::default(),
+                    0,
                 );
             }
         };
@@ -258,7 +264,14 @@ impl Handler {
         let limits = &store.data().limits;
         let peak = limits.memory_peak as u64;
         let memory_denied = limits.memory_denied;
+        let parked = store.data().parked;
+        let wakes = store.data().wakes;
         let outcome = match race {
+            // The guest slept: the sleep's host call recorded the wake time and trapped
+            // (docs/steps.md#sleep).
+            Race::Done(Stage::CallFailed(_)) if parked.is_some() => Outcome::Parked {
+                wake_at: parked.unwrap_or_default(),
+            },
             Race::Cancelled => trapped(TrapKind::Cancelled),
             Race::TimedOut => trapped(TrapKind::Timeout),
             Race::Done(Stage::Returned(Ok(output))) => {
@@ -311,7 +324,7 @@ impl Handler {
             http,
         };
         log_outcome(&ids, &outcome, &end);
-        report(outcome, fuel, peak, http, rate_limits, steps)
+        report(outcome, fuel, peak, http, rate_limits, steps, wakes)
     }
 
     fn fuel_budget(&self, sandbox: &SandboxSettings) -> Option<u64> {
@@ -362,6 +375,8 @@ impl Handler {
             http_fields: crate::http::resources::FieldsBudget::new(sandbox.http_fields_limit_bytes),
             steps,
             step_counts: crate::durable::StepCounts::default(),
+            parked: None,
+            wakes: 0,
         };
         let mut store = Store::new(&rt.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -575,6 +590,9 @@ fn log_outcome(ids: &LogIds, outcome: &Outcome, end: &EndLine) {
         Outcome::Trapped { kind } => line!(warn, "handler trapped: {kind:?}"),
         Outcome::HostError(e) => {
             line!(error, error = %escape(&e.to_string()), "handler could not run")
+        }
+        Outcome::Parked { wake_at } => {
+            line!(info, wake_at = %onestep_core::park::rfc3339(*wake_at), "handler slept")
         }
     }
 }

@@ -32,6 +32,13 @@ pub enum Outcome {
     /// The host could not run the handler at all (not a handler component,
     /// instantiation failed, a preopen is missing...). Not the guest's doing.
     HostError(InvokeError),
+    /// The handler slept (`sleep`/`sleep-until` of `onestep:handler@0.3.0`,
+    /// docs/steps.md#sleep): its wake time is recorded as a step and the guest
+    /// was stopped; the attempt is to be parked until `wake_at`.
+    Parked {
+        /// When the execution may run again.
+        wake_at: chrono::DateTime<chrono::Utc>,
+    },
 }
 
 impl Outcome {

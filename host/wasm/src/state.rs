@@ -33,6 +33,10 @@ pub(crate) struct State {
     pub(crate) steps: Option<crate::durable::DurableSteps>,
     /// What the attempt's step calls did.
     pub(crate) step_counts: crate::durable::StepCounts,
+    /// The wake time of a sleep that parks the attempt (set just before the sleep's trap).
+    pub(crate) parked: Option<chrono::DateTime<chrono::Utc>>,
+    /// Sleeps the guest reached again after their wake time (it resumed past them).
+    pub(crate) wakes: u32,
 }
 
 impl WasiView for State {

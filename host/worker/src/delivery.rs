@@ -23,6 +23,7 @@ use crate::observe::{AttemptEnd, WorkerObserver};
 use crate::outcome::{completion_for, result_rejection};
 use crate::settings::TaskSettings;
 use crate::worker::WorkerStats;
+use onestep_core::park;
 
 /// Everything the deliveries of one task share.
 pub(crate) struct TaskCtx {
@@ -147,6 +148,35 @@ async fn run_delivery(
         .unwrap_or_default();
     ctx.observer.attempt_started(task, queue_wait);
     let lease_ref = lease.lease_ref();
+    // docs/steps.md#max-duration: the execution's deadline, from its first start.
+    let bound = ctx.settings.max_duration.and_then(|max| {
+        let first = lease
+            .execution
+            .started_at
+            .unwrap_or_else(|| ctx.clock.now());
+        park::max_duration_deadline(first, max).map(|deadline| Bound {
+            first,
+            max,
+            deadline,
+        })
+    });
+    if let Some(b) = &bound
+        && ctx.clock.now() >= b.deadline
+    {
+        // Past the deadline before this attempt starts (a retry or a wake-up claimed late):
+        // the handler does not run.
+        let message = b.message("it was claimed again after the deadline");
+        tracing::warn!(%message, "execution over its max_duration_s; failing it without a run");
+        let completion = Completion::failed(park::max_duration_error()).with_diagnostics(
+            onestep_core::diagnostics::AttemptDiagnostics {
+                message: Some(message),
+                ..Default::default()
+            },
+        );
+        let written = write_completion(&ctx, lease_ref, completion).await;
+        finish_attempt(&ctx, started, written, &process);
+        return;
+    }
     let handler_cancel = CancellationToken::new();
     // The attempt's log tail, progress and run facts (docs/observability.md#attempt-diagnostics).
     let journal = JournalHandle::new(ctx.clock.clone());
@@ -166,6 +196,19 @@ async fn run_delivery(
     tracing::debug!("handler started");
     let mut invocation = invocation_for(&ctx.settings, &lease);
     invocation.journal = Some(journal.clone());
+    // The attempt's time limit is `timeout_s` or what is left before the deadline, whichever
+    // ends first; `deadline_bound` says the deadline is the one that ends it.
+    let left = bound
+        .as_ref()
+        .map(|b| (b.deadline - ctx.clock.now()).to_std().unwrap_or_default());
+    let deadline_bound = match (invocation.timeout, left) {
+        (Some(t), Some(l)) if l < t => true,
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    if deadline_bound {
+        invocation.timeout = left;
+    }
     let invoke = tracing::info_span!(
         target: onestep_telemetry::TARGET,
         "invoke",
@@ -213,6 +256,35 @@ async fn run_delivery(
     let cancel_requested = heartbeat_end == HeartbeatEnd::CancelRequested || polled_cancel;
     let heartbeat_failed = heartbeat_end == HeartbeatEnd::Failed;
     log_outcome(&outcome);
+    // The handler slept (docs/steps.md#sleep): the attempt parks, unless a cancel was requested
+    // meanwhile (it wins: the run ends as a cancelled one).
+    if let RunOutcome::Parked { wake_at } = outcome {
+        if !cancel_requested {
+            let end = Parking {
+                lease: lease_ref,
+                wake_at,
+                bound: bound.as_ref(),
+                journal: &journal,
+            };
+            let written = park_attempt(&ctx, end).await;
+            finish_attempt(&ctx, started, written, &process);
+            return;
+        }
+        outcome = RunOutcome::Cancelled;
+    }
+    // The attempt's time limit was the execution's deadline: it ends the execution, whatever
+    // the retry policy (docs/steps.md#max-duration).
+    if let (true, Some(b), RunOutcome::Failed(f)) = (deadline_bound, &bound, &outcome)
+        && f.kind == onestep_core::retry::FailureKind::Timeout
+    {
+        outcome = RunOutcome::Failed(onestep_core::runner::RunFailure {
+            kind: onestep_core::retry::FailureKind::Timeout,
+            exception_type: park::MAX_DURATION_EXCEPTION.to_owned(),
+            retryable: false,
+            retry_after_s: None,
+            message: b.message("its attempt was still running at the deadline"),
+        });
+    }
     // The handler's own message, kept with the attempt even when the outcome becomes a cancel.
     let message = match &outcome {
         RunOutcome::Failed(f) => Some(f.message.clone()),
@@ -234,7 +306,7 @@ async fn run_delivery(
     }
 
     let diagnostics = journal.finish(message.as_deref());
-    let previous_attempts = lease.attempt_no.saturating_sub(1);
+    let previous_attempts = previous_attempts(&ctx, &lease, &outcome).await;
     let completion = {
         let mut rng = rand::rng();
         completion_for(
@@ -255,13 +327,140 @@ async fn run_delivery(
     let written = write_completion(&ctx, lease_ref, completion)
         .instrument(complete)
         .await;
+    finish_attempt(&ctx, started, written, &process);
+}
+
+/// The execution's run-time bound (docs/steps.md#max-duration).
+struct Bound {
+    /// Its first start.
+    first: chrono::DateTime<chrono::Utc>,
+    /// The task's `max_duration_s`.
+    max: std::time::Duration,
+    /// `first + max`.
+    deadline: chrono::DateTime<chrono::Utc>,
+}
+
+impl Bound {
+    fn message(&self, why: &str) -> String {
+        park::max_duration_message(self.max, self.first, why)
+    }
+}
+
+/// `n` of the retry policy (docs/semantics.md#retry-policies): the earlier attempts, less those
+/// that parked (a sleep is not a failure). The store is asked only when the policy decides,
+/// i.e. for a retryable failure of an attempt after the first; if it cannot answer, every
+/// earlier attempt counts (the policy then retries less, never more).
+async fn previous_attempts(ctx: &TaskCtx, lease: &ExecutionLease, outcome: &RunOutcome) -> u32 {
+    let earlier = lease.attempt_no.saturating_sub(1);
+    let decides = match outcome {
+        RunOutcome::Failed(f) => f.retryable,
+        RunOutcome::ResultTooLarge { .. } | RunOutcome::Succeeded(_) => true,
+        RunOutcome::Cancelled | RunOutcome::Parked { .. } => false,
+    };
+    if earlier == 0
+        || !decides
+        || matches!(
+            ctx.settings.retry,
+            onestep_core::retry::RetryPolicy::NoRetry
+        )
+    {
+        return earlier;
+    }
+    match ctx.store.parked_attempts(lease.execution.id).await {
+        Ok(parked) => earlier.saturating_sub(parked),
+        Err(e) => {
+            ctx.observer.store_error(&ctx.settings.task_name, &e);
+            tracing::warn!(error = %e, "could not count the parked attempts; every earlier attempt counts for the retry policy");
+            earlier
+        }
+    }
+}
+
+/// What ends a parking attempt.
+struct Parking<'a> {
+    lease: onestep_core::LeaseRef,
+    wake_at: chrono::DateTime<chrono::Utc>,
+    bound: Option<&'a Bound>,
+    journal: &'a JournalHandle,
+}
+
+/// Parks the attempt (T15, docs/steps.md#sleep), or fails the execution when its sleep would
+/// end after the deadline of its `max_duration_s`.
+async fn park_attempt(ctx: &TaskCtx, p: Parking<'_>) -> Written {
+    let task = ctx.settings.task_name.as_str();
+    if let Some(b) = p.bound
+        && p.wake_at > b.deadline
+    {
+        let message = b.message(&format!(
+            "its sleep would end at {}, after the deadline {}",
+            park::rfc3339(p.wake_at),
+            park::rfc3339(b.deadline)
+        ));
+        tracing::warn!(%message, "execution over its max_duration_s; failing it instead of parking");
+        let completion = Completion::failed(park::max_duration_error())
+            .with_diagnostics(p.journal.finish(Some(&message)));
+        return write_completion(ctx, p.lease, completion).await;
+    }
+    let diagnostics = p.journal.finish(Some(&park::parked_message(p.wake_at)));
+    let request = park::Park::until(p.wake_at).with_diagnostics(diagnostics.clone());
+    match ctx.store.park(&p.lease, &request).await {
+        Ok(execution) if execution.status == ExecutionStatus::Queued => {
+            ctx.stats.record_parked();
+            let sleep = (p.wake_at - ctx.clock.now()).to_std().unwrap_or_default();
+            ctx.observer.parked(task, sleep);
+            tracing::info!(wake_at = %park::rfc3339(p.wake_at), "attempt parked");
+            Written {
+                status: Some(execution.status),
+                ..Written::default()
+            }
+        }
+        // A cancel requested before the park won (T11).
+        Ok(execution) => {
+            ctx.stats.record_completion(execution.status);
+            tracing::info!(status = %execution.status, "cancel requested before the park; the execution ended");
+            Written {
+                status: Some(execution.status),
+                ..Written::default()
+            }
+        }
+        Err(ExecutionError::StaleLease(reason)) => {
+            ctx.stats.record_lease_lost();
+            tracing::info!(%reason, "park refused: the lease is no longer ours");
+            Written {
+                lease_lost: true,
+                ..Written::default()
+            }
+        }
+        Err(e) if refused_for_good(&e) => {
+            ctx.observer.store_error(task, &e);
+            tracing::error!(error = %e, "park refused by the store; failing the execution");
+            let failed = Completion::failed(refusal_error(&e)).with_diagnostics(diagnostics);
+            retry_write(ctx, p.lease, failed).await
+        }
+        Err(e) => {
+            ctx.observer.store_error(task, &e);
+            ctx.stats.record_completion_error();
+            tracing::error!(error = %e, "park was not written; the lease will expire and the sleep's recorded step parks the next attempt again");
+            Written::default()
+        }
+    }
+}
+
+/// Tells the observer and the attempt's span how it ended.
+fn finish_attempt(
+    ctx: &TaskCtx,
+    started: tokio::time::Instant,
+    written: Written,
+    process: &tracing::Span,
+) {
+    let task = ctx.settings.task_name.as_str();
     if !process.is_disabled() {
         match written.status {
             Some(status) => {
                 process.record("onestep.status", status.as_str());
                 if let Some(e) = &written.error {
                     onestep_telemetry::set_error(
-                        &process,
+                        process,
                         format!("{}: {}", e.kind, e.exception_type),
                     );
                 }
@@ -273,7 +472,7 @@ async fn run_delivery(
                     "not_written"
                 };
                 process.record("onestep.status", what);
-                onestep_telemetry::set_error(&process, what);
+                onestep_telemetry::set_error(process, what);
             }
         }
     }
@@ -308,6 +507,7 @@ fn record_outcome(span: &tracing::Span, outcome: &RunOutcome) {
     let name = match outcome {
         RunOutcome::Succeeded(_) => "succeeded",
         RunOutcome::Cancelled => "cancelled",
+        RunOutcome::Parked { .. } => "parked",
         RunOutcome::ResultTooLarge { .. } => "result_too_large",
         RunOutcome::Failed(f) => {
             onestep_telemetry::set_error(
@@ -324,6 +524,9 @@ fn log_outcome(outcome: &RunOutcome) {
     match outcome {
         RunOutcome::Succeeded(_) => tracing::debug!("handler succeeded"),
         RunOutcome::Cancelled => tracing::info!("handler cancelled"),
+        RunOutcome::Parked { wake_at } => {
+            tracing::debug!(wake_at = %park::rfc3339(*wake_at), "handler slept")
+        }
         RunOutcome::ResultTooLarge { bytes } => {
             tracing::warn!(bytes, "handler result refused: too large")
         }

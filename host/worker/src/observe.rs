@@ -66,6 +66,11 @@ pub trait WorkerObserver: Send + Sync + std::fmt::Debug {
     fn attempt_finished(&self, task: &str, end: &AttemptEnd) {
         let _ = (task, end);
     }
+    /// An attempt of `task` parked (T15, docs/steps.md#sleep): its execution waits, `queued`,
+    /// for `sleep` (from now to its wake time) and holds no slot or lease meanwhile.
+    fn parked(&self, task: &str, sleep: Duration) {
+        let _ = (task, sleep);
+    }
     /// One lease of `task` got its heartbeat answer.
     fn heartbeat(&self, task: &str, outcome: HeartbeatOutcome) {
         let _ = (task, outcome);

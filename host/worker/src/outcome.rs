@@ -12,7 +12,7 @@ pub const MAX_GUEST_RETRY_DELAY_S: f64 = 30.0 * 86_400.0;
 
 /// The error object of a cancelled run: kind `cancelled`, `CancelledError`, stage `handler`.
 pub fn cancel_error() -> ErrorObject {
-    ErrorObject::new("cancelled", "CancelledError", Some("handler"))
+    onestep_core::park::cancel_error()
 }
 
 /// The completion for `outcome`.
@@ -48,6 +48,16 @@ pub fn completion_for<R: Rng + ?Sized>(
             failure_completion(&failure, "handler", retry, previous_attempts, rng)
         }
         RunOutcome::Cancelled => {
+            if cancel_requested {
+                Completion::cancelled(Some(cancel_error()))
+            } else {
+                Completion::retrying(cancel_error(), 0.0)
+            }
+        }
+        // Not a completion: the delivery parks the attempt (T15) before it gets here; should a
+        // park reach this mapping, a cancel requested meanwhile wins, and otherwise the
+        // execution goes on at once (the sleep's recorded step parks it again).
+        RunOutcome::Parked { .. } => {
             if cancel_requested {
                 Completion::cancelled(Some(cancel_error()))
             } else {

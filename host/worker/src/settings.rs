@@ -53,6 +53,9 @@ pub struct TaskSettings {
     pub retry: RetryPolicy,
     /// Wall-clock limit of one handler call (`timeout_s`).
     pub timeout: Option<Duration>,
+    /// Wall-clock limit of the whole execution from its first start, sleeps and retries
+    /// included (`max_duration_s`, docs/steps.md#max-duration); `None` = no limit.
+    pub max_duration: Option<Duration>,
     /// Result size limit in bytes of canonical JSON, checked before the completion is written.
     pub max_result_bytes: usize,
     /// Fleet-wide limit on the task's execution starts (docs/semantics.md#rate-limits); needs a
@@ -81,6 +84,7 @@ impl TaskSettings {
             concurrency: DEFAULT_CONCURRENCY,
             retry: RetryPolicy::NoRetry,
             timeout: None,
+            max_duration: None,
             max_result_bytes: Limits::default().max_result_bytes,
             rate_limit: None,
             max_running: None,
@@ -120,6 +124,9 @@ impl TaskSettings {
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return Err(ExecutionError::invalid("timeout_s must be > 0"));
+        }
+        if self.max_duration.is_some_and(|t| t.is_zero()) {
+            return Err(ExecutionError::invalid("max_duration_s must be > 0"));
         }
         if let Some(rate) = self.rate_limit {
             rate.validate()

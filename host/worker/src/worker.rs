@@ -51,6 +51,7 @@ pub struct WorkerStats {
     lease_lost: AtomicU64,
     released: AtomicU64,
     completion_errors: AtomicU64,
+    parked: AtomicU64,
 }
 
 impl WorkerStats {
@@ -75,6 +76,14 @@ impl WorkerStats {
     }
     pub(crate) fn record_completion_error(&self) {
         self.completion_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn record_parked(&self) {
+        self.parked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Attempts that parked (T15, docs/steps.md#sleep).
+    pub fn parked(&self) -> u64 {
+        self.parked.load(Ordering::Relaxed)
     }
 
     /// Leases claimed.

@@ -100,6 +100,9 @@
 //!   the Standard Webhooks reference implementation, refusals at submit, `kill -9` mid-delivery.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
+//! * [`sleep`]: the `steps` guest sleeps: its attempt parks and frees the task's only slot for
+//!   another execution, resumes at the wake time with its steps; a cancel during the sleep ends
+//!   it at once; `max_duration_s` fails it with `MaxDurationExceeded`.
 //!
 //! Every worker case runs against MariaDB, MySQL and PostgreSQL (`onestep_e2e::on_each_server`),
 //! each in a database of its own, with `config/e2e/worker.yaml` (2 s leases, 0.5 s heartbeats);
@@ -148,6 +151,7 @@ mod render;
 mod runtime;
 mod scaffold;
 mod schemathesis;
+mod sleep;
 mod smoke;
 mod sqlite;
 mod steps;

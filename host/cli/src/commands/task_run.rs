@@ -36,6 +36,8 @@ pub(crate) mod exit {
     pub(crate) const TIMEOUT: u8 = 5;
     /// Stopped by `--cancel-after`.
     pub(crate) const CANCELLED: u8 = 6;
+    /// The handler slept (docs/steps.md#sleep): a worker would park the attempt.
+    pub(crate) const PARKED: u8 = 7;
 }
 
 /// `onestep task …`.
@@ -174,6 +176,7 @@ async fn run_attempt(cfg: &AppConfig, a: Attempt<'_>, local: &LocalRunArgs) -> R
                 attempt_id,
                 lease_token: Uuid::new_v4(),
             },
+            clock: std::sync::Arc::new(onestep_core::time::SystemClock),
         }),
         ..Default::default()
     };
@@ -230,6 +233,13 @@ fn describe(outcome: &Outcome) -> (&'static str, u8, Value) {
         } => ("cancelled", exit::CANCELLED, Value::Null),
         Outcome::Trapped { kind } => ("trapped", exit::TRAPPED, Value::String(format!("{kind:?}"))),
         Outcome::HostError(e) => ("host_error", exit::HOST_ERROR, Value::String(e.to_string())),
+        // docs/steps.md#sleep: a worker would park the attempt until then; this one local
+        // attempt ends here.
+        Outcome::Parked { wake_at } => (
+            "parked",
+            exit::PARKED,
+            json!({"wake_at": onestep_core::park::rfc3339(*wake_at)}),
+        ),
     }
 }
 

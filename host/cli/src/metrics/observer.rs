@@ -73,6 +73,10 @@ impl WorkerObserver for Metrics {
         }
     }
 
+    fn parked(&self, task: &str, _sleep: Duration) {
+        self.sleeps.parked(&self.task(task));
+    }
+
     fn heartbeat(&self, task: &str, outcome: HeartbeatOutcome) {
         if outcome != HeartbeatOutcome::Error {
             self.store_answered(task);

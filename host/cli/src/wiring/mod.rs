@@ -196,6 +196,7 @@ pub(crate) fn task_settings(source: &ExecutionSourceConfig, task: &TaskConfig) -
         concurrency: task.concurrency,
         retry: task.retry.clone(),
         timeout: task.timeout,
+        max_duration: task.max_duration,
         max_result_bytes: source.limits.max_result_bytes,
         rate_limit: task.rate_limit,
         max_running: task.max_running,

@@ -70,6 +70,8 @@ pub(crate) struct WasmTaskRunner {
     /// Where `0.3.0` components' durable steps are kept (the task's source's backend, or memory
     /// for `task run`), docs/steps.md.
     steps: Option<Arc<dyn onestep_core::steps::StepStore>>,
+    /// "Now" of a sleep's wake time (docs/steps.md#sleep): the system clock.
+    clock: onestep_core::time::SharedClock,
 }
 
 impl WasmTaskRunner {
@@ -96,6 +98,7 @@ impl WasmTaskRunner {
             params_json: "{}".to_owned(),
             buckets: None,
             steps: None,
+            clock: Arc::new(onestep_core::time::SystemClock),
         }
     }
 
@@ -194,6 +197,7 @@ impl TaskRunner for WasmTaskRunner {
                     attempt_id: invocation.attempt_id,
                     lease_token: invocation.lease_token,
                 },
+                clock: Arc::clone(&self.clock),
             }),
         };
         let payload = invocation.payload.to_string();
@@ -277,7 +281,7 @@ fn failure(
 ///
 /// * handler errors keep their own retryability and requested delay;
 /// * a timeout is kind `timeout` (`TimeoutError`), retryable through the policy;
-/// * a cancel is [`RunOutcome::Cancelled`];
+/// * a cancel is [`RunOutcome::Cancelled`], a sleep [`RunOutcome::Parked`] (docs/steps.md#sleep);
 /// * a host error (`HostError`: the host could not run the handler, e.g. a shared pool slot was
 ///   exhausted) is retryable: another attempt may find the host in a better state;
 /// * deterministic guest failures are not retryable, because the same component given the same
@@ -334,6 +338,7 @@ pub(crate) fn map_outcome(outcome: Outcome) -> RunOutcome {
             TrapKind::Other(msg) => failure(FailureKind::Error, "Trap", false, msg),
         },
         Outcome::HostError(e) => failure(FailureKind::Error, "HostError", true, e.to_string()),
+        Outcome::Parked { wake_at } => RunOutcome::Parked { wake_at },
     }
 }
 

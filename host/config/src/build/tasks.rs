@@ -19,7 +19,7 @@ use crate::node::{Node, Value};
 use onestep_core::settings::DEFAULT_CONCURRENCY;
 
 /// Task keys accepted by strict validation (docs/configuration.md#strict-validation plus `sandbox`).
-pub const TASK_KEYS: [&str; 15] = [
+pub const TASK_KEYS: [&str; 16] = [
     "name",
     "description",
     "source",
@@ -34,6 +34,7 @@ pub const TASK_KEYS: [&str; 15] = [
     "max_running",
     "retry",
     "timeout_s",
+    "max_duration_s",
     "sandbox",
 ];
 /// `handler` keys.
@@ -247,6 +248,25 @@ fn build_task(
             _ => return Err(ConfigError::at(n, path, "timeout_s must be > 0")),
         },
     };
+    // docs/steps.md#max-duration: the whole execution, sleeps and retries included.
+    let max_duration = match node.get_set("max_duration_s") {
+        None => None,
+        Some(n) => match number(n).filter(|t| t.is_finite()).map(positive_seconds) {
+            Some(Ok(d)) if timeout.is_some_and(|t| d < t) => {
+                return Err(ConfigError::at(
+                    n,
+                    path,
+                    "max_duration_s must be >= timeout_s (it bounds the whole execution, every \
+                     attempt included)",
+                ));
+            }
+            Some(Ok(d)) => Some(d),
+            Some(Err(BadSeconds::OutOfRange)) => {
+                return Err(ConfigError::at(n, path, "max_duration_s is out of range"));
+            }
+            _ => return Err(ConfigError::at(n, path, "max_duration_s must be > 0")),
+        },
+    };
     let description = match node.get_set("description") {
         None => None,
         Some(n) => Some(
@@ -273,6 +293,7 @@ fn build_task(
         max_running,
         retry,
         timeout,
+        max_duration,
         config: json_map(node, "config", path)?,
         metadata: json_map(node, "metadata", path)?,
     })

@@ -354,6 +354,48 @@ fn max_running_is_read_in_both_modes() {
     }
 }
 
+/// `max_duration_s` (docs/steps.md#max-duration): a number > 0, at least `timeout_s`, read
+/// in both modes; absent means no bound.
+#[test]
+fn max_duration_is_read_and_checked_in_both_modes() {
+    for strict in [false, true] {
+        let cfg = load_text(
+            &task_doc("    timeout_s: 60\n    max_duration_s: 86400\n"),
+            strict,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.tasks[0].max_duration, Some(Duration::from_secs(86_400)));
+        let cfg = load_text(&task_doc(""), strict).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.tasks[0].max_duration, None);
+    }
+    check(
+        &[
+            (
+                task_doc("    max_duration_s: 0\n"),
+                "tasks[0]: max_duration_s must be > 0 (line 16, column 21)",
+            ),
+            (
+                task_doc("    max_duration_s: -1\n"),
+                "tasks[0]: max_duration_s must be > 0 (line 16, column 21)",
+            ),
+            (
+                task_doc("    max_duration_s: soon\n"),
+                "tasks[0]: max_duration_s must be > 0 (line 16, column 21)",
+            ),
+            (
+                task_doc("    max_duration_s: 1.0e300\n"),
+                "tasks[0]: max_duration_s is out of range (line 16, column 21)",
+            ),
+            (
+                task_doc("    timeout_s: 60\n    max_duration_s: 30\n"),
+                "tasks[0]: max_duration_s must be >= timeout_s (it bounds the whole execution, \
+                 every attempt included) (line 17, column 21)",
+            ),
+        ],
+        true,
+    );
+}
+
 #[test]
 fn task_rules() {
     check(

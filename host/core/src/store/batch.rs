@@ -142,6 +142,43 @@ pub trait CompletionTx: Send {
         written: &FinalDiagnostics<'_>,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// T15's two writes (docs/state-machine.md): where the execution is `running` under
+    /// `lease` (token, lease live at `now`), it becomes `queued` with `available_at =
+    /// wake_at`, lease cleared, `version + 1`, and its running attempt `parked` with
+    /// `finished_at = now`. `None` when the execution's write matched no row (nothing written);
+    /// a missing running attempt after a written execution is the attempt's stale-lease error
+    /// (the caller rolls back).
+    fn park_write(
+        &mut self,
+        lease: &LeaseRef,
+        wake_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<Execution>, Self::Error>> + Send;
+}
+
+/// `park` inside `tx` (T15, docs/steps.md#sleep): the park's writes and its diagnostics; when
+/// the execution is not `running` under the lease, the completion `cancelled` (with
+/// [`cancel_error`](crate::park::cancel_error)) of the same lease instead, which writes only
+/// where a cancel was requested under it (T11: cancel wins over a sleep) and otherwise answers
+/// the completion's stale-lease error.
+pub async fn park_one<T: CompletionTx>(
+    tx: &mut T,
+    lease: &LeaseRef,
+    park: &crate::park::Park,
+    now: DateTime<Utc>,
+) -> Result<Execution, T::Error> {
+    let execution = match tx.park_write(lease, park.wake_at, now).await? {
+        Some(parked) => parked,
+        None => {
+            let cancel = Completion::cancelled(Some(crate::park::cancel_error()));
+            tx.complete_one(lease, &cancel, now).await?
+        }
+    };
+    if let Some(d) = park.diagnostics.as_deref() {
+        tx.write_final_diagnostics(&[(lease, d)], now).await?;
+    }
+    Ok(execution)
 }
 
 fn missing() -> ExecutionError {
@@ -378,6 +415,19 @@ mod tests {
         ) -> Result<(), FakeError> {
             self.log.push(format!("diagnostics {}", written.len()));
             Ok(())
+        }
+
+        async fn park_write(
+            &mut self,
+            lease: &LeaseRef,
+            _: DateTime<Utc>,
+            _: DateTime<Utc>,
+        ) -> Result<Option<Execution>, FakeError> {
+            self.log.push("park".into());
+            Ok(self
+                .rows
+                .get(&lease.execution_id)
+                .map(|r| r.execution.clone()))
         }
     }
 

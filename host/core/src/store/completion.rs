@@ -75,6 +75,15 @@ macro_rules! completion_tx_common {
                 .write_final_diagnostics(self.tx, written, now)
                 .await
         }
+
+        async fn park_write(
+            &mut self,
+            lease: &$crate::execution::LeaseRef,
+            wake_at: ::chrono::DateTime<::chrono::Utc>,
+            now: ::chrono::DateTime<::chrono::Utc>,
+        ) -> ::std::result::Result<::std::option::Option<$crate::Execution>, $err> {
+            self.backend.park_in_tx(self.tx, lease, wake_at, now).await
+        }
     };
 }
 
@@ -121,6 +130,20 @@ macro_rules! complete_once_methods {
             let limit = $b.inner.limits.max_result_bytes;
             let $outcome =
                 $crate::store::batch::complete_many(&mut $completing, items, now, limit).await;
+            $finish
+        }
+
+        pub(crate) async fn park_once(
+            &self,
+            lease: &$crate::execution::LeaseRef,
+            park: &$crate::park::Park,
+        ) -> ::std::result::Result<$crate::Execution, $err> {
+            let now = self.now();
+            let $b = self;
+            let mut $conn = $b.conn().await?;
+            #[allow(unused_mut)]
+            let mut $tx = $begin;
+            let $outcome = $crate::store::batch::park_one(&mut $completing, lease, park, now).await;
             $finish
         }
     };

@@ -16,8 +16,10 @@ pub use uuid::Uuid as __Uuid;
 ///   whole-transaction attempt with the retry policy and maps the final error;
 /// * `now(&self)`: the injected clock, read once per attempt;
 /// * the per-attempt methods `claim_once(&ClaimRequest)` (given the validated request), `heartbeat_many_once(&[LeaseRef], LeaseWindow)`, `cancel_requested_once(&[LeaseRef])`,
-///   `complete_once(&LeaseRef, &Completion)`, `complete_many_once(&[(LeaseRef, Completion)])`
-///   and `release_once(&LeaseRef)`, each returning the backend's per-attempt result;
+///   `complete_once(&LeaseRef, &Completion)`, `complete_many_once(&[(LeaseRef, Completion)])`,
+///   `park_once(&LeaseRef, &Park)` (from [`complete_once_methods!`](crate::complete_once_methods)),
+///   `release_once(&LeaseRef)` and `parked_attempts_once(Uuid)`, each returning the backend's
+///   per-attempt result;
 /// * `heartbeat_one(&LeaseRef, f64)` (the single heartbeat, with its own checks) and
 ///   `write_live(&[(LeaseRef, LiveDiagnostics)])`, answering the port directly.
 ///
@@ -149,6 +151,23 @@ macro_rules! impl_lease_store {
                 lease: &$crate::LeaseRef,
             ) -> ::std::result::Result<$crate::Execution, $crate::ExecutionError> {
                 self.run("release", || self.release_once(lease)).await
+            }
+
+            async fn park(
+                &self,
+                lease: &$crate::LeaseRef,
+                park: &$crate::park::Park,
+            ) -> ::std::result::Result<$crate::Execution, $crate::ExecutionError> {
+                park.validate()?;
+                self.run("park", || self.park_once(lease, park)).await
+            }
+
+            async fn parked_attempts(
+                &self,
+                execution_id: $crate::store::lease_port::__Uuid,
+            ) -> ::std::result::Result<u32, $crate::ExecutionError> {
+                self.run("attempts", || self.parked_attempts_once(execution_id))
+                    .await
             }
 
             async fn record_live(

@@ -339,8 +339,8 @@ impl FixtureFactory for MySqlFactory {
                 .expect("upgrade");
             // The claimable column, the priority columns, the fair_key column, the claim and
             // expiry indexes, the three filtered-list indexes, the two fair-claim indexes and
-            // the quota index.
-            assert_eq!(report.steps.len(), 11, "{report:?}");
+            // the quota index, and the attempt status `parked`.
+            assert_eq!(report.steps.len(), 12, "{report:?}");
         }
         let backend = open(
             &self.admin_url,

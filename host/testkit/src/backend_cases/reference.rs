@@ -49,3 +49,66 @@ pub async fn run(dsn: &str, ns: &str, auto_create: bool, args: &[&str]) -> Value
     );
     serde_json::from_slice(&out.stdout).expect("reference output is JSON")
 }
+
+/// A sleeping execution (docs/steps.md#sleep) as the reference's client sees it: parked by our
+/// backend (`store` and `leases` over the table pair `py_dsn` names), the reference reads it
+/// `queued`, not terminal, its result not ready; once it woke and succeeded, the reference
+/// reads the result. Task `sleepy` of namespace `ns` must have nothing else waiting.
+pub async fn parked_execution_as_the_reference_sees_it(
+    store: &dyn onestep_core::ports::ExecutionStore,
+    leases: &dyn onestep_core::ports::LeaseStore,
+    py_dsn: &str,
+    ns: &str,
+) {
+    use serde_json::json;
+    let e = store
+        .submit(crate::builders::prepared(ns, "sleepy", json!({"nap": 1})))
+        .await
+        .expect("submit");
+    let claim = crate::builders::claim(ns, "sleepy", 1, 30.0, "ours");
+    let lease = leases
+        .claim(&claim)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("a lease");
+    let wake = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    let parked = leases
+        .park(&lease.lease_ref(), &onestep_core::park::Park::until(wake))
+        .await
+        .expect("park");
+    assert_eq!(parked.status.as_str(), "queued");
+    // Not claimable before the wake time.
+    assert!(leases.claim(&claim).await.expect("claim").is_empty());
+    let id = e.id.to_string();
+    let seen = run(py_dsn, ns, false, &["result", &id]).await;
+    assert_eq!(
+        seen,
+        json!({"status": "queued", "terminal": false, "raised": "ExecutionNotReady"}),
+        "the reference reads a parked execution as waiting"
+    );
+    let seen = run(py_dsn, ns, false, &["get", &id]).await;
+    assert_eq!(seen["attempts"], json!(1));
+    // At the wake time a new attempt finishes the execution (it stays `queued` until claimed).
+    let left = (wake - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left + std::time::Duration::from_millis(100)).await;
+    let woke = leases
+        .claim(&claim)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("woke");
+    assert_eq!(woke.attempt_no, 2);
+    leases
+        .complete(
+            &woke.lease_ref(),
+            &onestep_core::execution::Completion::succeeded(json!({"slept": true})),
+        )
+        .await
+        .expect("complete");
+    let seen = run(py_dsn, ns, false, &["result", &id]).await;
+    assert_eq!(
+        seen,
+        json!({"status": "succeeded", "terminal": true, "result": {"slept": true}})
+    );
+}

@@ -19,6 +19,7 @@ mod deployments;
 mod fair;
 mod heartbeats;
 mod listing;
+mod park;
 mod quota;
 mod schedule;
 mod steps;
@@ -57,6 +58,7 @@ pub(crate) fn all() -> Vec<Case> {
     v.extend(callbacks::cases());
     v.extend(cap::cases());
     v.extend(steps::cases());
+    v.extend(park::cases());
     v
 }
 

@@ -397,8 +397,68 @@ fn release_in(
     Ok(row.execution.clone())
 }
 
+/// T15 on one row (docs/steps.md#sleep): a running live lease goes back to `queued` until
+/// `wake_at`, its attempt `parked`; on a `cancel_requested` row under the lease the cancel wins
+/// (T11 with the cancel error); otherwise what the completion answers (stale).
+fn park_in(
+    state: &mut State,
+    lease: &LeaseRef,
+    wake_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    max_result_bytes: usize,
+) -> Result<Execution, ExecutionError> {
+    let parkable = state.rows.get(&lease.execution_id).is_some_and(|r| {
+        r.lease_live(lease.lease_token, now) && r.execution.status == ExecutionStatus::Running
+    });
+    if !parkable {
+        let cancel = Completion::cancelled(Some(onestep_core::park::cancel_error()));
+        return complete_in(state, lease, &cancel, now, max_result_bytes);
+    }
+    let Some(row) = state.rows.get_mut(&lease.execution_id) else {
+        return stale(StaleReason::ExecutionMissing);
+    };
+    let Some(i) = row.running_attempt(lease.attempt_id, lease.lease_token) else {
+        return stale(StaleReason::AttemptInvalid);
+    };
+    let attempt = &mut row.attempts[i];
+    attempt.status = AttemptStatus::Parked;
+    attempt.finished_at = Some(now);
+    let e = &mut row.execution;
+    e.status = ExecutionStatus::Queued;
+    e.available_at = wake_at;
+    e.version += 1;
+    row.updated_at = now;
+    row.clear_lease();
+    Ok(row.execution.clone())
+}
+
 #[async_trait]
 impl LeaseStore for MemoryStore {
+    async fn park(
+        &self,
+        lease: &LeaseRef,
+        park: &onestep_core::park::Park,
+    ) -> Result<Execution, ExecutionError> {
+        park.validate()?;
+        self.enter(Op::Park).await?;
+        let now = self.now();
+        let max = self.limits().max_result_bytes;
+        let out = park_in(&mut self.state(), lease, park.wake_at, now, max);
+        self.record(Op::Park, 1, out.is_ok());
+        out
+    }
+
+    async fn parked_attempts(&self, execution_id: Uuid) -> Result<u32, ExecutionError> {
+        let state = self.state();
+        let n = state.rows.get(&execution_id).map_or(0, |r| {
+            r.attempts
+                .iter()
+                .filter(|a| a.status == AttemptStatus::Parked)
+                .count()
+        });
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ExecutionLease>, ExecutionError> {
         let req = request.validate()?;
         self.enter(Op::Claim).await?;

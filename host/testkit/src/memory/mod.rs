@@ -72,6 +72,8 @@ pub enum Op {
     CompleteMany,
     /// `LeaseStore::release`.
     Release,
+    /// `LeaseStore::park`.
+    Park,
 }
 
 /// One entry of the operation log.
@@ -128,13 +130,20 @@ impl Row {
         self.worker_id = None;
     }
 
-    /// A retry whose latest attempt lost its lease (never expired by maintenance).
+    /// A retry whose latest attempt lost its lease, or a `queued` execution whose latest
+    /// attempt parked (docs/steps.md#sleep): started, waiting to go on, never expired by
+    /// maintenance.
     pub(crate) fn is_lease_lost_retry(&self) -> bool {
-        self.execution.status == ExecutionStatus::Retrying
-            && self.attempts.iter().any(|a| {
-                a.attempt_no == self.execution.attempts
-                    && a.status == onestep_core::AttemptStatus::LeaseLost
-            })
+        let latest = |status| {
+            self.attempts
+                .iter()
+                .any(|a| a.attempt_no == self.execution.attempts && a.status == status)
+        };
+        match self.execution.status {
+            ExecutionStatus::Retrying => latest(onestep_core::AttemptStatus::LeaseLost),
+            ExecutionStatus::Queued => latest(onestep_core::AttemptStatus::Parked),
+            _ => false,
+        }
     }
 }
 

@@ -27,6 +27,7 @@ mod needs;
 mod outbound_limits;
 mod python;
 mod sandbox;
+mod sleep;
 mod soak;
 mod steps;
 mod table_hog;

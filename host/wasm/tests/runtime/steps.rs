@@ -34,6 +34,7 @@ async fn run(
     c.steps = store.map(|store| DurableSteps {
         store,
         lease: lease(execution_id),
+        clock: Arc::new(SystemClock),
     });
     handler
         .invoke(

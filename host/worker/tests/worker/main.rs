@@ -14,6 +14,7 @@ mod heartbeat;
 mod heartbeat_set;
 mod lease;
 mod observer;
+mod park;
 mod poison;
 mod quarantine;
 mod rate_limit;
