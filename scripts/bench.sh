@@ -31,7 +31,8 @@
 #      version across 3 workers (p50/p99), and the 12 MB js-echo.wasm fetched and compiled once
 #      per worker, cold then warm compile cache (SQLite); then an idle follower's statements and
 #      round trips per minute, counted on the wire, on MariaDB and PostgreSQL;
-#   7. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients.
+#   7. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients
+#      (host/bench/src/bin/api-bench.rs).
 # Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_HTTP_EXECUTIONS
 # (3000), BENCH_HISTORY (200000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level),
 # BENCH_WEBHOOKS (2000), BENCH_DEPLOYS (20), BENCH_IDLE_WINDOW_S (20).
@@ -135,4 +136,4 @@ done
 
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \
-    cargo bench -p onestep-api --bench api_bench
+    "$TARGET/api-bench"

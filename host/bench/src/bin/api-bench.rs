@@ -1,6 +1,7 @@
 //! Submit throughput and latency over HTTP on loopback (not a timed test; prints figures).
 //!
-//! `ONESTEP_TEST_MARIADB_URL=mysql://root@127.0.0.1:3306/ cargo bench -p onestep-api --bench api_bench`
+//! `ONESTEP_TEST_MARIADB_URL=mysql://root@127.0.0.1:3306/ target/release/api-bench` (built by
+//! `scripts/bench.sh`'s one release build)
 //!
 //! Creates a scratch database, serves the router on 127.0.0.1:0 over the real MySQL backend, then
 //! for 1, 16 and 64 concurrent clients (each a keep-alive HTTP/1.1 connection) sends
@@ -15,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use onestep_api::{ApiSettings, ApiState, Tenancy, router};
 use onestep_mysql::{MySqlBackend, ScratchDatabase, StoreOptions};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
 use tokio::net::TcpStream;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -114,10 +117,7 @@ async fn batch_client(
     n: usize,
     deadline: Instant,
 ) -> Result<Vec<Duration>, Error> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let (read, mut write) = stream.into_split();
-    let mut read = BufReader::new(read);
+    let mut sender = connect(addr).await?;
     let mut out = Vec::with_capacity(n);
     for b in 0..n {
         if Instant::now() >= deadline {
@@ -131,14 +131,12 @@ async fn batch_client(
             })
             .collect();
         let body = format!(r#"{{"items":[{}]}}"#, items.join(","));
-        let request = format!(
-            "POST /v1/executions:batch HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\n\r\n{body}",
-            body.len()
-        );
+        let request = http::Request::post("/v1/executions:batch")
+            .header(http::header::HOST, addr.to_string())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))?;
         let t0 = Instant::now();
-        write.write_all(request.as_bytes()).await?;
-        let status = read_response(&mut read).await?;
+        let status = send(&mut sender, request).await?;
         out.push(t0.elapsed());
         if status != 200 {
             return Err(format!("unexpected batch status {status}").into());
@@ -155,10 +153,7 @@ async fn client(
     n: usize,
     deadline: Instant,
 ) -> Result<Vec<Duration>, Error> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let (read, mut write) = stream.into_split();
-    let mut read = BufReader::new(read);
+    let mut sender = connect(addr).await?;
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         if Instant::now() >= deadline {
@@ -167,14 +162,13 @@ async fn client(
         let body = format!(
             r#"{{"task_name":"bench","payload":{{"client":{me},"i":{i},"doc":"doc-{i}"}},"metadata":{{"level":{level}}}}}"#
         );
-        let request = format!(
-            "POST /v1/executions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-             idempotency-key: bench-{level}-{me}-{i}\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
+        let request = http::Request::post("/v1/executions")
+            .header(http::header::HOST, addr.to_string())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header("idempotency-key", format!("bench-{level}-{me}-{i}"))
+            .body(Full::new(Bytes::from(body)))?;
         let t0 = Instant::now();
-        write.write_all(request.as_bytes()).await?;
-        let status = read_response(&mut read).await?;
+        let status = send(&mut sender, request).await?;
         out.push(t0.elapsed());
         if status != 202 {
             return Err(format!("unexpected status {status}").into());
@@ -183,30 +177,24 @@ async fn client(
     Ok(out)
 }
 
-/// Reads one HTTP/1.1 response with a `content-length` body; returns the status.
-async fn read_response<R: AsyncBufReadExt + AsyncReadExt + Unpin>(r: &mut R) -> Result<u16, Error> {
-    let mut line = String::new();
-    r.read_line(&mut line).await?;
-    let status: u16 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or("bad status line")?;
-    let mut length = 0usize;
-    loop {
-        line.clear();
-        r.read_line(&mut line).await?;
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = l.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            length = v.trim().parse()?;
-        }
-    }
-    let mut body = vec![0u8; length];
-    r.read_exact(&mut body).await?;
+/// One keep-alive HTTP/1.1 connection (hyper's client) to the API.
+async fn connect(addr: std::net::SocketAddr) -> Result<SendRequest<Full<Bytes>>, Error> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+/// Sends one request on the connection and reads the whole answer; returns its status.
+async fn send(
+    sender: &mut SendRequest<Full<Bytes>>,
+    request: http::Request<Full<Bytes>>,
+) -> Result<u16, Error> {
+    sender.ready().await?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    response.into_body().collect().await?;
     Ok(status)
 }
