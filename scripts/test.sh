@@ -7,8 +7,11 @@
 #   4. prepares the reference Python implementation's venv for the interop test, and a venv with
 #      schemathesis for the API fuzzing test, and one with standardwebhooks (the webhook
 #      signature verifier),
-#   5. runs `cargo test --workspace` (one shared target directory; the binary is built once).
-# Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p onestep-mysql`).
+#   5. runs every test with cargo-nextest (`cargo nextest run --workspace`: each test in its own
+#      process, the test binaries side by side; settings in .config/nextest.toml), then the doc
+#      tests with `cargo test --doc` (one shared target directory; the binary is built once).
+#      Without cargo-nextest on the machine it falls back to `cargo test --workspace`.
+# Extra arguments go to the test runner (e.g. `scripts/test.sh -p onestep-mysql`).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -52,15 +55,26 @@ ONESTEP_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onestep"
 export ONESTEP_BIN
 scripts/check-scaffolds.sh >&2   # the nine `onestep new handler` scaffolds build and run one payload
 
-echo "== cargo test" >&2
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
+if command -v cargo-nextest >/dev/null 2>&1; then
+    echo "== cargo nextest run (every test), then the doc tests" >&2
+    cargo nextest run --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    cargo test --workspace --doc "$@" 2>&1 | tee -a "$log"
+    doc_status=${PIPESTATUS[0]}
+    [ "$status" -eq 0 ] && status=$doc_status
+else
+    echo "== cargo test (cargo-nextest not found: one test binary after another)" >&2
+    cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+fi
 set -e
-# One closing line over every test binary (unit, integration, doc): "tests: N passed, M failed".
+# One closing line over every test (nextest's summary, the doc tests' "test result:" lines):
+# "tests: N passed, M failed".
 echo "servers: MariaDB $ONESTEP_TEST_MARIADB_URL, MySQL $ONESTEP_TEST_MYSQL_URL, PostgreSQL $ONESTEP_TEST_POSTGRES_URL" >&2
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     /^ *Summary \[/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 exit "$status"
