@@ -14,11 +14,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onestep_api::{ApiSettings, ApiState, Tenancy, router};
-use onestep_mysql::{MySqlBackend, ScratchDatabase, StoreOptions};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
+use onestep_api::{ApiSettings, ApiState, Tenancy, router};
+use onestep_mysql::{MySqlBackend, ScratchDatabase, StoreOptions};
 use tokio::net::TcpStream;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -117,12 +117,7 @@ async fn batch_client(
     n: usize,
     deadline: Instant,
 ) -> Result<Vec<Duration>, Error> {
-    let mut sender = connect(addr).await?;
-    let mut out = Vec::with_capacity(n);
-    for b in 0..n {
-        if Instant::now() >= deadline {
-            break;
-        }
+    drive(addr, n, deadline, 200, |b| {
         let items: Vec<String> = (0..1000)
             .map(|i| {
                 format!(
@@ -130,19 +125,9 @@ async fn batch_client(
                 )
             })
             .collect();
-        let body = format!(r#"{{"items":[{}]}}"#, items.join(","));
-        let request = http::Request::post("/v1/executions:batch")
-            .header(http::header::HOST, addr.to_string())
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))?;
-        let t0 = Instant::now();
-        let status = send(&mut sender, request).await?;
-        out.push(t0.elapsed());
-        if status != 200 {
-            return Err(format!("unexpected batch status {status}").into());
-        }
-    }
-    Ok(out)
+        post(addr, "/v1/executions:batch", format!(r#"{{"items":[{}]}}"#, items.join(",")))
+    })
+    .await
 }
 
 /// One keep-alive connection sending up to `n` submits before `deadline`; returns latencies.
@@ -153,25 +138,53 @@ async fn client(
     n: usize,
     deadline: Instant,
 ) -> Result<Vec<Duration>, Error> {
+    drive(addr, n, deadline, 202, |i| {
+        let body = format!(
+            r#"{{"task_name":"bench","payload":{{"client":{me},"i":{i},"doc":"doc-{i}"}},"metadata":{{"level":{level}}}}}"#
+        );
+        let mut request = post(addr, "/v1/executions", body)?;
+        request.headers_mut().insert(
+            "idempotency-key",
+            http::HeaderValue::from_str(&format!("bench-{level}-{me}-{i}"))?,
+        );
+        Ok(request)
+    })
+    .await
+}
+
+/// A JSON `POST` of `body` to `path`.
+fn post(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: String,
+) -> Result<http::Request<Full<Bytes>>, Error> {
+    Ok(http::Request::post(path)
+        .header(http::header::HOST, addr.to_string())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))?)
+}
+
+/// Sends up to `n` requests (`request(i)`) on one keep-alive connection before `deadline`, each
+/// expected to answer `expect`; returns each request's latency.
+async fn drive(
+    addr: std::net::SocketAddr,
+    n: usize,
+    deadline: Instant,
+    expect: u16,
+    request: impl Fn(usize) -> Result<http::Request<Full<Bytes>>, Error>,
+) -> Result<Vec<Duration>, Error> {
     let mut sender = connect(addr).await?;
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         if Instant::now() >= deadline {
             break;
         }
-        let body = format!(
-            r#"{{"task_name":"bench","payload":{{"client":{me},"i":{i},"doc":"doc-{i}"}},"metadata":{{"level":{level}}}}}"#
-        );
-        let request = http::Request::post("/v1/executions")
-            .header(http::header::HOST, addr.to_string())
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header("idempotency-key", format!("bench-{level}-{me}-{i}"))
-            .body(Full::new(Bytes::from(body)))?;
+        let request = request(i)?;
         let t0 = Instant::now();
         let status = send(&mut sender, request).await?;
         out.push(t0.elapsed());
-        if status != 202 {
-            return Err(format!("unexpected status {status}").into());
+        if status != expect {
+            return Err(format!("unexpected status {status} (expected {expect})").into());
         }
     }
     Ok(out)
