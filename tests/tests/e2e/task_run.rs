@@ -263,3 +263,291 @@ async fn replay_runs_a_recorded_execution_locally_and_writes_nothing() -> Result
     })
     .await
 }
+
+/// Runs `onestep ARGS` with `envs` and `stdin` on its standard input; returns (exit code,
+/// stdout, stderr).
+fn onestep_stdin(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    stdin: &str,
+) -> Result<(i32, String, String)> {
+    use std::io::Write;
+    let mut child = Command::new(onestep_bin()?)
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("cannot run onestep")?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(stdin.as_bytes())?;
+    let out = child.wait_with_output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// `task run --steps FILE` (docs/steps.md#local-runs): the real `steps` guest starts with the
+/// file's steps in memory, loads them instead of doing their work, and the report counts them;
+/// a bad file exits 2 naming the file and what is wrong, before anything runs.
+#[test]
+fn task_run_preloads_steps_from_a_file() -> Result<()> {
+    let config = e2e_config("steps.yaml");
+    let config = config.to_string_lossy().into_owned();
+    let dir = tempfile::tempdir()?;
+    let no_db = [("ONESTEP_DSN", "mysql://nobody@127.0.0.1:1/none")];
+    let payload = json!({"n": 3, "step_ms": 0}).to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["task", "run", &config, "steps", "--payload", &payload];
+        args.extend_from_slice(extra);
+        onestep(&args, &no_db)
+    };
+
+    // Steps 0 and 1 recorded "by attempt 7": the guest loads them, does step 2 itself (as
+    // attempt 2) and reports which attempt did each step's work.
+    let file = dir.path().join("steps.json");
+    std::fs::write(
+        &file,
+        json!({"step-0": {"i": 0, "attempt": 7}, "step-1": {"i": 1, "attempt": 7}}).to_string(),
+    )?;
+    let path = file.to_string_lossy().into_owned();
+    let (code, stdout, stderr) = run(&["--steps", &path, "--attempt", "2", "--json"])?;
+    ensure!(code == 0, "exit {code}: {stdout} {stderr}");
+    let r: Value = serde_json::from_str(stdout.trim())?;
+    ensure!(r["result"]["attempts"] == json!([7, 7, 2]), "{r}");
+    ensure!(r["result"]["ran_here"] == json!(1), "{r}");
+    ensure!(
+        r["steps"] == json!({"preloaded": 2, "loaded": 2, "missed": 1, "saved": 1}),
+        "{r}"
+    );
+    // The text report's steps line.
+    let (code, stdout, stderr) = run(&["--steps", &path])?;
+    ensure!(code == 0, "exit {code}: {stdout} {stderr}");
+    ensure!(
+        stdout.contains(
+            "steps:    2 preloaded, 2 loaded by the handler (1 missed), 1 saved (in memory only)"
+        ),
+        "{stdout}"
+    );
+    // Without --steps every step's work is done here.
+    let (code, stdout, _) = run(&["--json"])?;
+    ensure!(code == 0, "exit {code}: {stdout}");
+    let r: Value = serde_json::from_str(stdout.trim())?;
+    ensure!(r["result"]["ran_here"] == json!(3), "{r}");
+    ensure!(
+        r["steps"] == json!({"preloaded": 0, "loaded": 0, "missed": 3, "saved": 3}),
+        "{r}"
+    );
+
+    // The output of `onestep steps ID --values --json`, on stdin.
+    let view = json!({
+        "execution_id": "2a31b3a6-72c9-4ae3-8e8e-4d6f78c00f3a",
+        "items": [
+            {"key": "step-0", "bytes": 19, "saved_at": "2026-12-07T12:00:00.000000+00:00",
+             "attempt": 1, "attempt_id": "2a31b3a6-72c9-4ae3-8e8e-4d6f78c00f3b",
+             "value": {"i": 0, "attempt": 5}}
+        ],
+        "total_bytes": 19, "steps_kept": true, "values_omitted": 0
+    });
+    let mut args = vec!["task", "run", &config, "steps", "--payload", &payload];
+    args.extend_from_slice(&["--steps", "-", "--json"]);
+    let (code, stdout, stderr) = onestep_stdin(&args, &no_db, &view.to_string())?;
+    ensure!(code == 0, "exit {code}: {stdout} {stderr}");
+    let r: Value = serde_json::from_str(stdout.trim())?;
+    ensure!(r["result"]["attempts"] == json!([5, 1, 1]), "{r}");
+    ensure!(r["steps"]["preloaded"] == json!(1), "{r}");
+
+    // Bad files: exit 2, the file and what is wrong, and nothing ran.
+    let bad = |name: &str, text: &str| -> Result<String> {
+        let f = dir.path().join(name);
+        std::fs::write(&f, text)?;
+        Ok(f.to_string_lossy().into_owned())
+    };
+    let not_json = bad("not-json.json", "{\"step-0\": 1,\n \"step-1\": }")?;
+    let array = bad("array.json", "[1, 2]")?;
+    let bad_key = bad("bad-key.json", r#"{"a\nb": 1}"#)?;
+    let no_value = bad(
+        "no-value.json",
+        &json!({"execution_id": "2a31b3a6-72c9-4ae3-8e8e-4d6f78c00f3a", "items": [
+            {"key": "step-0", "bytes": 19, "saved_at": "2026-12-07T12:00:00.000000+00:00",
+             "attempt": 1, "attempt_id": "2a31b3a6-72c9-4ae3-8e8e-4d6f78c00f3b"}],
+            "total_bytes": 19, "steps_kept": true, "values_omitted": 0})
+        .to_string(),
+    )?;
+    let missing = dir
+        .path()
+        .join("missing.json")
+        .to_string_lossy()
+        .into_owned();
+    for (file, message) in [
+        (
+            &not_json,
+            "not valid JSON: expected value at line 2 column 12",
+        ),
+        (
+            &array,
+            "a steps file is a JSON object of step key → recorded value",
+        ),
+        (
+            &bad_key,
+            "step \"a\\nb\": invalid step key: the key holds the control character",
+        ),
+        (&no_value, "items[0] (step \"step-0\") has no value"),
+        (&missing, "cannot read"),
+    ] {
+        let (code, stdout, stderr) = run(&["--steps", file])?;
+        ensure!(code == 2, "{file}: exit {code}, {stdout} {stderr}");
+        ensure!(
+            stderr.contains(&format!("--steps {file}: {message}")),
+            "{file}: {stderr}"
+        );
+        ensure!(stdout.is_empty(), "{file}: something ran: {stdout}");
+    }
+    let (code, _, stderr) = onestep_stdin(
+        &[
+            "task",
+            "run",
+            &config,
+            "steps",
+            "--payload",
+            "@-",
+            "--steps",
+            "-",
+        ],
+        &no_db,
+        "{}",
+    )?;
+    ensure!(
+        code == 2 && stderr.contains("cannot both read stdin"),
+        "exit {code}: {stderr}"
+    );
+    Ok(())
+}
+
+/// `replay --with-steps` (docs/steps.md#local-runs) on every server: an execution that slept
+/// once (attempt 1 did step 0 and recorded the sleep, attempt 2 the rest) replays from its
+/// recorded steps — step 0 still says attempt 1, nothing is worked again, the sleep is over —
+/// and without the flag does the work again (and sleeps again: parked). The steps the replay
+/// saves stay in memory: the recorded steps and attempts are unchanged. `onestep steps --values
+/// --json` pipes into `task run --steps -`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_with_steps_loads_the_recorded_steps() -> Result<()> {
+    let config = e2e_config("sleep.yaml");
+    on_each_server(
+        "replay with steps",
+        &config,
+        Schedule::Concurrent,
+        |env| async move {
+            let config = e2e_config("sleep.yaml");
+            let config = config.to_string_lossy().into_owned();
+            let envs = env.onestep_env();
+            let e = env
+                .submit(
+                    "steps",
+                    json!({"n": 3, "step_ms": 0, "sleep_ms": 1000, "sleep_after": 1}),
+                )
+                .await?;
+            let _w = env.spawn_worker("w1")?;
+            let done = env
+                .wait_status(e.id, &[S::Succeeded], Duration::from_secs(60))
+                .await?;
+            ensure!(done.attempts == 2, "attempts {}", done.attempts);
+            let result = done.result.context("result")?;
+            ensure!(result["attempts"] == json!([1, 2, 2]), "{result}");
+            let recorded_steps = env.steps().list(e.id).await?;
+            let keys: Vec<&str> = recorded_steps.iter().map(|s| s.key.as_str()).collect();
+            ensure!(keys == ["step-0", "nap", "step-1", "step-2"], "{keys:?}");
+            let id = e.id.to_string();
+
+            let replay = |extra: &[&str]| {
+                let mut args = vec!["replay", &id, "--config", &config];
+                args.extend_from_slice(extra);
+                onestep(&args, &envs)
+            };
+            let (code, stdout, stderr) = replay(&["--with-steps", "--json"])?;
+            ensure!(code == 0, "exit {code}: {stdout} {stderr}");
+            let r: Value = serde_json::from_str(stdout.trim())?;
+            let replayed = &r["replayed"];
+            ensure!(replayed["outcome"] == "succeeded", "{r}");
+            // The replay is attempt 2 (the last): step 0's work is attempt 1's, from the record.
+            ensure!(replayed["result"]["attempts"] == json!([1, 2, 2]), "{r}");
+            ensure!(replayed["result"]["ran_here"] == json!(0), "{r}");
+            ensure!(replayed["result"]["woke_in_attempt"] == json!(2), "{r}");
+            ensure!(replayed["steps"]["preloaded"] == json!(4), "{r}");
+            ensure!(replayed["steps"]["loaded"] == json!(3), "{r}");
+            ensure!(replayed["steps"]["missed"] == json!(0), "{r}");
+            ensure!(replayed["steps"]["saved"] == json!(0), "{r}");
+            // The text report ends with the counts.
+            let (code, stdout, stderr) = replay(&["--with-steps"])?;
+            ensure!(code == 0, "exit {code}: {stdout} {stderr}");
+            ensure!(
+                stdout.trim_end().lines().last()
+                    == Some(
+                        "steps:    4 loaded from the record, 3 loaded by the handler (0 missed), \
+                         0 saved (in memory only)"
+                    ),
+                "{stdout}"
+            );
+
+            // Without --with-steps: step 0 is worked again, and the sleep sleeps again.
+            let (code, stdout, stderr) = replay(&["--json"])?;
+            ensure!(code == 7, "exit {code}: {stdout} {stderr}");
+            let r: Value = serde_json::from_str(stdout.trim())?;
+            ensure!(r["replayed"]["outcome"] == "parked", "{r}");
+            ensure!(
+                r["replayed"]["steps"]
+                    == json!({"preloaded": 0, "loaded": 0, "missed": 1, "saved": 2}),
+                "{r}"
+            );
+
+            // Nothing written: the same steps, the same two attempts, still succeeded.
+            ensure!(
+                env.steps().list(e.id).await? == recorded_steps,
+                "the recorded steps changed"
+            );
+            ensure!(
+                env.db.attempts(e.id).await?.len() == 2,
+                "an attempt was written"
+            );
+            ensure!(
+                env.get(e.id).await?.status == S::Succeeded,
+                "status changed"
+            );
+
+            // `onestep steps ID --values --json` into `task run --steps -`.
+            let mut conn = envs.to_vec();
+            conn.push(("ONESTEP_NAMESPACE", onestep_e2e::NAMESPACE));
+            let (code, steps_json, stderr) = onestep(&["steps", &id, "--values", "--json"], &conn)?;
+            ensure!(code == 0, "exit {code}: {stderr}");
+            let payload = json!({"n": 3, "step_ms": 0}).to_string();
+            let (code, stdout, stderr) = onestep_stdin(
+                &[
+                    "task",
+                    "run",
+                    &config,
+                    "steps",
+                    "--payload",
+                    &payload,
+                    "--steps",
+                    "-",
+                    "--json",
+                ],
+                &envs,
+                &steps_json,
+            )?;
+            ensure!(code == 0, "exit {code}: {stdout} {stderr}");
+            let r: Value = serde_json::from_str(stdout.trim())?;
+            ensure!(r["result"]["attempts"] == json!([1, 2, 2]), "{r}");
+            ensure!(r["result"]["ran_here"] == json!(0), "{r}");
+            ensure!(r["steps"]["preloaded"] == json!(4), "{r}");
+            Ok(())
+        },
+    )
+    .await
+}

@@ -12,5 +12,6 @@ pub(crate) mod new;
 pub(crate) mod render;
 pub(crate) mod run;
 pub(crate) mod serve;
+pub(crate) mod steps_file;
 pub(crate) mod task_run;
 pub(crate) mod watch;

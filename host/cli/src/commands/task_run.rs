@@ -5,16 +5,19 @@
 //! stdout. `task run --watch` runs again whenever the component file changes ([`super::watch`]).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use onestep_config::{AppConfig, TaskConfig};
 use onestep_core::request::{RESERVED_METADATA_KEY, parse_execution_id};
-use onestep_core::{Execution, ExecutionClient};
+use onestep_core::steps::{MemorySteps, STEPS_TABLE_ABSENT, StepStore};
+use onestep_core::{Execution, ExecutionClient, ExecutionError};
 use onestep_wasm::{CancelHandle, InvocationContext, Outcome, Report, SandboxSettings, TrapKind};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::common::{EnvArgs, load, load_local, read_json_arg};
+use super::steps_file::Seed;
 use crate::logging;
 use crate::wiring::store::Store;
 use crate::wiring::wasm_runner::load_task_handler;
@@ -82,6 +85,11 @@ pub(crate) struct TaskRunArgs {
     /// After the run, run again each time the component file changes, until interrupted.
     #[arg(long)]
     pub(crate) watch: bool,
+    /// Start with these durable steps in memory (docs/steps.md#local-runs): a JSON object of
+    /// step key → recorded value, or the output of `onestep steps ID --values --json`; `-`
+    /// reads stdin.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) steps: Option<String>,
     #[command(flatten)]
     pub(crate) local: LocalRunArgs,
 }
@@ -100,6 +108,11 @@ pub(crate) struct ReplayArgs {
     /// it, else with the task whose source holds it).
     #[arg(long)]
     pub(crate) task: Option<String>,
+    /// Start with the execution's recorded durable steps in memory (read from its source,
+    /// nothing written), so the replay loads them instead of doing their work again
+    /// (docs/steps.md#local-runs). Without it the replay starts with no steps.
+    #[arg(long)]
+    pub(crate) with_steps: bool,
     #[command(flatten)]
     pub(crate) local: LocalRunArgs,
 }
@@ -127,13 +140,16 @@ struct Attempt<'a> {
     attempt: u32,
     payload: Value,
     metadata: serde_json::Map<String, Value>,
+    /// The durable steps the attempt starts with, in memory (docs/steps.md#local-runs).
+    steps: &'a Seed,
 }
 
-/// What one local attempt produced: the runtime's report and the SHA-256 of the component that
-/// ran.
+/// What one local attempt produced: the runtime's report, the SHA-256 of the component that
+/// ran and how many steps it started with.
 struct Ran {
     report: Report,
     digest: String,
+    preloaded: usize,
 }
 
 /// Runs one attempt of `a.task` in its sandbox (or returns an exit code when the component
@@ -151,6 +167,21 @@ async fn run_attempt(cfg: &AppConfig, a: Attempt<'_>, local: &LocalRunArgs) -> R
     let handler =
         load_task_handler(&runtime, a.task, &sandbox).map_err(|e| usage(format!("{e:#}")))?;
     let attempt_id = Uuid::new_v4();
+    let clock: onestep_core::time::SharedClock = Arc::new(onestep_core::time::SystemClock);
+    // Durable steps in memory, for this one attempt (docs/steps.md#local-runs): a `0.3.0`
+    // component's saves and loads work, it finds the steps it starts with, and nothing
+    // outlives the run.
+    let memory = Arc::new(MemorySteps::new(clock.clone()));
+    for (key, value) in a.steps {
+        memory
+            .seed(a.execution_id, key, value)
+            .map_err(|e| usage(format!("step {key:?}: {e}")))?;
+    }
+    // The steps it starts with (a key given twice is one step).
+    let preloaded = memory
+        .list(a.execution_id)
+        .await
+        .map_or(0, |steps| steps.len());
     let mut metadata = a.metadata;
     metadata.insert(
         RESERVED_METADATA_KEY.to_owned(),
@@ -165,18 +196,14 @@ async fn run_attempt(cfg: &AppConfig, a: Attempt<'_>, local: &LocalRunArgs) -> R
         worker_id: "onestep-task-run".to_owned(),
         metadata_json: Value::Object(metadata).to_string(),
         params_json: Value::Object(a.task.handler.params.clone()).to_string(),
-        // Durable steps in memory, for this one attempt (docs/steps.md): a `0.3.0` component's
-        // saves and loads work, and nothing outlives the run.
         steps: Some(onestep_wasm::DurableSteps {
-            store: std::sync::Arc::new(onestep_core::steps::MemorySteps::new(std::sync::Arc::new(
-                onestep_core::time::SystemClock,
-            ))),
+            store: memory,
             lease: onestep_core::execution::LeaseRef {
                 execution_id: a.execution_id,
                 attempt_id,
                 lease_token: Uuid::new_v4(),
             },
-            clock: std::sync::Arc::new(onestep_core::time::SystemClock),
+            clock,
         }),
         ..Default::default()
     };
@@ -196,6 +223,7 @@ async fn run_attempt(cfg: &AppConfig, a: Attempt<'_>, local: &LocalRunArgs) -> R
     Ok(Ran {
         report,
         digest: handler.digest_hex(),
+        preloaded,
     })
 }
 
@@ -262,10 +290,35 @@ fn report_json(task: &str, ran: &Ran) -> Value {
         "peak_memory_bytes": report.peak_memory_bytes,
         "log": report.log,
         "output_dropped_bytes": report.output_dropped_bytes,
+        "steps": steps_json(ran),
     })
 }
 
-fn print_report(task: &str, ran: &Ran, json_out: bool) -> u8 {
+/// The attempt's durable steps (docs/steps.md#local-runs): how many it started with
+/// (`preloaded`), how many of its `step-load`s found a value (`loaded`) or none (`missed`), and
+/// how many steps it saved, in memory only (`saved`).
+fn steps_json(ran: &Ran) -> Value {
+    let s = &ran.report.steps;
+    json!({
+        "preloaded": ran.preloaded,
+        "loaded": s.loaded,
+        "missed": s.missed,
+        "saved": s.saved,
+    })
+}
+
+/// The steps line of the text report: `preloaded` names where the steps came from.
+fn steps_line(ran: &Ran, preloaded: &str) -> String {
+    let s = &ran.report.steps;
+    format!(
+        "{} {preloaded}, {} loaded by the handler ({} missed), {} saved (in memory only)",
+        ran.preloaded, s.loaded, s.missed, s.saved
+    )
+}
+
+/// Prints the report; its last line tells the steps (`steps_from`: where the preloaded ones came
+/// from) when the attempt started with steps or made step calls, or always with `steps_always`.
+fn print_report(task: &str, ran: &Ran, json_out: bool, steps_from: &str, steps_always: bool) -> u8 {
     let report = &ran.report;
     let (label, code, detail) = describe(&report.outcome);
     if json_out {
@@ -290,6 +343,9 @@ fn print_report(task: &str, ran: &Ran, json_out: bool) -> u8 {
         report.log.lines,
         report.log.dropped_lines
     );
+    if steps_always || ran.preloaded > 0 || !report.steps.is_empty() {
+        println!("steps:    {}", steps_line(ran, steps_from));
+    }
     code
 }
 
@@ -304,6 +360,11 @@ pub(crate) async fn task_run(args: TaskRunArgs) -> u8 {
         Ok(t) => t,
         Err(e) => return usage(e),
     };
+    if args.steps.as_deref() == Some("-")
+        && (args.payload == "@-" || args.metadata.as_deref() == Some("@-"))
+    {
+        return usage("--steps - and --payload/--metadata @- cannot both read stdin");
+    }
     let payload = match read_json_arg("payload", &args.payload) {
         Ok(p) => p,
         Err(e) => return usage(e),
@@ -319,15 +380,25 @@ pub(crate) async fn task_run(args: TaskRunArgs) -> u8 {
         Ok(Some(_)) => return usage("--metadata must be a JSON object"),
         Err(e) => return usage(e),
     };
+    let steps = match args
+        .steps
+        .as_deref()
+        .map(super::steps_file::read)
+        .transpose()
+    {
+        Ok(s) => s.unwrap_or_default(),
+        Err(e) => return usage(e),
+    };
     let attempt = || Attempt {
         task,
         execution_id: Uuid::new_v4(),
         attempt: args.attempt,
         payload: payload.clone(),
         metadata: metadata.clone(),
+        steps: &steps,
     };
     let once = |code: Result<Ran, u8>| match code {
-        Ok(ran) => print_report(&task.name, &ran, args.local.json),
+        Ok(ran) => print_report(&task.name, &ran, args.local.json, "preloaded", false),
         Err(code) => code,
     };
     let mut code = once(run_attempt(&cfg, attempt(), &args.local).await);
@@ -354,13 +425,24 @@ pub(crate) async fn task_run(args: TaskRunArgs) -> u8 {
     }
 }
 
-/// Reads execution `id` through `task`'s source, on its connector's backend (MySQL or
-/// PostgreSQL, docs/postgres.md).
+/// An execution as replay reads it: its row and, with `--with-steps`, its recorded steps.
+struct Recorded {
+    execution: Execution,
+    /// The recorded steps in first-save order, as (key, value); `None` without `--with-steps`.
+    steps: Option<Seed>,
+    /// False when the tables keep no steps (created before the steps table).
+    steps_kept: bool,
+}
+
+/// Reads execution `id` through `task`'s source, on its connector's backend (MySQL,
+/// PostgreSQL or SQLite), and with `with_steps` its recorded steps through the same source's
+/// step store (the port `onestep steps` and `GET /v1/executions/{id}/steps` read). Reads only.
 async fn fetch_execution(
     cfg: &AppConfig,
     task: &TaskConfig,
     id: Uuid,
-) -> anyhow::Result<Option<Execution>> {
+    with_steps: bool,
+) -> anyhow::Result<Option<Recorded>> {
     let source = cfg
         .sources
         .get(&task.source)
@@ -371,12 +453,60 @@ async fn fetch_execution(
     let store = Store::open(&opts)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open the source '{}': {e}", source.name))?;
-    let found = match ExecutionClient::new(store.executions(), &source.namespace, source.limits) {
-        Ok(client) => client.get(id).await.map_err(anyhow::Error::from),
-        Err(e) => Err(anyhow::Error::from(e)),
-    };
+    let found = read_recorded(&store, source, id, with_steps).await;
     let _ = store.close().await;
     found
+}
+
+async fn read_recorded(
+    store: &Store,
+    source: &onestep_config::ExecutionSourceConfig,
+    id: Uuid,
+    with_steps: bool,
+) -> anyhow::Result<Option<Recorded>> {
+    let client = ExecutionClient::new(store.executions(), &source.namespace, source.limits)?;
+    // The namespace check: the steps of an execution this source cannot see are not read.
+    let Some(execution) = client.get(id).await? else {
+        return Ok(None);
+    };
+    if !with_steps {
+        return Ok(Some(Recorded {
+            execution,
+            steps: None,
+            steps_kept: true,
+        }));
+    }
+    let steps = store.steps();
+    let records = match steps.list(id).await {
+        Ok(r) => r,
+        Err(ExecutionError::InvalidArgument(m)) if m.contains(STEPS_TABLE_ABSENT) => {
+            return Ok(Some(Recorded {
+                execution,
+                steps: Some(Vec::new()),
+                steps_kept: false,
+            }));
+        }
+        Err(e) => {
+            return Err(anyhow::anyhow!(
+                "cannot read the steps of execution {id}: {e}"
+            ));
+        }
+    };
+    let mut seed = Vec::with_capacity(records.len());
+    for record in records {
+        // A step replaced since the list is read as it is now.
+        let value = steps.load(id, &record.key).await.map_err(|e| {
+            anyhow::anyhow!("cannot read step {:?} of execution {id}: {e}", record.key)
+        })?;
+        if let Some(value) = value {
+            seed.push((record.key, value));
+        }
+    }
+    Ok(Some(Recorded {
+        execution,
+        steps: Some(seed),
+        steps_kept: true,
+    }))
 }
 
 /// `onestep replay`.
@@ -407,16 +537,16 @@ pub(crate) async fn replay(args: ReplayArgs) -> u8 {
     };
     let mut found = None;
     for task in &candidates {
-        match fetch_execution(&cfg, task, id).await {
-            Ok(Some(e)) => {
-                found = Some((*task, e));
+        match fetch_execution(&cfg, task, id, args.with_steps).await {
+            Ok(Some(r)) => {
+                found = Some((*task, r));
                 break;
             }
             Ok(None) => {}
             Err(e) => return usage(e),
         }
     }
-    let Some((task, execution)) = found else {
+    let Some((task, recorded_execution)) = found else {
         let names: Vec<&str> = candidates.iter().map(|t| t.name.as_str()).collect();
         return usage(format!(
             "no execution {id} in the namespace of task{} '{}'",
@@ -424,6 +554,19 @@ pub(crate) async fn replay(args: ReplayArgs) -> u8 {
             names.join("', '")
         ));
     };
+    let Recorded {
+        execution,
+        steps,
+        steps_kept,
+    } = recorded_execution;
+    if !steps_kept {
+        eprintln!(
+            "onestep: --with-steps: the tables of task '{}' keep no steps ({STEPS_TABLE_ABSENT}): \
+             the replay starts with none",
+            task.name
+        );
+    }
+    let steps = steps.unwrap_or_default();
     // The execution's own task, when the file has it (a source may serve several names).
     let task = cfg.task(&execution.task_name).unwrap_or(task);
     let recorded = json!({
@@ -438,6 +581,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> u8 {
         attempt: execution.attempts.max(1),
         payload: execution.payload.clone(),
         metadata: execution.metadata.clone(),
+        steps: &steps,
     };
     let ran = match run_attempt(&cfg, attempt, &args.local).await {
         Ok(r) => r,
@@ -451,7 +595,14 @@ pub(crate) async fn replay(args: ReplayArgs) -> u8 {
         );
     } else {
         println!("recorded: {recorded}");
-        print_report(&task.name, &ran, false);
+        // Its last line: the steps loaded from the record, those the replay saved (in memory
+        // only).
+        let from = if args.with_steps {
+            "loaded from the record"
+        } else {
+            "loaded from the record (no --with-steps)"
+        };
+        print_report(&task.name, &ran, false, from, args.with_steps);
     }
     code
 }
