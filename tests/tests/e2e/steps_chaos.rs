@@ -257,11 +257,13 @@ async fn kill_while_running(
                 kills.len()
             );
         }
-        // The worker of the latest request runs the execution now.
-        let holder = recorder.of(id).last().map(|r| r.worker.clone());
-        let holder_at = holder
-            .as_deref()
-            .and_then(|h| workers.running.iter().position(|(w, _)| w == h));
+        // The running execution is the latest requester's among the live workers (a request
+        // the last victim sent just before it died may be counted after its death).
+        let records = recorder.of(id);
+        let holder_at = records
+            .iter()
+            .rev()
+            .find_map(|r| workers.running.iter().position(|(w, _)| *w == r.worker));
         let holder_kills = kills.iter().filter(|k| k.holder).count();
         let must_hit = MIN_HOLDER_KILLS.saturating_sub(holder_kills) >= KILLS - kills.len();
         let at = match holder_at {
@@ -282,15 +284,22 @@ async fn kill_while_running(
             .collect::<BTreeSet<_>>()
             .len();
         let kill = Kill {
-            holder: holder.as_deref() == Some(worker.as_str()),
+            holder: holder_at == Some(at),
             worker,
             distinct_after,
         };
         eprintln!(
-            "[{}] kill {} after {} requests: {kill:?}",
+            "[{}] kill {}: {}{} after {} requests, {} keys",
             env.server(),
             kills.len() + 1,
-            recorder.of(id).len()
+            kill.worker,
+            if kill.holder {
+                " (running the execution)"
+            } else {
+                ""
+            },
+            recorder.of(id).len(),
+            kill.distinct_after,
         );
         kills.push(kill);
         workers.spawn()?;
