@@ -16,7 +16,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GUESTS="$ROOT/guest-examples"
 OUT="$GUESTS/out"
-RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import fetch agent inspect future-world steps)
+RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import fetch agent inspect future-world steps steps-http)
 COMPONENTIZE_PY_VERSION="0.25.1"
 # Python guests: <dir>:<world of wit/v0.2>, built from <dir>/app.py to out/<dir>.wasm. World
 # `compute` for a handler without network (componentize-py imports every interface of its

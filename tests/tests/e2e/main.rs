@@ -100,6 +100,12 @@
 //!   the Standard Webhooks reference implementation, refusals at submit, `kill -9` mid-delivery.
 //! * [`runtime`]: retries with backoff, fatal errors, timeouts of spinning guests while
 //!   heartbeats go on, CPU-bound guests without lease loss.
+//! * [`steps`]: a worker SIGKILLed mid-execution resumes from the recorded steps; a stale
+//!   (SIGSTOPped) attempt never writes a step after the takeover.
+//! * [`steps_chaos`]: 100 steps, each POSTing its key to a loopback recorder, under three workers
+//!   of which eight random ones are SIGKILLed at random moments (and replaced): every key
+//!   recorded, re-runs at most one per kill and per interrupted attempt, the steps table, the
+//!   output and the recorder agree on which attempt did each step.
 //! * [`sleep`]: the `steps` guest sleeps: its attempt parks and frees the task's only slot for
 //!   another execution, resumes at the wake time with its steps; a cancel during the sleep ends
 //!   it at once; `max_duration_s` fails it with `MaxDurationExceeded`.
@@ -155,6 +161,7 @@ mod sleep;
 mod smoke;
 mod sqlite;
 mod steps;
+mod steps_chaos;
 mod stream;
 mod submit_batch;
 mod task_run;

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub const RUST_GUESTS: [&str; 11] = [
+pub const RUST_GUESTS: [&str; 12] = [
     "echo",
     "fetch",
     "agent",
@@ -18,6 +18,7 @@ pub const RUST_GUESTS: [&str; 11] = [
     "inspect",
     "future-world",
     "steps",
+    "steps-http",
 ];
 
 pub fn repo_root() -> PathBuf {
