@@ -20,9 +20,11 @@
 //!   (`pg_stat_database.xact_commit` of the scratch database), read after 11 s for the server's
 //!   statistics of the callers' arrival to be reported, minus the bench's two statistics reads.
 //!   MySQL/MariaDB: the delta of the server-wide `Questions` counter (`SHOW GLOBAL STATUS`:
-//!   every statement any client sent, prepared executes included, so the figure holds only on a
-//!   server nobody else uses, such as the test server of scripts/test-db.sh), minus the bench's
-//!   own counter read (measured just before the window as the delta between two reads);
+//!   every statement any client of the server sent, prepared executes included, `PREPARE`s,
+//!   closes and pings not), minus the bench's own counter read (measured just before the window
+//!   as the delta between two reads). It counts every session of the server, so the figure holds
+//!   only on a server nobody else uses while the bench runs, such as the private test server of
+//!   scripts/test-db.sh in CI;
 //! * drains the 5,000 in this process (claim and complete, about 1,000 a second) and reports,
 //!   per caller, the time from the execution's `finished_at` to its answer (p50, p99, max).
 //!
