@@ -23,7 +23,9 @@
 #      wait, and completion-to-answer latency p50/p99 while 5,000 complete; then the drain's
 #      cost of the notifications (`onestep bench`, 1 and 2 worker processes, WAITERS_DRAIN
 #      executions each, notify trigger off / on with nobody listening / on with an API
-#      listening, WAITERS_ROUNDS rounds interleaved);
+#      listening, WAITERS_ROUNDS rounds interleaved); then on MariaDB (`api.notify: poll`, the
+#      only mode there) 0 and 1,000 callers: RSS per caller, the server's statements/s
+#      (`Questions`) while they wait, and the same latency (about a minute);
 #   5. webhook deliveries: the real completion-webhook sender posting BENCH_WEBHOOKS ended
 #      executions' callbacks to a loopback receiver (host/bench/src/bin/webhooks-bench.rs,
 #      SQLite, a few seconds): deliveries/s;
@@ -120,6 +122,8 @@ echo "== outbound HTTP: 1,000 executions in flight in one worker, each waiting 1
 
 echo "== waiting callers: one onestep serve, 0 / 1,000 / 10,000 callers on ?wait=60, polled and notified, and the drain cost of LISTEN/NOTIFY (PostgreSQL; docs/benchmarks.md#waiting-callers)"
 "$TARGET/waiters-bench" "$TARGET/onestep" "$ONESTEP_TEST_POSTGRES_URL" 0 1000 10000
+echo "== waiting callers on MariaDB: 0 / 1,000 callers on ?wait=60, polled (docs/benchmarks.md#waiting-callers)"
+"$TARGET/waiters-bench" "$TARGET/onestep" "$ONESTEP_TEST_MARIADB_URL" 0 1000
 
 echo "== webhook deliveries: 2,000 completion webhooks to a loopback receiver (SQLite; docs/benchmarks.md#webhook-deliveries)"
 "$TARGET/webhooks-bench" "" "${BENCH_WEBHOOKS:-2000}"

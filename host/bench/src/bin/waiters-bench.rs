@@ -1,27 +1,39 @@
 //! `waiters-bench`: one `onestep serve` holding many waiting callers, notified by polling and by
-//! PostgreSQL `LISTEN`/`NOTIFY` (docs/benchmarks.md#waiting-callers). Figures, not a test.
+//! PostgreSQL `LISTEN`/`NOTIFY`, or by polling on MySQL/MariaDB
+//! (docs/benchmarks.md#waiting-callers). Figures, not a test.
 //!
 //! ```text
-//! waiters-bench ONESTEP_BIN POSTGRES_ROOT_URL [LEVELS...]      (default levels: 0 1000 10000)
+//! waiters-bench ONESTEP_BIN ROOT_URL [LEVELS...]      (default levels: 0 1000 10000)
 //! ```
 //!
-//! For each `api.notify` mode (`poll`, then `listen`) and each level N: submits 5,000
-//! executions, opens N HTTP/1.1 connections to a real `onestep serve` (a child process on a
-//! scratch PostgreSQL database, `api.max_connections` raised for the level), each waiting on
-//! `GET /v1/executions/{id}?wait=60` (N / 5,000 callers per execution), then:
+//! `ROOT_URL` is a `postgres://` or a `mysql://` (`mariadb://`) URL of a server on which the
+//! bench may create and drop a scratch database; its scheme chooses the backend.
+//!
+//! For each `api.notify` mode (PostgreSQL: `poll`, then `listen`; MySQL/MariaDB: `poll`, the only
+//! mode there) and each level N: submits 5,000 executions, opens N HTTP/1.1 connections to a real
+//! `onestep serve` (a child process on the scratch database, `api.max_connections` raised for the
+//! level), each waiting on `GET /v1/executions/{id}?wait=60` (N / 5,000 callers per execution),
+//! then:
 //! * the server's RSS before and while they wait (per waiting caller);
-//! * the database's committed statements per second (`pg_stat_database.xact_commit`) over 10 s
-//!   while they wait and nothing changes (after 11 s for the server's statistics of their
-//!   arrival to be reported): the cost of noticing changes, which must not grow with N;
+//! * the database's statements per second over 10 s while they wait and nothing changes: the
+//!   cost of noticing changes, which must not grow with N. PostgreSQL: committed transactions
+//!   (`pg_stat_database.xact_commit` of the scratch database), read after 11 s for the server's
+//!   statistics of the callers' arrival to be reported, minus the bench's two statistics reads.
+//!   MySQL/MariaDB: the delta of the server-wide `Questions` counter (`SHOW GLOBAL STATUS`:
+//!   every statement any client of the server sent, prepared executes included, `PREPARE`s,
+//!   closes and pings not), minus the bench's own counter read (measured just before the window
+//!   as the delta between two reads). It counts every session of the server, so the figure holds
+//!   only on a server nobody else uses while the bench runs, such as the private test server of
+//!   scripts/test-db.sh in CI;
 //! * drains the 5,000 in this process (claim and complete, about 1,000 a second) and reports,
 //!   per caller, the time from the execution's `finished_at` to its answer (p50, p99, max).
 //!
-//! Then the drain's cost of the notifications: `ONESTEP_BIN bench` (the real worker, no-op
-//! handler) drains `WAITERS_DRAIN` executions (default 10,000) in 1 and in 2 worker processes
-//! at once, on the same tables, with the notify trigger disabled (as before it existed), enabled
-//! while nobody listens, and enabled while an `onestep serve` with `api.notify: listen` is up
-//! (so every completion transaction sends a `NOTIFY`); the variants interleaved, `WAITERS_ROUNDS`
-//! rounds (default 2), completed executions per second of each.
+//! Then, on PostgreSQL only, the drain's cost of the notifications: `ONESTEP_BIN bench` (the real
+//! worker, no-op handler) drains `WAITERS_DRAIN` executions (default 10,000) in 1 and in 2 worker
+//! processes at once, on the same tables, with the notify trigger disabled (as before it
+//! existed), enabled while nobody listens, and enabled while an `onestep serve` with
+//! `api.notify: listen` is up (so every completion transaction sends a `NOTIFY`); the variants
+//! interleaved, `WAITERS_ROUNDS` rounds (default 2), completed executions per second of each.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -31,10 +43,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use chrono::{DateTime, Utc};
 use http_body_util::{BodyExt, Empty};
-use onestep_core::ports::{ExecutionStore, LeaseStore};
+use onestep_core::ports::{ExecutionStore, LeaseStore, StoreStats};
 use onestep_core::request::{ClaimRequest, NamespaceScope, SubmitRequest, prepare_submission};
-use onestep_core::{Completion, Limits};
-use onestep_postgres::{PgBackend, ScratchDatabase};
+use onestep_core::{Completion, ExecutionError, Limits};
+use onestep_mysql::{Flavor, MySqlBackend};
+use onestep_postgres::PgBackend;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use uuid::Uuid;
@@ -52,7 +65,7 @@ const STATS_FLUSH: Duration = Duration::from_secs(11);
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(bin), Some(root)) = (args.get(1), args.get(2)) else {
-        bail!("usage: waiters-bench ONESTEP_BIN POSTGRES_ROOT_URL [LEVELS...]");
+        bail!("usage: waiters-bench ONESTEP_BIN POSTGRES_OR_MYSQL_ROOT_URL [LEVELS...]");
     };
     let levels: Vec<usize> = if args.len() > 3 {
         args[3..]
@@ -65,7 +78,7 @@ async fn main() -> Result<()> {
     } else {
         vec![0, 1_000, 10_000]
     };
-    let db = ScratchDatabase::create(root.trim(), "onestep_waiters_")
+    let db = Scratch::create(root.trim())
         .await
         .context("scratch database")?;
     let outcome = run(bin, db.dsn(), &levels).await;
@@ -75,21 +88,207 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-async fn run(bin: &str, dsn: &str, levels: &[usize]) -> Result<()> {
-    let mut opts = onestep_core::StoreOptions::new(dsn);
-    opts.auto_create = true;
-    opts.pool_max = 8;
-    let backend = PgBackend::open(opts).await.context("open the backend")?;
-    let (stats, stats_conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
-        .await
-        .context("statistics connection")?;
-    tokio::spawn(stats_conn);
-    let datname: String = stats
-        .query_one("SELECT current_database()", &[])
+/// A throw-away database on the server of the root URL.
+enum Scratch {
+    Postgres(onestep_postgres::ScratchDatabase),
+    Mysql(onestep_mysql::ScratchDatabase),
+}
+
+impl Scratch {
+    /// `onestep_waiters_<random>` on `root`, a PostgreSQL or MySQL/MariaDB URL by its scheme.
+    async fn create(root: &str) -> Result<Scratch> {
+        const PREFIX: &str = "onestep_waiters_";
+        Ok(match Kind::of(root)? {
+            Kind::Postgres => {
+                Scratch::Postgres(onestep_postgres::ScratchDatabase::create(root, PREFIX).await?)
+            }
+            Kind::Mysql => {
+                Scratch::Mysql(onestep_mysql::ScratchDatabase::create(root, PREFIX).await?)
+            }
+        })
+    }
+
+    /// The DSN of the database (it carries the root URL's credentials: never print it).
+    fn dsn(&self) -> &str {
+        match self {
+            Scratch::Postgres(d) => d.dsn(),
+            Scratch::Mysql(d) => d.dsn(),
+        }
+    }
+
+    async fn drop_database(self) -> Result<(), ExecutionError> {
+        match self {
+            Scratch::Postgres(d) => d.drop_database().await,
+            Scratch::Mysql(d) => d.drop_database().await,
+        }
+    }
+}
+
+/// The backend a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Postgres,
+    Mysql,
+}
+
+impl Kind {
+    /// By the scheme: `postgres://`, `postgresql[+driver]://`; `mysql[+driver]://`,
+    /// `mariadb://`.
+    fn of(url: &str) -> Result<Kind> {
+        let scheme = url.trim().split_once("://").map_or("", |(s, _)| s);
+        if onestep_postgres::dsn::is_postgres_scheme(scheme) {
+            Ok(Kind::Postgres)
+        } else if scheme == "mysql" || scheme.starts_with("mysql+") || scheme == "mariadb" {
+            Ok(Kind::Mysql)
+        } else {
+            bail!("the root URL must be a postgres:// or mysql:// URL, not {scheme:?}://…")
+        }
+    }
+}
+
+/// What a level needs of a store: submit, get, claim and complete.
+trait Store: ExecutionStore + LeaseStore {}
+impl<T: ExecutionStore + LeaseStore> Store for T {}
+
+/// The backend under test: its store, and how its statements are counted (module docs).
+enum Backend {
+    Postgres {
+        store: PgBackend,
+        /// A connection of this process reading `pg_stat_database`.
+        stats: tokio_postgres::Client,
+        datname: String,
+    },
+    Mysql {
+        store: MySqlBackend,
+    },
+}
+
+impl Backend {
+    async fn open(dsn: &str) -> Result<Backend> {
+        let mut opts = onestep_core::StoreOptions::new(dsn);
+        opts.auto_create = true;
+        opts.pool_max = 8;
+        Ok(match Kind::of(dsn)? {
+            Kind::Postgres => {
+                let store = PgBackend::open(opts).await.context("open the backend")?;
+                let (stats, stats_conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+                    .await
+                    .context("statistics connection")?;
+                tokio::spawn(stats_conn);
+                let datname: String = stats
+                    .query_one("SELECT current_database()", &[])
+                    .await?
+                    .get(0);
+                Backend::Postgres {
+                    store,
+                    stats,
+                    datname,
+                }
+            }
+            Kind::Mysql => Backend::Mysql {
+                store: MySqlBackend::open(opts).await.context("open the backend")?,
+            },
+        })
+    }
+
+    fn store(&self) -> &dyn Store {
+        match self {
+            Backend::Postgres { store, .. } => store,
+            Backend::Mysql { store } => store,
+        }
+    }
+
+    /// The resource type of the connector in `onestep serve`'s configuration.
+    fn resource_type(&self) -> &'static str {
+        match self {
+            Backend::Postgres { .. } => "postgres",
+            Backend::Mysql { .. } => "mysql",
+        }
+    }
+
+    /// The `api.notify` modes the backend has.
+    fn modes(&self) -> &'static [&'static str] {
+        match self {
+            Backend::Postgres { .. } => &["poll", "listen"],
+            Backend::Mysql { .. } => &["poll"],
+        }
+    }
+
+    /// The server, for the table's title.
+    fn title(&self) -> String {
+        match self {
+            Backend::Postgres { .. } => "PostgreSQL".into(),
+            Backend::Mysql { store } => {
+                let server = store.server();
+                let product = match server.flavor {
+                    Flavor::MariaDb => "MariaDB",
+                    Flavor::MySql => "MySQL",
+                };
+                let (major, minor, patch) = server.version;
+                format!("{product} {major}.{minor}.{patch}")
+            }
+        }
+    }
+
+    /// The header of the statements-per-second column.
+    fn rate_header(&self) -> &'static str {
+        match self {
+            Backend::Postgres { .. } => "commits/s",
+            Backend::Mysql { .. } => "queries/s",
+        }
+    }
+
+    /// The database's statements per second over [`IDLE_WINDOW`] from now, without this
+    /// process's own reads of the counter (module docs).
+    async fn idle_rate(&self) -> Result<f64> {
+        match self {
+            Backend::Postgres { stats, datname, .. } => {
+                // A PostgreSQL backend reports its statistics at most once a second while busy
+                // and after 10 s once idle: let the reads of the callers' arrival reach the
+                // counters first.
+                tokio::time::sleep(STATS_FLUSH).await;
+                let c0 = commits(stats, datname).await?;
+                let t0 = Instant::now();
+                tokio::time::sleep(IDLE_WINDOW).await;
+                let c1 = commits(stats, datname).await?;
+                // The two statistics reads of this process (clear + read) are one commit each.
+                Ok((c1 - c0 - 2).max(0) as f64 / t0.elapsed().as_secs_f64())
+            }
+            Backend::Mysql { store } => {
+                // The counter is live; what one read of it adds (the `SHOW` itself, and whatever
+                // the pooled connection costs) is the delta between two reads back to back, the
+                // smallest of three pairs (a poll may fall between the two of a pair).
+                let mut own = f64::INFINITY;
+                let mut q0 = questions(store).await?;
+                for _ in 0..3 {
+                    let q = questions(store).await?;
+                    own = own.min(q - q0);
+                    q0 = q;
+                }
+                let t0 = Instant::now();
+                tokio::time::sleep(IDLE_WINDOW).await;
+                let q1 = questions(store).await?;
+                Ok((q1 - q0 - own).max(0.0) / t0.elapsed().as_secs_f64())
+            }
+        }
+    }
+}
+
+/// The server-wide `Questions` counter of MySQL/MariaDB (`SHOW GLOBAL STATUS`).
+async fn questions(store: &MySqlBackend) -> Result<f64> {
+    store
+        .server_counters()
         .await?
-        .get(0);
+        .get("questions")
+        .copied()
+        .context("SHOW GLOBAL STATUS has no Questions counter")
+}
+
+async fn run(bin: &str, dsn: &str, levels: &[usize]) -> Result<()> {
+    let backend = Backend::open(dsn).await?;
     println!(
-        "waiting callers on one `onestep serve` (PostgreSQL), {EXECUTIONS} executions per level"
+        "waiting callers on one `onestep serve` ({}), {EXECUTIONS} executions per level",
+        backend.title()
     );
     println!(
         "{:>7} {:>8} {:>9} {:>9} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9}",
@@ -98,21 +297,25 @@ async fn run(bin: &str, dsn: &str, levels: &[usize]) -> Result<()> {
         "rss MiB",
         "rss wait",
         "KiB/waiter",
-        "commits/s",
+        backend.rate_header(),
         "p50 ms",
         "p99 ms",
         "max ms",
         "answered"
     );
-    for notify in ["poll", "listen"] {
+    for notify in backend.modes() {
         for &n in levels {
-            let server = Server::start(bin, dsn, notify, n).await?;
-            let row = level(&backend, &stats, &datname, &server, notify, n).await;
+            let server = Server::start(bin, backend.resource_type(), dsn, notify, n).await?;
+            let row = level(&backend, &server, notify, n).await;
             drop(server);
             row?;
         }
     }
-    drain_cost(bin, dsn, &stats).await
+    match &backend {
+        Backend::Postgres { stats, .. } => drain_cost(bin, dsn, stats).await,
+        // The notify trigger and its drain cost are PostgreSQL's.
+        Backend::Mysql { .. } => Ok(()),
+    }
 }
 
 /// The drain with and without notifications (module docs): completed executions per second of
@@ -151,7 +354,7 @@ async fn drain_cost(bin: &str, dsn: &str, stats: &tokio_postgres::Client) -> Res
                 .await
                 .context("switch the notify trigger")?;
             let server = if *listening {
-                let server = Server::start(bin, dsn, "listen", 0).await?;
+                let server = Server::start(bin, "postgres", dsn, "listen", 0).await?;
                 let deadline = Instant::now() + Duration::from_secs(30);
                 while listeners(stats).await? == 0 {
                     ensure!(
@@ -256,8 +459,15 @@ struct Server {
 }
 
 impl Server {
-    /// `onestep serve` with `api.notify: notify`, its connection cap raised for `waiters`.
-    async fn start(bin: &str, dsn: &str, notify: &str, waiters: usize) -> Result<Server> {
+    /// `onestep serve` on a connector of `resource_type` (`postgres`, `mysql`) with
+    /// `api.notify: notify`, its connection cap raised for `waiters`.
+    async fn start(
+        bin: &str,
+        resource_type: &str,
+        dsn: &str,
+        notify: &str,
+        waiters: usize,
+    ) -> Result<Server> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
         let config = dir.path().join("serve.yaml");
@@ -265,7 +475,7 @@ impl Server {
             &config,
             format!(
                 "apiVersion: onestep/v1alpha1\nkind: App\napp: {{name: waiters-bench}}\n\
-                 resources:\n  db:\n    type: postgres\n    dsn: \"${{ONESTEP_DSN}}\"\n    \
+                 resources:\n  db:\n    type: {resource_type}\n    dsn: \"${{ONESTEP_DSN}}\"\n    \
                  engine_options: {{max_connections: 8}}\n\
                  api:\n  listen: 127.0.0.1:{port}\n  connector: db\n  namespace: {NAMESPACE}\n  \
                  max_connections: {}\n  notify: {notify}\n",
@@ -382,14 +592,8 @@ async fn wait_on(port: u16, id: Uuid) -> Result<Answer> {
     Ok(Answer { id, at, terminal })
 }
 
-async fn level(
-    backend: &PgBackend,
-    stats: &tokio_postgres::Client,
-    datname: &str,
-    server: &Server,
-    notify: &str,
-    n: usize,
-) -> Result<()> {
+async fn level(backend: &Backend, server: &Server, notify: &str, n: usize) -> Result<()> {
+    let store = backend.store();
     let limits = Limits::default();
     let mut ids = Vec::with_capacity(EXECUTIONS);
     for chunk in 0..EXECUTIONS.div_ceil(1000) {
@@ -402,7 +606,7 @@ async fn level(
             };
             batch.push(prepare_submission(NAMESPACE, &req, &limits)?);
         }
-        for e in backend.submit_many(batch).await? {
+        for e in store.submit_many(batch).await? {
             ids.push(e?.id);
         }
     }
@@ -453,15 +657,7 @@ async fn level(
         last = now;
     }
     let rss_waiting = server.rss()?;
-    // A PostgreSQL backend reports its statistics at most once a second while busy and after
-    // 10 s once idle: let the reads of the callers' arrival reach the counters first.
-    tokio::time::sleep(STATS_FLUSH).await;
-    let c0 = commits(stats, datname).await?;
-    let t0 = Instant::now();
-    tokio::time::sleep(IDLE_WINDOW).await;
-    let c1 = commits(stats, datname).await?;
-    // The two statistics reads of this process (clear + read) are one commit each.
-    let per_second = (c1 - c0 - 2).max(0) as f64 / t0.elapsed().as_secs_f64();
+    let per_second = backend.idle_rate().await?;
     // Drain: claim and complete about 1,000 a second.
     let claim = ClaimRequest {
         namespaces: NamespaceScope::One(NAMESPACE.into()),
@@ -473,7 +669,7 @@ async fn level(
         max_running: None,
     };
     loop {
-        let leases = backend.claim(&claim).await?;
+        let leases = store.claim(&claim).await?;
         if leases.is_empty() {
             break;
         }
@@ -481,7 +677,7 @@ async fn level(
             .iter()
             .map(|l| (l.lease_ref(), Completion::succeeded(json!(null))))
             .collect();
-        for r in backend.complete_many(&items).await? {
+        for r in store.complete_many(&items).await? {
             r?;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -492,10 +688,7 @@ async fn level(
     }
     let mut finished = std::collections::HashMap::with_capacity(ids.len());
     for id in &ids {
-        let e = backend
-            .get(NAMESPACE, *id)
-            .await?
-            .context("execution gone")?;
+        let e = store.get(NAMESPACE, *id).await?.context("execution gone")?;
         finished.insert(*id, e.finished_at);
     }
     let mut lat_ms: Vec<f64> = Vec::with_capacity(answers.len());
