@@ -8,7 +8,8 @@ instead: literals become `?`, `CASE id WHEN … THEN …` and `IN (…)` lists f
 
     python3 scripts/lib/slowlog_summary.py SLOW_LOG EXECUTIONS [TOP]
 
-prints, per shape and per execution: calls, server time (ms), rows examined and pages accessed.
+prints, per shape and per execution: calls, server time (ms), rows examined and pages accessed,
+then rows examined and pages accessed per call.
 """
 import collections
 import re
@@ -49,10 +50,10 @@ def main() -> int:
         t[3] += int(pages.group(1)) if pages else 0
     all_s = sum(t[1] for t in totals.values())
     print(f"{sum(t[0] for t in totals.values())} statements, {all_s:.2f} s of server time; per execution ({executions}):")
-    print(f"{'calls':>8} {'ms':>8} {'rows ex.':>9} {'pages':>8}  statement")
+    print(f"{'calls':>8} {'ms':>8} {'rows ex.':>9} {'pages':>8} {'rows/call':>9} {'pages/call':>10}  statement")
     for sql, t in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
         n = executions
-        print(f"{t[0] / n:8.3f} {t[1] * 1000 / n:8.3f} {t[2] / n:9.2f} {t[3] / n:8.1f}  {sql[:150]}")
+        print(f"{t[0] / n:8.3f} {t[1] * 1000 / n:8.3f} {t[2] / n:9.2f} {t[3] / n:8.1f} {t[2] / t[0]:9.1f} {t[3] / t[0]:10.1f}  {sql[:150]}")
     return 0
 
 

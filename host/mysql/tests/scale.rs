@@ -222,6 +222,20 @@ async fn history_does_not_cost(server: Server) {
             lines.iter().any(|l| l.starts_with("Some(")),
             "[{label}] EXPLAIN returned no table rows: {lines:?}"
         );
+        if label == "fair_wake" {
+            // The wake's probe of the executions must stay a per-key dependent sub-query: as a
+            // semi-join the optimizer may drive it from the executions and read every waiting
+            // key once per pending row (docs/schema.md#fair-claim-keys, step 4).
+            let dependent = plan.iter().any(|r| {
+                let table: Option<String> = r.get("table").flatten();
+                let select: Option<String> = r.get("select_type").flatten();
+                table.as_deref() == Some("e") && select.as_deref() == Some("DEPENDENT SUBQUERY")
+            });
+            assert!(
+                dependent,
+                "[{label}] the executions are not probed per key: {lines:?}"
+            );
+        }
         // Rows examined by the statement itself (session handler counters).
         c.query_drop("FLUSH STATUS").await.expect("flush status");
         let sql_run = sql.replace(" FOR UPDATE SKIP LOCKED", "");
