@@ -122,8 +122,8 @@ echo "== outbound HTTP: 1,000 executions in flight in one worker, each waiting 1
 
 echo "== waiting callers: one onestep serve, 0 / 1,000 / 10,000 callers on ?wait=60, polled and notified, and the drain cost of LISTEN/NOTIFY (PostgreSQL; docs/benchmarks.md#waiting-callers)"
 "$TARGET/waiters-bench" "$TARGET/onestep" "$ONESTEP_TEST_POSTGRES_URL" 0 1000 10000
-echo "== waiting callers on MariaDB: 0 / 1,000 callers on ?wait=60, polled (docs/benchmarks.md#waiting-callers)"
-"$TARGET/waiters-bench" "$TARGET/onestep" "$ONESTEP_TEST_MARIADB_URL" 0 1000
+echo "== waiting callers on MariaDB: 0 / 1,000 callers on ?wait=60, polled every 100 ms (the default) and every 50 ms (api.poll_ms; docs/benchmarks.md#waiting-callers)"
+WAITERS_POLL_MS="100 50" "$TARGET/waiters-bench" "$TARGET/onestep" "$ONESTEP_TEST_MARIADB_URL" 0 1000
 
 echo "== webhook deliveries: 2,000 completion webhooks to a loopback receiver (SQLite; docs/benchmarks.md#webhook-deliveries)"
 "$TARGET/webhooks-bench" "" "${BENCH_WEBHOOKS:-2000}"

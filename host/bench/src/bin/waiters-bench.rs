@@ -28,6 +28,10 @@
 //! * drains the 5,000 in this process (claim and complete, about 1,000 a second) and reports,
 //!   per caller, the time from the execution's `finished_at` to its answer (p50, p99, max).
 //!
+//! `WAITERS_POLL_MS` (e.g. `"100 50"`) runs the `poll` mode once per listed `api.poll_ms`
+//! (the column `notify` then reads `poll@50`); unset, the poll mode runs once with the default
+//! period (100 ms).
+//!
 //! Then, on PostgreSQL only, the drain's cost of the notifications: `ONESTEP_BIN bench` (the real
 //! worker, no-op handler) drains `WAITERS_DRAIN` executions (default 10,000) in 1 and in 2 worker
 //! processes at once, on the same tables, with the notify trigger disabled (as before it
@@ -303,12 +307,32 @@ async fn run(bin: &str, dsn: &str, levels: &[usize]) -> Result<()> {
         "max ms",
         "answered"
     );
+    // `api.poll_ms` variants of the poll mode (WAITERS_POLL_MS), none = the default period.
+    let polls: Vec<Option<u64>> = match std::env::var("WAITERS_POLL_MS") {
+        Ok(list) if !list.trim().is_empty() => list
+            .split_whitespace()
+            .map(|v| {
+                v.parse::<u64>()
+                    .map(Some)
+                    .with_context(|| format!("WAITERS_POLL_MS: {v:?} is not a number of ms"))
+            })
+            .collect::<Result<_>>()?,
+        _ => vec![None],
+    };
     for notify in backend.modes() {
-        for &n in levels {
-            let server = Server::start(bin, backend.resource_type(), dsn, notify, n).await?;
-            let row = level(&backend, &server, notify, n).await;
-            drop(server);
-            row?;
+        let variants: &[Option<u64>] = if *notify == "poll" { &polls } else { &[None] };
+        for poll_ms in variants {
+            let label = match poll_ms {
+                Some(ms) => format!("{notify}@{ms}"),
+                None => (*notify).to_owned(),
+            };
+            for &n in levels {
+                let server =
+                    Server::start(bin, backend.resource_type(), dsn, notify, *poll_ms, n).await?;
+                let row = level(&backend, &server, &label, n).await;
+                drop(server);
+                row?;
+            }
         }
     }
     match &backend {
@@ -354,7 +378,7 @@ async fn drain_cost(bin: &str, dsn: &str, stats: &tokio_postgres::Client) -> Res
                 .await
                 .context("switch the notify trigger")?;
             let server = if *listening {
-                let server = Server::start(bin, "postgres", dsn, "listen", 0).await?;
+                let server = Server::start(bin, "postgres", dsn, "listen", None, 0).await?;
                 let deadline = Instant::now() + Duration::from_secs(30);
                 while listeners(stats).await? == 0 {
                     ensure!(
@@ -460,12 +484,14 @@ struct Server {
 
 impl Server {
     /// `onestep serve` on a connector of `resource_type` (`postgres`, `mysql`) with
-    /// `api.notify: notify`, its connection cap raised for `waiters`.
+    /// `api.notify: notify` (and `api.poll_ms: poll_ms` when given), its connection cap raised
+    /// for `waiters`.
     async fn start(
         bin: &str,
         resource_type: &str,
         dsn: &str,
         notify: &str,
+        poll_ms: Option<u64>,
         waiters: usize,
     ) -> Result<Server> {
         let dir = tempfile::tempdir()?;
@@ -478,8 +504,9 @@ impl Server {
                  resources:\n  db:\n    type: {resource_type}\n    dsn: \"${{ONESTEP_DSN}}\"\n    \
                  engine_options: {{max_connections: 8}}\n\
                  api:\n  listen: 127.0.0.1:{port}\n  connector: db\n  namespace: {NAMESPACE}\n  \
-                 max_connections: {}\n  notify: {notify}\n",
-                (waiters + 512).min(65_536)
+                 max_connections: {}\n  notify: {notify}\n{}",
+                (waiters + 512).min(65_536),
+                poll_ms.map_or(String::new(), |ms| format!("  poll_ms: {ms}\n"))
             ),
         )?;
         let child = Command::new(bin)
