@@ -73,7 +73,10 @@ impl Guest for Steps {
         let step_ms = v.get("step_ms").and_then(|n| n.as_u64()).unwrap_or(100);
         let sleep_ms = v.get("sleep_ms").and_then(|n| n.as_u64());
         let sleep_until_ms = v.get("sleep_until_ms").and_then(|n| n.as_u64());
-        let sleep_after = v.get("sleep_after").and_then(|n| n.as_u64()).unwrap_or(n / 2);
+        let sleep_after = v
+            .get("sleep_after")
+            .and_then(|n| n.as_u64())
+            .unwrap_or(n / 2);
         let mut attempts = Vec::with_capacity(n as usize);
         let mut ran_here = 0u64;
         let mut woke_in_attempt = None;
@@ -86,7 +89,10 @@ impl Guest for Steps {
                     (None, Some(at)) => sleep_until("nap-until", at),
                     (None, None) => Ok(()),
                 }?;
-                log(Level::Info, &format!("attempt {}: awake after the sleep", ctx.attempt));
+                log(
+                    Level::Info,
+                    &format!("attempt {}: awake after the sleep", ctx.attempt),
+                );
                 woke_in_attempt = Some(ctx.attempt);
             }
             if cancel_requested() {
