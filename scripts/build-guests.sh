@@ -16,6 +16,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GUESTS="$ROOT/guest-examples"
 OUT="$GUESTS/out"
+# The components of the Rust workspace. Its library crate `durable` (onestep-durable, the step
+# helper the 0.3.0 guests share) is built with them but has no .wasm of its own: not listed.
 RUST_GUESTS=(echo summarize countdown flaky misbehave not-a-handler bad-import fetch agent inspect future-world steps steps-http)
 COMPONENTIZE_PY_VERSION="0.25.1"
 # Python guests: <dir>:<world of wit/v0.2>, built from <dir>/app.py to out/<dir>.wasm. World

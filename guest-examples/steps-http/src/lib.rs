@@ -19,8 +19,8 @@
 //!
 //! Errors: a request the sandbox refuses, or an answer other than 2xx, is a
 //! fatal handler error naming it; a connection failure is retryable; a refused
-//! step call is the `steps` guest's error (`fenced` and `unavailable`
-//! retryable).
+//! step call is the error of the `onestep-durable` helper (`fenced` and
+//! `unavailable` retryable).
 
 wit_bindgen::generate!({
     path: "../../wit/v0.3",
@@ -28,39 +28,20 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use onestep::handler::durable::{StepError, step_load, step_save};
 use onestep::handler::host::{Level, cancel_requested, log, progress};
+use onestep_durable::step;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use std::time::Duration;
 use wstd::http::{Body, Client, ErrorCode, Method, Request};
 
-/// Runs `work` as the durable step `key` (the `steps` guest's helper, docs/steps.md): an
-/// earlier attempt's recorded value is returned without running `work`; otherwise `work` runs
-/// and its value is recorded before it is returned.
-fn step<T, F>(key: &str, work: F) -> Result<T, HandlerError>
-where
-    T: Serialize + DeserializeOwned,
-    F: FnOnce() -> Result<T, HandlerError>,
-{
-    if let Some(text) = step_load(key).map_err(|e| step_error(key, e))? {
-        return serde_json::from_str(&text)
-            .map_err(|e| fatal(format!("step '{key}': recorded value does not decode: {e}")));
-    }
-    let value = work()?;
-    let text = serde_json::to_string(&value)
-        .map_err(|e| fatal(format!("step '{key}': value does not encode: {e}")))?;
-    step_save(key, &text).map_err(|e| step_error(key, e))?;
-    Ok(value)
-}
-
-/// A refused step call: a lost lease or an unreachable store is worth another attempt.
-fn step_error(key: &str, e: StepError) -> HandlerError {
-    let retryable = matches!(e, StepError::Fenced | StepError::Unavailable(_));
-    HandlerError {
-        retryable,
-        message: format!("step '{key}' not saved: {e:?}"),
-        retry_after_ms: None,
+/// A refused step call (the `onestep-durable` crate's error) as this handler's error.
+impl From<onestep_durable::Error> for HandlerError {
+    fn from(e: onestep_durable::Error) -> Self {
+        HandlerError {
+            retryable: e.retryable,
+            message: e.message,
+            retry_after_ms: None,
+        }
     }
 }
 
@@ -138,7 +119,7 @@ impl Guest for StepsHttp {
             }
             progress(i, n, "steps");
             let key = format!("step-{i}");
-            let done: Done = step(&key, || {
+            let done: Done = step(&key, || -> Result<Done, HandlerError> {
                 std::thread::sleep(Duration::from_millis(step_ms));
                 let body = serde_json::json!({
                     "execution": ctx.execution_id,

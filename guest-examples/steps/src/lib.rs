@@ -1,6 +1,7 @@
 //! `steps`: a handler of world `onestep:handler/compute@0.3.0` that does its
-//! work as durable steps (docs/steps.md), with a tiny helper so that a step
-//! reads like `let page = step("fetch-page-3", || fetch(3))?;`.
+//! work as durable steps (docs/steps.md), with the `onestep-durable` helper
+//! (`guest-examples/durable`) so that a step reads like
+//! `let page = step("fetch-page-3", || fetch(3))?;`.
 //!
 //! Payload: `{"n": N, "step_ms": M}` (defaults 10 and 100): N steps
 //! `step-0` … `step-{N-1}`, each "working" M ms, then recording
@@ -28,42 +29,19 @@ wit_bindgen::generate!({
     world: "onestep:handler/compute@0.3.0",
 });
 
-use onestep::handler::durable::{StepError, sleep, sleep_until, step_load, step_save};
 use onestep::handler::host::{Level, cancel_requested, log, progress};
+use onestep_durable::{sleep, sleep_until, step};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use std::time::Duration;
 
-/// Runs `work` as the durable step `key`: when an earlier attempt of this
-/// execution recorded the step, its value is returned and `work` does not
-/// run; otherwise `work` runs and its value is recorded before it is
-/// returned. At-least-once: `work` runs again if the attempt stops between
-/// the work and the save.
-pub fn step<T, F>(key: &str, work: F) -> Result<T, HandlerError>
-where
-    T: Serialize + DeserializeOwned,
-    F: FnOnce() -> Result<T, HandlerError>,
-{
-    if let Some(text) = step_load(key).map_err(|e| step_error(key, e))? {
-        return serde_json::from_str(&text)
-            .map_err(|e| fatal(format!("step '{key}': recorded value does not decode: {e}")));
-    }
-    let value = work()?;
-    let text = serde_json::to_string(&value)
-        .map_err(|e| fatal(format!("step '{key}': value does not encode: {e}")))?;
-    step_save(key, &text).map_err(|e| step_error(key, e))?;
-    Ok(value)
-}
-
-/// A refused step call as a handler error: a lost lease or an unreachable
-/// store is worth another attempt, a refused key or value is not.
-fn step_error(key: &str, e: StepError) -> HandlerError {
-    // `invalid-wake`, like a refused key or value, would fail again.
-    let retryable = matches!(e, StepError::Fenced | StepError::Unavailable(_));
-    HandlerError {
-        retryable,
-        message: format!("step '{key}' not saved: {e:?}"),
-        retry_after_ms: None,
+/// A refused step call (the `onestep-durable` crate's error) as this handler's error.
+impl From<onestep_durable::Error> for HandlerError {
+    fn from(e: onestep_durable::Error) -> Self {
+        HandlerError {
+            retryable: e.retryable,
+            message: e.message,
+            retry_after_ms: None,
+        }
     }
 }
 
@@ -88,14 +66,17 @@ impl Guest for Steps {
         let v: serde_json::Value =
             serde_json::from_str(&payload).map_err(|e| fatal(format!("invalid payload: {e}")))?;
         if let Some(bytes) = v.get("value_bytes").and_then(|n| n.as_u64()) {
-            let big: String = step("big", || Ok("x".repeat(bytes as usize)))?;
+            let big: String = step("big", || Ok::<_, HandlerError>("x".repeat(bytes as usize)))?;
             return Ok(serde_json::json!({ "saved": big.len() }).to_string());
         }
         let n = v.get("n").and_then(|n| n.as_u64()).unwrap_or(10);
         let step_ms = v.get("step_ms").and_then(|n| n.as_u64()).unwrap_or(100);
         let sleep_ms = v.get("sleep_ms").and_then(|n| n.as_u64());
         let sleep_until_ms = v.get("sleep_until_ms").and_then(|n| n.as_u64());
-        let sleep_after = v.get("sleep_after").and_then(|n| n.as_u64()).unwrap_or(n / 2);
+        let sleep_after = v
+            .get("sleep_after")
+            .and_then(|n| n.as_u64())
+            .unwrap_or(n / 2);
         let mut attempts = Vec::with_capacity(n as usize);
         let mut ran_here = 0u64;
         let mut woke_in_attempt = None;
@@ -107,9 +88,11 @@ impl Guest for Steps {
                     (Some(ms), _) => sleep("nap", ms),
                     (None, Some(at)) => sleep_until("nap-until", at),
                     (None, None) => Ok(()),
-                }
-                .map_err(|e| step_error("nap", e))?;
-                log(Level::Info, &format!("attempt {}: awake after the sleep", ctx.attempt));
+                }?;
+                log(
+                    Level::Info,
+                    &format!("attempt {}: awake after the sleep", ctx.attempt),
+                );
                 woke_in_attempt = Some(ctx.attempt);
             }
             if cancel_requested() {
@@ -120,7 +103,7 @@ impl Guest for Steps {
                 });
             }
             progress(i, n, "steps");
-            let done: Done = step(&format!("step-{i}"), || {
+            let done: Done = step(&format!("step-{i}"), || -> Result<Done, HandlerError> {
                 std::thread::sleep(Duration::from_millis(step_ms));
                 ran_here += 1;
                 Ok(Done {

@@ -1,10 +1,16 @@
-//! The `agent` guest (world `onestep:handler@0.2.0`) through a real worker against a loopback
+//! The `agent` guest (world `onestep:handler@0.3.0`) through a real worker against a loopback
 //! chat-completions server started by the test: the task's `sandbox.network.headers` injects
 //! `Authorization: Bearer ${AGENT_API_KEY}` (the key from the worker's environment), the
 //! endpoint and model come from `handler.params` (the model overridable per execution by its
 //! metadata). The execution succeeds with the answer the guest computed from the completion;
 //! the server got the key; a 500 is retried and then fails (the server's text in the worker's
 //! log); the key is in no line of the worker's log.
+//!
+//! Resume ([`a_killed_agent_resumes_at_the_turn_it_was_on`]): a tool-loop conversation (the
+//! server adds the prompt's numbers one `add` tool call per turn) whose worker is SIGKILLed
+//! while the model is "thinking" about turn 2: the next worker's attempt loads turns 0 and 1
+//! from the steps table, asks the model only for turns 2 and 3, and answers as an
+//! uninterrupted run does.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -18,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use onestep_core::ExecutionStatus as S;
 use onestep_core::request::SubmitRequest;
-use onestep_e2e::{Env, Schedule, guest, on_each_server, statuses};
+use onestep_e2e::{Env, Schedule, guest, on_each_server, statuses, wait_for};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-e2e-agent-91c3f0";
@@ -27,11 +33,79 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// The `Authorization` values the server got, in order.
 type Seen = Arc<Mutex<Vec<String>>>;
 
+/// A model of this name hangs (does not answer for a minute) the first time a conversation
+/// reaches turn 2: the test kills the worker meanwhile.
+const HANG_AT_2: &str = "hang-once-at-2";
+
+/// Tool-loop requests: `(prompt, turn)` of each, in arrival order.
+type Turns = Arc<Mutex<Vec<(String, usize)>>>;
+
+/// The server's state: the `Authorization` values and the tool-loop turns it got.
+#[derive(Clone, Default)]
+struct Fake {
+    seen: Seen,
+    turns: Turns,
+}
+
+/// A tool-loop turn (the request offers `tools`): the numbers of the user message are added
+/// one `add` call per turn (the running sum is the last `tool` message), then the answer
+/// `the sum is <sum>`. The turn is the number of assistant messages in the request.
+async fn tool_turn(turns: &Turns, model: &str, messages: &[Value]) -> Value {
+    let prompt = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
+    let turn = messages.iter().filter(|m| m["role"] == "assistant").count();
+    let first_visit = match turns.lock() {
+        Ok(mut turns) => {
+            let first = !turns.iter().any(|(p, t)| p == prompt && *t == turn);
+            turns.push((prompt.to_owned(), turn));
+            first
+        }
+        Err(_) => false,
+    };
+    if model == HANG_AT_2 && turn == 2 && first_visit {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    let numbers: Vec<i64> = prompt
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let results: Vec<i64> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str()?.parse().ok())
+        .collect();
+    let sum = results
+        .last()
+        .copied()
+        .unwrap_or_else(|| numbers.first().copied().unwrap_or(0));
+    let message = match numbers.get(results.len() + 1) {
+        Some(next) => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{
+                "id": format!("call-{turn}"),
+                "type": "function",
+                "function": {"name": "add", "arguments": json!({"a": sum, "b": next}).to_string()},
+            }],
+        }),
+        None => json!({"role": "assistant", "content": format!("the sum is {sum}")}),
+    };
+    json!({
+        "model": model,
+        "choices": [{"index": 0, "message": message}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    })
+}
+
 async fn completions(
-    State(seen): State<Seen>,
+    State(fake): State<Fake>,
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
+    let seen = fake.seen;
     let auth = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -45,6 +119,10 @@ async fn completions(
         return (StatusCode::UNAUTHORIZED, axum::Json(error)).into_response();
     }
     let model = body["model"].as_str().unwrap_or_default();
+    if body.get("tools").is_some() {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        return axum::Json(tool_turn(&fake.turns, model, &messages).await).into_response();
+    }
     let question = body["messages"]
         .as_array()
         .and_then(|m| m.last())
@@ -58,8 +136,8 @@ async fn completions(
     .into_response()
 }
 
-async fn start_server() -> Result<(u16, Seen)> {
-    let seen = Seen::default();
+async fn start_server() -> Result<(u16, Fake)> {
+    let fake = Fake::default();
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
         .route(
@@ -69,13 +147,13 @@ async fn start_server() -> Result<(u16, Seen)> {
                 (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error))
             }),
         )
-        .with_state(seen.clone());
+        .with_state(fake.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    Ok((port, seen))
+    Ok((port, fake))
 }
 
 fn write_config(dir: &Path, port: u16) -> Result<std::path::PathBuf> {
@@ -137,6 +215,9 @@ async fn agent_case(env: Arc<Env>, port: u16, seen: Seen) -> Result<()> {
                 "answer": "small-model: WHY IS THE SKY BLUE",
                 "model": "small-model",
                 "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+                "turns": 1,
+                "tool_calls": 0,
+                "model_calls": {"made": 1, "loaded": 0},
             }),
         "{result}"
     );
@@ -200,11 +281,120 @@ async fn agent_case(env: Arc<Env>, port: u16, seen: Seen) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_the_agent_with_a_host_injected_key() -> Result<()> {
-    let (port, seen) = start_server().await?;
+    let (port, fake) = start_server().await?;
     let dir = tempfile::tempdir()?;
     let config = write_config(dir.path(), port)?;
     on_each_server("agent", &config, Schedule::Concurrent, move |env| {
-        agent_case(env, port, seen.clone())
+        agent_case(env, port, fake.seen.clone())
+    })
+    .await
+}
+
+/// How many requests of `prompt` the server got at each turn.
+fn per_turn(turns: &Turns, prompt: &str) -> Vec<usize> {
+    let mut counts = Vec::new();
+    for (_, turn) in turns
+        .lock()
+        .map(|t| t.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(p, _)| p == prompt)
+    {
+        if counts.len() <= turn {
+            counts.resize(turn + 1, 0);
+        }
+        counts[turn] += 1;
+    }
+    counts
+}
+
+/// The steps table of `id` as `(key, attempt_no)` in first-save order.
+async fn steps_of(env: &Env, id: uuid::Uuid) -> Result<Vec<(String, u32)>> {
+    Ok(env
+        .steps()
+        .list(id)
+        .await?
+        .into_iter()
+        .map(|r| (r.key, r.attempt_no))
+        .collect())
+}
+
+async fn resume_case(env: Arc<Env>, turns: Turns) -> Result<()> {
+    // The server is shared by the servers' cases: each conversation has its own prompt.
+    let prompt = format!("sum on {}: 1 2 3 4", env.server());
+    let payload = |model: &str| json!({"prompt": prompt, "model": model, "tools": ["add"]});
+    let mut w1 = env.spawn_worker_env("w1", &[("AGENT_API_KEY", KEY)], &[])?;
+    let e = env.submit("agent", payload(HANG_AT_2)).await?;
+    // Turn 2 reached the model (which hangs): turns 0 and 1 are recorded.
+    wait_for(
+        &format!("[{}] the model asked for turn 2", env.server()),
+        LIMIT,
+        || async { Ok((per_turn(&turns, &prompt).len() == 3).then_some(())) },
+    )
+    .await?;
+    let recorded = steps_of(&env, e.id).await?;
+    let want = |keys: &[&str], attempt: u32| -> Vec<(String, u32)> {
+        keys.iter().map(|k| (k.to_string(), attempt)).collect()
+    };
+    ensure!(
+        recorded == want(&["model-0", "tool-0", "model-1", "tool-1"], 1),
+        "{recorded:?}"
+    );
+    w1.signal("KILL")?;
+    ensure!(
+        w1.wait_exit(Duration::from_secs(10))?.is_none(),
+        "w1 was killed"
+    );
+    let _w2 = env.spawn_worker_env("w2", &[("AGENT_API_KEY", KEY)], &[])?;
+    let done = env.wait_status(e.id, &[S::Succeeded], LIMIT).await?;
+    let result = done.result.context("result")?;
+    ensure!(result["answer"] == "the sum is 10", "{result}");
+    ensure!(
+        result["turns"] == 4 && result["tool_calls"] == 3,
+        "{result}"
+    );
+    // Attempt 2 asked the model for turns 2 and 3 only.
+    ensure!(
+        result["model_calls"] == json!({"made": 2, "loaded": 2}),
+        "{result}"
+    );
+    let counts = per_turn(&turns, &prompt);
+    ensure!(counts == [1, 1, 2, 1], "requests per turn: {counts:?}");
+    let mut all = want(&["model-0", "tool-0", "model-1", "tool-1"], 1);
+    all.extend(want(&["model-2", "tool-2", "model-3"], 2));
+    let steps = steps_of(&env, e.id).await?;
+    ensure!(steps == all, "{steps:?}");
+    let attempts = env.db.attempts(e.id).await?;
+    ensure!(
+        statuses(&attempts) == ["lease_lost", "succeeded"],
+        "{attempts:?}"
+    );
+
+    // An uninterrupted run of the same conversation answers the same, in one attempt.
+    let steady_prompt = format!("steady {prompt}");
+    let steady = env
+        .submit(
+            "agent",
+            json!({"prompt": steady_prompt, "model": "steady", "tools": ["add"]}),
+        )
+        .await?;
+    let done = env.wait_status(steady.id, &[S::Succeeded], LIMIT).await?;
+    let steady = done.result.context("result")?;
+    ensure!(steady["answer"] == result["answer"], "{steady}");
+    ensure!(
+        steady["model_calls"] == json!({"made": 4, "loaded": 0}) && done.attempts == 1,
+        "{steady}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_resumes_at_the_turn_it_was_on() -> Result<()> {
+    let (port, fake) = start_server().await?;
+    let dir = tempfile::tempdir()?;
+    let config = write_config(dir.path(), port)?;
+    on_each_server("agent resume", &config, Schedule::Concurrent, move |env| {
+        resume_case(env, fake.turns.clone())
     })
     .await
 }

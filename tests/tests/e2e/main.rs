@@ -41,7 +41,9 @@
 //!   injected header that never reaches the log, a cancel during a slow request.
 //! * [`agent`]: the `agent` guest asks a loopback chat-completions server through a real
 //!   worker, the key injected by `sandbox.network.headers` from the worker's environment: the
-//!   answer, a metadata override of the model, a 500 retried then failed, no key in the log.
+//!   answer, a metadata override of the model, a 500 retried then failed, no key in the log;
+//!   a tool-loop conversation whose worker is SIGKILLed at turn 2 resumes on another worker
+//!   without asking the model again for the recorded turns (durable steps).
 //! * [`outbound_rate_limit`]: three workers share an origin's `sandbox.network.rate_limits`
 //!   bucket: the accepted rate stays within 5 % of the limit over the window against a loopback
 //!   server answering 429 past it, a 429 with `Retry-After` pauses every worker, waiting guests

@@ -1,22 +1,29 @@
-//! The `agent` guests (Rust with `wstd`, Python with componentize-py; world
-//! `onestep:handler@0.2.0`) against a loopback chat-completions server
+//! The `agent` guests (Rust with `wstd`, world `onestep:handler@0.3.0`; Python
+//! with componentize-py, world `0.2.0`) against a loopback chat-completions server
 //! (`chat_server`): the answer is what the guest computed from the server's
 //! completion; the API key the task's `sandbox.network.headers` injects
 //! reaches the server while neither the guest's output nor any log line holds
 //! it; `base_url`/`model` come from the payload, then the metadata, then
 //! `handler.params`; 429 and 5xx are retryable (429 with its
 //! `Retry-After`), 401 and other 4xx fatal; an origin not allowed is denied,
-//! fatally, without a request.
+//! fatally, without a request. The Rust agent's tool loop: each model call
+//! and each round of tool calls is a durable step, so a retry after a failed
+//! turn asks the model only from that turn on.
 
 use crate::chat_server::{self, ChatServer};
 use crate::common::*;
 use crate::http::{guarded, http_runtime, logged, sandbox};
+use onestep_core::execution::LeaseRef;
+use onestep_core::steps::{MemorySteps, StepStore};
+use onestep_core::time::SystemClock;
 use onestep_wasm::{
-    AllowedOrigin, CancelHandle, Handler, InvocationContext, OriginPattern, Outcome,
+    AllowedOrigin, CancelHandle, DurableSteps, Handler, InvocationContext, OriginPattern, Outcome,
     SandboxSettings, Secret,
 };
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
+use uuid::Uuid;
 
 const KEY: &str = "sk-agent-test-4e8b1d-never-log-me";
 
@@ -49,11 +56,34 @@ fn allowing(server: &ChatServer, with_key: bool) -> SandboxSettings {
     sb
 }
 
+/// Attempt 1 of a new execution with its own (empty) step store.
 fn context(params: Value, metadata: Value) -> InvocationContext {
+    let store: Arc<dyn StepStore> = Arc::new(MemorySteps::new(Arc::new(SystemClock)));
+    attempt_of(&store, Uuid::new_v4(), 1, params, metadata)
+}
+
+/// Attempt `attempt` of execution `id`, its steps in `store`.
+fn attempt_of(
+    store: &Arc<dyn StepStore>,
+    id: Uuid,
+    attempt: u32,
+    params: Value,
+    metadata: Value,
+) -> InvocationContext {
     InvocationContext {
+        execution_id: id.to_string(),
         params_json: params.to_string(),
         metadata_json: metadata.to_string(),
-        ..ctx(1)
+        steps: Some(DurableSteps {
+            store: Arc::clone(store),
+            lease: LeaseRef {
+                execution_id: id,
+                attempt_id: Uuid::new_v4(),
+                lease_token: Uuid::new_v4(),
+            },
+            clock: Arc::new(SystemClock),
+        }),
+        ..ctx(attempt)
     }
 }
 
@@ -126,6 +156,11 @@ async fn answer_case(guest: &str) {
         json!({"prompt_tokens": 7, "completion_tokens": 10, "total_tokens": 17}),
         "{guest}: {out}"
     );
+    if guest == "agent" {
+        // One turn, asked by this attempt.
+        assert_eq!(out["turns"], 1, "{out}");
+        assert_eq!(out["model_calls"], json!({"made": 1, "loaded": 0}), "{out}");
+    }
     let seen = server.seen();
     assert_eq!(seen.len(), 1, "{guest}: {seen:?}");
     assert_eq!(
@@ -348,4 +383,158 @@ async fn denied_case(guest: &str) {
         "{guest}: {log}"
     );
     assert!(server.seen().is_empty(), "{guest}: {:?}", server.seen());
+}
+
+#[test]
+fn each_turn_is_a_step_and_a_retry_asks_the_model_only_from_the_failed_turn() {
+    guarded(false, resume_case());
+}
+
+/// The server's requests of `model`, counted per turn.
+fn per_turn(server: &ChatServer, model: &str) -> Vec<usize> {
+    let mut counts = Vec::new();
+    for seen in server.seen().iter().filter(|s| s.body["model"] == model) {
+        let turn = chat_server::turn_of(&seen.body);
+        if counts.len() <= turn {
+            counts.resize(turn + 1, 0);
+        }
+        counts[turn] += 1;
+    }
+    counts
+}
+
+async fn resume_case() {
+    let server = chat_server::start(KEY).await;
+    let sb = allowing(&server, true);
+    let handler = load("agent", &sb);
+    let params = |model: &str| json!({"base_url": server.base_url(), "model": model});
+    let payload = json!({"prompt": "sum: 1 2 3 4", "tools": ["add"]});
+    let store: Arc<dyn StepStore> = Arc::new(MemorySteps::new(Arc::new(SystemClock)));
+    let id = Uuid::new_v4();
+    let flaky = "fail-once-at-2";
+
+    // Attempt 1: turns 0 and 1 (a model call and an `add` each) are recorded, turn 2's
+    // model call fails with a retryable 503.
+    let outcome = ask(
+        &handler,
+        &sb,
+        attempt_of(&store, id, 1, params(flaky), json!({})),
+        payload.clone(),
+    )
+    .await;
+    let (retryable, message, _) = handler_error("agent", &outcome);
+    assert!(retryable && message.contains("503"), "{message}");
+    let keys = |records: Vec<onestep_core::steps::StepRecord>| -> Vec<String> {
+        records.into_iter().map(|r| r.key).collect()
+    };
+    assert_eq!(
+        keys(store.list(id).await.expect("list")),
+        ["model-0", "tool-0", "model-1", "tool-1"]
+    );
+    assert_eq!(per_turn(&server, flaky), [1, 1, 1]);
+
+    // Attempt 2 loads turns 0 and 1 and asks the model from turn 2 on.
+    let outcome = ask(
+        &handler,
+        &sb,
+        attempt_of(&store, id, 2, params(flaky), json!({})),
+        payload.clone(),
+    )
+    .await;
+    let out = answer("agent", &outcome);
+    assert_eq!(out["answer"], "the sum is 10", "{out}");
+    assert_eq!(out["turns"], 4, "{out}");
+    assert_eq!(out["tool_calls"], 3, "{out}");
+    assert_eq!(out["model_calls"], json!({"made": 2, "loaded": 2}), "{out}");
+    // Four turns of usage {1, 1, 2} summed.
+    assert_eq!(
+        out["usage"],
+        json!({"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}),
+        "{out}"
+    );
+    assert_eq!(per_turn(&server, flaky), [1, 1, 2, 1]);
+    assert_eq!(
+        keys(store.list(id).await.expect("list")),
+        [
+            "model-0", "tool-0", "model-1", "tool-1", "model-2", "tool-2", "model-3"
+        ]
+    );
+    // The tool results the model read are the `add` tool's: 1+2, 3+3, 6+4.
+    let last = server
+        .seen()
+        .last()
+        .map(|s| s.body.clone())
+        .unwrap_or_default();
+    let tool_answers: Vec<&str> = last["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["role"] == "tool")
+                .filter_map(|m| m["content"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(tool_answers, ["3", "6", "10"]);
+
+    // Another attempt of the same execution asks nothing: every turn is recorded.
+    let again = answer(
+        "agent",
+        &ask(
+            &handler,
+            &sb,
+            attempt_of(&store, id, 3, params(flaky), json!({})),
+            payload.clone(),
+        )
+        .await,
+    );
+    assert_eq!(again["answer"], "the sum is 10", "{again}");
+    assert_eq!(
+        again["model_calls"],
+        json!({"made": 0, "loaded": 4}),
+        "{again}"
+    );
+    assert_eq!(per_turn(&server, flaky), [1, 1, 2, 1]);
+
+    // A run that never fails gives the same answer, all four calls made by its one attempt.
+    let steady = answer(
+        "agent",
+        &ask(
+            &handler,
+            &sb,
+            context(params("steady"), json!({})),
+            payload.clone(),
+        )
+        .await,
+    );
+    assert_eq!(steady["answer"], out["answer"], "{steady}");
+    assert_eq!(
+        steady["model_calls"],
+        json!({"made": 4, "loaded": 0}),
+        "{steady}"
+    );
+
+    // max_turns bounds the loop: two model calls cannot finish a sum of four numbers.
+    let mut short = payload.clone();
+    short["max_turns"] = json!(2);
+    let outcome = ask(&handler, &sb, context(params("steady"), json!({})), short).await;
+    let (retryable, message, _) = handler_error("agent", &outcome);
+    assert!(!retryable, "{message}");
+    assert_eq!(message, "no answer after max_turns = 2 model calls");
+
+    // An unknown tool is refused before any request.
+    let before = server.seen().len();
+    let outcome = ask(
+        &handler,
+        &sb,
+        context(params("steady"), json!({})),
+        json!({"prompt": "hi", "tools": ["rm"]}),
+    )
+    .await;
+    let (retryable, message, _) = handler_error("agent", &outcome);
+    assert!(!retryable, "{message}");
+    assert_eq!(
+        message,
+        "payload.tools: no built-in tool \"rm\" (there is: \"add\")"
+    );
+    assert_eq!(server.seen().len(), before);
 }

@@ -8,6 +8,12 @@
 //! them, and a `usage` of word counts. `POST /status/{code}/chat/completions`
 //! answers `code` with an error body (and `Retry-After: 2` on 429). Every
 //! request's `Authorization` header and JSON body are recorded.
+//!
+//! A request that offers `tools` plays a tool loop ([`sum_turn`]): the user
+//! message lists numbers, and the server adds them one `add` tool call per
+//! turn, then answers `the sum is <sum>`. A model named `fail-once-at-<k>`
+//! gets a 503 the first time a conversation reaches turn `k` (the number of
+//! assistant messages in the request).
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -28,6 +34,53 @@ pub struct Seen {
 struct Shared {
     key: String,
     seen: Mutex<Vec<Seen>>,
+    /// The (prompt, turn) pairs already failed once for a `fail-once-at-<k>` model.
+    failed: Mutex<Vec<(String, usize)>>,
+}
+
+/// The turn of a chat-completions request: how many assistant messages it holds.
+pub fn turn_of(body: &Value) -> usize {
+    body["messages"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
+        .unwrap_or(0)
+}
+
+/// The assistant message of a tool-loop turn: the user message's numbers are added one
+/// `add` call per turn (the running sum is the last `tool` message's content), then the
+/// answer `the sum is <sum>`.
+pub fn sum_turn(messages: &[Value]) -> Value {
+    let numbers: Vec<i64> = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let results: Vec<i64> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str()?.parse().ok())
+        .collect();
+    let done = results.len();
+    let sum = results
+        .last()
+        .copied()
+        .unwrap_or_else(|| numbers.first().copied().unwrap_or(0));
+    match numbers.get(done + 1) {
+        Some(next) => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{
+                "id": format!("call-{done}"),
+                "type": "function",
+                "function": {"name": "add", "arguments": json!({"a": sum, "b": next}).to_string()},
+            }],
+        }),
+        None => json!({"role": "assistant", "content": format!("the sum is {sum}")}),
+    }
 }
 
 pub struct ChatServer {
@@ -101,6 +154,30 @@ async fn completions(
     }
     let model = body["model"].as_str().unwrap_or("?");
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    if body.get("tools").is_some() {
+        let turn = turn_of(&body);
+        if let Some(k) = model.strip_prefix("fail-once-at-") {
+            let prompt = messages
+                .iter()
+                .find(|m| m["role"] == "user")
+                .map(|m| m["content"].to_string())
+                .unwrap_or_default();
+            let mut failed = shared.failed.lock().unwrap_or_else(|e| e.into_inner());
+            if k.parse() == Ok(turn) && !failed.contains(&(prompt.clone(), turn)) {
+                failed.push((prompt, turn));
+                return error_body(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("the test server fails turn {turn} once"),
+                );
+            }
+        }
+        return axum::Json(json!({
+            "model": model,
+            "choices": [{"index": 0, "message": sum_turn(&messages)}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }))
+        .into_response();
+    }
     let content_of = |role: &str| {
         messages
             .iter()
@@ -162,6 +239,7 @@ pub async fn start(key: &str) -> ChatServer {
     let shared = Arc::new(Shared {
         key: key.to_string(),
         seen: Mutex::new(Vec::new()),
+        failed: Mutex::new(Vec::new()),
     });
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
