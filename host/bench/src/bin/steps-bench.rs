@@ -8,12 +8,13 @@
 //!
 //! For each SERVER_URL (`mysql://…` for MySQL/MariaDB, `postgres://…`, or `sqlite://` for a file
 //! in a new temporary directory): a scratch database whose tables `onestep migrate --dsn`
-//! creates, and one real worker, an `onestep run` child process of BIN serving the real
-//! `steps.wasm` and `flaky.wasm` components from one source (`poll_interval_s: 0.05`). On a
-//! server it connects through a loopback proxy that counts every statement it sends
-//! ([`onestep_bench::wire`]). Around each phase the bench takes the proxy's counts, the worker
-//! process's CPU time and the database server's (`/proc`); it submits and watches the
-//! executions through its own connection (not counted on the wire, but on the server's CPU).
+//! creates, and for each phase one real worker, an `onestep run` child process of BIN serving
+//! one task of the real `steps.wasm` or `flaky.wasm` component from one source
+//! (`poll_interval_s: 0.05`). On a server it connects through a loopback proxy that counts every
+//! statement it sends ([`onestep_bench::wire`]). Around each phase the bench takes the proxy's
+//! counts, the worker process's CPU time and the database server's (`/proc`); it submits and
+//! watches the executions through its own connection (not counted on the wire, but in the
+//! server's CPU).
 //!
 //! 1. **Step**: `--executions` executions of `{"n": --steps, "step_ms": 0}` (one slot: one at a
 //!    time), minus the same number of `{"n": 0}`: per step, the guest's `step-load` (a miss) and
@@ -25,15 +26,15 @@
 //!    execution's cost).
 //! 3. **Park/wake against a plain retry**: `--cycles` executions of the `steps` guest sleeping
 //!    10 ms once (`{"n": 1, "sleep_ms": 10, "sleep_after": 0}`: a park, then a wake) minus the
-//!    same without the sleep, against `--cycles` executions of `flaky` failing once retryably
-//!    (it asks a 10 ms retry delay) and then succeeding, minus `flaky` succeeding at once; all
-//!    submitted together, one slot each (a concurrency of `--cycles`). Per cycle: statements,
-//!    worker and server CPU, the added claim → completion time, and the median time from the
-//!    end of attempt 1 to the start of attempt 2.
+//!    same without the sleep; then `--cycles` executions of `flaky` failing once retryably (it
+//!    asks a 10 ms retry delay) and then succeeding, minus `flaky` succeeding at once; each set
+//!    submitted together to a task of `--cycles` slots. Per cycle: statements, worker and server
+//!    CPU, the added claim → completion time, and the time from the end of attempt 1 to the
+//!    start of attempt 2.
 //!
-//! The worker's idle rate (its claim polls with nothing to claim, measured before the phases)
-//! is printed and subtracted from every phase over its duration. CPU times come from `/proc` in
-//! 10 ms ticks: the phases are sized so that each is well above that.
+//! Each worker's idle rate (its claim polls with nothing to claim) is printed: a phase includes
+//! the polls made while it waits for a claim, which weigh in the cycles' figures (the wait for
+//! the wake or the retry is polled). CPU times come from `/proc` in 10 ms ticks.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -52,6 +53,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 const NAMESPACE: &str = "bench";
+/// The source's `poll_interval_s`: how soon a woken or retried execution is claimed again.
+const POLL_S: f64 = 0.05;
 
 #[derive(Parser)]
 #[command(about = "What durable steps cost: figures, not a test")]
@@ -113,7 +116,11 @@ async fn main() -> Result<()> {
             failed += 1;
         }
     }
-    ensure!(failed == 0, "{failed} of {} servers failed", args.servers.len());
+    ensure!(
+        failed == 0,
+        "{failed} of {} servers failed",
+        args.servers.len()
+    );
     Ok(())
 }
 
@@ -155,7 +162,9 @@ impl Scratch {
 
 async fn on_server(args: &Args, url: &str) -> Result<()> {
     let (kind, scratch) = if url.starts_with("sqlite://") {
-        let dir = tempfile::Builder::new().prefix("onestep_steps_").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("onestep_steps_")
+            .tempdir()?;
         let dsn = format!("sqlite://{}", dir.path().join("steps.db").display());
         ("sqlite", Scratch::Sqlite { _dir: dir, dsn })
     } else if onestep_postgres::dsn::is_postgres_scheme(scheme(url)) {
@@ -236,11 +245,13 @@ struct Bench<'a> {
     args: &'a Args,
     backend: Arc<dyn Backend>,
     proxy: Option<(Protocol, WireCounter)>,
-    worker: Worker,
+    /// The worker of the current phase.
+    worker: Option<Worker>,
+    worker_dsn: String,
+    kind: &'static str,
+    dir: PathBuf,
     db_process: Option<cpu::ServerProcess>,
     postgres: bool,
-    /// Per second: statements, round trips, worker CPU ms, DB CPU ms.
-    idle: Cost,
 }
 
 async fn run_on(args: &Args, kind: &'static str, dsn: &str) -> Result<()> {
@@ -286,21 +297,19 @@ async fn run_on(args: &Args, kind: &'static str, dsn: &str) -> Result<()> {
     // cannot claim them first.
     let resumes = preload(args, &*backend).await?;
 
-    let config = write_config(dir.path(), kind, args)?;
-    let worker = Worker::spawn(&args.onestep, &config, &worker_dsn, dir.path())?;
-    worker.wait_log("onestep worker running", Duration::from_secs(120))?;
     let mut bench = Bench {
         args,
         backend,
         proxy,
-        worker,
+        worker: None,
+        worker_dsn,
+        kind,
+        dir: dir.path().to_owned(),
         db_process,
         postgres: kind == "postgres",
-        idle: Cost::default(),
     };
     println!(
-        "== {kind} ({version}); worker pid {}{}; DB CPU: {}",
-        bench.worker.child.id(),
+        "== {kind} ({version}){}; DB CPU: {}",
         if bench.proxy.is_some() {
             ", statements counted on the wire"
         } else {
@@ -311,50 +320,53 @@ async fn run_on(args: &Args, kind: &'static str, dsn: &str) -> Result<()> {
             .as_ref()
             .map_or("n/a".to_owned(), |p| format!("{} (pid {})", p.name, p.pid))
     );
-    // Past the start-up reads.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    bench.measure_idle().await;
+    bench.start_worker("steps").await?;
     bench.step_cost().await?;
     bench.resume(&resumes).await?;
-    bench.cycles().await?;
+    bench.start_worker("sleepy").await?;
+    bench.park_wake().await?;
+    bench.start_worker("flaky").await?;
+    bench.retry().await?;
+    bench.worker = None;
     bench.backend.close().await.ok();
     Ok(())
 }
 
-/// The worker file: one source serving the three tasks.
-fn write_config(dir: &Path, kind: &str, args: &Args) -> Result<PathBuf> {
+/// The worker file of one phase: one source, one task (`steps`: one slot; `sleepy` and
+/// `flaky`: `--cycles` slots).
+fn write_config(dir: &Path, kind: &str, args: &Args, task: &str) -> Result<PathBuf> {
     let guests = std::fs::canonicalize(&args.guests)
         .with_context(|| format!("guests directory {}", args.guests.display()))?;
-    let steps = guests.join("steps.wasm");
-    let flaky = guests.join("flaky.wasm");
-    for f in [&steps, &flaky] {
-        ensure!(
-            f.is_file(),
-            "{} is absent (scripts/build-guests.sh)",
-            f.display()
-        );
-    }
-    let path = dir.join("steps-bench.yaml");
+    let component = guests.join(if task == "flaky" {
+        "flaky.wasm"
+    } else {
+        "steps.wasm"
+    });
+    ensure!(
+        component.is_file(),
+        "{} is absent (scripts/build-guests.sh)",
+        component.display()
+    );
+    let path = dir.join(format!("{task}.yaml"));
     let cycles = args.cycles;
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: onestep/v1alpha1\nkind: App\n\
-             app: {{name: steps-bench, shutdown_timeout_s: 2.0, logging: {{level: INFO, format: text}}}}\n\
-             resources:\n  db: {{type: {kind}, dsn: \"${{ONESTEP_DSN}}\"}}\n  jobs:\n    \
-             type: {kind}_execution_source\n    connector: db\n    namespace: {NAMESPACE}\n    \
-             task_names: [steps, sleepy, flaky]\n    batch_size: {batch}\n    poll_interval_s: 0.05\n    \
-             worker_id: steps-bench\n\
-             tasks:\n\
-             \x20 - {{name: steps, source: jobs, handler: {{component: {steps}}}, concurrency: 1, timeout_s: 600.0}}\n\
-             \x20 - {{name: sleepy, source: jobs, handler: {{component: {steps}}}, concurrency: {cycles}, timeout_s: 60.0}}\n\
-             \x20 - name: flaky\n    source: jobs\n    handler: {{component: {flaky}}}\n    concurrency: {cycles}\n    \
-             timeout_s: 60.0\n    retry: {{type: max_attempts, max_attempts: 3}}\n",
-            batch = cycles.clamp(8, 1000),
-            steps = steps.display(),
-            flaky = flaky.display(),
-        ),
-    )?;
+    let (concurrency, retry) = match task {
+        "steps" => (1, ""),
+        "flaky" => (cycles, ", retry: {type: max_attempts, max_attempts: 3}"),
+        _ => (cycles, ""),
+    };
+    let text = format!(
+        "apiVersion: onestep/v1alpha1\nkind: App\n\
+         app: {{name: steps-bench, shutdown_timeout_s: 2.0, logging: {{level: INFO, format: text}}}}\n\
+         resources:\n  db: {{type: {kind}, dsn: \"${{ONESTEP_DSN}}\"}}\n  jobs:\n    \
+         type: {kind}_execution_source\n    connector: db\n    namespace: {NAMESPACE}\n    \
+         task_names: [{task}]\n    batch_size: {batch}\n    poll_interval_s: {POLL_S}\n    \
+         worker_id: steps-bench\n\
+         tasks:\n  - {{name: {task}, source: jobs, handler: {{component: {component}}}, \
+         concurrency: {concurrency}, timeout_s: 600.0{retry}}}\n",
+        batch = cycles.clamp(8, 1000),
+        component = component.display(),
+    );
+    std::fs::write(&path, text)?;
     Ok(path)
 }
 
@@ -438,13 +450,16 @@ impl Bench<'_> {
                 .as_ref()
                 .map(|(_, c)| c.snapshot())
                 .unwrap_or_default(),
-            worker_cpu_ms: cpu::process_cpu_ms(&self.worker.child.id().to_string()),
+            worker_cpu_ms: self
+                .worker
+                .as_ref()
+                .and_then(|w| cpu::process_cpu_ms(&w.child.id().to_string())),
             db_cpu_ms,
             at: Some(Instant::now()),
         }
     }
 
-    /// `b - a`, net of the idle rate.
+    /// `b - a`.
     fn cost(&self, a: &Sample, b: &Sample) -> Cost {
         let secs = match (a.at, b.at) {
             (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
@@ -459,30 +474,41 @@ impl Bench<'_> {
             None => (None, None),
         };
         let d = |x: Option<f64>, y: Option<f64>| Some(y? - x?);
-        let net = |v: Option<f64>, rate: Option<f64>| Some(v? - rate.unwrap_or(0.0) * secs);
         Cost {
-            statements: net(statements, self.idle.statements),
-            round_trips: net(round_trips, self.idle.round_trips),
-            worker_cpu_ms: net(
-                d(a.worker_cpu_ms, b.worker_cpu_ms),
-                self.idle.worker_cpu_ms,
-            ),
-            db_cpu_ms: net(d(a.db_cpu_ms, b.db_cpu_ms), self.idle.db_cpu_ms),
+            statements,
+            round_trips,
+            worker_cpu_ms: d(a.worker_cpu_ms, b.worker_cpu_ms),
+            db_cpu_ms: d(a.db_cpu_ms, b.db_cpu_ms),
             secs,
         }
     }
 
-    async fn measure_idle(&mut self) {
+    /// Stops the previous phase's worker and starts one serving `task` alone; prints its idle
+    /// rate (claim polls with nothing to claim), which every figure of its phase includes
+    /// while the phase waits for a claim.
+    async fn start_worker(&mut self, task: &str) -> Result<()> {
+        self.worker = None;
+        let config = write_config(&self.dir, self.kind, self.args, task)?;
+        let mut worker = Worker::spawn(
+            &self.args.onestep,
+            &config,
+            &self.worker_dsn,
+            &self.dir,
+            task,
+        )?;
+        worker.wait_log("onestep worker running", Duration::from_secs(120))?;
+        self.worker = Some(worker);
+        // Past the start-up reads.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let a = self.sample().await;
         tokio::time::sleep(Duration::from_secs_f64(self.args.idle_s.max(0.5))).await;
         let b = self.sample().await;
         let c = self.cost(&a, &b);
-        self.idle = c.per(c.secs);
         println!(
-            "  idle worker (claim polls every 0.05 s, nothing to claim), per second: {} \
-             (subtracted from every figure below over its duration)",
-            self.idle.text()
+            "  worker serving `{task}` alone, idle (a claim poll every {POLL_S} s), per second: {}",
+            c.per(c.secs).text()
         );
+        Ok(())
     }
 
     /// Waits until every one of `ids` is terminal; the executions.
@@ -506,7 +532,7 @@ impl Bench<'_> {
                     "{} of {} executions not finished after 600 s; worker log:\n{}",
                     ids.len() - next,
                     ids.len(),
-                    self.worker.text()
+                    self.worker.as_ref().map(Worker::text).unwrap_or_default()
                 );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -617,56 +643,66 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// Phase 3.
-    async fn cycles(&self) -> Result<()> {
+    /// Phase 3, the park and wake.
+    async fn park_wake(&self) -> Result<()> {
         let k = self.args.cycles as usize;
-        let kf = k as f64;
-        let (sleep_base, sb_busy, _) = self
+        let (base, base_busy, _) = self
             .phase("sleepy", vec![json!({"n": 1, "step_ms": 0}); k])
             .await?;
-        let (sleep, s_busy, s_ids) = self
+        let (with, busy, ids) = self
             .phase(
                 "sleepy",
                 vec![json!({"n": 1, "step_ms": 0, "sleep_ms": 10, "sleep_after": 0}); k],
             )
             .await?;
-        let (flaky_base, fb_busy, _) = self
+        self.print_cycle(
+            "park/wake (steps guest sleeping 10 ms once, minus the same without the sleep)",
+            (with, busy),
+            (base, base_busy),
+            &ids,
+        )
+        .await
+    }
+
+    /// Phase 3, the plain retry.
+    async fn retry(&self) -> Result<()> {
+        let k = self.args.cycles as usize;
+        let (base, base_busy, _) = self
             .phase("flaky", vec![json!({"succeed_on_attempt": 1}); k])
             .await?;
-        let (flaky, f_busy, f_ids) = self
+        let (with, busy, ids) = self
             .phase("flaky", vec![json!({"succeed_on_attempt": 2}); k])
             .await?;
-        for (what, cost, busy, base, base_busy, ids) in [
-            (
-                "park/wake (steps guest sleeping 10 ms once, minus the same without the sleep)",
-                sleep,
-                s_busy,
-                sleep_base,
-                sb_busy,
-                s_ids,
-            ),
-            (
-                "plain retry (flaky failing once retryably, 10 ms retry delay, minus succeeding at once)",
-                flaky,
-                f_busy,
-                flaky_base,
-                fb_busy,
-                f_ids,
-            ),
-        ] {
-            let per = cost.minus(&base).per(kf);
-            let gaps = self.gaps(&ids).await?;
-            println!(
-                "  {what}, {k} executions at once: per cycle {}, claim → completion +{:.1} ms \
-                 ({:.1} → {:.1} ms per execution); attempt 1 end → attempt 2 start p50 {:.1} ms, max {:.1} ms",
-                per.text(),
-                (busy - base_busy) / kf * 1e3,
-                base_busy / kf * 1e3,
-                busy / kf * 1e3,
-                pct(&gaps, 50) * 1e3,
-                gaps.last().copied().unwrap_or(0.0) * 1e3,
-            );
-        }
+        self.print_cycle(
+            "plain retry (flaky failing once retryably, 10 ms retry delay, minus succeeding at once)",
+            (with, busy),
+            (base, base_busy),
+            &ids,
+        )
+        .await
+    }
+
+    async fn print_cycle(
+        &self,
+        what: &str,
+        (cost, busy): (Cost, f64),
+        (base, base_busy): (Cost, f64),
+        ids: &[Uuid],
+    ) -> Result<()> {
+        let k = ids.len();
+        let kf = k as f64;
+        let per = cost.minus(&base).per(kf);
+        let gaps = self.gaps(ids).await?;
+        println!(
+            "  {what}, {k} executions at once: per cycle {}, claim → completion +{:.1} ms \
+             ({:.1} → {:.1} ms per execution); attempt 1 end → attempt 2 start p50 {:.1} ms, max {:.1} ms",
+            per.text(),
+            (busy - base_busy) / kf * 1e3,
+            base_busy / kf * 1e3,
+            busy / kf * 1e3,
+            pct(&gaps, 50) * 1e3,
+            gaps.last().copied().unwrap_or(0.0) * 1e3,
+        );
         Ok(())
     }
 
@@ -733,8 +769,8 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn(onestep: &Path, config: &Path, dsn: &str, dir: &Path) -> Result<Worker> {
-        let log = dir.join("worker.log");
+    fn spawn(onestep: &Path, config: &Path, dsn: &str, dir: &Path, task: &str) -> Result<Worker> {
+        let log = dir.join(format!("worker-{task}.log"));
         let file = std::fs::File::create(&log)?;
         let child = Command::new(onestep)
             .arg("run")
@@ -751,9 +787,12 @@ impl Worker {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn wait_log(&self, needle: &str, limit: Duration) -> Result<()> {
+    fn wait_log(&mut self, needle: &str, limit: Duration) -> Result<()> {
         let deadline = Instant::now() + limit;
         while !self.text().contains(needle) {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("the worker exited ({status}):\n{}", self.text());
+            }
             if Instant::now() >= deadline {
                 bail!(
                     "no {needle:?} in {} within {limit:?}:\n{}",
