@@ -34,10 +34,16 @@
 #      per worker, cold then warm compile cache (SQLite); then an idle follower's statements and
 #      round trips per minute, counted on the wire, on MariaDB and PostgreSQL;
 #   7. HTTP API: submit requests/s and p50/p99 with 1, 16 and 64 concurrent clients
-#      (host/bench/src/bin/api-bench.rs).
+#      (host/bench/src/bin/api-bench.rs);
+#   8. durable steps (host/bench/src/bin/steps-bench.rs): a real `onestep run` worker and the
+#      `steps` guest on MariaDB, PostgreSQL and SQLite: statements (counted on the wire), worker
+#      and database CPU and wall time per step save and per step load of a resume with 1,000
+#      recorded steps, and a sleep's park/wake against a plain retry (`flaky`), per cycle
+#      (about 20 s).
 # Sizes: BENCH_WASM_CALLS (default 5000), BENCH_EXECUTIONS (10000), BENCH_HTTP_EXECUTIONS
 # (3000), BENCH_HISTORY (200000), BENCH_REQUESTS (2000), BENCH_SECONDS (15, per API level),
-# BENCH_WEBHOOKS (2000), BENCH_DEPLOYS (20), BENCH_IDLE_WINDOW_S (20).
+# BENCH_WEBHOOKS (2000), BENCH_DEPLOYS (20), BENCH_IDLE_WINDOW_S (20), BENCH_STEP_EXECUTIONS (5,
+# of BENCH_STEPS 100 steps each), BENCH_STEP_CYCLES (20).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -141,3 +147,8 @@ done
 echo "== HTTP API submit"
 BENCH_REQUESTS="${BENCH_REQUESTS:-2000}" BENCH_SECONDS="${BENCH_SECONDS:-15}" \
     "$TARGET/api-bench"
+
+echo "== durable steps: step save, resume with 1,000 recorded steps, park/wake vs a plain retry (MariaDB, PostgreSQL, SQLite; docs/benchmarks.md#durable-steps)"
+"$TARGET/steps-bench" --onestep "$TARGET/onestep" --executions "${BENCH_STEP_EXECUTIONS:-5}" \
+    --steps "${BENCH_STEPS:-100}" --cycles "${BENCH_STEP_CYCLES:-20}" --idle-s 1 \
+    "$ONESTEP_TEST_MARIADB_URL" "$ONESTEP_TEST_POSTGRES_URL" sqlite://

@@ -10,7 +10,7 @@
 //! `wasm-bench`, the wasm runtime's figures (`src/bin/wasm-bench.rs`).
 
 mod counting;
-mod cpu;
+pub mod cpu;
 mod http;
 mod report;
 mod retention;
