@@ -96,9 +96,12 @@ impl PgBackend {
         // validate() bounds a value to 1 MiB, far inside INT.
         let bytes = i32::try_from(size).unwrap_or(i32::MAX);
         let conn = self.conn().await?;
+        // Prepared once per pooled connection: one round trip per save instead of three
+        // (parse/describe, bind/execute, close: docs/benchmarks.md#durable-steps).
+        let st = conn.prepare_cached(&self.step_save_sql(table)).await?;
         let row = conn
             .query_one(
-                &self.step_save_sql(table),
+                &st,
                 &[
                     &lease.execution_id,
                     &lease.lease_token,
@@ -138,12 +141,12 @@ impl StepStore for PgBackend {
         let table = self.steps()?;
         self.run("step_load", || async {
             let conn = self.conn().await?;
-            let row = conn
-                .query_opt(
-                    &format!("SELECT value FROM {table} WHERE execution_id = $1 AND step_key = $2"),
-                    &[&execution_id, &key],
-                )
+            let st = conn
+                .prepare_cached(&format!(
+                    "SELECT value FROM {table} WHERE execution_id = $1 AND step_key = $2"
+                ))
                 .await?;
+            let row = conn.query_opt(&st, &[&execution_id, &key]).await?;
             Ok(match row {
                 Some(r) => Some(r.try_get::<_, String>(0)?),
                 None => None,
