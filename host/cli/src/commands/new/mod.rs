@@ -444,6 +444,74 @@ mod tests {
         }
     }
 
+    /// Every language ships its step helper, over the `durable` import of the WIT it is built
+    /// against, and every template does its work as a step: the agent's model call is
+    /// `model-0`, the http fetch `fetch`, the greeting `greeting`.
+    #[test]
+    fn every_template_uses_the_step_helper() {
+        let durable = format!("onestep:handler/durable@{WIT_VERSION}");
+        for template in TEMPLATES {
+            let rust = file(Lang::Rust, template, "src/steps.rs");
+            assert!(
+                rust.contains("use crate::onestep::handler::durable::"),
+                "{rust}"
+            );
+            assert!(rust.contains("pub fn step<T, F>(key: &str, work: F)"));
+            assert!(file(Lang::Rust, template, "Cargo.toml").contains("serde = "));
+            let py = file(Lang::Python, template, "steps.py");
+            assert!(py.contains("from wit_world.imports import durable"), "{py}");
+            assert!(py.contains("def step(key: str, fn=None):"), "{py}");
+            let js = file(Lang::Js, template, "steps.js");
+            assert!(js.contains(&format!("from \"{durable}\"")), "{js}");
+            assert!(js.contains("export function step(key, fn)"), "{js}");
+            // Fenced and unavailable are retryable; the caps' errors name the cap.
+            for helper in [&rust, &py, &js] {
+                for cap in [
+                    "1 MiB per step",
+                    "1,000 per execution",
+                    "16 MiB per execution",
+                ] {
+                    assert!(helper.contains(cap), "{template:?}: {cap}");
+                }
+            }
+            let key = match template {
+                Template::Compute => "\"greeting\"",
+                Template::Http => "\"fetch\"",
+                Template::Agent => "model-",
+            };
+            let sources = [
+                file(Lang::Rust, template, "src/lib.rs"),
+                file(Lang::Python, template, "app.py"),
+                file(Lang::Js, template, "handler.js"),
+            ];
+            for source in sources {
+                assert!(
+                    source.contains(&format!("step({key}"))
+                        || source.contains(&format!("step(`{key}"))
+                        || source.contains(&format!("step(&format!(\"{key}"))
+                        || source.contains(&format!("@step(\"{key}")),
+                    "{template:?}: {source}"
+                );
+                assert!(!source.contains("@0.2.0"), "{template:?}: {source}");
+            }
+            assert!(file(Lang::Rust, template, "src/lib.rs").contains("mod steps;"));
+            assert!(file(Lang::Python, template, "app.py").contains("from steps import step"));
+            assert!(
+                file(Lang::Js, template, "handler.js")
+                    .contains("import { step } from \"./steps.js\"")
+            );
+            assert!(
+                file(Lang::Js, template, "handler.js")
+                    .contains(&format!("onestep:handler/host@{WIT_VERSION}"))
+            );
+            let readme = file(Lang::Python, template, "README.md");
+            assert!(
+                readme.contains("## Durable steps") && readme.contains("`steps.py`"),
+                "{readme}"
+            );
+        }
+    }
+
     #[test]
     fn an_existing_directory_is_refused_without_force() {
         let dir = std::env::temp_dir().join(format!("onestep-new-test-{}", std::process::id()));

@@ -110,8 +110,8 @@ def step_error(key: str, what: str, e) -> Err:
         )
     elif isinstance(e, durable.StepError_ExecutionBudget):
         retryable, why = False, (
-            f"the execution's steps would hold {e.value} bytes, over the cap of 16 MiB per "
-            "execution"
+            f"the execution's steps would hold {e.value} bytes, "
+            "over the cap of 16 MiB per execution"
         )
     elif isinstance(e, durable.StepError_InvalidWake):
         retryable, why = False, f"invalid wake time: {e.value}"

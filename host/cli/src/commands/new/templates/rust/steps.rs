@@ -71,7 +71,9 @@ pub fn step_error(key: &str, what: &str, e: StepError) -> HandlerError {
         ),
         StepError::ExecutionBudget(bytes) => (
             false,
-            format!("the execution's steps would hold {bytes} bytes, over the cap of 16 MiB per execution"),
+            format!(
+                "the execution's steps would hold {bytes} bytes, over the cap of 16 MiB per execution"
+            ),
         ),
         StepError::InvalidWake(m) => (false, format!("invalid wake time: {m}")),
     };
