@@ -136,7 +136,7 @@ build() { # lang template name dir
     esac
 }
 
-run() { # lang name dir env... -- task-run-args...
+run() { # lang name dir env... -- task-run-args...   (YAML: the app file, default handler.yaml)
     local bin="$GUEST_BIN" name="$2" dir="$3"
     [[ "$1" == rust ]] && bin="$BIN"
     shift 3
@@ -144,7 +144,7 @@ run() { # lang name dir env... -- task-run-args...
     while [[ "$1" != "--" ]]; do envs+=("$1"); shift; done
     shift
     set +e
-    (cd "$dir" && env "${envs[@]}" "$bin" task run handler.yaml "$name" --json --log-level warn "$@" \
+    (cd "$dir" && env "${envs[@]}" "$bin" task run "${YAML:-handler.yaml}" "$name" --json --log-level warn "$@" \
         >"$WORK/report.json" 2>"$WORK/report.err")
     local code=$?
     # wasmtime seals the memory image it builds for a component (F_ADD_SEALS); the kernel has
@@ -152,7 +152,7 @@ run() { # lang name dir env... -- task-run-args...
     # more run, said on stderr, and any other failure stands.
     if [[ $code -ne 0 ]] && grep -qs "cannot add seals to the memfd" "$WORK/report.json" "$WORK/report.err"; then
         echo "check-scaffolds: $name: the kernel refused to seal wasmtime's memory image (transient EBUSY); running it once more" >&2
-        (cd "$dir" && env "${envs[@]}" "$bin" task run handler.yaml "$name" --json --log-level warn "$@" \
+        (cd "$dir" && env "${envs[@]}" "$bin" task run "${YAML:-handler.yaml}" "$name" --json --log-level warn "$@" \
             >"$WORK/report.json" 2>"$WORK/report.err")
         code=$?
     fi
@@ -181,8 +181,12 @@ for lang in "${LANGS[@]}"; do
             code="$(run "$lang" "$name" "$dir" -- --payload @payload.json --steps "$WORK/steps.json")"
             expect "$name (--steps)" "$report" "$code" \
                 'code == 0 and r["result"] == {"message": "Recorded, world!", "attempt": 1} and r["steps"] == {"preloaded": 1, "loaded": 1, "missed": 0, "saved": 0}'
-            # A value over the step cap (1 MiB): fatal, with the key and the cap.
-            code="$(run "$lang" "$name" "$dir" -- --payload "@$BIG_PAYLOAD")"
+            # A value over the step cap (1 MiB): fatal, with the key and the cap. With more memory
+            # than the template's 64 MiB: JavaScript's JSON.stringify of a 1 MB string peaks at
+            # ~80 MB (at 64 MiB it fails first, "out of memory").
+            sed 's/memory_limit_bytes: 67108864/memory_limit_bytes: 268435456/' "$dir/handler.yaml" >"$dir/handler-big.yaml"
+            grep -q 'memory_limit_bytes: 268435456' "$dir/handler-big.yaml" || die "$name: handler.yaml has no memory_limit_bytes: 67108864 to raise"
+            code="$(YAML=handler-big.yaml run "$lang" "$name" "$dir" -- --payload "@$BIG_PAYLOAD")"
             expect "$name (step cap)" "$report" "$code" \
                 'code == 3 and r["error"]["retryable"] is False and r["error"]["message"].startswith("step '"'"'greeting'"'"' not saved: ") and "1 MiB" in r["error"]["message"] and r["steps"]["saved"] == 0'
             ;;

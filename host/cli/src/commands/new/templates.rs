@@ -288,13 +288,13 @@ pub(crate) fn project_files(name: &str, lang: Lang, template: Template) -> Vec<(
     };
     let payload_inline = kind.payload.trim();
     let (steps_file, steps_example) = match lang {
-        Lang::Rust => ("src/steps.rs", "let v: T = step(\"key\", || work())?;"),
+        Lang::Rust => ("src/steps.rs", "`let v: T = step(\"key\", || work())?;`"),
         Lang::Python => (
             "steps.py",
-            "v = step(\"key\", lambda: work())` (or a function decorated with \
+            "`v = step(\"key\", lambda: work())` (or a function decorated with \
              `@step(\"page-{n}\")`, each call a step named by its arguments)",
         ),
-        Lang::Js => ("steps.js", "const v = step(\"key\", () => work());"),
+        Lang::Js => ("steps.js", "`const v = step(\"key\", () => work());`"),
     };
     let vars = [
         ("name", name),
