@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Checks every `onestep new handler` scaffold: the nine combinations of --lang rust|python|js and
 # --template compute|http|agent are written into a temporary directory outside the repository,
-# built with nothing but their own files and the language's pinned tool, and each runs one
-# payload with `onestep task run` (no database):
-#   compute -> its sample payload, the greeting;
-#   http    -> a file served by a loopback `python3 -m http.server` (FETCH_ORIGIN);
+# built with nothing but their own files and the language's pinned tool, and each runs its
+# payloads with `onestep task run` (no database):
+#   compute -> its sample payload, the greeting, made in the step `greeting` (missed, saved);
+#              again with `--steps` holding that step: the recorded message, loaded, none saved;
+#              a name over the 1 MiB step cap: a fatal error naming the key and the cap;
+#   http    -> a file served by a loopback `python3 -m http.server` (FETCH_ORIGIN), the step
+#              `fetch`; again for another URL with `--steps` holding the first result: that result;
 #   agent   -> its sample payload against scripts/lib/fake-openai.py on loopback (LLM_ORIGIN),
 #              which answers only with the key the host injects (OPENAI_API_KEY) and a request
-#              body with Content-Length; then a 429 from it, which must be a retryable error.
+#              body with Content-Length, the model call the step `model-0`; again with `--steps`
+#              holding that step: the same answer, and the fake counts no new request; then a 429
+#              from it, which must be a retryable error.
 # The results are asserted; one line per combination with its build and run times.
 #
 #   scripts/check-scaffolds.sh                 # all nine (after scripts/build-guests.sh)
@@ -89,6 +94,14 @@ echo "hello from check-scaffolds" >"$WORK/www/hello.txt"
 WWW_PORT="$(start_server "$WORK/www.out" python3 -u -m http.server 0 --bind 127.0.0.1 --directory "$WORK/www")"
 KEY="sk-check-$RANDOM$RANDOM"
 LLM_PORT="$(start_server "$WORK/llm.out" python3 -u "$ROOT/scripts/lib/fake-openai.py" --key "$KEY")"
+# The chat-completions requests the fake has received so far.
+model_requests() {
+    python3 -c 'import json, sys, urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1]))["chat_completions"])' \
+        "http://127.0.0.1:$LLM_PORT/requests"
+}
+# A compute payload whose greeting is over the 1 MiB a step may hold.
+BIG_PAYLOAD="$WORK/big-payload.json"
+python3 -c 'import json, sys; json.dump({"name": "x" * 1100000}, open(sys.argv[1], "w"))' "$BIG_PAYLOAD"
 
 # Asserts on a `task run --json` report: python3 -c CODE with `r` the report and `code` the exit.
 expect() { # what report-file exit-code python-condition
@@ -123,7 +136,7 @@ build() { # lang template name dir
     esac
 }
 
-run() { # lang name dir env... -- task-run-args...
+run() { # lang name dir env... -- task-run-args...   (YAML: the app file, default handler.yaml)
     local bin="$GUEST_BIN" name="$2" dir="$3"
     [[ "$1" == rust ]] && bin="$BIN"
     shift 3
@@ -131,7 +144,7 @@ run() { # lang name dir env... -- task-run-args...
     while [[ "$1" != "--" ]]; do envs+=("$1"); shift; done
     shift
     set +e
-    (cd "$dir" && env "${envs[@]}" "$bin" task run handler.yaml "$name" --json --log-level warn "$@" \
+    (cd "$dir" && env "${envs[@]}" "$bin" task run "${YAML:-handler.yaml}" "$name" --json --log-level warn "$@" \
         >"$WORK/report.json" 2>"$WORK/report.err")
     local code=$?
     # wasmtime seals the memory image it builds for a component (F_ADD_SEALS); the kernel has
@@ -139,7 +152,7 @@ run() { # lang name dir env... -- task-run-args...
     # more run, said on stderr, and any other failure stands.
     if [[ $code -ne 0 ]] && grep -qs "cannot add seals to the memfd" "$WORK/report.json" "$WORK/report.err"; then
         echo "check-scaffolds: $name: the kernel refused to seal wasmtime's memory image (transient EBUSY); running it once more" >&2
-        (cd "$dir" && env "${envs[@]}" "$bin" task run handler.yaml "$name" --json --log-level warn "$@" \
+        (cd "$dir" && env "${envs[@]}" "$bin" task run "${YAML:-handler.yaml}" "$name" --json --log-level warn "$@" \
             >"$WORK/report.json" 2>"$WORK/report.err")
         code=$?
     fi
@@ -162,19 +175,49 @@ for lang in "${LANGS[@]}"; do
         compute)
             code="$(run "$lang" "$name" "$dir" -- --payload @payload.json)"
             expect "$name" "$report" "$code" \
-                'code == 0 and r["result"] == {"message": "Hello, world!", "attempt": 1}'
+                'code == 0 and r["result"] == {"message": "Hello, world!", "attempt": 1} and r["steps"] == {"preloaded": 0, "loaded": 0, "missed": 1, "saved": 1}'
+            # A resumed attempt: the step recorded, its work not done again.
+            echo '{"greeting": "Recorded, world!"}' >"$WORK/steps.json"
+            code="$(run "$lang" "$name" "$dir" -- --payload @payload.json --steps "$WORK/steps.json")"
+            expect "$name (--steps)" "$report" "$code" \
+                'code == 0 and r["result"] == {"message": "Recorded, world!", "attempt": 1} and r["steps"] == {"preloaded": 1, "loaded": 1, "missed": 0, "saved": 0}'
+            # A value over the step cap (1 MiB): fatal, with the key and the cap. With more memory
+            # than the template's 64 MiB: JavaScript's JSON.stringify of a 1 MB string peaks at
+            # ~80 MB (at 64 MiB it fails first, "out of memory").
+            sed 's/memory_limit_bytes: 67108864/memory_limit_bytes: 268435456/' "$dir/handler.yaml" >"$dir/handler-big.yaml"
+            grep -q 'memory_limit_bytes: 268435456' "$dir/handler-big.yaml" || die "$name: handler.yaml has no memory_limit_bytes: 67108864 to raise"
+            code="$(YAML=handler-big.yaml run "$lang" "$name" "$dir" -- --payload "@$BIG_PAYLOAD")"
+            expect "$name (step cap)" "$report" "$code" \
+                'code == 3 and r["error"]["retryable"] is False and r["error"]["message"].startswith("step '"'"'greeting'"'"' not saved: ") and "1 MiB" in r["error"]["message"] and r["steps"]["saved"] == 0'
             ;;
         http)
             origin="http://127.0.0.1:$WWW_PORT"
             code="$(run "$lang" "$name" "$dir" "FETCH_ORIGIN=$origin" -- --payload "{\"url\": \"$origin/hello.txt\"}")"
             expect "$name" "$report" "$code" \
-                "code == 0 and r['result']['status'] == 200 and r['result']['text'] == 'hello from check-scaffolds\n' and r['result']['url'] == '$origin/hello.txt'"
+                "code == 0 and r['result']['status'] == 200 and r['result']['text'] == 'hello from check-scaffolds\n' and r['result']['url'] == '$origin/hello.txt' and r['steps']['saved'] == 1"
+            # Resumed with the step `fetch` recorded: its value, not a fetch of the new URL.
+            python3 -c 'import json, sys; json.dump({"fetch": json.load(open(sys.argv[1]))["result"]}, open(sys.argv[2], "w"))' \
+                "$report" "$WORK/steps.json"
+            code="$(run "$lang" "$name" "$dir" "FETCH_ORIGIN=$origin" -- --payload "{\"url\": \"$origin/missing.txt\"}" --steps "$WORK/steps.json")"
+            expect "$name (--steps)" "$report" "$code" \
+                "code == 0 and r['result']['url'] == '$origin/hello.txt' and r['result']['status'] == 200 and r['steps'] == {'preloaded': 1, 'loaded': 1, 'missed': 0, 'saved': 0}"
             ;;
         agent)
             envs=("LLM_ORIGIN=http://127.0.0.1:$LLM_PORT" "OPENAI_API_KEY=$KEY")
+            asked="$(model_requests)"
             code="$(run "$lang" "$name" "$dir" "${envs[@]}" -- --payload @payload.json)"
             expect "$name" "$report" "$code" \
-                'code == 0 and r["result"] == {"answer": "echo: Name three prime numbers.", "model": "gpt-4o-mini", "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}'
+                'code == 0 and r["result"] == {"answer": "echo: Name three prime numbers.", "model": "gpt-4o-mini", "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}} and r["steps"] == {"preloaded": 0, "loaded": 0, "missed": 1, "saved": 1}'
+            [[ "$(model_requests)" == "$((asked + 1))" ]] || die "$name: expected one model request, the fake counted $(( $(model_requests) - asked ))"
+            # A resumed attempt with the model call `model-0` recorded: the same answer, and no
+            # request to the model.
+            python3 -c 'import json, sys; json.dump({"model-0": json.load(open(sys.argv[1]))["result"]}, open(sys.argv[2], "w"))' \
+                "$report" "$WORK/steps.json"
+            asked="$(model_requests)"
+            code="$(run "$lang" "$name" "$dir" "${envs[@]}" -- --payload @payload.json --steps "$WORK/steps.json")"
+            expect "$name (--steps)" "$report" "$code" \
+                'code == 0 and r["result"] == {"answer": "echo: Name three prime numbers.", "model": "gpt-4o-mini", "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}} and r["steps"] == {"preloaded": 1, "loaded": 1, "missed": 0, "saved": 0}'
+            [[ "$(model_requests)" == "$asked" ]] || die "$name: the resumed attempt asked the model again ($(( $(model_requests) - asked )) requests)"
             code="$(run "$lang" "$name" "$dir" "${envs[@]}" -- --payload '{"prompt": "status:429"}')"
             expect "$name (429)" "$report" "$code" \
                 'code == 3 and r["error"]["retryable"] is True and r["error"]["retry_after_ms"] == 7000 and "429" in r["error"]["message"]'

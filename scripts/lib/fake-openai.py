@@ -13,12 +13,15 @@ Listens on 127.0.0.1 (port 0 = any free one) and prints ``port N`` on its first 
 * otherwise 200 with one choice ``{"role": "assistant", "content": "echo: <last message>"}``,
   the model asked for, and a ``usage`` of 3 prompt + 2 completion tokens.
 
-Every other path is 404. It runs until killed; each request is logged to stderr.
+``GET /requests`` answers ``{"chat_completions": N}``, the number of ``POST /v1/chat/completions``
+received so far (whatever their answer), so that a check can tell whether a handler asked the
+model. Every other path is 404. It runs until killed; each request is logged to stderr.
 """
 
 import argparse
 import json
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -27,6 +30,8 @@ def main() -> None:
     parser.add_argument("--key", required=True, help="the API key the Authorization must carry")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
+    counts = {"chat_completions": 0}
+    lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -45,6 +50,10 @@ def main() -> None:
             self.answer(status, {"error": {"message": message, "type": "fake"}}, headers)
 
         def do_GET(self) -> None:
+            if self.path == "/requests":
+                with lock:
+                    self.answer(200, dict(counts))
+                return
             self.error(404, f"no such path: GET {self.path}")
 
         def do_POST(self) -> None:
@@ -57,6 +66,8 @@ def main() -> None:
             if self.path != "/v1/chat/completions":
                 self.error(404, f"no such path: POST {self.path}")
                 return
+            with lock:
+                counts["chat_completions"] += 1
             if self.headers.get("Authorization") != f"Bearer {args.key}":
                 self.error(401, "Incorrect API key provided")
                 return

@@ -1,13 +1,16 @@
 //! `onestep new handler NAME --lang rust|python|js` (docs/cli.md#onestep-new-handler): each
 //! language's project, written into a temporary directory outside this repository, builds with
 //! nothing but its own files and the language's pinned tool, passes `onestep check --strict` and
-//! `onestep task run` on its sample payload. Build tools: cargo with a target directory shared
+//! `onestep task run` on its sample payload, its greeting a durable step that `--steps` preloads
+//! (world `onestep:handler@0.3.0`). Build tools: cargo with a target directory shared
 //! by the runs (`target/scaffold`), the componentize-py of `scripts/build-guests.sh`'s venv, and
 //! componentize-js installed by `npm install` into the project's own `node_modules`.
 //!
 //! The `agent` template in Rust (`--template agent`) builds the same way and asks
 //! `scripts/lib/fake-openai.py` on loopback, which answers only with the key the host injects and
-//! a body with `Content-Length`; `check --strict` refuses it while the key's variable is empty.
+//! a body with `Content-Length`; `check --strict` refuses it while the key's variable is empty;
+//! with its model call (the step `model-0`) preloaded by `--steps`, it answers the same and the
+//! fake counts no request.
 //! Every language × template is built and run by `scripts/check-scaffolds.sh` (scripts/test.sh).
 
 use std::path::{Path, PathBuf};
@@ -92,7 +95,7 @@ fn runs(dir: &Path, name: &str) -> Result<()> {
     let (code, stdout, stderr) = run_cli(&["check", "--strict", &yaml], &[])?;
     ensure!(code == 0, "check --strict: {code} {stdout} {stderr}");
     ensure!(
-        stdout.contains("world=onestep:handler@0.2.0 network=none"),
+        stdout.contains("world=onestep:handler@0.3.0 network=none"),
         "{stdout}"
     );
     let payload = format!("@{}", dir.join("payload.json").display());
@@ -103,7 +106,33 @@ fn runs(dir: &Path, name: &str) -> Result<()> {
     ensure!(code == 0, "task run: {code} {stdout} {stderr}");
     let r: Value = serde_json::from_str(stdout.trim())?;
     ensure!(
-        r["result"] == json!({"message": "Hello, world!", "attempt": 1}),
+        r["result"] == json!({"message": "Hello, world!", "attempt": 1})
+            && r["steps"] == json!({"preloaded": 0, "loaded": 0, "missed": 1, "saved": 1}),
+        "{r}"
+    );
+    // The greeting is the durable step `greeting`: recorded, it is loaded, not made again.
+    let steps = dir.join("steps.json");
+    std::fs::write(&steps, r#"{"greeting": "Recorded, world!"}"#)?;
+    let steps_arg = steps.display().to_string();
+    let (code, stdout, stderr) = run_cli(
+        &[
+            "task",
+            "run",
+            &yaml,
+            name,
+            "--payload",
+            &payload,
+            "--steps",
+            &steps_arg,
+            "--json",
+        ],
+        &[],
+    )?;
+    ensure!(code == 0, "task run --steps: {code} {stdout} {stderr}");
+    let r: Value = serde_json::from_str(stdout.trim())?;
+    ensure!(
+        r["result"] == json!({"message": "Recorded, world!", "attempt": 1})
+            && r["steps"] == json!({"preloaded": 1, "loaded": 1, "missed": 0, "saved": 0}),
         "{r}"
     );
     let (code, stdout, _) = run_cli(
@@ -175,6 +204,24 @@ impl FakeOpenAi {
         let origin = format!("http://127.0.0.1:{port}");
         Ok(Self { child, origin })
     }
+
+    /// The chat-completions requests it has received (its `GET /requests`).
+    fn requests(&self) -> Result<u64> {
+        use std::io::{Read as _, Write as _};
+        let addr = self.origin.trim_start_matches("http://");
+        let mut conn = std::net::TcpStream::connect(addr)?;
+        conn.write_all(b"GET /requests HTTP/1.0\r\nHost: fake\r\n\r\n")?;
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer)?;
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b)
+            .with_context(|| format!("GET /requests answered {answer:?}"))?;
+        let v: Value = serde_json::from_str(body)?;
+        v["chat_completions"]
+            .as_u64()
+            .with_context(|| format!("GET /requests answered {body}"))
+    }
 }
 
 impl Drop for FakeOpenAi {
@@ -209,38 +256,57 @@ fn rust_agent_scaffold_asks_with_the_injected_key_only() -> Result<()> {
     let (code, stdout, stderr) = run_cli(&["check", "--strict", &yaml], &env)?;
     ensure!(code == 0, "check --strict: {code} {stdout} {stderr}");
     ensure!(
-        stdout.contains("world=onestep:handler@0.2.0 network="),
+        stdout.contains("world=onestep:handler@0.3.0 network="),
         "{stdout}"
     );
 
-    let task_run = |payload: &str, env: &[(&str, &str)]| -> Result<(i32, Value)> {
-        let (code, stdout, stderr) = run_cli(
-            &[
-                "task",
-                "run",
-                &yaml,
-                "ask-rs",
-                "--payload",
-                payload,
-                "--json",
-            ],
-            env,
-        )?;
+    let task_run_with = |payload: &str, env: &[(&str, &str)], extra: &[&str]| {
+        let mut args = vec![
+            "task",
+            "run",
+            yaml.as_str(),
+            "ask-rs",
+            "--payload",
+            payload,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run_cli(&args, env)?;
         let report: Value = serde_json::from_str(stdout.trim())
             .with_context(|| format!("task run printed {stdout:?} {stderr}"))?;
-        Ok((code, report))
+        anyhow::Ok((code, report))
     };
+    let task_run = |payload: &str, env: &[(&str, &str)]| task_run_with(payload, env, &[]);
     let payload = format!("@{}", dir.join("payload.json").display());
+    let asked = fake.requests()?;
     let (code, r) = task_run(&payload, &env)?;
+    let answer = json!({
+        "answer": "echo: Name three prime numbers.",
+        "model": "gpt-4o-mini",
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    });
     ensure!(
         code == 0
-            && r["result"]
-                == json!({
-                    "answer": "echo: Name three prime numbers.",
-                    "model": "gpt-4o-mini",
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-                }),
+            && r["result"] == answer
+            && r["steps"] == json!({"preloaded": 0, "loaded": 0, "missed": 1, "saved": 1}),
         "{code} {r}"
+    );
+    ensure!(fake.requests()? == asked + 1, "one model request");
+    // The model call is the durable step `model-0`: an attempt that starts with it recorded
+    // returns the same answer and sends no request.
+    let steps = dir.join("steps.json");
+    std::fs::write(&steps, json!({"model-0": r["result"]}).to_string())?;
+    let steps_arg = steps.display().to_string();
+    let (code, r) = task_run_with(&payload, &env, &["--steps", &steps_arg])?;
+    ensure!(
+        code == 0
+            && r["result"] == answer
+            && r["steps"] == json!({"preloaded": 1, "loaded": 1, "missed": 0, "saved": 0}),
+        "{code} {r}"
+    );
+    ensure!(
+        fake.requests()? == asked + 1,
+        "the resumed attempt asked the model again"
     );
     // A wrong key is the server's 401: fatal, with the server's message.
     let wrong = [

@@ -1,10 +1,11 @@
 //! `onestep new handler NAME --lang rust|python|js [--template compute|http|agent] [--dir D]
 //! [--force]`: writes a handler project that builds outside this repository
 //! (docs/cli.md#onestep-new-handler): its own copy of the WIT this binary serves
-//! (`onestep:handler@0.2.0`, embedded at build time), the build files of its language with the
+//! (`onestep:handler@0.3.0`, embedded at build time), the build files of its language with the
 //! build tool pinned, the handler source (a greeting, an HTTP fetch, or an OpenAI-compatible
-//! chat-completions call with a host-injected key), a `handler.yaml` app file with an `api:`
-//! section, a sample payload and a README with the build, run-locally, dev and deploy commands.
+//! chat-completions call with a host-injected key, each doing its work as a durable step), the
+//! language's step helper (docs/steps.md), a `handler.yaml` app file with an `api:` section, a
+//! sample payload and a README with the build, run-locally, dev and deploy commands.
 //!
 //! A new directory is written beside its destination and renamed into place, so a failure
 //! leaves nothing half-written; an existing directory is refused unless `--force`, which
@@ -21,6 +22,9 @@ pub(crate) const WIT_BINDGEN_VERSION: &str = "0.61";
 pub(crate) const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 /// The componentize-js a JavaScript handler builds with (as `guest-examples/package.json`).
 pub(crate) const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
+/// The version of `onestep:handler` a new handler is built against (`wit/v0.3`, with durable
+/// steps).
+pub(crate) const WIT_VERSION: &str = "0.3.0";
 
 mod templates;
 
@@ -57,7 +61,7 @@ pub(crate) enum Template {
 }
 
 impl Template {
-    /// The world of `onestep:handler@0.2.0` the handler is built against.
+    /// The world of `onestep:handler@0.3.0` the handler is built against.
     fn world(self) -> &'static str {
         match self {
             Template::Compute => "compute",
@@ -233,7 +237,7 @@ pub(crate) fn new_handler(args: NewHandlerArgs) -> u8 {
         return USAGE;
     }
     println!(
-        "created {} ({} handler '{}', template {}, world onestep:handler/{}@0.2.0, {} files)",
+        "created {} ({} handler '{}', template {}, world onestep:handler/{}@{WIT_VERSION}, {} files)",
         dir.display(),
         match args.lang {
             Lang::Rust => "Rust",
@@ -305,12 +309,13 @@ mod tests {
             .find(|(p, _)| p == "wit/handler.wit")
             .map(|(_, t)| t.as_str())
             .unwrap_or_default();
-        // The scaffolds target `0.2.0` (`0.3.0` adds durable steps, which no template uses
-        // yet); whatever they target must be served.
-        let scaffold = "onestep:handler@0.2.0";
-        assert!(onestep_wasm::WIT_PACKAGES.contains(&scaffold));
+        // Whatever the scaffolds target must be served; `0.3.0` has the durable steps the
+        // templates use.
+        let scaffold = format!("onestep:handler@{WIT_VERSION}");
+        assert!(onestep_wasm::WIT_PACKAGES.contains(&scaffold.as_str()));
         assert!(wit.contains(&format!("package {scaffold};")), "{wit}");
         assert!(wit.contains("world compute"), "{wit}");
+        assert!(wit.contains("interface durable"), "{wit}");
     }
 
     /// The pinned tools are the ones the repository's own guests build with.
@@ -417,7 +422,10 @@ mod tests {
     #[test]
     fn the_world_follows_the_template() {
         for template in TEMPLATES {
-            let world = format!("world: \"onestep:handler/{}@0.2.0\"", template.world());
+            let world = format!(
+                "world: \"onestep:handler/{}@{WIT_VERSION}\"",
+                template.world()
+            );
             assert!(file(Lang::Rust, template, "src/lib.rs").contains(&world));
             let cmd = format!("-w {} componentize", template.world());
             assert!(file(Lang::Python, template, "README.md").contains(&cmd));
@@ -432,6 +440,74 @@ mod tests {
             assert_eq!(
                 file(Lang::Rust, template, "Cargo.toml").contains("wstd = "),
                 helper
+            );
+        }
+    }
+
+    /// Every language ships its step helper, over the `durable` import of the WIT it is built
+    /// against, and every template does its work as a step: the agent's model call is
+    /// `model-0`, the http fetch `fetch`, the greeting `greeting`.
+    #[test]
+    fn every_template_uses_the_step_helper() {
+        let durable = format!("onestep:handler/durable@{WIT_VERSION}");
+        for template in TEMPLATES {
+            let rust = file(Lang::Rust, template, "src/steps.rs");
+            assert!(
+                rust.contains("use crate::onestep::handler::durable::"),
+                "{rust}"
+            );
+            assert!(rust.contains("pub fn step<T, F>(key: &str, work: F)"));
+            assert!(file(Lang::Rust, template, "Cargo.toml").contains("serde = "));
+            let py = file(Lang::Python, template, "steps.py");
+            assert!(py.contains("from wit_world.imports import durable"), "{py}");
+            assert!(py.contains("def step(key: str, fn=None):"), "{py}");
+            let js = file(Lang::Js, template, "steps.js");
+            assert!(js.contains(&format!("from \"{durable}\"")), "{js}");
+            assert!(js.contains("export function step(key, fn)"), "{js}");
+            // Fenced and unavailable are retryable; the caps' errors name the cap.
+            for helper in [&rust, &py, &js] {
+                for cap in [
+                    "1 MiB per step",
+                    "1,000 per execution",
+                    "16 MiB per execution",
+                ] {
+                    assert!(helper.contains(cap), "{template:?}: {cap}");
+                }
+            }
+            let key = match template {
+                Template::Compute => "\"greeting\"",
+                Template::Http => "\"fetch\"",
+                Template::Agent => "model-",
+            };
+            let sources = [
+                file(Lang::Rust, template, "src/lib.rs"),
+                file(Lang::Python, template, "app.py"),
+                file(Lang::Js, template, "handler.js"),
+            ];
+            for source in sources {
+                assert!(
+                    source.contains(&format!("step({key}"))
+                        || source.contains(&format!("step(`{key}"))
+                        || source.contains(&format!("step(&format!(\"{key}"))
+                        || source.contains(&format!("@step(\"{key}")),
+                    "{template:?}: {source}"
+                );
+                assert!(!source.contains("@0.2.0"), "{template:?}: {source}");
+            }
+            assert!(file(Lang::Rust, template, "src/lib.rs").contains("mod steps;"));
+            assert!(file(Lang::Python, template, "app.py").contains("from steps import step"));
+            assert!(
+                file(Lang::Js, template, "handler.js")
+                    .contains("import { step } from \"./steps.js\"")
+            );
+            assert!(
+                file(Lang::Js, template, "handler.js")
+                    .contains(&format!("onestep:handler/host@{WIT_VERSION}"))
+            );
+            let readme = file(Lang::Python, template, "README.md");
+            assert!(
+                readme.contains("## Durable steps") && readme.contains("`steps.py`"),
+                "{readme}"
             );
         }
     }

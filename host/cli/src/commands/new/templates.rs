@@ -5,41 +5,41 @@ use super::{
     COMPONENTIZE_JS_VERSION, COMPONENTIZE_PY_VERSION, Lang, Template, WIT_BINDGEN_VERSION,
 };
 
-/// The WIT written into every project: `wit/v0.2` of this repository, a version this binary
-/// serves (`onestep_wasm::WIT_PACKAGES`). `wit/v0.3` (durable steps, docs/steps.md) is served
-/// too; the templates do not use steps, so they stay on `0.2.0`.
+/// The WIT written into every project: `wit/v0.3` of this repository (`onestep:handler@0.3.0`,
+/// with the `durable` interface of docs/steps.md), a version this binary serves
+/// (`onestep_wasm::WIT_PACKAGES`).
 const WIT: &[(&str, &str)] = &[
     (
         "wit/handler.wit",
-        include_str!("../../../../../wit/v0.2/handler.wit"),
+        include_str!("../../../../../wit/v0.3/handler.wit"),
     ),
     (
         "wit/deps/cli.wit",
-        include_str!("../../../../../wit/v0.2/deps/cli.wit"),
+        include_str!("../../../../../wit/v0.3/deps/cli.wit"),
     ),
     (
         "wit/deps/clocks.wit",
-        include_str!("../../../../../wit/v0.2/deps/clocks.wit"),
+        include_str!("../../../../../wit/v0.3/deps/clocks.wit"),
     ),
     (
         "wit/deps/filesystem.wit",
-        include_str!("../../../../../wit/v0.2/deps/filesystem.wit"),
+        include_str!("../../../../../wit/v0.3/deps/filesystem.wit"),
     ),
     (
         "wit/deps/http.wit",
-        include_str!("../../../../../wit/v0.2/deps/http.wit"),
+        include_str!("../../../../../wit/v0.3/deps/http.wit"),
     ),
     (
         "wit/deps/io.wit",
-        include_str!("../../../../../wit/v0.2/deps/io.wit"),
+        include_str!("../../../../../wit/v0.3/deps/io.wit"),
     ),
     (
         "wit/deps/random.wit",
-        include_str!("../../../../../wit/v0.2/deps/random.wit"),
+        include_str!("../../../../../wit/v0.3/deps/random.wit"),
     ),
     (
         "wit/deps/sockets.wit",
-        include_str!("../../../../../wit/v0.2/deps/sockets.wit"),
+        include_str!("../../../../../wit/v0.3/deps/sockets.wit"),
     ),
 ];
 
@@ -76,6 +76,10 @@ struct Kind {
     network_grant: &'static str,
     /// README: a closing section.
     notes: &'static str,
+    /// README: the key of the handler's step.
+    step_key: &'static str,
+    /// README: a `task run` that starts from a recorded step.
+    step_resume: &'static str,
 }
 
 fn kind(template: Template) -> Kind {
@@ -97,6 +101,9 @@ fn kind(template: Template) -> Kind {
                             `sandbox.network.allow` (or start from `onestep new handler NAME \
                             --template http` or `--template agent`)",
             notes: "",
+            step_key: "`greeting`, the message",
+            step_resume: "`--steps <(echo '{\"greeting\": \"Hello again, world!\"}')` returns that \
+                          message",
         },
         Template::Http => Kind {
             world: "handler",
@@ -115,6 +122,9 @@ fn kind(template: Template) -> Kind {
                             \"text/html; charset=utf-8\", \"bytes\": 1234, \"text\": \"<!DOCTYPE HTML>…\"}`",
             network_grant: "and HTTP only to the origins under `sandbox.network.allow`",
             notes: include_str!("templates/http/notes.md"),
+            step_key: "`fetch`, the request",
+            step_resume: "`--steps <(echo '{\"fetch\": {\"status\": 200, \"text\": \"recorded\"}}')` \
+                          returns that without a request",
         },
         Template::Agent => Kind {
             world: "handler",
@@ -138,6 +148,9 @@ fn kind(template: Template) -> Kind {
                             \"total_tokens\": 32}}`",
             network_grant: "and HTTP only to the origins under `sandbox.network.allow`",
             notes: include_str!("templates/agent/notes.md"),
+            step_key: "`model-0`, the model call: a retried attempt does not pay for it again",
+            step_resume: "`--steps <(echo '{\"model-0\": {\"answer\": \"recorded\", \"model\": \"m\", \
+                          \"usage\": null}}')` returns that answer without calling the model",
         },
     }
 }
@@ -164,7 +177,8 @@ fn lang_files(name: &str, lang: Lang, template: Template, world: &str) -> LangFi
             format!(
                 "cargo build --release                         # -> target/wasm32-wasip2/release/{crate_file}"
             ),
-            "| `Cargo.toml`, `.cargo/config.toml` | the crate (a `cdylib`, size-optimised release profile) and its default target, `wasm32-wasip2` |\n",
+            "| `src/steps.rs` | durable steps: `step(key, \\|\\| work())` records the work's value, or loads what an earlier attempt recorded |\n\
+             | `Cargo.toml`, `.cargo/config.toml` | the crate (a `cdylib`, size-optimised release profile) and its default target, `wasm32-wasip2` |\n",
             vec![
                 ("Cargo.toml", include_str!("templates/rust/Cargo.toml")),
                 (
@@ -179,6 +193,7 @@ fn lang_files(name: &str, lang: Lang, template: Template, world: &str) -> LangFi
                         Template::Agent => include_str!("templates/rust/agent.rs"),
                     },
                 ),
+                ("src/steps.rs", include_str!("templates/rust/steps.rs")),
                 (".gitignore", include_str!("templates/rust/gitignore")),
             ],
         ),
@@ -192,6 +207,7 @@ fn lang_files(name: &str, lang: Lang, template: Template, world: &str) -> LangFi
                         Template::Agent => include_str!("templates/python/agent.py"),
                     },
                 ),
+                ("steps.py", include_str!("templates/python/steps.py")),
                 (
                     "requirements.txt",
                     include_str!("templates/python/requirements.txt"),
@@ -214,10 +230,12 @@ fn lang_files(name: &str, lang: Lang, template: Template, world: &str) -> LangFi
                      .venv/bin/componentize-py -d wit -w {world} componentize app -o {name}.wasm"
                 ),
                 if network {
-                    "| `wasi_http.py` | blocking outbound HTTP over `wasi:http` (`send(method, url, headers, body)`) |\n\
+                    "| `steps.py` | durable steps: `step(key, fn)` and the decorator `@step(\"key-{arg}\")` record the work's value, or load what an earlier attempt recorded |\n\
+                     | `wasi_http.py` | blocking outbound HTTP over `wasi:http` (`send(method, url, headers, body)`) |\n\
                      | `requirements.txt` | the build tool, componentize-py, pinned |\n"
                 } else {
-                    "| `requirements.txt` | the build tool, componentize-py, pinned |\n"
+                    "| `steps.py` | durable steps: `step(key, fn)` and the decorator `@step(\"key-{arg}\")` record the work's value, or load what an earlier attempt recorded |\n\
+                     | `requirements.txt` | the build tool, componentize-py, pinned |\n"
                 },
                 sources,
             )
@@ -233,6 +251,7 @@ fn lang_files(name: &str, lang: Lang, template: Template, world: &str) -> LangFi
                         Template::Agent => include_str!("templates/js/agent.js"),
                     },
                 ),
+                ("steps.js", include_str!("templates/js/steps.js")),
                 (".gitignore", include_str!("templates/js/gitignore")),
             ];
             if network {
@@ -244,10 +263,12 @@ fn lang_files(name: &str, lang: Lang, template: Template, world: &str) -> LangFi
                 format!("{name}.wasm"),
                 format!("npm install && npm run build                  # -> {name}.wasm"),
                 if network {
-                    "| `wasi_http.js` | blocking outbound HTTP over `wasi:http` (`send(method, url, headers, body)`) |\n\
+                    "| `steps.js` | durable steps: `step(key, () => work())` records the work's value, or loads what an earlier attempt recorded |\n\
+                     | `wasi_http.js` | blocking outbound HTTP over `wasi:http` (`send(method, url, headers, body)`) |\n\
                      | `package.json` | the build tool, componentize-js, pinned, and `npm run build` |\n"
                 } else {
-                    "| `package.json` | the build tool, componentize-js, pinned, and `npm run build` |\n"
+                    "| `steps.js` | durable steps: `step(key, () => work())` records the work's value, or loads what an earlier attempt recorded |\n\
+                     | `package.json` | the build tool, componentize-js, pinned, and `npm run build` |\n"
                 },
                 sources,
             )
@@ -266,6 +287,15 @@ pub(crate) fn project_files(name: &str, lang: Lang, template: Template) -> Vec<(
         "\n# The guest HTTP client (wasi:http through wasip2).\nwstd = \"0.6\""
     };
     let payload_inline = kind.payload.trim();
+    let (steps_file, steps_example) = match lang {
+        Lang::Rust => ("src/steps.rs", "`let v: T = step(\"key\", || work())?;`"),
+        Lang::Python => (
+            "steps.py",
+            "`v = step(\"key\", lambda: work())` (or a function decorated with \
+             `@step(\"page-{n}\")`, each call a step named by its arguments)",
+        ),
+        Lang::Js => ("steps.js", "`const v = step(\"key\", () => work());`"),
+    };
     let vars = [
         ("name", name),
         ("language", language),
@@ -284,6 +314,10 @@ pub(crate) fn project_files(name: &str, lang: Lang, template: Template) -> Vec<(
         ("sample_result", kind.sample_result),
         ("network_grant", kind.network_grant),
         ("notes", kind.notes),
+        ("steps_file", steps_file),
+        ("steps_example", steps_example),
+        ("step_key", kind.step_key),
+        ("step_resume", kind.step_resume),
         ("payload_inline", payload_inline),
         ("extra_deps", extra_deps),
         ("wit_bindgen", WIT_BINDGEN_VERSION),

@@ -1,7 +1,11 @@
 // The `{{name}}` onestep handler, in JavaScript: built with componentize-js (`npm run build`)
-// into a WebAssembly component of world onestep:handler/handler@0.2.0 (the WIT is in wit/; the
+// into a WebAssembly component of world onestep:handler/handler@0.3.0 (the WIT is in wit/; the
 // world imports wasi:http). It asks an OpenAI-compatible chat-completions endpoint one question
 // (through ./wasi_http.js) and returns the assistant's answer.
+//
+// Each model call is a durable step (./steps.js) keyed by its place in the work, `model-0` (an
+// agent loop's next calls: `model-1`, `model-2`, …): a retried or resumed attempt of the same
+// execution loads the recorded answer and does not pay for the call again.
 //
 // Payload {"prompt": "...", "system"?: "...", "model"?: "...", "max_tokens"?: N}; the endpoint is
 // handler.params.base_url and the default model handler.params.model (handler.yaml). It sends
@@ -15,7 +19,8 @@
 // fatal; a refused origin is fatal; connection failures and timeouts are retryable; a cancel
 // before the request, or noticed when the answer arrives, is retryable. A thrown plain object is
 // the handler error ({retryable, message, retryAfterMs}; u64 as BigInt).
-import { cancelRequested, log } from "onestep:handler/host@0.2.0";
+import { cancelRequested, log } from "onestep:handler/host@0.3.0";
+import { step } from "./steps.js";
 import { RequestFailed, send } from "./wasi_http.js";
 
 const ERROR_TEXT_CHARS = 300;
@@ -133,6 +138,13 @@ function statusError(response) {
 
 export function handle(ctx, payload) {
   const { url, model, body } = build(ctx, payload);
+  // The model call as the step `model-0`: recorded when it succeeds, loaded (no request) by any
+  // later attempt of this execution. An agent loop keys turn N `model-${N}`.
+  const turn = 0;
+  return JSON.stringify(step(`model-${turn}`, () => ask(url, model, body)));
+}
+
+function ask(url, model, body) {
   const bytes = new TextEncoder().encode(JSON.stringify(body));
   if (cancelRequested()) {
     throw { retryable: true, message: "cancelled before the request" };
@@ -175,9 +187,9 @@ export function handle(ctx, payload) {
   }
   const usage = answer.usage ?? null;
   log("info", `${response.status}, usage ${JSON.stringify(usage)}`);
-  return JSON.stringify({
+  return {
     answer: content,
     model: typeof answer.model === "string" ? answer.model : model,
     usage,
-  });
+  };
 }

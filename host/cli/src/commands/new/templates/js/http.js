@@ -1,6 +1,8 @@
 // The `{{name}}` onestep handler, in JavaScript: built with componentize-js (`npm run build`)
-// into a WebAssembly component of world onestep:handler/handler@0.2.0 (the WIT is in wit/; the
+// into a WebAssembly component of world onestep:handler/handler@0.3.0 (the WIT is in wit/; the
 // world imports wasi:http). It fetches one URL (through ./wasi_http.js) and returns what it got.
+// The fetch is a durable step, `fetch` (./steps.js): a later attempt of the same execution
+// returns what an earlier one fetched instead of fetching again.
 //
 // The URL is the payload's `url`, else handler.params.url (handler.yaml). The host sends the
 // request only if its origin is under the task's sandbox.network.allow.
@@ -9,7 +11,8 @@
 // 2000 characters). A 429 or 5xx answer is a retryable error; any other answer is the result. A
 // refused origin is a fatal error; connection failures and timeouts are retryable. A thrown plain
 // object is the handler error ({retryable, message, retryAfterMs}; u64 as BigInt).
-import { cancelRequested, log } from "onestep:handler/host@0.2.0";
+import { cancelRequested, log } from "onestep:handler/host@0.3.0";
+import { step } from "./steps.js";
 import { RequestFailed, send } from "./wasi_http.js";
 
 const TEXT_CHARS = 2000;
@@ -53,6 +56,11 @@ export function handle(ctx, payload) {
   if (typeof url !== "string") {
     throw { retryable: false, message: "no url: give a string `url` in the payload or in handler.params" };
   }
+  // The step `fetch`, recorded when it returns; an error (a 5xx to retry) records nothing.
+  return JSON.stringify(step("fetch", () => fetch(url)));
+}
+
+function fetch(url) {
   if (cancelRequested()) {
     throw { retryable: true, message: "cancelled before the request" };
   }
@@ -69,11 +77,11 @@ export function handle(ctx, payload) {
     throw { retryable: true, message: `${url} answered ${response.status}` };
   }
   const text = new TextDecoder().decode(response.body);
-  return JSON.stringify({
+  return {
     url,
     status: response.status,
     content_type: response.header("content-type") ?? null,
     bytes: response.body.length,
     text: text.slice(0, TEXT_CHARS),
-  });
+  };
 }

@@ -1,7 +1,11 @@
 """The `{{name}}` onestep handler, in Python: built with componentize-py into a WebAssembly
-component of world ``onestep:handler/handler@0.2.0`` (the WIT is in ``wit/``; the world imports
+component of world ``onestep:handler/handler@0.3.0`` (the WIT is in ``wit/``; the world imports
 ``wasi:http``). It asks an OpenAI-compatible chat-completions endpoint one question and returns
 the assistant's answer.
+
+Each model call is a durable step (``steps.py``) keyed by its place in the work, ``model-0`` (an
+agent loop's next calls: ``model-1``, ``model-2``, ...): a retried or resumed attempt of the same
+execution loads the recorded answer and does not pay for the call again.
 
 Payload ``{"prompt": "...", "system"?: "...", "model"?: "...", "max_tokens"?: N}``; the endpoint
 is ``handler.params.base_url`` and the default model ``handler.params.model`` (handler.yaml). It
@@ -25,6 +29,7 @@ from wit_world.imports import host
 from wit_world.imports.onestep_handler_types import Context, HandlerError
 
 import wasi_http
+from steps import step
 
 ERROR_TEXT_CHARS = 300
 
@@ -136,41 +141,48 @@ def status_error(response: wasi_http.Response) -> Err:
 class WitWorld(wit_world.WitWorld):
     def handle(self, ctx: Context, payload: str) -> str:
         url, model, body = build(ctx, payload)
-        text = json.dumps(body).encode("utf-8")
-        if host.cancel_requested():
-            raise retryable("cancelled before the request")
-        host.log(host.Level.INFO, f"POST {url} (model {model})")
-        # A cancel while the request is in flight stops the attempt (after the task's
-        # sandbox.cancel_grace_ms), even while it waits for the answer.
-        try:
-            response = wasi_http.send(
-                "POST",
-                url,
-                [
-                    ("content-type", "application/json"),
-                    ("accept", "application/json"),
-                    # With Content-Length the body goes out in one piece; without, chunked.
-                    ("content-length", str(len(text))),
-                ],
-                text,
-            )
-        except wasi_http.RequestFailed as failure:
-            raise request_failed(url, failure)
-        if not 200 <= response.status <= 299:
-            raise status_error(response)
-        if host.cancel_requested():
-            raise retryable("cancelled")
-        try:
-            answer = json.loads(response.body)
-            content = answer["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            content = None
-        if not isinstance(content, str):
-            raise fatal(
-                f"chat completions answered {status_text(response.status)} without "
-                "choices[0].message.content"
-            )
-        usage = answer.get("usage")
-        host.log(host.Level.INFO, f"{status_text(response.status)}, usage {json.dumps(usage)}")
-        model = answer.get("model") if isinstance(answer.get("model"), str) else model
-        return json.dumps({"answer": content, "model": model, "usage": usage})
+        # The model call as the step `model-0`: recorded when it succeeds, loaded (no request)
+        # by any later attempt of this execution. An agent loop asks turn N as ask(N, ...).
+        return json.dumps(ask(0, url, model, body))
+
+
+@step("model-{turn}")
+def ask(turn: int, url: str, model: str, body: dict) -> dict:
+    text = json.dumps(body).encode("utf-8")
+    if host.cancel_requested():
+        raise retryable("cancelled before the request")
+    host.log(host.Level.INFO, f"POST {url} (model {model}, turn {turn})")
+    # A cancel while the request is in flight stops the attempt (after the task's
+    # sandbox.cancel_grace_ms), even while it waits for the answer.
+    try:
+        response = wasi_http.send(
+            "POST",
+            url,
+            [
+                ("content-type", "application/json"),
+                ("accept", "application/json"),
+                # With Content-Length the body goes out in one piece; without, chunked.
+                ("content-length", str(len(text))),
+            ],
+            text,
+        )
+    except wasi_http.RequestFailed as failure:
+        raise request_failed(url, failure)
+    if not 200 <= response.status <= 299:
+        raise status_error(response)
+    if host.cancel_requested():
+        raise retryable("cancelled")
+    try:
+        answer = json.loads(response.body)
+        content = answer["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        content = None
+    if not isinstance(content, str):
+        raise fatal(
+            f"chat completions answered {status_text(response.status)} without "
+            "choices[0].message.content"
+        )
+    usage = answer.get("usage")
+    host.log(host.Level.INFO, f"{status_text(response.status)}, usage {json.dumps(usage)}")
+    model = answer.get("model") if isinstance(answer.get("model"), str) else model
+    return {"answer": content, "model": model, "usage": usage}

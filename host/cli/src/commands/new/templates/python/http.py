@@ -1,6 +1,8 @@
 """The `{{name}}` onestep handler, in Python: built with componentize-py into a WebAssembly
-component of world ``onestep:handler/handler@0.2.0`` (the WIT is in ``wit/``; the world imports
-``wasi:http``). It fetches one URL and returns what it got.
+component of world ``onestep:handler/handler@0.3.0`` (the WIT is in ``wit/``; the world imports
+``wasi:http``). It fetches one URL and returns what it got. The fetch is a durable step,
+``fetch`` (``steps.py``): a later attempt of the same execution returns what an earlier one
+fetched instead of fetching again.
 
 The URL is the payload's ``url``, else ``handler.params.url`` (handler.yaml). The host sends the
 request only if its origin is under the task's ``sandbox.network.allow``.
@@ -18,6 +20,7 @@ from wit_world.imports import host
 from wit_world.imports.onestep_handler_types import Context, HandlerError
 
 import wasi_http
+from steps import step
 
 TEXT_CHARS = 2000
 
@@ -63,23 +66,28 @@ class WitWorld(wit_world.WitWorld):
             url = params.get("url")
         if not isinstance(url, str):
             raise error(False, "no url: give a string `url` in the payload or in handler.params")
-        if host.cancel_requested():
-            raise error(True, "cancelled before the request")
-        host.log(host.Level.INFO, f"GET {url}")
-        # A cancel while the request is in flight stops the attempt (after the task's
-        # sandbox.cancel_grace_ms), even while it waits for the network.
-        try:
-            response = wasi_http.send("GET", url, [("accept", "*/*")])
-        except wasi_http.RequestFailed as failure:
-            raise request_failed(url, failure)
-        if response.status == 429 or 500 <= response.status <= 599:
-            raise error(True, f"{url} answered {response.status}")
-        return json.dumps(
-            {
-                "url": url,
-                "status": response.status,
-                "content_type": response.header("content-type"),
-                "bytes": len(response.body),
-                "text": response.body.decode("utf-8", "replace")[:TEXT_CHARS],
-            }
-        )
+        return json.dumps(fetch(url))
+
+
+# Each call is the durable step `fetch`, recorded when it returns; an error (a 5xx to retry)
+# records nothing.
+@step("fetch")
+def fetch(url: str) -> dict:
+    if host.cancel_requested():
+        raise error(True, "cancelled before the request")
+    host.log(host.Level.INFO, f"GET {url}")
+    # A cancel while the request is in flight stops the attempt (after the task's
+    # sandbox.cancel_grace_ms), even while it waits for the network.
+    try:
+        response = wasi_http.send("GET", url, [("accept", "*/*")])
+    except wasi_http.RequestFailed as failure:
+        raise request_failed(url, failure)
+    if response.status == 429 or 500 <= response.status <= 599:
+        raise error(True, f"{url} answered {response.status}")
+    return {
+        "url": url,
+        "status": response.status,
+        "content_type": response.header("content-type"),
+        "bytes": len(response.body),
+        "text": response.body.decode("utf-8", "replace")[:TEXT_CHARS],
+    }

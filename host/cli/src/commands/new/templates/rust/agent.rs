@@ -1,7 +1,11 @@
 //! The `{{name}}` onestep handler: a WebAssembly component of world
-//! `onestep:handler/handler@0.2.0` (the WIT is in `wit/`) that asks an OpenAI-compatible
+//! `onestep:handler/handler@0.3.0` (the WIT is in `wit/`) that asks an OpenAI-compatible
 //! chat-completions endpoint one question over `wasi:http` (the `wstd` client) and returns the
 //! assistant's answer.
+//!
+//! Each model call is a durable step (`src/steps.rs`) keyed by its place in the work, `model-0`
+//! (an agent loop's next calls: `model-1`, `model-2`, …): a retried or resumed attempt of the
+//! same execution loads the recorded answer and does not pay for the call again.
 //!
 //! Payload `{"prompt": "...", "system"?: "...", "model"?: "...", "max_tokens"?: N}`; the endpoint
 //! is `handler.params.base_url` and the default model `handler.params.model` (handler.yaml). It
@@ -15,10 +19,13 @@
 //! answers fatal; a refused origin is fatal; connection failures and timeouts are retryable; a
 //! cancel before the request, or noticed when the answer arrives, is retryable.
 
-wit_bindgen::generate!({ path: "wit", world: "onestep:handler/handler@0.2.0", generate_all });
+wit_bindgen::generate!({ path: "wit", world: "onestep:handler/handler@0.3.0", generate_all });
+
+mod steps;
 
 use onestep::handler::host::{Level, cancel_requested, log};
 use serde_json::{Map, Value, json};
+use steps::step;
 use wstd::http::{Body, Client, ErrorCode, Method, Request, StatusCode};
 
 struct Component;
@@ -140,7 +147,7 @@ fn status_error(status: StatusCode, retry_after_ms: Option<u64>, body: &[u8]) ->
     }
 }
 
-async fn call(url: String, model: String, body: Value) -> Result<String, HandlerError> {
+async fn call(url: String, model: String, body: Value) -> Result<Value, HandlerError> {
     let text = body.to_string();
     // With Content-Length the body goes out in one piece; without, chunked.
     let request = Request::builder()
@@ -187,18 +194,24 @@ async fn call(url: String, model: String, body: Value) -> Result<String, Handler
     let model = answer.get("model").and_then(Value::as_str).unwrap_or(&model);
     let usage = answer.get("usage").cloned().unwrap_or(Value::Null);
     log(Level::Info, &format!("{status}, usage {usage}"));
-    Ok(json!({"answer": content, "model": model, "usage": usage}).to_string())
+    Ok(json!({"answer": content, "model": model, "usage": usage}))
 }
 
 impl Guest for Component {
     fn handle(ctx: Context, payload: String) -> Result<String, HandlerError> {
         let (url, model, body) = build(&ctx, &payload)?;
-        if cancel_requested() {
-            return Err(retryable("cancelled before the request".into(), None));
-        }
-        // A cancel while the request is in flight stops the attempt (after the task's
-        // sandbox.cancel_grace_ms), even while it waits for the answer.
-        wstd::runtime::block_on(call(url, model, body))
+        // The model call as the step `model-0`: recorded when it succeeds, loaded (no request)
+        // by any later attempt of this execution. An agent loop keys turn N `model-{N}`.
+        let turn = 0;
+        let reply: Value = step(&format!("model-{turn}"), || {
+            if cancel_requested() {
+                return Err(retryable("cancelled before the request".into(), None));
+            }
+            // A cancel while the request is in flight stops the attempt (after the task's
+            // sandbox.cancel_grace_ms), even while it waits for the answer.
+            wstd::runtime::block_on(call(url, model, body))
+        })?;
+        Ok(reply.to_string())
     }
 }
 

@@ -1,15 +1,19 @@
 //! The `{{name}}` onestep handler: a WebAssembly component of world
-//! `onestep:handler/compute@0.2.0` (the WIT is in `wit/`). It gets the payload and a context
+//! `onestep:handler/compute@0.3.0` (the WIT is in `wit/`). It gets the payload and a context
 //! (execution id, attempt, task, namespace, metadata, and the task's `params` from
 //! handler.yaml) and returns JSON output or a handler error.
 //!
 //! Payload `{"name": "world"}` -> `{"message": "Hello, world!", "attempt": 1}`, with the greeting
-//! from `params.greeting`.
+//! from `params.greeting`. The message is made in a durable step, `greeting` (`src/steps.rs`):
+//! a later attempt of the same execution loads it instead of making it again.
 
-wit_bindgen::generate!({ path: "wit", world: "onestep:handler/compute@0.2.0" });
+wit_bindgen::generate!({ path: "wit", world: "onestep:handler/compute@0.3.0" });
+
+mod steps;
 
 use onestep::handler::host::{Level, log};
 use serde_json::{Value, json};
+use steps::step;
 
 struct Component;
 
@@ -39,7 +43,10 @@ impl Guest for Component {
             Level::Info,
             &format!("attempt {} of execution {}", ctx.attempt, ctx.execution_id),
         );
-        Ok(json!({"message": format!("{greeting}, {name}!"), "attempt": ctx.attempt}).to_string())
+        // A unit of work recorded as a step: real handlers put their expensive or side-effecting
+        // work here (a download, a model call, a payment with an idempotency key).
+        let message: String = step("greeting", || Ok(format!("{greeting}, {name}!")))?;
+        Ok(json!({"message": message, "attempt": ctx.attempt}).to_string())
     }
 }
 

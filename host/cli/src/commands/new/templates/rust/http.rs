@@ -1,6 +1,8 @@
 //! The `{{name}}` onestep handler: a WebAssembly component of world
-//! `onestep:handler/handler@0.2.0` (the WIT is in `wit/`) that fetches one URL over `wasi:http`
-//! with the `wstd` client and returns what it got.
+//! `onestep:handler/handler@0.3.0` (the WIT is in `wit/`) that fetches one URL over `wasi:http`
+//! with the `wstd` client and returns what it got. The fetch is a durable step, `fetch`
+//! (`src/steps.rs`): a later attempt of the same execution returns what an earlier one fetched
+//! instead of fetching again.
 //!
 //! The URL is the payload's `url`, else `handler.params.url` (handler.yaml). The host sends the
 //! request only if its origin is under the task's `sandbox.network.allow`.
@@ -9,10 +11,13 @@
 //! first 2000 characters). A 429 or 5xx answer is a retryable error; any other answer is the
 //! result. A refused origin is a fatal error; connection failures and timeouts are retryable.
 
-wit_bindgen::generate!({ path: "wit", world: "onestep:handler/handler@0.2.0", generate_all });
+wit_bindgen::generate!({ path: "wit", world: "onestep:handler/handler@0.3.0", generate_all });
+
+mod steps;
 
 use onestep::handler::host::{Level, cancel_requested, log};
 use serde_json::{Value, json};
+use steps::step;
 use wstd::http::{Body, Client, ErrorCode, Method, Request};
 
 struct Component;
@@ -58,7 +63,7 @@ fn request_failed(url: &str, e: &wstd::http::Error) -> HandlerError {
     }
 }
 
-async fn fetch(url: String) -> Result<String, HandlerError> {
+async fn fetch(url: String) -> Result<Value, HandlerError> {
     let request = Request::builder()
         .method(Method::GET)
         .uri(url.as_str())
@@ -90,8 +95,7 @@ async fn fetch(url: String) -> Result<String, HandlerError> {
         "content_type": content_type,
         "bytes": bytes.len(),
         "text": text,
-    })
-    .to_string())
+    }))
 }
 
 impl Guest for Component {
@@ -114,8 +118,10 @@ impl Guest for Component {
             return Err(error(true, "cancelled before the request".into()));
         }
         // A cancel while the request is in flight stops the attempt (after the task's
-        // sandbox.cancel_grace_ms), even while it waits for the network.
-        wstd::runtime::block_on(fetch(url.to_owned()))
+        // sandbox.cancel_grace_ms), even while it waits for the network. The result is recorded
+        // as the step `fetch`; an error (a 5xx to retry) records nothing.
+        let fetched: Value = step("fetch", || wstd::runtime::block_on(fetch(url.to_owned())))?;
+        Ok(fetched.to_string())
     }
 }
 
